@@ -1,0 +1,98 @@
+"""Fused kernels, each beside the plain computation it replaces.
+
+::
+
+    bn_fold         conv ─► batch_norm(eval)            ==>  conv(w', b')          (arithmetic, no kernel)
+    conv_epilogue   conv ─► [+ z] ─► act                ==>  cuDNN conv+bias(+add)+relu
+    add_layernorm   x + residual ─► layer_norm          ==>  one Triton kernel, two outputs
+    matmul_softmax  a @ b ─► *scale ─► +mask ─► softmax ==>  one Triton kernel, scores stay on chip
+    linear_act      linear ─► act                       ==>  cuBLASLt epilogue (relu / tanh-gelu)
+
+Every module keeps a ``*_reference`` function (the unfused ops, one kernel
+each) and a ``describe``/``*_impl`` function saying which implementation a
+call takes on a given device, so that a measurement can always name what it
+measured. Nothing here runs at import time and nothing imports Triton until a
+Triton kernel is actually needed: the package imports on a machine without a
+GPU and without Triton.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+#: Activations the epilogue helpers understand, with the in-place torch call
+#: that applies each one. "gelu" is the exact (erf) GELU, "gelu_tanh" the
+#: tanh approximation; they differ by up to ~5e-4 and are not interchangeable.
+_INPLACE_ACTIVATIONS = {
+    "none": lambda t: t,
+    "relu": lambda t: t.relu_(),
+    "relu6": lambda t: t.clamp_(0.0, 6.0),
+    "silu": lambda t: torch.nn.functional.silu(t, inplace=True),
+    "gelu": lambda t: torch.ops.aten.gelu_(t),
+    "gelu_tanh": lambda t: torch.ops.aten.gelu_(t, approximate="tanh"),
+    "hardswish": lambda t: torch.nn.functional.hardswish(t, inplace=True),
+    "tanh": lambda t: t.tanh_(),
+}
+
+_ACTIVATIONS = {
+    "none": lambda t: t,
+    "relu": torch.relu,
+    "relu6": lambda t: torch.nn.functional.relu6(t),
+    "silu": torch.nn.functional.silu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+    "hardswish": torch.nn.functional.hardswish,
+    "tanh": torch.tanh,
+}
+
+
+def apply_activation(t: torch.Tensor, act: str) -> torch.Tensor:
+    """Return ``act(t)`` as a new tensor (the unfused reference step)."""
+    try:
+        return _ACTIVATIONS[act](t)
+    except KeyError:
+        raise ValueError(f"unknown activation {act!r}; known: {sorted(_ACTIVATIONS)}") from None
+
+
+def apply_activation_(t: torch.Tensor, act: str) -> torch.Tensor:
+    """Apply ``act`` to ``t`` in place (no extra allocation) and return ``t``."""
+    try:
+        return _INPLACE_ACTIVATIONS[act](t)
+    except KeyError:
+        raise ValueError(f"unknown activation {act!r}; known: {sorted(_INPLACE_ACTIVATIONS)}") from None
+
+
+def interpreting() -> bool:
+    """True when ``TRITON_INTERPRET=1``: Triton kernels run on the CPU, in numpy."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    """True when ``import triton`` works (cached; the import is done only once)."""
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # ImportError, or a broken install raising at import
+        return False
+    return True
+
+
+def triton_runs_on(device: torch.device | str) -> bool:
+    """Whether a Triton kernel can run on tensors of ``device`` in this process.
+
+    CUDA tensors: when Triton imports. CPU tensors: only under
+    ``TRITON_INTERPRET=1`` (the interpreter used by the tests on machines
+    without a GPU).
+    """
+    device = torch.device(device)
+    if not triton_available():
+        return False
+    if device.type == "cuda":
+        return not interpreting()
+    if device.type == "cpu":
+        return interpreting()
+    return False

@@ -1,0 +1,151 @@
+"""Residual add and LayerNorm in one Triton kernel with two outputs.
+
+::
+
+    unfused (2 kernels)                         fused (1 kernel)
+    x ───┐                                      x ───┐
+         add ─► sum ─► HBM ─► layer_norm ─► y        add_layernorm ─► sum  (kept: next residual)
+    r ───┘        │                                r ───┘           └──► y = LN(sum)·γ + β
+                  └─► (next residual)
+
+A transformer block's residual stream needs the sum afterwards (it is the next
+block's residual), so the fused kernel writes it as a second output instead of
+refusing the fusion. What fusion saves is the re-read of ``sum`` by the
+LayerNorm and one launch: the unfused pair moves 2R+1W (add) + 1R+1W (norm) =
+5 row-sized transfers, the fused kernel 2R+2W = 4.
+
+Kernel design (bandwidth-bound, one pass): one program per row; the whole row
+(``BLOCK = next_pow2(N)`` lanes, masked beyond N) is loaded once into
+registers, summed in fp32, rounded to the input dtype and stored (the sum is
+rounded *before* normalising, exactly as the unfused graph normalises the
+stored sum), then mean and variance are reduced in fp32 (masked lanes
+contribute 0 to both), normalised, scaled, shifted and stored with a cast.
+``num_warps`` grows with BLOCK so that each thread holds a few 16-byte vectors.
+
+Supported: fp32, fp16, bf16; any number of rows; last dim up to 16384; weight
+and bias optional. Anything else, and CPU tensors without ``TRITON_INTERPRET=1``,
+takes the reference path; ``add_layernorm_impl`` says which path runs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from explorer.kernels import interpreting, triton_runs_on
+
+MAX_HIDDEN = 16384
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def add_layernorm_reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                            bias: torch.Tensor | None, eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unfused: ``sum = x + residual`` then ``layer_norm(sum)`` over the last dim; returns ``(sum, normed)``."""
+    s = x + residual                                                          # (..., N)
+    return s, torch.nn.functional.layer_norm(s, (s.shape[-1],), weight, bias, eps)
+
+
+def add_layernorm_impl(device: torch.device | str, hidden: int | None = None,
+                       dtype: torch.dtype | None = None) -> str:
+    """``"triton"`` when ``add_layernorm`` runs the fused kernel for these arguments, else ``"reference"``."""
+    if not triton_runs_on(device):
+        return "reference"
+    if hidden is not None and not 1 <= hidden <= MAX_HIDDEN:
+        return "reference"
+    if dtype is not None and dtype not in SUPPORTED_DTYPES:
+        return "reference"
+    return "triton"
+
+
+def launch_config(hidden: int) -> tuple[int, int]:
+    """``(BLOCK, num_warps)`` for a row of ``hidden`` elements (BLOCK = next power of two)."""
+    block = 1 << max(hidden - 1, 0).bit_length()
+    if block >= 8192:
+        num_warps = 16
+    elif block >= 2048:
+        num_warps = 8
+    elif block >= 512:
+        num_warps = 4
+    else:
+        num_warps = 2 if block >= 128 else 1
+    return block, num_warps
+
+
+def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Allocate an output the kernel fully overwrites (tests replace this to poison it)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+@functools.lru_cache(maxsize=2)
+def _build_kernel(interpret: bool):
+    """Define the Triton kernel (imports Triton); cached per interpreter mode."""
+    del interpret  # part of the cache key only: triton.jit reads TRITON_INTERPRET when it decorates
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _add_layernorm_fwd(
+        X, R, W, B, S, Y,                     # pointers: inputs x, residual; weight, bias; outputs sum, normed
+        stride_x, stride_r, stride_s, stride_y,  # row strides (elements); the last dim is contiguous
+        N, eps,
+        HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr,
+    ):
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, BLOCK)
+        in_row = cols < N
+        x = tl.load(X + row * stride_x + cols, mask=in_row, other=0.0, eviction_policy="evict_first")
+        r = tl.load(R + row * stride_r + cols, mask=in_row, other=0.0, eviction_policy="evict_first")
+        s = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)  # rounded like the unfused add
+        tl.store(S + row * stride_s + cols, s, mask=in_row)
+        s = s.to(tl.float32)                                                # padded lanes are 0 + 0 = 0
+        mean = tl.sum(s, axis=0) / N
+        d = tl.where(in_row, s - mean, 0.0)                                 # padded lanes must not add (0-mean)^2
+        var = tl.sum(d * d, axis=0) / N
+        rstd = 1.0 / tl.sqrt(var + eps)
+        y = d * rstd
+        if HAS_W:
+            y = y * tl.load(W + cols, mask=in_row, other=0.0).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(B + cols, mask=in_row, other=0.0).to(tl.float32)
+        tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=in_row)
+
+    return _add_layernorm_fwd
+
+
+def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
+                  bias: torch.Tensor | None = None, eps: float = 1e-5,
+                  num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``(x + residual, layer_norm(x + residual))`` over the last dim, from one kernel.
+
+    ``x`` and ``residual``: same shape ``(..., N)`` and dtype; ``weight``/``bias``:
+    ``(N,)`` or None. Both outputs have the input's shape and dtype. Falls back
+    to ``add_layernorm_reference`` where ``add_layernorm_impl`` says
+    "reference" or the inputs do not match (broadcast residual, mixed dtypes).
+    ``num_warps`` overrides the launch heuristic (for tuning).
+    """
+    n = x.shape[-1] if x.dim() else 0
+    if (add_layernorm_impl(x.device, n, x.dtype) != "triton" or residual.shape != x.shape
+            or residual.dtype != x.dtype or residual.device != x.device or x.numel() == 0):
+        return add_layernorm_reference(x, residual, weight, bias, eps)
+    x2 = x.reshape(-1, n)                                                     # (rows, N)
+    r2 = residual.reshape(-1, n)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    if r2.stride(-1) != 1:
+        r2 = r2.contiguous()
+    w = weight.contiguous() if weight is not None else None
+    b = bias.contiguous() if bias is not None else None
+    rows = x2.shape[0]
+    s = _new_output((rows, n), x.dtype, x.device)
+    y = _new_output((rows, n), x.dtype, x.device)
+    block, warps = launch_config(n)
+    kernel = _build_kernel(interpreting())
+    kernel[(rows,)](
+        x2, r2, w if w is not None else x2, b if b is not None else x2, s, y,
+        x2.stride(0), r2.stride(0), s.stride(0), y.stride(0),
+        n, eps,
+        HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
+        num_warps=num_warps or warps,
+    )
+    return s.view(x.shape), y.view(x.shape)
