@@ -1,0 +1,196 @@
+"""The ``fusion-explorer`` command line.
+
+    fusion-explorer models
+    fusion-explorer detect MODEL [--json] [--batch N] [--seq-len N]
+    fusion-explorer plan MODEL --accept all|none|PATTERN[,PATTERN...] [--reject ID,...] > plan.json
+    fusion-explorer run MODEL --plan plan.json [--device cuda|cpu] [--dtype fp32|fp16|bf16]
+                              [--batch N] [--seq-len N] --out report.json
+    fusion-explorer app [STREAMLIT ARGS...]
+
+MODEL is a zoo name or a path (.onnx, .pt2, a Hugging Face folder). Every
+user error prints one line on stderr and exits with status 2; nothing prints
+a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from explorer.errors import ExplorerError
+
+EXIT_USAGE = 2
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return f"{n:.1f} TB"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from explorer import zoo
+
+    rows = [(e.name, e.family, e.inputs.describe(), e.description) for e in zoo.ZOO.values()]
+    if args.json:
+        print(json.dumps([{"name": n, "family": f, "input": i, "description": d} for n, f, i, d in rows], indent=2))
+        return 0
+    width = max(len(r[0]) for r in rows)
+    for name, family, inputs, desc in rows:
+        print(f"{name:<{width}}  {family:<11}  {desc}\n{'':<{width}}  {'':<11}  input: {inputs}")
+    return 0
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    from explorer.fusion_engine import analyze
+    from explorer.patterns import BY_NAME, PATTERNS
+
+    model, graph, det = analyze(args.model, batch=args.batch, seq_len=args.seq_len)
+    result = det.to_dict()
+    result["model"] = model.name
+    result["source"] = model.source
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    t = det.totals
+    print(f"{model.name} ({model.source}): {t.get('nodes', 0)} nodes, {t.get('ops', 0)} ops, "
+          f"{t.get('params', 0) / 1e6:.1f} M params, {t.get('flops', 0) / 1e9:.2f} GFLOP, "
+          f"{_human_bytes(t.get('bytes', 0))} moved unfused")
+    print()
+    print(f"{'id':<34} {'pattern':<18} {'bytes saved':>12} {'launches':>8}  origin")
+    for c in det.chains:
+        print(f"{c.id:<34} {BY_NAME[c.pattern].label:<18} {_human_bytes(c.bytes_saved):>12} "
+              f"{c.launches_saved:>8}  {' -> '.join(c.names)}")
+    print()
+    print("chains per pattern: " + ", ".join(f"{p.label} {det.counts[p.name]}" for p in PATTERNS if det.counts[p.name]))
+    print(f"total: {len(det.chains)} chains, {result['launches_saved']} launches and "
+          f"{_human_bytes(result['bytes_saved'])} of intermediate traffic saved")
+    if det.near_misses:
+        print(f"\nnear misses ({len(det.near_misses)}):")
+        for m in det.near_misses:
+            print(f"  {BY_NAME[m.pattern].label:<18} {' -> '.join(m.nodes)}: {m.reason}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from explorer.fusion_engine import analyze
+    from explorer.plan import make_plan
+
+    _, _, det = analyze(args.model, batch=args.batch, seq_len=args.seq_len)
+    reject = [r.strip() for r in (args.reject or "").split(",") if r.strip()]
+    plan = make_plan(det, accept=args.accept, reject=reject, memory_format=args.memory_format,
+                     cuda_graphs=args.cuda_graphs)
+    print(plan.to_json())
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from explorer import gpu_runner
+    from explorer.plan import Plan
+
+    plan = None
+    if args.plan:
+        try:
+            text = Path(args.plan).read_text()
+        except OSError as exc:
+            raise ExplorerError(f"cannot read plan {args.plan}: {exc.strerror}") from None
+        plan = Plan.from_json(text)
+    settings = gpu_runner.RunSettings(device=args.device, dtype=args.dtype, batch=args.batch,
+                                      seq_len=args.seq_len, per_chain=not args.no_chains,
+                                      stages=not args.no_stages)
+
+    def progress(fraction: float, status: str) -> None:
+        print(f"[{fraction * 100:5.1f}%] {status}", file=sys.stderr, flush=True)
+
+    report = gpu_runner.run(args.model, plan, settings, progress=progress)
+    text = json.dumps(report, indent=2)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        print(text)
+    print(gpu_runner.summary_table(report), file=sys.stderr)
+    return 0
+
+
+def cmd_app(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    app = Path(__file__).with_name("app.py")
+    command = [sys.executable, "-m", "streamlit", "run", str(app), *extra]
+    os.execv(sys.executable, command)
+    return 0  # not reached
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fusion-explorer", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("models", help="list the built-in zoo")
+    p.add_argument("--json", action="store_true")
+
+    def model_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("model", help="zoo name, .onnx, .pt2 or Hugging Face folder")
+        p.add_argument("--batch", type=_positive)
+        p.add_argument("--seq-len", type=_positive, dest="seq_len")
+
+    p = sub.add_parser("detect", help="list the fusible chains and near misses of a model")
+    model_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = sub.add_parser("plan", help="write a fusion plan (JSON) to stdout")
+    model_args(p)
+    p.add_argument("--accept", default="all", help="all, none, or pattern names separated by commas")
+    p.add_argument("--reject", default="", help="chain ids to reject, separated by commas")
+    p.add_argument("--memory-format", default="nchw", choices=["nchw", "channels_last"], dest="memory_format")
+    p.add_argument("--cuda-graphs", action="store_true", dest="cuda_graphs")
+
+    p = sub.add_parser("run", help="measure the fused against the unfused model")
+    model_args(p)
+    p.add_argument("--plan", help="plan.json (default: every chain accepted)")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    p.add_argument("--out", help="where to write report.json (default: stdout)")
+    p.add_argument("--no-chains", action="store_true", dest="no_chains", help="skip per-chain timing")
+    p.add_argument("--no-stages", action="store_true", dest="no_stages", help="skip the staged table")
+
+    sub.add_parser("app", help="start the Streamlit app (extra arguments go to streamlit)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv and argv[0] == "app":
+        return cmd_app(parser.parse_args(["app"]), argv[1:])
+    args = parser.parse_args(argv)
+    handlers = {"models": cmd_models, "detect": cmd_detect, "plan": cmd_plan, "run": cmd_run}
+    try:
+        return handlers[args.command](args)
+    except ExplorerError as exc:
+        print(f"fusion-explorer: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("fusion-explorer: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # last resort: one line, never a traceback
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"fusion-explorer: unexpected error: {type(exc).__name__}: {first[:300]}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

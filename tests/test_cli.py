@@ -1,0 +1,128 @@
+"""The command line: detect, models, plan, and one clear line for every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+from explorer import zoo
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-m", "explorer.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("fusion-explorer:")]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_models_lists_the_zoo():
+    proc = cli("models", "--json")
+    assert proc.returncode == 0
+    names = {m["name"] for m in json.loads(proc.stdout)}
+    assert names == set(zoo.ZOO)
+
+
+def test_detect_json_fields():
+    proc = cli("detect", "residual_block", "--json", "--batch", "2")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {"model", "nodes", "chains", "counts", "near_misses"} <= set(out)
+    assert out["model"] == "residual_block" and out["counts"]["conv_bn_add_act"] == 1
+    chain = out["chains"][0]
+    assert {"id", "pattern", "ops", "nodes", "names", "bytes_saved", "launches_saved"} <= set(chain)
+    assert chain["bytes_saved"] == 2 * 2 * 2 * 16 * 32 * 32 * 4  # batch 2: two fp32 intermediates
+
+
+def test_detect_table():
+    proc = cli("detect", "transformer_block", "--seq-len", "16")
+    assert proc.returncode == 0, proc.stderr
+    assert "MatMul+Softmax" in proc.stdout and "Add+LayerNorm 2" in proc.stdout
+
+
+def test_plan_accept_and_reject(tmp_path):
+    proc = cli("plan", "residual_block", "--accept", "all", "--reject", "conv_bn_act@conv2d")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["accepted"] == ["conv_bn_add_act@conv2d_1"]
+    assert_one_line_error(cli("plan", "residual_block", "--accept", "bogus"), "unknown pattern")
+    assert_one_line_error(cli("plan", "residual_block", "--reject", "nope@x"), "unknown chain")
+
+
+def test_unknown_zoo_name():
+    assert_one_line_error(cli("detect", "resnet51"), "unknown model 'resnet51'")
+
+
+def test_bad_numbers():
+    proc = cli("detect", "resnet50", "--batch", "0")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def onnx_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("onnx") / "block.onnx"
+    entry = zoo.get_entry("residual_block")
+    torch.onnx.export(entry.build(), entry.example_inputs(), str(path), dynamo=False)
+    return path
+
+
+def test_truncated_onnx(onnx_file, tmp_path):
+    bad = tmp_path / "truncated.onnx"
+    bad.write_bytes(onnx_file.read_bytes()[: onnx_file.stat().st_size // 2])
+    assert_one_line_error(cli("detect", str(bad)), "truncated.onnx")
+
+
+def test_random_bytes_named_onnx(tmp_path):
+    bad = tmp_path / "random.onnx"
+    bad.write_bytes(os.urandom(4096))
+    assert_one_line_error(cli("detect", str(bad)), "random.onnx")
+
+
+def test_onnx_external_data_escaping_its_folder_is_refused(onnx_file, tmp_path):
+    model = onnx.load(str(onnx_file))
+    folder = tmp_path / "models"
+    folder.mkdir()
+    onnx.save_model(model, str(folder / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.onnx.data", size_threshold=0)
+    ok = cli("detect", str(folder / "m.onnx"), "--json")
+    assert ok.returncode == 0, ok.stderr
+    evil = onnx.load(str(folder / "m.onnx"), load_external_data=False)
+    for init in evil.graph.initializer:
+        for entry in init.external_data:
+            if entry.key == "location":
+                entry.value = "../secret.bin"
+    (tmp_path / "secret.bin").write_bytes((folder / "m.onnx.data").read_bytes())
+    onnx.save_model(evil, str(folder / "evil.onnx"))
+    assert_one_line_error(cli("detect", str(folder / "evil.onnx")), "outside")
+
+
+def test_pickle_is_refused(tmp_path):
+    path = tmp_path / "model.pt"
+    torch.save(zoo.get_entry("conv_bn_relu").build(), str(path))
+    assert_one_line_error(cli("detect", str(path)), "pickle")
+    renamed = tmp_path / "model.pt2"
+    renamed.write_bytes(path.read_bytes())
+    assert_one_line_error(cli("detect", str(renamed)))
+
+
+def test_onnx_detects_folded_resnet_block(onnx_file):
+    proc = cli("detect", str(onnx_file), "--json")
+    assert proc.returncode == 0, proc.stderr
+    counts = json.loads(proc.stdout)["counts"]
+    assert counts["conv_act"] == 1 and counts["conv_add_act"] == 1
