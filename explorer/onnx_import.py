@@ -102,6 +102,8 @@ def _load_model(path: str):
 def _check_structure(model, path: str) -> None:
     """Every node input must be defined before use (catches truncated files)."""
     graph = model.graph
+    if graph.sparse_initializer:
+        raise ModelLoadError(f"{os.path.basename(path)} uses sparse initializers, which are not supported")
     known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
     for node in graph.node:
         for name in node.input:
@@ -142,12 +144,17 @@ def _check_ops(model, path: str) -> None:
 
 
 def _external_tensors(model) -> list:
-    from onnx import external_data_helper
+    """Initializers and Constant attribute tensors whose bytes live in another file."""
+    import onnx
 
-    return [
-        t for t in external_data_helper._get_all_tensors(model)
-        if t.HasField("data_location") and t.data_location == t.EXTERNAL
-    ]
+    tensors = list(model.graph.initializer)
+    for node in model.graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                tensors.append(a.t)
+            elif a.type == onnx.AttributeProto.TENSORS:
+                tensors.extend(a.tensors)
+    return [t for t in tensors if t.HasField("data_location") and t.data_location == t.EXTERNAL]
 
 
 def _external_location(tensor) -> str:
@@ -269,7 +276,7 @@ class _Builder:
         while name in self.buffer_names or hasattr(self.root, name):
             name, i = f"{base}_{i}", i + 1
         self.buffer_names.add(name)
-        self.root.register_buffer(name, t)
+        self.root.register_buffer(name, t.contiguous())
         node = self.graph.get_attr(name)
         node.meta["val"] = t.to("meta")
         self.attr_nodes[key] = node
@@ -408,23 +415,21 @@ def _to_torch(arr) -> torch.Tensor:
     import numpy as np
 
     arr = np.array(arr, copy=True)
-    if arr.dtype == np.uint16 or arr.dtype.kind not in "biuf":
+    if arr.dtype.kind not in "biuf":
         raise ModelLoadError(f"unsupported tensor dtype {arr.dtype}")
     return torch.from_numpy(arr)
 
 
 def _onnx_dtype(elem_type: int) -> torch.dtype:
+    import numpy as np
     from onnx import helper
 
-    import numpy as np
-
-    try:
-        np_dtype = helper.tensor_dtype_to_np_dtype(elem_type)
-    except Exception:
-        raise ModelLoadError(f"unsupported ONNX element type {elem_type}") from None
     if elem_type == 16:  # BFLOAT16
         return torch.bfloat16
-    return torch.from_numpy(np.zeros(0, dtype=np_dtype)).dtype
+    try:
+        return torch.from_numpy(np.zeros(0, dtype=helper.tensor_dtype_to_np_dtype(elem_type))).dtype
+    except Exception:
+        raise ModelLoadError(f"unsupported ONNX element type {elem_type}") from None
 
 
 def _input_type(inp, path: str) -> tuple[tuple, torch.dtype]:
@@ -697,6 +702,8 @@ def _clip(b, ins, attrs):
         lo = _const(ins[1], "Clip min").item()
     if len(ins) > 2 and ins[2] is not None:
         hi = _const(ins[2], "Clip max").item()
+    if lo is None and hi is None:
+        return ins[0]
     if lo == 0 and hi == 6:
         return b.call(aten.hardtanh.default, x, 0.0, 6.0)
     if lo == 0 and hi is None:
@@ -1039,14 +1046,16 @@ def _resize(b, ins, attrs):
     shape = _shape(x)
     spatial = len(shape) - 2
     scales = sizes = None
-    if b.opset < 10 or "scales" in attrs:
-        scales = list(attrs.get("scales", []))
-    else:
-        scale_in = ins[2] if len(ins) > 2 and b.opset >= 11 else (ins[1] if b.opset < 11 else None)
+    if "scales" in attrs:  # Upsample before opset 9
+        scales = list(attrs["scales"])
+    else:  # (X, scales) for Upsample-9 and Resize-10; (X, roi, scales, sizes) after
+        scale_in = ins[1] if len(ins) == 2 else (ins[2] if len(ins) > 2 else None)
         if scale_in is not None and _const(scale_in, "Resize scales").numel():
             scales = [float(s) for s in _const(scale_in, "Resize scales").tolist()]
         if len(ins) > 3 and ins[3] is not None:
             sizes = _ints(ins[3], "Resize sizes")
+    if not scales and not sizes:
+        raise ModelLoadError("Resize needs constant scales or sizes")
     if scales and (scales[0] != 1 or scales[1] != 1) or sizes and sizes[:2] != shape[:2]:
         raise ModelLoadError("Resize over batch or channel dims is not supported")
     mode = attrs.get("mode", "nearest")
@@ -1054,8 +1063,9 @@ def _resize(b, ins, attrs):
     out_size = list(sizes[2:]) if sizes else None
     scale_factors = None if sizes else list(scales[2:])
     if mode == "nearest":
-        if coord != "asymmetric" or attrs.get("nearest_mode", "round_prefer_floor") != "floor":
-            raise ModelLoadError(f"Resize nearest with {coord}/{attrs.get('nearest_mode')} is not supported")
+        nearest = attrs.get("nearest_mode", "round_prefer_floor" if b.opset >= 11 else "floor")
+        if coord != "asymmetric" or nearest != "floor":
+            raise ModelLoadError(f"Resize nearest with {coord}/{nearest} is not supported")
         targets = {1: aten.upsample_nearest1d.vec, 2: aten.upsample_nearest2d.vec, 3: aten.upsample_nearest3d.vec}
         return b.call(targets[spatial], x, out_size, scale_factors)
     if mode == "linear" and coord in ("half_pixel", "pytorch_half_pixel", "align_corners"):

@@ -1,0 +1,433 @@
+"""Tests for ``explorer.onnx_import``: zoo models through both ONNX exporters, and bad files.
+
+Numerical check used throughout: the fx graph and onnxruntime (CPU) run the same
+seeded inputs and every output must satisfy
+``max|fx - ort| <= RTOL * max|ort|`` (``np.testing.assert_allclose`` with
+``rtol=RTOL, atol=RTOL * max|ort|``), RTOL = 1e-4.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from explorer.errors import ModelLoadError, UnsupportedOpError
+from explorer.onnx_import import SUPPORTED_OPS, import_onnx
+from explorer.zoo import get_entry
+
+ort = pytest.importorskip("onnxruntime")
+
+RTOL = 1e-4
+SEQ_LEN = 16
+EXPORTERS = ("dynamo", "torchscript")
+SMALL = ("conv_bn_relu", "residual_block", "transformer_block", "yolo_style", "mobilenet_v2")
+BIG = ("resnet50", "vit_b_16", "bert_base")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _inputs(name: str) -> tuple[torch.Tensor, ...]:
+    entry = get_entry(name)
+    if entry.inputs.seq_len is not None:
+        return entry.example_inputs(batch=1, seq_len=SEQ_LEN)
+    return entry.example_inputs(batch=1)
+
+
+def _build(name: str) -> torch.nn.Module:
+    model = get_entry(name).build()
+    if name == "vit_b_16":
+        # torchvision zero-initialises the classifier head, so every logit would be 0
+        # and the comparison empty; give it seeded random weights instead.
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            model.heads.head.weight.copy_(torch.randn(model.heads.head.weight.shape, generator=gen) * 0.02)
+    return model.eval()
+
+
+def _export(name: str, exporter: str, path: str) -> None:
+    model, args = _build(name), _inputs(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # Grad stays enabled: under no_grad nn.MultiheadAttention (ViT) takes its fused
+        # fast path, aten::_native_multi_head_attention, which the TorchScript exporter
+        # cannot export.
+        torch.onnx.export(model, args, path, dynamo=(exporter == "dynamo"))
+
+
+def _run_ort(path: str, names: list[str], inputs) -> list[np.ndarray]:
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return sess.run(None, {n: t.numpy() for n, t in zip(names, inputs)})
+
+
+def _assert_close(ours, ref) -> None:
+    assert len(ours) == len(ref)
+    for got, want in zip(ours, ref):
+        got = got.detach().numpy()
+        scale = float(np.abs(want).max()) if want.size else 0.0
+        assert scale > 0, "reference output is all zeros: the comparison would be vacuous"
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * scale)
+
+
+def _compare_with_ort(path: str, inputs) -> None:
+    imported = import_onnx(path)
+    with torch.no_grad():
+        ours = imported.gm(*inputs)
+    assert isinstance(ours, tuple)
+    _assert_close(ours, _run_ort(path, imported.input_names, inputs))
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory):
+    """``exported(name, exporter)`` -> path of the ONNX file, exported once per session."""
+    folder = tmp_path_factory.mktemp("onnx_exports")
+    cache: dict[tuple[str, str], str] = {}
+
+    def get(name: str, exporter: str) -> str:
+        if (name, exporter) not in cache:
+            path = str(folder / f"{name}_{exporter}.onnx")
+            _export(name, exporter, path)
+            cache[(name, exporter)] = path
+        return cache[(name, exporter)]
+
+    return get
+
+
+# ---------------------------------------------------------------- zoo models, both exporters
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", SMALL)
+def test_zoo_model_matches_onnxruntime(exported, name, exporter):
+    _compare_with_ort(exported(name, exporter), _inputs(name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", BIG)
+def test_big_zoo_model_matches_onnxruntime(exported, name, exporter):
+    _compare_with_ort(exported(name, exporter), _inputs(name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_resnet50_convs_map_to_conv2d(exported, exporter):
+    gm = import_onnx(exported("resnet50", exporter)).gm
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    # both exporters fold BatchNorm into the convolutions
+    assert targets.count(torch.ops.aten.conv2d.default) == 53
+    assert torch.ops.aten.batch_norm.default not in targets
+    assert targets.count(torch.ops.aten.linear.default) == 1
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_graph_uses_aten_targets_with_onnx_names(exported, exporter):
+    imported = import_onnx(exported("transformer_block", exporter))
+    gm = imported.gm
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    targets = {n.target for n in calls}
+    aten = torch.ops.aten
+    assert {aten.matmul.default, aten.softmax.int, aten.layer_norm.default, aten.gelu.default} <= targets
+    assert all(n.meta.get("onnx_name") for n in calls)
+    assert all("val" in n.meta for n in calls)
+    onnx_names = {n.name for n in onnx.load(exported("transformer_block", exporter)).graph.node}
+    assert {n.meta["onnx_name"] for n in calls} <= onnx_names
+    # weights are buffers reached through get_attr
+    attrs = [n for n in gm.graph.nodes if n.op == "get_attr"]
+    assert attrs and all(isinstance(getattr(gm, n.target), torch.Tensor) for n in attrs)
+    assert imported.opset >= 17
+    assert imported.input_dtypes == [torch.float32]
+    assert imported.input_shapes == [(1, SEQ_LEN, 64)]
+
+
+def test_symbolic_dims_take_an_override(tmp_path):
+    name = "transformer_block"
+    path = str(tmp_path / "dynamic.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _build(name), _inputs(name), path, dynamo=False,
+            input_names=["x"], dynamic_axes={"x": {0: "batch", 1: "seq"}},
+        )
+    imported = import_onnx(path, input_shapes={"x": (2, 24, 64)})
+    assert imported.input_shapes == [("batch", "seq", 64)]
+    x = torch.randn(2, 24, 64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours = imported.gm(x)
+    _assert_close(ours, _run_ort(path, ["x"], [x]))
+    # without an override the symbolic dims default to batch 1 and 128
+    default = import_onnx(path)
+    reshapes = [n for n in default.gm.graph.nodes if n.target == torch.ops.aten.reshape.default]
+    assert reshapes and all(isinstance(d, int) for n in reshapes for d in n.args[1])
+    y = torch.randn(1, 128, 64)
+    with torch.no_grad():
+        _assert_close(default.gm(y), _run_ort(path, ["x"], [y]))
+
+
+# ---------------------------------------------------------------- hand-made graphs
+
+
+def _save(tmp_path, nodes, inputs, outputs, initializers=(), opset=18, name="model.onnx") -> str:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    path = str(tmp_path / name)
+    onnx.save(model, path)
+    return path
+
+
+def _c(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def test_shape_subgraph_folds_and_reshape_semantics(tmp_path):
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape folds to a constant reshape; 0 and -1 honoured."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes0"], ["batch1"]),
+        helper.make_node("Concat", ["batch1", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("Reshape", ["x", "zero_keep"], ["kept"]),
+        helper.make_node("ReduceMean", ["kept", "axes_last"], ["mean"], keepdims=0),
+    ]
+    inits = [
+        _c("zero", np.array(0, np.int64)), _c("axes0", np.array([0], np.int64)),
+        _c("minus_one", np.array([-1], np.int64)), _c("zero_keep", np.array([0, 0, -1], np.int64)),
+        _c("axes_last", np.array([-1], np.int64)),
+    ]
+    path = _save(
+        tmp_path, nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+        [helper.make_tensor_value_info("flat", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("mean", TensorProto.FLOAT, None)],
+        inits,
+    )
+    imported = import_onnx(path)
+    targets = [n.target for n in imported.gm.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.aten.reshape.default) == 2
+    reshapes = [n.args[1] for n in imported.gm.graph.nodes if n.target == torch.ops.aten.reshape.default]
+    assert reshapes == [[2, 60], [2, 3, 20]]
+    x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(0))
+    _assert_close(imported.gm(x), _run_ort(path, ["x"], [x]))
+
+
+def test_assorted_ops_match_onnxruntime(tmp_path):
+    """A graph touching ops the zoo exports rarely use, checked against onnxruntime."""
+    rng = np.random.default_rng(0)
+    c = 4
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["bn"], epsilon=1e-3),
+        helper.make_node("HardSwish", ["bn"], ["hs"]),
+        helper.make_node("HardSigmoid", ["hs"], ["hsig"], alpha=1.0 / 6, beta=0.5),
+        helper.make_node("HardSigmoid", ["hsig"], ["hsig2"], alpha=0.2, beta=0.5),
+        helper.make_node("AveragePool", ["hsig2"], ["ap"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["ap"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["fl"], axis=1),
+        helper.make_node("Gemm", ["fl", "w"], ["gemm"], transB=0),
+        helper.make_node("Tanh", ["gemm"], ["t"]),
+        helper.make_node("Erf", ["t"], ["erf"]),
+        helper.make_node("Split", ["erf", "split"], ["s1", "s2"], axis=1),
+        helper.make_node("Pow", ["s1", "two"], ["p"]),
+        helper.make_node("Sqrt", ["p"], ["sq"]),
+        helper.make_node("Equal", ["s2", "s2"], ["eq"]),
+        helper.make_node("Where", ["eq", "s2", "sq"], ["wh"]),
+        helper.make_node("Cast", ["wh"], ["wh64"], to=TensorProto.DOUBLE),
+        helper.make_node("Cast", ["wh64"], ["wh32"], to=TensorProto.FLOAT),
+        helper.make_node("ConstantOfShape", ["cshape"], ["ones"],
+                         value=numpy_helper.from_array(np.array([1.0], np.float32))),
+        helper.make_node("Range", ["r0", "r1", "r2"], ["rng"]),
+        helper.make_node("Cast", ["rng"], ["rngf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["ones", "rngf"], ["ramp"]),
+        helper.make_node("Expand", ["ramp", "eshape"], ["ex"]),
+        helper.make_node("Add", ["wh32", "ex"], ["sum"]),
+        helper.make_node("Slice", ["sum", "st", "en", "ax"], ["sl"]),
+        helper.make_node("Softmax", ["sl"], ["sm"], axis=-1),
+        helper.make_node("Transpose", ["sm"], ["tr"], perm=[1, 0]),
+        helper.make_node("Clip", ["tr", "lo", "hi"], ["relu6"]),
+        helper.make_node("MaxPool", ["x"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Sigmoid", ["mp"], ["sig"]),
+    ]
+    inits = [
+        _c("s", rng.random(c, dtype=np.float32) + 0.5), _c("b", rng.standard_normal(c).astype(np.float32)),
+        _c("m", rng.standard_normal(c).astype(np.float32)), _c("v", rng.random(c, dtype=np.float32) + 0.5),
+        _c("w", rng.standard_normal((c, 6)).astype(np.float32)), _c("split", np.array([3, 3], np.int64)),
+        _c("two", np.array(2.0, np.float32)), _c("cshape", np.array([1, 3], np.int64)),
+        _c("r0", np.array(0, np.int64)), _c("r1", np.array(3, np.int64)), _c("r2", np.array(1, np.int64)),
+        _c("eshape", np.array([2, 3], np.int64)),
+        _c("st", np.array([1], np.int64)), _c("en", np.array([100], np.int64)), _c("ax", np.array([1], np.int64)),
+        _c("lo", np.array(0.0, np.float32)), _c("hi", np.array(6.0, np.float32)),
+    ]
+    path = _save(
+        tmp_path, nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, 9, 9])],
+        [helper.make_tensor_value_info("relu6", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("sig", TensorProto.FLOAT, None)],
+        inits,
+    )
+    imported = import_onnx(path)
+    targets = {n.target for n in imported.gm.graph.nodes if n.op == "call_function"}
+    aten = torch.ops.aten
+    assert {aten.batch_norm.default, aten.hardswish.default, aten.hardsigmoid.default,
+            aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default, aten.linear.default,
+            aten.hardtanh.default, aten.max_pool2d.default, aten.split_with_sizes.default} <= targets
+    x = torch.randn(2, c, 9, 9, generator=torch.Generator().manual_seed(0))
+    _assert_close(imported.gm(x), _run_ort(path, ["x"], [x]))
+
+
+def test_gather_on_weight_is_embedding(tmp_path):
+    table = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+    path = _save(
+        tmp_path,
+        [helper.make_node("Gather", ["table", "ids"], ["emb"], axis=0),
+         helper.make_node("Gather", ["emb", "one"], ["row"], axis=1)],
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 3])],
+        [helper.make_tensor_value_info("row", TensorProto.FLOAT, None)],
+        [_c("table", table), _c("one", np.array(1, np.int64))],
+    )
+    imported = import_onnx(path)
+    assert imported.input_shapes == [("batch", 3)]
+    targets = [n.target for n in imported.gm.graph.nodes if n.op == "call_function"]
+    assert targets == [torch.ops.aten.embedding.default, torch.ops.aten.select.int]
+    ids = torch.tensor([[1, 9, 0]])
+    _assert_close(imported.gm(ids), _run_ort(path, ["ids"], [ids]))
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def test_unsupported_ops_are_all_named_in_one_error(tmp_path):
+    path = _save(
+        tmp_path,
+        [helper.make_node("FancyOp", ["x"], ["y"], domain="com.example"),
+         helper.make_node("Relu", ["y"], ["z"]),
+         helper.make_node("NonMaxSuppression", ["z", "z"], ["nms"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("nms", TensorProto.INT64, None)],
+    )
+    graph = onnx.load(path)
+    graph.opset_import.append(helper.make_opsetid("com.example", 1))
+    onnx.save(graph, path)
+    with pytest.raises(UnsupportedOpError) as info:
+        import_onnx(path)
+    assert info.value.op_types == ["NonMaxSuppression", "com.example::FancyOp"]
+    assert "NonMaxSuppression" in str(info.value) and "FancyOp" in str(info.value)
+    assert "Relu" not in info.value.op_types
+
+
+def test_subgraphs_are_unsupported(tmp_path):
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["o"])], "branch", [],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)],
+    )
+    path = _save(
+        tmp_path,
+        [helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(UnsupportedOpError, match="If"):
+        import_onnx(path)
+
+
+def test_supported_ops_cover_the_basics():
+    for op in ("Conv", "Gemm", "MatMul", "LayerNormalization", "Softmax", "Reshape", "Resize", "Gelu"):
+        assert op in SUPPORTED_OPS
+
+
+def _weight_model(folder, location: str = "model.onnx.data") -> tuple[str, np.ndarray]:
+    weight = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    path = os.path.join(folder, "model.onnx")
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=location, size_threshold=0)
+    return path, weight
+
+
+def _set_location(path: str, location: str) -> None:
+    model = onnx.load(path, load_external_data=False)
+    for t in model.graph.initializer:
+        for entry in t.external_data:
+            if entry.key == "location":
+                entry.value = location
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def test_external_data_in_the_same_folder_loads(tmp_path):
+    path, weight = _weight_model(str(tmp_path))
+    assert os.path.exists(tmp_path / "model.onnx.data")
+    imported = import_onnx(path)
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(0))
+    (y,) = imported.gm(x)
+    np.testing.assert_allclose(y.numpy(), x.numpy() @ weight, rtol=1e-5, atol=1e-5)
+    # the caller may name the data file explicitly (uploads store it under another name)
+    os.rename(tmp_path / "model.onnx.data", tmp_path / "upload_1234.bin")
+    (y2,) = import_onnx(path, data_path=tmp_path / "upload_1234.bin").gm(x)
+    torch.testing.assert_close(y, y2)
+    with pytest.raises(ModelLoadError, match="not found"):
+        import_onnx(path)
+
+
+@pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink"])
+def test_external_data_outside_the_folder_is_refused(tmp_path, monkeypatch, kind):
+    folder = tmp_path / "upload"
+    folder.mkdir()
+    path, _ = _weight_model(str(folder))
+    outside = tmp_path / "evil.bin"
+    os.replace(folder / "model.onnx.data", outside)
+    if kind == "dotdot":
+        _set_location(path, "../evil.bin")
+    elif kind == "absolute":
+        _set_location(path, str(outside))
+    else:
+        os.symlink(outside, folder / "model.onnx.data")
+
+    def must_not_read(*args, **kwargs):
+        raise AssertionError("external data was read before the location was checked")
+
+    monkeypatch.setattr(onnx.external_data_helper, "load_external_data_for_model", must_not_read)
+    with pytest.raises(ModelLoadError, match="escapes its folder"):
+        import_onnx(path)
+
+
+def test_missing_external_data_is_refused(tmp_path):
+    path, _ = _weight_model(str(tmp_path))
+    os.remove(tmp_path / "model.onnx.data")
+    with pytest.raises(ModelLoadError, match="not found"):
+        import_onnx(path)
+
+
+def test_truncated_and_random_files_are_refused(tmp_path, exported):
+    data = open(exported("residual_block", "torchscript"), "rb").read()
+    for cut in (len(data) // 2, len(data) - 7, 40):
+        bad = tmp_path / f"truncated_{cut}.onnx"
+        bad.write_bytes(data[:cut])
+        with pytest.raises(ModelLoadError) as info:
+            import_onnx(bad)
+        assert "\n" not in str(info.value)
+    noise = tmp_path / "noise.onnx"
+    noise.write_bytes(random.Random(0).randbytes(4096))
+    with pytest.raises(ModelLoadError):
+        import_onnx(noise)
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(ModelLoadError):
+        import_onnx(empty)
+    with pytest.raises(ModelLoadError, match="not found"):
+        import_onnx(tmp_path / "absent.onnx")
