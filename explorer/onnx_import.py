@@ -382,6 +382,7 @@ class _Builder:
                 if isinstance(a, _Missing):
                     raise ModelLoadError(f"{a.op_type} output '{a.name}' is not supported")
         self.graph.eliminate_dead_code()
+        _canonicalize_linear(self.graph, self.root)
         gm = torch.fx.GraphModule(self.root, self.graph, class_name="OnnxModel")
         gm.graph.lint()
         return ImportedOnnx(
@@ -392,6 +393,53 @@ class _Builder:
             output_names=[o.name for o in graph.output],
             opset=self.opset,
         )
+
+
+def _canonicalize_linear(graph: torch.fx.Graph, root: torch.nn.Module) -> None:
+    """Rewrite ``MatMul(x, W) [+ b]`` with a constant 2-D ``W`` (and 1-D ``b``) as ``aten.linear``.
+
+    ONNX exporters decompose ``nn.Linear`` into MatMul and Add; torch.export keeps
+    ``aten.linear``. Mapping back makes Linear+activation chains look the same
+    from both sources::
+
+        x   W(const)               x
+         \\ /                       |
+        matmul   b(const, 1-D)  -> linear(x, W^T, b)
+            \\   /
+             add
+    """
+    aten = torch.ops.aten
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.matmul.default:
+            continue
+        x, w = node.args
+        w_val = getattr(root, w.target, None) if _is_node(w) and w.op == "get_attr" else None
+        if not isinstance(w_val, torch.Tensor) or w_val.dim() != 2 or not _is_node(x):
+            continue
+        bias, tail = None, node
+        users = list(node.users)
+        if len(users) == 1 and users[0].op == "call_function" and users[0].target is aten.add.Tensor:
+            add = users[0]
+            other = add.args[1] if add.args[0] is node else add.args[0]
+            b_val = getattr(root, other.target, None) if _is_node(other) and other.op == "get_attr" else None
+            if (isinstance(b_val, torch.Tensor) and b_val.dim() == 1 and b_val.shape[0] == w_val.shape[1]
+                    and len(add.args) == 2 and not add.kwargs):
+                bias, tail = other, add
+        name = f"{w.target}_t"
+        while hasattr(root, name):
+            name += "_"
+        root.register_buffer(name, w_val.t().contiguous())
+        with graph.inserting_before(tail):  # after x, W and b are all defined
+            weight = graph.get_attr(name)
+            weight.meta["val"] = torch.empty(tuple(w_val.t().shape), dtype=w_val.dtype, device="meta")
+            linear = graph.call_function(aten.linear.default, (x, weight, bias))
+        linear.meta.update(tail.meta)
+        linear.meta["onnx_name"] = node.meta.get("onnx_name", "")
+        tail.replace_all_uses_with(linear)
+        graph.erase_node(tail)
+        if tail is not node:
+            graph.erase_node(node)
+    graph.eliminate_dead_code()
 
 
 @dataclasses.dataclass(frozen=True)

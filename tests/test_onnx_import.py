@@ -431,3 +431,39 @@ def test_truncated_and_random_files_are_refused(tmp_path, exported):
         import_onnx(empty)
     with pytest.raises(ModelLoadError, match="not found"):
         import_onnx(tmp_path / "absent.onnx")
+
+
+# ---------------------------------------------------------------- detection on imported graphs
+
+
+def _detect_onnx(path: str):
+    from explorer.fusion_engine import detect
+    from explorer.graph_model import build_graph
+    from explorer.sources import load_model
+
+    model = load_model(path)
+    return detect(build_graph(model.gm, model.name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_resnet50_onnx_chains_with_batchnorm_folded(exported, exporter):
+    det = _detect_onnx(exported("resnet50", exporter))
+    counts = det.counts
+    assert counts["conv_act"] == 33 and counts["conv_add_act"] == 16
+    assert counts["conv_bn_act"] == counts["conv_bn_add_act"] == counts["conv_bn"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_bert_onnx_chains_match_the_pytorch_capture(exported, exporter):
+    counts = _detect_onnx(exported("bert_base", exporter)).counts
+    assert counts["add_layer_norm"] == 25 and counts["matmul_softmax"] == 12 and counts["linear_act"] == 12
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_matmul_plus_bias_becomes_linear(exported, exporter):
+    gm = import_onnx(exported("transformer_block", exporter)).gm
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.aten.linear.default) == 4  # qkv, proj, fc1, fc2
+    assert targets.count(torch.ops.aten.matmul.default) == 2  # q @ k^T and probs @ v
