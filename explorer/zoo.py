@@ -13,6 +13,8 @@ size). Building is deterministic: every builder runs under a fixed seed.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from typing import Callable
 
 import torch
@@ -20,6 +22,29 @@ import torch
 from explorer.errors import ModelLoadError
 
 SEED = 0
+
+
+def available_memory_bytes() -> int:
+    """Host memory available now (Linux), or a large number where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 60
+
+
+def check_fits(nbytes: int, what: str, fraction: float = 0.5) -> None:
+    """Refuse, with one line, to allocate more than ``fraction`` of the available host memory."""
+    limit = int(available_memory_bytes() * fraction)
+    if nbytes > limit:
+        raise ModelLoadError(f"{what} do not fit in memory: they need {nbytes / 2**30:.1f} GiB, "
+                             f"and {limit / 2**30:.1f} GiB may be used")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +92,13 @@ class InputSpec:
             raise ModelLoadError(f"sequence length must be at least 1, got {s}")
         return b, s
 
+    def nbytes(self, batch: int | None = None, seq_len: int | None = None) -> int:
+        b, s = self.resolve(batch, seq_len)
+        return sum(math.prod(t.concrete_shape(b, s)) * getattr(torch, t.dtype).itemsize for t in self.tensors)
+
     def make(self, batch: int | None = None, seq_len: int | None = None, seed: int = SEED) -> tuple[torch.Tensor, ...]:
         b, s = self.resolve(batch, seq_len)
+        check_fits(self.nbytes(b, s), f"inputs {self.describe(b, s)}")
         gen = torch.Generator().manual_seed(seed)
         return tuple(t.make(b, s, gen) for t in self.tensors)
 

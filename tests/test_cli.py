@@ -126,3 +126,7 @@ def test_onnx_detects_folded_resnet_block(onnx_file):
     assert proc.returncode == 0, proc.stderr
     counts = json.loads(proc.stdout)["counts"]
     assert counts["conv_act"] == 1 and counts["conv_add_act"] == 1
+
+
+def test_shape_that_does_not_fit_memory():
+    assert_one_line_error(cli("detect", "resnet50", "--batch", "100000000"), "do not fit in memory")
