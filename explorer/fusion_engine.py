@@ -155,9 +155,16 @@ def _follow(g: nx.DiGraph, start: str, owner: str) -> tuple[list[str], str] | st
 
 
 def _match(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list[tuple[str, str, bool]]:
-    """Match ``pattern`` at ``anchor``. Returns [(node, role, is_compute)] or raises _Refused."""
+    """Match ``pattern`` at ``anchor``. Returns [(node, role, is_compute)] or raises _Refused.
+
+    A guard, a claimed node or a fan-out refuses the candidate, but matching goes
+    on structurally: the refusal becomes a near miss only if the whole pattern
+    would otherwise have matched (so a training-mode BatchNorm before a ReLU is
+    reported under Conv+BN+act, not under every pattern that starts with conv).
+    """
     steps = pattern.steps
     matched: list[tuple[str, str, bool]] = [(anchor, steps[0].role, True)]
+    refusal: tuple[str, list[str]] | None = None
     cur, cur_step = anchor, steps[0]
     i = 1
     while i < len(steps):
@@ -188,35 +195,31 @@ def _match(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]
         if not fits:
             if rest_optional:
                 break
-            if family_miss is not None:
+            if refusal is None and family_miss is not None:
                 node, step = family_miss
                 raise _Refused(f"{step.role if step.role != 'act' else 'activation'} "
-                               f"{g.nodes[node]['kind']} not supported by {pattern.label}",
-                               chain_nodes + [node])
-            raise _Refused(None, chain_nodes)
+                               f"{g.nodes[node]['kind']} not supported by {pattern.label}", chain_nodes + [node])
+            raise _Refused(None, chain_nodes)  # the pattern does not fit here at all
         path, node, j = fits[0]
-        n_users = len(consumers)
-        if (n_users > 1 or fanout_reason) and not cur_step.emits:
-            if rest_optional:
-                break
-            reason = fanout_reason or f"{_label(g.nodes[cur]['kind'])} output has {n_users} consumers"
-            raise _Refused(reason, chain_nodes + path + [node])
-        if node in claimed or any(p in claimed for p in path):
-            if rest_optional:
-                break
-            raise _Refused(f"{_label(g.nodes[node]['kind'])} already in chain {claimed.get(node)}",
-                           chain_nodes + path + [node])
         step = steps[j]
-        ctx = {"chain": set(chain_nodes), "prev": path[-1] if path else cur, "prev_real": cur}
-        reason = step.guard(g, node, ctx) if step.guard else None
+        reason = None
+        if (len(consumers) > 1 or fanout_reason) and not cur_step.emits:
+            reason = fanout_reason or f"{_label(g.nodes[cur]['kind'])} output has {len(consumers)} consumers"
+        elif node in claimed or any(p in claimed for p in path):
+            reason = f"{_label(g.nodes[node]['kind'])} already in chain {claimed.get(node)}"
+        elif step.guard:
+            ctx = {"chain": set(chain_nodes), "prev": path[-1] if path else cur, "prev_real": cur}
+            reason = step.guard(g, node, ctx)
         if reason:
-            if rest_optional:
+            if rest_optional and refusal is None:
                 break
-            raise _Refused(reason, chain_nodes + path + [node])
+            refusal = refusal or (reason, chain_nodes + path + [node])
         matched.extend((p, "view", False) for p in path)
         matched.append((node, step.role, True))
         cur, cur_step = node, step
         i = j + 1
+    if refusal:
+        raise _Refused(*refusal)
     n_compute = sum(1 for _, _, c in matched if c)
     if n_compute < 2 or any(not s.optional for s in steps[i:]):
         raise _Refused(None, [n for n, _, _ in matched])

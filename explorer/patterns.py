@@ -34,7 +34,7 @@ from explorer import ops
 Guard = Callable[[nx.DiGraph, str, dict], Optional[str]]
 
 CONV_ACTS = frozenset({"relu", "relu6", "silu", "gelu", "hardswish"})
-LINEAR_ACTS = frozenset({"relu", "gelu", "silu", "tanh", "sigmoid"})
+LINEAR_ACTS = frozenset({"relu", "gelu", "silu", "tanh"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -204,3 +204,11 @@ def test_unknown_zoo_name_is_one_line():
 def test_sequence_length_limit():
     with pytest.raises(ModelLoadError, match="exceeds"):
         zoo.get_entry("bert_base").example_inputs(1, 100000)
+
+
+def test_training_batchnorm_is_reported_under_the_pattern_it_would_have_been():
+    module = zoo.get_entry("conv_bn_relu").build().train()
+    gm = torch.export.export(module, (torch.randn(2, 3, 8, 8),)).module()
+    det = detect(build_graph(gm, "train"))
+    patterns = {m.pattern for m in det.near_misses if "training mode" in m.reason}
+    assert patterns == {"conv_bn_act"}
