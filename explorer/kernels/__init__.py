@@ -89,10 +89,33 @@ def triton_runs_on(device: torch.device | str) -> bool:
     without a GPU).
     """
     device = torch.device(device)
-    if not triton_available():
-        return False
     if device.type == "cuda":
-        return not interpreting()
+        return not interpreting() and triton_available()
     if device.type == "cpu":
-        return interpreting()
+        return interpreting() and triton_available()
     return False
+
+
+def import_triton():
+    """``(triton, triton.language)``, imported on demand."""
+    import triton
+    import triton.language as tl
+    return triton, tl
+
+
+def library_reductions_usable() -> bool:
+    """Whether kernels may call Triton's library reductions (``tl.sum``, ``tl.max``).
+
+    Always when compiling. When interpreting, only if Triton was first imported with
+    ``TRITON_INTERPRET=1`` (it decorates its library functions at import); otherwise the
+    kernels fall back to ``tl.reduce`` with their own combine function, which the
+    interpreter runs correctly but slowly.
+    """
+    if not interpreting():
+        return True
+    try:
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpretedFunction
+    except Exception:
+        return False
+    return isinstance(tl.sum, InterpretedFunction)

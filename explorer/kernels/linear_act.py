@@ -7,19 +7,22 @@
                          (1 write + 1 read + 1 write of the output)   (1 write)
 
 On CUDA, ``torch._addmm_activation(bias, x, Wᵀ, use_gelu=...)`` asks cuBLASLt
-for its BIAS+RELU or BIAS+GELU epilogue. cuBLASLt's GELU epilogue is the *tanh
-approximation* (PyTorch's non-cuBLASLt fallback applies ``gelu(approximate=
-"tanh")`` too), whereas on the CPU the same op applies the exact erf GELU. A
-model's ``gelu`` (erf) and ``gelu_tanh`` differ by up to ~5e-4, so the fused
-path is used only where the epilogue's variant is the model's variant: it is
-probed once per device and dtype (``gelu_epilogue_variant``) rather than
-assumed. Every other case runs ``F.linear`` then the activation in place.
-``describe`` names the path.
+for its BIAS+RELU or BIAS+GELU epilogue (PyTorch ``aten/src/ATen/native/cuda/Blas.cpp``,
+``addmm_out_cuda_impl``: the cuBLASLt path needs a 1-D contiguous bias and both
+weight dims > 1, and is off under ``DISABLE_ADDMM_CUDA_LT=1``; otherwise it runs a
+GEMM then the activation in place). cuBLASLt's GELU epilogue is the *tanh
+approximation* (the fallback applies ``gelu(approximate="tanh")`` too), whereas
+on the CPU the same op applies the exact erf GELU. A model's ``gelu`` (erf) and
+``gelu_tanh`` differ by up to ~5e-4, so the fused path is used only where the
+epilogue's variant is the model's variant: it is probed once per device and
+dtype (``gelu_epilogue_variant``) rather than assumed. Every other case runs
+``F.linear`` then the activation in place. ``describe`` names the path.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -27,6 +30,14 @@ from explorer.kernels import apply_activation, apply_activation_
 
 LINEAR_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh", "none")
 _LT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+#: Agreement with the unfused computation in float64 (TF32 off), as for the conv epilogue:
+#: the GEMM output and the activation are each rounded once, ~8u for unit-scale outputs.
+TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=4e-3, atol=4e-3),
+    torch.bfloat16: dict(rtol=3.2e-2, atol=3.2e-2),
+}
 
 
 def _check_act(act: str) -> None:
@@ -54,9 +65,12 @@ def gelu_epilogue_variant(device: str, dtype: torch.dtype) -> str:
     return "gelu_tanh" if err_tanh < err_exact else "gelu"
 
 
-def _lt_epilogue(act: str, device: torch.device, dtype: torch.dtype) -> bool | None:
+def _lt_epilogue(act: str, device: torch.device, dtype: torch.dtype,
+                 in_features: int = 2, out_features: int = 2) -> bool | None:
     """``use_gelu`` for the fused cuBLASLt call, or None when the fused call does not apply."""
-    if device.type != "cuda" or dtype not in _LT_DTYPES:
+    if device.type != "cuda" or dtype not in _LT_DTYPES or os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1":
+        return None
+    if in_features <= 1 or out_features <= 1:      # PyTorch skips cuBLASLt for these shapes
         return None
     if act == "relu":
         return False
@@ -65,11 +79,12 @@ def _lt_epilogue(act: str, device: torch.device, dtype: torch.dtype) -> bool | N
     return None
 
 
-def describe(act: str, device: torch.device | str, dtype: torch.dtype = torch.float32) -> str:
-    """Human-readable label of the implementation ``linear_act`` takes."""
+def describe(act: str, device: torch.device | str, dtype: torch.dtype = torch.float32,
+             in_features: int = 2, out_features: int = 2) -> str:
+    """Human-readable label of the implementation ``linear_act`` takes (for weights of that shape)."""
     _check_act(act)
     device = torch.device(device)
-    use_gelu = _lt_epilogue(act, device, dtype)
+    use_gelu = _lt_epilogue(act, device, dtype, in_features, out_features)
     if use_gelu is not None:
         return f"cuBLASLt GEMM+bias+{'gelu(tanh)' if use_gelu else 'relu'} epilogue (1 call: _addmm_activation)"
     if act == "none":
@@ -83,11 +98,11 @@ def describe(act: str, device: torch.device | str, dtype: torch.dtype = torch.fl
 def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str = "relu") -> torch.Tensor:
     """``act(x @ weightᵀ + bias)``; ``x``: ``(..., in)``, ``weight``: ``(out, in)``, ``bias``: ``(out,)`` or None."""
     _check_act(act)
-    use_gelu = _lt_epilogue(act, x.device, x.dtype)
-    if use_gelu is not None and weight.dtype == x.dtype and x.dim() >= 1 and x.numel() > 0:
+    use_gelu = _lt_epilogue(act, x.device, x.dtype, weight.shape[1], weight.shape[0])
+    if use_gelu is not None and weight.dtype == x.dtype and x.numel() > 0:
         x2 = x.reshape(-1, x.shape[-1])                                       # (rows, in)
         b = bias if bias is not None else torch.zeros(weight.shape[0], dtype=x.dtype, device=x.device)
-        y = torch._addmm_activation(b.to(x.dtype), x2, weight.t(), use_gelu=use_gelu)  # (rows, out)
+        y = torch._addmm_activation(b.to(x.dtype).contiguous(), x2, weight.t(), use_gelu=use_gelu)  # (rows, out)
         return y.reshape(*x.shape[:-1], weight.shape[0])
     return apply_activation_(torch.nn.functional.linear(x, weight, bias), act)
 

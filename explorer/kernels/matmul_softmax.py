@@ -32,10 +32,28 @@ import functools
 
 import torch
 
-from explorer.kernels import interpreting, triton_runs_on
+from explorer.kernels import import_triton, interpreting, library_reductions_usable, triton_runs_on
 
 MAX_FUSED_N = 1024
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+#: Fused kernel vs the unfused computation in float64, ``|out - ref| <= atol + rtol·|ref|``.
+#: The inputs are exact in the fp32 accumulator; a score error e becomes a relative
+#: probability error ~e, and the probabilities are rounded once (u). fp32 uses IEEE
+#: dot (no TF32): scores good to ~1e-6 for K up to a few hundred.
+TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-6),
+    torch.float16: dict(rtol=2e-3, atol=2e-5),      # 4u
+    torch.bfloat16: dict(rtol=1.6e-2, atol=2e-4),   # 4u
+}
+#: attention (SDPA) and its unfused reference, both computed by torch in the dtype:
+#: intermediates (scores, probabilities) are rounded too, and 16-bit GEMMs may
+#: accumulate in reduced precision: ~8u relative to the output's scale.
+ATTENTION_TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=4e-3, atol=4e-3),
+    torch.bfloat16: dict(rtol=3.2e-2, atol=3.2e-2),
+}
 
 
 def _additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -68,7 +86,18 @@ def matmul_softmax_impl(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | N
         return "reference", f"N = {b.shape[-1]} > {MAX_FUSED_N}: a score row does not fit in one block"
     if a.numel() == 0 or b.numel() == 0:
         return "reference", "empty input"
+    if a.shape[-2] > 65535 * 16:
+        return "reference", f"M = {a.shape[-2]}: too many row blocks for one grid axis"
     return "triton", ""
+
+
+def describe(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> str:
+    """Human-readable label of the implementation ``matmul_softmax`` takes for these inputs."""
+    impl, reason = matmul_softmax_impl(a, b, mask)
+    if impl == "triton":
+        return "triton matmul+scale+mask+softmax (1 kernel, scores stay on chip)"
+    steps = 3 + (mask is not None)
+    return f"matmul, scale, {'mask, ' if mask is not None else ''}softmax ({steps} kernels: {reason})"
 
 
 def launch_config(n: int, k: int, elem_size: int) -> dict:
@@ -88,10 +117,24 @@ def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor
 
 @functools.lru_cache(maxsize=2)
 def _build_kernel(interpret: bool):
-    """Define the Triton kernel (imports Triton); cached per interpreter mode."""
-    del interpret  # cache key only: triton.jit reads TRITON_INTERPRET when it decorates
-    import triton
-    import triton.language as tl
+    """Define the Triton kernel (imports Triton); cached per interpreter mode.
+
+    As in ``add_layernorm``: defined lazily because ``triton.jit`` reads TRITON_INTERPRET
+    when it decorates; the names it uses are module globals; ``LIBRARY_REDUCE`` picks
+    ``tl.max``/``tl.sum`` (always when compiled) or ``tl.reduce`` with our own combine
+    functions (interpretable whatever the order of imports).
+    """
+    global tl, _add, _max
+    del interpret  # cache key only
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _add(a, b):
+        return a + b
+
+    @triton.jit
+    def _max(a, b):
+        return tl.maximum(a, b)
 
     @triton.jit
     def _matmul_softmax_fwd(
@@ -103,10 +146,11 @@ def _build_kernel(interpret: bool):
         so0, so1, som, son,
         scale,
         HAS_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+        LIBRARY_REDUCE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):
-        pid_m = tl.program_id(0)
-        pid_b = tl.program_id(1)
+        pid_b = tl.program_id(0)                       # batch on axis 0: up to 2**31 - 1 programs
+        pid_m = tl.program_id(1)                       # row blocks on axis 1 (limit 65535 blocks)
         b0 = (pid_b // B1).to(tl.int64)
         b1 = (pid_b % B1).to(tl.int64)
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -116,13 +160,14 @@ def _build_kernel(interpret: bool):
         col_ok = cols < N
         a_ptr = A + b0 * sa0 + b1 * sa1 + rows[:, None] * sam
         b_ptr = Bm + b0 * sb0 + b1 * sb1 + cols[None, :] * sbn
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             kk = k0 + ks
             k_ok = kk < K
             a = tl.load(a_ptr + kk[None, :] * sak, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             b = tl.load(b_ptr + kk[:, None] * sbk, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-            if UPCAST:  # interpreter only: its tl.dot misreads bf16 (stored as uint16); fp32 products are exact
+            if UPCAST:  # bf16 in the interpreter only: its tl.dot misreads bf16 (stored as uint16);
+                # bf16 x bf16 products are exact in fp32, so this is the tensor-core arithmetic
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
@@ -131,11 +176,20 @@ def _build_kernel(interpret: bool):
             m_ptr = MASK + b0 * sk0 + b1 * sk1 + rows[:, None] * skm + cols[None, :] * skn
             s = s + tl.load(m_ptr, mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
         s = tl.where(col_ok[None, :], s, float("-inf"))        # padded columns: probability 0
-        row_max = tl.max(s, axis=1)
+        if LIBRARY_REDUCE:
+            row_max = tl.max(s, axis=1)
+        else:
+            row_max = tl.reduce(s, 1, _max)
         e = tl.exp(s - row_max[:, None])
-        p = e / tl.sum(e, axis=1)[:, None]
+        if LIBRARY_REDUCE:
+            p = e / tl.sum(e, axis=1)[:, None]
+        else:
+            p = e / tl.reduce(e, 1, _add)[:, None]
+        if UPCAST:  # interpreter only: its fp32 -> bf16 cast truncates; round to nearest even first
+            bits = p.to(tl.uint32, bitcast=True)
+            p = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
         o_ptr = O + b0 * so0 + b1 * so1 + rows[:, None] * som + cols[None, :] * son
-        tl.store(o_ptr, p.to(O.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+        tl.store(o_ptr, p.to(O.dtype.element_ty, fp_downcast_rounding="rtne"), mask=row_ok[:, None] & col_ok[None, :])
 
     return _matmul_softmax_fwd
 
@@ -179,7 +233,7 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
     o4 = _as_4d(out, batch, (m, n))
     cfg = launch_config(n, k, a.element_size())
     b0, b1 = a4.shape[0], a4.shape[1]
-    grid = (triton_cdiv(m, cfg["BLOCK_M"]), b0 * b1)
+    grid = (b0 * b1, _cdiv(m, cfg["BLOCK_M"]))
     mk = mask4 if mask4 is not None else a4
     upcast = interpreting() and a.dtype == torch.bfloat16
     kernel = _build_kernel(interpreting())
@@ -191,12 +245,13 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
         HAS_MASK=mask4 is not None,
         DOT_PRECISION="ieee" if a.dtype == torch.float32 or upcast else "tf32",
         UPCAST=upcast,
+        LIBRARY_REDUCE=library_reductions_usable(),
         **cfg,
     )
     return out
 
 
-def triton_cdiv(x: int, y: int) -> int:
+def _cdiv(x: int, y: int) -> int:
     return (x + y - 1) // y
 
 

@@ -1,0 +1,584 @@
+"""Fused kernels against float64 references, on awkward shapes, for every dtype.
+
+Without a GPU the Triton kernels run in Triton's interpreter (``TRITON_INTERPRET=1``,
+set per test by an autouse fixture, never leaking into other modules), on small shapes. The CUDA-only paths
+(cuDNN fused conv, cuBLASLt epilogues, compiled Triton) are marked ``gpu`` and run
+with ``pytest -m gpu tests/test_kernels.py`` on a CUDA machine.
+
+Tolerances: ``|out - ref64| <= atol + rtol * |ref64|`` where ``ref64`` is the
+unfused computation in float64 from the same inputs upcast. Each kernel module
+declares its ``TOLERANCES`` per dtype, a small multiple of the dtype's unit
+roundoff ``u`` (fp32 6e-8, fp16 4.9e-4, bf16 3.9e-3) justified by its error model.
+NaN never passes (``assert_close`` with ``equal_nan=False`` plus an explicit
+finiteness check), and outputs are allocated full of NaN ("poisoned") so an
+element a kernel forgets to write fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+if not torch.cuda.is_available() and "triton" not in sys.modules:
+    # Triton decorates its own library functions (tl.sum, tl.max, ...) when first imported:
+    # import it in interpreter mode so the interpreted kernels can use them (they fall back to
+    # slower, equivalent reductions otherwise). The variable itself is set per test, below.
+    _before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    except Exception:  # no usable Triton: the Triton tests skip
+        pass
+    finally:
+        if _before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = _before
+
+from explorer.kernels import add_layernorm as aln
+from explorer.kernels import bn_fold, conv_epilogue, linear_act, triton_available
+from explorer.kernels import matmul_softmax as mms
+
+#: Without CUDA, the Triton kernels of this module run in Triton's interpreter.
+INTERPRET = not torch.cuda.is_available() and triton_available()
+
+
+@pytest.fixture(autouse=True)
+def triton_interpreter(monkeypatch):
+    """TRITON_INTERPRET=1 for each test of this module only, never leaking into other modules.
+
+    ``triton.jit`` reads it when it decorates; our kernels are decorated at first call,
+    in a cache keyed by the interpreter mode, and call only Triton's core builtins, so a
+    per-test setting works whatever imported Triton first.
+    """
+    if INTERPRET:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DTYPE_IDS = ["fp32", "fp16", "bf16"]
+HAS_CUDA = torch.cuda.is_available()
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+
+# Tolerances live beside each kernel (with their error model); the tests use them as they are.
+TOL_ADD_LAYERNORM = aln.TOLERANCES
+TOL_MATMUL_SOFTMAX = mms.TOLERANCES
+TOL_CONV = conv_epilogue.TOLERANCES
+TOL_LINEAR = linear_act.TOLERANCES
+TOL_ATTENTION = mms.ATTENTION_TOLERANCES
+# The BatchNorm fold in float64 is exact algebra up to float64 rounding.
+TOL_FOLD_F64 = 1e-10
+
+
+def assert_close64(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> None:
+    """``out`` (any dtype, any device) equals the float64 ``ref64`` within ``tol``; NaN never passes."""
+    assert out.shape == ref64.shape, (out.shape, ref64.shape)
+    out64 = out.detach().double().cpu()
+    assert not torch.isnan(out64).any(), "output contains NaN (an unwritten or poisoned element)"
+    torch.testing.assert_close(out64, ref64.detach().double().cpu(), equal_nan=False, **tol)
+
+
+def poison(monkeypatch, module) -> None:
+    """Make ``module``'s output allocator return NaN-filled tensors."""
+    def nan_output(shape, dtype, device):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    monkeypatch.setattr(module, "_new_output", nan_output)
+
+
+def device_params():
+    """CPU (Triton interpreter, when active) and CUDA (compiled, gpu-marked)."""
+    return [
+        pytest.param("cpu", marks=pytest.mark.skipif(
+            not INTERPRET, reason="CPU Triton runs only in Triton's interpreter, without CUDA")),
+        pytest.param("cuda", marks=[gpu, needs_cuda]),
+    ]
+
+
+def rand(shape, dtype, device, gen, scale=1.0):
+    return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
+
+
+# --------------------------------------------------------------------- BatchNorm fold
+
+def _bn_stats(c, gen, affine=True):
+    mean = torch.randn(c, generator=gen, dtype=torch.float64)
+    var = torch.rand(c, generator=gen, dtype=torch.float64) * 2 + 0.05
+    gamma = torch.randn(c, generator=gen, dtype=torch.float64) if affine else None
+    beta = torch.randn(c, generator=gen, dtype=torch.float64) if affine else None
+    return mean, var, gamma, beta
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, groups, stride, padding, has_bias, affine",
+    [
+        ((2, 3, 7, 9), (17, 3, 3, 3), 1, 2, 1, True, True),           # conv2d, odd channels, stride 2
+        ((2, 17, 7, 9), (17, 1, 3, 3), 17, 1, 1, False, True),        # depthwise, no conv bias
+        ((2, 6, 7, 9), (9, 2, 1, 3), 3, 1, 0, True, False),           # grouped, BN without affine
+        ((3, 5, 11), (7, 5, 3), 1, 2, 1, True, True),                 # conv1d
+        ((1, 3, 5, 6, 7), (4, 3, 3, 3, 3), 1, 1, 1, False, True),     # conv3d
+    ],
+    ids=["conv2d", "depthwise", "grouped-noaffine", "conv1d", "conv3d"],
+)
+def test_fold_conv_bn_float64_exact(x_shape, w_shape, groups, stride, padding, has_bias, affine):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(x_shape, generator=gen, dtype=torch.float64)
+    w = torch.randn(w_shape, generator=gen, dtype=torch.float64)
+    b = torch.randn(w_shape[0], generator=gen, dtype=torch.float64) if has_bias else None
+    mean, var, gamma, beta = _bn_stats(w_shape[0], gen, affine)
+    w_before = w.clone()
+    fw, fb = bn_fold.fold_conv_bn(w, b, mean, var, gamma, beta, 1e-5)
+    assert torch.equal(w, w_before), "the fold must not modify its inputs"
+    assert fw.shape == w.shape and fb.shape == (w_shape[0],)
+    folded = bn_fold.conv_nd(x, fw, fb, stride, padding, 1, groups)
+    ref = bn_fold.conv_bn_reference(x, w, b, mean, var, gamma, beta, 1e-5, stride, padding, 1, groups)
+    assert (folded - ref).abs().max().item() <= TOL_FOLD_F64
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_fold_conv_bn_keeps_dtype_and_matches_module(dtype):
+    gen = torch.Generator().manual_seed(1)
+    conv = torch.nn.Conv2d(3, 17, 3, stride=2, padding=1).double()
+    bn = torch.nn.BatchNorm2d(17).double()
+    mean, var, gamma, beta = _bn_stats(17, gen)
+    with torch.no_grad():
+        bn.running_mean.copy_(mean), bn.running_var.copy_(var), bn.weight.copy_(gamma), bn.bias.copy_(beta)
+    bn.eval()
+    x = torch.randn(2, 3, 7, 9, generator=gen, dtype=torch.float64)
+    ref64 = bn(conv(x))
+    fw, fb = bn_fold.fold_conv_bn(conv.weight.to(dtype), conv.bias.to(dtype), bn.running_mean,
+                                  bn.running_var, bn.weight, bn.bias, bn.eps)
+    assert fw.dtype == dtype and fb.dtype == dtype
+    out = torch.nn.functional.conv2d(x, fw.double(), fb.double(), 2, 1)     # only the fold's rounding
+    assert_close64(out, ref64, TOL_CONV[dtype])
+
+
+def test_fold_refused_in_training_mode():
+    reason = bn_fold.check_foldable(training=True)
+    assert reason == ("BatchNorm in training mode: its statistics change every step, "
+                      "folding is valid only for inference")
+    assert bn_fold.check_foldable(training=False) is None
+    assert "running statistics" in bn_fold.check_foldable(training=False, has_running_stats=False)
+    w = torch.randn(4, 3, 3, 3)
+    mean, var, gamma, beta = _bn_stats(4, torch.Generator().manual_seed(2))
+    with pytest.raises(bn_fold.FoldRefused, match="training mode"):
+        bn_fold.fold_conv_bn(w, None, mean, var, gamma, beta, 1e-5, training=True)
+
+
+def test_fold_rejects_mismatched_channels():
+    with pytest.raises(ValueError, match="output channels"):
+        bn_fold.fold_conv_bn(torch.randn(4, 3, 3, 3), None, torch.zeros(5), torch.ones(5), None, None, 1e-5)
+
+
+# ------------------------------------------------------------------- conv epilogue
+
+CONV_CASES = [
+    # x shape, w shape, stride, padding, dilation, groups
+    ((2, 3, 7, 9), (17, 3, 3, 3), 2, 1, 1, 1),
+    ((2, 17, 7, 9), (17, 1, 3, 3), 1, 1, 1, 17),          # depthwise
+    ((1, 6, 9, 7), (10, 3, 3, 1), (2, 1), [1, 0], 2, 2),  # grouped, tuple/list args, dilation
+]
+CONV_IDS = ["conv-s2", "depthwise", "grouped-dilated"]
+
+
+def _conv_inputs(case, dtype, device, gen, with_z=False):
+    x_shape, w_shape, stride, padding, dilation, groups = case
+    x = rand(x_shape, dtype, device, gen)
+    w = rand(w_shape, dtype, device, gen, scale=0.3)
+    b = rand(w_shape[0], dtype, device, gen)
+    args = (stride, padding, dilation, groups)
+    z = None
+    if with_z:
+        shape = conv_epilogue._conv_out_shape(x, w, stride, padding, dilation)
+        z = rand(shape, dtype, device, gen)
+    return x, w, b, z, args
+
+
+def _up(t):
+    return None if t is None else t.detach().double().cpu()
+
+
+@pytest.mark.parametrize("act", conv_epilogue.CONV_ACTIVATIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("case", CONV_CASES, ids=CONV_IDS)
+def test_conv_bias_act_cpu(case, dtype, act):
+    gen = torch.Generator().manual_seed(3)
+    x, w, b, _, args = _conv_inputs(case, dtype, "cpu", gen)
+    out = conv_epilogue.conv_bias_act(x, w, b, *args, act=act)
+    ref64 = conv_epilogue.conv_bias_act_reference(_up(x), _up(w), _up(b), *args, act=act)
+    assert_close64(out, ref64, TOL_CONV[dtype])
+    assert "cudnn" not in conv_epilogue.describe(act, "cpu")
+
+
+@pytest.mark.parametrize("act", conv_epilogue.CONV_ACTIVATIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("case", CONV_CASES, ids=CONV_IDS)
+def test_conv_bias_add_act_cpu(case, dtype, act):
+    gen = torch.Generator().manual_seed(4)
+    x, w, b, z, args = _conv_inputs(case, dtype, "cpu", gen, with_z=True)
+    z_before = z.clone()
+    out = conv_epilogue.conv_bias_add_act(x, w, b, z, *args, act=act)
+    assert torch.equal(z, z_before), "the residual input must not be modified"
+    ref64 = conv_epilogue.conv_bias_add_act_reference(_up(x), _up(w), _up(b), _up(z), *args, act=act)
+    assert_close64(out, ref64, TOL_CONV[dtype])
+
+
+def test_conv_describe_labels():
+    assert conv_epilogue.describe("relu", "cpu") == "conv+bias + relu in place (2 kernels)"
+    assert conv_epilogue.describe("none", "cpu") == "conv+bias (1 kernel)"
+    assert conv_epilogue.describe("silu", "cpu", add=True) == "conv+bias + add_ in place + silu in place (3 kernels)"
+    assert conv_epilogue.describe("relu", "cuda", dtype=torch.float16).startswith("cudnn") == (
+        torch.backends.cudnn.is_available())
+    assert not conv_epilogue.describe("silu", "cuda").startswith("cudnn")
+    with pytest.raises(ValueError):
+        conv_epilogue.describe("swish", "cpu")
+
+
+@pytest.fixture
+def no_tf32():
+    """fp32 GPU results are compared with float64 at 1e-5: keep cuDNN and cuBLAS off TF32."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("with_add", [False, True], ids=["relu", "add-relu"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("case", CONV_CASES, ids=CONV_IDS)
+def test_cudnn_fused_conv_relu_gpu(case, dtype, with_add, channels_last, no_tf32):
+    gen = torch.Generator().manual_seed(5)
+    x, w, b, z, args = _conv_inputs(case, dtype, "cuda", gen, with_z=with_add)
+    if channels_last:
+        x, w = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
+        z = z.to(memory_format=torch.channels_last) if z is not None else None
+    assert conv_epilogue.describe("relu", "cuda", add=with_add, dtype=dtype).startswith("cudnn")
+    if with_add:
+        out = conv_epilogue.conv_bias_add_act(x, w, b, z, *args, act="relu")
+        ref64 = conv_epilogue.conv_bias_add_act_reference(_up(x), _up(w), _up(b), _up(z), *args, act="relu")
+    else:
+        out = conv_epilogue.conv_bias_act(x, w, b, *args, act="relu")
+        ref64 = conv_epilogue.conv_bias_act_reference(_up(x), _up(w), _up(b), *args, act="relu")
+    assert_close64(out, ref64, TOL_CONV[dtype])
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("act", ["silu", "hardswish", "gelu", "none"])
+def test_conv_unfused_epilogue_gpu(act, no_tf32):
+    gen = torch.Generator().manual_seed(6)
+    x, w, b, z, args = _conv_inputs(CONV_CASES[0], torch.float32, "cuda", gen, with_z=True)
+    out = conv_epilogue.conv_bias_add_act(x, w, b, z, *args, act=act)
+    ref64 = conv_epilogue.conv_bias_add_act_reference(_up(x), _up(w), _up(b), _up(z), *args, act=act)
+    assert_close64(out, ref64, TOL_CONV[torch.float32])
+
+
+# ------------------------------------------------------------------- add + LayerNorm
+
+# (rows, hidden); kept small when interpreted
+ALN_SHAPES_CPU = [(1, 768), (3, 4095), (37, 1000), (5, 1)]
+ALN_SHAPES_GPU = [(1, 768), (3, 4095), (37, 1000), (4097, 768), (257, 16384), (64, 5)]
+
+
+def _aln_inputs(rows, hidden, dtype, device, gen, affine=True):
+    x = rand((rows, hidden), dtype, device, gen)
+    r = rand((rows, hidden), dtype, device, gen)
+    w = rand(hidden, dtype, device, gen, scale=0.1) + 1 if affine else None
+    b = rand(hidden, dtype, device, gen, scale=0.1) if affine else None
+    return x, r, w, b
+
+
+def _check_add_layernorm(rows, hidden, dtype, device, monkeypatch, affine=True):
+    gen = torch.Generator().manual_seed(rows * 7919 + hidden)
+    x, r, w, b = _aln_inputs(rows, hidden, dtype, device, gen, affine)
+    assert aln.add_layernorm_impl(device, hidden, dtype) == "triton"
+    poison(monkeypatch, aln)
+    s, y = aln.add_layernorm(x, r, w, b, 1e-5)
+    assert s.dtype == dtype and y.dtype == dtype
+    # the sum is one rounded fp32 add, exactly what torch's add does
+    assert torch.equal(s, x + r)
+    s64, y64 = aln.add_layernorm_reference(_up(x), _up(r), _up(w), _up(b), 1e-5)
+    assert_close64(s, s64, TOL_ADD_LAYERNORM[dtype])
+    assert_close64(y, y64, TOL_ADD_LAYERNORM[dtype])
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("rows, hidden", ALN_SHAPES_CPU)
+def test_add_layernorm(rows, hidden, dtype, device, monkeypatch):
+    _check_add_layernorm(rows, hidden, dtype, device, monkeypatch)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("rows, hidden", ALN_SHAPES_GPU)
+def test_add_layernorm_gpu_shapes(rows, hidden, dtype, monkeypatch):
+    _check_add_layernorm(rows, hidden, dtype, "cuda", monkeypatch)
+
+
+@pytest.mark.parametrize("device", device_params())
+def test_add_layernorm_without_affine_and_strided_3d(device, monkeypatch):
+    gen = torch.Generator().manual_seed(8)
+    poison(monkeypatch, aln)
+    big = rand((2, 5, 1200), torch.float32, device, gen)
+    x = big[..., :1000]                                   # rows strided by 1200, last dim contiguous
+    r = rand((2, 5, 1000), torch.float32, device, gen)
+    s, y = aln.add_layernorm(x, r, None, None, 1e-6)
+    assert s.shape == (2, 5, 1000)
+    s64, y64 = aln.add_layernorm_reference(_up(x), _up(r), None, None, 1e-6)
+    assert_close64(s, s64, TOL_ADD_LAYERNORM[torch.float32])
+    assert_close64(y, y64, TOL_ADD_LAYERNORM[torch.float32])
+
+
+def test_add_layernorm_falls_back_and_says_so(monkeypatch):
+    assert aln.add_layernorm_impl("cpu", MAX := aln.MAX_HIDDEN + 1) == "reference"
+    assert aln.add_layernorm_impl("cpu", 64, torch.float64) == "reference"
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert aln.add_layernorm_impl("cpu", 64) == "reference"
+    x = torch.randn(3, MAX, dtype=torch.float64)
+    s, y = aln.add_layernorm(x, x, None, None)
+    s_ref, y_ref = aln.add_layernorm_reference(x, x, None, None)
+    assert torch.equal(s, s_ref) and torch.equal(y, y_ref)
+
+
+@pytest.mark.parametrize("device", device_params())
+def test_add_layernorm_describe(device):
+    assert aln.describe(device, 768, torch.float16) == "triton add+layer_norm (1 kernel, 2 outputs)"
+    assert aln.describe(device, aln.MAX_HIDDEN + 1) == "add + layer_norm (2 kernels)"
+
+
+def test_launch_config_scales_warps():
+    assert aln.launch_config(4096) == (4096, 8)
+    assert aln.launch_config(4095) == (4096, 8)
+    assert aln.launch_config(768) == (1024, 4)
+    assert aln.launch_config(16384) == (16384, 16)
+
+
+# ------------------------------------------------------------------- matmul + softmax
+
+MMS_CASES = [
+    # a shape, b shape, mask shape or None
+    ((37, 24), (24, 45), None),
+    ((2, 3, 17, 64), (2, 3, 64, 100), (2, 1, 1, 100)),        # BERT-style padding mask
+    ((5, 7, 33), (33, 9), (7, 9)),                            # b and mask broadcast over batch
+    ((2, 2, 3, 1, 16), (2, 2, 3, 16, 129), (2, 1, 1, 1, 129)),  # 3 batch dims, N = 129
+]
+MMS_IDS = ["2d", "bert-mask", "broadcast-b", "3-batch-dims"]
+
+
+def _mms_inputs(case, dtype, device, gen):
+    a_shape, b_shape, m_shape = case
+    a = rand(a_shape, dtype, device, gen)
+    b = rand(b_shape, dtype, device, gen)
+    mask = None
+    if m_shape is not None:
+        mask = rand(m_shape, dtype, device, gen)
+        mask[..., -3:] = float("-inf")                       # padded keys
+    return a, b, mask
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("case", MMS_CASES, ids=MMS_IDS)
+def test_matmul_softmax(case, dtype, device, monkeypatch):
+    gen = torch.Generator().manual_seed(9)
+    a, b, mask = _mms_inputs(case, dtype, device, gen)
+    scale = a.shape[-1] ** -0.5
+    assert mms.matmul_softmax_impl(a, b, mask) == ("triton", "")
+    poison(monkeypatch, mms)
+    p = mms.matmul_softmax(a, b, scale, mask)
+    assert p.dtype == dtype
+    ref64 = mms.matmul_softmax_reference(_up(a), _up(b), scale, _up(mask))
+    assert_close64(p, ref64, TOL_MATMUL_SOFTMAX[dtype])
+    if mask is not None:
+        assert (p[..., -3:] == 0).all(), "masked keys must get probability 0"
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("n", [128, 1000, 1024])
+def test_matmul_softmax_gpu_long_rows(n, dtype, monkeypatch, no_tf32):
+    gen = torch.Generator().manual_seed(10)
+    a, b, mask = _mms_inputs(((3, 4, 77, 64), (3, 4, 64, n), (3, 1, 1, n)), dtype, "cuda", gen)
+    poison(monkeypatch, mms)
+    p = mms.matmul_softmax(a, b, 0.125, mask)
+    ref64 = mms.matmul_softmax_reference(_up(a), _up(b), 0.125, _up(mask))
+    assert_close64(p, ref64, TOL_MATMUL_SOFTMAX[dtype])
+
+
+@pytest.mark.parametrize("device", device_params())
+def test_matmul_softmax_bool_mask(device, monkeypatch):
+    gen = torch.Generator().manual_seed(11)
+    a, b, _ = _mms_inputs(((2, 5, 16), (2, 16, 21), None), torch.float32, device, gen)
+    keep = torch.ones(2, 1, 21, dtype=torch.bool, device=device)
+    keep[1, :, 7:] = False
+    poison(monkeypatch, mms)
+    p = mms.matmul_softmax(a, b, 0.5, keep)
+    ref64 = mms.matmul_softmax_reference(_up(a), _up(b), 0.5, keep.cpu())
+    assert_close64(p, ref64, TOL_MATMUL_SOFTMAX[torch.float32])
+    assert (p[1, :, 7:] == 0).all()
+
+
+@pytest.mark.parametrize("device", device_params())
+def test_matmul_softmax_describe(device):
+    a, b = torch.randn(2, 3, 8, device=device), torch.randn(2, 8, 5, device=device)
+    assert mms.describe(a, b).startswith("triton matmul+scale+mask+softmax")
+    long_b = torch.randn(2, 8, mms.MAX_FUSED_N + 1, device=device)
+    assert mms.describe(a, long_b, torch.zeros(1, device=device)).startswith("matmul, scale, mask, softmax (4 kernels")
+
+
+def test_matmul_softmax_long_rows_fall_back_with_reason():
+    a = torch.randn(2, 3, 8)
+    b = torch.randn(2, 8, mms.MAX_FUSED_N + 1)
+    impl, reason = mms.matmul_softmax_impl(a, b)
+    assert impl == "reference" and "does not fit" in reason
+    torch.testing.assert_close(mms.matmul_softmax(a, b), mms.matmul_softmax_reference(a, b), rtol=0, atol=0)
+    assert mms.matmul_softmax_impl(a.double(), b.double()[..., :10])[0] == "reference"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[gpu, needs_cuda])])
+def test_attention_matches_explicit_reference(dtype, device, no_tf32):
+    gen = torch.Generator().manual_seed(12)
+    q = rand((2, 3, 5, 16), dtype, device, gen)
+    k = rand((2, 3, 11, 16), dtype, device, gen)
+    v = rand((2, 3, 11, 8), dtype, device, gen)
+    mask = rand((2, 1, 1, 11), dtype, device, gen)
+    out = mms.attention(q, k, v, 0.25, mask)
+    ref64 = mms.attention_reference(_up(q), _up(k), _up(v), 0.25, _up(mask))
+    assert_close64(out, ref64, TOL_ATTENTION[dtype])
+    # the unfused reference in the same dtype is within the same tolerance
+    assert_close64(mms.attention_reference(q, k, v, 0.25, mask), ref64, TOL_ATTENTION[dtype])
+
+
+# ------------------------------------------------------------------- linear + activation
+
+LINEAR_SHAPES = [((1, 24), 17), ((3, 5, 40), 33), ((37, 64), 100)]
+
+
+@pytest.mark.parametrize("act", linear_act.LINEAR_ACTIVATIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("x_shape, out_features", LINEAR_SHAPES)
+def test_linear_act_cpu(x_shape, out_features, dtype, act):
+    gen = torch.Generator().manual_seed(13)
+    x = rand(x_shape, dtype, "cpu", gen)
+    w = rand((out_features, x_shape[-1]), dtype, "cpu", gen, scale=x_shape[-1] ** -0.5)
+    b = rand(out_features, dtype, "cpu", gen)
+    out = linear_act.linear_act(x, w, b, act)
+    ref64 = linear_act.linear_act_reference(_up(x), _up(w), _up(b), act)
+    assert_close64(out, ref64, TOL_LINEAR[dtype])
+    assert "cuBLASLt" not in linear_act.describe(act, "cpu", dtype)
+
+
+def test_linear_gelu_variants_differ():
+    """The exact and tanh GELUs are different functions: a fusion must not swap them."""
+    t = torch.linspace(-4, 4, 801, dtype=torch.float64)
+    diff = (torch.nn.functional.gelu(t) - torch.nn.functional.gelu(t, approximate="tanh")).abs().max()
+    assert diff > 1e-4
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("act", linear_act.LINEAR_ACTIVATIONS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("x_shape, out_features", LINEAR_SHAPES + [((4, 128, 768), 3072)])
+def test_linear_act_gpu(x_shape, out_features, dtype, act, no_tf32):
+    gen = torch.Generator().manual_seed(14)
+    x = rand(x_shape, dtype, "cuda", gen)
+    w = rand((out_features, x_shape[-1]), dtype, "cuda", gen, scale=x_shape[-1] ** -0.5)
+    b = rand(out_features, dtype, "cuda", gen)
+    label = linear_act.describe(act, "cuda", dtype)
+    if act == "relu":
+        assert label.startswith("cuBLASLt")
+    variant = linear_act.gelu_epilogue_variant("cuda", dtype)
+    assert variant in ("gelu", "gelu_tanh")
+    assert label.startswith("cuBLASLt") == (act == "relu" or act == variant)
+    out = linear_act.linear_act(x, w, b, act)
+    ref64 = linear_act.linear_act_reference(_up(x), _up(w), _up(b), act)
+    assert_close64(out, ref64, TOL_LINEAR[dtype])
+
+
+# ------------------------------------------------------------------- compiled code (no GPU needed)
+
+_COMPILE_FOR_SM90 = r'''
+import json, os, re, subprocess, sys, tempfile
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from explorer.kernels import add_layernorm as aln, matmul_softmax as mms
+
+target = GPUTarget("cuda", 90, 32)
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+def local_bytes(compiled):
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(compiled.asm["cubin"])
+    usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    m = re.search(r"LOCAL:(\d+)", usage)
+    return int(m.group(1)) if m else None
+
+def aligned(kernel, names):  # what Triton's launcher assumes for 16-aligned pointers and ints
+    return {(list(kernel.arg_names).index(n),): [["tt.divisibility", 16]] for n in names}
+
+out = []
+k = aln._build_kernel(False)
+for dt, hidden in (("fp32", 4096), ("bf16", 4096), ("fp16", 768), ("fp32", 16384)):
+    block, warps = aln.launch_config(hidden)
+    sig = {n: "i32" for n in ("stride_x", "stride_r", "stride_s", "stride_y", "N")}
+    sig.update({p: "*" + dt for p in "XRWBSY"}, eps="fp32")
+    const = dict(HAS_W=True, HAS_B=True, BLOCK=block, BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True)
+    sig.update({c: "constexpr" for c in const})
+    c = triton.compile(ASTSource(k, sig, const, aligned(k, list("XRWBSY") + list(sig)[:5])),
+                       target=target, options={"num_warps": warps})
+    loads = re.findall(r"ld\.global[^;]*;", c.asm["ptx"])
+    out.append(dict(kernel="add_layernorm", dtype=dt, hidden=hidden, loads=len(loads),
+                    vector_loads=sum(".v4" in l for l in loads), local=local_bytes(c)))
+k = mms._build_kernel(False)
+for dt, n, depth in (("fp16", 128, 64), ("bf16", 1000, 64), ("fp32", 1024, 64)):
+    cfg = mms.launch_config(n, depth, 4 if dt == "fp32" else 2)
+    const = dict(HAS_MASK=True, DOT_PRECISION="ieee" if dt == "fp32" else "tf32", UPCAST=False,
+                 LIBRARY_REDUCE=True, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"])
+    sig = {a: ("constexpr" if a in const else "i32") for a in k.arg_names}
+    sig.update(A="*" + dt, Bm="*" + dt, MASK="*" + dt, O="*" + dt, scale="fp32")
+    c = triton.compile(ASTSource(k, sig, const, aligned(k, ["A", "Bm", "MASK", "O"])), target=target,
+                       options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    out.append(dict(kernel="matmul_softmax", dtype=dt, n=n, local=local_bytes(c)))
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="on a GPU the compiled kernels are run by the gpu tests")
+def test_triton_kernels_compile_for_sm90_without_gpu():
+    """Compile (not run) both Triton kernels for an H100/H200 (sm_90): the interpreter does not
+    check what only the compiler does. On 16-byte aligned rows the add+LayerNorm kernel must
+    use only 128-bit loads, and no kernel may spill registers to local memory."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget  # noqa: F401  (a Triton with the NVIDIA backend)
+
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], env=env, timeout=300)
+    if proc.returncode and ("ptxas" in proc.stderr and "not found" in proc.stderr):
+        pytest.skip("Triton's ptxas is not available")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    for r in results:
+        assert r["local"] in (0, None), f"register spills: {r}"
+        if r["kernel"] == "add_layernorm" and r["hidden"] % 16 == 0:
+            assert r["loads"] == r["vector_loads"] > 0, f"scalar loads on aligned rows: {r}"
