@@ -1,0 +1,82 @@
+"""Results page: the latest run report as charts and tables (figures from ``explorer.charts``).
+
+Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from explorer import charts, ui_state
+
+
+def page() -> None:
+    last = st.session_state.last_report
+    if last is None:
+        st.info("No results yet: press Run on the Run page.")
+        return
+    _key, report = last
+    model = report.get("model")
+    name = model.get("name") if isinstance(model, dict) else model
+    st.subheader(f"Results: {name or 'model'}")
+    st.caption(charts.device_caption(report))
+    env = report.get("environment") or {}
+    if env.get("is_cpu"):
+        st.warning("These are CPU numbers: the fused GPU kernels were not what was timed.")
+    if report.get("error"):
+        st.error(f"The runner reported: {report['error']}")
+
+    st.markdown("#### Unfused vs fused")
+    st.plotly_chart(charts.comparison_figure(report), key="chart_compare", width="stretch")
+    st.dataframe(charts.summary_rows(report), hide_index=True, width="stretch")
+    for variant in ("unfused", "fused"):
+        d = report.get(variant) or {}
+        notes = [str(d[k]) for k in ("memory_note", "kernel_launches_kind") if d.get(k)]
+        if notes:
+            st.caption(f"{variant}: " + "; ".join(notes))
+
+    st.markdown("#### Precision of the model output")
+    sci = {k: st.column_config.NumberColumn(format="%.2e")
+           for k in ("max_abs", "max_rel", "rel_l2", "max abs err", "rel err")}
+    sci["cosine"] = st.column_config.NumberColumn(format="%.9f")
+    st.dataframe(charts.precision_rows(report), hide_index=True, width="stretch", column_config=sci)
+    if report.get("precision_note"):
+        st.caption(str(report["precision_note"]))
+
+    st.markdown("#### Per chain")
+    rows = charts.chain_rows(report)
+    if rows:
+        slower = [r for r in rows if r["slower"]]
+        if slower:
+            st.warning(f"{len(slower)} chain(s) got slower when fused (red bars): not every fusion pays. "
+                       "Reject them on the Fusions page and run again.")
+        st.plotly_chart(charts.chain_speedup_figure(report), key="chart_chain_speedup", width="stretch")
+        st.dataframe(rows, hide_index=True, width="stretch", column_config=sci)
+        st.plotly_chart(charts.chain_precision_figure(report), key="chart_chain_precision",
+                        width="stretch")
+    else:
+        st.caption("No per-chain timings in this report (enable them on the Run page).")
+
+    st.markdown("#### Staged fusion (the seed's table)")
+    stage_rows = charts.stages_rows(report)
+    if stage_rows:
+        st.dataframe(stage_rows, hide_index=True, width="stretch")
+        st.plotly_chart(charts.stages_figure(report), key="chart_stages", width="stretch")
+    else:
+        st.caption("No staged timings in this report (enable them on the Run page).")
+    for skipped in report.get("stages_skipped") or []:
+        if isinstance(skipped, dict):
+            st.caption(f"stage '{skipped.get('label') or skipped.get('stage')}' not timed: {skipped.get('reason', '')}")
+    notes = [str(n) for n in (report.get("notes") or [])]
+    for key in ("bytes_note",):
+        if report.get(key):
+            notes.append(str(report[key]))
+    if notes or report.get("baselines"):
+        with st.expander("Notes and baselines"):
+            for n in notes:
+                st.markdown(f"- {n}")
+            if report.get("baselines"):
+                st.json(report["baselines"], expanded=False)
+
+
+ui_state.guarded(page)

@@ -1,0 +1,352 @@
+"""The app's views and flows: pure view builders, chart builders, file handling, and AppTest flows.
+
+AppTest drives the app by widget key on a small zoo model and runs it on the CPU through the
+real ``explorer.gpu_runner`` (a child process), so the flow tests take a minute or two.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from explorer import charts, graph_view, ui_files
+from explorer.fusion_engine import analyze
+from explorer.patterns import PATTERNS, UNKNOWN_COLOR
+
+APP = str(Path(__file__).resolve().parent.parent / "explorer" / "app.py")
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return analyze("resnet50")
+
+
+@pytest.fixture(scope="module")
+def residual():
+    return analyze("residual_block")
+
+
+# ------------------------------------------------------------------ graph view (pure)
+
+def test_view_colours_chains_and_marks_rejected(residual):
+    model, graph, det = residual
+    rejected, kept = det.chains[0].id, det.chains[1].id
+    view = graph_view.build_view(graph, det, [kept])
+    assert len(view.nodes) == graph.number_of_nodes()
+    by_id = {n.id: n for n in view.nodes}
+    for nid in det.chain(kept).compute_nodes:
+        node = by_id[nid]
+        assert node.fill == PATTERNS[[p.name for p in PATTERNS].index(det.chain(kept).pattern)].color
+        assert not node.dashed
+    for nid in det.chain(rejected).compute_nodes:
+        node = by_id[nid]
+        assert node.dashed and node.fill == graph_view.REJECTED_FILL
+        assert node.border == graph_view.color_of(det.chain(rejected).pattern)
+    conv = by_id[det.chain(kept).compute_nodes[0]]
+    for word in ("op: aten.conv2d", "origin:", "shape:", "bytes:", "FLOPs:"):
+        assert word in conv.title
+    # layout: dataflow runs left to right
+    xs = [by_id[n].x for n in det.chain(kept).compute_nodes]
+    assert xs == sorted(xs)
+
+
+def test_legend_comes_from_registry_with_unknown_fallback(residual):
+    items = graph_view.legend(residual[2])
+    assert [i.name for i in items[:-1]] == [p.name for p in PATTERNS]
+    assert items[-1].color == UNKNOWN_COLOR
+    assert graph_view.color_of("no_such_pattern") == UNKNOWN_COLOR
+
+
+def test_collapse_expand_and_cap(resnet):
+    model, graph, det = resnet
+    acc = [c.id for c in det.chains]
+    full = graph_view.build_view(graph, det, acc)
+    assert len(full.nodes) == graph.number_of_nodes() and full.depth == 0
+    one = graph_view.build_view(graph, det, acc, graph_view.ViewOptions(depth=1))
+    assert "layer1" in one.collapsed_modules and len(one.nodes) < 20
+    group = next(n for n in one.nodes if n.id == "module:layer1")
+    assert group.members > 10 and "chains" in group.title
+    opened = graph_view.build_view(graph, det, acc, graph_view.ViewOptions(depth=1, expand=("layer1",)))
+    assert "layer1" not in opened.collapsed_modules and "layer1.0" in opened.collapsed_modules
+    capped = graph_view.build_view(graph, det, acc, graph_view.ViewOptions(max_nodes=40))
+    assert len(capped.nodes) <= 40 and capped.depth > 0 and capped.notes
+    ids = {n.id for n in capped.nodes}
+    assert all(e.source in ids and e.target in ids for e in capped.edges)
+    assert "layer1" in graph_view.module_prefixes(graph)
+
+
+def test_focus_on_chain_and_search(resnet):
+    model, graph, det = resnet
+    chain = det.chains[5]
+    view = graph_view.build_view(graph, det, [], graph_view.ViewOptions(focus=chain.nodes, hops=1))
+    ids = {n.id for n in view.nodes}
+    assert set(chain.nodes) <= ids and len(ids) < 15
+    assert all(n.highlighted for n in view.nodes if n.id in chain.nodes)
+    hits = graph_view.find_nodes(graph, "layer3.2.conv2")
+    assert hits and graph.nodes[hits[0]]["origin"] == "layer3.2.conv2"
+    assert graph_view.find_nodes(graph, "conv2d_7") == ["conv2d_7"]
+    assert graph_view.find_nodes(graph, "   ") == []
+
+
+def test_render_html_is_offline(residual):
+    model, graph, det = residual
+    html = graph_view.render_html(graph_view.build_view(graph, det, [det.chains[0].id]))
+    assert graph_view.remote_urls(html) == []
+    import re
+
+    assert not re.search(r"<script[^>]+src=[\"']https?://", html, re.I)
+    assert not re.search(r"<link[^>]+href=[\"']https?://", html, re.I)
+    assert "vis.Network" in html or "new vis" in html
+    assert "borderDashes" in html
+
+
+def test_large_graph_view_is_quick():
+    _, graph, det = analyze("bert_base", seq_len=32)
+    t = time.perf_counter()
+    view = graph_view.build_view(graph, det, [c.id for c in det.chains], graph_view.ViewOptions(max_nodes=600))
+    html = graph_view.render_html(view)
+    elapsed = time.perf_counter() - t
+    print(f"bert_base: {graph.number_of_nodes()} nodes -> {len(view.nodes)} drawn in {elapsed:.2f} s")
+    assert len(view.nodes) <= 600 and html
+
+
+# ------------------------------------------------------------------ charts (pure)
+
+def _report(slower_chain: bool = True) -> dict:
+    lat = lambda m: {"median": m, "p20": m * 0.9, "p80": m * 1.2}  # noqa: E731
+    variant = lambda m, launches: {  # noqa: E731
+        "latency_ms": lat(m), "throughput": 1000 / m, "peak_memory_bytes": None, "kernel_launches": launches,
+        "bytes_moved": 2**22, "precision": {"max_abs": 1e-6, "max_rel": 1e-7, "rel_l2": 1e-7, "cosine": 1.0,
+                                            "top1_agreement": 1.0}}
+    return {
+        "unfused": variant(10.0, 12), "fused": variant(7.0, 5),
+        "chains": [{"id": "conv_bn_act@conv2d", "pattern": "conv_bn_act", "status": "fused", "speedup": 1.5,
+                    "unfused_ms": 3, "fused_ms": 2, "max_abs": 1e-6, "rel_err": 1e-7, "slower": False,
+                    "launches_unfused": 3, "launches_fused": 1},
+                   {"id": "add_layer_norm@add", "pattern": "add_layer_norm", "status": "fused", "speedup": 0.8,
+                    "unfused_ms": 2, "fused_ms": 2.5, "max_abs": 2e-6, "rel_err": 1e-7, "slower": slower_chain,
+                    "launches_unfused": 2, "launches_fused": 1}],
+        "stages": [{"stage": s, "label": s, "latency_ms": lat(m), "throughput": 1000 / m, "peak_memory_bytes": 2**20}
+                   for s, m in (("none", 10.0), ("conv_bn", 8.0), ("activation", 7.5), ("all", 7.0))],
+        "environment": {"device": "cpu", "device_name": "CPU", "is_cpu": True, "torch": "2.x"},
+        "settings": {"dtype": "fp32", "batch": 1},
+    }
+
+
+def test_comparison_figure_has_error_bars_and_handles_missing_memory():
+    fig = charts.comparison_figure(_report())
+    latency = [t for t in fig.data if t.xaxis in ("x", None) or t.xaxis == "x"]
+    assert latency[0].error_y.arrayminus[0] == pytest.approx(1.0)
+    assert latency[0].error_y.array[0] == pytest.approx(2.0)
+    memory_texts = [t.text[0] for t in fig.data if t.xaxis == "x3"]
+    assert memory_texts == ["n/a", "n/a"]
+    rows = charts.summary_rows(_report())
+    assert rows[0]["fused / unfused"] == pytest.approx(0.7)
+
+
+def test_chain_speedup_sorted_and_slower_coloured():
+    fig = charts.chain_speedup_figure(_report())
+    bars = fig.data[0]
+    assert list(bars.x) == sorted(bars.x)
+    assert bars.marker.color[0] == charts.SLOWER_COLOR
+    assert bars.marker.color[1] == graph_view.color_of("conv_bn_act")
+    assert any(t.name == "slower after fusion" for t in fig.data)
+
+
+def test_stages_and_precision_tables():
+    rows = charts.stages_rows(_report())
+    assert [r["stage"] for r in rows] == ["none", "conv_bn", "activation", "all"]
+    assert rows[-1]["speed-up"] == pytest.approx(10 / 7)
+    assert charts.stages_figure(_report()).data
+    prec = charts.precision_rows(_report())
+    assert prec[0]["max_abs"] == 1e-6 and prec[1]["top1_agreement"] == 1.0
+    assert charts.chain_precision_figure(_report()).data
+    empty = {"unfused": {}, "fused": {}}
+    for fn in (charts.comparison_figure, charts.chain_speedup_figure, charts.stages_figure):
+        assert fn(empty) is not None
+
+
+# ------------------------------------------------------------------ files
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_zip_extraction_refuses_escapes():
+    from explorer.errors import ModelLoadError
+
+    for bad in ("../evil.onnx", "/abs/model.onnx", "a/../../x.onnx"):
+        with pytest.raises(ModelLoadError):
+            ui_files.extract_zip(_zip({bad: b"x", "model.onnx.data": b"y"}), "bad.zip")
+    with pytest.raises(ModelLoadError):
+        ui_files.extract_zip(b"not a zip", "bad.zip")
+    path = ui_files.extract_zip(_zip({"m/model.onnx": b"x", "m/model.onnx.data": b"y"}), "ok.zip")
+    assert Path(path).name == "model.onnx" and (Path(path).parent / "model.onnx.data").read_bytes() == b"y"
+    with pytest.raises(ModelLoadError):
+        ui_files.check_size("big.onnx", ui_files.MAX_UPLOAD_BYTES + 1)
+
+
+def test_report_csv():
+    text = ui_files.report_csv(_report())
+    assert "latency_ms.median" in text and "conv_bn_act@conv2d" in text and "stage" in text
+
+
+# ------------------------------------------------------------------ AppTest flows
+
+def _app(model: str = "residual_block"):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["zoo_name"] = model
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _accepted(at) -> set[str]:
+    spec = at.session_state["active"]
+    _, _, det = analyze(spec.source)
+    return set(at.session_state["accepted"][det.fingerprint])
+
+
+def _wait_run(at, timeout: float = 300) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        job = at.session_state["run_job"]
+        if job is None or job.done:
+            break
+        time.sleep(0.5)
+    at.run()
+    assert not at.exception, at.exception
+
+
+def test_app_flow_choose_run_results_plan(tmp_path):
+    t0 = time.perf_counter()
+    at = _app("residual_block")
+    assert at.session_state["active"].source == "residual_block"
+    assert not at.error
+    _, _, det = analyze("residual_block")
+    ids = [c.id for c in det.chains]
+    assert _accepted(at) == set(ids)
+
+    # Fusions page: reject one chain, then accept it again and reject the other
+    at.switch_page("ui_page_fusions.py").run()
+    at.selectbox(key="chain_pick").set_value(ids[0]).run()
+    at.button(key="chain_reject").click().run()
+    assert _accepted(at) == {ids[1]}
+    at.button(key="chain_accept").click().run()
+    at.selectbox(key="chain_pick").set_value(ids[1]).run()
+    at.button(key="chain_reject").click().run()
+    assert _accepted(at) == {ids[0]}
+    # the table's accept column drives the same choices
+    version = at.session_state["editor_version"]
+    at.session_state[f"chains_editor_{version}"] = {"edited_rows": {1: {"accept": True}},
+                                                     "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert _accepted(at) == set(ids)
+    at.button(key="bulk_reject_all").click().run()
+    assert _accepted(at) == set()
+    at.button(key="bulk_accept_all").click().run()
+    at.selectbox(key="chain_pick").set_value(ids[1]).run()
+    at.button(key="chain_reject").click().run()
+    assert _accepted(at) == {ids[0]}
+    assert at.dataframe  # near misses / table drawn
+
+    # Run page: measure on the CPU with the real runner
+    at.switch_page("ui_page_run.py").run()
+    at.checkbox(key="run_quick").check().run()
+    at.button(key="run_start").click().run()
+    assert at.session_state["run_job"] is not None
+    _wait_run(at)
+    assert not at.error, [e.value for e in at.error]
+    key, report = at.session_state["last_report"]
+    assert report["plan"]["accepted"] == [ids[0]]
+    assert {"unfused", "fused", "chains", "stages", "environment"} <= set(report)
+    # the same model+plan+settings again: answered from the cache, no new job
+    at.button(key="run_start").click().run()
+    assert at.session_state["run_job"] is None and at.session_state["last_report_cached"]
+
+    at.switch_page("ui_page_results.py").run()
+    assert not at.exception and not at.error
+    charts_drawn = at.get("plotly_chart")
+    assert len(charts_drawn) >= 3, len(charts_drawn)
+
+    # Plan: download, change the choices, upload it again -> same choices
+    at.switch_page("ui_page_fusions.py").run()
+    from explorer.plan import make_plan
+
+    plan_json = make_plan(det, reject=[ids[1]]).to_json()
+    assert json.loads(plan_json)["accepted"] == [ids[0]]
+    at.button(key="bulk_accept_all").click().run()
+    assert _accepted(at) == set(ids)
+    at.file_uploader(key="plan_file").upload("residual_block.plan.json", plan_json.encode(), "application/json")
+    at.run()
+    assert _accepted(at) == {ids[0]}
+    assert not at.error and at.success
+
+    # A broken plan and another model's plan: one error line, choices intact
+    at.file_uploader(key="plan_file").set_value(("broken.json", b"{not json", "application/json")).run()
+    assert any("Plan not applied" in e.value for e in at.error)
+    assert _accepted(at) == {ids[0]}
+    _, _, other = analyze("conv_bn_relu")
+    at.file_uploader(key="plan_file").set_value(
+        ("other.json", make_plan(other).to_json().encode(), "application/json")).run()
+    assert any("made for model 'conv_bn_relu'" in e.value for e in at.error)
+    assert _accepted(at) == {ids[0]}
+
+    # Learn and Export pages render with this model
+    at.switch_page("ui_page_learn.py").run()
+    assert not at.exception and not at.error and at.expander
+    at.switch_page("ui_page_export.py").run()
+    assert not at.exception and not at.error
+    at.button(key="export_pt2_build").click().run()
+    assert not at.exception
+    print(f"flow took {time.perf_counter() - t0:.1f} s")
+
+
+def test_app_broken_model_upload_keeps_previous_model():
+    at = _app("conv_bn_relu")
+    _, _, det = analyze("conv_bn_relu")
+    at.switch_page("ui_page_fusions.py").run()
+    at.button(key="bulk_reject_all").click().run()
+    before = _accepted(at)
+    at.radio(key="model_kind").set_value("ONNX upload").run()
+    at.sidebar.get("file_uploader")[0].set_value(("broken.onnx", b"this is not onnx", "application/octet-stream"))
+    at.run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any("Could not load the model" in e for e in errors), errors
+    assert all("Traceback" not in e for e in errors)
+    assert at.session_state["active"].source == "conv_bn_relu"
+    assert _accepted(at) == before
+    # still usable: the graph page draws and a zoo model loads again
+    at.radio(key="model_kind").set_value("Zoo").run()
+    at.switch_page("ui_page_graph.py").run()
+    assert not at.exception and not at.error
+    at.selectbox(key="zoo_name").set_value("transformer_block").run()
+    assert at.session_state["active"].source == "transformer_block"
+    assert at.session_state["active"].seq_len == 32
+    at.number_input(key="seq_len").set_value(16).run()
+    assert at.session_state["active"].seq_len == 16
+
+
+def test_app_cancel_run_shows_error_and_stays_usable():
+    at = _app("conv_bn_relu")
+    at.switch_page("ui_page_run.py").run()
+    at.button(key="run_start").click().run()
+    assert at.session_state["run_job"] is not None
+    at.button(key="run_cancel").click().run()
+    _wait_run(at, timeout=60)
+    assert any("cancelled" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.session_state["active"].source == "conv_bn_relu"
+    at.switch_page("ui_page_graph.py").run()
+    assert not at.exception and not at.error
