@@ -201,11 +201,17 @@ def bench_add_layernorm(env, quick: bool) -> list[dict]:
                for x, r in zip(xs, rs)]
         dst = torch.empty(2 * mn, device="cuda", dtype=dtype)
         compiled = torch.compile(aln.add_layernorm_reference, dynamic=False)
-        _, default_warps = aln.launch_config(hidden)
+        block, default_warps = aln.launch_config(hidden)
+        default_rows = aln.DEFAULT_ROWS_PER_PROGRAM
         variants = {
-            f"triton (num_warps={default_warps}, default)":
+            f"triton (num_warps={default_warps}, rows={default_rows}, default)":
                 lambda i: aln.add_layernorm(xs[i % n_sets], rs[i % n_sets], w, b, 1e-5),
         }
+        for rows in (1, 2, 4):
+            if rows != default_rows and not quick:
+                variants[f"triton (num_warps={default_warps}, rows={rows})"] = (
+                    lambda i, rows=rows: aln.add_layernorm(xs[i % n_sets], rs[i % n_sets], w, b, 1e-5,
+                                                           rows_per_prog=rows))
         for nw in (4, 8, 16):
             if nw != default_warps and not quick:
                 variants[f"triton (num_warps={nw})"] = (

@@ -1,13 +1,14 @@
 """The app in a real browser: the pyvis canvas is drawn, a run's plotly charts appear.
 
 Starts ``streamlit run explorer/app.py`` on a free port and drives Debian's chromium with
-Playwright (never ``playwright install``). Screenshots go to ``assets/``. Skipped only when
+Playwright (never ``playwright install``). Screenshots go to a temporary folder (``assets/`` with FUSION_EXPLORER_UPDATE_SCREENSHOTS=1). Skipped only when
 no chromium can be found.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import shutil
 import socket
 import subprocess
@@ -21,7 +22,10 @@ import pytest
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
-ASSETS = ROOT / "assets"
+# Screenshots land in a temporary folder; FUSION_EXPLORER_UPDATE_SCREENSHOTS=1 writes the
+# README's copies in assets/ instead (a test run never changes tracked files by default).
+ASSETS = ROOT / "assets" if os.environ.get("FUSION_EXPLORER_UPDATE_SCREENSHOTS") == "1" else Path(
+    tempfile.mkdtemp(prefix="fusion-explorer-screens-"))
 CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "",
                              shutil.which("chromium-browser") or "") if p and os.path.exists(p)), None)
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -355,6 +355,19 @@ def test_add_layernorm_describe(device):
     assert aln.describe(device, aln.MAX_HIDDEN + 1) == "add + layer_norm (2 kernels)"
 
 
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("per_program", [2, 4, 8])
+def test_add_layernorm_row_tails(per_program, device, monkeypatch):
+    """37 rows in programs of 2, 4 or 8: the last program's spare rows must stay masked."""
+    gen = torch.Generator().manual_seed(11)
+    x, r, w, b = _aln_inputs(37, 200, torch.float32, device, gen, True)
+    poison(monkeypatch, aln)
+    s, y = aln.add_layernorm(x, r, w, b, 1e-5, rows_per_prog=per_program)
+    assert torch.equal(s, x + r)
+    _, y64 = aln.add_layernorm_reference(_up(x), _up(r), _up(w), _up(b), 1e-5)
+    assert_close64(y, y64, TOL_ADD_LAYERNORM[torch.float32])
+
+
 def test_launch_config_scales_warps():
     assert aln.launch_config(4096) == (4096, 8)
     assert aln.launch_config(4095) == (4096, 8)
@@ -535,11 +548,12 @@ out = []
 k = aln._build_kernel(False)
 for dt, hidden in (("fp32", 4096), ("bf16", 4096), ("fp16", 768), ("fp32", 16384)):
     block, warps = aln.launch_config(hidden)
-    sig = {n: "i32" for n in ("stride_x", "stride_r", "stride_s", "stride_y", "N")}
+    sig = {n: "i32" for n in ("stride_x", "stride_r", "stride_s", "stride_y", "M", "N")}
     sig.update({p: "*" + dt for p in "XRWBSY"}, eps="fp32")
-    const = dict(HAS_W=True, HAS_B=True, BLOCK=block, BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True)
+    const = dict(HAS_W=True, HAS_B=True, BLOCK=block, BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True,
+                 ROWS=aln.DEFAULT_ROWS_PER_PROGRAM)
     sig.update({c: "constexpr" for c in const})
-    c = triton.compile(ASTSource(k, sig, const, aligned(k, list("XRWBSY") + list(sig)[:5])),
+    c = triton.compile(ASTSource(k, sig, const, aligned(k, list("XRWBSY") + list(sig)[:6])),
                        target=target, options={"num_warps": warps})
     loads = re.findall(r"ld\.global[^;]*;", c.asm["ptx"])
     out.append(dict(kernel="add_layernorm", dtype=dt, hidden=hidden, loads=len(loads),

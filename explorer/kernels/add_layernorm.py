@@ -14,7 +14,8 @@ refusing the fusion. What fusion saves is the re-read of ``sum`` by the
 LayerNorm and one launch: the unfused pair moves 2R+1W (add) + 1R+1W (norm) =
 5 row-sized transfers, the fused kernel 2R+2W = 4.
 
-Kernel design (bandwidth-bound, one pass): one program per row; the whole row
+Kernel design (bandwidth-bound, one pass): one program per row by default
+(``rows_per_prog`` packs several); the whole row
 (``BLOCK = next_pow2(N)`` lanes, masked beyond N) is loaded once into
 registers, summed in fp32, rounded to the input dtype and stored (the sum is
 rounded *before* normalising, exactly as the unfused graph normalises the
@@ -89,6 +90,14 @@ def launch_config(hidden: int) -> tuple[int, int]:
     return block, num_warps
 
 
+#: Rows per program. Several rows per program were tried for 2-byte dtypes (less than 16 KB of
+#: each input in flight per program): on an H200, 8192x4096 bf16 gave 89%, 86% and 89% of copy
+#: bandwidth with 1, 2 and 4 rows, all within one run's spread
+#: (benchmarks/results/bench_kernels_add_layernorm_rows_h200.json), so one row stays the default
+#: and ``rows_per_prog`` remains a tuning knob.
+DEFAULT_ROWS_PER_PROGRAM = 1
+
+
 def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Allocate an output the kernel fully overwrites (tests replace this to poison it)."""
     return torch.empty(shape, dtype=dtype, device=device)
@@ -117,16 +126,17 @@ def _build_kernel(interpret: bool):
     def _add_layernorm_fwd(
         X, R, W, B, S, Y,                     # pointers: inputs x, residual; weight, bias; outputs sum, normed
         stride_x, stride_r, stride_s, stride_y,  # row strides (elements); the last dim is contiguous
-        N, eps,
+        M, N, eps,
         HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
-        LIBRARY_REDUCE: tl.constexpr,
+        LIBRARY_REDUCE: tl.constexpr, ROWS: tl.constexpr,
     ):
-        row = tl.program_id(0).to(tl.int64)
-        cols = tl.arange(0, BLOCK)
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
+        cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
         in_row = cols < N
-        x = tl.load(X + row * stride_x + cols, mask=in_row, other=0.0, eviction_policy="evict_first")
-        r = tl.load(R + row * stride_r + cols, mask=in_row, other=0.0, eviction_policy="evict_first")
-        # γ and β are issued now, with the row, so their (L2) latency overlaps the reductions
+        live = (rows < M) & in_row                                                   # (ROWS, BLOCK)
+        x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        r = tl.load(R + rows * stride_r + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        # γ and β are issued now, with the rows, so their (L2) latency overlaps the reductions
         if HAS_W:
             w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
         if HAS_B:
@@ -136,19 +146,19 @@ def _build_kernel(interpret: bool):
             bits = s.to(tl.uint32, bitcast=True)
             s = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
         s = s.to(S.dtype.element_ty, fp_downcast_rounding="rtne")           # rounded like the unfused add
-        tl.store(S + row * stride_s + cols, s, mask=in_row)
+        tl.store(S + rows * stride_s + cols, s, mask=live)
         s = s.to(tl.float32)                                                # padded lanes are 0 + 0 = 0
         if LIBRARY_REDUCE:
-            mean = tl.sum(s, axis=0) / N
+            mean = tl.sum(s, axis=1) / N                                    # (ROWS,)
         else:
-            mean = tl.reduce(s, 0, _add) / N
-        d = tl.where(in_row, s - mean, 0.0)                                 # padded lanes must not add (0-mean)^2
+            mean = tl.reduce(s, 1, _add) / N
+        d = tl.where(in_row, s - mean[:, None], 0.0)                        # padded lanes must not add (0-mean)^2
         if LIBRARY_REDUCE:
-            var = tl.sum(d * d, axis=0) / N
+            var = tl.sum(d * d, axis=1) / N
         else:
-            var = tl.reduce(d * d, 0, _add) / N
+            var = tl.reduce(d * d, 1, _add) / N
         rstd = 1.0 / tl.sqrt(var + eps)
-        y = d * rstd
+        y = d * rstd[:, None]
         if HAS_W:
             y = y * w
         if HAS_B:
@@ -156,21 +166,22 @@ def _build_kernel(interpret: bool):
         if BF16_RTNE_BY_HAND:
             bits = y.to(tl.uint32, bitcast=True)
             y = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
-        tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=in_row)
+        tl.store(Y + rows * stride_y + cols, y.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
 
     return _add_layernorm_fwd
 
 
 def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
                   bias: torch.Tensor | None = None, eps: float = 1e-5,
-                  num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  num_warps: int | None = None, rows_per_prog: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(x + residual, layer_norm(x + residual))`` over the last dim, from one kernel.
 
     ``x`` and ``residual``: same shape ``(..., N)`` and dtype; ``weight``/``bias``:
     ``(N,)`` or None. Both outputs have the input's shape and dtype. Falls back
     to ``add_layernorm_reference`` where ``add_layernorm_impl`` says
     "reference" or the inputs do not match (broadcast residual, mixed dtypes).
-    ``num_warps`` overrides the launch heuristic (for tuning).
+    ``num_warps`` and ``rows_per_prog`` override the launch heuristics (for tuning).
     """
     n = x.shape[-1] if x.dim() else 0
     if (add_layernorm_impl(x.device, n, x.dtype) != "triton" or residual.shape != x.shape
@@ -188,14 +199,21 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
     s = _new_output((rows, n), x.dtype, x.device)
     y = _new_output((rows, n), x.dtype, x.device)
     block, warps = launch_config(n)
+    warps = num_warps or warps
+    per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
     kernel = _build_kernel(interpreting())
-    kernel[(rows,)](
+    kernel[(triton_cdiv(rows, per_program),)](
         x2, r2, w if w is not None else x2, b if b is not None else x2, s, y,
         x2.stride(0), r2.stride(0), s.stride(0), y.stride(0),
-        n, eps,
+        rows, n, eps,
         HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
         BF16_RTNE_BY_HAND=interpreting() and x.dtype == torch.bfloat16,
         LIBRARY_REDUCE=library_reductions_usable(),
-        num_warps=num_warps or warps,
+        ROWS=per_program,
+        num_warps=warps,
     )
     return s.view(x.shape), y.view(x.shape)
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
