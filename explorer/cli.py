@@ -129,8 +129,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_app(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from explorer.ui_files import MAX_UPLOAD_MB
+
     app = Path(__file__).with_name("app.py")
-    command = [sys.executable, "-m", "streamlit", "run", str(app), *extra]
+    # The repository's .streamlit/config.toml is read only from the working directory, so the
+    # settings that matter are passed here too: the stated upload limit, and no usage
+    # statistics (the app never reaches the internet). Later user arguments win.
+    defaults = [f"--server.maxUploadSize={MAX_UPLOAD_MB}", "--browser.gatherUsageStats=false"]
+    command = [sys.executable, "-m", "streamlit", "run", str(app), *defaults, *extra]
     os.execv(sys.executable, command)
     return 0  # not reached
 
