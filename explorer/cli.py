@@ -22,16 +22,9 @@ from pathlib import Path
 from typing import Sequence
 
 from explorer.errors import ExplorerError
+from explorer.units import human_bytes
 
 EXIT_USAGE = 2
-
-
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.1f} TB"
 
 
 def _positive(text: str) -> int:
@@ -71,16 +64,16 @@ def cmd_detect(args: argparse.Namespace) -> int:
     t = det.totals
     print(f"{model.name} ({model.source}): {t.get('nodes', 0)} nodes, {t.get('ops', 0)} ops, "
           f"{t.get('params', 0) / 1e6:.1f} M params, {t.get('flops', 0) / 1e9:.2f} GFLOP, "
-          f"{_human_bytes(t.get('bytes', 0))} moved unfused")
+          f"{human_bytes(t.get('bytes', 0))} moved unfused")
     print()
     print(f"{'id':<34} {'pattern':<18} {'bytes saved':>12} {'launches':>8}  origin")
     for c in det.chains:
-        print(f"{c.id:<34} {BY_NAME[c.pattern].label:<18} {_human_bytes(c.bytes_saved):>12} "
+        print(f"{c.id:<34} {BY_NAME[c.pattern].label:<18} {human_bytes(c.bytes_saved):>12} "
               f"{c.launches_saved:>8}  {' -> '.join(c.names)}")
     print()
     print("chains per pattern: " + ", ".join(f"{p.label} {det.counts[p.name]}" for p in PATTERNS if det.counts[p.name]))
     print(f"total: {len(det.chains)} chains, {result['launches_saved']} launches and "
-          f"{_human_bytes(result['bytes_saved'])} of intermediate traffic saved")
+          f"{human_bytes(result['bytes_saved'])} of intermediate traffic saved")
     if det.near_misses:
         print(f"\nnear misses ({len(det.near_misses)}):")
         for m in det.near_misses:

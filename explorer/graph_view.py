@@ -33,6 +33,7 @@ import networkx as nx
 
 from explorer.fusion_engine import Detection
 from explorer.patterns import PATTERNS, UNKNOWN_COLOR, color_of
+from explorer.units import human_bytes, human_count  # noqa: F401  (re-exported for the pages)
 
 PLAIN_COLOR = "#f4f4f4"      # ops in no chain
 PLAIN_BORDER = "#9e9e9e"
@@ -104,25 +105,6 @@ class LegendItem:
 
 
 # ------------------------------------------------------------------ helpers
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def human_count(n: float) -> str:
-    """1.2e9 -> '1.20 G'."""
-    n = float(n)
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f}"
-
 
 def legend(detection: Detection | None = None) -> list[LegendItem]:
     """One item per registered pattern (with its chain count in ``detection``), then 'unknown'."""

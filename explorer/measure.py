@@ -38,7 +38,6 @@ import copy
 import dataclasses
 import datetime
 import math
-import os
 import platform
 import shutil
 import statistics
@@ -49,8 +48,9 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 import torch.fx
 
+from explorer.units import GIB, available_host_bytes  # noqa: F401  (the runner reads both from here)
+
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
-GIB = float(1 << 30)
 
 
 # ------------------------------------------------------------------ devices and dtypes
@@ -195,21 +195,6 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
 
 
 # ------------------------------------------------------------------ memory fit
-
-def available_host_bytes() -> int:
-    """MemAvailable from /proc/meminfo (falls back to total physical memory)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 1 << 62
-
 
 def check_fits(need_bytes: int, available_bytes: int, where: str) -> None:
     """Raise ``RunError("does not fit in memory: needs X GiB, Y GiB available")``."""

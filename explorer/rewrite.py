@@ -576,8 +576,6 @@ def _plan_matmul_softmax(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
     if ops.aten_name(softmax) == "_softmax" and ops.arg(softmax, 2, "half_to_float", False):
         raise _UseGeneric("softmax upcasts half to float")
     context_name = chain.node_for("context")
-    n_keys = int(sval.shape[-1])
-    dtype = sval.dtype
     if context_name is None:
         args = (a, b, scale, mask)
         label = _matmul_softmax_label(dev, a, b, mask)

@@ -21,9 +21,8 @@ def _fused_bytes(fmt: str, model_key: tuple, plan_json: str, _model, _detection,
 
 
 def page() -> None:
-    cur = ui_state.current()
+    cur = ui_state.current_or_prompt()
     if cur is None:
-        st.info("Choose a model in the sidebar.")
         return
     spec, model, graph, detection = cur
     ss = st.session_state

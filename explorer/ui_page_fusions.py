@@ -31,9 +31,8 @@ def _one(detection, chain_id: str, accept: bool) -> None:
 
 
 def page() -> None:
-    cur = ui_state.current()
+    cur = ui_state.current_or_prompt()
     if cur is None:
-        st.info("Choose a model in the sidebar.")
         return
     spec, model, graph, detection = cur
     accepted = ui_state.accepted_ids(detection)

@@ -52,9 +52,8 @@ def legend_html(detection) -> str:
 
 
 def page() -> None:
-    cur = ui_state.current()
+    cur = ui_state.current_or_prompt()
     if cur is None:
-        st.info("Choose a model in the sidebar.")
         return
     spec, model, graph, detection = cur
     accepted = ui_state.accepted_ids(detection)

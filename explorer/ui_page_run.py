@@ -39,9 +39,8 @@ def _progress() -> None:
 
 
 def page() -> None:
-    cur = ui_state.current()
+    cur = ui_state.current_or_prompt()
     if cur is None:
-        st.info("Choose a model in the sidebar.")
         return
     spec, model, graph, detection = cur
     ss = st.session_state

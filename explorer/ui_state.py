@@ -135,6 +135,14 @@ def current():
     return spec, model, graph, detection
 
 
+def current_or_prompt():
+    """Like ``current``, but tells the user to choose a model when there is none."""
+    cur = current()
+    if cur is None:
+        st.info("Choose a model in the sidebar.")
+    return cur
+
+
 # ------------------------------------------------------------------ choices and plans
 
 def accepted_ids(detection) -> set[str]:

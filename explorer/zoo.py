@@ -14,34 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Callable
 
 import torch
 
 from explorer.errors import ModelLoadError
+from explorer.units import available_host_bytes
 
 SEED = 0
 
 
-def available_memory_bytes() -> int:
-    """Host memory available now (Linux), or a large number where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 60
-
-
 def check_fits(nbytes: int, what: str, fraction: float = 0.5) -> None:
     """Refuse, with one line, to allocate more than ``fraction`` of the available host memory."""
-    limit = int(available_memory_bytes() * fraction)
+    limit = int(available_host_bytes() * fraction)
     if nbytes > limit:
         raise ModelLoadError(f"{what} do not fit in memory: they need {nbytes / 2**30:.1f} GiB, "
                              f"and {limit / 2**30:.1f} GiB may be used")
