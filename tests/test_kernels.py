@@ -596,3 +596,29 @@ def test_triton_kernels_compile_for_sm90_without_gpu():
         assert r["local"] in (0, None), f"register spills: {r}"
         if r["kernel"] == "add_layernorm" and r["hidden"] % 16 == 0:
             assert r["loads"] == r["vector_loads"] > 0, f"scalar loads on aligned rows: {r}"
+
+
+def test_launch_specialization_keys():
+    from explorer.kernels import _specialization
+
+    t = torch.zeros(8)
+    assert _specialization(t) == ("t", torch.float32, True)
+    assert _specialization(t[1:]) == ("t", torch.float32, False)         # 4 bytes off: not 16-aligned
+    assert _specialization(1) != _specialization(2) != _specialization(16)
+    assert _specialization(32) == _specialization(48)
+    assert _specialization(1 << 31) != _specialization(32)               # needs a 64-bit integer
+
+
+@gpu
+@needs_cuda
+def test_launch_cache_keeps_specialisations_apart():
+    """Aligned and misaligned rows alternate: each launch must use the kernel compiled for it."""
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    base = torch.randn(2, 5 * 768 + 4, device="cuda", generator=gen)
+    for offset in (0, 1, 0, 1, 4, 1):
+        x = base[0, offset:offset + 5 * 768].view(5, 768)
+        r = base[1, offset:offset + 5 * 768].view(5, 768)
+        s, y = aln.add_layernorm(x, r, None, None, 1e-5)
+        assert torch.equal(s, x + r)
+        _, y64 = aln.add_layernorm_reference(x.double(), r.double(), None, None, 1e-5)
+        assert_close64(y, y64, TOL_ADD_LAYERNORM[torch.float32])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 import torch
 
@@ -119,3 +120,54 @@ def library_reductions_usable() -> bool:
     except Exception:
         return False
     return isinstance(tl.sum, InterpretedFunction)
+
+
+# ------------------------------------------------------------------ launching
+
+#: Compiled kernels by launch signature; see ``launch``.
+_COMPILED: dict[tuple, tuple[Any, tuple]] = {}
+
+
+def _specialization(arg: Any) -> tuple:
+    """What Triton specialises a kernel on, for one argument (a superset, to be safe).
+
+    Tensors: dtype and 16-byte alignment of the pointer. Integers: equal to 1, divisible
+    by 16, and which integer width holds them. Anything else: its type (and value for
+    the rare non-numeric ones).
+    """
+    if isinstance(arg, torch.Tensor):
+        return ("t", arg.dtype, arg.data_ptr() % 16 == 0)
+    if isinstance(arg, bool):
+        return ("b", arg)
+    if isinstance(arg, int):
+        return ("i", arg == 1, arg % 16 == 0, -(1 << 31) <= arg < (1 << 31), arg < (1 << 63))
+    if isinstance(arg, float):
+        return ("f",)
+    return ("o", type(arg).__name__, arg)
+
+
+def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], **options: Any) -> None:
+    """``kernel[grid](*args, **constexprs, **options)``, without the JIT's per-call cost after the first.
+
+    Triton's JIT binds and specialises every argument on every call: about 80 µs of host
+    time per launch of the Add+LayerNorm kernel on the H200 machine, four times the whole
+    eager add + layer_norm pair (measured with a diagnostic script quoted in issue 3's note). The first call
+    for a signature goes through the JIT, which compiles and returns the compiled kernel;
+    later calls with the same specialisation (``_specialization``) launch that handle
+    directly. ``args`` are the kernel's runtime arguments in order; its constexpr
+    parameters must all come after them. Under the interpreter, always the plain call.
+    """
+    if interpreting() or not torch.cuda.is_available():
+        kernel[grid](*args, **constexprs, **options)
+        return
+    key = (kernel, tuple(constexprs.items()), tuple(sorted(options.items())),
+           tuple(_specialization(a) for a in args), torch.cuda.current_device())
+    hit = _COMPILED.get(key)
+    if hit is None:
+        compiled = kernel[grid](*args, **constexprs, **options)
+        if compiled is not None and hasattr(compiled, "__getitem__"):
+            names = list(kernel.arg_names)[len(args):]
+            _COMPILED[key] = (compiled, tuple(constexprs[n] for n in names))
+        return
+    compiled, const_values = hit
+    compiled[tuple(grid) + (1,) * (3 - len(grid))](*args, *const_values)  # the handle wants 3 grid dims

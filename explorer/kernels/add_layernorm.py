@@ -34,7 +34,7 @@ import functools
 
 import torch
 
-from explorer.kernels import import_triton, interpreting, library_reductions_usable, triton_runs_on
+from explorer.kernels import import_triton, interpreting, launch, library_reductions_usable, triton_runs_on
 
 MAX_HIDDEN = 16384
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -202,14 +202,13 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
     warps = num_warps or warps
     per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
     kernel = _build_kernel(interpreting())
-    kernel[(triton_cdiv(rows, per_program),)](
-        x2, r2, w if w is not None else x2, b if b is not None else x2, s, y,
-        x2.stride(0), r2.stride(0), s.stride(0), y.stride(0),
-        rows, n, eps,
-        HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
-        BF16_RTNE_BY_HAND=interpreting() and x.dtype == torch.bfloat16,
-        LIBRARY_REDUCE=library_reductions_usable(),
-        ROWS=per_program,
+    launch(
+        kernel, (triton_cdiv(rows, per_program),),
+        (x2, r2, w if w is not None else x2, b if b is not None else x2, s, y,
+         x2.stride(0), r2.stride(0), s.stride(0), y.stride(0), rows, n, eps),
+        dict(HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
+             BF16_RTNE_BY_HAND=interpreting() and x.dtype == torch.bfloat16,
+             LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program),
         num_warps=warps,
     )
     return s.view(x.shape), y.view(x.shape)

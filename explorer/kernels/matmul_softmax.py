@@ -32,7 +32,7 @@ import functools
 
 import torch
 
-from explorer.kernels import import_triton, interpreting, library_reductions_usable, triton_runs_on
+from explorer.kernels import import_triton, interpreting, launch, library_reductions_usable, triton_runs_on
 
 MAX_FUSED_N = 1024
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -237,16 +237,15 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
     mk = mask4 if mask4 is not None else a4
     upcast = interpreting() and a.dtype == torch.bfloat16
     kernel = _build_kernel(interpreting())
-    kernel[grid](
-        a4, b4, mk, o4,
-        m, n, k, b1,
-        *a4.stride(), *b4.stride(), *mk.stride(), *o4.stride(),
-        float(scale),
-        HAS_MASK=mask4 is not None,
-        DOT_PRECISION="ieee" if a.dtype == torch.float32 or upcast else "tf32",
-        UPCAST=upcast,
-        LIBRARY_REDUCE=library_reductions_usable(),
-        **cfg,
+    options = {k: cfg[k] for k in ("num_warps", "num_stages")}
+    launch(
+        kernel, grid,
+        (a4, b4, mk, o4, m, n, k, b1, *a4.stride(), *b4.stride(), *mk.stride(), *o4.stride(), float(scale)),
+        dict(HAS_MASK=mask4 is not None,
+             DOT_PRECISION="ieee" if a.dtype == torch.float32 or upcast else "tf32",
+             UPCAST=upcast, LIBRARY_REDUCE=library_reductions_usable(),
+             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"]),
+        **options,
     )
     return out
 
