@@ -130,3 +130,25 @@ def test_onnx_detects_folded_resnet_block(onnx_file):
 
 def test_shape_that_does_not_fit_memory():
     assert_one_line_error(cli("detect", "resnet50", "--batch", "100000000"), "do not fit in memory")
+
+
+def test_plan_then_run_on_cpu(tmp_path):
+    plan = tmp_path / "plan.json"
+    proc = cli("plan", "conv_bn_relu", "--accept", "all")
+    assert proc.returncode == 0, proc.stderr
+    plan.write_text(proc.stdout)
+    report = tmp_path / "report.json"
+    proc = cli("run", "conv_bn_relu", "--plan", str(plan), "--device", "cpu", "--no-chains", "--no-stages",
+               "--out", str(report))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(report.read_text())
+    assert {"unfused", "fused", "chains", "stages", "plan", "environment"} <= set(data)
+    assert data["environment"]["is_cpu"] is True
+    assert data["fused"]["precision"]["rel_l2"] < 1e-4
+    other = tmp_path / "other.json"
+    other.write_text(cli("plan", "residual_block").stdout)
+    assert_one_line_error(cli("run", "conv_bn_relu", "--plan", str(other), "--device", "cpu"),
+                          "made for model 'residual_block'")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert_one_line_error(cli("run", "conv_bn_relu", "--plan", str(broken)), "not valid JSON")
