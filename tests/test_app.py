@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import time
 import zipfile
 from pathlib import Path
@@ -350,3 +351,32 @@ def test_app_cancel_run_shows_error_and_stays_usable():
     assert at.session_state["active"].source == "conv_bn_relu"
     at.switch_page("ui_page_graph.py").run()
     assert not at.exception and not at.error
+
+
+def _unsupported_onnx_bytes() -> bytes:
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["selected"])
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 4, 4]),
+                               helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 4])],
+                              [helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
+@pytest.mark.parametrize("kind, uploader, name, data, needle", [
+    (".pt2 upload", "pt2_file", "model.pt2", pickle.dumps({"not": "an archive"}), "pickle"),
+    ("ONNX upload", "onnx_file", "nms.onnx", None, "NonMaxSuppression"),
+])
+def test_app_refuses_pickles_and_unsupported_ops_and_keeps_state(kind, uploader, name, data, needle):
+    at = _app("conv_bn_relu")
+    at.radio(key="model_kind").set_value(kind).run()
+    payload = data if data is not None else _unsupported_onnx_bytes()
+    uploaders = [u for u in at.sidebar.get("file_uploader") if u.key == uploader]
+    uploaders[0].set_value((name, payload, "application/octet-stream"))
+    at.run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and needle in errors[0] and "Traceback" not in errors[0], errors
+    assert at.session_state["active"].source == "conv_bn_relu"
