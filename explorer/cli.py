@@ -2,7 +2,8 @@
 
     fusion-explorer models
     fusion-explorer detect MODEL [--json] [--batch N] [--seq-len N]
-    fusion-explorer plan MODEL --accept all|none|PATTERN[,PATTERN...] [--reject ID,...] > plan.json
+    fusion-explorer plan MODEL --accept all|none|PATTERN[,PATTERN...] [--reject ID,...]
+                               [--reject-slower report.json] > plan.json
     fusion-explorer run MODEL --plan plan.json [--device cuda|cpu] [--dtype fp32|fp16|bf16]
                               [--batch N] [--seq-len N] --out report.json
     fusion-explorer app [STREAMLIT ARGS...]
@@ -87,6 +88,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     _, _, det = analyze(args.model, batch=args.batch, seq_len=args.seq_len)
     reject = [r.strip() for r in (args.reject or "").split(",") if r.strip()]
+    if args.reject_slower:
+        from explorer.plan import slower_chains
+
+        try:
+            report = json.loads(Path(args.reject_slower).read_text())
+        except (OSError, ValueError) as exc:
+            raise ExplorerError(f"cannot read report {args.reject_slower}: {exc}") from None
+        known = {c.id for c in det.chains}
+        reject += [c for c in slower_chains(report) if c in known and c not in reject]
     plan = make_plan(det, accept=args.accept, reject=reject, memory_format=args.memory_format,
                      cuda_graphs=args.cuda_graphs)
     print(plan.to_json())
@@ -154,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(p)
     p.add_argument("--accept", default="all", help="all, none, or pattern names separated by commas")
     p.add_argument("--reject", default="", help="chain ids to reject, separated by commas")
+    p.add_argument("--reject-slower", dest="reject_slower", metavar="REPORT",
+                   help="also reject every chain that this runner report measured slower fused")
     p.add_argument("--memory-format", default="nchw", choices=["nchw", "channels_last"], dest="memory_format")
     p.add_argument("--cuda-graphs", action="store_true", dest="cuda_graphs")
 

@@ -83,6 +83,23 @@ class Plan:
             raise PlanError(f"plan accepts chains this model does not have: {', '.join(unknown[:5])}")
 
 
+def slower_chains(report: dict[str, Any]) -> list[str]:
+    """Ids of the chains a runner report measured slower fused than unfused.
+
+    The report's plan says whether CUDA graphs were on; then the replayed timing
+    (``slower_in_graph``) is the one that applies, else the plain one (``slower``).
+    """
+    if not isinstance(report, dict) or not isinstance(report.get("chains"), list):
+        raise PlanError("not a runner report: it has no 'chains' list")
+    graphs = bool((report.get("plan") or {}).get("cuda_graphs"))
+    slower = []
+    for chain in report["chains"]:
+        flag = chain.get("slower_in_graph") if graphs and "slower_in_graph" in chain else chain.get("slower")
+        if flag:
+            slower.append(str(chain["id"]))
+    return slower
+
+
 def make_plan(detection: Detection, accept: str | Iterable[str] = "all", reject: Iterable[str] = (),
               memory_format: str = "nchw", cuda_graphs: bool = False) -> Plan:
     """Build a plan: ``accept`` is "all", "none", or pattern names; ``reject`` lists chain ids."""

@@ -1,6 +1,6 @@
 """Results page: the latest run report as charts and tables (figures from ``explorer.charts``).
 
-Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages.
+Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages; button: reject_slower.
 """
 
 from __future__ import annotations
@@ -8,6 +8,20 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer import charts, ui_state
+from explorer.plan import slower_chains
+
+
+def _offer_reject_slower(report: dict) -> None:
+    """A button that rejects, in the current choices, every chain this report measured slower."""
+    cur = ui_state.current()
+    plan = report.get("plan") or {}
+    if cur is None or plan.get("fingerprint") != cur[3].fingerprint:
+        return
+    detection = cur[3]
+    slower = set(slower_chains(report))
+    if st.button(f"Reject the {len(slower)} slower chain(s)", key="reject_slower"):
+        ui_state.set_accepted(detection, ui_state.accepted_ids(detection) - slower)
+        st.success(f"Rejected {len(slower)} chain(s); the plan on the Fusions page now leaves them unfused.")
 
 
 def page() -> None:
@@ -49,7 +63,8 @@ def page() -> None:
         slower = [r for r in rows if r["slower"]]
         if slower:
             st.warning(f"{len(slower)} chain(s) got slower when fused (red bars): not every fusion pays. "
-                       "Reject them on the Fusions page and run again.")
+                       "Reject them and run again.")
+            _offer_reject_slower(report)
         st.plotly_chart(charts.chain_speedup_figure(report), key="chart_chain_speedup", width="stretch")
         st.dataframe(rows, hide_index=True, width="stretch", column_config=sci)
         st.plotly_chart(charts.chain_precision_figure(report), key="chart_chain_precision",

@@ -380,3 +380,20 @@ def test_app_refuses_pickles_and_unsupported_ops_and_keeps_state(kind, uploader,
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and needle in errors[0] and "Traceback" not in errors[0], errors
     assert at.session_state["active"].source == "conv_bn_relu"
+
+
+def test_results_button_rejects_the_chains_that_got_slower():
+    """A real CPU report, with one chain's verdict set to slower (CPU timings are noise-level)."""
+    from explorer.gpu_runner import RunSettings, run
+
+    at = _app("residual_block")
+    _, _, det = analyze("residual_block")
+    report = run("residual_block", None, RunSettings(device="cpu", stages=False, warmup=1, reps=3))
+    slow_id = report["chains"][0]["id"]
+    for chain in report["chains"]:
+        chain["slower"] = chain["id"] == slow_id
+    at.session_state["last_report"] = ("test", report)
+    at.switch_page("ui_page_results.py").run()
+    assert not at.exception
+    at.button(key="reject_slower").click().run()
+    assert _accepted(at) == {c.id for c in det.chains} - {slow_id}

@@ -152,3 +152,20 @@ def test_plan_then_run_on_cpu(tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     assert_one_line_error(cli("run", "conv_bn_relu", "--plan", str(broken)), "not valid JSON")
+
+
+def test_plan_rejects_the_chains_a_report_measured_slower(tmp_path):
+    report = {"plan": {"cuda_graphs": False}, "chains": [
+        {"id": "conv_bn_act@conv2d", "slower": True, "slower_in_graph": False},
+        {"id": "conv_bn_add_act@conv2d_1", "slower": False, "slower_in_graph": True}]}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    proc = cli("plan", "residual_block", "--reject-slower", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["accepted"] == ["conv_bn_add_act@conv2d_1"]
+    report["plan"]["cuda_graphs"] = True  # replayed timings apply then
+    path.write_text(json.dumps(report))
+    assert json.loads(cli("plan", "residual_block", "--reject-slower", str(path)).stdout)["accepted"] == [
+        "conv_bn_act@conv2d"]
+    path.write_text("[]")
+    assert_one_line_error(cli("plan", "residual_block", "--reject-slower", str(path)), "not a runner report")
