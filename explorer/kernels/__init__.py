@@ -50,6 +50,17 @@ _ACTIVATIONS = {
 }
 
 
+#: Agreement of a GEMM or convolution with an epilogue (bias, add, activation) with the
+#: unfused computation in float64 (TF32 off), ``|out - ref| <= atol + rtol·|ref|`` for
+#: unit-scale outputs: the product is rounded (u), then the epilogue's result (u), and
+#: 16-bit products may accumulate in reduced precision: ~8u.
+EPILOGUE_TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=4e-3, atol=4e-3),
+    torch.bfloat16: dict(rtol=3.2e-2, atol=3.2e-2),
+}
+
+
 def apply_activation(t: torch.Tensor, act: str) -> torch.Tensor:
     """Return ``act(t)`` as a new tensor (the unfused reference step)."""
     try:

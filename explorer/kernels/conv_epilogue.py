@@ -31,20 +31,13 @@ from collections.abc import Sequence
 
 import torch
 
-from explorer.kernels import apply_activation, apply_activation_
+from explorer.kernels import EPILOGUE_TOLERANCES, apply_activation, apply_activation_
 from explorer.kernels.bn_fold import conv_nd
 
 CONV_ACTIVATIONS = ("relu", "relu6", "silu", "gelu", "hardswish", "none")
 _CUDNN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-#: Agreement with the unfused computation in float64 (TF32 off), ``|out - ref| <= atol + rtol·|ref|``
-#: for unit-scale outputs: the conv output is rounded (u), then the epilogue's result
-#: (u), and 16-bit convolutions may accumulate in reduced precision: ~8u.
-TOLERANCES = {
-    torch.float32: dict(rtol=1e-5, atol=1e-5),
-    torch.float16: dict(rtol=4e-3, atol=4e-3),
-    torch.bfloat16: dict(rtol=3.2e-2, atol=3.2e-2),
-}
+TOLERANCES = EPILOGUE_TOLERANCES  # see explorer.kernels for the error model
 
 
 def _as_list(value, n: int) -> list[int]:
