@@ -14,6 +14,8 @@ as "not measured", never as zero.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import plotly.graph_objects as go
@@ -205,7 +207,12 @@ def chain_precision_figure(report: dict) -> go.Figure:
     fig = go.Figure(go.Bar(x=ids, y=vals, marker_color=[color_of(c.get("pattern", "")) for c in chains],
                            hovertext=[f"{c.get('id')}: max abs {c.get('max_abs')}, rel {c.get('rel_err')}"
                                       for c in chains], hoverinfo="text"))
-    fig.update_layout(title="Per-chain max abs error (fused vs unfused chain)", yaxis_type="log",
+    # An explicit log range a decade either side of the data: plotly's autorange on a log axis
+    # with one or two bars picks odd, unlabelled ticks.
+    lo = math.floor(math.log10(min(vals))) - 1 if vals else -12
+    hi = math.ceil(math.log10(max(vals))) + 1 if vals else 0
+    fig.update_layout(title="Per-chain max abs error (fused vs unfused chain)",
+                      yaxis=dict(type="log", range=[lo, hi], exponentformat="power", dtick=1),
                       yaxis_title="max |fused - unfused|", height=340, margin=dict(l=40, r=10, t=60, b=40),
                       xaxis=dict(showticklabels=len(ids) <= 30))
     return fig

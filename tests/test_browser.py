@@ -33,6 +33,12 @@ def app_url():
         yield url
 
 
+def _wait_idle(page, timeout_ms: int = 30_000) -> None:
+    """Wait until Streamlit has finished its current script run (its status widget is gone)."""
+    page.wait_for_timeout(300)
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=timeout_ms)
+
+
 def _select(page, label: str, option: str) -> None:
     box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).first
     box.click()
@@ -41,6 +47,7 @@ def _select(page, label: str, option: str) -> None:
 
 
 def test_graph_and_results_in_chromium(app_url):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     ASSETS.mkdir(exist_ok=True)
@@ -77,8 +84,22 @@ def test_graph_and_results_in_chromium(app_url):
 
         # Run on the CPU
         page.get_by_role("link", name="Run", exact=True).first.click()
+        page.get_by_text("Press Run").wait_for(timeout=60_000)
+        quick = page.get_by_role("checkbox", name="Quick (few repetitions)")
         page.get_by_text("Quick (few repetitions)").click()
-        page.get_by_role("button", name="Run", exact=True).click()
+        page.wait_for_function("el => el.checked", arg=quick.element_handle(), timeout=30_000)
+        _wait_idle(page)
+        # A click that lands while Streamlit is still re-rendering after the checkbox can be lost
+        # (seen once in CI on a loaded machine): click until the run visibly starts.
+        started = page.locator('[data-testid="stProgress"]').or_(
+            page.get_by_text("Results for the current plan and settings"))
+        for _ in range(3):
+            page.get_by_role("button", name="Run", exact=True).click()
+            try:
+                started.first.wait_for(timeout=20_000)
+                break
+            except PlaywrightTimeout:
+                _wait_idle(page)
         page.get_by_text("Results for the current plan and settings").wait_for(timeout=300_000)
 
         # Results: plotly charts drawn
