@@ -90,7 +90,7 @@ def build_graph(gm: torch.fx.GraphModule, model_name: str = "model") -> nx.DiGra
         written = 0 if ops.is_view_kind(kind) else sum(ops.nbytes(t) for t in outs)
         if kind == "output":
             bytes_read = 0
-        launches = 0 if (ops.is_view_kind(kind) or kind == "view") else 1
+        launches = 0 if ops.is_view_kind(kind) else 1
         g.add_node(
             node.name,
             kind=kind,

@@ -210,14 +210,7 @@ def zoo_input_bytes(source: str, batch: int | None, seq_len: int | None) -> int 
     from explorer import zoo
 
     entry = zoo.ZOO.get(source)
-    if entry is None:
-        return None
-    b, s = entry.inputs.resolve(batch, seq_len)
-    total = 0
-    for spec in entry.inputs.tensors:
-        n = math.prod(spec.concrete_shape(b, s))
-        total += n * torch.empty((), dtype=getattr(torch, spec.dtype)).element_size()
-    return int(total)
+    return None if entry is None else entry.inputs.nbytes(batch, seq_len)
 
 
 # ------------------------------------------------------------------ timing

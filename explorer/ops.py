@@ -110,7 +110,7 @@ def kind_of(node: torch.fx.Node) -> str:
         return node.op
     name = aten_name(node)
     if name in ("hardtanh", "hardtanh_"):
-        lo, hi = _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0)
+        lo, hi = arg(node, 1, "min_val", -1.0), arg(node, 2, "max_val", 1.0)
         return "relu6" if (lo, hi) == (0.0, 6.0) or (lo, hi) == (0, 6) else "hardtanh"
     if name in ("dropout", "dropout_", "feature_dropout"):
         return "dropout" if not is_training_dropout(node) else "dropout_train"
@@ -124,8 +124,8 @@ def is_ignored(node: torch.fx.Node) -> bool:
 
 
 def is_training_dropout(node: torch.fx.Node) -> bool:
-    p = _arg(node, 1, "p", 0.5)
-    train = _arg(node, 2, "train", True)
+    p = arg(node, 1, "p", 0.5)
+    train = arg(node, 2, "train", True)
     return bool(train) and float(p) > 0
 
 
@@ -133,21 +133,17 @@ def is_training_batch_norm(node: torch.fx.Node) -> bool:
     """True when a batch_norm node uses batch statistics (training mode)."""
     name = aten_name(node)
     if name == "batch_norm":
-        return bool(_arg(node, 5, "training", False))
+        return bool(arg(node, 5, "training", False))
     if name in ("native_batch_norm", "_native_batch_norm_legit"):
-        return bool(_arg(node, 5, "training", True))
+        return bool(arg(node, 5, "training", True))
     return False
-
-
-def _arg(node: torch.fx.Node, index: int, name: str, default: Any) -> Any:
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
 
 
 def arg(node: torch.fx.Node, index: int, name: str, default: Any = None) -> Any:
     """Positional-or-keyword argument ``index``/``name`` of an fx node."""
-    return _arg(node, index, name, default)
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
 
 
 # ---------------------------------------------------------------- tensor metadata
