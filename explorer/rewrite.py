@@ -61,7 +61,7 @@ from explorer.sources import LoadedModel
 log = logging.getLogger(__name__)
 
 LEVELS = ("none", "conv_bn", "activation", "all")
-GENERIC_LABEL = "generic: torch.compile of the chain subgraph"
+GENERIC_LABEL = "generic: torch.compile's inductor on the chain subgraph"
 _EPILOGUE_STAGES = ("conv_bn", "activation")
 
 
@@ -128,6 +128,11 @@ def fused_add_layer_norm(x, residual, weight, bias, eps):
     return _aln.add_layernorm(x, residual, weight, bias, eps)
 
 
+def fused_add_layer_norm_normed(x, residual, weight, bias, eps):
+    """``layer_norm(x + residual)`` from one kernel where possible; the sum (read by nothing else) is not written."""
+    return _aln.add_layernorm(x, residual, weight, bias, eps, keep_sum=False)[1]
+
+
 def fused_matmul_softmax(a, b, scale, mask):
     """``softmax(a @ b * scale + mask, dim=-1)``, scores kept on chip where the Triton kernel runs."""
     return _mms.matmul_softmax(a, b, scale, _mask_like(mask, a))
@@ -135,16 +140,16 @@ def fused_matmul_softmax(a, b, scale, mask):
 
 def fused_attention(q, k, v, scale, mask):
     """``softmax(q @ kᵀ * scale + mask) @ v`` as one scaled_dot_product_attention call."""
-    return _mms.attention(q, k, v, scale, _mask_like(mask, q))
+    return _mms.attention(q, k, v, scale, mask)  # it casts a floating mask to q's dtype, as _mask_like
 
 
 def fused_attention_kt(q, k_t, v, scale, mask):
     """Like ``fused_attention`` when the graph holds ``kᵀ`` itself (not a transpose of ``k``)."""
-    return _mms.attention(q, k_t.transpose(-2, -1), v, scale, _mask_like(mask, q))
+    return _mms.attention(q, k_t.transpose(-2, -1), v, scale, mask)
 
 
 def fused_subgraph(chain_module, *inputs):
-    """Run a chain's own small GraphModule (``_CompiledChain``: torch.compile on first call)."""
+    """Run a chain's own small GraphModule (``_CompiledChain``: compiled by inductor at its first call)."""
     return chain_module(*inputs)
 
 
@@ -155,8 +160,23 @@ def _mask_like(mask, x):
     return mask
 
 
+def _input_signature(inputs: tuple) -> tuple:
+    """What a compiled chain is specialised on: each tensor's shape, strides, dtype and device."""
+    return tuple((t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else (type(t), t)
+                 for t in inputs)
+
+
 class _CompiledChain(torch.nn.Module):
-    """A chain's subgraph, compiled with ``torch.compile`` lazily, at its first call.
+    """A chain's subgraph, compiled by inductor (torch.compile's compiler) at its first call.
+
+    The subgraph is already a graph of ATen ops, so it goes to inductor
+    (``torch._inductor.compile_fx.compile_fx``) directly, without dynamo. Dynamo
+    would trace it again and check its guards before every call: about 230 µs
+    of host time per call of one small chain in BERT-base on the H200 machine
+    (``benchmarks/results/graph_host_h200.json``), several times the ops it
+    replaces. Its one guard that matters here is kept, cheaper: each compiled
+    version is specialised on its inputs' shapes, strides, dtypes and devices
+    (``_input_signature``), and a call with another signature compiles another.
 
     When compiling is impossible (CPU without a C++ compiler) or fails, the
     subgraph runs eagerly, op by op; ``mode`` says which ("pending",
@@ -167,29 +187,36 @@ class _CompiledChain(torch.nn.Module):
         super().__init__()
         self.sub = sub
         self.mode = "pending" if compile_it else "eager"
-        self._compiled: Callable | None = None
+        self._compiled: dict[tuple, Callable] = {}
 
     def forward(self, *inputs):
-        if self.mode == "pending":
+        if self.mode == "eager":
+            return self.sub(*inputs)
+        key = _input_signature(inputs)
+        fn = self._compiled.get(key)
+        if fn is None:
             try:
-                self._compiled = torch.compile(self.sub, dynamic=False)
-                out = self._compiled(*inputs)
-                self.mode = "compiled"
-                return out
+                from torch._inductor.compile_fx import compile_fx
+
+                # compile_fx rewrites the graph it is given (its outputs become a list): a copy
+                fn = compile_fx(copy.deepcopy(self.sub), list(inputs))
+                out = fn(*inputs)
             except Exception as exc:  # inductor raises many kinds; the eager path is exact
-                log.warning("torch.compile of a fused chain failed, running it eagerly: %s",
+                log.warning("inductor could not compile a fused chain, running it eagerly: %s",
                             str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
                 self.mode = "eager"
-        if self.mode == "compiled" and self._compiled is not None:
-            return self._compiled(*inputs)
-        return self.sub(*inputs)
+                return self.sub(*inputs)
+            self._compiled[key] = fn
+            self.mode = "compiled"
+            return out
+        return fn(*inputs)
 
     def __deepcopy__(self, memo):
-        return _CompiledChain(copy.deepcopy(self.sub, memo), self.mode == "pending")
+        return _CompiledChain(copy.deepcopy(self.sub, memo), self.mode != "eager")
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_compiled"] = None
+        state["_compiled"] = {}
         if state.get("mode") == "compiled":
             state["mode"] = "pending"
         return state
@@ -518,20 +545,18 @@ def _plan_add_layer_norm(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
     if list(shape) != [out.shape[-1]]:
         raise _Refuse("LayerNorm normalizes over more than the last dimension")
     args = (x, residual, ops.arg(ln, 2, "weight"), ops.arg(ln, 3, "bias"), float(ops.arg(ln, 4, "eps", 1e-5)))
+    keep_sum = add.name in chain.extra_outputs
     triton = _aln.add_layernorm_impl(dev, int(out.shape[-1]), out.dtype) == "triton"
-    describe = getattr(_aln, "describe", None)
-    if describe is not None:
-        label = describe(dev, int(out.shape[-1]), out.dtype)
-    else:
-        label = "triton add+layer_norm (1 kernel, 2 outputs)" if triton else "add + layer_norm (2 kernels)"
+    label = _aln.describe(dev, int(out.shape[-1]), out.dtype, keep_sum)
     if triton and dev.type == "cpu":
         label += " [Triton interpreter on cpu]"
     elif not triton:
         label += f"; reference composition: no fused kernel on {dev.type}" + (
             "" if dev.type == "cpu" else " for these arguments")
-    outputs = [add if add.name in chain.extra_outputs else None, ln]   # the call returns (sum, normed)
-    return _whole_chain_edit(by_name, chain, fused_add_layer_norm, args, label, outputs=outputs,
-                             tuple_result=True)
+    if not keep_sum:  # nothing else reads the sum (post-norm): it is never written
+        return _whole_chain_edit(by_name, chain, fused_add_layer_norm_normed, args, label)
+    return _whole_chain_edit(by_name, chain, fused_add_layer_norm, args, label, outputs=[add, ln],
+                             tuple_result=True)  # the call returns (sum, normed)
 
 
 def _plan_matmul_softmax(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:

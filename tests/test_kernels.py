@@ -83,10 +83,12 @@ def assert_close64(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> None:
 
 
 def poison(monkeypatch, module) -> None:
-    """Make ``module``'s output allocator return NaN-filled tensors."""
+    """Make ``module``'s output allocators return NaN-filled tensors."""
     def nan_output(shape, dtype, device):
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     monkeypatch.setattr(module, "_new_output", nan_output)
+    if hasattr(module, "_new_output_like"):
+        monkeypatch.setattr(module, "_new_output_like", lambda t: nan_output(t.shape, t.dtype, t.device))
 
 
 def device_params():
@@ -352,6 +354,7 @@ def test_add_layernorm_falls_back_and_says_so(monkeypatch):
 @pytest.mark.parametrize("device", device_params())
 def test_add_layernorm_describe(device):
     assert aln.describe(device, 768, torch.float16) == "triton add+layer_norm (1 kernel, 2 outputs)"
+    assert "the sum is not written" in aln.describe(device, 768, torch.float16, keep_sum=False)
     assert aln.describe(device, aln.MAX_HIDDEN + 1) == "add + layer_norm (2 kernels)"
 
 
@@ -551,7 +554,7 @@ for dt, hidden in (("fp32", 4096), ("bf16", 4096), ("fp16", 768), ("fp32", 16384
     sig = {n: "i32" for n in ("stride_x", "stride_r", "stride_s", "stride_y", "M", "N")}
     sig.update({p: "*" + dt for p in "XRWBSY"}, eps="fp32")
     const = dict(HAS_W=True, HAS_B=True, BLOCK=block, BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True,
-                 ROWS=aln.DEFAULT_ROWS_PER_PROGRAM)
+                 ROWS=aln.DEFAULT_ROWS_PER_PROGRAM, WRITE_SUM=True)
     sig.update({c: "constexpr" for c in const})
     c = triton.compile(ASTSource(k, sig, const, aligned(k, list("XRWBSY") + list(sig)[:6])),
                        target=target, options={"num_warps": warps})
@@ -622,3 +625,68 @@ def test_launch_cache_keeps_specialisations_apart():
         assert torch.equal(s, x + r)
         _, y64 = aln.add_layernorm_reference(x.double(), r.double(), None, None, 1e-5)
         assert_close64(y, y64, TOL_ADD_LAYERNORM[torch.float32])
+
+
+@gpu
+@needs_cuda
+def test_launch_cache_tells_mixed_alignments_apart():
+    """x aligned with r misaligned, then the other way round: the fast path's signature must
+    tell them apart (one shared "all aligned" flag would launch a kernel compiled for the other)."""
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    base = torch.randn(2, 5 * 768 + 4, device="cuda", generator=gen)
+    for off_x, off_r in ((0, 1), (1, 0), (0, 1), (1, 1), (0, 0), (1, 0)):
+        x = base[0, off_x:off_x + 5 * 768].view(5, 768)
+        r = base[1, off_r:off_r + 5 * 768].view(5, 768)
+        s, y = aln.add_layernorm(x, r, None, None, 1e-5)
+        assert torch.equal(s, x + r)
+        _, y64 = aln.add_layernorm_reference(x.double(), r.double(), None, None, 1e-5)
+        assert_close64(y, y64, TOL_ADD_LAYERNORM[torch.float32])
+
+
+@pytest.mark.parametrize("device", device_params())
+def test_add_layernorm_fast_path_is_planned_once_and_stays_right(device, monkeypatch):
+    """Contiguous inputs are planned once per signature; later calls on fresh inputs (the
+    same shapes, as a model's forward makes them) reuse the plan and stay correct."""
+    gen = torch.Generator().manual_seed(12)
+    poison(monkeypatch, aln)
+    for dtype in (torch.float32, torch.bfloat16):
+        before = len(aln._LAUNCHES)
+        for call in range(3):
+            x = rand((3, 7, 96), dtype, device, gen)
+            r = rand((3, 7, 96), dtype, device, gen)
+            w, b = rand(96, dtype, device, gen, 0.1) + 1, rand(96, dtype, device, gen, 0.1)
+            s, y = aln.add_layernorm(x, r, w, b, 1e-5)
+            assert s.shape == y.shape == (3, 7, 96)
+            assert torch.equal(s, x + r)
+            _, y64 = aln.add_layernorm_reference(_up(x), _up(r), _up(w), _up(b), 1e-5)
+            assert_close64(y, y64, TOL_ADD_LAYERNORM[dtype])
+            assert len(aln._LAUNCHES) == before + 1, "one plan per signature, reused by later calls"
+        key = aln._signature(x, r, w, b, 1e-5, None, None)
+        assert aln._LAUNCHES[key].kernel is not None                     # the plan runs the kernel
+    strided = rand((4, 130), torch.float32, device, gen)[:, :96]
+    assert aln._signature(strided, strided, None, None, 1e-5, None, None) is None   # general path
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("contiguous", [True, False], ids=["fast-path", "general-path"])
+def test_add_layernorm_without_the_sum(dtype, device, contiguous, monkeypatch):
+    """``keep_sum=False`` (post-norm blocks: nothing else reads the sum): the normalised output
+    is the same as with the sum written, no sum comes back, and the sum's buffer is never
+    allocated (one output allocation per call)."""
+    gen = torch.Generator().manual_seed(21)
+    big = rand((4, 9, 168), dtype, device, gen)
+    x = big[..., :160] if not contiguous else big[..., :160].contiguous()     # 160: masked lanes too
+    r = rand((4, 9, 160), dtype, device, gen)
+    w, b = rand(160, dtype, device, gen, 0.1) + 1, rand(160, dtype, device, gen, 0.1)
+    poison(monkeypatch, aln)
+    allocations = []
+    for name in ("_new_output", "_new_output_like"):
+        inner = getattr(aln, name)
+        monkeypatch.setattr(aln, name, lambda *a, inner=inner: allocations.append(1) or inner(*a))
+    s, y = aln.add_layernorm(x, r, w, b, 1e-5, keep_sum=False)
+    assert s is None and len(allocations) == 1
+    _, y64 = aln.add_layernorm_reference(_up(x), _up(r), _up(w), _up(b), 1e-5)
+    assert_close64(y, y64, TOL_ADD_LAYERNORM[dtype])
+    _, y_both = aln.add_layernorm(x, r, w, b, 1e-5)
+    assert torch.equal(y, y_both)      # the sum is rounded to the dtype before normalising either way

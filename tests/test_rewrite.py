@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import shutil
 
 import pytest
 import torch
@@ -138,6 +139,11 @@ def test_resnet50_all_chains_fused_outputs_match():
 def test_bert_base_all_chains_fused_fp32():
     fused = _check_model("bert_base", seq_len=16, f64=False)
     assert {a.pattern for a in fused.applied} == {"add_layer_norm", "matmul_softmax", "linear_act"}
+    # post-norm: nothing but the LayerNorm reads each sum, so the kernel is asked not to write it
+    code = fused.gm.code
+    direct = [a for a in fused.applied if a.pattern == "add_layer_norm" and not a.implementation.startswith("generic")]
+    assert len(direct) >= 24 and code.count("fused_add_layer_norm_normed(") == len(direct)
+    assert "getitem" not in code
 
 
 def test_labels_are_honest_about_cpu():
@@ -328,10 +334,36 @@ def test_elementwise_chain_uses_the_generic_fallback():
     fused = apply_plan(model, detection, make_plan(detection))
     applied = fused.applied[0]
     assert applied.status == "fused"
-    assert applied.implementation.startswith("generic: torch.compile of the chain subgraph")
+    assert applied.implementation.startswith("generic: torch.compile's inductor on the chain subgraph")
     assert "eagerly" in applied.implementation  # compiling is off in these tests, and the label says so
     assert "fused_subgraph" in fused.gm.code
     _assert_close(_outputs(fused.gm, (x, y)), _outputs(gm, (x, y)), 0.0)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="inductor's CPU backend needs a C++ compiler")
+def test_generic_fallback_compiles_and_respecialises(monkeypatch):
+    """With compiling on, the chain runs inductor's code (not the eager ops), agrees with the
+    unfused graph, and a call with other shapes or strides compiles another version instead
+    of reusing one specialised for the first."""
+    monkeypatch.setenv("EXPLORER_GENERIC_COMPILE", "1")
+    x, y = torch.randn(3, 5), torch.randn(3, 5)
+    gm = capture(_Pointwise(), (x, y), "pointwise")
+    model = LoadedModel("pointwise", "zoo", gm, (x, y), ["x", "y"])
+    detection = detect(build_graph(gm, "pointwise"))
+    fused = apply_plan(model, detection, make_plan(detection))
+    assert "eagerly" not in fused.applied[0].implementation
+    chain = next(m for m in fused.gm.modules() if type(m).__name__ == "_CompiledChain")
+    eager_calls = []
+    monkeypatch.setattr(chain.sub, "forward", lambda *a: eager_calls.append(a) or (_ for _ in ()).throw(
+        AssertionError("the eager subgraph ran")))
+    for shape, transpose in (((3, 5), False), ((3, 5), False), ((4, 6), False), ((6, 4), True)):
+        a, b = torch.randn(shape), torch.randn(shape)
+        if transpose:  # same shape as a compiled call, other strides
+            a, b = a.t(), b.t()
+        _assert_close(_outputs(fused.gm, (a, b)), _outputs(gm, (a, b)), F32_RTOL)
+    assert chain.mode == "compiled" and not eager_calls
+    assert len(chain._compiled) == 3          # (3,5) once, (4,6), (4,6) transposed
 
 
 # ---------------------------------------------------------------------- chain_module

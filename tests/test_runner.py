@@ -238,6 +238,44 @@ def test_prepare_graph_retargets_dtype_and_keeps_integers(dtype, analyze_cached)
     assert next(model.gm.parameters()).dtype == torch.float32  # the original is untouched
 
 
+class _Blocks(torch.nn.Module):
+    """Nested weights and both kinds of dropout: what the runner's graph clean-ups touch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Dropout(0.5))
+                                          for _ in range(2))
+        self.register_buffer("scale", torch.tensor(2.0))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return torch.nn.functional.dropout(x, 0.5, training=True) * self.scale
+
+
+def test_prepare_graph_cleanups_keep_the_function():
+    """Eval-mode dropout is dropped, training-mode dropout is kept, and nested weights are read
+    from the root: the same tensor objects, the same parameter count, the same outputs."""
+    from explorer.sources import capture
+
+    x = torch.randn(3, 6)
+    gm = capture(_Blocks().eval(), (x,), "blocks")
+    dropouts = lambda g: [n.args[2] if len(n.args) > 2 else n.kwargs.get("train")  # noqa: E731
+                          for n in g.graph.nodes if n.target is torch.ops.aten.dropout.default]
+    assert sorted(dropouts(gm)) == [False, False, True]
+    prepared = measure.prepare_graph(gm, "cpu", torch.float32)
+    assert dropouts(prepared) == [True]
+    reads = [n.target for n in prepared.graph.nodes if n.op == "get_attr"]
+    assert reads and all("." not in t for t in reads)
+    assert sum(p.numel() for p in prepared.parameters()) == sum(p.numel() for p in gm.parameters())
+    first = next(n.target for n in prepared.graph.nodes if n.op == "get_attr" and "layers_0" in n.target)
+    assert getattr(prepared, first) is prepared.get_parameter("layers.0.0.weight")
+    torch.manual_seed(0)
+    expected = gm(x)
+    torch.manual_seed(0)
+    assert torch.equal(prepared(x), expected)   # the same random mask: the training dropout kept its place
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_full_run_on_cuda_with_graphs():

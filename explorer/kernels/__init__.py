@@ -32,8 +32,8 @@ _INPLACE_ACTIVATIONS = {
     "relu": lambda t: t.relu_(),
     "relu6": lambda t: t.clamp_(0.0, 6.0),
     "silu": lambda t: torch.nn.functional.silu(t, inplace=True),
-    "gelu": lambda t: torch.ops.aten.gelu_(t),
-    "gelu_tanh": lambda t: torch.ops.aten.gelu_(t, approximate="tanh"),
+    "gelu": lambda t: torch.ops.aten.gelu_.default(t),
+    "gelu_tanh": lambda t: torch.ops.aten.gelu_.default(t, approximate="tanh"),
     "hardswish": lambda t: torch.nn.functional.hardswish(t, inplace=True),
     "tanh": lambda t: t.tanh_(),
 }
@@ -135,8 +135,19 @@ def library_reductions_usable() -> bool:
 
 # ------------------------------------------------------------------ launching
 
+class _Compiled:
+    """One kernel compiled for one specialisation, with a launcher per grid."""
+
+    __slots__ = ("handle", "const_values", "runners")
+
+    def __init__(self, handle: Any, const_values: tuple) -> None:
+        self.handle = handle                  # triton.compiler.CompiledKernel
+        self.const_values = const_values      # constexpr values, in parameter order
+        self.runners: dict[tuple, Any] = {}   # grid -> the handle's launcher for that grid
+
+
 #: Compiled kernels by launch signature; see ``launch``.
-_COMPILED: dict[tuple, tuple[Any, tuple]] = {}
+_COMPILED: dict[Any, _Compiled] = {}
 
 
 def _specialization(arg: Any) -> tuple:
@@ -157,28 +168,42 @@ def _specialization(arg: Any) -> tuple:
     return ("o", type(arg).__name__, arg)
 
 
-def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], **options: Any) -> None:
+def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], key: Any = None,
+           **options: Any) -> None:
     """``kernel[grid](*args, **constexprs, **options)``, without the JIT's per-call cost after the first.
 
     Triton's JIT binds and specialises every argument on every call: about 80 µs of host
     time per launch of the Add+LayerNorm kernel on the H200 machine, four times the whole
-    eager add + layer_norm pair (measured with a diagnostic script quoted in issue 3's note). The first call
-    for a signature goes through the JIT, which compiles and returns the compiled kernel;
-    later calls with the same specialisation (``_specialization``) launch that handle
-    directly. ``args`` are the kernel's runtime arguments in order; its constexpr
-    parameters must all come after them. Under the interpreter, always the plain call.
+    eager add + layer_norm pair (``benchmarks/results/host_overhead_h200.json``). The first
+    call for a signature goes through the JIT, which compiles and returns the compiled
+    kernel; later calls with the same signature launch that handle directly, through a
+    launcher kept per grid, on the current stream of the first tensor's device.
+
+    ``args`` are the kernel's runtime arguments in order; its constexpr parameters must
+    all come after them. ``key``, when given, must determine everything Triton
+    specialises on (dtypes, 16-byte pointer alignment, integers equal to 1 or divisible
+    by 16) and the constexprs and options; callers on a hot path build it from shapes,
+    which is much cheaper than ``_specialization`` of every argument (the default).
+    Under the interpreter, or on a tensor not on CUDA, always the plain call.
     """
-    if interpreting() or not torch.cuda.is_available():
+    first = args[0]
+    if not first.is_cuda:
         kernel[grid](*args, **constexprs, **options)
         return
-    key = (kernel, tuple(constexprs.items()), tuple(sorted(options.items())),
-           tuple(_specialization(a) for a in args), torch.cuda.current_device())
+    if key is None:
+        key = (tuple(constexprs.items()), tuple(sorted(options.items())),
+               tuple(_specialization(a) for a in args))
+    key = (kernel, key, first.get_device())
     hit = _COMPILED.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **constexprs, **options)
+        if interpreting():  # an interpreted kernel has no compiled handle to keep
+            return
         if compiled is not None and hasattr(compiled, "__getitem__"):
             names = list(kernel.arg_names)[len(args):]
-            _COMPILED[key] = (compiled, tuple(constexprs[n] for n in names))
+            _COMPILED[key] = _Compiled(compiled, tuple(constexprs[n] for n in names))
         return
-    compiled, const_values = hit
-    compiled[tuple(grid) + (1,) * (3 - len(grid))](*args, *const_values)  # the handle wants 3 grid dims
+    runner = hit.runners.get(grid)
+    if runner is None:  # the handle wants 3 grid dims
+        runner = hit.runners[grid] = hit.handle[tuple(grid) + (1,) * (3 - len(grid))]
+    runner(*args, *hit.const_values, stream=torch._C._cuda_getCurrentRawStream(key[2]))

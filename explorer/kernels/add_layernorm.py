@@ -8,11 +8,13 @@
     r ───┘        │                                r ───┘           └──► y = LN(sum)·γ + β
                   └─► (next residual)
 
-A transformer block's residual stream needs the sum afterwards (it is the next
-block's residual), so the fused kernel writes it as a second output instead of
-refusing the fusion. What fusion saves is the re-read of ``sum`` by the
-LayerNorm and one launch: the unfused pair moves 2R+1W (add) + 1R+1W (norm) =
-5 row-sized transfers, the fused kernel 2R+2W = 4.
+A pre-norm transformer block's residual stream needs the sum afterwards (it is
+the next block's residual), so the fused kernel writes it as a second output
+instead of refusing the fusion. What fusion saves there is the re-read of
+``sum`` by the LayerNorm and one launch: the unfused pair moves 2R+1W (add) +
+1R+1W (norm) = 5 row-sized transfers, the fused kernel 2R+2W = 4. Where nothing
+else reads the sum (post-norm blocks such as BERT's), ``keep_sum=False`` does
+not write it at all: 2R+1W = 3 transfers, and one allocation fewer.
 
 Kernel design (bandwidth-bound, one pass): one program per row by default
 (``rows_per_prog`` packs several); the whole row
@@ -69,10 +71,12 @@ def add_layernorm_impl(device: torch.device | str, hidden: int | None = None,
     return "triton"
 
 
-def describe(device: torch.device | str, hidden: int | None = None, dtype: torch.dtype | None = None) -> str:
+def describe(device: torch.device | str, hidden: int | None = None, dtype: torch.dtype | None = None,
+             keep_sum: bool = True) -> str:
     """Human-readable label of the implementation ``add_layernorm`` takes."""
     if add_layernorm_impl(device, hidden, dtype) == "triton":
-        return "triton add+layer_norm (1 kernel, 2 outputs)"
+        return ("triton add+layer_norm (1 kernel, 2 outputs)" if keep_sum
+                else "triton add+layer_norm (1 kernel; the sum is not written: nothing else reads it)")
     return "add + layer_norm (2 kernels)"
 
 
@@ -103,6 +107,12 @@ def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def _new_output_like(t: torch.Tensor) -> torch.Tensor:
+    """``_new_output`` shaped like the contiguous ``t``: ``empty_like`` parses no arguments, the
+    cheaper call on the fast path (tests replace this too)."""
+    return torch.empty_like(t)
+
+
 @functools.lru_cache(maxsize=2)
 def _build_kernel(interpret: bool):
     """Define the Triton kernel (imports Triton); cached per interpreter mode.
@@ -128,7 +138,7 @@ def _build_kernel(interpret: bool):
         stride_x, stride_r, stride_s, stride_y,  # row strides (elements); the last dim is contiguous
         M, N, eps,
         HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
-        LIBRARY_REDUCE: tl.constexpr, ROWS: tl.constexpr,
+        LIBRARY_REDUCE: tl.constexpr, ROWS: tl.constexpr, WRITE_SUM: tl.constexpr,
     ):
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
         cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
@@ -146,7 +156,8 @@ def _build_kernel(interpret: bool):
             bits = s.to(tl.uint32, bitcast=True)
             s = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
         s = s.to(S.dtype.element_ty, fp_downcast_rounding="rtne")           # rounded like the unfused add
-        tl.store(S + rows * stride_s + cols, s, mask=live)
+        if WRITE_SUM:
+            tl.store(S + rows * stride_s + cols, s, mask=live)
         s = s.to(tl.float32)                                                # padded lanes are 0 + 0 = 0
         if LIBRARY_REDUCE:
             mean = tl.sum(s, axis=1) / N                                    # (ROWS,)
@@ -171,22 +182,106 @@ def _build_kernel(interpret: bool):
     return _add_layernorm_fwd
 
 
+class _Launch:
+    """Everything about one call signature that does not change from call to call."""
+
+    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "key")
+
+    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0, key=None) -> None:
+        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
+        self.num_warps, self.key = num_warps, key
+
+
+#: ``_Launch`` by call signature (see ``_signature``): the decisions and launch arguments
+#: are worked out once per signature, so that a repeated call costs the host little more
+#: than two allocations and the launch itself.
+_LAUNCHES: dict[tuple, _Launch] = {}
+
+
+def _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum=True) -> tuple | None:
+    """Hashable call signature for the fast path, or None where only the general path applies.
+
+    Contiguous inputs only. It holds what the kernel is specialised on (dtypes; shapes,
+    hence every integer argument; which pointers are 16-byte aligned), the device (and
+    on the CPU whether Triton is interpreting) and the tuning overrides.
+    """
+    if not (x.is_contiguous() and residual.is_contiguous()):
+        return None
+    w = b = None
+    if weight is not None:
+        if not weight.is_contiguous():
+            return None
+        w = (weight.dtype, weight.shape, weight.device, weight.data_ptr() & 15 == 0)
+    if bias is not None:
+        if not bias.is_contiguous():
+            return None
+        b = (bias.dtype, bias.shape, bias.device, bias.data_ptr() & 15 == 0)
+    return (x.dtype, x.shape, x.device, x.data_ptr() & 15 == 0,
+            residual.dtype, residual.shape, residual.device, residual.data_ptr() & 15 == 0,
+            w, b, float(eps), num_warps, rows_per_prog, keep_sum, x.is_cuda or interpreting())
+
+
+def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum, key) -> _Launch:
+    """Decide, for contiguous inputs, whether the kernel runs, and prepare its launch."""
+    n = x.shape[-1] if x.dim() else 0
+    if (add_layernorm_impl(x.device, n, x.dtype) != "triton" or residual.shape != x.shape
+            or residual.dtype != x.dtype or residual.device != x.device or x.numel() == 0
+            or any(t is not None and t.device != x.device for t in (weight, bias))):
+        return _Launch()                                                      # kernel None: the reference
+    interpret = interpreting()
+    rows = x.numel() // n                                                     # rows of N, row stride N
+    block, warps = launch_config(n)
+    per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
+    constexprs = dict(HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block,
+                      BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
+                      LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum)
+    return _Launch(_build_kernel(interpret), (triton_cdiv(rows, per_program),), (n, n, n, n, rows, n),
+                   constexprs, num_warps or warps, key)
+
+
 def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
                   bias: torch.Tensor | None = None, eps: float = 1e-5,
-                  num_warps: int | None = None, rows_per_prog: int | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+                  num_warps: int | None = None, rows_per_prog: int | None = None, keep_sum: bool = True
+                  ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Return ``(x + residual, layer_norm(x + residual))`` over the last dim, from one kernel.
 
     ``x`` and ``residual``: same shape ``(..., N)`` and dtype; ``weight``/``bias``:
-    ``(N,)`` or None. Both outputs have the input's shape and dtype. Falls back
-    to ``add_layernorm_reference`` where ``add_layernorm_impl`` says
-    "reference" or the inputs do not match (broadcast residual, mixed dtypes).
-    ``num_warps`` and ``rows_per_prog`` override the launch heuristics (for tuning).
+    ``(N,)`` or None. Both outputs have the input's shape and dtype. With
+    ``keep_sum=False`` the sum is neither written nor allocated and the first
+    element is None (the normalised output is unchanged: it is computed from the
+    sum rounded to the dtype either way). Falls back to ``add_layernorm_reference``
+    where ``add_layernorm_impl`` says "reference" or the inputs do not match
+    (broadcast residual, mixed dtypes). ``num_warps`` and ``rows_per_prog``
+    override the launch heuristics (for tuning).
+
+    Contiguous inputs take a fast path: the launch is planned once per call signature
+    and then reused (a model calls this with the same shapes every forward); anything
+    else goes through ``_add_layernorm_general``, planned afresh on every call.
     """
+    key = _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum)
+    if key is None:
+        return _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum)
+    plan = _LAUNCHES.get(key)
+    if plan is None:
+        plan = _LAUNCHES[key] = _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum, key)
+    if plan.kernel is None:
+        s, y = add_layernorm_reference(x, residual, weight, bias, eps)
+        return (s if keep_sum else None), y
+    y = _new_output_like(x)
+    s = _new_output_like(x) if keep_sum else y                      # S is never stored to without keep_sum
+    launch(plan.kernel, plan.grid,
+           (x, residual, x if weight is None else weight, x if bias is None else bias, s, y, *plan.ints, eps),
+           plan.constexprs, key=key, num_warps=plan.num_warps)
+    return (s if keep_sum else None), y
+
+
+def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum=True):
+    """Any layout and device: rows through ``reshape``, each call planned afresh."""
     n = x.shape[-1] if x.dim() else 0
     if (add_layernorm_impl(x.device, n, x.dtype) != "triton" or residual.shape != x.shape
             or residual.dtype != x.dtype or residual.device != x.device or x.numel() == 0):
-        return add_layernorm_reference(x, residual, weight, bias, eps)
+        s, y = add_layernorm_reference(x, residual, weight, bias, eps)
+        return (s if keep_sum else None), y
     x2 = x.reshape(-1, n)                                                     # (rows, N)
     r2 = residual.reshape(-1, n)
     if x2.stride(-1) != 1:
@@ -196,8 +291,8 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
     w = weight.contiguous() if weight is not None else None
     b = bias.contiguous() if bias is not None else None
     rows = x2.shape[0]
-    s = _new_output((rows, n), x.dtype, x.device)
     y = _new_output((rows, n), x.dtype, x.device)
+    s = _new_output((rows, n), x.dtype, x.device) if keep_sum else y
     block, warps = launch_config(n)
     warps = num_warps or warps
     per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
@@ -208,10 +303,10 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
          x2.stride(0), r2.stride(0), s.stride(0), y.stride(0), rows, n, eps),
         dict(HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
              BF16_RTNE_BY_HAND=interpreting() and x.dtype == torch.bfloat16,
-             LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program),
+             LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum),
         num_warps=warps,
     )
-    return s.view(x.shape), y.view(x.shape)
+    return (s.view(x.shape) if keep_sum else None), y.view(x.shape)
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -29,6 +29,8 @@ import torch
 from explorer.kernels import EPILOGUE_TOLERANCES, apply_activation, apply_activation_
 
 LINEAR_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh", "none")
+#: PyTorch reads DISABLE_ADDMM_CUDA_LT once per process too (``getDisableAddmmCudaLt``).
+_LT_DISABLED = os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1"
 _LT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 TOLERANCES = EPILOGUE_TOLERANCES  # see explorer.kernels for the error model
@@ -39,16 +41,19 @@ def _check_act(act: str) -> None:
         raise ValueError(f"unknown activation {act!r}; known: {list(LINEAR_ACTIVATIONS)}")
 
 
-@functools.lru_cache(maxsize=None)
-def gelu_epilogue_variant(device: str, dtype: torch.dtype) -> str:
+def gelu_epilogue_variant(device: str | torch.device, dtype: torch.dtype) -> str:
     """Which GELU ``torch._addmm_activation(use_gelu=True)`` computes here: ``"gelu"`` (erf) or ``"gelu_tanh"``.
 
     Probed with a GEMM whose product is exact in any precision (an identity
     weight and inputs that are multiples of 1/8 within ±4), so the only
     difference left is the GELU formula; the result is compared, in float64,
-    with both variants.
+    with both variants. Probed once per device and dtype.
     """
-    dev = torch.device(device)
+    return _gelu_epilogue_variant(torch.device(device), dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu_epilogue_variant(dev: torch.device, dtype: torch.dtype) -> str:
     values = torch.arange(-32, 32, dtype=torch.float64) / 8                    # (64,) exact in bf16
     x = torch.diag(values).to(dtype=dtype, device=dev)                         # (64, 64)
     eye = torch.eye(64, dtype=dtype, device=dev)
@@ -62,13 +67,13 @@ def gelu_epilogue_variant(device: str, dtype: torch.dtype) -> str:
 def _lt_epilogue(act: str, device: torch.device, dtype: torch.dtype,
                  in_features: int = 2, out_features: int = 2) -> bool | None:
     """``use_gelu`` for the fused cuBLASLt call, or None when the fused call does not apply."""
-    if device.type != "cuda" or dtype not in _LT_DTYPES or os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1":
+    if device.type != "cuda" or dtype not in _LT_DTYPES or _LT_DISABLED:
         return None
     if in_features <= 1 or out_features <= 1:      # PyTorch skips cuBLASLt for these shapes
         return None
     if act == "relu":
         return False
-    if act in ("gelu", "gelu_tanh") and gelu_epilogue_variant(str(device), dtype) == act:
+    if act in ("gelu", "gelu_tanh") and _gelu_epilogue_variant(device, dtype) == act:
         return True
     return None
 
@@ -85,7 +90,7 @@ def describe(act: str, device: torch.device | str, dtype: torch.dtype = torch.fl
         return "linear (1 kernel)"
     why = ""
     if device.type == "cuda" and act in ("gelu", "gelu_tanh"):
-        why = f"; the cuBLASLt epilogue computes {gelu_epilogue_variant(str(device), dtype)}, not {act}"
+        why = f"; the cuBLASLt epilogue computes {gelu_epilogue_variant(device, dtype)}, not {act}"
     return f"linear + {act} in place (2 kernels{why})"
 
 

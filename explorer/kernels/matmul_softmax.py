@@ -264,8 +264,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | 
     the op-by-op "math" backend (18 kernels instead of 1–2 for BERT-base shapes
     in fp16, measured on the H200), so operands are fixed up first.
     """
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    if v.stride(-1) != 1:
+        v = v.contiguous()
+    if mask is not None and mask.dtype != q.dtype and mask.is_floating_point():
         mask = mask.to(q.dtype)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
