@@ -614,27 +614,16 @@ def test_launch_specialization_keys():
 
 @gpu
 @needs_cuda
-def test_launch_cache_keeps_specialisations_apart():
-    """Aligned and misaligned rows alternate: each launch must use the kernel compiled for it."""
+@pytest.mark.parametrize("offsets", [
+    ((0, 0), (1, 1), (0, 0), (1, 1), (4, 4), (1, 1)),      # both aligned, then both not, alternating
+    ((0, 1), (1, 0), (0, 1), (1, 1), (0, 0), (1, 0)),      # one aligned and the other not, both ways
+], ids=["together", "mixed"])
+def test_launch_cache_keeps_specialisations_apart(offsets):
+    """Aligned and misaligned rows alternate: each launch must use the kernel compiled for its own
+    alignments (one shared "all aligned" flag would launch a kernel compiled for the other)."""
     gen = torch.Generator(device="cuda").manual_seed(3)
     base = torch.randn(2, 5 * 768 + 4, device="cuda", generator=gen)
-    for offset in (0, 1, 0, 1, 4, 1):
-        x = base[0, offset:offset + 5 * 768].view(5, 768)
-        r = base[1, offset:offset + 5 * 768].view(5, 768)
-        s, y = aln.add_layernorm(x, r, None, None, 1e-5)
-        assert torch.equal(s, x + r)
-        _, y64 = aln.add_layernorm_reference(x.double(), r.double(), None, None, 1e-5)
-        assert_close64(y, y64, TOL_ADD_LAYERNORM[torch.float32])
-
-
-@gpu
-@needs_cuda
-def test_launch_cache_tells_mixed_alignments_apart():
-    """x aligned with r misaligned, then the other way round: the fast path's signature must
-    tell them apart (one shared "all aligned" flag would launch a kernel compiled for the other)."""
-    gen = torch.Generator(device="cuda").manual_seed(4)
-    base = torch.randn(2, 5 * 768 + 4, device="cuda", generator=gen)
-    for off_x, off_r in ((0, 1), (1, 0), (0, 1), (1, 1), (0, 0), (1, 0)):
+    for off_x, off_r in offsets:
         x = base[0, off_x:off_x + 5 * 768].view(5, 768)
         r = base[1, off_r:off_r + 5 * 768].view(5, 768)
         s, y = aln.add_layernorm(x, r, None, None, 1e-5)
