@@ -537,8 +537,12 @@ def _plan_add_layer_norm(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
     if not all(isinstance(t, torch.fx.Node) for t in (x, residual)):
         raise _UseGeneric("add of a constant")
     xs, rs, out = _val(x), _val(residual), _val(add)
-    if not all(isinstance(t, torch.Tensor) for t in (xs, rs, out)) or xs.shape != rs.shape or xs.dtype != rs.dtype:
-        raise _UseGeneric("the add broadcasts or mixes dtypes")
+    if not all(isinstance(t, torch.Tensor) for t in (xs, rs, out)) or xs.dtype != rs.dtype:
+        raise _UseGeneric("the add mixes dtypes")
+    if xs.shape != out.shape and rs.shape == out.shape:  # the add is commutative: the full operand first
+        x, residual, xs, rs = residual, x, rs, xs
+    if xs.shape != out.shape or not _aln.leading_broadcast(rs.shape, xs.shape):
+        raise _UseGeneric("the add broadcasts other than over leading dims")
     if ops.arg(ln, 0, "input") is not add:
         raise _UseGeneric("a view between the add and the LayerNorm")
     shape = ops.arg(ln, 1, "normalized_shape")

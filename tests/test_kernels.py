@@ -551,7 +551,7 @@ out = []
 k = aln._build_kernel(False)
 for dt, hidden in (("fp32", 4096), ("bf16", 4096), ("fp16", 768), ("fp32", 16384)):
     block, warps = aln.launch_config(hidden)
-    sig = {n: "i32" for n in ("stride_x", "stride_r", "stride_s", "stride_y", "M", "N")}
+    sig = {n: "i32" for n in ("stride_x", "stride_r", "stride_s", "stride_y", "M", "N", "R_ROWS")}
     sig.update({p: "*" + dt for p in "XRWBSY"}, eps="fp32")
     const = dict(HAS_W=True, HAS_B=True, BLOCK=block, BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True,
                  ROWS=aln.DEFAULT_ROWS_PER_PROGRAM, WRITE_SUM=True)
@@ -679,3 +679,30 @@ def test_add_layernorm_without_the_sum(dtype, device, contiguous, monkeypatch):
     assert_close64(y, y64, TOL_ADD_LAYERNORM[dtype])
     _, y_both = aln.add_layernorm(x, r, w, b, 1e-5)
     assert torch.equal(y, y_both)      # the sum is rounded to the dtype before normalising either way
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("r_shape", [(1, 7, 96), (7, 96), (1, 1, 96), (96,)], ids=["1SN", "SN", "11N", "N"])
+def test_add_layernorm_residual_broadcast_over_leading_dims(r_shape, dtype, device, monkeypatch):
+    """A residual that repeats over the leading dims (BERT's position embeddings, (1, S, N)
+    against (B, S, N)) is read row by row modulo its own rows: same result as torch's broadcast."""
+    gen = torch.Generator().manual_seed(31)
+    x = rand((3, 7, 96), dtype, device, gen)
+    r = rand(r_shape, dtype, device, gen)
+    w, b = rand(96, dtype, device, gen, 0.1) + 1, rand(96, dtype, device, gen, 0.1)
+    poison(monkeypatch, aln)
+    assert aln._signature(x, r, w, b, 1e-5, None, None) is not None       # the fast path takes it
+    s, y = aln.add_layernorm(x, r, w, b, 1e-5)
+    assert s.shape == y.shape == x.shape
+    assert torch.equal(s, x + r)
+    _, y64 = aln.add_layernorm_reference(_up(x), _up(r), _up(w), _up(b), 1e-5)
+    assert_close64(y, y64, TOL_ADD_LAYERNORM[dtype])
+
+
+def test_leading_broadcast_rule():
+    lb = aln.leading_broadcast
+    assert lb((1, 7, 96), (3, 7, 96)) and lb((7, 96), (3, 7, 96)) and lb((3, 7, 96), (3, 7, 96))
+    assert not lb((3, 1, 96), (3, 7, 96))          # broadcast inside: rows do not repeat as a block
+    assert not lb((1, 7, 1), (3, 7, 96))           # broadcast over the normalised dim
+    assert not lb((2, 3, 7, 96), (3, 7, 96))       # r is the larger one

@@ -320,6 +320,34 @@ def test_add_layer_norm_keeps_the_sum_as_extra_output():
     _assert_close(got64, ref64, F64_RTOL)
 
 
+class _Embeddings(torch.nn.Module):
+    """BERT's embeddings: a position table broadcast over the batch, added first, then LayerNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.randn(1, 7, 24))
+        self.norm = torch.nn.LayerNorm(24)
+
+    def forward(self, x):
+        return self.norm(self.pos + x)          # the broadcast operand first: the rewrite swaps them
+
+
+def test_add_layer_norm_with_a_residual_broadcast_over_the_batch():
+    x = torch.randn(3, 7, 24)
+    gm = capture(_Embeddings(), (x,), "embeddings")
+    model = LoadedModel("embeddings", "zoo", gm, (x,), ["x"])
+    detection = detect(build_graph(gm, "embeddings"))
+    assert [c.pattern for c in detection.chains] == ["add_layer_norm"]
+    fused = apply_plan(model, detection, make_plan(detection))
+    applied = fused.applied[0]
+    assert applied.status == "fused" and not applied.implementation.startswith("generic"), applied
+    assert "fused_add_layer_norm_normed" in fused.gm.code
+    _assert_close(_outputs(fused.gm, (x,)), _outputs(gm, (x,)), F32_RTOL)
+    model64 = _as_double(model)
+    got64 = _outputs(apply_plan(model64, detection, make_plan(detection)).gm, model64.example_inputs)
+    _assert_close(got64, _outputs(model64.gm, model64.example_inputs), F64_RTOL)
+
+
 class _Pointwise(torch.nn.Module):
     def forward(self, x, y):
         return torch.sigmoid(torch.relu(x * 2 + y))

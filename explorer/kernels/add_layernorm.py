@@ -136,7 +136,7 @@ def _build_kernel(interpret: bool):
     def _add_layernorm_fwd(
         X, R, W, B, S, Y,                     # pointers: inputs x, residual; weight, bias; outputs sum, normed
         stride_x, stride_r, stride_s, stride_y,  # row strides (elements); the last dim is contiguous
-        M, N, eps,
+        M, N, R_ROWS, eps,                       # R_ROWS: rows of the residual (< M: it repeats, a broadcast)
         HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
         LIBRARY_REDUCE: tl.constexpr, ROWS: tl.constexpr, WRITE_SUM: tl.constexpr,
     ):
@@ -145,7 +145,7 @@ def _build_kernel(interpret: bool):
         in_row = cols < N
         live = (rows < M) & in_row                                                   # (ROWS, BLOCK)
         x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
-        r = tl.load(R + rows * stride_r + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0, eviction_policy="evict_first")
         # γ and β are issued now, with the rows, so their (L2) latency overlaps the reductions
         if HAS_W:
             w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
@@ -180,6 +180,17 @@ def _build_kernel(interpret: bool):
         tl.store(Y + rows * stride_y + cols, y.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
 
     return _add_layernorm_fwd
+
+
+def leading_broadcast(r_shape, x_shape) -> bool:
+    """Whether ``r`` broadcasts to ``x`` over leading dims only (or equals it): after dropping its
+    leading 1s, ``r``'s shape is a suffix of ``x``'s ending in the normalised dim, e.g. BERT's
+    position embeddings ``(1, S, N)`` against ``(B, S, N)``. Its rows then repeat every
+    ``numel(r) / N`` rows of ``x``, which is all the kernel needs."""
+    r_shape, x_shape = tuple(r_shape), tuple(x_shape)
+    while r_shape and r_shape[0] == 1 and len(r_shape) > 1:
+        r_shape = r_shape[1:]
+    return 0 < len(r_shape) <= len(x_shape) and x_shape[len(x_shape) - len(r_shape):] == r_shape
 
 
 class _Launch:
@@ -224,18 +235,19 @@ def _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_su
 def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum, key) -> _Launch:
     """Decide, for contiguous inputs, whether the kernel runs, and prepare its launch."""
     n = x.shape[-1] if x.dim() else 0
-    if (add_layernorm_impl(x.device, n, x.dtype) != "triton" or residual.shape != x.shape
+    if (add_layernorm_impl(x.device, n, x.dtype) != "triton" or not leading_broadcast(residual.shape, x.shape)
             or residual.dtype != x.dtype or residual.device != x.device or x.numel() == 0
             or any(t is not None and t.device != x.device for t in (weight, bias))):
         return _Launch()                                                      # kernel None: the reference
     interpret = interpreting()
     rows = x.numel() // n                                                     # rows of N, row stride N
+    r_rows = residual.numel() // n                                            # = rows unless it broadcasts
     block, warps = launch_config(n)
     per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
     constexprs = dict(HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block,
                       BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
                       LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum)
-    return _Launch(_build_kernel(interpret), (triton_cdiv(rows, per_program),), (n, n, n, n, rows, n),
+    return _Launch(_build_kernel(interpret), (triton_cdiv(rows, per_program),), (n, n, n, n, rows, n, r_rows),
                    constexprs, num_warps or warps, key)
 
 
@@ -245,8 +257,10 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
                   ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Return ``(x + residual, layer_norm(x + residual))`` over the last dim, from one kernel.
 
-    ``x`` and ``residual``: same shape ``(..., N)`` and dtype; ``weight``/``bias``:
-    ``(N,)`` or None. Both outputs have the input's shape and dtype. With
+    ``x`` and ``residual``: shape ``(..., N)`` and one dtype; ``residual`` may also
+    broadcast over ``x``'s leading dims (``leading_broadcast``) when both are
+    contiguous. ``weight``/``bias``: ``(N,)`` or None. Both outputs have ``x``'s
+    shape and dtype. With
     ``keep_sum=False`` the sum is neither written nor allocated and the first
     element is None (the normalised output is unchanged: it is computed from the
     sum rounded to the dtype either way). Falls back to ``add_layernorm_reference``
@@ -300,7 +314,7 @@ def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_p
     launch(
         kernel, (triton_cdiv(rows, per_program),),
         (x2, r2, w if w is not None else x2, b if b is not None else x2, s, y,
-         x2.stride(0), r2.stride(0), s.stride(0), y.stride(0), rows, n, eps),
+         x2.stride(0), r2.stride(0), s.stride(0), y.stride(0), rows, n, rows, eps),
         dict(HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
              BF16_RTNE_BY_HAND=interpreting() and x.dtype == torch.bfloat16,
              LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum),
