@@ -173,7 +173,7 @@ class _CompiledChain(torch.nn.Module):
     (``torch._inductor.compile_fx.compile_fx``) directly, without dynamo. Dynamo
     would trace it again and check its guards before every call: about 230 µs
     of host time per call of one small chain in BERT-base on the H200 machine
-    (``benchmarks/results/graph_host_h200.json``), several times the ops it
+    (``benchmarks/results/graph_host_before_fastpath_h200.json``), several times the ops it
     replaces. Its one guard that matters here is kept, cheaper: each compiled
     version is specialised on its inputs' shapes, strides, dtypes and devices
     (``_input_signature``), and a call with another signature compiles another.
