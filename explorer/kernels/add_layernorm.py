@@ -196,11 +196,11 @@ def leading_broadcast(r_shape, x_shape) -> bool:
 class _Launch:
     """Everything about one call signature that does not change from call to call."""
 
-    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "key")
+    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps")
 
-    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0, key=None) -> None:
+    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0) -> None:
         self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
-        self.num_warps, self.key = num_warps, key
+        self.num_warps = num_warps
 
 
 #: ``_Launch`` by call signature (see ``_signature``): the decisions and launch arguments
@@ -232,13 +232,19 @@ def _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_su
             w, b, float(eps), num_warps, rows_per_prog, keep_sum, x.is_cuda or interpreting())
 
 
-def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum, key) -> _Launch:
-    """Decide, for contiguous inputs, whether the kernel runs, and prepare its launch."""
+def _kernel_applies(x, residual, weight, bias, residual_shape_ok: bool) -> bool:
+    """Whether the Triton kernel can take these operands (else the reference composition runs)."""
     n = x.shape[-1] if x.dim() else 0
-    if (add_layernorm_impl(x.device, n, x.dtype) != "triton" or not leading_broadcast(residual.shape, x.shape)
-            or residual.dtype != x.dtype or residual.device != x.device or x.numel() == 0
-            or any(t is not None and t.device != x.device for t in (weight, bias))):
+    return (add_layernorm_impl(x.device, n, x.dtype) == "triton" and residual_shape_ok
+            and residual.dtype == x.dtype and residual.device == x.device and x.numel() > 0
+            and all(t is None or t.device == x.device for t in (weight, bias)))
+
+
+def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) -> _Launch:
+    """Decide, for contiguous inputs, whether the kernel runs, and prepare its launch."""
+    if not _kernel_applies(x, residual, weight, bias, leading_broadcast(residual.shape, x.shape)):
         return _Launch()                                                      # kernel None: the reference
+    n = x.shape[-1]
     interpret = interpreting()
     rows = x.numel() // n                                                     # rows of N, row stride N
     r_rows = residual.numel() // n                                            # = rows unless it broadcasts
@@ -248,7 +254,7 @@ def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum, 
                       BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
                       LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum)
     return _Launch(_build_kernel(interpret), (triton_cdiv(rows, per_program),), (n, n, n, n, rows, n, r_rows),
-                   constexprs, num_warps or warps, key)
+                   constexprs, num_warps or warps)
 
 
 def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
@@ -260,13 +266,12 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
     ``x`` and ``residual``: shape ``(..., N)`` and one dtype; ``residual`` may also
     broadcast over ``x``'s leading dims (``leading_broadcast``) when both are
     contiguous. ``weight``/``bias``: ``(N,)`` or None. Both outputs have ``x``'s
-    shape and dtype. With
-    ``keep_sum=False`` the sum is neither written nor allocated and the first
-    element is None (the normalised output is unchanged: it is computed from the
-    sum rounded to the dtype either way). Falls back to ``add_layernorm_reference``
-    where ``add_layernorm_impl`` says "reference" or the inputs do not match
-    (broadcast residual, mixed dtypes). ``num_warps`` and ``rows_per_prog``
-    override the launch heuristics (for tuning).
+    shape and dtype. With ``keep_sum=False`` the sum is neither written nor
+    allocated and the first element is None (the normalised output is unchanged:
+    it is computed from the sum rounded to the dtype either way). Falls back to
+    ``add_layernorm_reference`` where ``add_layernorm_impl`` says "reference" or
+    the operands do not fit the kernel (other broadcasts, mixed dtypes or devices).
+    ``num_warps`` and ``rows_per_prog`` override the launch heuristics (for tuning).
 
     Contiguous inputs take a fast path: the launch is planned once per call signature
     and then reused (a model calls this with the same shapes every forward); anything
@@ -277,7 +282,7 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
         return _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum)
     plan = _LAUNCHES.get(key)
     if plan is None:
-        plan = _LAUNCHES[key] = _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum, key)
+        plan = _LAUNCHES[key] = _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum)
     if plan.kernel is None:
         s, y = add_layernorm_reference(x, residual, weight, bias, eps)
         return (s if keep_sum else None), y
@@ -291,11 +296,10 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
 
 def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum=True):
     """Any layout and device: rows through ``reshape``, each call planned afresh."""
-    n = x.shape[-1] if x.dim() else 0
-    if (add_layernorm_impl(x.device, n, x.dtype) != "triton" or residual.shape != x.shape
-            or residual.dtype != x.dtype or residual.device != x.device or x.numel() == 0):
+    if not _kernel_applies(x, residual, weight, bias, residual.shape == x.shape):
         s, y = add_layernorm_reference(x, residual, weight, bias, eps)
         return (s if keep_sum else None), y
+    n = x.shape[-1]
     x2 = x.reshape(-1, n)                                                     # (rows, N)
     r2 = residual.reshape(-1, n)
     if x2.stride(-1) != 1:
