@@ -3,7 +3,7 @@
     fusion-explorer models
     fusion-explorer detect MODEL [--json] [--batch N] [--seq-len N]
     fusion-explorer plan MODEL --accept all|none|PATTERN[,PATTERN...] [--reject ID,...]
-                               [--reject-slower report.json] > plan.json
+                               [--reject-slower report.json] [--kernel ID=CHOICE ...] > plan.json
     fusion-explorer run MODEL --plan plan.json [--device cuda|cpu] [--dtype fp32|fp16|bf16]
                               [--batch N] [--seq-len N] --out report.json
     fusion-explorer app [STREAMLIT ARGS...]
@@ -97,8 +97,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise ExplorerError(f"cannot read report {args.reject_slower}: {exc}") from None
         known = {c.id for c in det.chains}
         reject += [c for c in slower_chains(report) if c in known and c not in reject]
+    kernels = {}
+    for item in args.kernel or []:
+        chain_id, sep, choice = item.partition("=")
+        if not sep or not chain_id.strip() or not choice.strip():
+            raise ExplorerError(f"--kernel takes CHAIN_ID=CHOICE, got '{item}'")
+        kernels[chain_id.strip()] = choice.strip()
     plan = make_plan(det, accept=args.accept, reject=reject, memory_format=args.memory_format,
-                     cuda_graphs=args.cuda_graphs)
+                     cuda_graphs=args.cuda_graphs, kernels=kernels)
     print(plan.to_json())
     return 0
 
@@ -168,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also reject every chain that this runner report measured slower fused")
     p.add_argument("--memory-format", default="nchw", choices=["nchw", "channels_last"], dest="memory_format")
     p.add_argument("--cuda-graphs", action="store_true", dest="cuda_graphs")
+    p.add_argument("--kernel", action="append", metavar="ID=CHOICE",
+                   help="kernel choice for one chain (auto, separate_epilogue, inductor: the pattern's list); "
+                        "repeat for more chains")
 
     p = sub.add_parser("run", help="measure the fused against the unfused model")
     model_args(p)

@@ -589,6 +589,7 @@ def _chain_entry(chain: Any, applied: Any, graph: Any, dtype: Any) -> dict:
     return {
         "id": chain.id, "pattern": chain.pattern,
         "implementation": getattr(applied, "implementation", "") if applied else "",
+        "kernel": getattr(applied, "kernel", "auto") if applied else "auto",
         "status": applied.status if applied else "not applied",
         "reason": getattr(applied, "reason", "") if applied else "apply_plan did not report this chain",
         "unfused_ms": None, "fused_ms": None, "unfused_latency_ms": None, "fused_latency_ms": None,
@@ -634,7 +635,8 @@ def chain_benchmarks(model: Any, graph: Any, detection: Any, chains: list, appli
         if entry["status"] != "fused":
             continue
         try:
-            unfused_c, fused_c, c_inputs = rewrite.chain_module(model, detection, chain.id, device)
+            unfused_c, fused_c, c_inputs = rewrite.chain_module(model, detection, chain.id, device,
+                                                                kernel=entry["kernel"])
             u = m.prepare_graph(unfused_c, device, dtype)
             f = m.prepare_graph(fused_c, device, dtype)
             x = m.prepare_inputs(c_inputs, device, dtype)

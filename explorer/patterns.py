@@ -72,10 +72,21 @@ class Pattern:
     stage: str  # the seed's staged table: "conv_bn", "activation", "other"
     caveats: tuple[str, ...] = ()
     formula: str = ""
+    kernels: tuple[str, ...] = ("auto", "inductor")  # kernel choices a plan may name (KERNEL_CHOICES)
 
     @property
     def anchor_kinds(self) -> frozenset[str]:
         return self.steps[0].kinds
+
+
+#: What a plan's per-chain kernel choice means (``Plan.kernels``; each pattern lists its own).
+KERNEL_CHOICES: dict[str, str] = {
+    "auto": "the pattern's fused kernel where it applies on the device (the default)",
+    "separate_epilogue": ("the GEMM or convolution with its bias, then the residual add and the activation "
+                          "in place: one kernel more, no cuDNN/cuBLASLt fused epilogue (BatchNorm still folded)"),
+    "inductor": "the chain's subgraph compiled by torch.compile's inductor, as the generic fallback does",
+}
+_EPILOGUE_KERNELS = ("auto", "separate_epilogue", "inductor")
 
 
 # ------------------------------------------------------------------ guards
@@ -165,6 +176,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         name="conv_bn_add_act",
+        kernels=_EPILOGUE_KERNELS,
         label="Conv+BN+Add+act",
         steps=(_CONV, _BN, _RES_ADD, _CONV_ACT),
         color="#1f77b4",
@@ -176,6 +188,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         name="conv_add_act",
+        kernels=_EPILOGUE_KERNELS,
         label="Conv+Add+act",
         steps=(_CONV, _RES_ADD, _CONV_ACT),
         color="#17becf",
@@ -187,6 +200,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         name="conv_bn_act",
+        kernels=_EPILOGUE_KERNELS,
         label="Conv+BN+act",
         steps=(_CONV, _BN, _CONV_ACT),
         color="#2ca02c",
@@ -202,6 +216,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         name="conv_act",
+        kernels=_EPILOGUE_KERNELS,
         label="Conv+act",
         steps=(_CONV, _CONV_ACT),
         color="#98df8a",
@@ -225,6 +240,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     Pattern(
         name="linear_act",
+        kernels=_EPILOGUE_KERNELS,
         label="Linear+bias+act",
         steps=(Step(frozenset({"linear"}), "linear"), Step(LINEAR_ACTS, "act", family=ops.ACTIVATIONS)),
         color="#9467bd",

@@ -77,10 +77,20 @@ class Plan:
         if self.fingerprint != detection.fingerprint:
             raise PlanError(f"this plan was made for model '{self.model}' (graph {self.fingerprint}), "
                             f"not for '{detection.model}' (graph {detection.fingerprint})")
-        known = {c.id for c in detection.chains}
+        known = {c.id: c for c in detection.chains}
         unknown = [a for a in self.accepted if a not in known]
         if unknown:
             raise PlanError(f"plan accepts chains this model does not have: {', '.join(unknown[:5])}")
+        for chain_id, kernel in self.kernels.items():
+            if chain_id not in known:
+                raise PlanError(f"plan chooses a kernel for a chain this model does not have: {chain_id}")
+            choices = BY_NAME[known[chain_id].pattern].kernels
+            if kernel not in choices:
+                raise PlanError(f"kernel '{kernel}' is not a choice for {chain_id}: choose one of {', '.join(choices)}")
+
+    def kernel_for(self, chain_id: str) -> str:
+        """The kernel choice for one chain ("auto" unless the plan names another)."""
+        return self.kernels.get(chain_id, "auto")
 
 
 def slower_chains(report: dict[str, Any]) -> list[str]:
@@ -101,8 +111,10 @@ def slower_chains(report: dict[str, Any]) -> list[str]:
 
 
 def make_plan(detection: Detection, accept: str | Iterable[str] = "all", reject: Iterable[str] = (),
-              memory_format: str = "nchw", cuda_graphs: bool = False) -> Plan:
-    """Build a plan: ``accept`` is "all", "none", or pattern names; ``reject`` lists chain ids."""
+              memory_format: str = "nchw", cuda_graphs: bool = False,
+              kernels: dict[str, str] | None = None) -> Plan:
+    """Build a plan: ``accept`` is "all", "none", or pattern names; ``reject`` lists chain ids;
+    ``kernels`` maps chain ids to a kernel choice of their pattern (``Pattern.kernels``)."""
     if isinstance(accept, str):
         accept = [a.strip() for a in accept.split(",") if a.strip()]
     accept = list(accept)
@@ -121,5 +133,11 @@ def make_plan(detection: Detection, accept: str | Iterable[str] = "all", reject:
     if unknown_ids:
         raise PlanError(f"cannot reject unknown chain(s): {', '.join(unknown_ids[:5])}")
     accepted = tuple(c.id for c in detection.chains if c.pattern in patterns and c.id not in reject)
-    return Plan(model=detection.model, fingerprint=detection.fingerprint, accepted=accepted,
+    unknown_ids = sorted(set(kernels or {}) - known)
+    if unknown_ids:
+        raise PlanError(f"cannot choose a kernel for unknown chain(s): {', '.join(unknown_ids[:5])}")
+    plan = Plan(model=detection.model, fingerprint=detection.fingerprint, accepted=accepted,
+                kernels={k: v for k, v in (kernels or {}).items() if v != "auto"},
                 memory_format=memory_format, cuda_graphs=cuda_graphs)
+    plan.check_for(detection)
+    return plan

@@ -25,7 +25,9 @@ picks the fused kernel where the device has one and otherwise runs the plain
 composition; ``AppliedChain.implementation`` says which, per device.
 Patterns without a kernel of their own (``elementwise_chain``), and chains
 whose shape the kernels do not take, run through ``fused_subgraph``: the
-chain's ops as a small GraphModule compiled by ``torch.compile`` on first call.
+chain's ops as a small GraphModule compiled by inductor on first call. The
+plan's kernel choice for a chain (``Plan.kernels``) can ask for that path
+("inductor") or for the epilogue as separate kernels ("separate_epilogue").
 
 ``level`` follows the seed's staged table (``LEVELS``): "none" copies,
 "conv_bn" only folds BatchNorm, "activation" also fuses conv/linear epilogues,
@@ -74,6 +76,7 @@ class AppliedChain:
     implementation: str
     status: str
     reason: str = ""
+    kernel: str = "auto"     # the plan's kernel choice for this chain (patterns.KERNEL_CHOICES)
 
     def to_dict(self) -> dict[str, str]:
         return dataclasses.asdict(self)
@@ -121,6 +124,16 @@ def fused_conv_bn_add_act(x, weight, bias, z, stride, padding, dilation, groups,
 def fused_linear_act(x, weight, bias, act):
     """``act(x @ weightᵀ + bias)``: cuBLASLt epilogue where it applies."""
     return _lin.linear_act(x, weight, bias, act)
+
+
+def fused_conv_separate_epilogue(x, weight, bias, z, stride, padding, dilation, groups, act):
+    """Kernel choice "separate_epilogue": conv with its bias, then ``+ z`` (when given) and ``act`` in place."""
+    return _conv_ep.conv_bias_act_separate(x, weight, bias, z, stride, padding, dilation, groups, act)
+
+
+def fused_linear_separate_epilogue(x, weight, bias, act):
+    """Kernel choice "separate_epilogue": the linear with its bias, then ``act`` in place."""
+    return _lin.linear_act_separate(x, weight, bias, act)
 
 
 def fused_add_layer_norm(x, residual, weight, bias, eps):
@@ -240,19 +253,19 @@ def apply_plan(model: LoadedModel, detection: Detection, plan: Plan, device: str
     gm = copy.deepcopy(model.gm)
     accepted = set(plan.accepted)
     chains = [c for c in detection.chains if c.id in accepted]
-    applied = _rewrite(gm, [(c, _mode(c, level)) for c in chains], dev, level)
+    applied = _rewrite(gm, [(c, _mode(c, level), plan.kernel_for(c.id)) for c in chains], dev, level)
     return FusedModel(gm=gm, applied=applied)
 
 
-def chain_module(model: LoadedModel, detection: Detection, chain_id: str, device: str = "cpu"
-                 ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
+def chain_module(model: LoadedModel, detection: Detection, chain_id: str, device: str = "cpu",
+                 kernel: str = "auto") -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
     """The chain alone: ``(unfused module, fused module, example inputs)`` for a micro-benchmark.
 
     The unfused module has one placeholder per external tensor input of the
     chain (in graph order), its weights as ``get_attr`` and returns the
     chain's last node (a tuple with the extra outputs after it when there are
     any). The fused module is the same module with the chain applied
-    (``apply_plan`` semantics at level "all"). Example inputs are seeded
+    (``apply_plan`` semantics at level "all", with the plan's ``kernel`` choice). Example inputs are seeded
     random tensors at the real shapes and dtypes (additive masks are zeros).
     Everything is on ``device``. Raises ``KeyError`` for an unknown chain and
     ``RuntimeError`` when the chain cannot be fused.
@@ -265,7 +278,7 @@ def chain_module(model: LoadedModel, detection: Detection, chain_id: str, device
     unfused, inputs = _extract(model.gm, members, outputs, attrs_as_placeholders=False)
     unfused = unfused.to(dev)
     fused = copy.deepcopy(unfused)
-    applied = _rewrite(fused, [(chain, "full")], dev, "all")
+    applied = _rewrite(fused, [(chain, "full", kernel)], dev, "all")
     if applied[0].status != "fused":
         raise RuntimeError(f"{chain_id} could not be fused: {applied[0].reason}")
     mask_inputs = _mask_operands(chain, by_name)
@@ -321,26 +334,27 @@ class _Edit:
     read_attrs: set = dataclasses.field(default_factory=set)  # get_attr targets the removed nodes read
 
 
-def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None]], dev: torch.device,
+def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]], dev: torch.device,
              level: str) -> list[AppliedChain]:
-    """Plan every edit, then apply them in order; clean up and recompile ``gm``."""
+    """Plan every edit (chain, level mode, kernel choice), then apply them in order; clean up and recompile."""
     by_name = {n.name: n for n in gm.graph.nodes}
     results: dict[str, AppliedChain] = {}
     edits: list[_Edit] = []
-    for chain, mode in work:
+    kernels = {c.id: k for c, _, k in work}
+    for chain, mode, kernel in work:
         if mode is None:
             results[chain.id] = AppliedChain(chain.id, chain.pattern, "unfused (separate ops)", "refused",
-                                             _level_reason(level))
+                                             _level_reason(level), kernel)
             continue
         try:
-            edit = _plan_chain(gm, by_name, chain, mode, dev, level)
+            edit = _plan_chain(gm, by_name, chain, mode, dev, level, kernel)
         except _Refuse as why:
             results[chain.id] = AppliedChain(chain.id, chain.pattern, "unfused (separate ops)", "refused",
-                                             _one_line(why))
+                                             _one_line(why), kernel)
             continue
         except Exception as exc:  # one chain's failure must not stop the others
             results[chain.id] = AppliedChain(chain.id, chain.pattern, "unfused (separate ops)", "failed",
-                                             f"planning failed: {_one_line(exc)}")
+                                             f"planning failed: {_one_line(exc)}", kernel)
             continue
         edits.append(edit)
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -349,19 +363,20 @@ def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None]], dev
             _apply_edit(gm, edit, replaced)
         except Exception as exc:
             results[edit.chain.id] = AppliedChain(edit.chain.id, edit.chain.pattern, "unfused (separate ops)",
-                                                  "failed", f"rewrite failed: {_one_line(exc)}")
+                                                  "failed", f"rewrite failed: {_one_line(exc)}",
+                                                  kernels[edit.chain.id])
             continue
         reason = _level_reason(level) if level != "all" and edit.target is fused_conv_bn \
             and edit.chain.pattern != "conv_bn" else ""
         results[edit.chain.id] = AppliedChain(edit.chain.id, edit.chain.pattern, edit.implementation,
-                                              "fused", reason)
+                                              "fused", reason, kernels[edit.chain.id])
     if not any(r.status == "fused" for r in results.values()):
-        return [results[c.id] for c, _ in work]  # nothing changed: the copy stays an exact copy
+        return [results[c.id] for c, _, _ in work]  # nothing changed: the copy stays an exact copy
     gm.graph.eliminate_dead_code()
     _drop_unused_tensors(gm, [e for e in edits if results[e.chain.id].status == "fused"])
     gm.graph.lint()
     gm.recompile()
-    return [results[c.id] for c, _ in work]
+    return [results[c.id] for c, _, _ in work]
 
 
 def _level_reason(level: str) -> str:
@@ -372,13 +387,24 @@ def _level_reason(level: str) -> str:
     }.get(level, "")
 
 
-def _plan_chain(gm, by_name, chain: Chain, mode: str, dev: torch.device, level: str) -> _Edit:
+def _plan_chain(gm, by_name, chain: Chain, mode: str, dev: torch.device, level: str,
+                kernel: str = "auto") -> _Edit:
+    """The edit for one chain. A level's "fold" mode folds BatchNorm whatever the kernel choice;
+    otherwise the plan's kernel choice (``patterns.KERNEL_CHOICES``) picks the implementation."""
     missing = [n for n in chain.nodes if n not in by_name]
     if missing:
         raise RuntimeError(f"chain nodes not in the graph: {', '.join(missing[:3])}")
     _check_inplace(gm, by_name, chain)
-    if mode == "fold" or chain.pattern == "conv_bn":
+    if mode == "fold":
         return _plan_fold(gm, by_name, chain, dev)
+    if kernel not in BY_NAME[chain.pattern].kernels:
+        raise _Refuse(f"kernel '{kernel}' is not a choice for {chain.pattern}")
+    if kernel == "inductor":
+        return _plan_generic(gm, by_name, chain, dev, "kernel choice: inductor")
+    if chain.pattern == "conv_bn":
+        return _plan_fold(gm, by_name, chain, dev)
+    if kernel == "separate_epilogue":
+        return _PLANNERS[chain.pattern](gm, by_name, chain, dev, separate=True)
     planner = _PLANNERS.get(chain.pattern)
     if planner is None:
         return _plan_generic(gm, by_name, chain, dev, "")
@@ -468,8 +494,9 @@ def _plan_fold(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
                  label, tensors={f"{key}_weight": w, f"{key}_bias": b})
 
 
-def _plan_conv(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
-    """conv [→ BN] [→ add z] → act as one epilogue call (BN folded)."""
+def _plan_conv(gm, by_name, chain: Chain, dev: torch.device, separate: bool = False) -> _Edit:
+    """conv [→ BN] [→ add z] → act as one epilogue call (BN folded); ``separate``: the kernel choice
+    "separate_epilogue" (conv with bias, then add and activation in place, never cuDNN's fused call)."""
     _only_identity_views(by_name, chain)
     conv = by_name[chain.node_for("conv")]
     bn_name, add_name = chain.node_for("bn"), chain.node_for("add")
@@ -487,6 +514,7 @@ def _plan_conv(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
     x = ops.arg(conv, 0, "input")
     wdim = _val(conv.args[1]).dim() if isinstance(_val(conv.args[1]), torch.Tensor) else 4
     dtype = _dtype(conv)
+    z = None
     if add_name is not None:
         add = by_name[add_name]
         _check_alpha(add)
@@ -496,17 +524,23 @@ def _plan_conv(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
     else:
         target = fused_conv_bn_act if bn_name is not None else fused_conv_act
         args = (x, weight, bias, stride, padding, dilation, groups, act)
-    label = _conv_ep.describe(act, dev, add=add_name is not None, dtype=dtype, weight_dim=wdim)
+    if separate:
+        target, args = fused_conv_separate_epilogue, (x, weight, bias, z, stride, padding, dilation, groups, act)
+    label = _conv_ep.describe(act, dev, add=add_name is not None, dtype=dtype, weight_dim=wdim, cudnn=not separate)
     if bn_name is not None:
         label = f"BatchNorm folded (exact) + {label}"
-    if "cudnn" not in label:
+    if separate:
+        label += "; kernel choice: separate epilogue"
+    elif "cudnn" not in label:
         label += _not_fused_note(dev, "the conv epilogue")
     return _whole_chain_edit(by_name, chain, target, args, label, tensors)
 
 
 # ---------------------------------------------------------------------- transformer family
 
-def _plan_linear_act(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
+def _plan_linear_act(gm, by_name, chain: Chain, dev: torch.device, separate: bool = False) -> _Edit:
+    """linear → act as one cuBLASLt epilogue call where it applies; ``separate``: the kernel choice
+    "separate_epilogue" (the linear, then the activation in place)."""
     _only_identity_views(by_name, chain)
     lin = by_name[chain.node_for("linear")]
     if ops.aten_name(lin) != "linear":
@@ -515,6 +549,11 @@ def _plan_linear_act(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
     if act not in _lin.LINEAR_ACTIVATIONS:
         raise _UseGeneric(f"activation {act} has no linear epilogue")
     args = (ops.arg(lin, 0, "input"), ops.arg(lin, 1, "weight"), ops.arg(lin, 2, "bias"), act)
+    if separate:
+        steps = 1 + (act != "none")
+        label = (f"linear{f' + {act} in place' if act != 'none' else ''} ({steps} kernel{'s' if steps > 1 else ''}; "
+                 "kernel choice: separate epilogue)")
+        return _whole_chain_edit(by_name, chain, fused_linear_separate_epilogue, args, label)
     try:
         label = _lin.describe(act, dev, _dtype(lin))
     except RuntimeError:  # describe probes the GPU's GELU epilogue: not possible without the device
@@ -1055,6 +1094,11 @@ def _example(node: torch.fx.Node, gen: torch.Generator, is_mask: bool) -> torch.
     base = torch.randn(storage, generator=gen, dtype=torch.float32).to(dtype)
     return base.as_strided(shape, strides)
 
+
+_PLANNERS: dict[str, Callable[..., _Edit]] = {
+    "conv_bn_act": _plan_conv, "conv_act": _plan_conv, "conv_add_act": _plan_conv, "conv_bn_add_act": _plan_conv,
+    "linear_act": _plan_linear_act,
+}
 
 _PLANNERS: dict[str, Callable[..., _Edit]] = {
     "conv_bn_act": _plan_conv,

@@ -63,6 +63,11 @@ def test_plan_accept_and_reject(tmp_path):
     assert plan["accepted"] == ["conv_bn_add_act@conv2d_1"]
     assert_one_line_error(cli("plan", "residual_block", "--accept", "bogus"), "unknown pattern")
     assert_one_line_error(cli("plan", "residual_block", "--reject", "nope@x"), "unknown chain")
+    proc = cli("plan", "residual_block", "--kernel", "conv_bn_act@conv2d=separate_epilogue")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["kernels"] == {"conv_bn_act@conv2d": "separate_epilogue"}
+    assert_one_line_error(cli("plan", "residual_block", "--kernel", "conv_bn_act@conv2d=triton"), "not a choice")
+    assert_one_line_error(cli("plan", "residual_block", "--kernel", "conv_bn_act@conv2d"), "CHAIN_ID=CHOICE")
 
 
 def test_unknown_zoo_name():

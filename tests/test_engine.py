@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from explorer import zoo
 from explorer.errors import ModelLoadError, PlanError
 from explorer.fusion_engine import detect
 from explorer.graph_model import build_graph
-from explorer.patterns import BY_NAME, PATTERNS
+from explorer.patterns import BY_NAME, KERNEL_CHOICES, PATTERNS
 from explorer.plan import Plan, make_plan
 from explorer.sources import capture
 from explorer.synthetic import residual_cnn_graph
@@ -187,6 +188,26 @@ def test_plan_roundtrip_and_refusal(analyze_cached):
         make_plan(det, accept="conv_bn_actt")
     assert make_plan(det, accept="none").accepted == ()
     assert make_plan(det, accept="conv_bn_act").accepted == (first,)
+
+
+def test_plan_kernel_choices_are_checked(analyze_cached):
+    """A plan's per-chain kernel choice must name a chain of the model and a choice of its pattern,
+    whether the plan is made here or read back from JSON."""
+    _, _, det = analyze_cached("residual_block")
+    conv = next(c.id for c in det.chains if c.pattern == "conv_bn_act")
+    plan = make_plan(det, kernels={conv: "separate_epilogue", det.chains[-1].id: "auto"})
+    assert plan.kernels == {conv: "separate_epilogue"}                     # "auto" is the default: not stored
+    assert plan.kernel_for(conv) == "separate_epilogue" and plan.kernel_for(det.chains[-1].id) == "auto"
+    assert Plan.from_json(plan.to_json()) == plan
+    with pytest.raises(PlanError, match="unknown chain"):
+        make_plan(det, kernels={"conv_bn_act@nowhere": "auto"})
+    with pytest.raises(PlanError, match="'triton' is not a choice .* auto, separate_epilogue, inductor"):
+        make_plan(det, kernels={conv: "triton"})
+    edited = json.loads(plan.to_json())
+    edited["kernels"] = {conv: "cudnn_please"}
+    with pytest.raises(PlanError, match="not a choice"):
+        Plan.from_json(json.dumps(edited)).check_for(det)
+    assert all(set(p.kernels) <= set(KERNEL_CHOICES) and p.kernels[0] == "auto" for p in PATTERNS)
 
 
 def test_same_model_other_batch_keeps_fingerprint(analyze_cached):

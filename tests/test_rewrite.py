@@ -348,6 +348,39 @@ def test_add_layer_norm_with_a_residual_broadcast_over_the_batch():
     _assert_close(got64, _outputs(model64.gm, model64.example_inputs), F64_RTOL)
 
 
+def test_kernel_choices_change_the_implementation_not_the_result():
+    """A plan's kernel choice picks the chain's implementation: the separate epilogue (conv with its
+    bias, then add and activation in place) or inductor, and the model still computes the same."""
+    model, detection = _analyzed("residual_block", batch=2)
+    by_pattern = {c.pattern: c.id for c in detection.chains}
+    conv, res = by_pattern["conv_bn_act"], by_pattern["conv_bn_add_act"]
+    plan = make_plan(detection, kernels={conv: "separate_epilogue", res: "inductor"})
+    fused = apply_plan(model, detection, plan)
+    applied = fused.by_id()
+    assert applied[conv].kernel == "separate_epilogue" and "kernel choice: separate epilogue" in \
+        applied[conv].implementation and applied[conv].status == "fused"
+    assert applied[res].kernel == "inductor" and applied[res].implementation.startswith("generic") and \
+        "kernel choice: inductor" in applied[res].implementation
+    code = fused.gm.code
+    assert "fused_conv_separate_epilogue" in code and "fused_subgraph" in code and "fused_conv_bn_act(" not in code
+    _assert_close(_outputs(fused.gm, model.example_inputs), _outputs(model.gm, model.example_inputs), F32_RTOL)
+    # the chain alone, as the runner times it, takes the same choice
+    _, alone, _ = chain_module(model, detection, conv, kernel="separate_epilogue")
+    assert "fused_conv_separate_epilogue" in alone.code
+    # a level's fold mode folds BatchNorm whatever the choice
+    staged = apply_plan(model, detection, plan, level="conv_bn")
+    assert "fused_conv_bn(" in staged.gm.code and "fused_subgraph" not in staged.gm.code
+
+
+def test_linear_separate_epilogue_choice():
+    model, detection = _analyzed("transformer_block", batch=2)
+    lin = next(c.id for c in detection.chains if c.pattern == "linear_act")
+    fused = apply_plan(model, detection, make_plan(detection, kernels={lin: "separate_epilogue"}))
+    assert "fused_linear_separate_epilogue" in fused.gm.code
+    assert fused.by_id()[lin].implementation.startswith("linear + gelu in place (2 kernels; kernel choice")
+    _assert_close(_outputs(fused.gm, model.example_inputs), _outputs(model.gm, model.example_inputs), F32_RTOL)
+
+
 class _Pointwise(torch.nn.Module):
     def forward(self, x, y):
         return torch.sigmoid(torch.relu(x * 2 + y))

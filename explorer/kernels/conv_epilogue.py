@@ -82,10 +82,11 @@ def cudnn_fusion_applies(act: str, device: torch.device | str, dtype: torch.dtyp
 
 
 def describe(act: str, device: torch.device | str, add: bool = False,
-             dtype: torch.dtype = torch.float32, weight_dim: int = 4) -> str:
-    """Human-readable label of the implementation ``conv_bias_act`` / ``conv_bias_add_act`` take."""
+             dtype: torch.dtype = torch.float32, weight_dim: int = 4, cudnn: bool = True) -> str:
+    """Human-readable label of the implementation ``conv_bias_act`` / ``conv_bias_add_act`` take
+    (``cudnn=False``: of ``conv_bias_act_separate``, which never takes cuDNN's fused call)."""
     _check_act(act)
-    if cudnn_fusion_applies(act, device, dtype, weight_dim):
+    if cudnn and cudnn_fusion_applies(act, device, dtype, weight_dim):
         return ("cudnn conv+bias+add+relu (1 fused call: cudnn_convolution_add_relu)" if add
                 else "cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu)")
     steps = ["conv+bias"] + (["add_ in place"] if add else []) + ([f"{act} in place"] if act != "none" else [])
@@ -101,7 +102,19 @@ def conv_bias_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         n = weight.dim() - 2
         return torch.cudnn_convolution_relu(
             x, weight, bias, _as_list(stride, n), _as_list(padding, n), _as_list(dilation, n), groups)
+    return conv_bias_act_separate(x, weight, bias, None, stride, padding, dilation, groups, act)
+
+
+def conv_bias_act_separate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                           z: torch.Tensor | None = None, stride: int | Sequence[int] = 1,
+                           padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1,
+                           act: str = "relu") -> torch.Tensor:
+    """``act(conv(x, weight) + bias [+ z])`` as the conv (bias fused by the library), then ``+ z``
+    and the activation in place: one or two kernels more, on any device, never cuDNN's fused call."""
+    _check_act(act)
     y = conv_nd(x, weight, bias, stride, padding, dilation, groups)         # (N, C_out, *out_spatial)
+    if z is not None:
+        y.add_(z)
     return apply_activation_(y, act)
 
 
@@ -115,9 +128,7 @@ def conv_bias_add_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         n = weight.dim() - 2
         return torch.cudnn_convolution_add_relu(
             x, weight, z, 1.0, bias, _as_list(stride, n), _as_list(padding, n), _as_list(dilation, n), groups)
-    y = conv_nd(x, weight, bias, stride, padding, dilation, groups)         # (N, C_out, *out_spatial)
-    y.add_(z)
-    return apply_activation_(y, act)
+    return conv_bias_act_separate(x, weight, bias, z, stride, padding, dilation, groups, act)
 
 
 def conv_bias_act_reference(x, weight, bias, stride=1, padding=0, dilation=1, groups=1, act="relu"):

@@ -103,6 +103,13 @@ def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         b = bias if bias is not None else torch.zeros(weight.shape[0], dtype=x.dtype, device=x.device)
         y = torch._addmm_activation(b.to(x.dtype).contiguous(), x2, weight.t(), use_gelu=use_gelu)  # (rows, out)
         return y.reshape(*x.shape[:-1], weight.shape[0])
+    return linear_act_separate(x, weight, bias, act)
+
+
+def linear_act_separate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                        act: str = "relu") -> torch.Tensor:
+    """``F.linear`` (bias in the GEMM), then the activation in place: never the fused epilogue."""
+    _check_act(act)
     return apply_activation_(torch.nn.functional.linear(x, weight, bias), act)
 
 
