@@ -156,17 +156,44 @@ def _chains(report: dict) -> list[dict]:
 
 
 def chain_rows(report: dict) -> list[dict[str, Any]]:
-    """Per-chain table rows, fastest speed-up first."""
+    """Per-chain table rows, fastest speed-up first.
+
+    Reports measured on CUDA also time each chain replayed as a CUDA graph (no launch or
+    host overhead); their rows get that speed-up too, as "speed-up, CUDA graph".
+    """
+    chains = _chains(report)
+    graphs = any(_num(c.get("graph_speedup")) is not None for c in chains)
     rows = []
-    for c in _chains(report):
-        rows.append({"chain": c.get("id"), "pattern": BY_NAME[c["pattern"]].label if c.get("pattern") in BY_NAME
-                     else c.get("pattern"), "status": c.get("status"), "speed-up": _num(c.get("speedup")),
-                     "unfused ms": _num(c.get("unfused_ms")), "fused ms": _num(c.get("fused_ms")),
-                     "launches": f"{c.get('launches_unfused')} → {c.get('launches_fused')}",
-                     "max abs err": _num(c.get("max_abs")), "rel err": _num(c.get("rel_err")),
-                     "slower": bool(c.get("slower")), "reason": c.get("reason") or ""})
+    for c in chains:
+        row = {"chain": c.get("id"), "pattern": BY_NAME[c["pattern"]].label if c.get("pattern") in BY_NAME
+               else c.get("pattern"), "status": c.get("status"), "speed-up": _num(c.get("speedup"))}
+        if graphs:
+            row["speed-up, CUDA graph"] = _num(c.get("graph_speedup"))
+        row.update({"unfused ms": _num(c.get("unfused_ms")), "fused ms": _num(c.get("fused_ms")),
+                    "launches": f"{c.get('launches_unfused')} → {c.get('launches_fused')}",
+                    "max abs err": _num(c.get("max_abs")), "rel err": _num(c.get("rel_err")),
+                    "slower": bool(c.get("slower")), "reason": c.get("reason") or ""})
+        rows.append(row)
     rows.sort(key=lambda r: -(r["speed-up"] or 0))
     return rows
+
+
+def slower_where(report: dict) -> dict[str, list[str]]:
+    """Which chains got slower, split by what limits them (from the runner's two timings of each).
+
+    ``host``: slower as plain calls but not as a CUDA graph: the fused call costs the host
+    more than the launches it saves (the GPU work itself did not get slower).
+    ``gpu``: slower even replayed as a CUDA graph: the fused kernel is slower on the GPU.
+    ``unknown``: slower, with no CUDA-graph timing to tell (CPU runs).
+    """
+    out: dict[str, list[str]] = {"host": [], "gpu": [], "unknown": []}
+    for c in _chains(report):
+        cid = str(c.get("id"))
+        if c.get("slower_in_graph"):
+            out["gpu"].append(cid)
+        elif c.get("slower"):
+            out["host" if _num(c.get("graph_speedup")) is not None else "unknown"].append(cid)
+    return out
 
 
 def chain_speedup_figure(report: dict) -> go.Figure:
@@ -179,6 +206,8 @@ def chain_speedup_figure(report: dict) -> go.Figure:
     colors = [SLOWER_COLOR if s else color_of(c.get("pattern", "")) for c, s in zip(measured, slower)]
     hover = [f"{c.get('id')}<br>{c.get('pattern')}: {c.get('unfused_ms')} ms → {c.get('fused_ms')} ms"
              f"<br>speed-up {s:.2f}x" + ("<br><b>slower after fusion</b>" if sl else "")
+             + (f"<br>as a CUDA graph {_num(c.get('graph_speedup')):.2f}x"
+                if _num(c.get("graph_speedup")) is not None else "")
              for c, s, sl in zip(measured, speed, slower)]
     fig = go.Figure(go.Bar(x=speed, y=ids, orientation="h", marker_color=colors, hovertext=hover,
                            hoverinfo="text", showlegend=False))

@@ -37,3 +37,7 @@ class PlanError(ExplorerError):
 
 class RunError(ExplorerError):
     """A measurement run failed (out of memory, CUDA error, crash)."""
+
+
+class ReportError(ExplorerError):
+    """A saved run report could not be read or is not a run report."""

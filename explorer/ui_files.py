@@ -6,7 +6,9 @@ No Streamlit here (the app calls these; the tests call them directly).
   keyed by its content hash and returns the path ``load_model`` takes;
   ``extract_zip(data)`` unpacks a .zip (model + external data) safely:
   absolute paths, ``..``, links and oversized archives are refused.
-- ``report_csv(report)`` flattens a run report into one CSV.
+- ``report_csv(report)`` flattens a run report into one CSV; ``load_report``
+  reads one back from JSON (data only: it is parsed, never run) and checks
+  that it has the report's contract keys.
 - ``fused_pt2_bytes`` / ``fused_onnx_bytes`` export the model a plan makes
   (``explorer.rewrite.apply_plan``) with ``torch.export.save`` / ``torch.onnx.export``.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import json
 import os
 import re
 import stat
@@ -24,11 +27,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from explorer.errors import ExplorerError, ModelLoadError
+from explorer.errors import ExplorerError, ModelLoadError, ReportError
 
 MAX_UPLOAD_MB = 200
 MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * 1024 * 1024
 UPLOAD_ROOT_PREFIX = "fusion-explorer-upload-"
+MAX_REPORT_MB = 50
 
 
 def _safe_name(name: str) -> str:
@@ -140,6 +144,31 @@ def report_csv(report: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------ fused models
+
+def load_report(name: str, data: bytes) -> dict[str, Any]:
+    """A run report read back from its JSON (the Export page's, or ``fusion-explorer run --out``).
+
+    Raises ``ReportError`` (one line) for anything else: too large, not UTF-8 JSON,
+    or without the report contract's ``unfused``/``fused`` latency objects.
+    """
+    if len(data) > MAX_REPORT_MB * 2**20:
+        raise ReportError(f"{name}: {len(data) / 2**20:.0f} MB is over the report limit of {MAX_REPORT_MB} MB")
+    try:
+        report = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ReportError(f"{name} is not a JSON report: {_one_line(exc)}") from None
+    if not isinstance(report, dict):
+        raise ReportError(f"{name} is not a run report: it holds a JSON {type(report).__name__}, not an object")
+    missing = [k for k in ("unfused", "fused")
+               if not isinstance(report.get(k), dict) or not isinstance(report[k].get("latency_ms"), dict)]
+    if missing:
+        raise ReportError(f"{name} is not a run report: no {' or '.join(repr(k) for k in missing)} "
+                          "object with latency_ms")
+    for key, kind in (("chains", list), ("stages", list), ("environment", dict), ("plan", dict)):
+        if key in report and report[key] is not None and not isinstance(report[key], kind):
+            raise ReportError(f"{name} is not a run report: '{key}' is not a {kind.__name__}")
+    return report
+
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()

@@ -2,7 +2,7 @@
 
 Widget keys: chains_editor_<editor_version> (the table), fusions_filter, bulk_pattern,
 bulk_accept_pattern, bulk_reject_pattern, bulk_accept_all, bulk_reject_all, chain_pick,
-chain_accept, chain_reject, plan_download, plan_file.
+chain_accept, chain_reject, kernel@<chain id> (the kernel choice), plan_download, plan_file.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import streamlit as st
 
 from explorer import ui_state
 from explorer.graph_view import human_bytes
-from explorer.patterns import BY_NAME
+from explorer.patterns import BY_NAME, KERNEL_CHOICES
 
 
 def _label(pattern: str) -> str:
@@ -102,6 +102,14 @@ def page() -> None:
             c = st.columns(2)
             c[0].button("Accept this chain", key="chain_accept", on_click=_one, args=(detection, cid, True))
             c[1].button("Reject this chain", key="chain_reject", on_click=_one, args=(detection, cid, False))
+            choices = list(BY_NAME[chain.pattern].kernels) if chain.pattern in BY_NAME else ["auto"]
+            key = f"kernel@{cid}"
+            current = ui_state.kernel_for(detection, cid)
+            if st.session_state.get(key) != current:  # follow the plan (e.g. one just uploaded)
+                st.session_state[key] = current if current in choices else "auto"
+            st.selectbox("Kernel for this chain (the plan's kernel choice)", choices, key=key,
+                         format_func=lambda k: f"{k}: {KERNEL_CHOICES.get(k, k)}",
+                         on_change=lambda: ui_state.set_kernel(detection, cid, st.session_state[key]))
 
     # --- near misses
     st.subheader("Near misses: why these were not fused")

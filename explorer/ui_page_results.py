@@ -1,6 +1,8 @@
-"""Results page: the latest run report as charts and tables (figures from ``explorer.charts``).
+"""Results page: the latest run report, or a saved one, as charts and tables (figures from ``explorer.charts``).
 
-Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages; button: reject_slower.
+A report saved elsewhere (an H200 run's JSON, say) opens here without a GPU.
+Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages; button: reject_slower;
+uploader: report_file.
 """
 
 from __future__ import annotations
@@ -24,10 +26,34 @@ def _offer_reject_slower(report: dict) -> None:
         st.success(f"Rejected {len(slower)} chain(s); the plan on the Fusions page now leaves them unfused.")
 
 
+def _open_saved_report() -> None:
+    """The uploader for a saved report (JSON from the Export page or ``fusion-explorer run --out``)."""
+    with st.expander("Open a saved report (.json)", expanded=st.session_state.last_report is None):
+        st.file_uploader("Report JSON, from the Export page or `fusion-explorer run --out`", type=["json"],
+                         key="report_file", on_change=ui_state.on_report_upload)
+    if st.session_state.report_error:
+        st.error(f"Report not opened: {st.session_state.report_error}")
+    elif st.session_state.report_notice:
+        st.success(st.session_state.report_notice)
+
+
+def _explain_slower(report: dict) -> None:
+    """Say what limits the chains that got slower: the host (launch overhead) or the GPU."""
+    where = charts.slower_where(report)
+    if where["host"]:
+        st.info(f"{len(where['host'])} of them are slower only as plain calls: replayed as a CUDA graph "
+                "(no launch or host overhead) they are not. On this machine the host, issuing calls, limits "
+                "them, not the GPU; CUDA graphs (a plan option on the Run page) remove that cost.")
+    if where["gpu"]:
+        st.info(f"{len(where['gpu'])} chain(s) are slower even as CUDA graphs: the fused kernel itself is "
+                "slower on the GPU than the ops it replaces ('speed-up, CUDA graph' column).")
+
+
 def page() -> None:
+    _open_saved_report()
     last = st.session_state.last_report
     if last is None:
-        st.info("No results yet: press Run on the Run page.")
+        st.info("No results yet: press Run on the Run page, or open a saved report above.")
         return
     _key, report = last
     model = report.get("model")
@@ -64,7 +90,10 @@ def page() -> None:
         if slower:
             st.warning(f"{len(slower)} chain(s) got slower when fused (red bars): not every fusion pays. "
                        "Reject them and run again.")
+            _explain_slower(report)
             _offer_reject_slower(report)
+        elif charts.slower_where(report)["gpu"]:
+            _explain_slower(report)
         st.plotly_chart(charts.chain_speedup_figure(report), key="chart_chain_speedup", width="stretch")
         st.dataframe(rows, hide_index=True, width="stretch", column_config=sci)
         st.plotly_chart(charts.chain_precision_figure(report), key="chart_chain_precision",

@@ -9,10 +9,12 @@ State (``st.session_state``), initialised by ``init_state``:
     active          LoadSpec of the model on screen (None before the first load)
     failed_spec     the LoadSpec that failed last, with ``load_error`` (its one-line message)
     accepted        {graph fingerprint: set of accepted chain ids} -- choices survive reloads
+    kernels         {graph fingerprint: {chain id: kernel choice}} -- only choices other than "auto"
     editor_version  bumps to reset the chains table after a bulk change
     plan_error / plan_notice / plan_seen   plan upload feedback
     run_job         the RunJob in flight (None when idle)
-    last_report     (run key, report dict) of the latest finished run
+    last_report     (run key, report dict) of the latest finished run, or of an opened report file
+    report_error / report_notice   feedback of the report uploader (Results page)
     run_error       one-line message of the latest failed run
     upload_paths    {uploaded file ids: path on disk}
 """
@@ -27,6 +29,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
+from explorer import ui_files
 from explorer.errors import ExplorerError, PlanError
 from explorer.plan import Plan, make_plan
 
@@ -35,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "failed_spec": None,
     "load_error": None,
     "accepted": {},
+    "kernels": {},
     "editor_version": 0,
     "plan_error": None,
     "plan_notice": None,
@@ -42,6 +46,8 @@ DEFAULTS: dict[str, Any] = {
     "run_job": None,
     "last_report": None,
     "last_report_cached": False,
+    "report_error": None,
+    "report_notice": None,
     "run_error": None,
     "upload_paths": {},
     "export_error": None,
@@ -158,19 +164,36 @@ def set_accepted(detection, ids) -> None:
     st.session_state.editor_version += 1
 
 
+def kernel_for(detection, chain_id: str) -> str:
+    """The user's kernel choice for one chain ("auto" unless chosen)."""
+    return st.session_state.kernels.get(detection.fingerprint, {}).get(chain_id, "auto")
+
+
+def set_kernel(detection, chain_id: str, choice: str) -> None:
+    chosen = dict(st.session_state.kernels.get(detection.fingerprint, {}))
+    if choice == "auto":
+        chosen.pop(chain_id, None)
+    else:
+        chosen[chain_id] = choice
+    st.session_state.kernels[detection.fingerprint] = chosen
+
+
 def current_plan(detection) -> Plan:
     """The plan of the user's choices (``plan.make_plan``) with the sidebar's global levers."""
     acc = accepted_ids(detection)
     return make_plan(detection, accept="all", reject=[c.id for c in detection.chains if c.id not in acc],
                      memory_format=st.session_state.get("memory_format", "nchw"),
-                     cuda_graphs=bool(st.session_state.get("cuda_graphs", False)))
+                     cuda_graphs=bool(st.session_state.get("cuda_graphs", False)),
+                     kernels=st.session_state.kernels.get(detection.fingerprint, {}))
 
 
 def apply_plan_text(text: bytes | str, detection) -> Plan:
-    """Restore choices from plan JSON; raises PlanError (state untouched) if it does not fit."""
+    """Restore choices (accepted chains, kernel choices) from plan JSON; raises PlanError (state
+    untouched) if it does not fit."""
     plan = Plan.from_json(text)
     plan.check_for(detection)
     set_accepted(detection, plan.accepted)
+    st.session_state.kernels[detection.fingerprint] = dict(plan.kernels)
     return plan
 
 
@@ -196,8 +219,25 @@ def on_plan_upload() -> None:
         return
     ss.memory_format = plan.memory_format
     ss.cuda_graphs = plan.cuda_graphs
-    ss.plan_notice = (f"restored {len(plan.accepted)} accepted chain(s) from {uploaded.name} "
+    ss.plan_notice = (f"restored {len(plan.accepted)} accepted chain(s) and {len(plan.kernels)} kernel "
+                      f"choice(s) from {uploaded.name} "
                       f"(memory format {plan.memory_format}, CUDA graphs {'on' if plan.cuda_graphs else 'off'})")
+
+
+def on_report_upload() -> None:
+    """Callback of the Results page's uploader: show a saved report, or say why not."""
+    ss = st.session_state
+    uploaded = ss.get("report_file")
+    ss.report_error = ss.report_notice = None
+    if uploaded is None:
+        return
+    try:
+        report = ui_files.load_report(uploaded.name, uploaded.getvalue())
+    except ExplorerError as exc:
+        ss.report_error = str(exc)
+        return
+    ss.last_report, ss.last_report_cached = (f"file:{uploaded.name}:{uploaded.file_id}", report), False
+    ss.report_notice = f"showing {uploaded.name}, a saved report (not a run of this session)"
 
 
 # ------------------------------------------------------------------ runs

@@ -159,6 +159,42 @@ def test_chain_speedup_sorted_and_slower_coloured():
     assert any(t.name == "slower after fusion" for t in fig.data)
 
 
+def test_chain_rows_and_slower_split_by_what_limits_them():
+    report = _report()
+    assert "speed-up, CUDA graph" not in charts.chain_rows(report)[0]     # CPU report: no graph timings
+    assert charts.slower_where(report) == {"host": [], "gpu": [], "unknown": ["add_layer_norm@add"]}
+    report["chains"][0].update(graph_speedup=0.7, slower_in_graph=True)    # faster plain, slower on the GPU
+    report["chains"][1].update(graph_speedup=1.2, slower_in_graph=False)   # slower plain, faster on the GPU
+    rows = {r["chain"]: r for r in charts.chain_rows(report)}
+    assert rows["conv_bn_act@conv2d"]["speed-up, CUDA graph"] == pytest.approx(0.7)
+    assert charts.slower_where(report) == {"host": ["add_layer_norm@add"], "gpu": ["conv_bn_act@conv2d"],
+                                           "unknown": []}
+
+
+H200_REPORT = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / \
+    "report_resnet50_fp16_channels_last_h200.json"
+
+
+def test_load_report_reads_a_real_report_and_refuses_the_rest():
+    report = ui_files.load_report("r.json", H200_REPORT.read_bytes())
+    assert report["environment"]["device_name"].startswith("NVIDIA") and len(report["chains"]) == 53
+    bad = {
+        "garbage.json": (b"\x80\x81 not text", "not a JSON report"),
+        "truncated.json": (H200_REPORT.read_bytes()[:500], "not a JSON report"),
+        "list.json": (b"[1, 2]", "JSON list, not an object"),
+        "plan.json": (json.dumps({"model": "x", "accepted": []}).encode(), "no 'unfused' or 'fused'"),
+        "chains.json": (json.dumps({"unfused": {"latency_ms": {}}, "fused": {"latency_ms": {}},
+                                    "chains": {"a": 1}}).encode(), "'chains' is not a list"),
+    }
+    for name, (data, needle) in bad.items():
+        with pytest.raises(ui_files.ReportError) as err:
+            ui_files.load_report(name, data)
+        message = str(err.value)
+        assert needle in message and name in message and "\n" not in message, message
+    with pytest.raises(ui_files.ReportError, match="over the report limit"):
+        ui_files.load_report("big.json", b" " * (ui_files.MAX_REPORT_MB * 2**20 + 1))
+
+
 def test_stages_and_precision_tables():
     rows = charts.stages_rows(_report())
     assert [r["stage"] for r in rows] == ["none", "conv_bn", "activation", "all"]
@@ -397,3 +433,54 @@ def test_results_button_rejects_the_chains_that_got_slower():
     assert not at.exception
     at.button(key="reject_slower").click().run()
     assert _accepted(at) == {c.id for c in det.chains} - {slow_id}
+
+
+def test_app_opens_a_saved_gpu_report_without_a_gpu():
+    """A report measured on the H200 opens on the Results page: its charts, the CUDA-graph column,
+    and why its slower chains are slower. A broken file is refused in one line and the report stays."""
+    at = _app("residual_block")
+    at.switch_page("ui_page_results.py").run()
+    assert not at.exception and any("No results yet" in i.value for i in at.info)
+    at.file_uploader(key="report_file").set_value(
+        ("resnet50_h200.json", H200_REPORT.read_bytes(), "application/json")).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("saved report" in s.value for s in at.success)
+    key, report = at.session_state["last_report"]
+    assert key.startswith("file:resnet50_h200.json") and report["model"]["name"] == "resnet50"
+    assert any("Results: resnet50" in h.value for h in at.subheader)
+    assert not any("CPU numbers" in w.value for w in at.warning)
+    assert any("slower even as CUDA graphs" in i.value for i in at.info), [i.value for i in at.info]
+    table = next(d for d in at.dataframe if "speed-up, CUDA graph" in d.value.columns)
+    assert len(table.value) == 53
+    assert not [b for b in at.button if b.key == "reject_slower"]    # a report of another model: no button
+    at.file_uploader(key="report_file").set_value(("broken.json", b"{not json", "application/json")).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "broken.json is not a JSON report" in errors[0], errors
+    assert at.session_state["last_report"][1]["model"]["name"] == "resnet50"   # the open report stays
+
+
+def test_app_kernel_choice_goes_into_the_plan_and_comes_back_from_one():
+    """The one-chain panel sets the plan's kernel choice for that chain; an uploaded plan's choices
+    are restored (and shown in the panel)."""
+    from explorer.plan import Plan
+
+    at = _app("residual_block")
+    _, _, det = analyze("residual_block")
+    conv = next(c.id for c in det.chains if c.pattern == "conv_bn_act")
+    res = next(c.id for c in det.chains if c.pattern == "conv_bn_add_act")
+    at.switch_page("ui_page_fusions.py").run()
+    at.selectbox(key="chain_pick").set_value(conv).run()
+    assert at.selectbox(key=f"kernel@{conv}").value == "auto"
+    at.selectbox(key=f"kernel@{conv}").set_value("separate_epilogue").run()
+    assert not at.exception
+    assert at.session_state["kernels"][det.fingerprint] == {conv: "separate_epilogue"}
+    plan = Plan(det.model, det.fingerprint, tuple(c.id for c in det.chains), {res: "inductor"})
+    at.file_uploader(key="plan_file").set_value(("p.json", plan.to_json().encode(), "application/json")).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("1 kernel choice(s)" in s.value for s in at.success)
+    assert at.session_state["kernels"][det.fingerprint] == {res: "inductor"}
+    at.selectbox(key="chain_pick").set_value(res).run()
+    assert at.selectbox(key=f"kernel@{res}").value == "inductor"
+    at.selectbox(key="chain_pick").set_value(conv).run()
+    assert at.selectbox(key=f"kernel@{conv}").value == "auto"
