@@ -91,6 +91,7 @@ def test_graph_and_results_in_chromium(app_url):
             except PlaywrightTimeout:
                 _wait_idle(page)
         rejected.wait_for(timeout=10_000)
+        page.get_by_text("Kernel for this chain").wait_for(timeout=10_000)   # the chain's kernel choice
         page.wait_for_timeout(500)
         page.screenshot(path=str(ASSETS / "screenshot-fusions.png"), full_page=True)
 
