@@ -159,14 +159,19 @@ def chain_rows(report: dict) -> list[dict[str, Any]]:
     """Per-chain table rows, fastest speed-up first.
 
     Reports measured on CUDA also time each chain replayed as a CUDA graph (no launch or
-    host overhead); their rows get that speed-up too, as "speed-up, CUDA graph".
+    host overhead); their rows get that speed-up too, as "speed-up, CUDA graph". When the
+    plan chose a kernel for some chain, a "kernel" column says which each chain ran.
     """
     chains = _chains(report)
     graphs = any(_num(c.get("graph_speedup")) is not None for c in chains)
+    chosen = any(c.get("kernel", "auto") != "auto" for c in chains)
     rows = []
     for c in chains:
         row = {"chain": c.get("id"), "pattern": BY_NAME[c["pattern"]].label if c.get("pattern") in BY_NAME
-               else c.get("pattern"), "status": c.get("status"), "speed-up": _num(c.get("speedup"))}
+               else c.get("pattern"), "status": c.get("status")}
+        if chosen:  # the plan chose kernels: say which each chain ran
+            row["kernel"] = c.get("kernel", "auto")
+        row["speed-up"] = _num(c.get("speedup"))
         if graphs:
             row["speed-up, CUDA graph"] = _num(c.get("graph_speedup"))
         row.update({"unfused ms": _num(c.get("unfused_ms")), "fused ms": _num(c.get("fused_ms")),

@@ -3,7 +3,8 @@
     fusion-explorer models
     fusion-explorer detect MODEL [--json] [--batch N] [--seq-len N]
     fusion-explorer plan MODEL --accept all|none|PATTERN[,PATTERN...] [--reject ID,...]
-                               [--reject-slower report.json] [--kernel ID=CHOICE ...] > plan.json
+                               [--reject-slower report.json] [--kernel ID=CHOICE ...]
+                               [--separate-gpu-slower report.json] > plan.json
     fusion-explorer run MODEL --plan plan.json [--device cuda|cpu] [--dtype fp32|fp16|bf16]
                               [--batch N] [--seq-len N] --out report.json
     fusion-explorer app [STREAMLIT ARGS...]
@@ -91,22 +92,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.reject_slower:
         from explorer.plan import slower_chains
 
-        try:
-            report = json.loads(Path(args.reject_slower).read_text())
-        except (OSError, ValueError) as exc:
-            raise ExplorerError(f"cannot read report {args.reject_slower}: {exc}") from None
         known = {c.id for c in det.chains}
-        reject += [c for c in slower_chains(report) if c in known and c not in reject]
+        reject += [c for c in slower_chains(_read_report(args.reject_slower)) if c in known and c not in reject]
     kernels = {}
     for item in args.kernel or []:
         chain_id, sep, choice = item.partition("=")
         if not sep or not chain_id.strip() or not choice.strip():
             raise ExplorerError(f"--kernel takes CHAIN_ID=CHOICE, got '{item}'")
         kernels[chain_id.strip()] = choice.strip()
+    if args.separate_gpu_slower:
+        from explorer.plan import gpu_slower_chains
+
+        for chain_id in gpu_slower_chains(_read_report(args.separate_gpu_slower), det):
+            kernels.setdefault(chain_id, "separate_epilogue")
     plan = make_plan(det, accept=args.accept, reject=reject, memory_format=args.memory_format,
                      cuda_graphs=args.cuda_graphs, kernels=kernels)
     print(plan.to_json())
     return 0
+
+
+def _read_report(path: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ExplorerError(f"cannot read report {path}: {exc}") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -177,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", action="append", metavar="ID=CHOICE",
                    help="kernel choice for one chain (auto, separate_epilogue, inductor: the pattern's list); "
                         "repeat for more chains")
+    p.add_argument("--separate-gpu-slower", dest="separate_gpu_slower", metavar="REPORT",
+                   help="choose separate_epilogue for every conv/linear chain that this CUDA report measured "
+                        "slower fused even as CUDA graphs (the fused kernel itself slower on the GPU)")
 
     p = sub.add_parser("run", help="measure the fused against the unfused model")
     model_args(p)

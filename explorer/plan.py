@@ -110,6 +110,15 @@ def slower_chains(report: dict[str, Any]) -> list[str]:
     return slower
 
 
+def gpu_slower_chains(report: dict[str, Any], detection: Detection) -> list[str]:
+    """Ids of the chains a CUDA report measured slower fused *even as CUDA graphs* (the fused kernel
+    itself is slower on the GPU) whose pattern offers the "separate_epilogue" kernel choice."""
+    if not isinstance(report, dict) or not isinstance(report.get("chains"), list):
+        raise PlanError("not a runner report: it has no 'chains' list")
+    offers = {c.id for c in detection.chains if "separate_epilogue" in BY_NAME[c.pattern].kernels}
+    return [str(c["id"]) for c in report["chains"] if c.get("slower_in_graph") and c.get("id") in offers]
+
+
 def make_plan(detection: Detection, accept: str | Iterable[str] = "all", reject: Iterable[str] = (),
               memory_format: str = "nchw", cuda_graphs: bool = False,
               kernels: dict[str, str] | None = None) -> Plan:

@@ -1,8 +1,8 @@
 """Results page: the latest run report, or a saved one, as charts and tables (figures from ``explorer.charts``).
 
 A report saved elsewhere (an H200 run's JSON, say) opens here without a GPU.
-Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages; button: reject_slower;
-uploader: report_file.
+Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages; buttons: reject_slower,
+separate_gpu_slower; uploader: report_file.
 """
 
 from __future__ import annotations
@@ -10,16 +10,23 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer import charts, ui_state
-from explorer.plan import slower_chains
+from explorer.plan import gpu_slower_chains, slower_chains
+
+
+def _detection_of(report: dict):
+    """The loaded model's detection when this report was measured on it (same graph), else None."""
+    cur = ui_state.current()
+    plan = report.get("plan") or {}
+    if cur is None or plan.get("fingerprint") != cur[3].fingerprint:
+        return None
+    return cur[3]
 
 
 def _offer_reject_slower(report: dict) -> None:
     """A button that rejects, in the current choices, every chain this report measured slower."""
-    cur = ui_state.current()
-    plan = report.get("plan") or {}
-    if cur is None or plan.get("fingerprint") != cur[3].fingerprint:
+    detection = _detection_of(report)
+    if detection is None:
         return
-    detection = cur[3]
     slower = set(slower_chains(report))
     if st.button(f"Reject the {len(slower)} slower chain(s)", key="reject_slower"):
         ui_state.set_accepted(detection, ui_state.accepted_ids(detection) - slower)
@@ -47,6 +54,21 @@ def _explain_slower(report: dict) -> None:
     if where["gpu"]:
         st.info(f"{len(where['gpu'])} chain(s) are slower even as CUDA graphs: the fused kernel itself is "
                 "slower on the GPU than the ops it replaces ('speed-up, CUDA graph' column).")
+        _offer_separate_epilogue(report)
+
+
+def _offer_separate_epilogue(report: dict) -> None:
+    """A button that sets the kernel choice "separate_epilogue" for the chains slower on the GPU itself."""
+    detection = _detection_of(report)
+    if detection is None:
+        return
+    ids = gpu_slower_chains(report, detection)
+    if ids and st.button(f"Use the separate epilogue for the {len(ids)} conv/linear chain(s) slower on the GPU",
+                         key="separate_gpu_slower"):
+        for cid in ids:
+            ui_state.set_kernel(detection, cid, "separate_epilogue")
+        st.success(f"Kernel choice 'separate_epilogue' set for {len(ids)} chain(s): the next run times them "
+                   "with the conv or GEMM and its epilogue as separate kernels.")
 
 
 def page() -> None:

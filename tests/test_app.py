@@ -162,6 +162,10 @@ def test_chain_speedup_sorted_and_slower_coloured():
 def test_chain_rows_and_slower_split_by_what_limits_them():
     report = _report()
     assert "speed-up, CUDA graph" not in charts.chain_rows(report)[0]     # CPU report: no graph timings
+    assert "kernel" not in charts.chain_rows(report)[0]                   # no kernel chosen: no column
+    report["chains"][1]["kernel"] = "inductor"
+    assert {r["chain"]: r["kernel"] for r in charts.chain_rows(report)} == {
+        "conv_bn_act@conv2d": "auto", "add_layer_norm@add": "inductor"}
     assert charts.slower_where(report) == {"host": [], "gpu": [], "unknown": ["add_layer_norm@add"]}
     report["chains"][0].update(graph_speedup=0.7, slower_in_graph=True)    # faster plain, slower on the GPU
     report["chains"][1].update(graph_speedup=1.2, slower_in_graph=False)   # slower plain, faster on the GPU
@@ -484,3 +488,22 @@ def test_app_kernel_choice_goes_into_the_plan_and_comes_back_from_one():
     assert at.selectbox(key=f"kernel@{res}").value == "inductor"
     at.selectbox(key="chain_pick").set_value(conv).run()
     assert at.selectbox(key=f"kernel@{conv}").value == "auto"
+
+
+def test_results_button_sets_the_separate_epilogue_for_chains_slower_on_the_gpu():
+    """With ResNet-50 loaded, its H200 report offers to give the 8 conv chains that were slower even
+    as CUDA graphs the separate epilogue; the plan then carries those kernel choices."""
+    from explorer.plan import gpu_slower_chains
+
+    at = _app("resnet50")
+    _, _, det = analyze("resnet50")
+    report = json.loads(H200_REPORT.read_text())
+    expected = set(gpu_slower_chains(report, det))
+    assert len(expected) == 8
+    at.session_state["last_report"] = ("test", report)
+    at.switch_page("ui_page_results.py").run()
+    assert not at.exception
+    at.button(key="separate_gpu_slower").click().run()
+    assert not at.exception
+    assert at.session_state["kernels"][det.fingerprint] == {cid: "separate_epilogue" for cid in expected}
+    assert any("next run times them" in s.value for s in at.success)

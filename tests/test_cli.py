@@ -70,6 +70,18 @@ def test_plan_accept_and_reject(tmp_path):
     assert_one_line_error(cli("plan", "residual_block", "--kernel", "conv_bn_act@conv2d"), "CHAIN_ID=CHOICE")
 
 
+def test_plan_separate_epilogue_for_chains_slower_on_the_gpu():
+    report = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / \
+        "report_resnet50_fp16_channels_last_h200.json"
+    proc = cli("plan", "resnet50", "--separate-gpu-slower", str(report))
+    assert proc.returncode == 0, proc.stderr
+    kernels = json.loads(proc.stdout)["kernels"]
+    assert len(kernels) == 8 and set(kernels.values()) == {"separate_epilogue"}
+    assert all(k.startswith("conv_bn_act@") for k in kernels)   # conv_bn@conv2d_4 has no epilogue to separate
+    assert_one_line_error(cli("plan", "resnet50", "--separate-gpu-slower", "/no/such/report.json"),
+                          "cannot read report")
+
+
 def test_unknown_zoo_name():
     assert_one_line_error(cli("detect", "resnet51"), "unknown model 'resnet51'")
 
