@@ -257,7 +257,8 @@ PATTERNS: tuple[Pattern, ...] = (
         steps=(Step(frozenset({"add"}), "add", emits=True),
                Step(frozenset({"layer_norm"}), "layer_norm", guard=_last_dim_norm)),
         color="#8c564b",
-        implementation="one Triton kernel that writes both the sum and the normalized output",
+        implementation=("one Triton kernel that writes the normalized output, and the sum too where "
+                        "something else reads it (a pre-norm residual stream)"),
         explanation=("The residual add and the LayerNorm each read and write the whole activation. "
                      "One kernel reads both operands once, keeps the row in registers for the "
                      "mean and variance, and writes the sum (the residual stream needs it) and the "
@@ -276,7 +277,7 @@ PATTERNS: tuple[Pattern, ...] = (
             Step(ops.ELEMENTWISE - {"where"}, "op", optional=True),
         ),
         color="#e377c2",
-        implementation="the chain's subgraph compiled on its own with torch.compile (generic fallback)",
+        implementation="the chain's subgraph compiled on its own by torch.compile's inductor (generic fallback)",
         explanation=("Consecutive pointwise ops are memory-bound: each reads and writes the whole "
                      "tensor. One kernel reads the inputs once and writes the result once."),
         stage="other",
