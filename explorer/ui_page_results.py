@@ -48,7 +48,7 @@ def _explain_slower(report: dict) -> None:
     """Say what limits the chains that got slower: the host (launch overhead) or the GPU."""
     where = charts.slower_where(report)
     if where["host"]:
-        st.info(f"{len(where['host'])} of them are slower only as plain calls: replayed as a CUDA graph "
+        st.info(f"{len(where['host'])} of the slower chains are slower only as plain calls: replayed as a CUDA graph "
                 "(no launch or host overhead) they are not. On this machine the host, issuing calls, limits "
                 "them, not the GPU; CUDA graphs (a plan option on the Run page) remove that cost.")
     if where["gpu"]:
@@ -112,10 +112,8 @@ def page() -> None:
         if slower:
             st.warning(f"{len(slower)} chain(s) got slower when fused (red bars): not every fusion pays. "
                        "Reject them and run again.")
-            _explain_slower(report)
             _offer_reject_slower(report)
-        elif charts.slower_where(report)["gpu"]:
-            _explain_slower(report)
+        _explain_slower(report)  # says nothing when no chain is slower either way
         st.plotly_chart(charts.chain_speedup_figure(report), key="chart_chain_speedup", width="stretch")
         st.dataframe(rows, hide_index=True, width="stretch", column_config=sci)
         st.plotly_chart(charts.chain_precision_figure(report), key="chart_chain_precision",
