@@ -68,10 +68,12 @@ def cmd_detect(args: argparse.Namespace) -> int:
           f"{t.get('params', 0) / 1e6:.1f} M params, {t.get('flops', 0) / 1e9:.2f} GFLOP, "
           f"{human_bytes(t.get('bytes', 0))} moved unfused")
     print()
-    print(f"{'id':<34} {'pattern':<18} {'bytes saved':>12} {'launches':>8}  origin")
+    width = max(len(p.label) for p in PATTERNS)
+    print(f"{'id':<34} {'pattern':<{width}} {'bytes saved':>12} {'launches':>8}  origin")
     for c in det.chains:
-        print(f"{c.id:<34} {BY_NAME[c.pattern].label:<18} {human_bytes(c.bytes_saved):>12} "
-              f"{c.launches_saved:>8}  {' -> '.join(c.names)}")
+        joiner = " | " if c.siblings else " -> "  # siblings read one input side by side
+        print(f"{c.id:<34} {BY_NAME[c.pattern].label:<{width}} {human_bytes(c.bytes_saved):>12} "
+              f"{c.launches_saved:>8}  {joiner.join(c.names)}")
     print()
     print("chains per pattern: " + ", ".join(f"{p.label} {det.counts[p.name]}" for p in PATTERNS if det.counts[p.name]))
     print(f"total: {len(det.chains)} chains, {result['launches_saved']} launches and "
@@ -79,7 +81,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if det.near_misses:
         print(f"\nnear misses ({len(det.near_misses)}):")
         for m in det.near_misses:
-            print(f"  {BY_NAME[m.pattern].label:<18} {' -> '.join(m.nodes)}: {m.reason}")
+            print(f"  {BY_NAME[m.pattern].label:<{width}} {' -> '.join(m.nodes)}: {m.reason}")
     return 0
 
 

@@ -3,7 +3,9 @@
 ``detect(graph)`` walks the patterns of ``explorer.patterns.PATTERNS`` in
 registry order and, for each, the graph's nodes in topological order. A match
 follows single-consumer dataflow from an anchor op through the pattern's
-steps, looking through transparent ops (views, inference dropout). It has no
+steps, looking through transparent ops (views, inference dropout). A sibling
+pattern (``Pattern.siblings``) instead gathers the parallel consumers of one
+input: the Q, K and V projections of an attention layer. It has no
 side effects on the graph; it returns a ``Detection``:
 
 - ``chains``: non-overlapping ``Chain`` values (every node in at most one);
@@ -30,7 +32,7 @@ import networkx as nx
 
 from explorer import ops
 from explorer.graph_model import topo_nodes
-from explorer.patterns import ALREADY_FUSED, PATTERNS, Pattern, Step
+from explorer.patterns import ALREADY_FUSED, BY_NAME, PATTERNS, Pattern, Step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +61,23 @@ class Chain:
 
     def node_for(self, role: str) -> str | None:
         return next((n for n, r in self.roles if r == role), None)
+
+    @property
+    def siblings(self) -> bool:
+        """Its ops are parallel consumers of one input (horizontal fusion), not a sequence."""
+        return BY_NAME[self.pattern].siblings if self.pattern in BY_NAME else False
+
+    @property
+    def ops_text(self) -> str:
+        """``conv → batch_norm → relu``, or ``linear ∥ linear ∥ linear`` for siblings."""
+        return (BY_NAME[self.pattern].joiner if self.pattern in BY_NAME else " → ").join(self.ops)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The nodes whose values leave the chain: every branch of siblings, else the last op and the extras."""
+        if self.siblings:
+            return self.compute_nodes
+        return (self.roles[-1][0], *self.extra_outputs)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "pattern": self.pattern, "ops": list(self.ops), "nodes": list(self.nodes),
@@ -226,10 +245,46 @@ def _match(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]
     return matched
 
 
+def _match_siblings(g: nx.DiGraph, pattern: Pattern, anchor: str,
+                    claimed: dict[str, str]) -> list[tuple[str, str, bool]]:
+    """Gather the unclaimed consumers of ``anchor``'s input that fit the pattern's one step.
+
+    Siblings must read that input as their activation operand and take their
+    weights from parameters (a GEMM over concatenated weights needs constant
+    weights), with or without a bias alike. Raises _Refused when fewer than two
+    fit, with a reason when two or more would have but differ.
+    """
+    step = pattern.steps[0]
+    attrs = g.nodes[anchor]
+    x = attrs.get("first_input")
+    if x is None or x not in g or not attrs.get("const_weight"):
+        raise _Refused(None, [anchor])
+    found = [n for n in _successors(g, x)
+             if g.nodes[n]["kind"] in step.kinds and n not in claimed
+             and g.nodes[n].get("first_input") == x and g.nodes[n].get("const_weight")]
+    if anchor not in found or found[0] != anchor or len(found) < 2:
+        raise _Refused(None, [anchor])
+    dtypes = {tuple(g.nodes[n]["dtypes"]) for n in found}
+    biases = {g.nodes[n].get("has_bias") for n in found}
+    if len(dtypes) > 1:
+        raise _Refused(f"sibling {_label(step.role)}s of {x} differ in dtype", found)
+    if len(biases) > 1:
+        raise _Refused(f"sibling linears of {x}: some have a bias, some do not", found)
+    return [(n, f"{step.role}{i}", True) for i, n in enumerate(found)]
+
+
 def _make_chain(g: nx.DiGraph, pattern: Pattern, matched: list[tuple[str, str, bool]]) -> Chain:
     nodes = tuple(n for n, _, _ in matched)
     members = set(nodes)
     compute = [(n, r) for n, r, c in matched if c]
+    if pattern.siblings:
+        # Every output is still written; what goes is n-1 reads of the shared input and n-1 launches.
+        x = g.nodes[compute[0][0]]["first_input"]
+        read = g.edges[x, compute[0][0]]["bytes"]
+        return Chain(id=f"{pattern.name}@{compute[0][0]}", pattern=pattern.name,
+                     ops=tuple(g.nodes[n]["kind"] for n, _ in compute), nodes=nodes,
+                     names=tuple(g.nodes[n]["origin"] for n, _ in compute), roles=tuple(compute),
+                     bytes_saved=int(read * (len(compute) - 1)), launches_saved=len(compute) - 1)
     saved = 0
     extra: list[str] = []
     for n, _ in compute[:-1]:
@@ -271,7 +326,7 @@ def detect(g: nx.DiGraph, patterns: Iterable[Pattern] = PATTERNS) -> Detection:
             if anchor in claimed:
                 continue
             try:
-                matched = _match(g, pattern, anchor, claimed)
+                matched = (_match_siblings if pattern.siblings else _match)(g, pattern, anchor, claimed)
             except _Refused as why:
                 if why.reason:
                     refused.append(NearMiss(pattern.name, why.nodes, why.reason))

@@ -225,6 +225,11 @@ def facts(node: torch.fx.Node, kind: str) -> dict[str, Any]:
         out["norm_dims"] = len(shape) if isinstance(shape, (list, tuple)) else 1
     if kind == "matmul" and node.args and isinstance(node.args[0], torch.fx.Node):
         out["first_input"] = node.args[0].name
+    if kind == "linear" and aten_name(node) == "linear" and isinstance(arg(node, 0, "input"), torch.fx.Node):
+        weight, bias = arg(node, 1, "weight"), arg(node, 2, "bias")
+        out["first_input"] = arg(node, 0, "input").name
+        out["const_weight"] = isinstance(weight, torch.fx.Node) and weight.op == "get_attr"
+        out["has_bias"] = bias is not None
     if kind == "conv":
         weight = node_val(node.args[1]) if len(node.args) > 1 else None
         groups = arg(node, 6, "groups", 1)

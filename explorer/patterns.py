@@ -20,6 +20,14 @@ Registry order is match priority: earlier patterns claim nodes first.
      add                       matmul (opt: whole attention block)
       |
      relu
+
+    linear_siblings (horizontal: one input, several projections)
+    ---------------
+          x                      x
+        / | \\        ==>         |
+    linear linear linear   linear(W_q|W_k|W_v)
+      q     k     v              |  split (views, no copy)
+                               q  k  v
 """
 
 from __future__ import annotations
@@ -73,6 +81,12 @@ class Pattern:
     caveats: tuple[str, ...] = ()
     formula: str = ""
     kernels: tuple[str, ...] = ("auto", "inductor")  # kernel choices a plan may name (KERNEL_CHOICES)
+    siblings: bool = False  # the steps are parallel consumers of one input, not a dataflow chain
+
+    @property
+    def joiner(self) -> str:
+        """How a chain's ops are written: in sequence, or side by side (siblings)."""
+        return " ∥ " if self.siblings else " → "
 
     @property
     def anchor_kinds(self) -> frozenset[str]:
@@ -283,9 +297,29 @@ PATTERNS: tuple[Pattern, ...] = (
         stage="other",
         caveats=(_PAYS_CAVEAT,),
     ),
+    Pattern(
+        name="linear_siblings",
+        label="Sibling linears (QKV)",
+        steps=(Step(frozenset({"linear"}), "branch"),),
+        siblings=True,
+        kernels=("auto",),
+        color="#bcbd22",
+        implementation=("one GEMM over the concatenated weights (W_1|W_2|...), its output split into "
+                        "column views: no copy"),
+        explanation=("Horizontal fusion: a transformer layer projects the same input three times, for the "
+                     "queries, keys and values. One GEMM with the three weight matrices side by side reads "
+                     "the input once instead of three times and costs one launch instead of three; each "
+                     "projection is then a column slice of the one output. Nothing is saved in the "
+                     "outputs: they are all still written, because each is read afterwards."),
+        stage="other",
+        caveats=(_PRECISION_CAVEAT,
+                 "The outputs are column slices of one buffer: a consumer that needs them contiguous "
+                 "(a flattening view) makes the rewrite refuse the group.", _PAYS_CAVEAT),
+    ),
 )
 
 BY_NAME: dict[str, Pattern] = {p.name: p for p in PATTERNS}
+
 UNKNOWN_COLOR = "#7f7f7f"
 
 # "Already fused" ops: reported as near misses of the pattern they would have been.

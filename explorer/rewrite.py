@@ -56,6 +56,7 @@ from explorer.kernels import bn_fold as _bn_fold
 from explorer.kernels import conv_epilogue as _conv_ep
 from explorer.kernels import linear_act as _lin
 from explorer.kernels import matmul_softmax as _mms
+from explorer.kernels import sibling_linear as _sib
 from explorer.patterns import BY_NAME
 from explorer.plan import Plan
 from explorer.sources import LoadedModel
@@ -134,6 +135,11 @@ def fused_conv_separate_epilogue(x, weight, bias, z, stride, padding, dilation, 
 def fused_linear_separate_epilogue(x, weight, bias, act):
     """Kernel choice "separate_epilogue": the linear with its bias, then ``act`` in place."""
     return _lin.linear_act_separate(x, weight, bias, act)
+
+
+def fused_linear_siblings(x, weight, bias, sizes):
+    """Sibling projections of ``x`` as one GEMM over concatenated weights: a tuple of column views."""
+    return _sib.linear_siblings(x, weight, bias, sizes)
 
 
 def fused_add_layer_norm(x, residual, weight, bias, eps):
@@ -274,7 +280,7 @@ def chain_module(model: LoadedModel, detection: Detection, chain_id: str, device
     dev = _device(device)
     by_name = {n.name: n for n in model.gm.graph.nodes}
     members = [by_name[n] for n in _in_graph_order(model.gm, chain.nodes)]
-    outputs = [by_name[_last_compute(chain)]] + [by_name[n] for n in chain.extra_outputs]
+    outputs = [by_name[n] for n in chain.outputs]
     unfused, inputs = _extract(model.gm, members, outputs, attrs_as_placeholders=False)
     unfused = unfused.to(dev)
     fused = copy.deepcopy(unfused)
@@ -602,6 +608,59 @@ def _plan_add_layer_norm(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
                              tuple_result=True)  # the call returns (sum, normed)
 
 
+def _plan_linear_siblings(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
+    """Sibling linears → one GEMM over their concatenated weights, split into column views."""
+    branches = [by_name[n] for n in chain.compute_nodes]
+    if any(ops.aten_name(b) != "linear" for b in branches):
+        raise _Refuse("a sibling is not a plain linear")
+    x = ops.arg(branches[0], 0, "input")
+    weights, biases = [], []
+    for b in branches:
+        if ops.arg(b, 0, "input") is not x:
+            raise _Refuse("the siblings do not read the same input")
+        w, bias = ops.arg(b, 1, "weight"), ops.arg(b, 2, "bias")
+        weights.append(_constant(gm, w, "weight"))
+        biases.append(_constant(gm, bias, "bias") if bias is not None else None)
+    try:
+        weight, bias, sizes = _sib.concat_weights(weights, biases)
+    except ValueError as exc:
+        raise _Refuse(str(exc)) from None
+    _check_column_views(branches, sizes)
+    key = branches[0].name
+    tensors = {f"{key}_cat_weight": weight}
+    bias_arg = None
+    if bias is not None:
+        tensors[f"{key}_cat_bias"] = bias
+        bias_arg = _NewAttr(f"{key}_cat_bias")
+    label = f"one GEMM over {len(sizes)} concatenated weights ({'+'.join(map(str, sizes))} columns), split into views"
+    return _Edit(chain, branches, branches, fused_linear_siblings,
+                 (x, _NewAttr(f"{key}_cat_weight"), bias_arg, sizes), label, tensors=tensors, tuple_result=True)
+
+
+def _check_column_views(branches: list[torch.fx.Node], sizes: list[int]) -> None:
+    """Refuse when a consumer views a branch output in a way its column slice does not allow.
+
+    Every ``view`` user of a branch is replayed on a meta tensor with the slice's
+    strides (row stride ``sum(sizes)``); ``view`` fails there exactly when it
+    would fail on the real slice.
+    """
+    width = sum(sizes)
+    for branch, size in zip(branches, sizes):
+        val = _val(branch)
+        if not isinstance(val, torch.Tensor):
+            raise _Refuse(f"{branch.name} has no shape metadata")
+        full = torch.empty((*val.shape[:-1], width), device="meta", dtype=val.dtype)
+        piece = full[..., :size]
+        for user in branch.users:
+            if ops.aten_name(user) != "view":
+                continue
+            try:
+                piece.view(ops.arg(user, 1, "size"))
+            except RuntimeError:
+                raise _Refuse(f"{user.name} views {branch.name} in a way a column slice does not allow "
+                              "(it would need a copy)") from None
+
+
 def _plan_matmul_softmax(gm, by_name, chain: Chain, dev: torch.device) -> _Edit:
     scores = by_name[chain.node_for("scores")]
     softmax = by_name[chain.node_for("softmax")]
@@ -717,7 +776,7 @@ def _untransposed(b: Any) -> torch.fx.Node | None:
 def _plan_generic(gm, by_name, chain: Chain, dev: torch.device, why: str) -> _Edit:
     """The chain's nodes as a small GraphModule, compiled with torch.compile on first call."""
     members = [by_name[n] for n in _in_graph_order(gm, chain.nodes)]
-    outputs = [by_name[_last_compute(chain)]] + [by_name[n] for n in chain.extra_outputs]
+    outputs = [by_name[n] for n in chain.outputs]
     sub, inputs = _extract(gm, members, outputs, attrs_as_placeholders=True)
     compiles, note = _compile_available(dev)
     label = GENERIC_LABEL + (f" ({why})" if why else "") + note
@@ -1098,6 +1157,7 @@ def _example(node: torch.fx.Node, gen: torch.Generator, is_mask: bool) -> torch.
 _PLANNERS: dict[str, Callable[..., _Edit]] = {
     "conv_bn_act": _plan_conv, "conv_act": _plan_conv, "conv_add_act": _plan_conv, "conv_bn_add_act": _plan_conv,
     "linear_act": _plan_linear_act,
+    "linear_siblings": _plan_linear_siblings,
 }
 
 _PLANNERS: dict[str, Callable[..., _Edit]] = {
@@ -1106,6 +1166,7 @@ _PLANNERS: dict[str, Callable[..., _Edit]] = {
     "conv_add_act": _plan_conv,
     "conv_act": _plan_conv,
     "linear_act": _plan_linear_act,
+    "linear_siblings": _plan_linear_siblings,
     "add_layer_norm": _plan_add_layer_norm,
     "matmul_softmax": _plan_matmul_softmax,
 }

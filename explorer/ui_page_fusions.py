@@ -61,7 +61,7 @@ def page() -> None:
         "accept": [c.id in accepted for c in shown],
         "pattern": [_label(c.pattern) for c in shown],
         "chain": [c.id for c in shown],
-        "ops": [" → ".join(c.ops) for c in shown],
+        "ops": [c.ops_text for c in shown],
         "origin": [", ".join(dict.fromkeys(c.names)) for c in shown],
         "bytes saved (MiB)": [c.bytes_saved / 2**20 for c in shown],
         "launches saved": [c.launches_saved for c in shown],
@@ -96,7 +96,7 @@ def page() -> None:
             cid = st.selectbox("Chain", ids, key="chain_pick")
             chain = detection.chain(cid)
             st.markdown(f"**{_label(chain.pattern)}** — {'accepted' if cid in accepted else 'rejected'}  \n"
-                        f"ops: `{' → '.join(chain.ops)}`  \norigin: `{', '.join(chain.names)}`  \n"
+                        f"ops: `{chain.ops_text}`  \norigin: `{', '.join(chain.names)}`  \n"
                         f"saves {chain.launches_saved} launch(es) and {human_bytes(chain.bytes_saved)}"
                         + (f"  \nextra outputs kept: {', '.join(chain.extra_outputs)}" if chain.extra_outputs else ""))
             c = st.columns(2)

@@ -28,8 +28,18 @@ conv+bias+ReLU lost to the separate ops on 8 of ResNet-50's 33 Conv+BN+ReLU chai
 fused call can cost the host more than the launches it saves: one Triton launch from Python took 24 µs of
 host time there, against 18 µs for eager add + layer_norm, and a model whose GPU waits for the host gets
 slower. On a GPU the Results page times every chain both ways (plain calls, and a CUDA graph that removes
-the host) and says which it is. Measure, then reject the chains that lose or give them another kernel.
+the host) and says which it is. Measure, then reject the chains that lose or give them another kernel:
+with the separate epilogue (conv, then ReLU in place) those 8 chains went from 0.56–0.79× to 0.99–1.26×
+of the unfused speed, as CUDA graphs.
 """
+
+
+def _steps_text(p) -> str:
+    """``conv → batch_norm → relu/relu6/...``; siblings: ``linear ∥ linear ∥ …`` (two or more)."""
+    if p.siblings:
+        kinds = "/".join(sorted(p.steps[0].kinds))
+        return f"{kinds} ∥ {kinds} ∥ … (two or more reading one input)"
+    return p.joiner.join("/".join(sorted(s.kinds))[:40] + ("?" if s.optional else "") for s in p.steps)
 
 
 def page() -> None:
@@ -47,7 +57,7 @@ def page() -> None:
             with left:
                 st.markdown(f"<span style='display:inline-block;width:14px;height:14px;background:{p.color};"
                             f"border-radius:3px;vertical-align:middle'></span> `{p.name}` · matches "
-                            f"`{' → '.join('/'.join(sorted(s.kinds))[:40] + ('?' if s.optional else '') for s in p.steps)}`",
+                            f"`{_steps_text(p)}`",
                             unsafe_allow_html=True)
                 st.markdown(p.explanation)
                 st.markdown(f"**Implementation:** {p.implementation}")
@@ -71,3 +81,4 @@ def page() -> None:
 
 
 ui_state.guarded(page)
+

@@ -60,7 +60,7 @@ def test_resnet50_chain_fields(analyze_cached):
 
 @pytest.mark.slow
 def test_bert_base_counts(analyze_cached):
-    _, _, det = analyze_cached("bert_base", None, 64)
+    _, g, det = analyze_cached("bert_base", None, 64)
     counts = det.counts
     assert counts["add_layer_norm"] == 25
     assert counts["matmul_softmax"] == 12
@@ -68,6 +68,15 @@ def test_bert_base_counts(analyze_cached):
     assert len(gelu) == 12
     attention = [c for c in det.chains if c.pattern == "matmul_softmax"][0]
     assert attention.ops == ("matmul", "mul", "add", "softmax", "matmul")
+    qkv = [c for c in det.chains if c.pattern == "linear_siblings"]
+    assert len(qkv) == 12 and all(c.ops == ("linear",) * 3 for c in qkv)
+    assert [n.rsplit(".", 1)[-1] for n in qkv[0].names] == ["query", "key", "value"]
+    assert qkv[0].ops_text == "linear ∥ linear ∥ linear" and qkv[0].outputs == qkv[0].compute_nodes
+    # the shared input (B, 64, 768) fp32 is read once instead of three times; two launches go
+    x = g.nodes[qkv[0].compute_nodes[0]]["first_input"]
+    assert g.nodes[x]["shapes"][0][1:] == [64, 768]
+    x_bytes = 4 * 64 * 768 * g.nodes[x]["shapes"][0][0]
+    assert qkv[0].bytes_saved == 2 * x_bytes and qkv[0].launches_saved == 2
     _assert_disjoint(det)
 
 
@@ -143,6 +152,34 @@ def test_near_miss_unsupported_activation_then_shorter_chain():
     _, det = _detect_module(_LeakyBlock(), torch.randn(1, 3, 8, 8))
     assert [c.pattern for c in det.chains] == ["conv_bn"]
     assert any("activation leaky_relu not supported" in m.reason for m in det.near_misses)
+
+
+class _Projections(nn.Module):
+    """Three projections of one input; ``bias_mismatch``: one without a bias."""
+
+    def __init__(self, bias_mismatch: bool = False) -> None:
+        super().__init__()
+        self.q = nn.Linear(16, 8)
+        self.k = nn.Linear(16, 8, bias=not bias_mismatch)
+        self.v = nn.Linear(16, 12)
+
+    def forward(self, x):
+        return self.q(x) * 2, self.k(x) + 1, self.v(x).relu()
+
+
+def test_sibling_linears_one_group_with_an_activation_claimed_first():
+    """v's linear+ReLU is claimed by linear_act (registry order); q and k are the sibling group."""
+    _, det = _detect_module(_Projections(), torch.randn(2, 5, 16))
+    by = {c.pattern: c for c in det.chains}
+    assert set(by) == {"linear_act", "linear_siblings"}
+    assert [n.rsplit(".", 1)[-1] for n in by["linear_siblings"].names] == ["q", "k"]
+    _assert_disjoint(det)
+
+
+def test_sibling_linears_near_miss_when_biases_differ():
+    _, det = _detect_module(_Projections(bias_mismatch=True), torch.randn(2, 5, 16))
+    assert "linear_siblings" not in {c.pattern for c in det.chains}
+    assert any(m.pattern == "linear_siblings" and "some have a bias" in m.reason for m in det.near_misses)
 
 
 def test_near_miss_batchnorm_in_training_mode():

@@ -39,7 +39,7 @@ if not torch.cuda.is_available() and "triton" not in sys.modules:
             os.environ["TRITON_INTERPRET"] = _before
 
 from explorer.kernels import add_layernorm as aln
-from explorer.kernels import bn_fold, conv_epilogue, linear_act, triton_available
+from explorer.kernels import bn_fold, conv_epilogue, linear_act, sibling_linear, triton_available
 from explorer.kernels import matmul_softmax as mms
 
 #: Without CUDA, the Triton kernels of this module run in Triton's interpreter.
@@ -521,6 +521,57 @@ def test_linear_act_gpu(x_shape, out_features, dtype, act, no_tf32):
     out = linear_act.linear_act(x, w, b, act)
     ref64 = linear_act.linear_act_reference(_up(x), _up(w), _up(b), act)
     assert_close64(out, ref64, TOL_LINEAR[dtype])
+
+
+# ------------------------------------------------------------------- sibling linears (horizontal fusion)
+
+SIBLING_CASES = [((1, 24), (17,) * 2, True), ((3, 5, 40), (33, 7, 20), True), ((37, 64), (100, 1, 64), False)]
+
+
+def _sibling_inputs(x_shape, sizes, bias, dtype, device, gen):
+    x = rand(x_shape, dtype, device, gen)
+    ws = [rand((n, x_shape[-1]), dtype, device, gen, scale=x_shape[-1] ** -0.5) for n in sizes]
+    bs = [rand(n, dtype, device, gen) if bias else None for n in sizes]
+    return x, ws, bs
+
+
+def _check_siblings(x_shape, sizes, bias, dtype, device):
+    gen = torch.Generator().manual_seed(15)
+    x, ws, bs = _sibling_inputs(x_shape, sizes, bias, dtype, device, gen)
+    weight, b, got_sizes = sibling_linear.concat_weights(ws, bs)
+    assert got_sizes == list(sizes) and weight.shape == (sum(sizes), x_shape[-1])
+    outs = sibling_linear.linear_siblings(x, weight, b, got_sizes)
+    refs = sibling_linear.linear_siblings_reference(_up(x), [_up(w) for w in ws], [_up(t) for t in bs])
+    assert len(outs) == len(sizes)
+    base = outs[0].untyped_storage().data_ptr()
+    for out, ref in zip(outs, refs):
+        assert_close64(out, ref, sibling_linear.TOLERANCES[dtype])
+        assert out.untyped_storage().data_ptr() == base  # views of one output: no copy
+        assert out.stride(-1) == 1 and out.stride(-2) == sum(sizes)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("x_shape, sizes, bias", SIBLING_CASES)
+def test_linear_siblings_cpu(x_shape, sizes, bias, dtype):
+    _check_siblings(x_shape, sizes, bias, dtype, "cpu")
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("x_shape, sizes, bias", SIBLING_CASES + [((4, 128, 768), (768,) * 3, True)])
+def test_linear_siblings_gpu(x_shape, sizes, bias, dtype, no_tf32):
+    _check_siblings(x_shape, sizes, bias, dtype, "cuda")
+
+
+def test_concat_weights_refuses_mismatches():
+    w = torch.randn(4, 8)
+    with pytest.raises(ValueError, match="in_features"):
+        sibling_linear.concat_weights([w, torch.randn(4, 9)], [None, None])
+    with pytest.raises(ValueError, match="bias"):
+        sibling_linear.concat_weights([w, w], [torch.randn(4), None])
+    with pytest.raises(ValueError, match="dtype"):
+        sibling_linear.concat_weights([w, w.half()], [None, None])
 
 
 # ------------------------------------------------------------------- compiled code (no GPU needed)

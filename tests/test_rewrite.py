@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import operator
 import shutil
 
 import pytest
 import torch
 
-from explorer import ops
+from explorer import ops, rewrite
 from explorer.errors import PlanError
 from explorer.fusion_engine import Chain, Detection, analyze, detect
 from explorer.graph_model import build_graph
@@ -138,12 +139,62 @@ def test_resnet50_all_chains_fused_outputs_match():
 @slow
 def test_bert_base_all_chains_fused_fp32():
     fused = _check_model("bert_base", seq_len=16, f64=False)
-    assert {a.pattern for a in fused.applied} == {"add_layer_norm", "matmul_softmax", "linear_act"}
+    assert {a.pattern for a in fused.applied} == {"add_layer_norm", "matmul_softmax", "linear_act",
+                                                  "linear_siblings"}
     # post-norm: nothing but the LayerNorm reads each sum, so the kernel is asked not to write it
     code = fused.gm.code
     direct = [a for a in fused.applied if a.pattern == "add_layer_norm" and not a.implementation.startswith("generic")]
     assert len(direct) >= 24 and code.count("fused_add_layer_norm_normed(") == len(direct)
-    assert "getitem" not in code
+    # the only tuple results are the Q/K/V column views of the 12 sibling GEMMs
+    getitems = [n for n in fused.gm.graph.nodes if n.target is operator.getitem]
+    assert len(getitems) == 36 and {n.args[0].target for n in getitems} == {rewrite.fused_linear_siblings}
+
+
+class _Heads(torch.nn.Module):
+    """Q, K, V projections split into heads, or (``flat``) flattened by a view a column slice refuses."""
+
+    def __init__(self, flat: bool = False) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(3))
+        self.flat = flat
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        if self.flat:
+            return self.q(x).view(-1) + self.k(x).view(-1) + self.v(x).view(-1)
+        q, k, v = (p(x).view(b, s, 4, 8).transpose(1, 2) for p in (self.q, self.k, self.v))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_sibling_linears_become_one_gemm_of_column_views():
+    x = torch.randn(3, 7, 32)
+    gm = capture(_Heads().eval(), (x,), "heads")
+    det = detect(build_graph(gm, "heads"))
+    model = LoadedModel("heads", "pt2", gm, (x,), ["x"])
+    fused = apply_plan(model, det, make_plan(det, "all"), level="all")
+    [applied] = [a for a in fused.applied if a.pattern == "linear_siblings"]
+    assert applied.status == "fused" and "32+32+32 columns" in applied.implementation
+    calls = [n for n in fused.gm.graph.nodes if n.target is rewrite.fused_linear_siblings]
+    assert len(calls) == 1 and not [n for n in fused.gm.graph.nodes if ops.aten_name(n) == "linear"]
+    weight = getattr(fused.gm, calls[0].args[1].target)
+    assert weight.shape == (96, 32)
+    _assert_close(_outputs(fused.gm, (x,)), _outputs(gm, (x,)), F32_RTOL)
+    # the three separate weights are gone from the fused copy; the original keeps them
+    assert sum(p.numel() for p in fused.gm.parameters()) + sum(b.numel() for b in fused.gm.buffers()) == \
+        sum(p.numel() for p in gm.parameters()) + sum(b.numel() for b in gm.buffers())
+    unfused_c, fused_c, inputs = chain_module(model, det, applied.chain_id)
+    _assert_close(_outputs(fused_c, inputs), _outputs(unfused_c, inputs), F32_RTOL)
+
+
+def test_sibling_linears_refused_when_a_view_needs_a_copy():
+    x = torch.randn(3, 7, 32)
+    gm = capture(_Heads(flat=True).eval(), (x,), "flat_heads")
+    det = detect(build_graph(gm, "flat_heads"))
+    model = LoadedModel("flat_heads", "pt2", gm, (x,), ["x"])
+    fused = apply_plan(model, det, make_plan(det, "all"), level="all")
+    [applied] = [a for a in fused.applied if a.pattern == "linear_siblings"]
+    assert applied.status == "refused" and "column slice does not allow" in applied.reason
+    _assert_close(_outputs(fused.gm, (x,)), _outputs(gm, (x,)), 0.0)
 
 
 def test_labels_are_honest_about_cpu():
