@@ -50,6 +50,22 @@ cases.update({
   "linear_act gelu": lambda: la.linear_act(h, W, Wb, "gelu"),
   "matmul_softmax triton": lambda: mms.matmul_softmax(q, k.transpose(-1,-2), 0.125, m),
 })
+# explorer.lean: what resolving a call once saves per call (the same kernels either way)
+Wq = [torch.randn(768,768, device=dev, dtype=torch.float16) for _ in range(3)]; bq = [torch.zeros(768, device=dev, dtype=torch.float16) for _ in range(3)]
+Wqkv = torch.cat(Wq); bqkv = torch.cat(bq)
+holder = torch.nn.Module(); holder.register_parameter("w", torch.nn.Parameter(W, requires_grad=False))
+holder.__dict__["_pin_w"] = holder.w
+cases.update({
+  "view: aten OpOverload": lambda: torch.ops.aten.view.default(h, [B, S, 12, 64]),
+  "view: Tensor.view (lean)": lambda: h.view([B, S, 12, 64]),
+  "linear: aten OpOverload": lambda: torch.ops.aten.linear.default(h, W, Wb),
+  "linear: F.linear (lean)": lambda: F.linear(h, W, Wb),
+  "weight read: Module.__getattr__": lambda: holder.w,
+  "weight read: pinned (lean)": lambda: holder._pin_w,
+  "conv+relu: direct cudnn call (lean)": lambda: torch.cudnn_convolution_relu(x, cw, cb, [1,1], [1,1], [1,1], 1),
+  "QKV: 3 linears": lambda: [F.linear(h, w_, b_) for w_, b_ in zip(Wq, bq)],
+  "QKV: 1 linear + split (siblings)": lambda: torch.split_with_sizes(F.linear(h, Wqkv, bqkv), [768]*3, -1),
+})
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", default="")
 out_path = parser.parse_args().out

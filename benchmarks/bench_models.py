@@ -7,6 +7,11 @@ Cases (the issue's list)::
     mobilenet_v2_fp32  MobileNetV2  batch 32            fp32
     bert_base_fp16     BERT-base    batch 32, seq 128   fp16
 
+Variants: eager (± CUDA graphs), fused (± CUDA graphs; the graph made lean by
+``explorer.lean``, as the runner times it), ``fused*_plain_calls`` (the same
+fused graph without ``explorer.lean``: what resolving each call once buys), and
+torch.compile.
+
 Every variant of a case is timed in the same run by the same method as the
 runner (``explorer.measure``): warm-up, CUDA events per call, the variants
 alternated round after round, median with p20/p80; plus peak memory, CUDA
@@ -66,7 +71,7 @@ QUICK_CASES = (
 
 
 def bench_case(case: Case, device: str, compile_baseline: bool, chains: bool, chain_budget_s: float,
-               target_s: float | None, log) -> dict[str, Any]:
+               target_s: float | None, log, lean_ablation: bool = True) -> dict[str, Any]:
     """Measure one case; returns its JSON-able result."""
     import torch
 
@@ -108,6 +113,9 @@ def bench_case(case: Case, device: str, compile_baseline: bool, chains: bool, ch
                 variants.append(make_variant("eager" + suffix + "_cuda_graphs", eager, x, device, cuda_graphs=True))
         fgm = m.prepare_graph(fused.gm, device, dtype, cl)
         variants.append(make_variant("fused" + suffix, fgm, x, device))
+        if lean_ablation:  # the same fused graph without explorer.lean: what resolving calls once buys
+            plain = m.prepare_graph(fused.gm, device, dtype, cl, lean=False)
+            variants.append(make_variant("fused" + suffix + "_plain_calls", plain, x, device))
         if cuda:
             variants.append(make_variant("fused" + suffix + "_cuda_graphs", fgm, x, device, cuda_graphs=True))
         if not cl and compile_baseline and model.module is not None:
@@ -230,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     parser.add_argument("--compile", action="store_true", help="with --quick: also run torch.compile")
     parser.add_argument("--no-chains", action="store_true", help="skip the per-chain micro-benchmarks")
+    parser.add_argument("--no-lean-ablation", action="store_true",
+                        help="skip the fused graph without explorer.lean (variant fused*_plain_calls)")
     parser.add_argument("--chain-budget-s", type=float, default=40.0, help="wall budget per case for chains")
     parser.add_argument("--target-s", type=float, default=None, help="timing seconds per variant (adaptive reps)")
     parser.add_argument("--out", default=None)
@@ -276,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         try:
             result = bench_case(case, device, compile_baseline, not args.no_chains, args.chain_budget_s,
-                                target_s, log)
+                                target_s, log, lean_ablation=not args.no_lean_ablation)
         except Exception as exc:  # one failed case must not lose the others
             import traceback
 

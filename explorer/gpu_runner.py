@@ -534,6 +534,9 @@ def measure(source: str, plan_data: dict | None, settings: RunSettings,
                        f"once; captured in float32, floating tensors scaled by {ratio:g} for {settings.dtype}; "
                        "fused = unfused minus the fused chains' intermediates"),
         "speedup": _ratio(main["unfused"]["latency_ms"]["median"], main["fused"]["latency_ms"]["median"]),
+        "graph_calls_note": ("unfused and fused graphs alike are timed lean (explorer.lean): ATen calls through "
+                             "their public bindings, fused calls resolved once to the library call they take "
+                             "on this device, weights read as plain attributes; the same kernels either way"),
         "applied": [dataclasses.asdict(a) for a in fused_model.applied],
         "chains": [],
         "stages": [],

@@ -92,7 +92,7 @@ def _resolve_attr(root: torch.nn.Module, target: str) -> tuple[Any, str]:
 
 
 def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
-                  channels_last: bool = False) -> torch.fx.GraphModule:
+                  channels_last: bool = False, lean: bool = True) -> torch.fx.GraphModule:
     """A copy of ``gm`` on ``device`` with floating weights and constants in ``dtype``.
 
     torch.export bakes ``device=cpu`` and ``dtype=torch.float32`` into factory
@@ -106,7 +106,11 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     graphs alike (every graph the runner times goes through here): calls that do
     no work in inference (eval-mode ``dropout``, capture-time metadata asserts)
     are dropped, and tensors read from nested submodules become attributes of
-    the root (``_flatten_attrs``).
+    the root (``_flatten_attrs``). With ``lean`` (the default), each call is
+    also resolved once for the device and dtype (``explorer.lean``): ATen calls
+    go through their public bindings, fused call targets call the library
+    function they would pick at every forward, and weights are read as plain
+    instance attributes. The result is final: move and cast before, not after.
     """
     gm = copy.deepcopy(gm)
     target_device = torch.device(device)
@@ -156,6 +160,12 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     if channels_last:
         gm = gm.to(memory_format=torch.channels_last)
     _flatten_attrs(gm)
+    if lean:
+        from explorer import lean as _lean
+
+        _lean.lower_aten_calls(gm)
+        _lean.specialize_fused_calls(gm, target_device, dtype)
+        _lean.pin_attrs(gm)
     return gm.eval()
 
 

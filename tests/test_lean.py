@@ -1,0 +1,209 @@
+"""explorer.lean: a lean graph computes exactly what the plain one does, and takes the same kernels.
+
+- Every public binding that replaces an ``OpOverload`` gives a bitwise-equal
+  result on sample arguments (a binding without a sample fails the test).
+- Whole zoo models, unfused and fused: the lean graph's outputs equal the plain
+  graph's bitwise on the CPU.
+- The fused-call specialisation picks, for a CUDA device, the library calls the
+  generic targets pick at run time (cuDNN's fused conv+ReLU, cuBLASLt's
+  epilogue): checked on graphs built on the CPU, and run on the GPU (``gpu``).
+- Pinned weight reads keep parameter counts, follow a parameter moved in place,
+  and survive ``deepcopy``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from explorer import lean, measure, rewrite
+from explorer.fusion_engine import detect
+from explorer.graph_model import build_graph
+from explorer.plan import make_plan
+from explorer.sources import load_model
+
+aten = torch.ops.aten
+HAS_CUDA = torch.cuda.is_available()
+
+
+def _t(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# (args, kwargs) per overload: each exercises the binding with the arguments the graph passes.
+SAMPLES = {
+    aten.linear.default: lambda: ((_t(2, 3, 8), _t(5, 8, seed=1), _t(5, seed=2)), {}),
+    aten.transpose.int: lambda: ((_t(2, 3, 4), 1, 2), {}),
+    aten.view.default: lambda: ((_t(2, 12), [2, 3, -1]), {}),
+    aten.reshape.default: lambda: ((_t(2, 3, 4).transpose(1, 2), [2, -1]), {}),
+    aten.contiguous.default: lambda: ((_t(2, 3, 4).transpose(1, 2),), {}),
+    aten.expand.default: lambda: ((_t(1, 3), [4, -1]), {}),
+    aten.permute.default: lambda: ((_t(2, 3, 4), [2, 0, 1]), {}),
+    aten.unsqueeze.default: lambda: ((_t(2, 3), 1), {}),
+    aten.squeeze.dim: lambda: ((_t(2, 1, 3), 1), {}),
+    aten.unflatten.int: lambda: ((_t(2, 12), 1, [3, 4]), {}),
+    aten.flatten.using_ints: lambda: ((_t(2, 3, 4), 1), {}),
+    aten.select.int: lambda: ((_t(2, 3, 4), 1, 2), {}),
+    aten.cat.default: lambda: (([_t(2, 3), _t(2, 3, seed=1)], 1), {}),
+    aten.add.Tensor: lambda: ((_t(2, 3), _t(2, 3, seed=1)), {"alpha": 2}),
+    aten.add_.Tensor: lambda: ((_t(2, 3), _t(3, seed=1)), {}),
+    aten.mul.Tensor: lambda: ((_t(2, 3), 0.5), {}),
+    aten.matmul.default: lambda: ((_t(2, 3, 4), _t(4, 5, seed=1)), {}),
+    aten.conv2d.default: lambda: ((_t(1, 3, 9, 9), _t(4, 3, 3, 3, seed=1), _t(4, seed=2), [2, 2], [1, 1], [1, 1], 1),
+                                  {}),
+    aten.batch_norm.default: lambda: ((_t(2, 3, 4, 4), _t(3, seed=1), _t(3, seed=2), _t(3, seed=3),
+                                       _t(3, seed=4).abs() + 0.1, False, 0.1, 1e-5, True), {}),
+    aten.layer_norm.default: lambda: ((_t(2, 3, 8), [8], _t(8, seed=1), _t(8, seed=2), 1e-12), {}),
+    aten.softmax.int: lambda: ((_t(2, 5), -1), {}),
+    aten.relu.default: lambda: ((_t(2, 5),), {}),
+    aten.relu_.default: lambda: ((_t(2, 5),), {}),
+    aten.gelu.default: lambda: ((_t(2, 5),), {"approximate": "tanh"}),
+    aten.silu.default: lambda: ((_t(2, 5),), {}),
+    aten.hardtanh_.default: lambda: ((_t(2, 5) * 8, 0.0, 6.0), {}),
+    aten.max_pool2d.default: lambda: ((_t(1, 2, 9, 9), [3, 3], [2, 2], [1, 1]), {}),
+    aten.adaptive_avg_pool2d.default: lambda: ((_t(1, 2, 9, 9), [1, 1]), {}),
+    aten.embedding.default: lambda: ((_t(10, 4), torch.tensor([[1, 9, 0]]), 0), {}),
+    aten.scaled_dot_product_attention.default: lambda: (
+        (_t(1, 2, 5, 8), _t(1, 2, 5, 8, seed=1), _t(1, 2, 5, 8, seed=2)),
+        {"attn_mask": _t(1, 1, 5, 5, seed=3), "scale": 0.125}),
+}
+
+
+def test_every_binding_has_a_sample():
+    assert set(SAMPLES) == set(lean.PUBLIC_BINDINGS)
+
+
+@pytest.mark.parametrize("op", list(lean.PUBLIC_BINDINGS), ids=str)
+def test_public_binding_equals_overload(op):
+    kind, target = lean.PUBLIC_BINDINGS[op]
+    args, kwargs = SAMPLES[op]()
+    expected = op(*copy.deepcopy(args), **kwargs)
+    args = copy.deepcopy(args)
+    got = getattr(args[0], target)(*args[1:], **kwargs) if kind == "method" else target(*args, **kwargs)
+    assert type(got) is type(expected)
+    assert got.shape == expected.shape and got.stride() == expected.stride()
+    assert torch.equal(got, expected)
+
+
+# ------------------------------------------------------------------ whole graphs
+
+def _fused(name, batch=1, seq_len=8, device="cpu"):
+    model = load_model(name, batch=batch, seq_len=seq_len)
+    det = detect(build_graph(model.gm, model.name))
+    return model, det, rewrite.apply_plan(model, det, make_plan(det, "all"), device, level="all")
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+@pytest.mark.parametrize("name", ["conv_bn_relu", "residual_block", "transformer_block", "bert_base",
+                                  "mobilenet_v2", "yolo_style"])
+def test_lean_graph_equals_plain_graph(name):
+    model, _, fused = _fused(name)
+    for gm in (model.gm, fused.gm):
+        plain = measure.prepare_graph(gm, "cpu", torch.float32, lean=False)
+        lean_gm = measure.prepare_graph(gm, "cpu", torch.float32)
+        with torch.inference_mode():
+            assert torch.equal(_first(plain(*model.example_inputs)), _first(lean_gm(*model.example_inputs)))
+        targets = {n.target for n in lean_gm.graph.nodes if n.op == "call_function"}
+        assert not targets & set(lean.PUBLIC_BINDINGS), "an overload with a public binding is left"
+        assert not targets & set(lean._specializers()), "a fused conv/linear call was not specialised"
+        assert all(n.target.startswith("_pin_") for n in lean_gm.graph.nodes if n.op == "get_attr")
+        assert sum(p.numel() for p in lean_gm.parameters()) == sum(p.numel() for p in plain.parameters())
+
+
+def _targets(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.skipif(not torch.backends.cudnn.is_available(), reason="this torch build has no cuDNN")
+def test_cuda_specialisation_takes_cudnn_fused_calls():
+    """On a CUDA device the generic targets take cuDNN's fused calls for ReLU; the lean graph names them."""
+    model, det, fused = _fused("resnet50")
+    gm = measure.prepare_graph(fused.gm, "cpu", torch.float16, lean=False)
+    assert lean.specialize_fused_calls(gm, torch.device("cuda"), torch.float16) == 53
+    targets = _targets(gm)
+    assert targets.count(torch.cudnn_convolution_relu) == det.counts["conv_bn_act"] == 33
+    assert targets.count(torch.cudnn_convolution_add_relu) == det.counts["conv_bn_add_act"] == 16
+    assert targets.count(torch.conv2d) == det.counts["conv_bn"] == 4
+    # The same graph for the CPU: conv, then add and ReLU in place, as the generic target does there.
+    cpu = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    assert torch.cudnn_convolution_relu not in _targets(cpu)
+    assert _targets(cpu).count(torch.relu_) == 49
+
+
+def test_cuda_specialisation_keeps_other_activations_separate():
+    """ReLU6 has no cuDNN fused call: conv2d, then hardtanh_ in place, on CUDA as on the CPU."""
+    _, det, fused = _fused("mobilenet_v2")
+    gm = measure.prepare_graph(fused.gm, "cpu", torch.float16, lean=False)
+    lean.specialize_fused_calls(gm, torch.device("cuda"), torch.float16)
+    targets = _targets(gm)
+    assert torch.cudnn_convolution_relu not in targets
+    assert targets.count(torch._C._nn.hardtanh_) == sum(1 for c in det.chains if "relu6" in c.ops)
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 24)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+@pytest.mark.parametrize("act, use_gelu", [(torch.nn.ReLU(), False), (torch.nn.Identity(), None)])
+def test_cuda_specialisation_of_linear_epilogue(act, use_gelu, tmp_path):
+    """linear+ReLU on CUDA → one ``_addmm_activation`` (cuBLASLt epilogue); it also runs on the CPU."""
+    from explorer.sources import LoadedModel  # noqa: F401  (the zoo-free path below builds one)
+
+    module = _MLP(act).eval()
+    x = torch.randn(3, 5, 16)
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(module, (x,)), path)
+    model = load_model(str(path))
+    det = detect(build_graph(model.gm, model.name))
+    fused = rewrite.apply_plan(model, det, make_plan(det, "all"), "cpu", level="all")
+    gm = measure.prepare_graph(fused.gm, "cpu", torch.float32, lean=False)
+    lean.specialize_fused_calls(gm, torch.device("cuda"), torch.float32)
+    addmm = [n for n in gm.graph.nodes if n.target is torch._addmm_activation]
+    if use_gelu is None:
+        assert not addmm  # no activation: no linear_act chain
+        return
+    assert len(addmm) == 1 and addmm[0].kwargs["use_gelu"] is use_gelu
+    with torch.inference_mode():
+        torch.testing.assert_close(gm(model.example_inputs[0]), module(model.example_inputs[0]))
+
+
+def test_pinned_weights_follow_parameters_and_deepcopy():
+    model, _, fused = _fused("conv_bn_relu")
+    gm = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    pinned = {k: v for k, v in gm.__dict__.items() if k.startswith("_pin_")}
+    assert pinned
+    params = {id(p) for p in gm.parameters()} | {id(b) for b in gm.buffers()}
+    assert all(id(v) in params for v in pinned.values())  # the same objects, not copies
+    twin = copy.deepcopy(gm)
+    twin_params = {id(p) for p in twin.parameters()} | {id(b) for b in twin.buffers()}
+    assert all(id(v) in twin_params for k, v in twin.__dict__.items() if k.startswith("_pin_"))
+    with torch.inference_mode():
+        assert torch.equal(twin(*model.example_inputs), gm(*model.example_inputs))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("name, dtype", [("residual_block", torch.float16), ("resnet50", torch.float16),
+                                         ("bert_base", torch.float16), ("mobilenet_v2", torch.float32)])
+def test_lean_graph_on_gpu(name, dtype):
+    model, _, fused = _fused(name, batch=2, seq_len=32, device="cuda")
+    x = measure.prepare_inputs(model.example_inputs, "cuda", dtype, False)
+    plain = measure.prepare_graph(fused.gm, "cuda", dtype, lean=False)
+    lean_gm = measure.prepare_graph(fused.gm, "cuda", dtype)
+    if "conv" in name or name in ("resnet50", "residual_block"):
+        assert torch.cudnn_convolution_relu in _targets(lean_gm)
+    with torch.inference_mode():
+        a, b = _first(plain(*x)).double(), _first(lean_gm(*x)).double()
+    # The same kernels: equal up to nondeterministic algorithm choice inside the libraries.
+    assert float((a - b).norm() / a.norm()) < 1e-3
