@@ -266,10 +266,11 @@ def _match_siblings(g: nx.DiGraph, pattern: Pattern, anchor: str,
         raise _Refused(None, [anchor])
     dtypes = {tuple(g.nodes[n]["dtypes"]) for n in found}
     biases = {g.nodes[n].get("has_bias") for n in found}
+    what = f"sibling {_label(attrs['kind'])}s of {x}"
     if len(dtypes) > 1:
-        raise _Refused(f"sibling {_label(step.role)}s of {x} differ in dtype", found)
+        raise _Refused(f"{what} differ in dtype", found)
     if len(biases) > 1:
-        raise _Refused(f"sibling linears of {x}: some have a bias, some do not", found)
+        raise _Refused(f"{what}: some have a bias, some do not", found)
     return [(n, f"{step.role}{i}", True) for i, n in enumerate(found)]
 
 

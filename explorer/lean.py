@@ -43,6 +43,8 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from explorer import ops
+
 aten = torch.ops.aten
 
 #: ATen overloads whose public binding takes the same positional arguments and
@@ -118,7 +120,7 @@ def pin_attrs(gm: torch.fx.GraphModule) -> int:
     for node in gm.graph.nodes:
         if node.op != "get_attr":
             continue
-        value = functools.reduce(getattr, str(node.target).split("."), gm)
+        value = ops.attr_value(gm, node.target)
         if not isinstance(value, torch.Tensor):
             continue
         name = "_pin_" + str(node.target).replace(".", "_")
@@ -179,7 +181,7 @@ def _specializers() -> dict[Callable, Specializer]:
 #: In-place activations as single library calls (the same ops ``kernels.apply_activation_`` runs).
 _INPLACE: dict[str, tuple[Callable, dict]] = {
     "relu": (torch.relu_, {}),
-    "relu6": (torch._C._nn.hardtanh_, {"min_val": 0.0, "max_val": 6.0}),
+    "relu6": (torch.clamp_, {"min": 0.0, "max": 6.0}),
     "silu": (torch._C._nn.silu_, {}),
     "gelu": (torch._C._nn.gelu_, {}),
     "gelu_tanh": (torch._C._nn.gelu_, {"approximate": "tanh"}),
@@ -201,7 +203,7 @@ def _shape(arg: Any) -> tuple[int, ...] | None:
 def _attr(gm: torch.fx.GraphModule, arg: Any) -> torch.Tensor | None:
     if not (isinstance(arg, torch.fx.Node) and arg.op == "get_attr"):
         return None
-    value = functools.reduce(getattr, str(arg.target).split("."), gm)
+    value = ops.attr_value(gm, arg.target)
     return value if isinstance(value, torch.Tensor) else None
 
 

@@ -11,6 +11,8 @@ dropout launch no kernel and move no bytes. Patterns look through them.
 
 from __future__ import annotations
 
+import functools
+
 import math
 import operator
 from typing import Any
@@ -137,6 +139,11 @@ def is_training_batch_norm(node: torch.fx.Node) -> bool:
     if name in ("native_batch_norm", "_native_batch_norm_legit"):
         return bool(arg(node, 5, "training", True))
     return False
+
+
+def attr_value(root: torch.nn.Module, target: str) -> Any:
+    """What a ``get_attr`` node with this dotted ``target`` reads from ``root``."""
+    return functools.reduce(getattr, str(target).split("."), root)
 
 
 def arg(node: torch.fx.Node, index: int, name: str, default: Any = None) -> Any:

@@ -996,7 +996,7 @@ def _dtype(node: torch.fx.Node) -> torch.dtype:
 
 
 def _get_attr(gm: torch.nn.Module, target: str) -> Any:
-    return functools.reduce(getattr, str(target).split("."), gm)
+    return ops.attr_value(gm, target)
 
 
 def _constant(gm, node: Any, what: str) -> torch.Tensor | None:
@@ -1153,12 +1153,6 @@ def _example(node: torch.fx.Node, gen: torch.Generator, is_mask: bool) -> torch.
     base = torch.randn(storage, generator=gen, dtype=torch.float32).to(dtype)
     return base.as_strided(shape, strides)
 
-
-_PLANNERS: dict[str, Callable[..., _Edit]] = {
-    "conv_bn_act": _plan_conv, "conv_act": _plan_conv, "conv_add_act": _plan_conv, "conv_bn_add_act": _plan_conv,
-    "linear_act": _plan_linear_act,
-    "linear_siblings": _plan_linear_siblings,
-}
 
 _PLANNERS: dict[str, Callable[..., _Edit]] = {
     "conv_bn_act": _plan_conv,
