@@ -31,6 +31,14 @@ slower. On a GPU the Results page times every chain both ways (plain calls, and 
 the host) and says which it is. Measure, then reject the chains that lose or give them another kernel:
 with the separate epilogue (conv, then ReLU in place) those 8 chains went from 0.56–0.79× to 0.99–1.26×
 of the unfused speed, as CUDA graphs.
+
+**The host is part of the machine.** Without CUDA graphs, a forward of BERT-base or ResNet-50 at batch 32
+spends more time issuing calls from Python than the GPU spends running them. How each call is made
+then matters as much as what is fused: the explorer times every graph "lean" (each ATen call through
+its cheapest binding, each fused call resolved once to the library call it takes), which took fused
+BERT-base from 3.75 to 3.16 ms and fused ResNet-50 fp16 from 3.23 to 2.39 ms on the H200, with the
+same kernels. Horizontal fusion (one GEMM for the Q, K and V projections) saves host time too: three
+linears cost 57 µs to issue there, one linear and a split 24 µs.
 """
 
 

@@ -132,7 +132,7 @@ def page() -> None:
         if isinstance(skipped, dict):
             st.caption(f"stage '{skipped.get('label') or skipped.get('stage')}' not timed: {skipped.get('reason', '')}")
     notes = [str(n) for n in (report.get("notes") or [])]
-    for key in ("bytes_note",):
+    for key in ("bytes_note", "graph_calls_note"):
         if report.get(key):
             notes.append(str(report[key]))
     if notes or report.get("baselines"):
