@@ -278,26 +278,22 @@ def _make_chain(g: nx.DiGraph, pattern: Pattern, matched: list[tuple[str, str, b
     nodes = tuple(n for n, _, _ in matched)
     members = set(nodes)
     compute = [(n, r) for n, r, c in matched if c]
-    if pattern.siblings:
-        # Every output is still written; what goes is n-1 reads of the shared input and n-1 launches.
-        x = g.nodes[compute[0][0]]["first_input"]
-        read = g.edges[x, compute[0][0]]["bytes"]
-        return Chain(id=f"{pattern.name}@{compute[0][0]}", pattern=pattern.name,
-                     ops=tuple(g.nodes[n]["kind"] for n, _ in compute), nodes=nodes,
-                     names=tuple(g.nodes[n]["origin"] for n, _ in compute), roles=tuple(compute),
-                     bytes_saved=int(read * (len(compute) - 1)), launches_saved=len(compute) - 1)
+    anchor = compute[0][0]
     saved = 0
     extra: list[str] = []
-    for n, _ in compute[:-1]:
-        written = g.nodes[n]["bytes_written"]
-        outside = [s for s in g.successors(n) if s not in members]
-        if outside:
-            extra.append(n)
-            saved += written  # still written (extra output), but not read back by the chain
-        else:
-            saved += 2 * written
+    if pattern.siblings:
+        # Every output is still written; what goes is n-1 reads of the shared input.
+        saved = g.edges[g.nodes[anchor]["first_input"], anchor]["bytes"] * (len(compute) - 1)
+    else:
+        for n, _ in compute[:-1]:
+            written = g.nodes[n]["bytes_written"]
+            outside = [s for s in g.successors(n) if s not in members]
+            if outside:
+                extra.append(n)
+                saved += written  # still written (extra output), but not read back by the chain
+            else:
+                saved += 2 * written
     launches = sum(g.nodes[n]["launches"] for n, _ in compute)
-    anchor = compute[0][0]
     return Chain(
         id=f"{pattern.name}@{anchor}",
         pattern=pattern.name,

@@ -237,30 +237,38 @@ def _in_place(graph: torch.fx.Graph, y: torch.fx.Node, act: str) -> torch.fx.Nod
     return graph.call_function(fn, (y,), dict(kwargs))
 
 
+def _conv_geometry(gm, weight, stride, padding, dilation, groups):
+    """``(weight tensor, stride, padding, dilation)`` as int lists for a 2-D conv, or None when unresolvable."""
+    w = _attr(gm, weight)
+    lists = _int_lists(2, stride, padding, dilation)
+    if w is None or w.dim() != 4 or lists is None or not isinstance(groups, int):
+        return None
+    return (w, *lists)
+
+
 def _conv_args(gm, node, device, dtype):
-    """(x, weight, bias, stride, padding, dilation, groups, act, cudnn) or None when unresolvable."""
+    """(x, weight, bias, stride, padding, dilation, groups, act, cudnn, weight tensor) or None when unresolvable."""
     from explorer.kernels import conv_epilogue as ce
 
     x, weight, bias, stride, padding, dilation, groups, act = (
         node.args[0], node.args[1], node.args[2], *node.args[-5:])
-    w = _attr(gm, weight)
-    if w is None or w.dim() != 4 or act not in _INPLACE and act != "none":
+    geometry = _conv_geometry(gm, weight, stride, padding, dilation, groups)
+    if geometry is None or (act not in _INPLACE and act != "none"):
         return None
-    lists = _int_lists(2, stride, padding, dilation)
-    if lists is None or not isinstance(groups, int):
-        return None
+    w, stride, padding, dilation = geometry
     cudnn = ce.cudnn_fusion_applies(act, device, dtype, 4, padding)
-    return (x, weight, bias, *lists, groups, act, cudnn)
+    return (x, weight, bias, stride, padding, dilation, groups, act, cudnn, w)
 
 
 def _conv_bn(gm, node, device, dtype) -> bool:
     """fused_conv_bn (BatchNorm already folded into the weight) → ``conv2d``."""
     x, weight, bias, stride, padding, dilation, groups = node.args
-    w = _attr(gm, weight)
-    lists = _int_lists(2, stride, padding, dilation)
-    if w is None or w.dim() != 4 or lists is None or not isinstance(groups, int):
+    geometry = _conv_geometry(gm, weight, stride, padding, dilation, groups)
+    if geometry is None:
         return False
-    return _replace(gm, node, lambda g: g.call_function(torch.conv2d, (x, weight, bias, *lists, groups)))
+    _, stride, padding, dilation = geometry
+    return _replace(gm, node, lambda g: g.call_function(
+        torch.conv2d, (x, weight, bias, stride, padding, dilation, groups)))
 
 
 def _conv_act(gm, node, device, dtype) -> bool:
@@ -268,7 +276,7 @@ def _conv_act(gm, node, device, dtype) -> bool:
     resolved = _conv_args(gm, node, device, dtype)
     if resolved is None:
         return False
-    x, w, b, stride, padding, dilation, groups, act, cudnn = resolved
+    x, w, b, stride, padding, dilation, groups, act, cudnn, _ = resolved
     if cudnn:
         return _replace(gm, node, lambda g: g.call_function(
             torch.cudnn_convolution_relu, (x, w, b, stride, padding, dilation, groups)))
@@ -283,9 +291,9 @@ def _conv_add_act(gm, node, device, dtype) -> bool:
     resolved = _conv_args(gm, node, device, dtype)
     if resolved is None:
         return False
-    x, w, b, stride, padding, dilation, groups, act, cudnn = resolved
+    x, w, b, stride, padding, dilation, groups, act, cudnn, weight = resolved
     z = node.args[3]
-    x_shape, z_shape, weight = _shape(x), _shape(z), _attr(gm, w)
+    x_shape, z_shape = _shape(x), _shape(z)
     if x_shape is None or z_shape is None:
         return False
     out_shape = ce._conv_out_shape(torch.empty(x_shape, device="meta"), weight, stride, padding, dilation)
@@ -301,7 +309,7 @@ def _conv_separate(gm, node, device, dtype) -> bool:
     resolved = _conv_args(gm, node, device, dtype)
     if resolved is None:
         return False
-    _, _, _, stride, padding, dilation, groups, act, _ = resolved
+    _, _, _, stride, padding, dilation, groups, act, _, _ = resolved
     return _conv_separate_nodes(gm, node, x, w, b, z, stride, padding, dilation, groups, act)
 
 
