@@ -35,7 +35,7 @@ def _median_time(fn, repeats: int) -> tuple[float, list[float]]:
 
 def bench_zoo(names: list[str], repeats: int) -> list[dict]:
     from explorer.fusion_engine import detect
-    from explorer.graph_model import build_graph
+    from explorer.graph.build import build_graph
     from explorer.sources import load_model
 
     rows = []
@@ -64,7 +64,7 @@ def bench_zoo(names: list[str], repeats: int) -> list[dict]:
 
 def bench_scaling(sizes: list[int], repeats: int) -> list[dict]:
     from explorer.fusion_engine import detect
-    from explorer.synthetic import residual_cnn_graph
+    from explorer.graph.synthetic import residual_cnn_graph
 
     rows = []
     for nodes in sizes:
@@ -78,7 +78,7 @@ def bench_scaling(sizes: list[int], repeats: int) -> list[dict]:
 
 
 def main() -> int:
-    from explorer import zoo
+    from explorer.sources import zoo
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(zoo.ZOO), help="comma-separated zoo names")

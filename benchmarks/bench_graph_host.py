@@ -90,7 +90,7 @@ def host_profile(graphs: dict[str, Any], inputs: tuple, device: str, rounds: int
     """
     import torch
 
-    from explorer import measure as m
+    from explorer.runtime import measure as m
 
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     state = {}
@@ -142,18 +142,18 @@ def host_profile(graphs: dict[str, Any], inputs: tuple, device: str, rounds: int
 
 
 def run_case(key: str, device: str, rounds: int, log) -> dict[str, Any]:
-    from explorer import measure as m
-    from explorer import rewrite
+    from explorer.runtime import measure as m
+    from explorer.fusions import rewrite
     from explorer.fusion_engine import detect
-    from explorer.graph_model import build_graph
-    from explorer.plan import make_plan
+    from explorer.graph.build import build_graph
+    from explorer.fusions.plan import make_plan
     from explorer.sources import load_model
 
     name, batch, seq, dtype_name, cl = CASES[key]
     dtype = m.torch_dtype(dtype_name)
     model = load_model(name, batch=batch, seq_len=seq)
     det = detect(build_graph(model.gm, model.name))
-    fused = rewrite.apply_plan(model, det, make_plan(det, "all"), device, level="all")
+    fused = rewrite.apply_plan(model.gm, det, make_plan(det, "all"), device, level="all")
     x = m.prepare_inputs(model.example_inputs, device, dtype, cl)
     out: dict[str, Any] = {"case": key, "model": name, "batch": batch, "seq_len": seq, "dtype": dtype_name,
                            "channels_last": cl}
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from explorer import measure as m
+    from explorer.runtime import measure as m
 
     device = m.resolve_device(args.device)
     keys = [k.strip() for k in args.models.split(",") if k.strip()]

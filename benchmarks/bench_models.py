@@ -75,12 +75,12 @@ def bench_case(case: Case, device: str, compile_baseline: bool, chains: bool, ch
     """Measure one case; returns its JSON-able result."""
     import torch
 
-    from explorer import measure as m
-    from explorer import rewrite
+    from explorer.runtime import measure as m
+    from explorer.fusions import rewrite
     from explorer.fusion_engine import detect
-    from explorer.graph_model import build_graph
+    from explorer.graph.build import build_graph
     from explorer.gpu_runner import RunSettings, chain_benchmarks, make_variant, measure_variants, reference_output
-    from explorer.plan import make_plan
+    from explorer.fusions.plan import make_plan
     from explorer.sources import load_model
 
     t0 = time.perf_counter()
@@ -91,7 +91,7 @@ def bench_case(case: Case, device: str, compile_baseline: bool, chains: bool, ch
     graph = build_graph(model.gm, model.name)
     det = detect(graph)
     plan = make_plan(det, "all")
-    fused = rewrite.apply_plan(model, det, plan, device, level="all")
+    fused = rewrite.apply_plan(model.gm, det, plan, device, level="all")
     fused_ids = [a.chain_id for a in fused.applied if a.status == "fused"]
     failed = [dataclasses.asdict(a) for a in fused.applied if a.status != "fused"]
     classification = model.task == "classification"
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from explorer import measure as m
+    from explorer.runtime import measure as m
 
     device = args.device or ("cpu" if args.quick else "cuda")
     device = m.resolve_device(device)

@@ -25,9 +25,11 @@ if __package__ in (None, ""):  # `streamlit run explorer/app.py` runs this file 
 
 import streamlit as st
 
-from explorer import ui_files, ui_state, zoo
+from explorer.sources import zoo
+from explorer.ui import files as ui_files
+from explorer.ui import state as ui_state
 from explorer.errors import ExplorerError
-from explorer.plan import MEMORY_FORMATS
+from explorer.fusions.plan import MEMORY_FORMATS
 
 HERE = Path(__file__).resolve().parent
 MODEL_KINDS = ("Zoo", "ONNX upload", ".pt2 upload", "Hugging Face folder")
@@ -149,12 +151,12 @@ def main() -> None:
         requested = None
 
     pages = [
-        st.Page(str(HERE / "ui_page_graph.py"), title="Graph", url_path="graph", icon=":material/hub:", default=True),
-        st.Page(str(HERE / "ui_page_fusions.py"), title="Fusions", url_path="fusions", icon=":material/checklist:"),
-        st.Page(str(HERE / "ui_page_run.py"), title="Run", url_path="run", icon=":material/timer:"),
-        st.Page(str(HERE / "ui_page_results.py"), title="Results", url_path="results", icon=":material/bar_chart:"),
-        st.Page(str(HERE / "ui_page_learn.py"), title="Learn", url_path="learn", icon=":material/school:"),
-        st.Page(str(HERE / "ui_page_export.py"), title="Export", url_path="export", icon=":material/download:"),
+        st.Page(str(HERE / "ui" / "pages" / "graph.py"), title="Graph", url_path="graph", icon=":material/hub:", default=True),
+        st.Page(str(HERE / "ui" / "pages" / "fusions.py"), title="Fusions", url_path="fusions", icon=":material/checklist:"),
+        st.Page(str(HERE / "ui" / "pages" / "run.py"), title="Run", url_path="run", icon=":material/timer:"),
+        st.Page(str(HERE / "ui" / "pages" / "results.py"), title="Results", url_path="results", icon=":material/bar_chart:"),
+        st.Page(str(HERE / "ui" / "pages" / "learn.py"), title="Learn", url_path="learn", icon=":material/school:"),
+        st.Page(str(HERE / "ui" / "pages" / "export.py"), title="Export", url_path="export", icon=":material/download:"),
     ]
     nav = st.navigation(pages, position="top")
 

@@ -40,7 +40,7 @@ def _positive(text: str) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from explorer import zoo
+    from explorer.sources import zoo
 
     rows = [(e.name, e.family, e.inputs.describe(), e.description) for e in zoo.ZOO.values()]
     if args.json:
@@ -54,7 +54,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_detect(args: argparse.Namespace) -> int:
     from explorer.fusion_engine import analyze
-    from explorer.patterns import BY_NAME, PATTERNS
+    from explorer.fusions import BY_NAME, PATTERNS
 
     model, graph, det = analyze(args.model, batch=args.batch, seq_len=args.seq_len)
     result = det.to_dict()
@@ -87,12 +87,12 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from explorer.fusion_engine import analyze
-    from explorer.plan import make_plan
+    from explorer.fusions.plan import make_plan
 
     _, _, det = analyze(args.model, batch=args.batch, seq_len=args.seq_len)
     reject = [r.strip() for r in (args.reject or "").split(",") if r.strip()]
     if args.reject_slower:
-        from explorer.plan import slower_chains
+        from explorer.fusions.plan import slower_chains
 
         known = {c.id for c in det.chains}
         reject += [c for c in slower_chains(_read_report(args.reject_slower)) if c in known and c not in reject]
@@ -103,7 +103,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise ExplorerError(f"--kernel takes CHAIN_ID=CHOICE, got '{item}'")
         kernels[chain_id.strip()] = choice.strip()
     if args.separate_gpu_slower:
-        from explorer.plan import gpu_slower_chains
+        from explorer.fusions.plan import gpu_slower_chains
 
         for chain_id in gpu_slower_chains(_read_report(args.separate_gpu_slower), det):
             kernels.setdefault(chain_id, "separate_epilogue")
@@ -122,7 +122,7 @@ def _read_report(path: str) -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from explorer import gpu_runner
-    from explorer.plan import Plan
+    from explorer.fusions.plan import Plan
 
     plan = None
     if args.plan:
@@ -149,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_app(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    from explorer.ui_files import MAX_UPLOAD_MB
+    from explorer.ui.files import MAX_UPLOAD_MB
 
     app = Path(__file__).with_name("app.py")
     # The repository's .streamlit/config.toml is read only from the working directory, so the

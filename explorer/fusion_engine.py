@@ -1,7 +1,7 @@
-"""Fusion detection: find every chain of ops that a registered pattern can fuse.
+"""The engine's entry point: detect the fusible chains of a graph, and the load → detect → fuse pipeline.
 
-``detect(graph)`` walks the patterns of ``explorer.patterns.PATTERNS`` in
-registry order and, for each, the graph's nodes in topological order. A match
+``detect(graph)`` walks the patterns of ``explorer.fusions.PATTERNS`` in
+priority order and, for each, the graph's nodes in topological order. A match
 follows single-consumer dataflow from an anchor op through the pattern's
 steps, looking through transparent ops (views, inference dropout). A sibling
 pattern (``Pattern.siblings``) instead gathers the parallel consumers of one
@@ -15,125 +15,31 @@ side effects on the graph; it returns a ``Detection``:
 Each anchor is tried once per pattern and a match is at most a few steps
 long, so detection is linear in the size of the graph.
 
-    >>> from explorer.sources import load_model
-    >>> from explorer.graph_model import build_graph
-    >>> det = detect(build_graph(load_model("resnet50").gm))
-    >>> det.counts["conv_bn_act"]
+The pipeline every caller uses (the runner, the benchmarks, the app, the
+command line)::
+
+    analyze(source) ─► Analysis(model, graph, detection)
+    fuse(analysis, plan, device, level) ─► FusedModel (a new graph; the original untouched)
+
+    >>> analysis = analyze("resnet50")
+    >>> analysis.detection.counts["conv_bn_act"]
     33
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
-from typing import Any, Iterable
+from typing import Iterable, NamedTuple
 
 import networkx as nx
 
-from explorer import ops
-from explorer.graph_model import topo_nodes
-from explorer.patterns import ALREADY_FUSED, BY_NAME, PATTERNS, Pattern, Step
-
-
-@dataclasses.dataclass(frozen=True)
-class Chain:
-    """One fusible chain.
-
-    ``ops`` are the canonical kinds of its compute ops in dataflow order;
-    ``nodes`` all its node ids (views included); ``roles`` maps each compute
-    node to its step role; ``extra_outputs`` are intermediates the fused
-    kernel must still write because something outside the chain reads them.
-    """
-
-    id: str
-    pattern: str
-    ops: tuple[str, ...]
-    nodes: tuple[str, ...]
-    names: tuple[str, ...]
-    roles: tuple[tuple[str, str], ...]
-    bytes_saved: int
-    launches_saved: int
-    extra_outputs: tuple[str, ...] = ()
-
-    @property
-    def compute_nodes(self) -> tuple[str, ...]:
-        return tuple(n for n, _ in self.roles)
-
-    def node_for(self, role: str) -> str | None:
-        return next((n for n, r in self.roles if r == role), None)
-
-    @property
-    def siblings(self) -> bool:
-        """Its ops are parallel consumers of one input (horizontal fusion), not a sequence."""
-        return BY_NAME[self.pattern].siblings if self.pattern in BY_NAME else False
-
-    @property
-    def ops_text(self) -> str:
-        """``conv → batch_norm → relu``, or ``linear ∥ linear ∥ linear`` for siblings."""
-        return (BY_NAME[self.pattern].joiner if self.pattern in BY_NAME else " → ").join(self.ops)
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        """The nodes whose values leave the chain: every branch of siblings, else the last op and the extras."""
-        if self.siblings:
-            return self.compute_nodes
-        return (self.roles[-1][0], *self.extra_outputs)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "pattern": self.pattern, "ops": list(self.ops), "nodes": list(self.nodes),
-                "names": list(self.names), "bytes_saved": self.bytes_saved,
-                "launches_saved": self.launches_saved, "extra_outputs": list(self.extra_outputs),
-                "roles": {n: r for n, r in self.roles}}
-
-
-@dataclasses.dataclass(frozen=True)
-class NearMiss:
-    """A candidate chain that was refused, with the reason a person can read."""
-
-    pattern: str
-    nodes: tuple[str, ...]
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pattern": self.pattern, "nodes": list(self.nodes), "reason": self.reason}
-
-
-@dataclasses.dataclass(frozen=True)
-class Detection:
-    """The result of ``detect``: chains, near misses and per-pattern counts."""
-
-    model: str
-    fingerprint: str
-    chains: tuple[Chain, ...]
-    near_misses: tuple[NearMiss, ...]
-    totals: dict[str, int]
-
-    @property
-    def counts(self) -> dict[str, int]:
-        c = Counter(ch.pattern for ch in self.chains)
-        return {p.name: c.get(p.name, 0) for p in PATTERNS}
-
-    def chain(self, chain_id: str) -> Chain:
-        for ch in self.chains:
-            if ch.id == chain_id:
-                return ch
-        raise KeyError(chain_id)
-
-    def node_to_chain(self) -> dict[str, str]:
-        return {n: ch.id for ch in self.chains for n in ch.nodes}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "fingerprint": self.fingerprint,
-            "nodes": self.totals.get("nodes", 0),
-            "totals": dict(self.totals),
-            "chains": [c.to_dict() for c in self.chains],
-            "counts": self.counts,
-            "near_misses": [m.to_dict() for m in self.near_misses],
-            "bytes_saved": sum(c.bytes_saved for c in self.chains),
-            "launches_saved": sum(c.launches_saved for c in self.chains),
-        }
+from explorer.fusions import ALREADY_FUSED, PATTERNS
+from explorer.fusions.base import Chain, Detection, NearMiss, Pattern, Step
+from explorer.fusions.plan import Plan, make_plan
+from explorer.fusions.rewrite import FusedModel, apply_plan
+from explorer.graph.build import build_graph, topo_nodes
+from explorer.sources import LoadedModel, load_model
+from explorer.vocab import TRANSPARENT
 
 
 class _Refused(Exception):
@@ -164,7 +70,7 @@ def _follow(g: nx.DiGraph, start: str, owner: str) -> tuple[list[str], str] | st
     """
     path: list[str] = []
     node = start
-    while g.nodes[node]["kind"] in ops.TRANSPARENT:
+    while g.nodes[node]["kind"] in TRANSPARENT:
         succ = _successors(g, node)
         if len(succ) != 1:
             return f"{_label(g.nodes[owner]['kind'])} output has {len(succ)} consumers (through a view)"
@@ -304,6 +210,7 @@ def _make_chain(g: nx.DiGraph, pattern: Pattern, matched: list[tuple[str, str, b
         bytes_saved=int(saved),
         launches_saved=int(max(launches - 1, 0)),
         extra_outputs=tuple(extra),
+        siblings=pattern.siblings,
     )
 
 
@@ -336,12 +243,14 @@ def detect(g: nx.DiGraph, patterns: Iterable[Pattern] = PATTERNS) -> Detection:
         for n in by_kind.get(kind, ()):
             refused.append(NearMiss(pattern_name, (n,), f"already fused ({g.nodes[n]['target'].split('.')[1]})"))
     chains.sort(key=lambda c: g.nodes[c.nodes[0]]["order"])
+    per_pattern = Counter(c.pattern for c in chains)
     return Detection(
         model=str(g.graph.get("model", "model")),
         fingerprint=str(g.graph.get("fingerprint", "")),
         chains=tuple(chains),
         near_misses=tuple(_keep_informative(refused, claimed)),
         totals={k: int(g.graph[k]) for k in ("nodes", "ops", "params", "flops", "bytes", "launches") if k in g.graph},
+        counts={p.name: per_pattern.get(p.name, 0) for p in PATTERNS},
     )
 
 
@@ -361,11 +270,22 @@ def _keep_informative(refused: list[NearMiss], claimed: dict[str, str]) -> list[
     return kept
 
 
-def analyze(source: str, batch: int | None = None, seq_len: int | None = None):
-    """Load, capture, build the graph and detect: returns (model, graph, detection)."""
-    from explorer.graph_model import build_graph
-    from explorer.sources import load_model
+class Analysis(NamedTuple):
+    """A loaded model, its annotated graph and what ``detect`` found in it."""
 
+    model: LoadedModel
+    graph: nx.DiGraph
+    detection: Detection
+
+
+def analyze(source: str, batch: int | None = None, seq_len: int | None = None) -> Analysis:
+    """Load a source (``explorer.sources.load_model``), build its graph and detect its chains."""
     model = load_model(source, batch=batch, seq_len=seq_len)
     graph = build_graph(model.gm, model.name)
-    return model, graph, detect(graph)
+    return Analysis(model, graph, detect(graph))
+
+
+def fuse(analysis: Analysis, plan: Plan | None = None, device: str = "cpu", level: str = "all") -> FusedModel:
+    """The fused model a plan makes (every chain accepted when ``plan`` is None); the original is untouched."""
+    plan = plan if plan is not None else make_plan(analysis.detection, "all")
+    return apply_plan(analysis.model.gm, analysis.detection, plan, device, level)

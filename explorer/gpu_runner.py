@@ -315,7 +315,7 @@ def make_variant(name: str, module: Any, inputs: tuple, device: str, cuda_graphs
     """
     import torch
 
-    from explorer import measure as m
+    from explorer.runtime import measure as m
 
     def forward() -> Any:
         return module(*inputs)
@@ -364,7 +364,7 @@ def measure_variants(variants: list[Variant], device: str, timing: Any, batch: i
                      on_round: Callable[[int, int], None] | None = None,
                      launches: bool = True) -> dict[str, dict]:
     """Latency (alternated), throughput, peak memory and launches of each variant."""
-    from explorer import measure as m
+    from explorer.runtime import measure as m
 
     lat = m.time_alternated({v.name: v.timed for v in variants}, device, timing, on_round)
     out: dict[str, dict] = {}
@@ -390,7 +390,7 @@ def reference_output(gm: Any, inputs: tuple, device: str) -> tuple[Any, str]:
     """The unfused graph in float64 on ``device`` (CUDA) or the CPU; returns (output, where)."""
     import torch
 
-    from explorer import measure as m
+    from explorer.runtime import measure as m
 
     where = device if device.startswith("cuda") else "cpu"
     ref_gm = m.prepare_graph(gm, where, torch.float64)
@@ -403,7 +403,7 @@ def reference_output(gm: Any, inputs: tuple, device: str) -> tuple[Any, str]:
 
 
 def _check_memory(source: str, settings: RunSettings) -> None:
-    from explorer import measure as m
+    from explorer.runtime import measure as m
 
     need = m.zoo_input_bytes(source, settings.batch, settings.seq_len)
     if need is None:
@@ -415,7 +415,7 @@ def _check_memory(source: str, settings: RunSettings) -> None:
 def _check_device_memory(model: Any, graph: Any, device: str, dtype: Any) -> None:
     import torch
 
-    from explorer import measure as m
+    from explorer.runtime import measure as m
 
     if not device.startswith("cuda"):
         largest = max((a["bytes_written"] for _, a in graph.nodes(data=True)), default=0)
@@ -436,10 +436,10 @@ def measure(source: str, plan_data: dict | None, settings: RunSettings,
     """Run the whole measurement in this process and return the report (see module docstring)."""
     import torch
 
-    from explorer import measure as m
+    from explorer.runtime import measure as m
     from explorer.fusion_engine import detect
-    from explorer.graph_model import build_graph
-    from explorer.plan import Plan, make_plan
+    from explorer.graph.build import build_graph
+    from explorer.fusions.plan import Plan, make_plan
     from explorer.sources import describe_source, load_model
 
     emit = emit or (lambda f, s: None)
@@ -461,10 +461,10 @@ def measure(source: str, plan_data: dict | None, settings: RunSettings,
     plan.check_for(detection)
     _check_device_memory(model, graph, device, dtype)
 
-    from explorer import rewrite
+    from explorer.fusions import rewrite
 
     emit(0.08, "applying the plan")
-    fused_model = rewrite.apply_plan(model, detection, plan, device, level="all")
+    fused_model = rewrite.apply_plan(model.gm, detection, plan, device, level="all")
     applied = {a.chain_id: a for a in fused_model.applied}
     fused_ids = [a.chain_id for a in fused_model.applied if a.status == "fused"]
 
@@ -586,7 +586,7 @@ def _worse(fused: dict, unfused: dict) -> bool | None:
 # ---------------------------------------------------------------------- chains
 
 def _chain_entry(chain: Any, applied: Any, graph: Any, dtype: Any) -> dict:
-    from explorer import measure as m
+    from explorer.runtime import measure as m
 
     b_unfused = m.graph_bytes(graph, dtype, chain.compute_nodes)
     return {
@@ -622,8 +622,8 @@ def chain_benchmarks(model: Any, graph: Any, detection: Any, chains: list, appli
     """
     import torch
 
-    from explorer import measure as m
-    from explorer import rewrite
+    from explorer.runtime import measure as m
+    from explorer.fusions import rewrite
 
     timing = m.TimingPlan.for_device(device, 3 if settings.warmup is None else min(settings.warmup, 3),
                                      settings.reps, short=True)
@@ -638,7 +638,7 @@ def chain_benchmarks(model: Any, graph: Any, detection: Any, chains: list, appli
         if entry["status"] != "fused":
             continue
         try:
-            unfused_c, fused_c, c_inputs = rewrite.chain_module(model, detection, chain.id, device,
+            unfused_c, fused_c, c_inputs = rewrite.chain_module(model.gm, detection, chain.id, device,
                                                                 kernel=entry["kernel"])
             u = m.prepare_graph(unfused_c, device, dtype)
             f = m.prepare_graph(fused_c, device, dtype)
@@ -698,8 +698,8 @@ def stage_measurements(model: Any, detection: Any, plan: Any, device: str, dtype
                        settings: RunSettings, emit: Callable[[float, str], None]) -> tuple[list, list]:
     """Cumulative levels of ``rewrite.LEVELS``, timed alternated; a level that fuses
     nothing more than the previous one is skipped and listed with the reason."""
-    from explorer import measure as m
-    from explorer import rewrite
+    from explorer.runtime import measure as m
+    from explorer.fusions import rewrite
 
     kept: list[tuple[str, Any, list[str]]] = []
     skipped = []
@@ -708,7 +708,7 @@ def stage_measurements(model: Any, detection: Any, plan: Any, device: str, dtype
         if level == "none":
             gm, fused = model.gm, []
         else:
-            fm = rewrite.apply_plan(model, detection, plan, device, level=level)
+            fm = rewrite.apply_plan(model.gm, detection, plan, device, level=level)
             gm, fused = fm.gm, sorted(a.chain_id for a in fm.applied if a.status == "fused")
         if previous is not None and set(fused) == previous:
             skipped.append({"stage": level, "label": STAGE_LABELS.get(level, level),
@@ -742,7 +742,7 @@ def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any,
     all with the plan's levers (memory format, CUDA graphs) so that only the method differs."""
     import torch
 
-    from explorer import measure as m
+    from explorer.runtime import measure as m
 
     result: dict[str, Any] = {}
     variants = [make_variant("fused", fused_gm, inputs, device, cuda_graphs)]

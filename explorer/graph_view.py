@@ -31,8 +31,8 @@ from typing import Iterable
 
 import networkx as nx
 
-from explorer.fusion_engine import Detection
-from explorer.patterns import PATTERNS, UNKNOWN_COLOR, color_of
+from explorer.fusions.base import Detection
+from explorer.fusions import PATTERNS, UNKNOWN_COLOR, color_of
 from explorer.units import human_bytes, human_count  # noqa: F401  (re-exported for the pages)
 
 PLAIN_COLOR = "#f4f4f4"      # ops in no chain

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from explorer import charts, graph_view, ui_files
+from explorer import graph_view
+from explorer.ui import charts
+from explorer.ui import files as ui_files
 from explorer.fusion_engine import analyze
-from explorer.patterns import PATTERNS, UNKNOWN_COLOR
+from explorer.fusions import PATTERNS, UNKNOWN_COLOR
 
 APP = str(Path(__file__).resolve().parent.parent / "explorer" / "app.py")
 
@@ -280,7 +282,7 @@ def test_app_flow_choose_run_results_plan(tmp_path):
     assert _accepted(at) == set(ids)
 
     # Fusions page: reject one chain, then accept it again and reject the other
-    at.switch_page("ui_page_fusions.py").run()
+    at.switch_page("ui/pages/fusions.py").run()
     at.selectbox(key="chain_pick").set_value(ids[0]).run()
     at.button(key="chain_reject").click().run()
     assert _accepted(at) == {ids[1]}
@@ -303,7 +305,7 @@ def test_app_flow_choose_run_results_plan(tmp_path):
     assert at.dataframe  # near misses / table drawn
 
     # Run page: measure on the CPU with the real runner
-    at.switch_page("ui_page_run.py").run()
+    at.switch_page("ui/pages/run.py").run()
     at.checkbox(key="run_quick").check().run()
     at.button(key="run_start").click().run()
     assert at.session_state["run_job"] is not None
@@ -316,14 +318,14 @@ def test_app_flow_choose_run_results_plan(tmp_path):
     at.button(key="run_start").click().run()
     assert at.session_state["run_job"] is None and at.session_state["last_report_cached"]
 
-    at.switch_page("ui_page_results.py").run()
+    at.switch_page("ui/pages/results.py").run()
     assert not at.exception and not at.error
     charts_drawn = at.get("plotly_chart")
     assert len(charts_drawn) >= 3, len(charts_drawn)
 
     # Plan: download, change the choices, upload it again -> same choices
-    at.switch_page("ui_page_fusions.py").run()
-    from explorer.plan import make_plan
+    at.switch_page("ui/pages/fusions.py").run()
+    from explorer.fusions.plan import make_plan
 
     plan_json = make_plan(det, reject=[ids[1]]).to_json()
     assert json.loads(plan_json)["accepted"] == [ids[0]]
@@ -345,9 +347,9 @@ def test_app_flow_choose_run_results_plan(tmp_path):
     assert _accepted(at) == {ids[0]}
 
     # Learn and Export pages render with this model
-    at.switch_page("ui_page_learn.py").run()
+    at.switch_page("ui/pages/learn.py").run()
     assert not at.exception and not at.error and at.expander
-    at.switch_page("ui_page_export.py").run()
+    at.switch_page("ui/pages/export.py").run()
     assert not at.exception and not at.error
     at.button(key="export_pt2_build").click().run()
     assert not at.exception
@@ -357,7 +359,7 @@ def test_app_flow_choose_run_results_plan(tmp_path):
 def test_app_broken_model_upload_keeps_previous_model():
     at = _app("conv_bn_relu")
     _, _, det = analyze("conv_bn_relu")
-    at.switch_page("ui_page_fusions.py").run()
+    at.switch_page("ui/pages/fusions.py").run()
     at.button(key="bulk_reject_all").click().run()
     before = _accepted(at)
     at.radio(key="model_kind").set_value("ONNX upload").run()
@@ -371,7 +373,7 @@ def test_app_broken_model_upload_keeps_previous_model():
     assert _accepted(at) == before
     # still usable: the graph page draws and a zoo model loads again
     at.radio(key="model_kind").set_value("Zoo").run()
-    at.switch_page("ui_page_graph.py").run()
+    at.switch_page("ui/pages/graph.py").run()
     assert not at.exception and not at.error
     at.selectbox(key="zoo_name").set_value("transformer_block").run()
     assert at.session_state["active"].source == "transformer_block"
@@ -382,14 +384,14 @@ def test_app_broken_model_upload_keeps_previous_model():
 
 def test_app_cancel_run_shows_error_and_stays_usable():
     at = _app("conv_bn_relu")
-    at.switch_page("ui_page_run.py").run()
+    at.switch_page("ui/pages/run.py").run()
     at.button(key="run_start").click().run()
     assert at.session_state["run_job"] is not None
     at.button(key="run_cancel").click().run()
     _wait_run(at, timeout=60)
     assert any("cancelled" in e.value for e in at.error), [e.value for e in at.error]
     assert at.session_state["active"].source == "conv_bn_relu"
-    at.switch_page("ui_page_graph.py").run()
+    at.switch_page("ui/pages/graph.py").run()
     assert not at.exception and not at.error
 
 
@@ -433,7 +435,7 @@ def test_results_button_rejects_the_chains_that_got_slower():
     for chain in report["chains"]:
         chain["slower"] = chain["id"] == slow_id
     at.session_state["last_report"] = ("test", report)
-    at.switch_page("ui_page_results.py").run()
+    at.switch_page("ui/pages/results.py").run()
     assert not at.exception
     at.button(key="reject_slower").click().run()
     assert _accepted(at) == {c.id for c in det.chains} - {slow_id}
@@ -443,7 +445,7 @@ def test_app_opens_a_saved_gpu_report_without_a_gpu():
     """A report measured on the H200 opens on the Results page: its charts, the CUDA-graph column,
     and why its slower chains are slower. A broken file is refused in one line and the report stays."""
     at = _app("residual_block")
-    at.switch_page("ui_page_results.py").run()
+    at.switch_page("ui/pages/results.py").run()
     assert not at.exception and any("No results yet" in i.value for i in at.info)
     at.file_uploader(key="report_file").set_value(
         ("resnet50_h200.json", H200_REPORT.read_bytes(), "application/json")).run()
@@ -467,13 +469,13 @@ def test_app_opens_a_saved_gpu_report_without_a_gpu():
 def test_app_kernel_choice_goes_into_the_plan_and_comes_back_from_one():
     """The one-chain panel sets the plan's kernel choice for that chain; an uploaded plan's choices
     are restored (and shown in the panel)."""
-    from explorer.plan import Plan
+    from explorer.fusions.plan import Plan
 
     at = _app("residual_block")
     _, _, det = analyze("residual_block")
     conv = next(c.id for c in det.chains if c.pattern == "conv_bn_act")
     res = next(c.id for c in det.chains if c.pattern == "conv_bn_add_act")
-    at.switch_page("ui_page_fusions.py").run()
+    at.switch_page("ui/pages/fusions.py").run()
     at.selectbox(key="chain_pick").set_value(conv).run()
     assert at.selectbox(key=f"kernel@{conv}").value == "auto"
     at.selectbox(key=f"kernel@{conv}").set_value("separate_epilogue").run()
@@ -493,7 +495,7 @@ def test_app_kernel_choice_goes_into_the_plan_and_comes_back_from_one():
 def test_results_button_sets_the_separate_epilogue_for_chains_slower_on_the_gpu():
     """With ResNet-50 loaded, its H200 report offers to give the 8 conv chains that were slower even
     as CUDA graphs the separate epilogue; the plan then carries those kernel choices."""
-    from explorer.plan import gpu_slower_chains
+    from explorer.fusions.plan import gpu_slower_chains
 
     at = _app("resnet50")
     _, _, det = analyze("resnet50")
@@ -501,7 +503,7 @@ def test_results_button_sets_the_separate_epilogue_for_chains_slower_on_the_gpu(
     expected = set(gpu_slower_chains(report, det))
     assert len(expected) == 8
     at.session_state["last_report"] = ("test", report)
-    at.switch_page("ui_page_results.py").run()
+    at.switch_page("ui/pages/results.py").run()
     assert not at.exception
     at.button(key="separate_gpu_slower").click().run()
     assert not at.exception

@@ -12,7 +12,7 @@ import onnx
 import pytest
 import torch
 
-from explorer import zoo
+from explorer.sources import zoo
 
 ROOT = Path(__file__).resolve().parents[1]
 

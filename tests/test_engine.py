@@ -9,14 +9,15 @@ import pytest
 import torch
 from torch import nn
 
-from explorer import zoo
+from explorer.sources import zoo
 from explorer.errors import ModelLoadError, PlanError
 from explorer.fusion_engine import detect
-from explorer.graph_model import build_graph
-from explorer.patterns import BY_NAME, KERNEL_CHOICES, PATTERNS
-from explorer.plan import Plan, make_plan
+from explorer.graph.build import build_graph
+from explorer.fusions import BY_NAME, PATTERNS
+from explorer.fusions.base import KERNEL_CHOICES
+from explorer.fusions.plan import Plan, make_plan
 from explorer.sources import capture
-from explorer.synthetic import residual_cnn_graph
+from explorer.graph.synthetic import residual_cnn_graph
 
 
 def _detect_module(module: nn.Module, *inputs: torch.Tensor):

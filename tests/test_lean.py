@@ -18,10 +18,12 @@ import copy
 import pytest
 import torch
 
-from explorer import lean, measure, rewrite
+from explorer.fusions import LOWERINGS, rewrite
+from explorer.fusions.epilogue import ACTIVATIONS, apply_activation, apply_activation_
+from explorer.runtime import lean, measure
 from explorer.fusion_engine import detect
-from explorer.graph_model import build_graph
-from explorer.plan import make_plan
+from explorer.graph.build import build_graph
+from explorer.fusions.plan import make_plan
 from explorer.sources import load_model
 
 aten = torch.ops.aten
@@ -71,14 +73,12 @@ SAMPLES = {
 }
 
 
-@pytest.mark.parametrize("act", sorted(lean._INPLACE))
-def test_inplace_activation_is_the_kernels_one(act):
-    """The specialised graph's in-place activation is the op ``kernels.apply_activation_`` runs."""
-    from explorer.kernels import apply_activation_
-
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+def test_inplace_activation_equals_the_reference_step(act):
+    """The one in-place library call a lowered graph (and an epilogue) runs for each activation
+    computes exactly what the unfused reference step computes."""
     t = _t(4, 33) * 4
-    fn, kwargs = lean._INPLACE[act]
-    assert torch.equal(fn(t.clone(), **kwargs), apply_activation_(t.clone(), act))
+    assert torch.equal(apply_activation_(t.clone(), act), apply_activation(t.clone(), act))
 
 
 def test_every_binding_has_a_sample():
@@ -102,7 +102,7 @@ def test_public_binding_equals_overload(op):
 def _fused(name, batch=1, seq_len=8, device="cpu"):
     model = load_model(name, batch=batch, seq_len=seq_len)
     det = detect(build_graph(model.gm, model.name))
-    return model, det, rewrite.apply_plan(model, det, make_plan(det, "all"), device, level="all")
+    return model, det, rewrite.apply_plan(model.gm, det, make_plan(det, "all"), device, level="all")
 
 
 def _first(out):
@@ -120,7 +120,7 @@ def test_lean_graph_equals_plain_graph(name):
             assert torch.equal(_first(plain(*model.example_inputs)), _first(lean_gm(*model.example_inputs)))
         targets = {n.target for n in lean_gm.graph.nodes if n.op == "call_function"}
         assert not targets & set(lean.PUBLIC_BINDINGS), "an overload with a public binding is left"
-        assert not targets & set(lean._specializers()), "a fused conv/linear call was not specialised"
+        assert not targets & set(LOWERINGS), "a fused conv/linear call was not lowered"
         assert all(n.target.startswith("_pin_") for n in lean_gm.graph.nodes if n.op == "get_attr")
         assert sum(p.numel() for p in lean_gm.parameters()) == sum(p.numel() for p in plain.parameters())
 
@@ -176,7 +176,7 @@ def test_cuda_specialisation_of_linear_epilogue(act, use_gelu, tmp_path):
     torch.export.save(torch.export.export(module, (x,)), path)
     model = load_model(str(path))
     det = detect(build_graph(model.gm, model.name))
-    fused = rewrite.apply_plan(model, det, make_plan(det, "all"), "cpu", level="all")
+    fused = rewrite.apply_plan(model.gm, det, make_plan(det, "all"), "cpu", level="all")
     gm = measure.prepare_graph(fused.gm, "cpu", torch.float32, lean=False)
     lean.specialize_fused_calls(gm, torch.device("cuda"), torch.float32)
     addmm = [n for n in gm.graph.nodes if n.target is torch._addmm_activation]

@@ -19,8 +19,8 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from explorer.errors import ModelLoadError, UnsupportedOpError
-from explorer.onnx_import import SUPPORTED_OPS, import_onnx
-from explorer.zoo import get_entry
+from explorer.sources.onnx_import import SUPPORTED_OPS, import_onnx
+from explorer.sources.zoo import get_entry
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -438,7 +438,7 @@ def test_truncated_and_random_files_are_refused(tmp_path, exported):
 
 def _detect_onnx(path: str):
     from explorer.fusion_engine import detect
-    from explorer.graph_model import build_graph
+    from explorer.graph.build import build_graph
     from explorer.sources import load_model
 
     model = load_model(path)

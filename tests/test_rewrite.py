@@ -23,13 +23,14 @@ import shutil
 import pytest
 import torch
 
-from explorer import ops, rewrite
+from explorer.fusions import rewrite
+from explorer.graph import aten as ops
 from explorer.errors import PlanError
 from explorer.fusion_engine import Chain, Detection, analyze, detect
-from explorer.graph_model import build_graph
-from explorer.kernels import bn_fold, conv_epilogue
-from explorer.plan import make_plan
-from explorer.rewrite import LEVELS, AppliedChain, FusedModel, apply_plan, chain_module
+from explorer.graph.build import build_graph
+from explorer.fusions import conv, siblings
+from explorer.fusions.plan import make_plan
+from explorer.fusions.rewrite import LEVELS, AppliedChain, FusedModel, apply_plan, chain_module
 from explorer.sources import LoadedModel, capture
 
 F64_RTOL = 1e-9
@@ -90,7 +91,7 @@ def _check_model(name: str, batch: int | None = None, seq_len: int | None = None
     code_before = model.gm.code
     ref = _outputs(model.gm, model.example_inputs)
 
-    fused = apply_plan(model, detection, make_plan(detection), level="all")
+    fused = apply_plan(model.gm, detection, make_plan(detection), level="all")
 
     assert [a.chain_id for a in fused.applied] == [c.id for c in detection.chains]
     assert all(a.status == "fused" for a in fused.applied), [a for a in fused.applied if a.status != "fused"]
@@ -115,7 +116,7 @@ def _check_model(name: str, batch: int | None = None, seq_len: int | None = None
     if f64:
         model64 = _as_double(model)
         ref64 = _outputs(model64.gm, model64.example_inputs)
-        got64 = _outputs(apply_plan(model64, detection, make_plan(detection)).gm, model64.example_inputs)
+        got64 = _outputs(apply_plan(model64.gm, detection, make_plan(detection)).gm, model64.example_inputs)
         _assert_close(got64, ref64, F64_RTOL)
     return fused
 
@@ -147,7 +148,7 @@ def test_bert_base_all_chains_fused_fp32():
     assert len(direct) >= 24 and code.count("fused_add_layer_norm_normed(") == len(direct)
     # the only tuple results are the Q/K/V column views of the 12 sibling GEMMs
     getitems = [n for n in fused.gm.graph.nodes if n.target is operator.getitem]
-    assert len(getitems) == 36 and {n.args[0].target for n in getitems} == {rewrite.fused_linear_siblings}
+    assert len(getitems) == 36 and {n.args[0].target for n in getitems} == {siblings.fused_linear_siblings}
 
 
 class _Heads(torch.nn.Module):
@@ -171,10 +172,10 @@ def test_sibling_linears_become_one_gemm_of_column_views():
     gm = capture(_Heads().eval(), (x,), "heads")
     det = detect(build_graph(gm, "heads"))
     model = LoadedModel("heads", "pt2", gm, (x,), ["x"])
-    fused = apply_plan(model, det, make_plan(det, "all"), level="all")
+    fused = apply_plan(model.gm, det, make_plan(det, "all"), level="all")
     [applied] = [a for a in fused.applied if a.pattern == "linear_siblings"]
     assert applied.status == "fused" and "32+32+32 columns" in applied.implementation
-    calls = [n for n in fused.gm.graph.nodes if n.target is rewrite.fused_linear_siblings]
+    calls = [n for n in fused.gm.graph.nodes if n.target is siblings.fused_linear_siblings]
     assert len(calls) == 1 and not [n for n in fused.gm.graph.nodes if ops.aten_name(n) == "linear"]
     weight = getattr(fused.gm, calls[0].args[1].target)
     assert weight.shape == (96, 32)
@@ -182,7 +183,7 @@ def test_sibling_linears_become_one_gemm_of_column_views():
     # the three separate weights are gone from the fused copy; the original keeps them
     assert sum(p.numel() for p in fused.gm.parameters()) + sum(b.numel() for b in fused.gm.buffers()) == \
         sum(p.numel() for p in gm.parameters()) + sum(b.numel() for b in gm.buffers())
-    unfused_c, fused_c, inputs = chain_module(model, det, applied.chain_id)
+    unfused_c, fused_c, inputs = chain_module(model.gm, det, applied.chain_id)
     _assert_close(_outputs(fused_c, inputs), _outputs(unfused_c, inputs), F32_RTOL)
 
 
@@ -191,7 +192,7 @@ def test_sibling_linears_refused_when_a_view_needs_a_copy():
     gm = capture(_Heads(flat=True).eval(), (x,), "flat_heads")
     det = detect(build_graph(gm, "flat_heads"))
     model = LoadedModel("flat_heads", "pt2", gm, (x,), ["x"])
-    fused = apply_plan(model, det, make_plan(det, "all"), level="all")
+    fused = apply_plan(model.gm, det, make_plan(det, "all"), level="all")
     [applied] = [a for a in fused.applied if a.pattern == "linear_siblings"]
     assert applied.status == "refused" and "column slice does not allow" in applied.reason
     _assert_close(_outputs(fused.gm, (x,)), _outputs(gm, (x,)), 0.0)
@@ -199,7 +200,7 @@ def test_sibling_linears_refused_when_a_view_needs_a_copy():
 
 def test_labels_are_honest_about_cpu():
     model, detection = _analyzed("transformer_block", batch=2)
-    fused = apply_plan(model, detection, make_plan(detection), device="cpu")
+    fused = apply_plan(model.gm, detection, make_plan(detection), device="cpu")
     by_pattern = {a.pattern: a.implementation for a in fused.applied}
     assert "reference composition" in by_pattern["add_layer_norm"]
     assert "cpu" in by_pattern["linear_act"] and "2 kernels" in by_pattern["linear_act"]
@@ -211,7 +212,7 @@ def test_labels_are_honest_about_cpu():
 
 def test_channels_last_inputs():
     model, detection = _analyzed("residual_block", batch=2)
-    fused = apply_plan(model, detection, make_plan(detection, memory_format="channels_last"))
+    fused = apply_plan(model.gm, detection, make_plan(detection, memory_format="channels_last"))
     ref = _outputs(model.gm, model.example_inputs)
     gm = copy.deepcopy(fused.gm).to(memory_format=torch.channels_last)
     x = tuple(t.contiguous(memory_format=torch.channels_last) for t in model.example_inputs)
@@ -231,30 +232,30 @@ def test_levels_on_residual_block():
     before = _kinds(model.gm)
     assert before.count("batch_norm") == 2 and before.count("relu") == 2
 
-    none = apply_plan(model, detection, plan, level="none")
+    none = apply_plan(model.gm, detection, plan, level="none")
     assert none.gm.code == model.gm.code
     assert all(a.status == "refused" and "none" in a.reason for a in none.applied)
     _assert_close(_outputs(none.gm, model.example_inputs), ref, 0.0)
 
-    conv_bn = apply_plan(model, detection, plan, level="conv_bn")
+    conv_bn = apply_plan(model.gm, detection, plan, level="conv_bn")
     kinds = _kinds(conv_bn.gm)
     assert "batch_norm" not in kinds and kinds.count("relu") == 2 and kinds.count("add") == 1
     assert all(a.status == "fused" and "folded" in a.implementation for a in conv_bn.applied)
     _assert_close(_outputs(conv_bn.gm, model.example_inputs), ref, F32_RTOL)
 
-    activation = apply_plan(model, detection, plan, level="activation")
+    activation = apply_plan(model.gm, detection, plan, level="activation")
     kinds = _kinds(activation.gm)
     assert "batch_norm" not in kinds and "relu" not in kinds and "add" not in kinds
     _assert_close(_outputs(activation.gm, model.example_inputs), ref, F32_RTOL)
 
     with pytest.raises(PlanError):
-        apply_plan(model, detection, plan, level="everything")
+        apply_plan(model.gm, detection, plan, level="everything")
     assert LEVELS == ("none", "conv_bn", "activation", "all")
 
 
 def test_activation_level_leaves_transformer_chains_alone():
     model, detection = _analyzed("transformer_block", batch=2)
-    fused = apply_plan(model, detection, make_plan(detection), level="activation")
+    fused = apply_plan(model.gm, detection, make_plan(detection), level="activation")
     status = {a.pattern: a.status for a in fused.applied}
     assert status == {"linear_act": "fused", "matmul_softmax": "refused", "add_layer_norm": "refused"}
     kinds = _kinds(fused.gm)
@@ -266,15 +267,15 @@ def test_activation_level_leaves_transformer_chains_alone():
 
 def test_one_failing_chain_leaves_the_others_fused(monkeypatch):
     model, detection = _analyzed("residual_block", batch=2)
-    real_describe = conv_epilogue.describe
+    real_select = conv.select_conv_epilogue
 
-    def describe(act, device, add=False, **kw):  # the conv+add kernel "breaks"
-        if add:
+    def select(device, dtype, act, residual=False, **kw):  # the conv+add kernel "breaks"
+        if residual:
             raise RuntimeError("conv+add kernel unavailable\nsecond line")
-        return real_describe(act, device, add=add, **kw)
+        return real_select(device, dtype, act, residual=residual, **kw)
 
-    monkeypatch.setattr(conv_epilogue, "describe", describe)
-    fused = apply_plan(model, detection, make_plan(detection))
+    monkeypatch.setattr(conv, "select_conv_epilogue", select)
+    fused = apply_plan(model.gm, detection, make_plan(detection))
     status = {a.pattern: a for a in fused.applied}
     assert status["conv_bn_add_act"].status == "failed"
     assert "conv+add kernel unavailable" in status["conv_bn_add_act"].reason
@@ -310,9 +311,9 @@ def test_training_mode_batch_norm_is_not_folded():
                   roles=(("conv2d", "conv"), ("batch_norm", "bn"), ("relu", "act")),
                   bytes_saved=0, launches_saved=2)
     forged = dataclasses.replace(detection, chains=(chain,))
-    fused = apply_plan(model, forged, make_plan(forged))
-    assert fused.applied == [AppliedChain(chain.id, "conv_bn_act", fused.applied[0].implementation, "refused",
-                                          bn_fold.TRAINING_REFUSAL)]
+    fused = apply_plan(model.gm, forged, make_plan(forged))
+    assert fused.applied == (AppliedChain(chain.id, "conv_bn_act", fused.applied[0].implementation, "refused",
+                                          conv.TRAINING_REFUSAL),)
     assert "batch_norm" in _kinds(fused.gm)
 
 
@@ -320,7 +321,7 @@ def test_plan_for_another_model_raises():
     model, detection = _analyzed("residual_block", batch=2)
     _, other = _analyzed("conv_bn_relu", batch=2)
     with pytest.raises(PlanError, match="made for model"):
-        apply_plan(model, detection, make_plan(other))
+        apply_plan(model.gm, detection, make_plan(other))
 
 
 class _BadSoftmax(torch.nn.Module):
@@ -334,7 +335,7 @@ def test_softmax_not_over_last_dim_is_refused():
     model = LoadedModel("bad_softmax", "zoo", gm, (q, k, v), ["q", "k", "v"])
     detection = detect(build_graph(gm, "bad_softmax"))
     assert [c.pattern for c in detection.chains] == ["matmul_softmax"]
-    fused = apply_plan(model, detection, make_plan(detection))
+    fused = apply_plan(model.gm, detection, make_plan(detection))
     assert fused.applied[0].status == "refused" and "dim" in fused.applied[0].reason
     _assert_close(_outputs(fused.gm, (q, k, v)), _outputs(gm, (q, k, v)), 0.0)
 
@@ -361,13 +362,13 @@ def test_add_layer_norm_keeps_the_sum_as_extra_output():
     detection = detect(build_graph(gm, "prenorm"))
     chain = next(c for c in detection.chains if c.pattern == "add_layer_norm")
     assert chain.extra_outputs == ("add",)
-    fused = apply_plan(model, detection, make_plan(detection))
+    fused = apply_plan(model.gm, detection, make_plan(detection))
     assert all(a.status == "fused" for a in fused.applied)
     assert "getitem" in fused.gm.code
     _assert_close(_outputs(fused.gm, (x, y)), _outputs(gm, (x, y)), F32_RTOL)
     model64 = _as_double(model)
     ref64 = _outputs(model64.gm, model64.example_inputs)
-    got64 = _outputs(apply_plan(model64, detection, make_plan(detection)).gm, model64.example_inputs)
+    got64 = _outputs(apply_plan(model64.gm, detection, make_plan(detection)).gm, model64.example_inputs)
     _assert_close(got64, ref64, F64_RTOL)
 
 
@@ -389,13 +390,13 @@ def test_add_layer_norm_with_a_residual_broadcast_over_the_batch():
     model = LoadedModel("embeddings", "zoo", gm, (x,), ["x"])
     detection = detect(build_graph(gm, "embeddings"))
     assert [c.pattern for c in detection.chains] == ["add_layer_norm"]
-    fused = apply_plan(model, detection, make_plan(detection))
+    fused = apply_plan(model.gm, detection, make_plan(detection))
     applied = fused.applied[0]
     assert applied.status == "fused" and not applied.implementation.startswith("generic"), applied
     assert "fused_add_layer_norm_normed" in fused.gm.code
     _assert_close(_outputs(fused.gm, (x,)), _outputs(gm, (x,)), F32_RTOL)
     model64 = _as_double(model)
-    got64 = _outputs(apply_plan(model64, detection, make_plan(detection)).gm, model64.example_inputs)
+    got64 = _outputs(apply_plan(model64.gm, detection, make_plan(detection)).gm, model64.example_inputs)
     _assert_close(got64, _outputs(model64.gm, model64.example_inputs), F64_RTOL)
 
 
@@ -406,7 +407,7 @@ def test_kernel_choices_change_the_implementation_not_the_result():
     by_pattern = {c.pattern: c.id for c in detection.chains}
     conv, res = by_pattern["conv_bn_act"], by_pattern["conv_bn_add_act"]
     plan = make_plan(detection, kernels={conv: "separate_epilogue", res: "inductor"})
-    fused = apply_plan(model, detection, plan)
+    fused = apply_plan(model.gm, detection, plan)
     applied = fused.by_id()
     assert applied[conv].kernel == "separate_epilogue" and "kernel choice: separate epilogue" in \
         applied[conv].implementation and applied[conv].status == "fused"
@@ -416,19 +417,19 @@ def test_kernel_choices_change_the_implementation_not_the_result():
     assert "fused_conv_separate_epilogue" in code and "fused_subgraph" in code and "fused_conv_bn_act(" not in code
     _assert_close(_outputs(fused.gm, model.example_inputs), _outputs(model.gm, model.example_inputs), F32_RTOL)
     # the chain alone, as the runner times it, takes the same choice
-    _, alone, _ = chain_module(model, detection, conv, kernel="separate_epilogue")
+    _, alone, _ = chain_module(model.gm, detection, conv, kernel="separate_epilogue")
     assert "fused_conv_separate_epilogue" in alone.code
     # a level's fold mode folds BatchNorm whatever the choice
-    staged = apply_plan(model, detection, plan, level="conv_bn")
+    staged = apply_plan(model.gm, detection, plan, level="conv_bn")
     assert "fused_conv_bn(" in staged.gm.code and "fused_subgraph" not in staged.gm.code
 
 
 def test_linear_separate_epilogue_choice():
     model, detection = _analyzed("transformer_block", batch=2)
     lin = next(c.id for c in detection.chains if c.pattern == "linear_act")
-    fused = apply_plan(model, detection, make_plan(detection, kernels={lin: "separate_epilogue"}))
+    fused = apply_plan(model.gm, detection, make_plan(detection, kernels={lin: "separate_epilogue"}))
     assert "fused_linear_separate_epilogue" in fused.gm.code
-    assert fused.by_id()[lin].implementation.startswith("linear + gelu in place (2 kernels; kernel choice")
+    assert fused.by_id()[lin].implementation == "linear + gelu in place (2 kernels); kernel choice: separate epilogue"
     _assert_close(_outputs(fused.gm, model.example_inputs), _outputs(model.gm, model.example_inputs), F32_RTOL)
 
 
@@ -443,7 +444,7 @@ def test_elementwise_chain_uses_the_generic_fallback():
     model = LoadedModel("pointwise", "zoo", gm, (x, y), ["x", "y"])
     detection = detect(build_graph(gm, "pointwise"))
     assert [c.pattern for c in detection.chains] == ["elementwise_chain"]
-    fused = apply_plan(model, detection, make_plan(detection))
+    fused = apply_plan(model.gm, detection, make_plan(detection))
     applied = fused.applied[0]
     assert applied.status == "fused"
     assert applied.implementation.startswith("generic: torch.compile's inductor on the chain subgraph")
@@ -463,9 +464,9 @@ def test_generic_fallback_compiles_and_respecialises(monkeypatch):
     gm = capture(_Pointwise(), (x, y), "pointwise")
     model = LoadedModel("pointwise", "zoo", gm, (x, y), ["x", "y"])
     detection = detect(build_graph(gm, "pointwise"))
-    fused = apply_plan(model, detection, make_plan(detection))
+    fused = apply_plan(model.gm, detection, make_plan(detection))
     assert "eagerly" not in fused.applied[0].implementation
-    chain = next(m for m in fused.gm.modules() if type(m).__name__ == "_CompiledChain")
+    chain = next(m for m in fused.gm.modules() if type(m).__name__ == "CompiledChain")
     eager_calls = []
     monkeypatch.setattr(chain.sub, "forward", lambda *a: eager_calls.append(a) or (_ for _ in ()).throw(
         AssertionError("the eager subgraph ran")))
@@ -488,7 +489,7 @@ def test_generic_fallback_compiles_and_respecialises(monkeypatch):
 def test_chain_module_fused_matches_unfused(name, pattern):
     model, detection = _analyzed(name, batch=2)
     chain = next(c for c in detection.chains if c.pattern == pattern)
-    unfused, fused, inputs = chain_module(model, detection, chain.id)
+    unfused, fused, inputs = chain_module(model.gm, detection, chain.id)
     assert all(isinstance(t, torch.Tensor) for t in inputs)
     placeholders = [n for n in unfused.graph.nodes if n.op == "placeholder"]
     assert len(placeholders) == len(inputs)
@@ -506,14 +507,14 @@ def test_chain_module_fused_matches_unfused(name, pattern):
 def test_chain_module_unknown_chain():
     model, detection = _analyzed("conv_bn_relu", batch=2)
     with pytest.raises(KeyError):
-        chain_module(model, detection, "conv_bn_act@nowhere")
+        chain_module(model.gm, detection, "conv_bn_act@nowhere")
 
 
 def test_add_layer_norm_through_the_triton_interpreter(monkeypatch):
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the Triton kernel itself, run by the interpreter
     model, detection = _analyzed("transformer_block", batch=2)
-    fused = apply_plan(model, detection, make_plan(detection, accept="add_layer_norm"))
+    fused = apply_plan(model.gm, detection, make_plan(detection, accept="add_layer_norm"))
     assert [a.status for a in fused.applied] == ["fused", "fused"]
     assert all(a.implementation.startswith("triton add+layer") and "interpreter" in a.implementation
                for a in fused.applied)
@@ -535,7 +536,7 @@ def test_matmul_softmax_without_context():
     model = LoadedModel("scores_only", "zoo", gm, (q, k, mask), ["q", "k", "mask"])
     detection = detect(build_graph(gm, "scores_only"))
     assert [c.ops for c in detection.chains] == [("matmul", "div", "add", "softmax")]
-    fused = apply_plan(model, detection, make_plan(detection))
+    fused = apply_plan(model.gm, detection, make_plan(detection))
     assert fused.applied[0].status == "fused" and "fused_matmul_softmax" in fused.gm.code
     assert "softmax" in fused.applied[0].implementation
     _assert_close(_outputs(fused.gm, (q, k, mask)), _outputs(gm, (q, k, mask)), F32_RTOL)

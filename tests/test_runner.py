@@ -20,7 +20,8 @@ import time
 import pytest
 import torch
 
-from explorer import gpu_runner, measure
+from explorer import gpu_runner
+from explorer.runtime import measure
 from explorer.errors import RunError
 from explorer.gpu_runner import RunSettings, run
 
@@ -42,7 +43,7 @@ def _one_line(err: BaseException) -> str:
 
 @pytest.mark.parametrize("name", ["conv_bn_relu", "residual_block", "transformer_block"])
 def test_full_run_on_cpu_through_the_child(name, analyze_cached):
-    from explorer.plan import make_plan
+    from explorer.fusions.plan import make_plan
 
     _, _, det = analyze_cached(name)
     seen: list[tuple[float, str]] = []
@@ -106,7 +107,7 @@ def test_bad_source_is_one_line():
 
 
 def test_plan_for_another_model_is_refused(analyze_cached):
-    from explorer.plan import make_plan
+    from explorer.fusions.plan import make_plan
 
     _, _, other = analyze_cached("residual_block")
     plan = make_plan(other, "all")
@@ -185,7 +186,7 @@ def test_engine_and_runner_never_import_ui_packages():
 def test_levers_and_low_precision_in_process():
     """channels_last + CUDA graphs on CPU (noted, not faked) and bf16 against float64."""
     from explorer.fusion_engine import analyze
-    from explorer.plan import make_plan
+    from explorer.fusions.plan import make_plan
 
     _, _, det = analyze("residual_block", batch=2)
     plan = make_plan(det, "all", memory_format="channels_last", cuda_graphs=True)
@@ -280,7 +281,7 @@ def test_prepare_graph_cleanups_keep_the_function():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_full_run_on_cuda_with_graphs():
     from explorer.fusion_engine import analyze
-    from explorer.plan import make_plan
+    from explorer.fusions.plan import make_plan
 
     _, _, det = analyze("residual_block", batch=8)
     plan = make_plan(det, "all", cuda_graphs=True)

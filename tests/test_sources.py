@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from explorer import zoo
+from explorer.sources import zoo
 from explorer.errors import ModelLoadError
 from explorer.fusion_engine import detect
-from explorer.graph_model import build_graph
+from explorer.graph.build import build_graph
 from explorer.sources import load_model
 
 

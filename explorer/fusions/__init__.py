@@ -1,0 +1,41 @@
+"""The fusion registry: every family of fusions the explorer knows, one module each.
+
+A family module (``explorer/fusions/<family>.py``) holds everything about its
+fusions: the patterns it declares (``PATTERNS``: what it matches, its guards
+and near-miss reasons, its teaching text), its ``rewrite`` (the edit for one
+chain), its fused call targets with their one kernel selection (``select_*``,
+asked by the runtime call, the label and the lowering alike), its lowering for
+lean graphs (``LOWERINGS``), its kernels beside their references, and their
+``TOLERANCES``. Adding a family is one module, its test, and one line below.
+
+Everything else is derived from ``FAMILIES``: the app's checkboxes and legend,
+the command line's pattern names, the statistics and the tests all read
+``PATTERNS``/``BY_NAME``; nothing else spells a pattern name. Match priority is
+each pattern's ``priority`` (lower claims nodes first).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Callable
+
+from explorer.fusions import attention, conv, generic, linear, norm, siblings
+from explorer.fusions.base import Pattern
+
+#: One line per family: the registration.
+FAMILIES: tuple[ModuleType, ...] = (attention, conv, linear, norm, generic, siblings)
+
+PATTERNS: tuple[Pattern, ...] = tuple(sorted((p for f in FAMILIES for p in f.PATTERNS), key=lambda p: p.priority))
+BY_NAME: dict[str, Pattern] = {p.name: p for p in PATTERNS}
+#: fused call target -> its lowering for lean graphs (explorer.runtime.lean)
+LOWERINGS: dict[Callable, Callable] = {t: fn for f in FAMILIES for t, fn in getattr(f, "LOWERINGS", {}).items()}
+#: "Already fused" op kinds, reported as near misses of the pattern they would have been.
+ALREADY_FUSED: dict[str, str] = {k: v for f in FAMILIES for k, v in getattr(f, "ALREADY_FUSED", {}).items()}
+
+UNKNOWN_COLOR = "#7f7f7f"
+
+
+def color_of(pattern_name: str) -> str:
+    """A pattern's colour; a visible grey for names the registry does not know."""
+    p = BY_NAME.get(pattern_name)
+    return p.color if p else UNKNOWN_COLOR

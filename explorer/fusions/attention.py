@@ -1,0 +1,446 @@
+"""The attention family: scores and softmax in one Triton kernel, or the whole block as SDPA.
+
+::
+
+    unfused (3-4 kernels, scores written and re-read each time)
+    a (…,M,K) ─┐
+               matmul ─► S (…,M,N) ─► ·scale ─► + mask ─► softmax ─► P (…,M,N)
+    b (…,K,N) ─┘
+
+    fused (1 kernel): one program owns BLOCK_M full rows of S
+    for k in K/BLOCK_K:  acc[BLOCK_M, N] += a[rows, k] @ b[k, :]     (fp32 accumulate)
+    acc = acc·scale + mask[rows, :];  P = exp(acc − rowmax) / rowsum   (in registers)
+    store P
+
+The row must fit in one block, so the fused path handles ``N <= MAX_FUSED_N``
+(1024); longer rows take the reference path (``select_matmul_softmax`` says
+which, and why: the one decision the runtime call, the label and the lowering ask). Padded columns are set to −inf before the row max (so they
+get probability 0); padded rows and K lanes load 0 and are never stored.
+fp32 inputs use ``tl.dot(..., input_precision="ieee")`` (no TF32), so the
+fused result is as accurate as an fp32 matmul; fp16/bf16 inputs use tensor
+cores with fp32 accumulation, and only the final probabilities are rounded
+to the input dtype (the unfused path also rounds the scores).
+
+``attention`` is the whole of scaled dot-product attention as PyTorch fuses it
+(``F.scaled_dot_product_attention``: flash / memory-efficient kernels on CUDA);
+``attention_reference`` spells it out as matmul, scale, mask, softmax, matmul.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.fx
+
+from explorer.fusions import edit
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
+from explorer.fusions.triton_support import (import_triton, interpreting, launch, library_reductions_usable,
+                                             triton_runs_on)
+from explorer.graph import aten
+
+MAX_FUSED_N = 1024
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+#: Fused kernel vs the unfused computation in float64, ``|out - ref| <= atol + rtol·|ref|``.
+#: The inputs are exact in the fp32 accumulator; a score error e becomes a relative
+#: probability error ~e, and the probabilities are rounded once (u). fp32 uses IEEE
+#: dot (no TF32): scores good to ~1e-6 for K up to a few hundred.
+TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-6),
+    torch.float16: dict(rtol=2e-3, atol=2e-5),      # 4u
+    torch.bfloat16: dict(rtol=1.6e-2, atol=2e-4),   # 4u
+}
+#: attention (SDPA) and its unfused reference, both computed by torch in the dtype:
+#: intermediates (scores, probabilities) are rounded too, and 16-bit GEMMs may
+#: accumulate in reduced precision: ~8u relative to the output's scale.
+ATTENTION_TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=4e-3, atol=4e-3),
+    torch.bfloat16: dict(rtol=3.2e-2, atol=3.2e-2),
+}
+
+
+def _additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """A boolean mask (True = keep, as in SDPA) becomes an additive 0 / −inf mask."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
+def matmul_softmax_reference(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
+                             mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Unfused: ``softmax(a @ b * scale + mask, dim=-1)``, each step its own op."""
+    s = torch.matmul(a, b) * scale                                            # (..., M, N)
+    if mask is not None:
+        s = s + _additive_mask(mask, s.dtype)
+    return torch.softmax(s, dim=-1)
+
+
+def select_matmul_softmax(device: torch.device | str, a_dtype: torch.dtype, b_dtype: torch.dtype,
+                          a_shape: tuple[int, ...], b_shape: tuple[int, ...], same_device: bool = True,
+                          has_mask: bool = False) -> Choice:
+    """The one decision of how ``softmax(a @ b * scale + mask)`` runs: ``triton`` or ``reference``."""
+    device = torch.device(device)
+    if not triton_runs_on(device):
+        why = f"no Triton on {device.type}" + (" (TRITON_INTERPRET=1 interprets it)" if device.type == "cpu" else "")
+    elif len(a_shape) < 2 or len(b_shape) < 2 or a_shape[-1] != b_shape[-2]:
+        why = "shapes are not (..., M, K) @ (..., K, N)"
+    elif a_dtype not in SUPPORTED_DTYPES or b_dtype != a_dtype:
+        why = f"dtypes {a_dtype}/{b_dtype}: the kernel takes one of fp32, fp16, bf16"
+    elif not same_device:
+        why = "inputs on different devices"
+    elif b_shape[-1] > MAX_FUSED_N:
+        why = f"N = {b_shape[-1]} > {MAX_FUSED_N}: a score row does not fit in one block"
+    elif 0 in a_shape or 0 in b_shape:
+        why = "empty input"
+    elif a_shape[-2] > 65535 * 16:
+        why = f"M = {a_shape[-2]}: too many row blocks for one grid axis"
+    else:
+        label = "triton matmul+scale+mask+softmax (1 kernel, scores stay on chip)"
+        return Choice("triton", label + (" [Triton interpreter on cpu]" if device.type == "cpu" else ""), True)
+    steps = 3 + has_mask
+    return Choice("reference", f"matmul, scale, {'mask, ' if has_mask else ''}softmax ({steps} kernels: {why}); "
+                  "reference composition, no fused kernel", False)
+
+
+def select_for_tensors(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> Choice:
+    """``select_matmul_softmax`` for these operands (what ``matmul_softmax`` asks at run time)."""
+    same_device = b.device == a.device and (mask is None or mask.device == a.device)
+    return select_matmul_softmax(a.device, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), same_device,
+                                 mask is not None)
+
+
+def launch_config(n: int, k: int, elem_size: int) -> dict:
+    """Block sizes and warps for rows of ``n`` scores and a reduction depth ``k``."""
+    block_n = max(16, 1 << max(n - 1, 0).bit_length())
+    block_m = 64 if block_n <= 128 else 32 if block_n <= 512 else 16
+    # keep one (BLOCK_K, BLOCK_N) tile of b at <= 64 KiB of shared memory per pipeline stage
+    block_k = max(16, min(64, 1 << max(k - 1, 0).bit_length(), 65536 // (block_n * elem_size)))
+    num_warps = 4 if block_m * block_n <= 8192 else 8
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=2)
+
+
+def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Allocate an output the kernel fully overwrites (tests replace this to poison it)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+@functools.lru_cache(maxsize=2)
+def _build_kernel(interpret: bool):
+    """Define the Triton kernel (imports Triton); cached per interpreter mode.
+
+    As in ``add_layernorm``: defined lazily because ``triton.jit`` reads TRITON_INTERPRET
+    when it decorates; the names it uses are module globals; ``LIBRARY_REDUCE`` picks
+    ``tl.max``/``tl.sum`` (always when compiled) or ``tl.reduce`` with our own combine
+    functions (interpretable whatever the order of imports).
+    """
+    global tl, _add, _max
+    del interpret  # cache key only
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _add(a, b):
+        return a + b
+
+    @triton.jit
+    def _max(a, b):
+        return tl.maximum(a, b)
+
+    @triton.jit
+    def _matmul_softmax_fwd(
+        A, Bm, MASK, O,
+        M, N, K, B1,                                   # B1: size of the inner batch dim
+        sa0, sa1, sam, sak,                            # strides of a as (B0, B1, M, K)
+        sb0, sb1, sbk, sbn,                            # strides of b as (B0, B1, K, N)
+        sk0, sk1, skm, skn,                            # strides of the mask as (B0, B1, M, N); 0 = broadcast
+        so0, so1, som, son,
+        scale,
+        HAS_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+        LIBRARY_REDUCE: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ):
+        pid_b = tl.program_id(0)                       # batch on axis 0: up to 2**31 - 1 programs
+        pid_m = tl.program_id(1)                       # row blocks on axis 1 (limit 65535 blocks)
+        b0 = (pid_b // B1).to(tl.int64)
+        b1 = (pid_b % B1).to(tl.int64)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        ks = tl.arange(0, BLOCK_K)
+        row_ok = rows < M
+        col_ok = cols < N
+        a_ptr = A + b0 * sa0 + b1 * sa1 + rows[:, None] * sam
+        b_ptr = Bm + b0 * sb0 + b1 * sb1 + cols[None, :] * sbn
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            kk = k0 + ks
+            k_ok = kk < K
+            a = tl.load(a_ptr + kk[None, :] * sak, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptr + kk[:, None] * sbk, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+            if UPCAST:  # bf16 in the interpreter only: its tl.dot misreads bf16 (stored as uint16);
+                # bf16 x bf16 products are exact in fp32, so this is the tensor-core arithmetic
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        s = acc * scale
+        if HAS_MASK:
+            m_ptr = MASK + b0 * sk0 + b1 * sk1 + rows[:, None] * skm + cols[None, :] * skn
+            s = s + tl.load(m_ptr, mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        s = tl.where(col_ok[None, :], s, float("-inf"))        # padded columns: probability 0
+        if LIBRARY_REDUCE:
+            row_max = tl.max(s, axis=1)
+        else:
+            row_max = tl.reduce(s, 1, _max)
+        e = tl.exp(s - row_max[:, None])
+        if LIBRARY_REDUCE:
+            p = e / tl.sum(e, axis=1)[:, None]
+        else:
+            p = e / tl.reduce(e, 1, _add)[:, None]
+        if UPCAST:  # interpreter only: its fp32 -> bf16 cast truncates; round to nearest even first
+            bits = p.to(tl.uint32, bitcast=True)
+            p = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
+        o_ptr = O + b0 * so0 + b1 * so1 + rows[:, None] * som + cols[None, :] * son
+        tl.store(o_ptr, p.to(O.dtype.element_ty, fp_downcast_rounding="rtne"), mask=row_ok[:, None] & col_ok[None, :])
+
+    return _matmul_softmax_fwd
+
+
+def _as_4d(t: torch.Tensor, batch: tuple[int, ...], last2: tuple[int, int]) -> torch.Tensor:
+    """View ``t`` broadcast to ``batch + last2`` as 4 dims ``(B0, B1, *last2)``, keeping stride-0 broadcasts."""
+    t = t.expand(batch + last2)
+    if len(batch) == 0:
+        return t.reshape((1, 1) + last2)
+    if len(batch) == 1:
+        return t.unsqueeze(0)
+    if len(batch) == 2:
+        return t
+    try:  # fold the leading batch dims into B0 (a view when their strides allow it)
+        return t.view((-1,) + tuple(batch[-1:]) + last2)
+    except RuntimeError:
+        return t.reshape((-1,) + tuple(batch[-1:]) + last2)
+
+
+def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
+                   mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``softmax(a @ b * scale + mask, dim=-1)`` from one kernel where ``select_matmul_softmax`` allows.
+
+    ``a``: ``(..., M, K)``; ``b``: ``(..., K, N)``; batch dims broadcast;
+    ``mask``: additive (or boolean, True = keep), broadcastable to ``(..., M, N)``
+    (a ``(B, 1, 1, N)`` padding mask is read with stride 0, never expanded in
+    memory). Returns ``(..., M, N)`` in the input dtype.
+    """
+    if select_for_tensors(a, b, mask).impl != "triton":
+        return matmul_softmax_reference(a, b, scale, mask)
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    mask = _additive_mask(mask, torch.float32)
+    shapes = [a.shape[:-2], b.shape[:-2]] + ([mask.shape[:-2]] if mask is not None and mask.dim() > 2 else [])
+    batch = tuple(torch.broadcast_shapes(*shapes))
+    a4 = _as_4d(a, batch, (m, k))                                              # (B0, B1, M, K)
+    b4 = _as_4d(b, batch, (k, n))                                              # (B0, B1, K, N)
+    mask4 = _as_4d(mask, batch, (m, n)) if mask is not None else None          # (B0, B1, M, N), strides may be 0
+    out = _new_output(batch + (m, n), a.dtype, a.device)
+    o4 = _as_4d(out, batch, (m, n))
+    cfg = launch_config(n, k, a.element_size())
+    b0, b1 = a4.shape[0], a4.shape[1]
+    grid = (b0 * b1, _cdiv(m, cfg["BLOCK_M"]))
+    mk = mask4 if mask4 is not None else a4
+    upcast = interpreting() and a.dtype == torch.bfloat16
+    kernel = _build_kernel(interpreting())
+    options = {k: cfg[k] for k in ("num_warps", "num_stages")}
+    launch(
+        kernel, grid,
+        (a4, b4, mk, o4, m, n, k, b1, *a4.stride(), *b4.stride(), *mk.stride(), *o4.stride(), float(scale)),
+        dict(HAS_MASK=mask4 is not None,
+             DOT_PRECISION="ieee" if a.dtype == torch.float32 or upcast else "tf32",
+             UPCAST=upcast, LIBRARY_REDUCE=library_reductions_usable(),
+             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"]),
+        **options,
+    )
+    return out
+
+
+def _cdiv(x: int, y: int) -> int:
+    return (x + y - 1) // y
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
+              mask: torch.Tensor | None = None) -> torch.Tensor:
+    """PyTorch's fused attention: ``F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)``.
+
+    ``q``: ``(..., L, E)``, ``k``: ``(..., S, E)``, ``v``: ``(..., S, Ev)`` → ``(..., L, Ev)``.
+    The flash, memory-efficient and cuDNN kernels need each operand's last dim
+    contiguous and a mask in the query's dtype; anything else silently drops to
+    the op-by-op "math" backend (18 kernels instead of 1–2 for BERT-base shapes
+    in fp16, measured on the H200), so operands are fixed up first.
+    """
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    if v.stride(-1) != 1:
+        v = v.contiguous()
+    if mask is not None and mask.dtype != q.dtype and mask.is_floating_point():
+        mask = mask.to(q.dtype)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
+                        mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Unfused attention: ``softmax(q @ kᵀ · scale + mask) @ v``, every intermediate in memory."""
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    p = matmul_softmax_reference(q, k.transpose(-2, -1), scale, mask)         # (..., L, S)
+    return torch.matmul(p, v)                                                  # (..., L, Ev)
+
+
+# ====================================================================== fused call targets
+
+def fused_matmul_softmax(a, b, scale, mask):
+    """``softmax(a @ b * scale + mask, dim=-1)``, scores kept on chip where the Triton kernel runs."""
+    return matmul_softmax(a, b, scale, _mask_like(mask, a))
+
+
+def fused_attention(q, k, v, scale, mask):
+    """``softmax(q @ kᵀ * scale + mask) @ v`` as one scaled_dot_product_attention call."""
+    return attention(q, k, v, scale, mask)  # it casts a floating mask to q's dtype, as _mask_like
+
+
+def fused_attention_kt(q, k_t, v, scale, mask):
+    """Like ``fused_attention`` when the graph holds ``kᵀ`` itself (not a transpose of ``k``)."""
+    return attention(q, k_t.transpose(-2, -1), v, scale, mask)
+
+
+def _mask_like(mask, x):
+    """SDPA takes a bool mask or one in the query's dtype; the unfused add would have promoted."""
+    if isinstance(mask, torch.Tensor) and mask.is_floating_point() and mask.dtype != x.dtype:
+        return mask.to(x.dtype)
+    return mask
+
+
+# ====================================================================== rewrite
+
+def _untransposed(b) -> torch.fx.Node | None:
+    """``k`` when ``b`` is ``k.transpose(-2, -1)`` (or the equivalent permute), else None."""
+    if not isinstance(b, torch.fx.Node) or b.op != "call_function":
+        return None
+    src = b.args[0] if b.args else None
+    sval = aten.node_val(src)
+    if not isinstance(src, torch.fx.Node) or not isinstance(sval, torch.Tensor) or sval.dim() < 2:
+        return None
+    nd = sval.dim()
+    name = aten.aten_name(b)
+    if name == "transpose":
+        dims = sorted(d % nd for d in b.args[1:3])
+        return src if dims == [nd - 2, nd - 1] else None
+    if name == "permute":
+        perm = [d % nd for d in b.args[1]]
+        return src if perm == list(range(nd - 2)) + [nd - 1, nd - 2] else None
+    return None
+
+
+def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """matmul [→ scale] [→ mask] → softmax [→ matmul] as one Triton kernel, or SDPA for the whole block."""
+    scores, softmax = ctx.node(chain, "scores"), ctx.node(chain, "softmax")
+    members = set(ctx.members(chain))
+    edit.only_identity_views(ctx, chain)  # refuses training-mode dropout before the second MatMul
+    if aten.aten_name(scores) != "matmul":
+        raise UseGeneric(f"{aten.aten_name(scores)} is not a matmul")
+    a, b = scores.args[0], scores.args[1]
+    scale = 1.0
+    scale_node = ctx.node(chain, "scale")
+    if scale_node is not None:
+        value = ctx.scalar(edit.other_operand(scale_node, members, allow_scalar=True))
+        if value is None:
+            raise Refuse("scale is a tensor, not a constant")
+        if aten.kind_of(scale_node) == "div":
+            if isinstance(scale_node.args[0], torch.fx.Node) and scale_node.args[0] not in members:
+                raise UseGeneric("scalar divided by the scores")
+            value = 1.0 / value
+        scale = float(value)
+    mask = None
+    mask_node = ctx.node(chain, "mask")
+    if mask_node is not None:
+        edit.check_alpha(mask_node)
+        mask = edit.other_operand(mask_node, members, allow_scalar=True)
+        if not isinstance(mask, torch.fx.Node):
+            mask = None  # softmax(s + c) == softmax(s): a constant shift does not change it
+    sm = aten.softmax_args(softmax)
+    if sm is None:
+        raise UseGeneric(f"{aten.aten_name(softmax)} is not a softmax")
+    sval = aten.node_val(softmax)
+    if not isinstance(sval, torch.Tensor) or sm.dim not in (-1, sval.dim() - 1):
+        raise Refuse(f"softmax over dim {sm.dim}, not the last one")
+    if sm.dtype not in (None, sval.dtype):
+        raise UseGeneric("softmax casts its result")
+    if sm.half_to_float:
+        raise UseGeneric("softmax upcasts half to float")
+    context = ctx.node(chain, "context")
+    if context is None:
+        av, bv = aten.node_val(a), aten.node_val(b)
+        if not isinstance(av, torch.Tensor) or not isinstance(bv, torch.Tensor):
+            raise UseGeneric("scores operands without shapes")
+        choice = select_matmul_softmax(ctx.device, av.dtype, bv.dtype, tuple(av.shape), tuple(bv.shape),
+                                       True, mask is not None)
+        return edit.whole_chain_edit(ctx, chain, fused_matmul_softmax, (a, b, scale, mask), choice)
+    if aten.aten_name(context) != "matmul":
+        raise UseGeneric(f"{aten.aten_name(context)} is not a matmul")
+    v = context.args[1]
+    k = _untransposed(b)
+    av, bv, vv = aten.node_val(a), aten.node_val(b), aten.node_val(v)
+    if not all(isinstance(t, torch.Tensor) for t in (av, bv, vv)) or av.dim() < 2:
+        raise UseGeneric("attention operands without shapes")
+    if not (av.shape[:-2] == bv.shape[:-2] == vv.shape[:-2]):
+        raise UseGeneric("attention operands with broadcast batch dims")
+    target, first_k = (fused_attention, k) if k is not None else (fused_attention_kt, b)
+    return edit.whole_chain_edit(ctx, chain, target, (a, first_k, v, scale, mask), select_attention(ctx.device))
+
+
+def select_attention(device: torch.device | str) -> Choice:
+    """How the whole attention block runs: PyTorch's fused SDPA kernel for the device."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return Choice("sdpa", "scaled_dot_product_attention (flash / memory-efficient attention, 1 kernel)", True)
+    return Choice("sdpa", f"scaled_dot_product_attention on {device.type} (PyTorch's CPU attention kernel; "
+                  "no GPU fused kernel on cpu)", True)
+
+
+# ====================================================================== patterns
+
+def _scalar_scale(g, node: str, ctx: dict) -> str | None:
+    if g.nodes[node].get("scalar_operand") or g.in_degree(node) == 1:
+        return None
+    return "scale is a tensor, not a constant"
+
+
+def _probs_left_operand(g, node: str, ctx: dict) -> str | None:
+    if g.nodes[node].get("first_input") != ctx["prev"]:
+        return "softmax output is not the left operand of the next MatMul"
+    return None
+
+
+#: "Already fused" ops: reported as near misses of the pattern they would have been.
+ALREADY_FUSED = {"sdpa": "matmul_softmax"}
+
+PATTERNS = (
+    Pattern(
+        name="matmul_softmax", label="MatMul+Softmax", priority=10,
+        steps=(
+            Step(frozenset({"matmul"}), "scores"),
+            Step(frozenset({"mul", "div"}), "scale", optional=True, guard=_scalar_scale),
+            Step(frozenset({"add"}), "mask", optional=True),
+            Step(frozenset({"softmax"}), "softmax"),
+            Step(frozenset({"matmul"}), "context", optional=True, guard=_probs_left_operand),
+        ),
+        color="#d62728", rewrite=rewrite,
+        implementation=("one Triton kernel for scores->softmax; scaled_dot_product_attention "
+                        "(flash attention) when the chain ends in the second MatMul"),
+        explanation=("Attention scores (Q K^T, scaled and masked) are sized seq x seq per head: the "
+                     "largest intermediates in a transformer. Fusing the MatMul with the scale, the "
+                     "mask and the softmax keeps each row of scores in registers; adding the second "
+                     "MatMul (the whole attention block) means the seq x seq matrix never reaches "
+                     "device memory at all."),
+        caveats=(PRECISION_CAVEAT, "Softmax is computed in fp32 inside the kernel even for fp16 inputs."),
+    ),
+)

@@ -1,0 +1,222 @@
+"""The parts every fusion is declared with: steps, patterns, chains, and a kernel choice.
+
+Plain frozen dataclasses, no torch and no networkx: a family module
+(``explorer/fusions/<family>.py``) declares its patterns with these, the
+matcher (``explorer.fusion_engine.detect``) returns ``Chain``/``NearMiss``
+values in a ``Detection``, and a kernel selection answers with a ``Choice``.
+
+A pattern is data: an ordered list of steps, each a set of op kinds
+(``explorer.vocab``), with optional steps, guards that return a readable
+refusal, and a flag for steps whose output may leave the chain as an extra
+output of the fused kernel. Beside the data it names the functions that make
+it real: ``rewrite`` (plan the edit for one chain), ``fold`` (the part of the
+chain the "Conv+BN folded" stage applies), and its family's kernel
+selection and lowering (see ``explorer/fusions/__init__.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+#: ``guard(graph, node, context) -> refusal or None``; ``context`` holds ``chain`` (node ids so
+#: far), ``prev`` (the op before, through views) and ``prev_real`` (the compute op before).
+Guard = Callable[[Any, str, dict], Optional[str]]
+
+#: What a plan's per-chain kernel choice means (``Plan.kernels``; each pattern lists its own).
+KERNEL_CHOICES: dict[str, str] = {
+    "auto": "the pattern's fused kernel where it applies on the device (the default)",
+    "separate_epilogue": ("the GEMM or convolution with its bias, then the residual add and the activation "
+                          "in place: one kernel more, no fused epilogue (BatchNorm still folded)"),
+    "inductor": "the chain's subgraph compiled by torch.compile's inductor, as the generic fallback does",
+}
+
+#: Stages of the staged table, in order. A pattern's ``stage`` says from which one it is applied.
+STAGES = ("none", "conv_bn", "activation", "all")
+
+#: Caveats that hold for most patterns (each family adds its own).
+PRECISION_CAVEAT = ("Fusion reorders arithmetic: expect output differences near the dtype's rounding "
+                    "(about 1e-6 relative in fp32, 1e-3 in fp16 and bf16).")
+PAYS_CAVEAT = ("Not every fusion pays: a fused kernel that is slower than the library kernels it "
+               "replaces (register pressure, a worse algorithm choice) makes the model slower. Measure.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One op of a pattern.
+
+    kinds     op kinds accepted here
+    role      the step's name in the pattern (``conv``, ``bn``, ``act`` ...)
+    optional  the chain may skip this step
+    family    kinds recognised as "this sort of op" but not supported here:
+              meeting one yields a near miss "X not supported"
+    emits     this op's output may also be used outside the chain; the fused
+              kernel then writes it as an extra output
+    guard     (graph, node, context) -> refusal reason or None
+    """
+
+    kinds: frozenset[str]
+    role: str
+    optional: bool = False
+    family: frozenset[str] = frozenset()
+    emits: bool = False
+    guard: Guard | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Pattern:
+    """A fusion pattern: what it matches, how it is fused, and why it pays.
+
+    ``priority`` orders matching across the registry (lower claims nodes
+    first). ``rewrite(ctx, chain, kernel)`` plans the edit for one accepted
+    chain (``explorer.fusions.edit``); None means the generic fallback
+    (the chain compiled by inductor). ``fold(ctx, chain)`` is the partial edit
+    of the "Conv+BN folded" stage, for patterns that hold a BatchNorm.
+    ``stage`` is the first stage of the staged table that applies the whole
+    chain: "activation" (conv and GEMM epilogues) or "all" (everything else).
+    """
+
+    name: str
+    label: str
+    steps: tuple[Step, ...]
+    color: str
+    implementation: str
+    explanation: str
+    priority: int
+    stage: str = "all"
+    rewrite: Callable | None = None
+    fold: Callable | None = None
+    caveats: tuple[str, ...] = ()
+    formula: str = ""
+    kernels: tuple[str, ...] = ("auto", "inductor")   # kernel choices a plan may name (KERNEL_CHOICES)
+    siblings: bool = False  # the steps are parallel consumers of one input, not a dataflow chain
+
+    @property
+    def joiner(self) -> str:
+        """How a chain's ops are written: in sequence, or side by side (siblings)."""
+        return " ∥ " if self.siblings else " → "
+
+    @property
+    def anchor_kinds(self) -> frozenset[str]:
+        return self.steps[0].kinds
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """What a kernel selection decided for one fused op on one device, dtype and shape.
+
+    ``impl`` names the path (``cudnn_conv_relu``, ``triton``, ``separate`` ...),
+    ``label`` is what reports and the app show, ``fused`` says whether it is
+    really fewer kernels than the unfused ops (False: the same ops run one
+    after another, e.g. no fused kernel on the CPU).
+    """
+
+    impl: str
+    label: str
+    fused: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """One fusible chain.
+
+    ``ops`` are the canonical kinds of its compute ops in dataflow order;
+    ``nodes`` all its node ids (views included); ``roles`` maps each compute
+    node to its step role; ``extra_outputs`` are intermediates the fused
+    kernel must still write because something outside the chain reads them;
+    ``siblings`` marks parallel consumers of one input (horizontal fusion).
+    """
+
+    id: str
+    pattern: str
+    ops: tuple[str, ...]
+    nodes: tuple[str, ...]
+    names: tuple[str, ...]
+    roles: tuple[tuple[str, str], ...]
+    bytes_saved: int
+    launches_saved: int
+    extra_outputs: tuple[str, ...] = ()
+    siblings: bool = False
+
+    @property
+    def compute_nodes(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.roles)
+
+    def node_for(self, role: str) -> str | None:
+        return next((n for n, r in self.roles if r == role), None)
+
+    @property
+    def ops_text(self) -> str:
+        """``conv → batch_norm → relu``, or ``linear ∥ linear ∥ linear`` for siblings."""
+        return (" ∥ " if self.siblings else " → ").join(self.ops)
+
+    @property
+    def title(self) -> str:
+        """A person's name for the chain, from its ops' module paths: ``layer1.0: conv1 → bn1 → relu``
+        (the common module path, then each op's own part; the id stays the stable key)."""
+        parts = [n.split(".") for n in self.names]
+        common = 0
+        while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+            common += 1
+        prefix = ".".join(parts[0][:common])
+        body = (" ∥ " if self.siblings else " → ").join(".".join(p[common:]) for p in parts)
+        return f"{prefix}: {body}" if prefix else body
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The nodes whose values leave the chain: every branch of siblings, else the last op and the extras."""
+        if self.siblings:
+            return self.compute_nodes
+        return (self.roles[-1][0], *self.extra_outputs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "pattern": self.pattern, "ops": list(self.ops), "nodes": list(self.nodes),
+                "names": list(self.names), "bytes_saved": self.bytes_saved,
+                "launches_saved": self.launches_saved, "extra_outputs": list(self.extra_outputs),
+                "roles": {n: r for n, r in self.roles}, "siblings": self.siblings}
+
+
+@dataclasses.dataclass(frozen=True)
+class NearMiss:
+    """A candidate chain that was refused, with the reason a person can read."""
+
+    pattern: str
+    nodes: tuple[str, ...]
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pattern": self.pattern, "nodes": list(self.nodes), "reason": self.reason}
+
+
+@dataclasses.dataclass(frozen=True)
+class Detection:
+    """The result of ``detect``: chains, near misses, per-pattern counts (registry order) and totals."""
+
+    model: str
+    fingerprint: str
+    chains: tuple[Chain, ...]
+    near_misses: tuple[NearMiss, ...]
+    totals: dict[str, int]
+    counts: dict[str, int]
+
+    def chain(self, chain_id: str) -> Chain:
+        for ch in self.chains:
+            if ch.id == chain_id:
+                return ch
+        raise KeyError(chain_id)
+
+    def node_to_chain(self) -> dict[str, str]:
+        return {n: ch.id for ch in self.chains for n in ch.nodes}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "fingerprint": self.fingerprint,
+            "nodes": self.totals.get("nodes", 0),
+            "totals": dict(self.totals),
+            "chains": [c.to_dict() for c in self.chains],
+            "counts": dict(self.counts),
+            "near_misses": [m.to_dict() for m in self.near_misses],
+            "bytes_saved": sum(c.bytes_saved for c in self.chains),
+            "launches_saved": sum(c.launches_saved for c in self.chains),
+        }

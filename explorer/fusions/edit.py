@@ -1,0 +1,271 @@
+"""What a family's ``rewrite`` returns, and the helpers it plans with.
+
+A rewrite never touches the graph. It reads the chain's nodes (by role, through
+``RewriteContext``), checks what its kernel needs, computes new weights if any
+(a folded BatchNorm) and returns one ``Edit``: the nodes to remove, the fused
+call to insert (``target(*args)``), where its result goes, and the ``Choice``
+that names the implementation. ``explorer.fusions.rewrite`` applies the edits
+of a plan one after another on a copy of the graph.
+
+Two exceptions carry a rewrite's "no": ``Refuse`` (a guard says the chain must
+stay unfused: status "refused", the message is the reason) and ``UseGeneric``
+(the specialised kernel does not take this chain: the generic fallback, the
+chain compiled by inductor, takes it instead).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable
+
+import torch
+import torch.fx
+
+from explorer.fusions.base import Chain, Choice
+from explorer.graph import aten
+
+
+class Refuse(Exception):
+    """A guard said no (status "refused"): the message is the reason."""
+
+
+class UseGeneric(Exception):
+    """The specialised kernel does not take this chain; run the generic fallback (message: why)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NewAttr:
+    """A tensor (or module) the edit registers on the graph module, referenced in the call's arguments."""
+
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Edit:
+    """One planned rewrite: replace ``remove`` by ``target(*args)``; reroute ``outputs``' users.
+
+    With ``tuple_result`` the call returns a tuple and ``outputs[i]``'s users read
+    item ``i`` (``None`` entries are items nothing reads). ``tensors`` and
+    ``modules`` are registered on the graph module under fresh names and
+    referenced through ``NewAttr(key)`` in ``args``.
+    """
+
+    chain: Chain
+    remove: tuple[torch.fx.Node, ...]
+    outputs: tuple[torch.fx.Node | None, ...]
+    target: Callable
+    args: tuple
+    choice: Choice
+    tensors: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    modules: dict[str, torch.nn.Module] = dataclasses.field(default_factory=dict)
+    tuple_result: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteContext:
+    """What a rewrite reads: the graph module being rewritten, its nodes by name, the device."""
+
+    gm: torch.fx.GraphModule
+    by_name: dict[str, torch.fx.Node]
+    device: torch.device
+
+    def node(self, chain: Chain, role: str) -> torch.fx.Node | None:
+        """The node playing ``role`` in ``chain`` (None when the optional step was skipped)."""
+        name = chain.node_for(role)
+        return None if name is None else self.by_name[name]
+
+    def members(self, chain: Chain) -> list[torch.fx.Node]:
+        return [self.by_name[n] for n in chain.nodes]
+
+    def constant(self, node: Any, what: str) -> torch.Tensor | None:
+        """The tensor behind a ``get_attr`` node (None stays None); refuses anything computed."""
+        if node is None:
+            return None
+        if isinstance(node, torch.fx.Node) and node.op == "get_attr":
+            value = aten.attr_value(self.gm, node.target)
+            if isinstance(value, torch.Tensor):
+                return value.detach()
+        raise Refuse(f"{what} is computed in the graph, not a constant: cannot fold")
+
+    def scalar(self, operand: Any) -> float | None:
+        """A Python number, or a one-element constant tensor, as a float; else None."""
+        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
+            return float(operand)
+        if isinstance(operand, torch.fx.Node) and operand.op == "get_attr":
+            value = aten.attr_value(self.gm, operand.target)
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                return float(value.item())
+        return None
+
+
+# ---------------------------------------------------------------------- building edits
+
+def whole_chain_edit(ctx: RewriteContext, chain: Chain, target: Callable, args: tuple, choice: Choice,
+                     tensors: dict[str, torch.Tensor] | None = None, outputs: list | None = None,
+                     tuple_result: bool = False) -> Edit:
+    """An edit removing every node of ``chain``; the fused call's result replaces its last op
+    (``outputs``: the nodes whose users get result[i] when the call returns a tuple)."""
+    members = ctx.members(chain)
+    if outputs is None:
+        outputs = [ctx.by_name[chain.roles[-1][0]]]
+        if chain.extra_outputs:
+            raise UseGeneric("the chain has extra outputs this kernel does not write")
+    check_no_outside_users(members, [o for o in outputs if o is not None])
+    return Edit(chain, tuple(members), tuple(outputs), target, tuple(args), choice,
+                tensors=dict(tensors or {}), tuple_result=tuple_result)
+
+
+def check_no_outside_users(remove: list[torch.fx.Node], outputs: list[torch.fx.Node]) -> None:
+    """Nodes being removed may be read outside the edit only through ``outputs`` (or by ignorable asserts)."""
+    removing = set(remove)
+    for node in remove:
+        if node in outputs:
+            continue
+        for user in node.users:
+            if user not in removing and not aten.is_ignored(user):
+                raise Refuse(f"{node.name} is also used by {user.name} outside the chain")
+
+
+_IDENTITY_VIEWS = ("dropout", "dropout_", "feature_dropout", "alias", "detach", "getitem")
+
+
+def through_identity(node: Any, target: torch.fx.Node) -> bool:
+    """Whether ``node`` is ``target`` seen through identities (eval dropout, alias, getitem)."""
+    while isinstance(node, torch.fx.Node) and node is not target and aten.aten_name(node) in _IDENTITY_VIEWS:
+        node = node.args[0]
+    return node is target
+
+
+def only_identity_views(ctx: RewriteContext, chain: Chain) -> None:
+    """Specialised kernels skip the chain's views: only identities (eval dropout, BN getitem 0) are allowed."""
+    compute = set(chain.compute_nodes)
+    for name in chain.nodes:
+        if name in compute:
+            continue
+        node = ctx.by_name[name]
+        aname = aten.aten_name(node)
+        if aname.startswith("dropout") or aname == "feature_dropout":
+            if aten.is_training_dropout(node):
+                raise Refuse("dropout in training mode inside the chain")
+            continue
+        if aname == "getitem" and node.args[1] == 0:
+            continue
+        if aname in ("alias", "detach"):
+            continue
+        raise UseGeneric(f"a {aname} inside the chain")
+
+
+def other_operand(node: torch.fx.Node, members: set, allow_scalar: bool = False) -> Any:
+    """The operand of a binary op that does not come from the chain."""
+    a, b = node.args[0], node.args[1]
+    inside = [x in members for x in (a, b)]
+    if inside == [True, False]:
+        other = b
+    elif inside == [False, True]:
+        other = a
+    else:
+        raise UseGeneric(f"{node.name}: cannot tell the chain operand from the other one")
+    if not allow_scalar and not isinstance(other, torch.fx.Node):
+        raise UseGeneric(f"{node.name} adds a constant")
+    return other
+
+
+def check_alpha(node: torch.fx.Node) -> None:
+    """Fused adds take ``a + b`` only, not ``a + alpha * b``."""
+    binary = aten.binary_args(node)
+    if binary is not None and binary.alpha != 1:
+        raise UseGeneric(f"{node.name} has alpha != 1")
+
+
+def dtype_of(node: torch.fx.Node) -> torch.dtype:
+    """The dtype of a node's (first) output tensor; float32 when unknown."""
+    vals = aten.tensor_vals(node.meta.get("val"))
+    return vals[0].dtype if vals else torch.float32
+
+
+def not_fused_note(device: torch.device, what: str) -> str:
+    """The label's note for a chain whose ops run one after another on this device."""
+    if device.type == "cpu":
+        return f"; cpu: no fused kernel for {what}, the ops run one after another"
+    return ""
+
+
+# ---------------------------------------------------------------------- subgraphs
+
+def in_graph_order(gm: torch.fx.GraphModule, names: Iterable[str]) -> list[str]:
+    wanted = set(names)
+    return [n.name for n in gm.graph.nodes if n.name in wanted]
+
+
+def extract_subgraph(gm: torch.fx.GraphModule, members: list[torch.fx.Node], outputs: list[torch.fx.Node],
+                     attrs_as_placeholders: bool) -> tuple[torch.fx.GraphModule, list[torch.fx.Node]]:
+    """A GraphModule of just ``members`` (in graph order). Returns it and the nodes its placeholders stand for.
+
+    Weights stay weights (copied ``get_attr``) unless ``attrs_as_placeholders``;
+    the module returns the ``outputs`` (a tuple when there are several).
+    """
+    graph = torch.fx.Graph()
+    member_set = set(members)
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    inputs: list[torch.fx.Node] = []
+    attrs: dict[str, Any] = {}
+    externals: list[torch.fx.Node] = []
+    for node in members:
+        for src in node.all_input_nodes:
+            if src not in member_set and src not in externals:
+                externals.append(src)
+    for src in externals:  # placeholders first, in first-use order
+        if src.op == "get_attr" and not attrs_as_placeholders:
+            continue
+        ph = graph.placeholder(src.name)
+        ph.meta = dict(src.meta)
+        env[src] = ph
+        inputs.append(src)
+    for src in externals:
+        if src.op == "get_attr" and not attrs_as_placeholders:
+            value = aten.attr_value(gm, src.target)
+            attrs[src.target] = value.detach().clone() if isinstance(value, torch.Tensor) else value
+            env[src] = graph.get_attr(src.target)
+            env[src].meta = dict(src.meta)
+    for node in members:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    outs = [env[o] for o in outputs]
+    graph.output(outs[0] if len(outs) == 1 else tuple(outs))
+    graph.lint()
+    sub = torch.fx.GraphModule(attrs if attrs else torch.nn.Module(), graph, class_name="ChainModule")
+    return sub, inputs
+
+
+# ---------------------------------------------------------------------- lowering helpers
+
+def replace_node(gm: torch.fx.GraphModule, node: torch.fx.Node,
+                 build: Callable[[torch.fx.Graph], torch.fx.Node]) -> bool:
+    """Replace ``node`` by what ``build(graph)`` inserts before it (for the lean lowering); returns True."""
+    with gm.graph.inserting_before(node):
+        new = build(gm.graph)
+    new.meta.update(node.meta)
+    node.replace_all_uses_with(new)
+    gm.graph.erase_node(node)
+    return True
+
+
+def attr_tensor(gm: torch.fx.GraphModule, arg: Any) -> torch.Tensor | None:
+    """The tensor a ``get_attr`` argument reads, or None for anything else."""
+    if not (isinstance(arg, torch.fx.Node) and arg.op == "get_attr"):
+        return None
+    value = aten.attr_value(gm, arg.target)
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def int_lists(n: int, *values: Any) -> tuple[list[int], ...] | None:
+    """Each value (an int, or a list of 1 or ``n`` ints) as a list of ``n`` ints; None when one is not
+    (string padding such as "same", symbolic sizes): the caller then leaves the node alone."""
+    out = []
+    for v in values:
+        if isinstance(v, int):
+            out.append([v] * n)
+        elif isinstance(v, (list, tuple)) and all(isinstance(i, int) for i in v) and len(v) in (1, n):
+            out.append([int(i) for i in v] * (n if len(v) == 1 else 1))
+        else:
+            return None
+    return tuple(out)

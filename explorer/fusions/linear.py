@@ -1,0 +1,220 @@
+"""The linear family: a linear layer with its bias and activation in the GEMM epilogue.
+
+::
+
+    unfused                                   fused (CUDA, relu / the device's GELU)
+    x ─► linear(W, b) ─► y ─► HBM ─► act ─►   x ─► cuBLASLt GEMM + bias + act epilogue ─►
+                         (1 write + 1 read + 1 write of the output)   (1 write)
+
+On CUDA, ``torch._addmm_activation(bias, x, Wᵀ, use_gelu=...)`` asks cuBLASLt
+for its BIAS+RELU or BIAS+GELU epilogue (PyTorch ``addmm_out_cuda_impl``: the
+cuBLASLt path needs a 1-D contiguous bias and both weight dims > 1, and is off
+under ``DISABLE_ADDMM_CUDA_LT=1``). cuBLASLt's GELU epilogue may be the tanh
+approximation while the model's GELU is exact (they differ by up to ~5e-4), so
+the fused path is taken for GELU only where the epilogue computes the model's
+variant: it is probed once per device and dtype (``gelu_epilogue_variant``),
+never assumed. Every other case runs ``F.linear`` then the activation in place.
+
+``select_linear_act`` is the one decision: the runtime call, the label and the
+lean lowering all ask it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import torch.fx
+
+from explorer.fusions import edit
+from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.edit import RewriteContext, UseGeneric
+from explorer.fusions.epilogue import EPILOGUE_TOLERANCES, apply_activation, apply_activation_, check, in_place_node
+from explorer.graph import aten
+from explorer.vocab import ACTIVATIONS
+
+LINEAR_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh", "none")
+#: PyTorch reads DISABLE_ADDMM_CUDA_LT once per process too (``getDisableAddmmCudaLt``).
+_LT_DISABLED = os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1"
+_LT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+TOLERANCES = EPILOGUE_TOLERANCES  # see explorer.fusions.epilogue for the error model
+
+
+# ====================================================================== kernel selection
+
+def gelu_epilogue_variant(device: str | torch.device, dtype: torch.dtype) -> str:
+    """Which GELU ``torch._addmm_activation(use_gelu=True)`` computes here: ``"gelu"`` (erf) or ``"gelu_tanh"``.
+
+    Probed with a GEMM whose product is exact in any precision (an identity
+    weight and inputs that are multiples of 1/8 within ±4), so the only
+    difference left is the GELU formula; the result is compared, in float64,
+    with both variants. Probed once per device and dtype.
+    """
+    return _gelu_epilogue_variant(torch.device(device), dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu_epilogue_variant(dev: torch.device, dtype: torch.dtype) -> str:
+    values = torch.arange(-32, 32, dtype=torch.float64) / 8                    # (64,) exact in bf16
+    x = torch.diag(values).to(dtype=dtype, device=dev)                         # (64, 64)
+    eye = torch.eye(64, dtype=dtype, device=dev)
+    bias = torch.zeros(64, dtype=dtype, device=dev)
+    y = torch._addmm_activation(bias, x, eye, use_gelu=True).diagonal().double().cpu()
+    err_exact = (y - torch.nn.functional.gelu(values)).abs().sum()
+    err_tanh = (y - torch.nn.functional.gelu(values, approximate="tanh")).abs().sum()
+    return "gelu_tanh" if err_tanh < err_exact else "gelu"
+
+
+def _device_present(device: torch.device) -> bool:
+    return device.type != "cuda" or torch.cuda.is_available()
+
+
+def select_linear_act(device: torch.device | str, dtype: torch.dtype, act: str, in_features: int = 2,
+                      out_features: int = 2, separate: bool = False) -> Choice:
+    """The one decision of how ``act(x @ Wᵀ + b)`` runs on ``device`` in ``dtype``.
+
+    ``Choice.impl``: ``cublaslt_relu`` / ``cublaslt_gelu`` (one ``_addmm_activation``
+    call), ``separate`` (``F.linear``, then the activation in place) or
+    ``cublaslt_on_device`` (a CUDA device that is not here: whether its GELU
+    epilogue is the model's GELU is probed on the device itself).
+    """
+    check(act, LINEAR_ACTIVATIONS)
+    device = torch.device(device)
+    lt = (not separate and device.type == "cuda" and dtype in _LT_DTYPES and not _LT_DISABLED
+          and in_features > 1 and out_features > 1)               # PyTorch skips cuBLASLt for 1-wide weights
+    if lt and act == "relu":
+        return Choice("cublaslt_relu", "cuBLASLt GEMM+bias+relu epilogue (1 call: _addmm_activation)", True)
+    if lt and act in ("gelu", "gelu_tanh"):
+        if not _device_present(device):
+            return Choice("cublaslt_on_device", f"cuBLASLt GEMM+bias+{act} epilogue where the device's epilogue "
+                          f"computes {act}, else linear + {act} in place (2 kernels)", True)
+        variant = _gelu_epilogue_variant(device, dtype)
+        if variant == act:
+            return Choice("cublaslt_gelu", f"cuBLASLt GEMM+bias+{'gelu(tanh)' if act == 'gelu_tanh' else 'gelu'} "
+                          "epilogue (1 call: _addmm_activation)", True)
+        return Choice("separate", f"linear + {act} in place (2 kernels; the cuBLASLt epilogue computes "
+                      f"{variant}, not {act})", False)
+    if act == "none":
+        return Choice("separate", "linear (1 kernel)", False)
+    return Choice("separate", f"linear + {act} in place (2 kernels)", False)
+
+
+def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str = "relu",
+               separate: bool = False) -> torch.Tensor:
+    """``act(x @ weightᵀ + bias)`` as ``select_linear_act`` decides.
+
+    ``x``: ``(..., in)``, ``weight``: ``(out, in)``, ``bias``: ``(out,)`` or None.
+    """
+    choice = select_linear_act(x.device, x.dtype, act, weight.shape[1], weight.shape[0], separate)
+    if choice.impl in ("cublaslt_relu", "cublaslt_gelu") and weight.dtype == x.dtype and x.numel() > 0:
+        x2 = x.reshape(-1, x.shape[-1])                                       # (rows, in)
+        b = bias if bias is not None else torch.zeros(weight.shape[0], dtype=x.dtype, device=x.device)
+        y = torch._addmm_activation(b.to(x.dtype).contiguous(), x2, weight.t(),  # (rows, out)
+                                    use_gelu=choice.impl == "cublaslt_gelu")
+        return y.reshape(*x.shape[:-1], weight.shape[0])
+    return apply_activation_(torch.nn.functional.linear(x, weight, bias), act)
+
+
+def linear_act_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         act: str = "relu") -> torch.Tensor:
+    """Unfused: ``F.linear`` then the activation out of place."""
+    check(act, LINEAR_ACTIVATIONS)
+    return apply_activation(torch.nn.functional.linear(x, weight, bias), act)
+
+
+# ====================================================================== fused call targets
+
+def fused_linear_act(x, weight, bias, act):
+    """``act(x @ weightᵀ + bias)``: cuBLASLt epilogue where it applies."""
+    return linear_act(x, weight, bias, act)
+
+
+def fused_linear_separate_epilogue(x, weight, bias, act):
+    """Kernel choice "separate_epilogue": the linear with its bias, then ``act`` in place."""
+    return linear_act(x, weight, bias, act, separate=True)
+
+
+# ====================================================================== rewrite
+
+def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """linear → act as one cuBLASLt epilogue call where it applies; the kernel choice
+    "separate_epilogue" runs the linear, then the activation in place."""
+    edit.only_identity_views(ctx, chain)
+    lin_node = ctx.node(chain, "linear")
+    lin = aten.linear_args(lin_node)
+    if lin is None:
+        raise UseGeneric(f"{aten.aten_name(lin_node)} is not a plain linear")
+    act = aten.activation_name(ctx.node(chain, "act"))
+    if act not in LINEAR_ACTIVATIONS:
+        raise UseGeneric(f"activation {act} has no linear epilogue")
+    separate = kernel == "separate_epilogue"
+    w = aten.static_shape(lin.weight) or (2, 2)
+    choice = select_linear_act(ctx.device, edit.dtype_of(lin_node), act, w[-1], w[0], separate)
+    label = choice.label + ("; kernel choice: separate epilogue" if separate else
+                            "" if choice.fused else edit.not_fused_note(ctx.device, "the GEMM epilogue"))
+    target = fused_linear_separate_epilogue if separate else fused_linear_act
+    return edit.whole_chain_edit(ctx, chain, target, (lin.input, lin.weight, lin.bias, act),
+                                 Choice(choice.impl, label, choice.fused))
+
+
+# ====================================================================== lowering (lean graphs)
+
+def _lower(gm, node, device, dtype, separate: bool) -> bool:
+    """fused_linear_act → one ``torch._addmm_activation`` (cuBLASLt epilogue) or ``linear`` + the activation."""
+    x, weight, bias, act = node.args
+    w = edit.attr_tensor(gm, weight)
+    x_shape = aten.static_shape(x)
+    if w is None or w.dim() != 2 or x_shape is None or act not in LINEAR_ACTIVATIONS:
+        return False
+    choice = select_linear_act(device, dtype, act, w.shape[1], w.shape[0], separate)
+    if choice.impl in ("cublaslt_relu", "cublaslt_gelu"):
+        b = edit.attr_tensor(gm, bias)
+        if b is None or b.dim() != 1 or not b.is_contiguous() or 0 in x_shape:
+            return False  # the generic target handles these (a zero bias, a cast, an empty input)
+        name = _weight_t(gm, weight, w)
+
+        def build(g: torch.fx.Graph) -> torch.fx.Node:
+            x2 = g.call_function(torch.reshape, (x, [-1, x_shape[-1]]))                      # (rows, in)
+            wt = g.get_attr(name)                                                           # (in, out) view
+            y = g.call_function(torch._addmm_activation, (bias, x2, wt),
+                                {"use_gelu": choice.impl == "cublaslt_gelu"})
+            return g.call_function(torch.reshape, (y, [*x_shape[:-1], w.shape[0]]))
+
+        return edit.replace_node(gm, node, build)
+    if choice.impl != "separate":
+        return False
+    return edit.replace_node(gm, node, lambda g: in_place_node(
+        g, g.call_function(torch._C._nn.linear, (x, weight, bias)), act))
+
+
+def _weight_t(gm: torch.fx.GraphModule, weight: torch.fx.Node, w: torch.Tensor) -> str:
+    """A root attribute holding ``w.t()`` (a view: no copy), for cuBLASLt's (in, out) operand."""
+    name = "_lean_t_" + str(weight.target).replace(".", "_")
+    if not hasattr(gm, name):
+        gm.register_buffer(name, w.t(), persistent=False)
+    return name
+
+
+LOWERINGS = {
+    fused_linear_act: lambda gm, node, device, dtype: _lower(gm, node, device, dtype, separate=False),
+    fused_linear_separate_epilogue: lambda gm, node, device, dtype: _lower(gm, node, device, dtype, separate=True),
+}
+
+
+# ====================================================================== patterns
+
+PATTERNS = (
+    Pattern(
+        name="linear_act", label="Linear+bias+act", priority=40, stage="activation",
+        steps=(Step(frozenset({"linear"}), "linear"),
+               Step(frozenset(LINEAR_ACTIVATIONS) - {"none", "gelu_tanh"}, "act", family=ACTIVATIONS)),
+        color="#9467bd", kernels=("auto", "separate_epilogue", "inductor"), rewrite=rewrite,
+        implementation="cuBLASLt bias+activation epilogue (torch._addmm_activation) for ReLU/GELU",
+        explanation=("The GEMM's epilogue adds the bias and applies the activation while the output "
+                     "tile is still in registers: the pre-activation tensor (4x hidden wide in a "
+                     "transformer MLP) is never written out."),
+        caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
+    ),
+)

@@ -1,0 +1,413 @@
+"""The normalisation family: a residual add and the LayerNorm after it, in one Triton kernel.
+
+::
+
+    unfused (2 kernels)                         fused (1 kernel)
+    x ───┐                                      x ───┐
+         add ─► sum ─► HBM ─► layer_norm ─► y        add_layernorm ─► sum  (kept: next residual)
+    r ───┘        │                                r ───┘           └──► y = LN(sum)·γ + β
+                  └─► (next residual)
+
+A pre-norm transformer block's residual stream needs the sum afterwards (it is
+the next block's residual), so the fused kernel writes it as a second output
+instead of refusing the fusion. What fusion saves there is the re-read of
+``sum`` by the LayerNorm and one launch: the unfused pair moves 2R+1W (add) +
+1R+1W (norm) = 5 row-sized transfers, the fused kernel 2R+2W = 4. Where nothing
+else reads the sum (post-norm blocks such as BERT's), ``keep_sum=False`` does
+not write it at all: 2R+1W = 3 transfers, and one allocation fewer.
+
+Kernel design (bandwidth-bound, one pass): one program per row by default
+(``rows_per_prog`` packs several); the whole row (``BLOCK = next_pow2(N)``
+lanes, masked beyond N) is loaded once into registers, summed in fp32, rounded
+to the input dtype and stored (the sum is rounded *before* normalising, exactly
+as the unfused graph normalises the stored sum), then mean and variance are
+reduced in fp32 (masked lanes contribute 0 to both), normalised, scaled,
+shifted and stored with a cast. ``num_warps`` grows with BLOCK so that each
+thread holds a few 16-byte vectors.
+
+Supported: fp32, fp16, bf16; any number of rows; last dim up to 16384; weight
+and bias optional. Anything else, and CPU tensors without ``TRITON_INTERPRET=1``,
+takes the reference path; ``select_add_layer_norm`` is the one decision.
+"""
+
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.fx
+
+from explorer.fusions import edit
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
+from explorer.fusions.triton_support import (import_triton, interpreting, launch, library_reductions_usable,
+                                             triton_runs_on)
+from explorer.graph import aten
+
+MAX_HIDDEN = 16384
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+#: Agreement with the unfused computation in float64, ``|out - ref| <= atol + rtol·|ref|``.
+#: With u the unit roundoff (fp32 6e-8, fp16 4.9e-4, bf16 3.9e-3): the sum is rounded once
+#: (0.5u) before normalising, so the normalised value inherits ~u·|s|/σ (|s| up to ~4σ)
+#: plus its own output rounding u·|y|; fp32 reductions over 16k values add ~1e-6.
+TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=1e-3, atol=2e-3),      # 2u, 4u
+    torch.bfloat16: dict(rtol=8e-3, atol=1.6e-2),   # 2u, 4u
+}
+
+
+def add_layernorm_reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                            bias: torch.Tensor | None, eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unfused: ``sum = x + residual`` then ``layer_norm(sum)`` over the last dim; returns ``(sum, normed)``."""
+    s = x + residual                                                          # (..., N)
+    return s, torch.nn.functional.layer_norm(s, (s.shape[-1],), weight, bias, eps)
+
+
+def select_add_layer_norm(device: torch.device | str, hidden: int | None = None,
+                          dtype: torch.dtype | None = None, keep_sum: bool = True) -> Choice:
+    """The one decision of how add + LayerNorm runs: ``triton`` (one kernel) or ``reference`` (two).
+
+    The runtime call (which also checks its operands' shapes and devices), the
+    label and the lowering all ask this.
+    """
+    device = torch.device(device)
+    if not triton_runs_on(device):
+        why = f"no Triton on {device.type}" + (" (TRITON_INTERPRET=1 interprets it)" if device.type == "cpu" else "")
+    elif hidden is not None and not 1 <= hidden <= MAX_HIDDEN:
+        why = f"rows of {hidden} are outside 1..{MAX_HIDDEN}"
+    elif dtype is not None and dtype not in SUPPORTED_DTYPES:
+        why = f"dtype {dtype} is not one of fp32, fp16, bf16"
+    else:
+        label = ("triton add+layer_norm (1 kernel, 2 outputs)" if keep_sum
+                 else "triton add+layer_norm (1 kernel; the sum is not written: nothing else reads it)")
+        if device.type == "cpu":
+            label += " [Triton interpreter on cpu]"
+        return Choice("triton", label, True)
+    return Choice("reference", f"add + layer_norm (2 kernels; reference composition: {why})", False)
+
+
+def launch_config(hidden: int) -> tuple[int, int]:
+    """``(BLOCK, num_warps)`` for a row of ``hidden`` elements (BLOCK = next power of two)."""
+    block = 1 << max(hidden - 1, 0).bit_length()
+    if block >= 8192:
+        num_warps = 16
+    elif block >= 2048:
+        num_warps = 8
+    elif block >= 512:
+        num_warps = 4
+    else:
+        num_warps = 2 if block >= 128 else 1
+    return block, num_warps
+
+
+#: Rows per program. Several rows per program were tried for 2-byte dtypes (less than 16 KB of
+#: each input in flight per program): on an H200, 8192x4096 bf16 gave 89%, 86% and 89% of copy
+#: bandwidth with 1, 2 and 4 rows, all within one run's spread
+#: (benchmarks/results/bench_kernels_add_layernorm_rows_h200.json), so one row stays the default
+#: and ``rows_per_prog`` remains a tuning knob.
+DEFAULT_ROWS_PER_PROGRAM = 1
+
+
+def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Allocate an output the kernel fully overwrites (tests replace this to poison it)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _new_output_like(t: torch.Tensor) -> torch.Tensor:
+    """``_new_output`` shaped like the contiguous ``t``: ``empty_like`` parses no arguments, the
+    cheaper call on the fast path (tests replace this too)."""
+    return torch.empty_like(t)
+
+
+@functools.lru_cache(maxsize=2)
+def _build_kernel(interpret: bool):
+    """Define the Triton kernel (imports Triton); cached per interpreter mode.
+
+    ``triton.jit`` reads TRITON_INTERPRET when it decorates, hence the lazy definition.
+    Names the kernel uses (``tl``, ``_add``) are module globals, not closure variables,
+    which every Triton version resolves. ``LIBRARY_REDUCE`` picks ``tl.sum`` (always
+    when compiled) or ``tl.reduce`` with our own combine function: Triton decorates its
+    library functions when first imported, so in a process that imported Triton before
+    setting TRITON_INTERPRET only the latter can be interpreted.
+    """
+    global tl, _add
+    del interpret  # part of the cache key only
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _add(a, b):
+        return a + b
+
+    @triton.jit
+    def _add_layernorm_fwd(
+        X, R, W, B, S, Y,                     # pointers: inputs x, residual; weight, bias; outputs sum, normed
+        stride_x, stride_r, stride_s, stride_y,  # row strides (elements); the last dim is contiguous
+        M, N, R_ROWS, eps,                       # R_ROWS: rows of the residual (< M: it repeats, a broadcast)
+        HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
+        LIBRARY_REDUCE: tl.constexpr, ROWS: tl.constexpr, WRITE_SUM: tl.constexpr,
+    ):
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
+        cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
+        in_row = cols < N
+        live = (rows < M) & in_row                                                   # (ROWS, BLOCK)
+        x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        # γ and β are issued now, with the rows, so their (L2) latency overlaps the reductions
+        if HAS_W:
+            w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        if HAS_B:
+            b = tl.load(B + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        s = x.to(tl.float32) + r.to(tl.float32)
+        if BF16_RTNE_BY_HAND:  # interpreter only: its fp32 -> bf16 cast truncates; round to nearest even first
+            bits = s.to(tl.uint32, bitcast=True)
+            s = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
+        s = s.to(S.dtype.element_ty, fp_downcast_rounding="rtne")           # rounded like the unfused add
+        if WRITE_SUM:
+            tl.store(S + rows * stride_s + cols, s, mask=live)
+        s = s.to(tl.float32)                                                # padded lanes are 0 + 0 = 0
+        if LIBRARY_REDUCE:
+            mean = tl.sum(s, axis=1) / N                                    # (ROWS,)
+        else:
+            mean = tl.reduce(s, 1, _add) / N
+        d = tl.where(in_row, s - mean[:, None], 0.0)                        # padded lanes must not add (0-mean)^2
+        if LIBRARY_REDUCE:
+            var = tl.sum(d * d, axis=1) / N
+        else:
+            var = tl.reduce(d * d, 1, _add) / N
+        rstd = 1.0 / tl.sqrt(var + eps)
+        y = d * rstd[:, None]
+        if HAS_W:
+            y = y * w
+        if HAS_B:
+            y = y + b
+        if BF16_RTNE_BY_HAND:
+            bits = y.to(tl.uint32, bitcast=True)
+            y = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
+        tl.store(Y + rows * stride_y + cols, y.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
+
+    return _add_layernorm_fwd
+
+
+def leading_broadcast(r_shape, x_shape) -> bool:
+    """Whether ``r`` broadcasts to ``x`` over leading dims only (or equals it): after dropping its
+    leading 1s, ``r``'s shape is a suffix of ``x``'s ending in the normalised dim, e.g. BERT's
+    position embeddings ``(1, S, N)`` against ``(B, S, N)``. Its rows then repeat every
+    ``numel(r) / N`` rows of ``x``, which is all the kernel needs."""
+    r_shape, x_shape = tuple(r_shape), tuple(x_shape)
+    while r_shape and r_shape[0] == 1 and len(r_shape) > 1:
+        r_shape = r_shape[1:]
+    return 0 < len(r_shape) <= len(x_shape) and x_shape[len(x_shape) - len(r_shape):] == r_shape
+
+
+class _Launch:
+    """Everything about one call signature that does not change from call to call."""
+
+    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps")
+
+    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0) -> None:
+        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
+        self.num_warps = num_warps
+
+
+#: ``_Launch`` by call signature (see ``_signature``): the decisions and launch arguments
+#: are worked out once per signature, so that a repeated call costs the host little more
+#: than two allocations and the launch itself. Bounded: the oldest plan goes first.
+_LAUNCHES: dict[tuple, _Launch] = {}
+MAX_PLANS = 1024
+
+
+def _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum=True) -> tuple | None:
+    """Hashable call signature for the fast path, or None where only the general path applies.
+
+    Contiguous inputs only. It holds what the kernel is specialised on (dtypes; shapes,
+    hence every integer argument; which pointers are 16-byte aligned), the device (and
+    on the CPU whether Triton is interpreting) and the tuning overrides.
+    """
+    if not (x.is_contiguous() and residual.is_contiguous()):
+        return None
+    w = b = None
+    if weight is not None:
+        if not weight.is_contiguous():
+            return None
+        w = (weight.dtype, weight.shape, weight.device, weight.data_ptr() & 15 == 0)
+    if bias is not None:
+        if not bias.is_contiguous():
+            return None
+        b = (bias.dtype, bias.shape, bias.device, bias.data_ptr() & 15 == 0)
+    return (x.dtype, x.shape, x.device, x.data_ptr() & 15 == 0,
+            residual.dtype, residual.shape, residual.device, residual.data_ptr() & 15 == 0,
+            w, b, float(eps), num_warps, rows_per_prog, keep_sum, x.is_cuda or interpreting())
+
+
+def _kernel_applies(x, residual, weight, bias, residual_shape_ok: bool) -> bool:
+    """Whether the Triton kernel can take these operands (else the reference composition runs)."""
+    n = x.shape[-1] if x.dim() else 0
+    return (select_add_layer_norm(x.device, n, x.dtype).impl == "triton" and residual_shape_ok
+            and residual.dtype == x.dtype and residual.device == x.device and x.numel() > 0
+            and all(t is None or t.device == x.device for t in (weight, bias)))
+
+
+def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) -> _Launch:
+    """Decide, for contiguous inputs, whether the kernel runs, and prepare its launch."""
+    if not _kernel_applies(x, residual, weight, bias, leading_broadcast(residual.shape, x.shape)):
+        return _Launch()                                                      # kernel None: the reference
+    n = x.shape[-1]
+    interpret = interpreting()
+    rows = x.numel() // n                                                     # rows of N, row stride N
+    r_rows = residual.numel() // n                                            # = rows unless it broadcasts
+    block, warps = launch_config(n)
+    per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
+    constexprs = dict(HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block,
+                      BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
+                      LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum)
+    return _Launch(_build_kernel(interpret), (triton_cdiv(rows, per_program),), (n, n, n, n, rows, n, r_rows),
+                   constexprs, num_warps or warps)
+
+
+def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
+                  bias: torch.Tensor | None = None, eps: float = 1e-5,
+                  num_warps: int | None = None, rows_per_prog: int | None = None, keep_sum: bool = True
+                  ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Return ``(x + residual, layer_norm(x + residual))`` over the last dim, from one kernel.
+
+    ``x`` and ``residual``: shape ``(..., N)`` and one dtype; ``residual`` may also
+    broadcast over ``x``'s leading dims (``leading_broadcast``) when both are
+    contiguous. ``weight``/``bias``: ``(N,)`` or None. Both outputs have ``x``'s
+    shape and dtype. With ``keep_sum=False`` the sum is neither written nor
+    allocated and the first element is None (the normalised output is unchanged:
+    it is computed from the sum rounded to the dtype either way). Falls back to
+    ``add_layernorm_reference`` where ``select_add_layer_norm`` says "reference" or
+    the operands do not fit the kernel (other broadcasts, mixed dtypes or devices).
+    ``num_warps`` and ``rows_per_prog`` override the launch heuristics (for tuning).
+
+    Contiguous inputs take a fast path: the launch is planned once per call signature
+    and then reused (a model calls this with the same shapes every forward); anything
+    else goes through ``_add_layernorm_general``, planned afresh on every call.
+    """
+    key = _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum)
+    if key is None:
+        return _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum)
+    plan = _LAUNCHES.get(key)
+    if plan is None:
+        plan = _LAUNCHES[key] = _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum)
+        if len(_LAUNCHES) > MAX_PLANS:
+            del _LAUNCHES[next(iter(_LAUNCHES))]
+    if plan.kernel is None:
+        s, y = add_layernorm_reference(x, residual, weight, bias, eps)
+        return (s if keep_sum else None), y
+    y = _new_output_like(x)
+    s = _new_output_like(x) if keep_sum else y                      # S is never stored to without keep_sum
+    launch(plan.kernel, plan.grid,
+           (x, residual, x if weight is None else weight, x if bias is None else bias, s, y, *plan.ints, eps),
+           plan.constexprs, key=key, num_warps=plan.num_warps)
+    return (s if keep_sum else None), y
+
+
+def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum=True):
+    """Any layout and device: rows through ``reshape``, each call planned afresh."""
+    if not _kernel_applies(x, residual, weight, bias, residual.shape == x.shape):
+        s, y = add_layernorm_reference(x, residual, weight, bias, eps)
+        return (s if keep_sum else None), y
+    n = x.shape[-1]
+    x2 = x.reshape(-1, n)                                                     # (rows, N)
+    r2 = residual.reshape(-1, n)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    if r2.stride(-1) != 1:
+        r2 = r2.contiguous()
+    w = weight.contiguous() if weight is not None else None
+    b = bias.contiguous() if bias is not None else None
+    rows = x2.shape[0]
+    y = _new_output((rows, n), x.dtype, x.device)
+    s = _new_output((rows, n), x.dtype, x.device) if keep_sum else y
+    block, warps = launch_config(n)
+    warps = num_warps or warps
+    per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
+    kernel = _build_kernel(interpreting())
+    launch(
+        kernel, (triton_cdiv(rows, per_program),),
+        (x2, r2, w if w is not None else x2, b if b is not None else x2, s, y,
+         x2.stride(0), r2.stride(0), s.stride(0), y.stride(0), rows, n, rows, eps),
+        dict(HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
+             BF16_RTNE_BY_HAND=interpreting() and x.dtype == torch.bfloat16,
+             LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum),
+        num_warps=warps,
+    )
+    return (s.view(x.shape) if keep_sum else None), y.view(x.shape)
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+# ====================================================================== fused call targets
+
+def fused_add_layer_norm(x, residual, weight, bias, eps):
+    """``(x + residual, layer_norm(x + residual))`` over the last dim, from one kernel where possible."""
+    return add_layernorm(x, residual, weight, bias, eps)
+
+
+def fused_add_layer_norm_normed(x, residual, weight, bias, eps):
+    """``layer_norm(x + residual)`` from one kernel where possible; the sum (read by nothing else) is not written."""
+    return add_layernorm(x, residual, weight, bias, eps, keep_sum=False)[1]
+
+
+# ====================================================================== rewrite
+
+def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """add → layer_norm as one kernel call, writing the sum too where something else reads it."""
+    edit.only_identity_views(ctx, chain)
+    add, ln_node = ctx.node(chain, "add"), ctx.node(chain, "layer_norm")
+    ln = aten.layer_norm_args(ln_node)
+    if ln is None or aten.aten_name(ln_node) != "layer_norm" or aten.aten_name(add) != "add":
+        raise UseGeneric(f"{aten.aten_name(add)} → {aten.aten_name(ln_node)} is not add → layer_norm")
+    edit.check_alpha(add)
+    x, residual = add.args[0], add.args[1]
+    if not all(isinstance(t, torch.fx.Node) for t in (x, residual)):
+        raise UseGeneric("add of a constant")
+    xs, rs, out = aten.node_val(x), aten.node_val(residual), aten.node_val(add)
+    if not all(isinstance(t, torch.Tensor) for t in (xs, rs, out)) or xs.dtype != rs.dtype:
+        raise UseGeneric("the add mixes dtypes")
+    if xs.shape != out.shape and rs.shape == out.shape:  # the add is commutative: the full operand first
+        x, residual, xs, rs = residual, x, rs, xs
+    if xs.shape != out.shape or not leading_broadcast(rs.shape, xs.shape):
+        raise UseGeneric("the add broadcasts other than over leading dims")
+    if ln.input is not add:
+        raise UseGeneric("a view between the add and the LayerNorm")
+    if list(ln.normalized_shape) != [out.shape[-1]]:
+        raise Refuse("LayerNorm normalizes over more than the last dimension")
+    args = (x, residual, ln.weight, ln.bias, ln.eps)
+    keep_sum = add.name in chain.extra_outputs
+    choice = select_add_layer_norm(ctx.device, int(out.shape[-1]), out.dtype, keep_sum)
+    if not keep_sum:  # nothing else reads the sum (post-norm): it is never written
+        return edit.whole_chain_edit(ctx, chain, fused_add_layer_norm_normed, args, choice)
+    return edit.whole_chain_edit(ctx, chain, fused_add_layer_norm, args, choice, outputs=[add, ln_node],
+                                 tuple_result=True)  # the call returns (sum, normed)
+
+
+# ====================================================================== patterns
+
+def _last_dim_norm(g, node: str, ctx: dict) -> str | None:
+    if g.nodes[node].get("norm_dims", 1) != 1:
+        return "LayerNorm normalizes over more than the last dimension"
+    return None
+
+
+PATTERNS = (
+    Pattern(
+        name="add_layer_norm", label="Add+LayerNorm", priority=50,
+        steps=(Step(frozenset({"add"}), "add", emits=True),
+               Step(frozenset({"layer_norm"}), "layer_norm", guard=_last_dim_norm)),
+        color="#8c564b", rewrite=rewrite,
+        implementation=("one Triton kernel that writes the normalized output, and the sum too where "
+                        "something else reads it (a pre-norm residual stream)"),
+        explanation=("The residual add and the LayerNorm each read and write the whole activation. "
+                     "One kernel reads both operands once, keeps the row in registers for the "
+                     "mean and variance, and writes the sum (the residual stream needs it) and the "
+                     "normalized row."),
+        caveats=(PRECISION_CAVEAT, "Statistics are accumulated in fp32 even for fp16/bf16 inputs."),
+    ),
+)

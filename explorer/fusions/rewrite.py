@@ -1,0 +1,401 @@
+"""Apply a fusion plan to a graph: a NEW fx GraphModule where each accepted chain is one call.
+
+::
+
+    original (never mutated)                 fused copy
+    x ─► conv2d ─► batch_norm ─► relu_       x ─► fused_conv_bn_act(x, w', b', ..., "relu")
+         (w)        (mean, var, γ, β)                       (w', b' = BN folded into w, b: new buffers)
+
+    x, r ─► add ─► layer_norm ─► y           x, r ─► fused_add_layer_norm ─► (sum, y)
+             └──► (sum used later)                         getitem 0 ─► (sum used later)
+                                                           getitem 1 ─► y
+
+Each chain of a ``Detection`` that the ``Plan`` accepts is rewritten in two
+steps. First every edit is *planned* on the copied graph without changing it:
+the chain's pattern's ``rewrite`` (in its family module) returns an ``Edit``.
+Then the edits are *applied* one after another (insert the fused call after
+its last input, reroute the users of the chain's outputs, erase the chain's
+nodes). A chain whose planning or application fails is recorded as
+``failed`` (or ``refused`` when a guard says no) with a one-line reason, and
+the other chains go on. The plan's kernel choice "inductor", a pattern
+without a rewrite of its own, and a rewrite that raises ``UseGeneric`` take the
+generic path (``explorer.fusions.generic``).
+
+``level`` follows the staged table (``LEVELS``): "none" copies, "conv_bn" only
+folds BatchNorm, "activation" also fuses the conv and GEMM epilogues, "all"
+applies every accepted chain.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from explorer.errors import PlanError
+from explorer.fusions import BY_NAME, generic
+from explorer.fusions.base import STAGES, Chain, Detection
+from explorer.fusions.edit import Edit, NewAttr, Refuse, RewriteContext, UseGeneric, extract_subgraph, in_graph_order
+from explorer.fusions.plan import Plan
+from explorer.graph import aten
+
+LEVELS = STAGES
+UNFUSED_LABEL = "unfused (separate ops)"
+
+
+@dataclasses.dataclass(frozen=True)
+class AppliedChain:
+    """What happened to one accepted chain: ``status`` is fused | failed | refused.
+
+    ``implementation`` is the label of what runs; ``impl`` its short name and
+    ``fused_kernel`` whether that is fewer kernels than the unfused ops (False:
+    e.g. no fused kernel for it on this device). ``kernel`` is the plan's choice.
+    """
+
+    chain_id: str
+    pattern: str
+    implementation: str
+    status: str
+    reason: str = ""
+    kernel: str = "auto"
+    impl: str = ""
+    fused_kernel: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedModel:
+    """The fused copy of a model's graph and the fate of every accepted chain."""
+
+    gm: torch.fx.GraphModule
+    applied: tuple[AppliedChain, ...]
+
+    def by_id(self) -> dict[str, AppliedChain]:
+        return {a.chain_id: a for a in self.applied}
+
+
+# ====================================================================== public API
+
+def apply_plan(gm: torch.fx.GraphModule, detection: Detection, plan: Plan, device: str = "cpu",
+               level: str = "all") -> FusedModel:
+    """Return a fused copy of ``gm`` with the plan's accepted chains rewritten.
+
+    ``device`` only chooses the implementations (which kernel runs where) and
+    their labels; the returned module is on ``gm``'s device. ``level`` is one of
+    ``LEVELS``. Raises ``PlanError`` for a plan made for another model or an
+    unknown level. Never mutates ``gm``.
+    """
+    if level not in LEVELS:
+        raise PlanError(f"unknown fusion level '{level}': choose one of {', '.join(LEVELS)}")
+    plan.check_for(detection)
+    fused = copy.deepcopy(gm)
+    accepted = set(plan.accepted)
+    work = [(c, _mode(c, level), plan.kernel_for(c.id)) for c in detection.chains if c.id in accepted]
+    return FusedModel(gm=fused, applied=_rewrite(fused, work, _device(device), level))
+
+
+def chain_module(gm: torch.fx.GraphModule, detection: Detection, chain_id: str, device: str = "cpu",
+                 kernel: str = "auto") -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
+    """The chain alone: ``(unfused module, fused module, example inputs)`` for a micro-benchmark.
+
+    The unfused module has one placeholder per external tensor input of the
+    chain (in graph order), its weights as ``get_attr`` and returns the chain's
+    outputs. The fused module is the same module with the chain applied
+    (``apply_plan`` semantics at level "all", with the plan's ``kernel`` choice).
+    Example inputs are seeded random tensors at the real shapes, dtypes and
+    strides (additive masks are zeros). Everything is on ``device``. Raises
+    ``KeyError`` for an unknown chain and ``RuntimeError`` when it cannot be fused.
+    """
+    chain = detection.chain(chain_id)
+    dev = _device(device)
+    by_name = {n.name: n for n in gm.graph.nodes}
+    members = [by_name[n] for n in in_graph_order(gm, chain.nodes)]
+    outputs = [by_name[n] for n in chain.outputs]
+    unfused, inputs = extract_subgraph(gm, members, outputs, attrs_as_placeholders=False)
+    unfused = unfused.to(dev)
+    fused = copy.deepcopy(unfused)
+    applied = _rewrite(fused, [(chain, "full", kernel)], dev, "all")
+    if applied[0].status != "fused":
+        raise RuntimeError(f"{chain_id} could not be fused: {applied[0].reason}")
+    mask_inputs = _mask_operands(chain, by_name)
+    gen = torch.Generator().manual_seed(0)
+    examples = tuple(_example(n, gen, n.name in mask_inputs).to(dev) for n in inputs)
+    return unfused, fused, examples
+
+
+# ====================================================================== levels
+
+def _mode(chain: Chain, level: str) -> str | None:
+    """How much of ``chain`` a level applies: "full", "fold" (BatchNorm only) or None."""
+    pattern = BY_NAME[chain.pattern]
+    if STAGES.index(pattern.stage) <= STAGES.index(level):
+        return "full"
+    if pattern.fold is not None and chain.node_for("bn") is not None and STAGES.index(level) >= 1:
+        return "fold"
+    return None
+
+
+def _level_reason(level: str) -> str:
+    return {
+        "none": "level 'none': nothing is fused",
+        "conv_bn": "level 'conv_bn': only BatchNorm is folded; the rest of the chain runs as separate ops",
+        "activation": "level 'activation': only BatchNorm folding and conv/linear epilogues are applied",
+    }.get(level, "")
+
+
+# ====================================================================== planning and applying
+
+def _plan_chain(ctx: RewriteContext, chain: Chain, mode: str, kernel: str) -> Edit:
+    """The edit for one chain. A level's "fold" mode folds BatchNorm whatever the kernel choice;
+    otherwise the plan's kernel choice (``KERNEL_CHOICES``) picks the implementation."""
+    missing = [n for n in chain.nodes if n not in ctx.by_name]
+    if missing:
+        raise RuntimeError(f"chain nodes not in the graph: {', '.join(missing[:3])}")
+    _check_inplace(ctx, chain)
+    pattern = BY_NAME[chain.pattern]
+    if mode == "fold":
+        return pattern.fold(ctx, chain)
+    if kernel not in pattern.kernels:
+        raise Refuse(f"kernel '{kernel}' is not a choice for {chain.pattern}")
+    if kernel == "inductor":
+        return generic.rewrite(ctx, chain, kernel, "kernel choice: inductor")
+    if pattern.rewrite is None:
+        return generic.rewrite(ctx, chain, kernel)
+    try:
+        return pattern.rewrite(ctx, chain, kernel)
+    except UseGeneric as why:
+        return generic.rewrite(ctx, chain, kernel, str(why))
+
+
+def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]], dev: torch.device,
+             level: str) -> tuple[AppliedChain, ...]:
+    """Plan every edit (chain, level mode, kernel choice), then apply them in order; clean up and recompile."""
+    ctx = RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, dev)
+    results: dict[str, AppliedChain] = {}
+    edits: list[tuple[Edit, str, str]] = []
+    for chain, mode, kernel in work:
+        def unfused(status: str, reason: str) -> AppliedChain:
+            return AppliedChain(chain.id, chain.pattern, UNFUSED_LABEL, status, reason, kernel)
+
+        if mode is None:
+            results[chain.id] = unfused("refused", _level_reason(level))
+            continue
+        try:
+            edits.append((_plan_chain(ctx, chain, mode, kernel), mode, kernel))
+        except Refuse as why:
+            results[chain.id] = unfused("refused", _one_line(why))
+        except Exception as exc:  # one chain's failure must not stop the others
+            results[chain.id] = unfused("failed", f"planning failed: {_one_line(exc)}")
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
+    read_attrs: set[str] = set()
+    for e, mode, kernel in edits:
+        chain = e.chain
+        try:
+            read_attrs |= _apply_edit(gm, e, replaced)
+        except Exception as exc:
+            results[chain.id] = AppliedChain(chain.id, chain.pattern, UNFUSED_LABEL, "failed",
+                                             f"rewrite failed: {_one_line(exc)}", kernel)
+            continue
+        reason = _level_reason(level) if mode == "fold" and BY_NAME[chain.pattern].stage != "conv_bn" else ""
+        results[chain.id] = AppliedChain(chain.id, chain.pattern, e.choice.label, "fused", reason, kernel,
+                                         e.choice.impl, e.choice.fused)
+    ordered = tuple(results[c.id] for c, _, _ in work)
+    if not any(r.status == "fused" for r in ordered):
+        return ordered  # nothing changed: the copy stays an exact copy
+    gm.graph.eliminate_dead_code()
+    _drop_unused_tensors(gm, read_attrs)
+    gm.graph.lint()
+    gm.recompile()
+    return ordered
+
+
+def _apply_edit(gm: torch.fx.GraphModule, e: Edit, replaced: dict[torch.fx.Node, torch.fx.Node]) -> set[str]:
+    """Insert ``e``'s fused call, reroute its outputs' users and erase the chain's nodes.
+
+    ``replaced`` maps nodes earlier edits removed to what replaced them (an
+    argument of this edit may be one). Returns the ``get_attr`` targets the
+    removed nodes read (candidates for ``_drop_unused_tensors``).
+    """
+    graph = gm.graph
+    attr_names: dict[str, str] = {}
+    for key, tensor in e.tensors.items():
+        attr_names[key] = _unique_attr(gm, f"_fused_{key}")
+        gm.register_buffer(attr_names[key], tensor)
+    for key, module in e.modules.items():
+        attr_names[key] = _unique_attr(gm, f"_{key}")
+        gm.add_module(attr_names[key], module)
+
+    def resolve(a):
+        while isinstance(a, torch.fx.Node) and a in replaced:
+            a = replaced[a]
+        return a
+
+    args = torch.fx.node.map_aggregate(e.args, resolve)
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    inputs = [a for a in _flatten(args) if isinstance(a, torch.fx.Node)]
+    removing = set(e.remove)
+    first_member = min(e.remove, key=position.__getitem__)
+    anchor = max(inputs, key=position.__getitem__) if inputs else None
+    outside_users = [u for o in e.outputs if o is not None for u in o.users if u not in removing]
+    if anchor is not None and outside_users and position[anchor] >= min(position[u] for u in outside_users):
+        raise RuntimeError("an output of the chain is used before all of its inputs exist")
+    created: list[torch.fx.Node] = []
+    try:
+        # after the last input (inserting_before its successor keeps the new nodes in creation order)
+        ctx = graph.inserting_before(anchor.next) if anchor is not None and position[anchor] > position[first_member] \
+            else graph.inserting_before(first_member)
+        with ctx:
+            getters = {}
+            for key in list(e.tensors) + list(e.modules):
+                getters[key] = graph.get_attr(attr_names[key])
+                created.append(getters[key])
+                if key in e.tensors:
+                    getters[key].meta["val"] = e.tensors[key]
+            final_args = torch.fx.node.map_aggregate(
+                args, lambda a: getters[a.key] if isinstance(a, NewAttr) else a)
+            call = graph.call_function(e.target, tuple(final_args))
+            created.append(call)
+            call.meta["fused_chain"] = e.chain.id
+            call.meta["fused_pattern"] = e.chain.pattern
+            if not e.tuple_result:
+                results = [call]
+                _copy_val(call, e.outputs[0])
+            else:
+                results = []
+                prev = call
+                for i, out in enumerate(e.outputs):
+                    with graph.inserting_after(prev):
+                        item = graph.call_function(operator.getitem, (call, i))
+                    created.append(item)
+                    results.append(item)
+                    prev = item
+                    if out is not None:
+                        _copy_val(item, out)
+    except Exception:
+        for node in reversed(created):
+            if not node.users:
+                graph.erase_node(node)
+        raise
+    # reroute (the point of no return), then erase the chain's nodes
+    read = {a.target for n in e.remove for a in n.all_input_nodes if a.op == "get_attr"}
+    for out, new in zip(e.outputs, results):
+        if out is None:
+            continue
+        out.replace_all_uses_with(new, delete_user_cb=lambda u: u not in removing)
+        replaced[out] = new
+    for node in sorted(e.remove, key=position.__getitem__, reverse=True):
+        for user in list(node.users):
+            if user not in removing and aten.is_ignored(user) and not user.users:
+                graph.erase_node(user)
+        graph.erase_node(node)
+    return read
+
+
+def _copy_val(new: torch.fx.Node, old: torch.fx.Node) -> None:
+    if "val" in old.meta:
+        new.meta["val"] = old.meta["val"]
+    if "tensor_meta" in old.meta:
+        new.meta["tensor_meta"] = old.meta["tensor_meta"]
+
+
+def _drop_unused_tensors(gm: torch.fx.GraphModule, candidates: set[str]) -> None:
+    """Delete the weights the rewrite made dead (the unfolded conv weight, BN statistics) from the copy."""
+    used = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    for target in candidates - used:
+        owner_path, _, leaf = str(target).rpartition(".")
+        try:
+            owner = gm.get_submodule(owner_path) if owner_path else gm
+        except AttributeError:
+            continue
+        if leaf in owner._parameters:
+            del owner._parameters[leaf]
+        elif leaf in owner._buffers:
+            del owner._buffers[leaf]
+
+
+def _check_inplace(ctx: RewriteContext, chain: Chain) -> None:
+    """Refuse when an in-place op of the chain mutates a tensor that is read outside the chain later."""
+    members = set(ctx.members(chain))
+    position = None
+    for name in chain.compute_nodes:
+        node = ctx.by_name[name]
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if not node.target._schema.is_mutable or not node.args:
+            continue
+        victim = node.args[0]
+        if not isinstance(victim, torch.fx.Node) or victim in members:
+            continue
+        if position is None:
+            position = {n: i for i, n in enumerate(ctx.gm.graph.nodes)}
+        later = [u for u in victim.users if u not in members and position[u] > position[node]]
+        if later:
+            raise Refuse(f"{node.name} mutates {victim.name} in place, which {later[0].name} reads later")
+
+
+# ---------------------------------------------------------------------- small helpers
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def _device(device: str | torch.device) -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _unique_attr(gm: torch.nn.Module, base: str) -> str:
+    name = base.replace(".", "_")
+    i = 0
+    candidate = name
+    while hasattr(gm, candidate):
+        i += 1
+        candidate = f"{name}_{i}"
+    return candidate
+
+
+def _flatten(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flatten(v)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _flatten(v)]
+    return [value]
+
+
+def _mask_operands(chain: Chain, by_name) -> set[str]:
+    """Names of the nodes a chain adds as an attention mask (example inputs make them zeros)."""
+    name = chain.node_for("mask")
+    if name is None:
+        return set()
+    node = by_name[name]
+    members = {by_name[n] for n in chain.nodes}
+    return {a.name for a in node.args[:2] if isinstance(a, torch.fx.Node) and a not in members}
+
+
+def _example(node: torch.fx.Node, gen: torch.Generator, is_mask: bool) -> torch.Tensor:
+    val = aten.node_val(node)
+    if not isinstance(val, torch.Tensor):
+        raise RuntimeError(f"input {node.name} has no tensor shape (meta['val'])")
+    shape, dtype = tuple(int(s) for s in val.shape), val.dtype
+    if dtype == torch.bool:
+        return torch.ones(shape, dtype=dtype)
+    if not dtype.is_floating_point:
+        return torch.zeros(shape, dtype=dtype)
+    if is_mask:
+        return torch.zeros(shape, dtype=dtype)
+    strides = tuple(int(s) for s in val.stride()) if val.layout == torch.strided else None
+    if strides is None or val.is_contiguous() or 0 in strides or 0 in shape:
+        return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
+    # Same strides as in the model (a transposed K, a channels_last map): kernels pick
+    # their paths by layout, so a micro-benchmark on contiguous copies would time another path.
+    storage = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+    base = torch.randn(storage, generator=gen, dtype=torch.float32).to(dtype)
+    return base.as_strided(shape, strides)

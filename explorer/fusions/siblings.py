@@ -1,0 +1,155 @@
+"""Sibling linears (horizontal fusion): several projections of one input as one GEMM.
+
+::
+
+    unfused                                   fused
+    x ─► linear(W_1, b_1) ─► y_1              x ─► linear(W_1|W_2|W_3, b_1|b_2|b_3) ─► Y
+    x ─► linear(W_2, b_2) ─► y_2                   y_i = Y[..., o_i : o_i + n_i]  (column views)
+    x ─► linear(W_3, b_3) ─► y_3
+    (x read 3 times, 3 launches)              (x read once, 1 launch)
+
+``concat_weights`` stacks the weights along the output dimension (and the biases
+alike) once, when the plan is applied; ``linear_siblings`` then runs one
+``F.linear`` and splits its output into views, with no copy. Each ``y_i`` has
+the unfused output's shape but not its strides: row stride ``sum(n_i)`` instead
+of ``n_i``. The rewrite refuses a group whose outputs are viewed in a way a
+column slice does not allow (it would need a copy).
+
+Numerics: each output column is the same dot product over the same ``x`` row;
+the library may pick another GEMM algorithm for the wider matrix, so results
+can differ from the unfused ones at the dtype's rounding (``TOLERANCES``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.fx
+
+from explorer.fusions import edit
+from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.edit import NewAttr, Refuse, RewriteContext
+from explorer.fusions.epilogue import EPILOGUE_TOLERANCES
+from explorer.graph import aten
+
+TOLERANCES = EPILOGUE_TOLERANCES  # a GEMM's error model: see explorer.fusions.epilogue
+
+
+def concat_weights(weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor | None]
+                   ) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+    """``(W, b, sizes)``: weights ``(n_i, in)`` stacked to ``(sum n_i, in)``; biases alike or all None."""
+    if not weights:
+        raise ValueError("no weights to concatenate")
+    if len(biases) != len(weights):
+        raise ValueError(f"{len(weights)} weights but {len(biases)} biases")
+    in_features = {w.shape[1] for w in weights}
+    if any(w.dim() != 2 for w in weights) or len(in_features) != 1:
+        raise ValueError(f"weights must be 2-D with one in_features, got {[tuple(w.shape) for w in weights]}")
+    if len({w.dtype for w in weights}) != 1:
+        raise ValueError("weights differ in dtype")
+    have = [b is not None for b in biases]
+    if any(have) and not all(have):
+        raise ValueError("some siblings have a bias and some do not")
+    weight = torch.cat([w.detach() for w in weights], dim=0)                       # (sum n_i, in)
+    bias = torch.cat([b.detach() for b in biases], dim=0) if all(have) else None   # (sum n_i,)
+    return weight, bias, [int(w.shape[0]) for w in weights]
+
+
+def linear_siblings(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    sizes: Sequence[int]) -> tuple[torch.Tensor, ...]:
+    """One GEMM ``x @ weightᵀ + bias``, returned as ``len(sizes)`` column views of widths ``sizes``."""
+    return torch.split_with_sizes(torch.nn.functional.linear(x, weight, bias), list(sizes), -1)
+
+
+def linear_siblings_reference(x: torch.Tensor, weights: Sequence[torch.Tensor],
+                              biases: Sequence[torch.Tensor | None]) -> tuple[torch.Tensor, ...]:
+    """Unfused: one ``F.linear`` per sibling, each reading ``x`` again."""
+    return tuple(torch.nn.functional.linear(x, w, b) for w, b in zip(weights, biases))
+
+
+def fused_linear_siblings(x, weight, bias, sizes):
+    """Sibling projections of ``x`` as one GEMM over concatenated weights: a tuple of column views."""
+    return linear_siblings(x, weight, bias, sizes)
+
+
+# ====================================================================== rewrite
+
+def _check_column_views(branches: list[torch.fx.Node], sizes: list[int]) -> None:
+    """Refuse when a consumer views a branch output in a way its column slice does not allow.
+
+    Every ``view`` user of a branch is replayed on a meta tensor with the slice's
+    strides (row stride ``sum(sizes)``); ``view`` fails there exactly when it
+    would fail on the real slice.
+    """
+    width = sum(sizes)
+    for branch, size in zip(branches, sizes):
+        val = aten.node_val(branch)
+        if not isinstance(val, torch.Tensor):
+            raise Refuse(f"{branch.name} has no shape metadata")
+        piece = torch.empty((*val.shape[:-1], width), device="meta", dtype=val.dtype)[..., :size]
+        for user in branch.users:
+            if aten.aten_name(user) != "view":
+                continue
+            try:
+                piece.view(aten.args_of(user)["size"])
+            except RuntimeError:
+                raise Refuse(f"{user.name} views {branch.name} in a way a column slice does not allow "
+                             "(it would need a copy)") from None
+
+
+def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """Sibling linears → one GEMM over their concatenated weights, split into column views."""
+    branches = [ctx.by_name[n] for n in chain.compute_nodes]
+    lins = [aten.linear_args(b) for b in branches]
+    if any(lin is None for lin in lins):
+        raise Refuse("a sibling is not a plain linear")
+    x = lins[0].input
+    if any(lin.input is not x for lin in lins):
+        raise Refuse("the siblings do not read the same input")
+    weights = [ctx.constant(lin.weight, "weight") for lin in lins]
+    biases = [ctx.constant(lin.bias, "bias") if lin.bias is not None else None for lin in lins]
+    try:
+        weight, bias, sizes = concat_weights(weights, biases)
+    except ValueError as exc:
+        raise Refuse(str(exc)) from None
+    _check_column_views(branches, sizes)
+    key = branches[0].name
+    tensors = {f"{key}_cat_weight": weight}
+    bias_arg = None
+    if bias is not None:
+        tensors[f"{key}_cat_bias"] = bias
+        bias_arg = NewAttr(f"{key}_cat_bias")
+    choice = Choice("one_gemm", f"one GEMM over {len(sizes)} concatenated weights "
+                    f"({'+'.join(map(str, sizes))} columns), split into views", True)
+    return edit.Edit(chain, tuple(branches), tuple(branches), fused_linear_siblings,
+                     (x, NewAttr(f"{key}_cat_weight"), bias_arg, sizes), choice, tensors=tensors,
+                     tuple_result=True)
+
+
+def _lower(gm, node, device, dtype) -> bool:
+    """fused_linear_siblings → ``linear`` over the concatenated weights, then ``split_with_sizes`` (column views)."""
+    x, weight, bias, sizes = node.args
+    return edit.replace_node(gm, node, lambda g: g.call_function(
+        torch.split_with_sizes, (g.call_function(torch._C._nn.linear, (x, weight, bias)), list(sizes), -1)))
+
+
+LOWERINGS = {fused_linear_siblings: _lower}
+
+PATTERNS = (
+    Pattern(
+        name="linear_siblings", label="Sibling linears (QKV)", priority=90,
+        steps=(Step(frozenset({"linear"}), "branch"),), siblings=True, kernels=("auto",),
+        color="#bcbd22", rewrite=rewrite,
+        implementation=("one GEMM over the concatenated weights (W_1|W_2|...), its output split into "
+                        "column views: no copy"),
+        explanation=("Horizontal fusion: a transformer layer projects the same input three times, for the "
+                     "queries, keys and values. One GEMM with the three weight matrices side by side reads "
+                     "the input once instead of three times and costs one launch instead of three; each "
+                     "projection is then a column slice of the one output. Nothing is saved in the "
+                     "outputs: they are all still written, because each is read afterwards."),
+        caveats=(PRECISION_CAVEAT,
+                 "The outputs are column slices of one buffer: a consumer that needs them contiguous "
+                 "(a flattening view) makes the rewrite refuse the group.", PAYS_CAVEAT),
+    ),
+)

@@ -1,0 +1,161 @@
+"""Running Triton kernels: where they can run, and launching them cheaply.
+
+Nothing here imports Triton until a Triton kernel is actually needed, so the
+package imports on a machine without a GPU and without Triton. On the CPU the
+kernels run only under ``TRITON_INTERPRET=1`` (Triton's interpreter, used by
+the tests on machines without a GPU).
+
+Kernel modules define their ``@triton.jit`` functions inside a builder cached
+per interpreter mode (``triton.jit`` reads ``TRITON_INTERPRET`` when it
+decorates), and bind the Triton names the kernels use (``tl`` and helper
+``@triton.jit`` combine functions) as module globals: Triton resolves a
+kernel's names through its module's globals, and not every Triton version
+resolves closure variables.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+from typing import Any
+
+import torch
+
+
+def interpreting() -> bool:
+    """True when ``TRITON_INTERPRET=1``: Triton kernels run on the CPU, in numpy."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    """True when ``import triton`` works (cached; the import is done only once)."""
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # ImportError, or a broken install raising at import
+        return False
+    return True
+
+
+def triton_runs_on(device: torch.device | str) -> bool:
+    """Whether a Triton kernel can run on tensors of ``device`` in this process.
+
+    CUDA tensors: when Triton imports. CPU tensors: only under
+    ``TRITON_INTERPRET=1`` (the interpreter used by the tests on machines
+    without a GPU).
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return not interpreting() and triton_available()
+    if device.type == "cpu":
+        return interpreting() and triton_available()
+    return False
+
+
+def import_triton():
+    """``(triton, triton.language)``, imported on demand."""
+    import triton
+    import triton.language as tl
+    return triton, tl
+
+
+def library_reductions_usable() -> bool:
+    """Whether kernels may call Triton's library reductions (``tl.sum``, ``tl.max``).
+
+    Always when compiling. When interpreting, only if Triton was first imported with
+    ``TRITON_INTERPRET=1`` (it decorates its library functions at import); otherwise the
+    kernels fall back to ``tl.reduce`` with their own combine function, which the
+    interpreter runs correctly but slowly.
+    """
+    if not interpreting():
+        return True
+    try:
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpretedFunction
+    except Exception:
+        return False
+    return isinstance(tl.sum, InterpretedFunction)
+
+
+# ------------------------------------------------------------------ launching
+
+class _Compiled:
+    """One kernel compiled for one specialisation, with a launcher per grid."""
+
+    __slots__ = ("handle", "const_values", "runners")
+
+    def __init__(self, handle: Any, const_values: tuple) -> None:
+        self.handle = handle                  # triton.compiler.CompiledKernel
+        self.const_values = const_values      # constexpr values, in parameter order
+        self.runners: dict[tuple, Any] = {}   # grid -> the handle's launcher for that grid
+
+
+#: Compiled kernels by launch signature, least recently used first; see ``launch``. Bounded:
+#: a process that sees ever new shapes recompiles the oldest instead of growing without end.
+_COMPILED: collections.OrderedDict[Any, _Compiled] = collections.OrderedDict()
+MAX_COMPILED = 1024
+
+
+def _specialization(arg: Any) -> tuple:
+    """What Triton specialises a kernel on, for one argument (a superset, to be safe).
+
+    Tensors: dtype and 16-byte alignment of the pointer. Integers: equal to 1, divisible
+    by 16, and which integer width holds them. Anything else: its type (and value for
+    the rare non-numeric ones).
+    """
+    if isinstance(arg, torch.Tensor):
+        return ("t", arg.dtype, arg.data_ptr() % 16 == 0)
+    if isinstance(arg, bool):
+        return ("b", arg)
+    if isinstance(arg, int):
+        return ("i", arg == 1, arg % 16 == 0, -(1 << 31) <= arg < (1 << 31), arg < (1 << 63))
+    if isinstance(arg, float):
+        return ("f",)
+    return ("o", type(arg).__name__, arg)
+
+
+def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], key: Any = None,
+           **options: Any) -> None:
+    """``kernel[grid](*args, **constexprs, **options)``, without the JIT's per-call cost after the first.
+
+    Triton's JIT binds and specialises every argument on every call: one Add+LayerNorm call
+    through it cost about 100 µs of host time on the H200 machine, five times the eager
+    add + layer_norm pair, and 24 µs with this path and the planned call of ``add_layernorm``
+    (``benchmarks/results/host_overhead_h200.json``, ``host_overhead_fastpath_h200.json``). The first
+    call for a signature goes through the JIT, which compiles and returns the compiled
+    kernel; later calls with the same signature launch that handle directly, through a
+    launcher kept per grid, on the current stream of the first tensor's device.
+
+    ``args`` are the kernel's runtime arguments in order; its constexpr parameters must
+    all come after them. ``key``, when given, must determine everything Triton
+    specialises on (dtypes, 16-byte pointer alignment, integers equal to 1 or divisible
+    by 16) and the constexprs and options; callers on a hot path build it from shapes,
+    which is much cheaper than ``_specialization`` of every argument (the default).
+    Under the interpreter, or on a tensor not on CUDA, always the plain call.
+    """
+    first = args[0]
+    if not first.is_cuda:
+        kernel[grid](*args, **constexprs, **options)
+        return
+    if key is None:
+        key = (tuple(constexprs.items()), tuple(sorted(options.items())),
+               tuple(_specialization(a) for a in args))
+    key = (kernel, key, first.get_device())
+    hit = _COMPILED.get(key)
+    if hit is None:
+        compiled = kernel[grid](*args, **constexprs, **options)
+        if interpreting():  # an interpreted kernel has no compiled handle to keep
+            return
+        if compiled is not None and hasattr(compiled, "__getitem__"):
+            names = list(kernel.arg_names)[len(args):]
+            _COMPILED[key] = _Compiled(compiled, tuple(constexprs[n] for n in names))
+            if len(_COMPILED) > MAX_COMPILED:
+                _COMPILED.popitem(last=False)
+        return
+    _COMPILED.move_to_end(key)
+    runner = hit.runners.get(grid)
+    if runner is None:  # the handle wants 3 grid dims
+        runner = hit.runners[grid] = hit.handle[tuple(grid) + (1,) * (3 - len(grid))]
+    runner(*args, *hit.const_values, stream=torch._C._cuda_getCurrentRawStream(key[2]))

@@ -1,0 +1,556 @@
+"""Measurement primitives shared by the runner and the benchmarks.
+
+Everything here is plain torch: no UI packages, no child processes. The
+runner (``explorer.gpu_runner``) calls these inside its measurement process;
+``benchmarks/bench_models.py`` calls them in-process.
+
+Method (``.library/device/METHOD.md``, ``shared/STYLE.md``):
+
+- **latency**: warm up, then time every variant once per round, the variants
+  alternated round after round (A B C A B C ...), so that clock and thermal
+  drift hit all of them alike. On CUDA each call is timed with a pair of CUDA
+  events; on the CPU with ``time.perf_counter``. We report the median with the
+  20th and 80th percentiles, in milliseconds. Repetitions are chosen from the
+  warm-up time so that each variant gets about ``target_s`` of timing.
+- **peak memory** (CUDA only): ``reset_peak_memory_stats`` then one forward;
+  ``activation_peak_bytes`` = ``max_memory_allocated`` minus what was allocated
+  before the forward; ``peak_memory_bytes`` = this variant's own weights +
+  inputs + its activation peak (other variants that share the device are not
+  counted). On the CPU there is no allocator high-water mark we trust, so both
+  are ``None`` with a note.
+- **launches**: CUDA kernels in one forward, counted with ``torch.profiler``
+  (``ProfilerActivity.CUDA`` events of device type CUDA, memcpy/memset left
+  out). On the CPU: top-level ATen ops (``aten::`` events with no ``aten::``
+  ancestor), labelled ``"aten ops (cpu)"``.
+- **precision**: against a float64 reference (unfused graph, float64):
+  ``max_abs``; ``max_rel`` = max|a-b| / max|ref| (normalised by the largest
+  reference magnitude, not elementwise); ``rel_l2`` = ||a-b|| / ||ref||;
+  ``cosine``; ``top1_agreement`` (classification only: argmax over the last
+  dim of the first output).
+- **bytes moved**: the graph byte model (``explorer.graph_model``: each op
+  reads its inputs and weights once and writes its outputs once), captured in
+  float32; floating bytes are scaled by ``element_size(dtype) / 4``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import math
+import platform
+import shutil
+import statistics
+import subprocess
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+import torch.fx
+
+from explorer.errors import RunError
+from explorer.graph import aten
+from explorer.runtime import lean as lean_graphs
+from explorer.units import GIB, available_host_bytes  # noqa: F401  (the runner reads both from here)
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
+
+
+# ------------------------------------------------------------------ devices and dtypes
+
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when available, else ``cpu``; ``cuda`` without CUDA is an error."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RunError("device 'cuda' was requested but this machine has no usable CUDA GPU")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise RunError(f"unknown device '{device}' (expected auto, cuda or cpu)")
+    return device
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise RunError(f"unknown dtype '{name}' (expected fp32, fp16 or bf16)") from None
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
+                  channels_last: bool = False, lean: bool = True) -> torch.fx.GraphModule:
+    """A copy of ``gm`` on ``device`` with floating weights and constants in ``dtype``.
+
+    torch.export bakes ``device=cpu`` and ``dtype=torch.float32`` into factory
+    calls (``arange``, ``zeros``, ``to``); those arguments are retargeted too,
+    and float constants beyond the dtype's range (a mask's ``finfo(float32).min``)
+    are clamped to the dtype's own extreme, as eager code using ``finfo(dtype)`` does.
+    Integer and boolean tensors and dtypes are left alone. The original is not
+    changed.
+
+    Two clean-ups make the copy cheaper to run on the host, for unfused and fused
+    graphs alike (every graph the runner times goes through here): calls that do
+    no work in inference (eval-mode ``dropout``, capture-time metadata asserts)
+    are dropped, and tensors read from nested submodules become attributes of
+    the root (``_flatten_attrs``). With ``lean`` (the default), each call is
+    also resolved once for the device and dtype (``explorer.lean``): ATen calls
+    go through their public bindings, fused call targets call the library
+    function they would pick at every forward, and weights are read as plain
+    instance attributes. The result is final: move and cast before, not after.
+    """
+    gm = copy.deepcopy(gm)
+    target_device = torch.device(device)
+    # Plain tensor attributes (lifted constants) are neither parameters nor buffers: .to() skips them.
+    params = {id(p) for p in gm.parameters()} | {id(b) for b in gm.buffers()}
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        owner, name = aten.attr_owner(gm, node.target)
+        value = getattr(owner, name, None)
+        if isinstance(value, torch.Tensor) and id(value) not in params:
+            new = value.to(target_device)
+            if new.is_floating_point():
+                new = new.to(dtype)
+            setattr(owner, name, new)
+
+    limit = torch.finfo(dtype).max
+
+    def retarget(a: Any) -> Any:
+        if isinstance(a, torch.device):
+            return target_device
+        if isinstance(a, torch.dtype) and a.is_floating_point:
+            return dtype
+        if isinstance(a, float) and math.isfinite(a) and abs(a) > limit:
+            # e.g. an attention mask's finfo(float32).min: the dtype's own extreme, as eager code does
+            return math.copysign(limit, a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(retarget(x) for x in a)
+        return a
+
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if "_assert_tensor_metadata" in str(node.target) and not node.users:
+            gm.graph.erase_node(node)  # a check of the capture-time dtype/device, not model work
+            continue
+        if node.target is torch.ops.aten.dropout.default and aten.args_of(node).get("train") is False:
+            node.replace_all_uses_with(node.args[0])  # eval-mode dropout returns its input
+            gm.graph.erase_node(node)
+            continue
+        node.args = tuple(retarget(a) for a in node.args)
+        node.kwargs = {k: retarget(v) for k, v in node.kwargs.items()}
+    gm.graph.lint()
+    gm.recompile()
+    gm = gm.to(target_device)
+    gm = _cast_floating(gm, dtype)
+    if channels_last:
+        gm = gm.to(memory_format=torch.channels_last)
+    _flatten_attrs(gm)
+    if lean:
+        lean_graphs.lower_aten_calls(gm)
+        lean_graphs.specialize_fused_calls(gm, target_device, dtype)
+        lean_graphs.pin_attrs(gm)
+    return gm.eval()
+
+
+def _flatten_attrs(gm: torch.fx.GraphModule) -> None:
+    """Read every tensor through one attribute of the root instead of a chain of submodules.
+
+    ``getattr(self.bert.encoder.layer, "0").attention.self.query.weight`` costs six
+    ``Module.__getattr__`` calls per forward; BERT-base reads about 200 weights so. The
+    tensor (the same object: a parameter stays a parameter of its submodule too, so
+    weight counts do not change) is also registered on the root, and the node reads it there.
+    """
+    taken = set(dir(gm))
+    for node in gm.graph.nodes:
+        if node.op != "get_attr" or "." not in str(node.target):
+            continue
+        owner, name = aten.attr_owner(gm, node.target)
+        value = getattr(owner, name, None)
+        if not isinstance(value, torch.Tensor):
+            continue
+        flat = "_flat_" + str(node.target).replace(".", "_")
+        while flat in taken:
+            flat += "_"
+        taken.add(flat)
+        if isinstance(value, torch.nn.Parameter):
+            gm.register_parameter(flat, value)
+        elif any(b is value for b in owner.buffers(recurse=False)):
+            gm.register_buffer(flat, value, persistent=False)
+        else:
+            setattr(gm, flat, value)
+        node.target = flat
+    gm.recompile()
+
+
+def prepare_module(module: torch.nn.Module, device: str, dtype: torch.dtype,
+                   channels_last: bool = False) -> torch.nn.Module:
+    """A copy of an eager module on ``device``, floating weights in ``dtype``."""
+    module = _cast_floating(copy.deepcopy(module).to(torch.device(device)), dtype)
+    if channels_last:
+        module = module.to(memory_format=torch.channels_last)
+    return module.eval()
+
+
+def _cast_floating(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    # Module.to(dtype) casts only floating parameters and buffers: integer buffers stay.
+    return module.to(dtype)
+
+
+def prepare_inputs(inputs: Sequence[torch.Tensor], device: str, dtype: torch.dtype,
+                   channels_last: bool = False) -> tuple[torch.Tensor, ...]:
+    """Inputs on ``device``; floating ones in ``dtype`` (integer ids and masks untouched)."""
+    out = []
+    for t in inputs:
+        t = t.to(torch.device(device))
+        if t.is_floating_point():
+            t = t.to(dtype)
+            if channels_last and t.dim() == 4:
+                t = t.contiguous(memory_format=torch.channels_last)
+        out.append(t)
+    return tuple(out)
+
+
+def weight_bytes(module: torch.nn.Module) -> int:
+    """Bytes of every distinct tensor the module holds (parameters, buffers, tensor attributes)."""
+    seen: dict[int, int] = {}
+    for t in list(module.parameters()) + list(module.buffers()):
+        seen[t.data_ptr()] = t.numel() * t.element_size()
+    if isinstance(module, torch.fx.GraphModule):
+        for node in module.graph.nodes:
+            if node.op == "get_attr":
+                owner, name = aten.attr_owner(module, node.target)
+                t = getattr(owner, name, None)
+                if isinstance(t, torch.Tensor):
+                    seen[t.data_ptr()] = t.numel() * t.element_size()
+    return int(sum(seen.values()))
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+# ------------------------------------------------------------------ memory fit
+
+def check_fits(need_bytes: int, available_bytes: int, where: str) -> None:
+    """Raise ``RunError("does not fit in memory: needs X GiB, Y GiB available")``."""
+    if need_bytes > available_bytes:
+        raise RunError(f"does not fit in memory: needs {need_bytes / GIB:.1f} GiB, "
+                       f"{available_bytes / GIB:.1f} GiB available ({where})")
+
+
+def zoo_input_bytes(source: str, batch: int | None, seq_len: int | None) -> int | None:
+    """Bytes of a zoo model's example inputs at this size, computed without allocating them."""
+    from explorer.sources import zoo
+
+    entry = zoo.ZOO.get(source)
+    return None if entry is None else entry.inputs.nbytes(batch, seq_len)
+
+
+# ------------------------------------------------------------------ timing
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, ``q`` in [0, 100]."""
+    xs = sorted(values)
+    if not xs:
+        return float("nan")
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(times_ms: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(times_ms), "p20": percentile(times_ms, 20),
+            "p80": percentile(times_ms, 80), "reps": len(times_ms)}
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingPlan:
+    """How to time: fixed warm-up/reps, or adaptive reps aiming at ``target_s`` per variant."""
+
+    warmup: int | None = None
+    reps: int | None = None
+    target_s: float = 1.5
+    min_reps: int = 10
+    max_reps: int = 2000
+
+    @classmethod
+    def for_device(cls, device: str, warmup: int | None = None, reps: int | None = None,
+                   short: bool = False) -> "TimingPlan":
+        if device.startswith("cuda"):
+            return (cls(warmup, reps, 0.15, 5, 200) if short else cls(warmup, reps, 1.5, 10, 2000))
+        return cls(warmup, reps, 0.05, 3, 30) if short else cls(warmup, reps, 0.4, 5, 200)
+
+
+def _timed_call(fn: Callable[[], Any], device: str) -> float:
+    if device.startswith("cuda"):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def time_alternated(variants: dict[str, Callable[[], Any]], device: str, plan: TimingPlan,
+                    on_round: Callable[[int, int], None] | None = None) -> dict[str, dict[str, float]]:
+    """Time each zero-argument callable; variants alternate in every round.
+
+    Returns {name: {median, p20, p80, reps}} in milliseconds. Warm-up calls
+    (``plan.warmup``, or adaptively: until 3 calls and 0.2 s/1 s of work) are not
+    counted. Every call is synchronised, so a variant's time includes its own
+    launch overhead, which is what fusion reduces.
+    """
+    names = list(variants)
+    if not names:
+        return {}
+    first_ms: dict[str, float] = {}
+    with torch.inference_mode():
+        for name in names:
+            fn = variants[name]
+            if plan.warmup is not None:
+                for _ in range(plan.warmup):
+                    fn()
+                synchronize(device)
+                first_ms[name] = _timed_call(fn, device)
+            else:
+                budget = 1.0 if device.startswith("cuda") else 0.2
+                t0, calls, last = time.perf_counter(), 0, 0.0
+                while calls < 3 or (time.perf_counter() - t0 < budget and calls < 50):
+                    last = _timed_call(fn, device)
+                    calls += 1
+                first_ms[name] = last
+        if plan.reps is not None:
+            reps = max(1, plan.reps)
+        else:
+            slowest = max(max(first_ms.values()), 1e-3)
+            reps = int(min(plan.max_reps, max(plan.min_reps, plan.target_s * 1e3 / slowest)))
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(reps):
+            order = names if r % 2 == 0 else names[::-1]  # ABBA: neither variant always goes first
+            for name in order:
+                times[name].append(_timed_call(variants[name], device))
+            if on_round is not None:
+                on_round(r + 1, reps)
+    return {n: summarize(t) for n, t in times.items()}
+
+
+def throughput(batch: int, latency: dict[str, float]) -> float | None:
+    """Items per second from the median latency."""
+    ms = latency.get("median")
+    return float(batch) / (ms / 1e3) if ms and ms > 0 else None
+
+
+# ------------------------------------------------------------------ memory
+
+def peak_memory(fn: Callable[[], Any], device: str, resident_bytes: int) -> dict[str, Any]:
+    """Peak device memory over one call of ``fn``.
+
+    ``resident_bytes`` is this variant's weights plus inputs; the total peak is
+    reported as resident + activation peak so that other variants on the same
+    device do not inflate it.
+    """
+    if not device.startswith("cuda"):
+        return {"peak_memory_bytes": None, "activation_peak_bytes": None,
+                "memory_note": "CPU run: no device allocator high-water mark; not measured"}
+    with torch.inference_mode():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+    activation = max(0, int(peak - before))
+    return {"peak_memory_bytes": int(resident_bytes + activation), "activation_peak_bytes": activation,
+            "memory_note": "peak = own weights + inputs + activation peak (max_memory_allocated over one "
+                           "forward minus memory held before it)"}
+
+
+# ------------------------------------------------------------------ launches
+
+def count_launches(fn: Callable[[], Any], device: str) -> dict[str, Any]:
+    """Kernels (CUDA) or top-level ATen ops (CPU) in one call of ``fn``."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    try:
+        with torch.inference_mode():
+            fn()  # make sure lazy initialisation is not profiled
+            synchronize(device)
+            with profile(activities=activities) as prof:
+                fn()
+                synchronize(device)
+        events = prof.events()
+    except Exception as exc:  # the profiler is optional evidence: never fail the run for it
+        return {"kernel_launches": None, "kernel_launches_kind": f"not counted: {_one_line(exc)}"}
+    if cuda:
+        n = sum(1 for e in events if e.device_type == DeviceType.CUDA
+                and not e.name.lower().startswith(("memcpy", "memset")))
+        return {"kernel_launches": int(n), "kernel_launches_kind": "cuda kernels"}
+    n = 0
+    for e in events:
+        if not e.name.startswith("aten::"):
+            continue
+        parent, nested = e.cpu_parent, False
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                nested = True
+                break
+            parent = parent.cpu_parent
+        n += not nested
+    return {"kernel_launches": int(n), "kernel_launches_kind": "aten ops (cpu)"}
+
+
+# ------------------------------------------------------------------ precision
+
+def flat_outputs(out: Any) -> list[torch.Tensor]:
+    """Every tensor of a (nested) output, in order."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in flat_outputs(o)]
+    if hasattr(out, "to_tuple"):
+        return flat_outputs(out.to_tuple())
+    return []
+
+
+def precision(out: Any, ref: Any, classification: bool) -> dict[str, Any]:
+    """Errors of ``out`` against the float64 ``ref`` (floating outputs only, concatenated)."""
+    a_list = [t for t in flat_outputs(out) if t.is_floating_point()]
+    r_list = [t for t in flat_outputs(ref) if t.is_floating_point()]
+    if not a_list or len(a_list) != len(r_list):
+        return {"max_abs": None, "max_rel": None, "rel_l2": None, "cosine": None, "top1_agreement": None,
+                "note": "no comparable floating outputs"}
+    a = torch.cat([t.detach().to("cpu", torch.float64).reshape(-1) for t in a_list])
+    r = torch.cat([t.detach().to("cpu", torch.float64).reshape(-1) for t in r_list])
+    diff = a - r
+    ref_max = float(r.abs().max()) if r.numel() else 0.0
+    ref_norm = float(r.norm())
+    finite = bool(torch.isfinite(a).all())
+    denom = float(a.norm()) * ref_norm
+    result: dict[str, Any] = {
+        "max_abs": float(diff.abs().max()) if diff.numel() else 0.0,
+        "max_rel": float(diff.abs().max()) / ref_max if ref_max > 0 else None,
+        "rel_l2": float(diff.norm()) / ref_norm if ref_norm > 0 else None,
+        "cosine": float((a * r).sum()) / denom if denom > 0 else None,
+        "top1_agreement": None,
+        "finite": finite,
+    }
+    if not finite:
+        result.update(max_abs=float("inf"), max_rel=float("inf"), rel_l2=float("inf"))
+    if classification:
+        x, y = a_list[0], r_list[0]
+        if x.dim() >= 1 and x.shape == y.shape and x.shape[-1] > 1:
+            agree = (x.argmax(-1).cpu() == y.argmax(-1).cpu()).double().mean()
+            result["top1_agreement"] = float(agree)
+    return result
+
+
+# ------------------------------------------------------------------ byte model
+
+def element_ratio(dtype: torch.dtype) -> float:
+    """Bytes per floating element in ``dtype`` over those of float32 (the capture dtype)."""
+    return torch.empty((), dtype=dtype).element_size() / 4.0
+
+
+def _is_float_name(name: str) -> bool:
+    return name.startswith(("float", "bfloat", "half", "double"))
+
+
+def graph_bytes(graph: Any, dtype: torch.dtype, nodes: Iterable[str] | None = None) -> int:
+    """Bytes moved by the compute ops of ``graph`` (all, or ``nodes``), scaled to ``dtype``.
+
+    Writes of floating outputs and reads of floating inputs (weights included)
+    scale by ``element_ratio``; integer and boolean tensors (token ids, masks)
+    keep their size.
+    """
+    ratio = element_ratio(dtype)
+    names = graph.nodes if nodes is None else [n for n in nodes if n in graph.nodes]
+    total = 0.0
+    for n in names:
+        attrs = graph.nodes[n]
+        if not attrs.get("launches"):
+            continue
+        int_read = 0
+        for u in graph.predecessors(n):
+            dts = graph.nodes[u].get("dtypes") or []
+            if dts and not any(_is_float_name(d) for d in dts):
+                int_read += graph.edges[u, n].get("bytes", 0)
+        int_read = min(int_read, attrs["bytes_read"])
+        dts = attrs.get("dtypes") or []
+        written = attrs["bytes_written"]
+        w_ratio = ratio if (not dts or any(_is_float_name(d) for d in dts)) else 1.0
+        total += (attrs["bytes_read"] - int_read) * ratio + int_read + written * w_ratio
+    return int(round(total))
+
+
+# ------------------------------------------------------------------ environment
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Device, driver and library versions, UTC start time. Never raises."""
+    env: dict[str, Any] = {
+        "device": device,
+        "is_cpu": not device.startswith("cuda"),
+        "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": None, "triton": None, "driver": None, "device_name": None, "sm_clock_mhz": None,
+        "python": platform.python_version(), "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(), "cpu_threads": torch.get_num_threads(),
+    }
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except Exception:
+        pass
+    try:
+        env["cudnn"] = torch.backends.cudnn.version()
+    except Exception:
+        pass
+    if env["is_cpu"]:
+        env["device_name"] = f"CPU ({env['cpu']}, {env['cpu_threads']} threads)"
+        env["note"] = "CPU run: numbers are CPU numbers, not GPU numbers"
+        return env
+    try:
+        idx = torch.device(device).index or 0
+        props = torch.cuda.get_device_properties(idx)
+        env["device_name"] = props.name
+        env["device_memory_bytes"] = int(props.total_memory)
+        env["compute_capability"] = f"{props.major}.{props.minor}"
+        env["sm_count"] = props.multi_processor_count
+    except Exception:
+        pass
+    env["note"] = "CUDA run"
+    env.update(_nvidia_smi())
+    return env
+
+
+def _nvidia_smi() -> dict[str, Any]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return {}
+    try:
+        out = subprocess.run([exe, "--query-gpu=driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        fields = [f.strip() for f in out.stdout.strip().splitlines()[0].split(",")]
+        keys = ("driver", "sm_clock_mhz", "sm_clock_max_mhz", "temperature_c", "power_w")
+        return {k: v for k, v in zip(keys, fields)}
+    except Exception:
+        return {}

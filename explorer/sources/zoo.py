@@ -1,0 +1,211 @@
+"""The built-in model zoo: real architectures with random, seeded weights.
+
+No weights are downloaded. Each entry names a builder (torchvision, a
+transformers config, or a definition in ``explorer.models``) and declares its
+default input, which callers may override (batch, sequence length, image
+size). Building is deterministic: every builder runs under a fixed seed.
+
+    >>> entry = get_entry("resnet50")
+    >>> model = entry.build()             # nn.Module in eval mode
+    >>> inputs = entry.example_inputs(batch=2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import torch
+
+from explorer.errors import ModelLoadError
+from explorer.units import available_host_bytes
+
+SEED = 0
+
+
+def check_fits(nbytes: int, what: str, fraction: float = 0.5) -> None:
+    """Refuse, with one line, to allocate more than ``fraction`` of the available host memory."""
+    limit = int(available_host_bytes() * fraction)
+    if nbytes > limit:
+        raise ModelLoadError(f"{what} do not fit in memory: they need {nbytes / 2**30:.1f} GiB, "
+                             f"and {limit / 2**30:.1f} GiB may be used")
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One model input. ``shape`` may hold the symbols "B" (batch) and "S" (sequence)."""
+
+    name: str
+    shape: tuple
+    dtype: str = "float32"
+    fill: str = "normal"  # normal | tokens | ones
+    vocab: int = 0
+
+    def concrete_shape(self, batch: int, seq_len: int) -> tuple[int, ...]:
+        sizes = {"B": batch, "S": seq_len}
+        return tuple(sizes[d] if isinstance(d, str) else int(d) for d in self.shape)
+
+    def make(self, batch: int, seq_len: int, generator: torch.Generator) -> torch.Tensor:
+        shape = self.concrete_shape(batch, seq_len)
+        if self.fill == "tokens":
+            return torch.randint(0, self.vocab, shape, generator=generator, dtype=torch.int64)
+        if self.fill == "ones":
+            return torch.ones(shape, dtype=getattr(torch, self.dtype))
+        return torch.randn(shape, generator=generator, dtype=getattr(torch, self.dtype))
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """A model's inputs and their defaults."""
+
+    tensors: tuple[TensorSpec, ...]
+    batch: int = 1
+    seq_len: int | None = None  # None: the model takes no sequence
+
+    def describe(self, batch: int | None = None, seq_len: int | None = None) -> str:
+        b, s = self.resolve(batch, seq_len)
+        parts = [f"{t.name}{list(t.concrete_shape(b, s))} {t.dtype}" for t in self.tensors]
+        return ", ".join(parts)
+
+    def resolve(self, batch: int | None, seq_len: int | None) -> tuple[int, int]:
+        b = self.batch if batch is None else int(batch)
+        s = (self.seq_len or 0) if seq_len is None else int(seq_len)
+        if b < 1:
+            raise ModelLoadError(f"batch must be at least 1, got {b}")
+        if self.seq_len is not None and s < 1:
+            raise ModelLoadError(f"sequence length must be at least 1, got {s}")
+        return b, s
+
+    def nbytes(self, batch: int | None = None, seq_len: int | None = None) -> int:
+        b, s = self.resolve(batch, seq_len)
+        return sum(math.prod(t.concrete_shape(b, s)) * getattr(torch, t.dtype).itemsize for t in self.tensors)
+
+    def make(self, batch: int | None = None, seq_len: int | None = None, seed: int = SEED) -> tuple[torch.Tensor, ...]:
+        b, s = self.resolve(batch, seq_len)
+        check_fits(self.nbytes(b, s), f"inputs {self.describe(b, s)}")
+        gen = torch.Generator().manual_seed(seed)
+        return tuple(t.make(b, s, gen) for t in self.tensors)
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooEntry:
+    """A built-in model: how to build it and what it takes."""
+
+    name: str
+    family: str  # cnn | transformer | detector | teaching
+    task: str  # classification | features | detection
+    description: str
+    builder: Callable[[], torch.nn.Module]
+    inputs: InputSpec
+    max_seq_len: int | None = None
+    benchmark_only: bool = False  # listed by the benchmarks, hidden from the menu
+
+    def build(self) -> torch.nn.Module:
+        """Build the model with seeded random weights, in eval mode."""
+        torch.manual_seed(SEED)
+        model = self.builder()
+        return model.eval()
+
+    def example_inputs(self, batch: int | None = None, seq_len: int | None = None) -> tuple[torch.Tensor, ...]:
+        if self.max_seq_len is not None and seq_len is not None and seq_len > self.max_seq_len:
+            raise ModelLoadError(
+                f"sequence length {seq_len} exceeds {self.name}'s maximum of {self.max_seq_len}"
+            )
+        return self.inputs.make(batch, seq_len)
+
+
+def _image(batch: int = 1, size: int = 224) -> InputSpec:
+    return InputSpec((TensorSpec("x", ("B", 3, size, size)),), batch=batch)
+
+
+def _tokens(vocab: int, seq_len: int = 128) -> InputSpec:
+    return InputSpec(
+        (
+            TensorSpec("input_ids", ("B", "S"), "int64", "tokens", vocab),
+            TensorSpec("attention_mask", ("B", "S"), "int64", "ones"),
+        ),
+        batch=1,
+        seq_len=seq_len,
+    )
+
+
+def _torchvision(name: str) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        import torchvision
+
+        return getattr(torchvision.models, name)(weights=None)
+
+    return build
+
+
+def _bert(layers: int, hidden: int, heads: int, intermediate: int) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        from explorer.sources.models import BertEncoderOnly
+
+        return BertEncoderOnly.from_config_sizes(layers, hidden, heads, intermediate)
+
+    return build
+
+
+def _local(name: str) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        from explorer.sources import models
+
+        return getattr(models, name)()
+
+    return build
+
+
+BERT_VOCAB = 30522
+
+ZOO: dict[str, ZooEntry] = {
+    e.name: e
+    for e in (
+        ZooEntry("resnet50", "cnn", "classification",
+                 "ResNet-50 (torchvision): Conv+BN+ReLU blocks and residual adds",
+                 _torchvision("resnet50"), _image()),
+        ZooEntry("mobilenet_v2", "cnn", "classification",
+                 "MobileNetV2 (torchvision): depthwise Conv+BN+ReLU6 and linear bottlenecks",
+                 _torchvision("mobilenet_v2"), _image()),
+        ZooEntry("vit_b_16", "transformer", "classification",
+                 "ViT-B/16 (torchvision): pre-norm encoder with fused SDPA attention",
+                 _torchvision("vit_b_16"), _image()),
+        ZooEntry("bert_base", "transformer", "features",
+                 "BERT-base (transformers BertConfig, eager attention): MatMul->Softmax, Add+LayerNorm",
+                 _bert(12, 768, 12, 3072), _tokens(BERT_VOCAB), max_seq_len=512),
+        ZooEntry("yolo_style", "detector", "detection",
+                 "YOLO-style detector: Conv+BN+SiLU blocks, CSP bottlenecks with residual adds",
+                 _local("YoloStyle"), _image(size=320)),
+        ZooEntry("conv_bn_relu", "teaching", "features",
+                 "Teaching: one Conv-BN-ReLU block",
+                 _local("ConvBnReluBlock"), _image(size=32)),
+        ZooEntry("residual_block", "teaching", "features",
+                 "Teaching: one ResNet basic block (Conv-BN-ReLU, Conv-BN, add, ReLU)",
+                 _local("ResidualBlock"), InputSpec((TensorSpec("x", ("B", 16, 32, 32)),))),
+        ZooEntry("transformer_block", "teaching", "features",
+                 "Teaching: one post-norm transformer encoder block with explicit attention",
+                 _local("TransformerBlock"),
+                 InputSpec((TensorSpec("x", ("B", "S", 64)),), seq_len=32), max_seq_len=4096),
+        ZooEntry("bert_large", "transformer", "features",
+                 "BERT-large (24 layers, hidden 1024, eager attention)",
+                 _bert(24, 1024, 16, 4096), _tokens(BERT_VOCAB), max_seq_len=512,
+                 benchmark_only=True),
+    )
+}
+
+DEFAULT_MODEL = "resnet50"
+
+
+def get_entry(name: str) -> ZooEntry:
+    """Return the zoo entry called ``name`` or raise a one-line ``ModelLoadError``."""
+    try:
+        return ZOO[name]
+    except KeyError:
+        known = ", ".join(sorted(ZOO))
+        raise ModelLoadError(f"unknown model '{name}': the zoo has {known}") from None
+
+
+def menu() -> list[ZooEntry]:
+    """Entries shown to users (the benchmark-only ones left out)."""
+    return [e for e in ZOO.values() if not e.benchmark_only]

@@ -1,0 +1,343 @@
+"""The app's session state, caches and background run, in one place.
+
+The pages (``explorer/pages/*.py``) and ``app.py`` read and change state only
+through this module. Everything heavy is done by the engine
+(``fusion_engine.analyze``, ``plan.make_plan``, ``gpu_runner.run``); this
+module only remembers the user's choices and wires results to the views.
+
+State (``st.session_state``), initialised by ``init_state``:
+    active          LoadSpec of the model on screen (None before the first load)
+    failed_spec     the LoadSpec that failed last, with ``load_error`` (its one-line message)
+    accepted        {graph fingerprint: set of accepted chain ids} -- choices survive reloads
+    kernels         {graph fingerprint: {chain id: kernel choice}} -- only choices other than "auto"
+    editor_version  bumps to reset the chains table after a bulk change
+    plan_error / plan_notice / plan_seen   plan upload feedback
+    run_job         the RunJob in flight (None when idle)
+    last_report     (run key, report dict) of the latest finished run, or of an opened report file
+    report_error / report_notice   feedback of the report uploader (Results page)
+    run_error       one-line message of the latest failed run
+    upload_paths    {uploaded file ids: path on disk}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from typing import Any, Callable
+
+import streamlit as st
+
+from explorer.ui import files as ui_files
+from explorer.errors import ExplorerError, PlanError
+from explorer.fusions.plan import Plan, make_plan
+
+DEFAULTS: dict[str, Any] = {
+    "active": None,
+    "failed_spec": None,
+    "load_error": None,
+    "accepted": {},
+    "kernels": {},
+    "editor_version": 0,
+    "plan_error": None,
+    "plan_notice": None,
+    "plan_seen": None,
+    "run_job": None,
+    "last_report": None,
+    "last_report_cached": False,
+    "report_error": None,
+    "report_notice": None,
+    "run_error": None,
+    "upload_paths": {},
+    "export_error": None,
+}
+
+# Widgets on pages that are not always drawn: their values are kept across page switches.
+PERSISTENT_WIDGETS: dict[str, Any] = {
+    "graph_depth": 0,
+    "graph_expand": [],
+    "graph_search": "",
+    "graph_chain": "(whole graph)",
+    "graph_hops": 2,
+    "run_per_chain": True,
+    "run_stages": True,
+    "run_compile_baseline": False,
+    "run_quick": False,
+    "fusions_filter": [],
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadSpec:
+    """What to load: a zoo name or a path, at a batch size and sequence length."""
+
+    source: str
+    batch: int
+    seq_len: int | None
+    label: str
+    kind: str  # zoo | onnx | pt2 | hf
+
+
+def init_state() -> None:
+    """Set every state key once per session and keep page widgets' values across pages."""
+    for key, value in DEFAULTS.items():
+        if key not in st.session_state:
+            st.session_state[key] = value.copy() if isinstance(value, (dict, list)) else value
+    for key, value in PERSISTENT_WIDGETS.items():
+        st.session_state[key] = st.session_state.get(key, value)
+
+
+def guarded(fn: Callable[[], None]) -> None:
+    """Run a page body; an error becomes one ``st.error`` line, never a traceback."""
+    try:
+        fn()
+    except ExplorerError as exc:
+        st.error(str(exc))
+    except Exception as exc:  # the page boundary: the user gets one line, the app keeps going
+        text = str(exc).strip().splitlines()
+        st.error(f"Unexpected error ({type(exc).__name__}): {text[0][:300] if text else ''}")
+
+
+# ------------------------------------------------------------------ models
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def load_analysis(source: str, batch: int, seq_len: int | None):
+    """(LoadedModel, graph, Detection) for a source; cached per source+batch+seq_len."""
+    from explorer.fusion_engine import analyze
+
+    return analyze(source, batch=batch, seq_len=seq_len)
+
+
+def request_load(spec: LoadSpec) -> None:
+    """Make ``spec`` the active model; on failure keep the previous one and remember the error."""
+    ss = st.session_state
+    if spec == ss.active:
+        return
+    if spec == ss.failed_spec:
+        return  # its error is still shown; do not retry on every rerun
+    try:
+        with st.spinner(f"Loading {spec.label} (capture with torch.export, detect chains)…"):
+            model, graph, detection = load_analysis(spec.source, spec.batch, spec.seq_len)
+    except ExplorerError as exc:
+        ss.failed_spec, ss.load_error = spec, str(exc)
+        return
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        ss.failed_spec = spec
+        ss.load_error = f"could not load {spec.label}: {type(exc).__name__}: {text[0][:300] if text else ''}"
+        return
+    ss.active, ss.failed_spec, ss.load_error = spec, None, None
+    if detection.fingerprint not in ss.accepted:
+        ss.accepted[detection.fingerprint] = {c.id for c in detection.chains}
+
+
+def current():
+    """(spec, model, graph, detection) of the active model, or None."""
+    spec = st.session_state.get("active")
+    if spec is None:
+        return None
+    model, graph, detection = load_analysis(spec.source, spec.batch, spec.seq_len)
+    return spec, model, graph, detection
+
+
+def current_or_prompt():
+    """Like ``current``, but tells the user to choose a model when there is none."""
+    cur = current()
+    if cur is None:
+        st.info("Choose a model in the sidebar.")
+    return cur
+
+
+# ------------------------------------------------------------------ choices and plans
+
+def accepted_ids(detection) -> set[str]:
+    ss = st.session_state
+    if detection.fingerprint not in ss.accepted:
+        ss.accepted[detection.fingerprint] = {c.id for c in detection.chains}
+    return ss.accepted[detection.fingerprint]
+
+
+def set_accepted(detection, ids) -> None:
+    known = {c.id for c in detection.chains}
+    st.session_state.accepted[detection.fingerprint] = set(ids) & known
+    st.session_state.editor_version += 1
+
+
+def kernel_for(detection, chain_id: str) -> str:
+    """The user's kernel choice for one chain ("auto" unless chosen)."""
+    return st.session_state.kernels.get(detection.fingerprint, {}).get(chain_id, "auto")
+
+
+def set_kernel(detection, chain_id: str, choice: str) -> None:
+    chosen = dict(st.session_state.kernels.get(detection.fingerprint, {}))
+    if choice == "auto":
+        chosen.pop(chain_id, None)
+    else:
+        chosen[chain_id] = choice
+    st.session_state.kernels[detection.fingerprint] = chosen
+
+
+def current_plan(detection) -> Plan:
+    """The plan of the user's choices (``plan.make_plan``) with the sidebar's global levers."""
+    acc = accepted_ids(detection)
+    return make_plan(detection, accept="all", reject=[c.id for c in detection.chains if c.id not in acc],
+                     memory_format=st.session_state.get("memory_format", "nchw"),
+                     cuda_graphs=bool(st.session_state.get("cuda_graphs", False)),
+                     kernels=st.session_state.kernels.get(detection.fingerprint, {}))
+
+
+def apply_plan_text(text: bytes | str, detection) -> Plan:
+    """Restore choices (accepted chains, kernel choices) from plan JSON; raises PlanError (state
+    untouched) if it does not fit."""
+    plan = Plan.from_json(text)
+    plan.check_for(detection)
+    set_accepted(detection, plan.accepted)
+    st.session_state.kernels[detection.fingerprint] = dict(plan.kernels)
+    return plan
+
+
+def on_plan_upload() -> None:
+    """Callback of the plan uploader: restore the choices, or say why not."""
+    ss = st.session_state
+    uploaded = ss.get("plan_file")
+    ss.plan_error = ss.plan_notice = None
+    if uploaded is None:
+        return
+    ss.plan_seen = getattr(uploaded, "file_id", None)
+    cur = current()
+    if cur is None:
+        ss.plan_error = "load a model before uploading a plan"
+        return
+    try:
+        data = uploaded.getvalue()
+        if len(data) > 5 * 2**20:
+            raise PlanError(f"{uploaded.name}: a plan file over 5 MB is not a plan")
+        plan = apply_plan_text(data, cur[3])
+    except ExplorerError as exc:
+        ss.plan_error = str(exc)
+        return
+    ss.memory_format = plan.memory_format
+    ss.cuda_graphs = plan.cuda_graphs
+    ss.plan_notice = (f"restored {len(plan.accepted)} accepted chain(s) and {len(plan.kernels)} kernel "
+                      f"choice(s) from {uploaded.name} "
+                      f"(memory format {plan.memory_format}, CUDA graphs {'on' if plan.cuda_graphs else 'off'})")
+
+
+def on_report_upload() -> None:
+    """Callback of the Results page's uploader: show a saved report, or say why not."""
+    ss = st.session_state
+    uploaded = ss.get("report_file")
+    ss.report_error = ss.report_notice = None
+    if uploaded is None:
+        return
+    try:
+        report = ui_files.load_report(uploaded.name, uploaded.getvalue())
+    except ExplorerError as exc:
+        ss.report_error = str(exc)
+        return
+    ss.last_report, ss.last_report_cached = (f"file:{uploaded.name}:{uploaded.file_id}", report), False
+    ss.report_notice = f"showing {uploaded.name}, a saved report (not a run of this session)"
+
+
+# ------------------------------------------------------------------ runs
+
+@dataclasses.dataclass
+class RunJob:
+    """One measurement in a background thread; the page polls it."""
+
+    key: str
+    cancel: threading.Event
+    fraction: float = 0.0
+    message: str = "starting…"
+    report: dict | None = None
+    error: str | None = None
+    done: bool = False
+    started: float = dataclasses.field(default_factory=time.time)
+    thread: threading.Thread | None = None
+
+    def progress(self, fraction: float, message: str) -> None:
+        self.fraction = min(max(float(fraction), 0.0), 1.0)
+        self.message = str(message)
+
+
+@st.cache_resource(show_spinner=False)
+def report_store() -> dict[str, dict]:
+    """Finished reports by run key (model, plan JSON, settings), shared by every session."""
+    return {}
+
+
+def run_key(spec: LoadSpec, plan: Plan, settings: Any) -> str:
+    settings_dict = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
+    return json.dumps({"source": spec.source, "batch": spec.batch, "seq_len": spec.seq_len,
+                       "plan": plan.to_dict(), "settings": settings_dict}, sort_keys=True)
+
+
+def _run_in_thread(job: RunJob, source: str, plan: Plan, settings: Any) -> None:
+    try:
+        from explorer import gpu_runner
+
+        report = gpu_runner.run(source, plan, settings, progress=job.progress, cancel=job.cancel)
+        if job.cancel.is_set():
+            job.error = "run cancelled"
+        else:
+            job.report = report
+    except ExplorerError as exc:
+        job.error = str(exc)
+    except ImportError as exc:
+        job.error = f"the measurement runner is not available: {exc}"
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        job.error = f"run failed ({type(exc).__name__}): {text[0][:300] if text else ''}"
+    finally:
+        job.done = True
+
+
+def start_run(spec: LoadSpec, plan: Plan, settings: Any) -> None:
+    """Start a run (or reuse the cached report of the same model+plan+settings)."""
+    ss = st.session_state
+    key = run_key(spec, plan, settings)
+    store = report_store()
+    ss.run_error = None
+    if key in store:
+        ss.last_report, ss.last_report_cached = (key, store[key]), True
+        return
+    if ss.run_job is not None and not ss.run_job.done:
+        return
+    job = RunJob(key=key, cancel=threading.Event())
+    job.thread = threading.Thread(target=_run_in_thread, args=(job, spec.source, plan, settings),
+                                  name="fusion-explorer-run", daemon=True)
+    ss.run_job = job
+    job.thread.start()
+
+
+def cancel_run() -> None:
+    job = st.session_state.get("run_job")
+    if job is not None and not job.done:
+        job.cancel.set()
+        job.message = "cancelling…"
+
+
+def finish_run() -> None:
+    """Collect a finished job: its report goes to the store and on screen, its error to ``run_error``."""
+    ss = st.session_state
+    job = ss.get("run_job")
+    if job is None or not job.done:
+        return
+    if job.report is not None:
+        if not job.report.get("error"):
+            report_store()[job.key] = job.report
+        ss.last_report, ss.last_report_cached = (job.key, job.report), False
+        ss.run_error = None
+    else:
+        ss.run_error = job.error or "run failed"
+    ss.run_job = None
+
+
+def wait_for_run(timeout_s: float = 600.0, poll_s: float = 0.25) -> bool:
+    """Block until the job in flight is done (for tests and scripts); True when it finished."""
+    job = st.session_state.get("run_job")
+    end = time.time() + timeout_s
+    while job is not None and not job.done and time.time() < end:
+        time.sleep(poll_s)
+    return job is None or job.done
