@@ -142,18 +142,14 @@ def host_profile(graphs: dict[str, Any], inputs: tuple, device: str, rounds: int
 
 
 def run_case(key: str, device: str, rounds: int, log) -> dict[str, Any]:
+    from explorer.fusion_engine import analyze, fuse
     from explorer.runtime import measure as m
-    from explorer.fusions import rewrite
-    from explorer.fusion_engine import detect
-    from explorer.graph.build import build_graph
-    from explorer.fusions.plan import make_plan
-    from explorer.sources import load_model
 
     name, batch, seq, dtype_name, cl = CASES[key]
     dtype = m.torch_dtype(dtype_name)
-    model = load_model(name, batch=batch, seq_len=seq)
-    det = detect(build_graph(model.gm, model.name))
-    fused = rewrite.apply_plan(model.gm, det, make_plan(det, "all"), device, level="all")
+    analysis = analyze(name, batch=batch, seq_len=seq)
+    model, _, det = analysis
+    fused = fuse(analysis, None, device)
     x = m.prepare_inputs(model.example_inputs, device, dtype, cl)
     out: dict[str, Any] = {"case": key, "model": name, "batch": batch, "seq_len": seq, "dtype": dtype_name,
                            "channels_last": cl}

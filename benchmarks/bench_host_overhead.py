@@ -9,7 +9,7 @@ without synchronising: "host" is the time to issue them, "wall" includes drainin
 import argparse, datetime, json, sys, time
 import torch, torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
-from explorer.kernels import add_layernorm as aln, conv_epilogue as ce, matmul_softmax as mms, linear_act as la
+from explorer.fusions import attention as mms, conv as ce, linear as la, norm as aln
 dev = "cuda"
 torch.manual_seed(0)
 def host_us(fn, n=300):
@@ -45,7 +45,7 @@ cases["attn sdpa EFFICIENT"] = backend(SDPBackend.EFFICIENT_ATTENTION)
 cases["attn sdpa CUDNN"] = backend(SDPBackend.CUDNN_ATTENTION)
 cases.update({
   "conv+relu eager (2 ops)": lambda: torch.relu_(F.conv2d(x, cw, cb, 1, 1)),
-  "conv+relu cudnn fused": lambda: ce.conv_bias_act(x, cw, cb, [1,1], [1,1], [1,1], 1, "relu"),
+  "conv+relu cudnn fused": lambda: ce.conv_epilogue(x, cw, cb, None, [1,1], [1,1], [1,1], 1, "relu"),
   "linear+gelu eager": lambda: F.gelu(F.linear(h, W, Wb)),
   "linear_act gelu": lambda: la.linear_act(h, W, Wb, "gelu"),
   "matmul_softmax triton": lambda: mms.matmul_softmax(q, k.transpose(-1,-2), 0.125, m),

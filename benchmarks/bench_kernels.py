@@ -49,9 +49,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from explorer.kernels import add_layernorm as aln  # noqa: E402
-from explorer.kernels import conv_epilogue, linear_act  # noqa: E402
-from explorer.kernels import matmul_softmax as mms  # noqa: E402
+from explorer.fusions import attention as mms  # noqa: E402
+from explorer.fusions import conv, linear  # noqa: E402
+from explorer.fusions import norm as aln  # noqa: E402
 
 SECTIONS = ("add_layernorm", "matmul_softmax", "conv", "linear")
 #: Nominal peak HBM bandwidth (bytes/s) by device name fragment, for reference only:
@@ -259,7 +259,7 @@ def bench_add_layernorm(env, quick: bool) -> list[dict]:
                    key=lambda r: r["useful_gbps"], default=None)
         out.append({
             "section": "add_layernorm", "dtype": str(dtype).replace("torch.", ""),
-            "shape": [rows_n, hidden], "input_sets": n_sets, "impl": aln.describe("cuda", hidden, dtype),
+            "shape": [rows_n, hidden], "input_sets": n_sets, "impl": aln.select_add_layer_norm("cuda", hidden, dtype).label,
             "launch_config": dict(zip(("BLOCK", "num_warps"), aln.launch_config(hidden))),
             "byte_model": {"useful (fused: 2R+2W+weights)": useful, "eager (5 transfers+weights)": eager_bytes,
                            "sum not written (2R+1W+weights)": useful_no_sum},
@@ -330,7 +330,7 @@ def bench_matmul_softmax(env, quick: bool) -> list[dict]:
         row["check"] = checks[name]
         results.append(row)
     return [{"section": "matmul_softmax", "dtype": "float16", "shape": {"B": B, "H": H, "S": S, "D": D},
-             "impl": mms.describe(qs[0], kts[0], mask), "launch_config": mms.launch_config(S, D, es),
+             "impl": mms.select_for_tensors(qs[0], kts[0], mask).label, "launch_config": mms.launch_config(S, D, es),
              "input_sets": n_sets,
              "byte_model": {"fused": fused_bytes, "eager": eager_bytes, "attention_io": att_bytes},
              "results": results, "seconds": time.perf_counter() - t0}]
@@ -354,17 +354,17 @@ def bench_conv(env, quick: bool) -> list[dict]:
             b = torch.randn(C, device="cuda", dtype=dtype, generator=gen)
             args = (1, 1, 1, 1)
             variants = {
-                "cudnn conv+bias+relu": lambda i: conv_epilogue.conv_bias_act(xs[i % n_sets], w, b, *args, act="relu"),
-                "conv, relu (unfused)": lambda i: conv_epilogue.conv_bias_act_reference(xs[i % n_sets], w, b, *args, act="relu"),
-                "cudnn conv+bias+add+relu": lambda i: conv_epilogue.conv_bias_add_act(
+                "cudnn conv+bias+relu": lambda i: conv.conv_epilogue(xs[i % n_sets], w, b, None, *args, act="relu"),
+                "conv, relu (unfused)": lambda i: conv.conv_epilogue_reference(xs[i % n_sets], w, b, None, *args, act="relu"),
+                "cudnn conv+bias+add+relu": lambda i: conv.conv_epilogue(
                     xs[i % n_sets], w, b, zs[i % n_sets], *args, act="relu"),
-                "conv, add, relu (unfused)": lambda i: conv_epilogue.conv_bias_add_act_reference(
+                "conv, add, relu (unfused)": lambda i: conv.conv_epilogue_reference(
                     xs[i % n_sets], w, b, zs[i % n_sets], *args, act="relu"),
             }
             x64, w64, b64, z64 = xs[0].double(), w.double(), b.double(), zs[0].double()
-            refs = {"relu": conv_epilogue.conv_bias_act_reference(x64, w64, b64, *args, act="relu"),
-                    "add": conv_epilogue.conv_bias_add_act_reference(x64, w64, b64, z64, *args, act="relu")}
-            tol = TF32_TOLERANCE if dtype == torch.float32 and torch.backends.cudnn.allow_tf32 else conv_epilogue.TOLERANCES[dtype]
+            refs = {"relu": conv.conv_epilogue_reference(x64, w64, b64, None, *args, act="relu"),
+                    "add": conv.conv_epilogue_reference(x64, w64, b64, z64, *args, act="relu")}
+            tol = TF32_TOLERANCE if dtype == torch.float32 and torch.backends.cudnn.allow_tf32 else conv.TOLERANCES[dtype]
             checks = {}
             for name, fn in variants.items():
                 try:
@@ -390,8 +390,8 @@ def bench_conv(env, quick: bool) -> list[dict]:
             out.append({"section": "conv", "dtype": str(dtype).replace("torch.", ""),
                         "memory_format": "channels_last" if channels_last else "nchw",
                         "shape": {"N": N, "C": C, "H": HW, "W": HW, "k": 3},
-                        "labels": {"relu": conv_epilogue.describe("relu", "cuda", dtype=dtype),
-                                   "add_relu": conv_epilogue.describe("relu", "cuda", add=True, dtype=dtype)},
+                        "labels": {"relu": conv.select_conv_epilogue("cuda", dtype, "relu").label,
+                                   "add_relu": conv.select_conv_epilogue("cuda", dtype, "relu", residual=True).label},
                         "input_sets": n_sets, "results": results, "seconds": time.perf_counter() - t0})
             del xs, zs
             torch.cuda.empty_cache()
@@ -413,21 +413,21 @@ def bench_linear(env, quick: bool) -> list[dict]:
     sections = []
     for act in ("relu", "gelu_tanh", "gelu"):
         variants = {
-            f"linear_act ({act})": lambda i, act=act: linear_act.linear_act(xs[i % n_sets], w, b, act),
-            f"linear, {act} (unfused)": lambda i, act=act: linear_act.linear_act_reference(xs[i % n_sets], w, b, act),
+            f"linear_act ({act})": lambda i, act=act: linear.linear_act(xs[i % n_sets], w, b, act),
+            f"linear, {act} (unfused)": lambda i, act=act: linear.linear_act_reference(xs[i % n_sets], w, b, act),
         }
-        ref64 = linear_act.linear_act_reference(xs[0].double(), w.double(), b.double(), act)
+        ref64 = linear.linear_act_reference(xs[0].double(), w.double(), b.double(), act)
         checks = {}
         for name, fn in variants.items():
             try:
-                checks[name] = error_vs(fn(0), ref64, linear_act.TOLERANCES[dtype])
+                checks[name] = error_vs(fn(0), ref64, linear.TOLERANCES[dtype])
             except Exception as exc:
                 checks[name] = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"}
         runnable = {n: f for n, f in variants.items() if "error" not in checks[n]}
         t0 = time.perf_counter()
         timing = time_variants(runnable, reps=30 if quick else 60, rounds=3 if quick else 4,
                                warmup_s=0.1 if quick else 0.2)
-        label = linear_act.describe(act, "cuda", dtype)
+        label = linear.select_linear_act("cuda", dtype, act).label
         results = []
         for name, t in timing.items():
             fused = name.startswith("linear_act") and label.startswith("cuBLASLt")
@@ -436,7 +436,7 @@ def bench_linear(env, quick: bool) -> list[dict]:
             row["check"] = checks[name]
             results.append(row)
         sections.append({"section": "linear", "dtype": "float16", "act": act, "label": label,
-                         "gelu_epilogue_variant": linear_act.gelu_epilogue_variant("cuda", dtype),
+                         "gelu_epilogue_variant": linear.gelu_epilogue_variant("cuda", dtype),
                          "shape": [rows_n, d_in, d_out], "results": results, "seconds": time.perf_counter() - t0})
     return sections
 
@@ -450,17 +450,17 @@ def cpu_correctness() -> list[dict]:
     x, r = torch.randn(3, 1000, generator=gen), torch.randn(3, 1000, generator=gen)
     s, y = aln.add_layernorm(x, r, None, None)
     _, y64 = aln.add_layernorm_reference(x.double(), r.double(), None, None)
-    checks.append({"op": "add_layernorm", "impl": aln.add_layernorm_impl("cpu", 1000, x.dtype),
+    checks.append({"op": "add_layernorm", "impl": aln.select_add_layer_norm("cpu", 1000, x.dtype).impl,
                    **error_vs(y, y64, aln.TOLERANCES[torch.float32])})
     a, bm = torch.randn(2, 17, 24, generator=gen), torch.randn(2, 24, 45, generator=gen)
     p = mms.matmul_softmax(a, bm, 0.2)
-    checks.append({"op": "matmul_softmax", "impl": mms.matmul_softmax_impl(a, bm)[0],
+    checks.append({"op": "matmul_softmax", "impl": mms.select_for_tensors(a, bm).impl,
                    **error_vs(p, mms.matmul_softmax_reference(a.double(), bm.double(), 0.2), mms.TOLERANCES[torch.float32])})
     xc, wc, bc = torch.randn(2, 3, 7, 9, generator=gen), torch.randn(17, 3, 3, 3, generator=gen), torch.randn(17, generator=gen)
-    yc = conv_epilogue.conv_bias_act(xc, wc, bc, 2, 1, 1, 1, "relu")
-    checks.append({"op": "conv_bias_act", "impl": conv_epilogue.describe("relu", "cpu"),
-                   **error_vs(yc, conv_epilogue.conv_bias_act_reference(xc.double(), wc.double(), bc.double(), 2, 1, 1, 1, "relu"),
-                              conv_epilogue.TOLERANCES[torch.float32])})
+    yc = conv.conv_epilogue(xc, wc, bc, None, 2, 1, 1, 1, "relu")
+    checks.append({"op": "conv_bias_act", "impl": conv.select_conv_epilogue("cpu", torch.float32, "relu").label,
+                   **error_vs(yc, conv.conv_epilogue_reference(xc.double(), wc.double(), bc.double(), None, 2, 1, 1, 1, "relu"),
+                              conv.TOLERANCES[torch.float32])})
     return checks
 
 

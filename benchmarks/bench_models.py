@@ -75,23 +75,21 @@ def bench_case(case: Case, device: str, compile_baseline: bool, chains: bool, ch
     """Measure one case; returns its JSON-able result."""
     import torch
 
-    from explorer.runtime import measure as m
-    from explorer.fusions import rewrite
-    from explorer.fusion_engine import detect
-    from explorer.graph.build import build_graph
-    from explorer.gpu_runner import RunSettings, chain_benchmarks, make_variant, measure_variants, reference_output
+    from explorer.fusion_engine import analyze, fuse
     from explorer.fusions.plan import make_plan
-    from explorer.sources import load_model
+    from explorer.runtime import measure as m
+    from explorer.runtime.chains import chain_benchmarks
+    from explorer.runtime.settings import RunSettings
+    from explorer.runtime.variants import make_variant, measure_variants, reference_output
 
     t0 = time.perf_counter()
     dtype = m.torch_dtype(case.dtype)
     cuda = device.startswith("cuda")
     log(f"[{case.key}] loading")
-    model = load_model(case.model, batch=case.batch, seq_len=case.seq_len)
-    graph = build_graph(model.gm, model.name)
-    det = detect(graph)
+    analysis = analyze(case.model, batch=case.batch, seq_len=case.seq_len)
+    model, graph, det = analysis
     plan = make_plan(det, "all")
-    fused = rewrite.apply_plan(model.gm, det, plan, device, level="all")
+    fused = fuse(analysis, plan, device)
     fused_ids = [a.chain_id for a in fused.applied if a.status == "fused"]
     failed = [dataclasses.asdict(a) for a in fused.applied if a.status != "fused"]
     classification = model.task == "classification"

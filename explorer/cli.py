@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from explorer.errors import ExplorerError
+from explorer.report import summary_table
 from explorer.units import human_bytes
 
 EXIT_USAGE = 2
@@ -144,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         Path(args.out).write_text(text)
     else:
         print(text)
-    print(gpu_runner.summary_table(report), file=sys.stderr)
+    print(summary_table(report), file=sys.stderr)
     return 0
 
 

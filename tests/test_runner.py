@@ -20,10 +20,11 @@ import time
 import pytest
 import torch
 
-from explorer import gpu_runner
-from explorer.runtime import measure
 from explorer.errors import RunError
 from explorer.gpu_runner import RunSettings, run
+from explorer.report import summary_table
+from explorer.runtime import child, measure
+from explorer.runtime.session import measure as measure_in_process
 
 FAST = dict(device="cpu", warmup=1, reps=5)
 SIDE_KEYS = {"latency_ms", "throughput", "peak_memory_bytes", "kernel_launches", "bytes_moved", "precision"}
@@ -97,7 +98,7 @@ def test_full_run_on_cpu_through_the_child(name, analyze_cached):
     assert seen and seen[-1][0] == 1.0
     assert any(s.startswith("timing chain 1/") for s in statuses), statuses
     assert all(0.0 <= f <= 1.0 for f, _ in seen)
-    assert gpu_runner.summary_table(report)
+    assert summary_table(report)
 
 
 def test_bad_source_is_one_line():
@@ -117,7 +118,7 @@ def test_plan_for_another_model_is_refused(analyze_cached):
 
 
 def test_child_crash_becomes_run_error(monkeypatch):
-    monkeypatch.setenv(gpu_runner.CRASH_TEST_ENV, "1")
+    monkeypatch.setenv(child.CRASH_TEST_ENV, "1")
     t0 = time.monotonic()
     with pytest.raises(RunError) as info:
         run("conv_bn_relu", None, RunSettings(**FAST))
@@ -135,7 +136,7 @@ class _RecordingPopen(subprocess.Popen):
 
 
 def test_cancel_kills_the_child(monkeypatch):
-    monkeypatch.setattr(gpu_runner.subprocess, "Popen", _RecordingPopen)
+    monkeypatch.setattr(child.subprocess, "Popen", _RecordingPopen)
     _RecordingPopen.instances.clear()
     cancel = threading.Event()
     first_progress: list[float] = []
@@ -172,7 +173,7 @@ def test_engine_and_runner_never_import_ui_packages():
     code = (
         "import sys\n"
         "for m in ('streamlit', 'plotly', 'pyvis'): sys.modules[m] = None  # any import now fails\n"
-        "from explorer.gpu_runner import measure, RunSettings\n"
+        "from explorer.runtime.session import measure\nfrom explorer.gpu_runner import RunSettings\n"
         "r = measure('conv_bn_relu', None, RunSettings(device='cpu', warmup=1, reps=3))\n"
         "assert r['fused']['precision']['rel_l2'] < 1e-4\n"
         "print('ok')\n"
@@ -190,7 +191,7 @@ def test_levers_and_low_precision_in_process():
 
     _, _, det = analyze("residual_block", batch=2)
     plan = make_plan(det, "all", memory_format="channels_last", cuda_graphs=True)
-    report = gpu_runner.measure("residual_block", plan.to_dict(),
+    report = measure_in_process("residual_block", plan.to_dict(),
                                 RunSettings(dtype="bf16", batch=2, per_chain=False, stages=False, **FAST))
     assert any("CUDA graphs" in n for n in report["notes"])
     assert report["plan"]["memory_format"] == "channels_last"

@@ -342,6 +342,11 @@ def time_alternated(variants: dict[str, Callable[[], Any]], device: str, plan: T
     return {n: summarize(t) for n, t in times.items()}
 
 
+def speedup(before_ms: float | None, after_ms: float | None) -> float | None:
+    """``before / after`` (how many times faster ``after`` is), or None when either is missing or zero."""
+    return float(before_ms) / float(after_ms) if before_ms and after_ms else None
+
+
 def throughput(batch: int, latency: dict[str, float]) -> float | None:
     """Items per second from the median latency."""
     ms = latency.get("median")

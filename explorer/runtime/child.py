@@ -1,0 +1,239 @@
+"""Work in a child process: JSON in on stdin, JSON lines out on stdout, killed on cancel or timeout.
+
+The parent (``run_child``) starts ``python -m <module> --child`` in a new
+process session and writes the payload; the child (``child_main``) streams::
+
+    {"progress": 0.42, "status": "timing chain 12/49"}
+    {"report": {...}}            # last line on success
+    {"error": "one line"}        # last line on a failure the child could name
+
+so an out-of-memory error, a CUDA fault or a hard crash ends the child, not the
+caller: every failure reaches the caller as ``RunError`` with one line (for a
+crash, the exit status and the last line of the child's stderr). ``cancel``
+(a ``threading.Event``) and the timeout kill the child's whole process group
+(torch.compile starts workers).
+
+Test hook (a real code path, kept on purpose): with the environment variable
+``FUSION_EXPLORER_CHILD_CRASH_TEST=1`` the child writes one line to stderr and
+exits with status 3 before doing anything, so tests can prove that a crashing
+child becomes a ``RunError`` and the caller survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from explorer.errors import ExplorerError, RunError
+
+CRASH_TEST_ENV = "FUSION_EXPLORER_CHILD_CRASH_TEST"
+
+
+def run_child(module: str, payload: dict, timeout_s: float,
+              progress: Callable[[float, str], None] | None = None,
+              cancel: threading.Event | None = None) -> dict:
+    """Run ``python -m <module> --child`` with ``payload`` as JSON on stdin; return its report.
+
+    ``progress(fraction, status)`` is called from this thread as the child
+    reports. Raises ``RunError`` with one line on any failure, including
+    ``RunError("cancelled")`` when ``cancel`` is set and a timeout.
+    """
+    payload = json.dumps(payload)
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    stderr_file = tempfile.TemporaryFile(mode="w+b")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", module, "--child"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file,
+                                env=env, start_new_session=True)
+    except OSError as exc:
+        stderr_file.close()
+        raise RunError(f"could not start the measurement process: {exc}") from None
+    lines: queue.Queue = queue.Queue()
+
+    def read_stdout() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            lines.put(raw)
+        lines.put(None)
+
+    reader = threading.Thread(target=read_stdout, name="child-stdout", daemon=True)
+    reader.start()
+    try:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(payload.encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the child died at once; its exit status says why below
+        deadline = time.monotonic() + float(timeout_s)
+        result: dict | None = None
+        error: str | None = None
+        eof = False
+        while not eof:
+            if cancel is not None and cancel.is_set():
+                _kill(proc)
+                raise RunError("cancelled")
+            if time.monotonic() > deadline:
+                _kill(proc)
+                raise RunError(f"the measurement timed out after {timeout_s:g} s and was stopped")
+            try:
+                raw = lines.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if raw is None:
+                eof = True
+                break
+            message = _parse_line(raw)
+            if message is None:
+                continue
+            if "progress" in message and progress is not None:
+                progress(float(message["progress"]), str(message.get("status", "")))
+            elif "report" in message:
+                result = message["report"]
+            elif "error" in message:
+                error = str(message["error"])
+        # stdout closed: the child is exiting
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            code = proc.wait()
+        if error is not None:
+            raise RunError(error)
+        if result is not None and code == 0:
+            return result
+        raise RunError(_crash_message(code, _last_stderr_line(stderr_file)))
+    finally:
+        if proc.poll() is None:
+            _kill(proc)
+        stderr_file.close()
+
+
+def _parse_line(raw: bytes) -> dict | None:
+    try:
+        message = json.loads(raw.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the child and its process group (its own session, started by us), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        try:
+            proc.kill()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _last_stderr_line(f: Any) -> str:
+    try:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 16384))
+        text = f.read().decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return ""
+    kept = [line.strip() for line in text.splitlines() if line.strip()]
+    return kept[-1][:300] if kept else ""
+
+
+def _crash_message(code: int | None, last: str) -> str:
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        why = f"the measurement process was killed by {name}"
+        if -code == signal.SIGKILL:
+            why += " (often: out of host memory)"
+    elif code == 0:
+        why = "the measurement process ended without a report"
+    else:
+        why = f"the measurement process crashed with exit status {code}"
+    return f"{why}; last stderr line: {last}" if last else why
+
+
+def child_main(work: Callable[[dict, Callable[[float, str], None]], dict]) -> int:
+    """The child's side: read the JSON payload, call ``work(payload, emit)``, send its report.
+
+    The protocol owns the real stdout; anything else the work prints goes to
+    stderr. Every failure becomes one ``{"error": ...}`` line (the trace goes to
+    stderr, where the parent keeps the last line for crashes).
+    """
+    if os.environ.get(CRASH_TEST_ENV) == "1":
+        sys.stderr.write(f"{CRASH_TEST_ENV}=1: simulated crash, exiting with status 3\n")
+        sys.stderr.flush()
+        os._exit(3)
+    # The protocol owns the real stdout; anything else printing to fd 1 goes to stderr.
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(message: dict) -> None:
+        proto.write(json.dumps(message, default=_json_default, allow_nan=True) + "\n")
+        proto.flush()
+
+    def emit(fraction: float, status: str) -> None:
+        send({"progress": round(float(min(max(fraction, 0.0), 1.0)), 4), "status": status})
+
+    try:
+        report = work(json.loads(sys.stdin.read() or "{}"), emit)
+        send({"report": _jsonable(report)})
+        return 0
+    except ExplorerError as exc:
+        send({"error": str(exc)})
+        return 0
+    except Exception as exc:  # OOM, CUDA errors, bugs: one line for the user, the trace on stderr
+        traceback.print_exc()
+        send({"error": _describe_failure(exc)})
+        return 0
+    finally:
+        proto.flush()
+
+
+def _describe_failure(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0][:240]
+    if type(exc).__name__ == "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
+        return f"out of GPU memory: {first}"
+    text = f"{type(exc).__name__}: {first}"
+    if "CUDA" in first or "cuda" in type(exc).__name__.lower() or "cuDNN" in first:
+        return f"CUDA error: {text}"
+    if "can't allocate memory" in first or "not enough memory" in first.lower():
+        return f"out of host memory: {text}"
+    return f"measurement failed: {text}"
+
+
+def _json_default(obj: Any) -> Any:
+    return str(obj)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return str(obj)
