@@ -34,21 +34,12 @@ from typing import Iterable, NamedTuple
 import networkx as nx
 
 from explorer.fusions import ALREADY_FUSED, PATTERNS
-from explorer.fusions.base import Chain, Detection, NearMiss, Pattern, Step
+from explorer.fusions.base import Chain, Detection, NearMiss, NoMatch, Pattern, Step
 from explorer.fusions.plan import Plan, make_plan
 from explorer.fusions.rewrite import FusedModel, apply_plan
 from explorer.graph.build import build_graph, topo_nodes
 from explorer.sources import LoadedModel, load_model
 from explorer.vocab import TRANSPARENT
-
-
-class _Refused(Exception):
-    """Internal: a candidate failed; ``reason`` is None for a plain structural mismatch."""
-
-    def __init__(self, reason: str | None, nodes: Iterable[str]) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.nodes = tuple(nodes)
 
 
 _LABEL = {"batch_norm": "BatchNorm", "layer_norm": "LayerNorm", "conv": "conv", "matmul": "MatMul"}
@@ -80,7 +71,7 @@ def _follow(g: nx.DiGraph, start: str, owner: str) -> tuple[list[str], str] | st
 
 
 def _match(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list[tuple[str, str, bool]]:
-    """Match ``pattern`` at ``anchor``. Returns [(node, role, is_compute)] or raises _Refused.
+    """Match ``pattern`` at ``anchor``. Returns [(node, role, is_compute)] or raises NoMatch.
 
     A guard, a claimed node or a fan-out refuses the candidate, but matching goes
     on structurally: the refusal becomes a near miss only if the whole pattern
@@ -122,9 +113,9 @@ def _match(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]
                 break
             if refusal is None and family_miss is not None:
                 node, step = family_miss
-                raise _Refused(f"{step.role if step.role != 'act' else 'activation'} "
+                raise NoMatch(f"{step.role if step.role != 'act' else 'activation'} "
                                f"{g.nodes[node]['kind']} not supported by {pattern.label}", chain_nodes + [node])
-            raise _Refused(None, chain_nodes)  # the pattern does not fit here at all
+            raise NoMatch(None, chain_nodes)  # the pattern does not fit here at all
         path, node, j = fits[0]
         step = steps[j]
         reason = None
@@ -144,10 +135,10 @@ def _match(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]
         cur, cur_step = node, step
         i = j + 1
     if refusal:
-        raise _Refused(*refusal)
+        raise NoMatch(*refusal)
     n_compute = sum(1 for _, _, c in matched if c)
     if n_compute < 2 or any(not s.optional for s in steps[i:]):
-        raise _Refused(None, [n for n, _, _ in matched])
+        raise NoMatch(None, [n for n, _, _ in matched])
     return matched
 
 
@@ -157,26 +148,26 @@ def _match_siblings(g: nx.DiGraph, pattern: Pattern, anchor: str,
 
     Siblings must read that input as their activation operand and take their
     weights from parameters (a GEMM over concatenated weights needs constant
-    weights), with or without a bias alike. Raises _Refused when fewer than two
+    weights), with or without a bias alike. Raises NoMatch when fewer than two
     fit, with a reason when two or more would have but differ.
     """
     step = pattern.steps[0]
     attrs = g.nodes[anchor]
     x = attrs.get("first_input")
     if x is None or x not in g or not attrs.get("const_weight"):
-        raise _Refused(None, [anchor])
+        raise NoMatch(None, [anchor])
     found = [n for n in _successors(g, x)
              if g.nodes[n]["kind"] in step.kinds and n not in claimed
              and g.nodes[n].get("first_input") == x and g.nodes[n].get("const_weight")]
     if anchor not in found or found[0] != anchor or len(found) < 2:
-        raise _Refused(None, [anchor])
+        raise NoMatch(None, [anchor])
     dtypes = {tuple(g.nodes[n]["dtypes"]) for n in found}
     biases = {g.nodes[n].get("has_bias") for n in found}
     what = f"sibling {_label(attrs['kind'])}s of {x}"
     if len(dtypes) > 1:
-        raise _Refused(f"{what} differ in dtype", found)
+        raise NoMatch(f"{what} differ in dtype", found)
     if len(biases) > 1:
-        raise _Refused(f"{what}: some have a bias, some do not", found)
+        raise NoMatch(f"{what}: some have a bias, some do not", found)
     return [(n, f"{step.role}{i}", True) for i, n in enumerate(found)]
 
 
@@ -230,8 +221,9 @@ def detect(g: nx.DiGraph, patterns: Iterable[Pattern] = PATTERNS) -> Detection:
             if anchor in claimed:
                 continue
             try:
-                matched = (_match_siblings if pattern.siblings else _match)(g, pattern, anchor, claimed)
-            except _Refused as why:
+                matcher = pattern.match or (_match_siblings if pattern.siblings else _match)
+                matched = matcher(g, pattern, anchor, claimed)
+            except NoMatch as why:
                 if why.reason:
                     refused.append(NearMiss(pattern.name, why.nodes, why.reason))
                 continue

@@ -23,6 +23,22 @@ from typing import Any, Callable, Optional
 #: far), ``prev`` (the op before, through views) and ``prev_real`` (the compute op before).
 Guard = Callable[[Any, str, dict], Optional[str]]
 
+#: ``match(graph, pattern, anchor, claimed) -> [(node, role, is_compute), ...]`` in dataflow order, the
+#: last compute node being the chain's result; raises ``NoMatch``. For shapes the step matcher cannot
+#: follow (a subgraph with a fan-out inside, such as RMSNorm's ``x * rsqrt(mean(x²) + eps)``).
+Matcher = Callable[[Any, "Pattern", str, dict], list]
+
+
+class NoMatch(Exception):
+    """A candidate does not match: ``reason`` is None for a plain structural mismatch, else a refusal a
+    person can read (it becomes a near miss); ``nodes`` are the candidate's nodes so far."""
+
+    def __init__(self, reason: str | None, nodes=()) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.nodes = tuple(nodes)
+
+
 #: What a plan's per-chain kernel choice means (``Plan.kernels``; each pattern lists its own).
 KERNEL_CHOICES: dict[str, str] = {
     "auto": "the pattern's fused kernel where it applies on the device (the default)",
@@ -68,7 +84,9 @@ class Pattern:
     """A fusion pattern: what it matches, how it is fused, and why it pays.
 
     ``priority`` orders matching across the registry (lower claims nodes
-    first). ``rewrite(ctx, chain, kernel)`` plans the edit for one accepted
+    first). Matching follows the steps through single-consumer dataflow
+    (``explorer.fusion_engine``), or gathers parallel consumers of one input
+    (``siblings``), or calls the pattern's own ``match`` for other subgraphs. ``rewrite(ctx, chain, kernel)`` plans the edit for one accepted
     chain (``explorer.fusions.edit``); None means the generic fallback
     (the chain compiled by inductor). ``fold(ctx, chain)`` is the partial edit
     of the "Conv+BN folded" stage, for patterns that hold a BatchNorm.
@@ -90,6 +108,7 @@ class Pattern:
     formula: str = ""
     kernels: tuple[str, ...] = ("auto", "inductor")   # kernel choices a plan may name (KERNEL_CHOICES)
     siblings: bool = False  # the steps are parallel consumers of one input, not a dataflow chain
+    match: Matcher | None = None  # the pattern's own matcher (steps then name its roles and anchor kinds)
 
     @property
     def joiner(self) -> str:
