@@ -103,11 +103,10 @@ def launch_config(hidden: int) -> tuple[int, int]:
     return block, num_warps
 
 
-#: Rows per program. Several rows per program were tried for 2-byte dtypes (less than 16 KB of
-#: each input in flight per program): on an H200, 8192x4096 bf16 gave 89%, 86% and 89% of copy
-#: bandwidth with 1, 2 and 4 rows, all within one run's spread
-#: (benchmarks/results/bench_kernels_add_layernorm_rows_h200.json), so one row stays the default
-#: and ``rows_per_prog`` remains a tuning knob.
+#: Rows per program. Packing several rows per program (less than 16 KB of each input in
+#: flight per program for 2-byte dtypes) measured within one run's spread of one row on an H200
+#: (``benchmarks/results/bench_kernels_add_layernorm_rows_h200.json``), so one row stays the
+#: default and ``rows_per_prog`` remains a tuning knob.
 DEFAULT_ROWS_PER_PROGRAM = 1
 
 

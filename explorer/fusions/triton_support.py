@@ -121,9 +121,9 @@ def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], ke
     """``kernel[grid](*args, **constexprs, **options)``, without the JIT's per-call cost after the first.
 
     Triton's JIT binds and specialises every argument on every call: one Add+LayerNorm call
-    through it cost about 100 µs of host time on the H200 machine, five times the eager
-    add + layer_norm pair, and 24 µs with this path and the planned call of ``add_layernorm``
-    (``benchmarks/results/host_overhead_h200.json``, ``host_overhead_fastpath_h200.json``). The first
+    through it cost several times the eager add + layer_norm pair in host time, and far less with
+    this path and the planned call of ``add_layernorm`` (measured in
+    ``benchmarks/results/host_overhead_h200.json`` and ``host_overhead_fastpath_h200.json``). The first
     call for a signature goes through the JIT, which compiles and returns the compiled
     kernel; later calls with the same signature launch that handle directly, through a
     launcher kept per grid, on the current stream of the first tensor's device.

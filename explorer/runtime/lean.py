@@ -7,9 +7,9 @@ of call in a captured graph pay for work that could be done once:
 
 - **ATen calls through ``OpOverload``** (``torch.ops.aten.view.default``).
   torch.export writes every op so; each call goes through a schema-driven
-  argument parser that costs more than the public binding of the same op
-  (``torch.transpose``, ``Tensor.view``: 4.0 against 2.6 µs of host time for a
-  view on the H200 machine, ``benchmarks/results/host_overhead_lean_h200.json``).
+  argument parser that costs more host time than the public binding of the same
+  op (``torch.transpose``, ``Tensor.view``; measured in
+  ``benchmarks/results/host_overhead_lean_h200.json``).
   ``lower_aten_calls`` swaps the target for the public binding where the two
   take the same arguments in the same order. It is the same ATen kernel either
   way: outputs are bitwise equal (tested per op).
@@ -19,14 +19,15 @@ of call in a captured graph pay for work that could be done once:
   a GEMM and an in-place GELU. That choice depends only on what a prepared graph
   fixes (device, dtype, activation, shapes), so ``specialize_fused_calls`` takes
   it here, once, through each family's lowering (which asks the family's one
-  kernel selection), and the node calls the library function directly. The kernels run are exactly the
-  ones the generic target would have run; where a condition cannot be read from
-  the graph (no shape metadata, an unusual argument), the node is left alone.
+  kernel selection), and the node calls the library function directly. The
+  kernels run are exactly the ones the generic target would have run; where a
+  condition cannot be read from the graph (no shape metadata, an unusual
+  argument), the node is left alone.
 
 A third, smaller cost: a weight read as ``self.<name>`` goes through
-``nn.Module.__getattr__`` (parameters and buffers are not instance attributes):
-0.2 µs against 0.1 for a plain attribute on the H200 machine (same JSON), and
-BERT-base reads about 200 per forward. ``pin_attrs`` makes each read a plain
+``nn.Module.__getattr__`` (parameters and buffers are not instance attributes),
+about twice a plain attribute read (same JSON), and BERT-base reads about 200
+per forward. ``pin_attrs`` makes each read a plain
 instance-attribute lookup of the same tensor object.
 
 A lean graph is final: it is tied to the state it was made in. Pinned reads
