@@ -50,6 +50,7 @@ def _upload_path(files: list) -> str:
         first, rest = files[0], files[1:]
         for f in files:
             ui_files.check_size(f.name, f.size)
+        ui_state.keep_uploads(set())  # a new upload: earlier ones, but the active model's, are removed
         ss.upload_paths[ident] = ui_files.store_upload(
             first.name, first.getvalue(), tuple((f.name, f.getvalue()) for f in rest))
     return ss.upload_paths[ident]
@@ -132,7 +133,9 @@ def init_widget_defaults() -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="Fusion Explorer", page_icon=":material/hub:", layout="wide")
+    # A local image: a ":material/...:" page icon makes the browser fetch the favicon from
+    # fonts.gstatic.com, and the app makes no network request (docs/security.md).
+    st.set_page_config(page_title="Fusion Explorer", page_icon=str(HERE / "ui" / "icon.png"), layout="wide")
     ui_state.init_state()
     init_widget_defaults()
     ui_state.finish_run()
@@ -163,8 +166,8 @@ def main() -> None:
     ss = st.session_state
     error = ss.load_error
     if error and (requested is None or requested == ss.failed_spec):
-        st.error(f"Could not load the model: {error}"
-                 + (f" — still showing {ss.active.label}." if ss.active else ""))
+        st.error(f"Could not load the model: {ui_files.escape_markdown(error)}"
+                 + (f" — still showing {ui_files.escape_markdown(ss.active.label)}." if ss.active else ""))
     if not cuda:
         st.warning("No GPU on this machine: every number the Run page measures is a CPU number, "
                    "not what a fused GPU kernel would give.", icon=":material/warning:")

@@ -10,8 +10,10 @@
     fusion-explorer app [STREAMLIT ARGS...]
 
 MODEL is a zoo name or a path (.onnx, .pt2, a Hugging Face folder). Every
-user error prints one line on stderr and exits with status 2; nothing prints
-a traceback.
+user error, argument errors included, prints one line on stderr and exits with
+status 2; nothing prints a traceback. Text that comes from a file (node and
+model names, messages quoting them) goes through ``clean`` before it reaches
+the terminal, so a name cannot carry escape sequences.
 """
 
 from __future__ import annotations
@@ -19,15 +21,36 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, PlanError, ReportError
 from explorer.report import summary_table
 from explorer.units import human_bytes
 
 EXIT_USAGE = 2
+MAX_PLAN_BYTES = 5 * 2**20
+MAX_REPORT_BYTES = 50 * 2**20
+# ANSI/VT escape sequences (CSI, OSC, and two-byte ESC forms), then any other control or
+# bidirectional-override character.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: object) -> str:
+    """``text`` made safe for a terminal: escape sequences removed, other control characters shown
+    as ``?``. Every string the CLI prints that may come from a file goes through here."""
+    return _CONTROLS.sub("?", _ESCAPES.sub("", str(text)))
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line and exit status 2 (no usage block)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {clean(' '.join(message.split()))}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
 
 
 def _positive(text: str) -> int:
@@ -65,7 +88,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
     t = det.totals
-    print(f"{model.name} ({model.source}): {t.get('nodes', 0)} nodes, {t.get('ops', 0)} ops, "
+    print(f"{clean(model.name)} ({model.source}): {t.get('nodes', 0)} nodes, {t.get('ops', 0)} ops, "
           f"{t.get('params', 0) / 1e6:.1f} M params, {t.get('flops', 0) / 1e9:.2f} GFLOP, "
           f"{human_bytes(t.get('bytes', 0))} moved unfused")
     print()
@@ -73,8 +96,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
     print(f"{'id':<34} {'pattern':<{width}} {'bytes saved':>12} {'launches':>8}  origin")
     for c in det.chains:
         joiner = " | " if c.siblings else " -> "  # siblings read one input side by side
-        print(f"{c.id:<34} {BY_NAME[c.pattern].label:<{width}} {human_bytes(c.bytes_saved):>12} "
-              f"{c.launches_saved:>8}  {joiner.join(c.names)}")
+        print(f"{clean(c.id):<34} {BY_NAME[c.pattern].label:<{width}} {human_bytes(c.bytes_saved):>12} "
+              f"{c.launches_saved:>8}  {clean(joiner.join(c.names))}")
     print()
     print("chains per pattern: " + ", ".join(f"{p.label} {det.counts[p.name]}" for p in PATTERNS if det.counts[p.name]))
     print(f"total: {len(det.chains)} chains, {result['launches_saved']} launches and "
@@ -82,7 +105,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if det.near_misses:
         print(f"\nnear misses ({len(det.near_misses)}):")
         for m in det.near_misses:
-            print(f"  {BY_NAME[m.pattern].label:<{width}} {' -> '.join(m.nodes)}: {m.reason}")
+            print(f"  {BY_NAME[m.pattern].label:<{width}} {clean(' -> '.join(m.nodes))}: {clean(m.reason)}")
     return 0
 
 
@@ -90,13 +113,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from explorer.fusion_engine import analyze
     from explorer.fusions.plan import make_plan
 
+    reports = {path: _read_report(path) for path in (args.reject_slower, args.separate_gpu_slower) if path}
     _, _, det = analyze(args.model, batch=args.batch, seq_len=args.seq_len)
+    for path, report in reports.items():
+        _check_report_model(report, det, path)
     reject = [r.strip() for r in (args.reject or "").split(",") if r.strip()]
     if args.reject_slower:
         from explorer.fusions.plan import slower_chains
 
         known = {c.id for c in det.chains}
-        reject += [c for c in slower_chains(_read_report(args.reject_slower)) if c in known and c not in reject]
+        reject += [c for c in slower_chains(reports[args.reject_slower]) if c in known and c not in reject]
     kernels = {}
     for item in args.kernel or []:
         chain_id, sep, choice = item.partition("=")
@@ -106,7 +132,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.separate_gpu_slower:
         from explorer.fusions.plan import gpu_slower_chains
 
-        for chain_id in gpu_slower_chains(_read_report(args.separate_gpu_slower), det):
+        for chain_id in gpu_slower_chains(reports[args.separate_gpu_slower], det):
             kernels.setdefault(chain_id, "separate_epilogue")
     plan = make_plan(det, accept=args.accept, reject=reject, memory_format=args.memory_format,
                      cuda_graphs=args.cuda_graphs, kernels=kernels)
@@ -115,38 +141,99 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _read_report(path: str) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ExplorerError(f"cannot read report {path}: {exc}") from None
+    """A runner report for ``--reject-slower``/``--separate-gpu-slower``: a regular JSON file of bounded
+    size and depth whose ``chains`` are objects with a string ``id`` and boolean verdicts."""
+    from explorer import jsonfile
+
+    what = f"report {path}"
+    report = jsonfile.read_json_file(path, what, ReportError, MAX_REPORT_BYTES, 64, allow_nan=True)
+    if not isinstance(report, dict) or not isinstance(report.get("chains"), list):
+        raise ReportError(f"{what} is not a runner report: it has no 'chains' list")
+    plan = report.get("plan")
+    if plan is not None and not isinstance(plan, dict):
+        raise ReportError(f"{what} is not a runner report: 'plan' is not an object")
+    if plan and "cuda_graphs" in plan and not isinstance(plan["cuda_graphs"], bool):
+        raise ReportError(f"{what}: plan 'cuda_graphs' must be true or false")
+    for i, chain in enumerate(report["chains"]):
+        if not isinstance(chain, dict) or not isinstance(chain.get("id"), str) or not chain["id"]:
+            raise ReportError(f"{what}: chain {i} is not an object with a string 'id'")
+        for key in ("slower", "slower_in_graph"):
+            if chain.get(key) is not None and not isinstance(chain[key], bool):
+                raise ReportError(f"{what}: chain '{chain['id'][:80]}' has a '{key}' that is not true or false")
+    return report
+
+
+def _check_report_model(report: dict, det, path: str) -> None:
+    """Refuse a report measured on another model: its plan's graph fingerprint, or else its chain ids."""
+    plan = report.get("plan") or {}
+    model = report.get("model")
+    name = model.get("name") if isinstance(model, dict) else model
+    fingerprint = plan.get("fingerprint")
+    if fingerprint is not None and fingerprint != det.fingerprint:
+        raise ReportError(f"report {path} was measured on model '{str(name or plan.get('model') or '?')[:80]}' "
+                          f"(graph {str(fingerprint)[:40]}), not on '{det.model}' (graph {det.fingerprint})")
+    known = {c.id for c in det.chains}
+    unknown = [c["id"] for c in report["chains"] if c["id"] not in known]
+    if unknown:
+        raise ReportError(f"report {path} names chains '{det.model}' does not have ({unknown[0][:80]}, ...): "
+                          "it was measured on another model")
+
+
+def _check_out(path: str) -> None:
+    """Refuse an ``--out`` that cannot be written, before anything is measured."""
+    if "\x00" in path:
+        raise ExplorerError("--out holds a NUL byte")
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise ExplorerError(f"cannot write the report to {path}: the folder {folder} does not exist")
+    if target.is_dir():
+        raise ExplorerError(f"cannot write the report to {path}: it is a folder")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise ExplorerError(f"cannot write the report to {path}: permission denied")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from explorer import gpu_runner
     from explorer.fusions.plan import Plan
 
+    from explorer import jsonfile
+
+    if args.out:
+        _check_out(args.out)
     plan = None
     if args.plan:
-        try:
-            text = Path(args.plan).read_text()
-        except OSError as exc:
-            raise ExplorerError(f"cannot read plan {args.plan}: {exc.strerror}") from None
-        plan = Plan.from_json(text)
+        plan = Plan.from_dict(jsonfile.read_json_file(args.plan, f"plan {args.plan}", PlanError, MAX_PLAN_BYTES))
+    _check_source(args.model, args.batch, args.seq_len)
     settings = gpu_runner.RunSettings(device=args.device, dtype=args.dtype, batch=args.batch,
                                       seq_len=args.seq_len, per_chain=not args.no_chains,
                                       stages=not args.no_stages)
 
     def progress(fraction: float, status: str) -> None:
-        print(f"[{fraction * 100:5.1f}%] {status}", file=sys.stderr, flush=True)
+        print(f"[{fraction * 100:5.1f}%] {clean(status)}", file=sys.stderr, flush=True)
 
     report = gpu_runner.run(args.model, plan, settings, progress=progress)
     text = json.dumps(report, indent=2)
     if args.out:
-        Path(args.out).write_text(text)
+        try:
+            Path(args.out).write_text(text)
+        except OSError as exc:
+            raise ExplorerError(f"cannot write the report to {args.out}: {exc.strerror}") from None
     else:
         print(text)
-    print(summary_table(report), file=sys.stderr)
+    print(clean(summary_table(report)), file=sys.stderr)
     return 0
+
+
+def _check_source(source: str, batch: int | None, seq_len: int | None) -> None:
+    """Before a run: a zoo name must exist and its inputs fit; a file must load in the isolated
+    loader (one line when not), so that a bad model fails before the runner starts."""
+    from explorer.sources import check_source, zoo
+
+    if source in zoo.ZOO:
+        zoo.get_entry(source).example_inputs(batch, seq_len)
+        return
+    check_source(source, batch, seq_len)
 
 
 def cmd_app(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -163,7 +250,7 @@ def cmd_app(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fusion-explorer", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="fusion-explorer", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("models", help="list the built-in zoo")
@@ -216,14 +303,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handlers[args.command](args)
     except ExplorerError as exc:
-        print(f"fusion-explorer: error: {exc}", file=sys.stderr)
+        print(f"fusion-explorer: error: {clean(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("fusion-explorer: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # last resort: one line, never a traceback
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"fusion-explorer: unexpected error: {type(exc).__name__}: {first[:300]}", file=sys.stderr)
+    except MemoryError:
+        print("fusion-explorer: error: out of memory", file=sys.stderr)
+        return EXIT_USAGE
+    except (Exception, RecursionError) as exc:  # last resort: one line, never a traceback
+        first = " ".join(str(exc).split())[:300]
+        print(f"fusion-explorer: unexpected error: {type(exc).__name__}: {clean(first)}", file=sys.stderr)
         return 1
 
 

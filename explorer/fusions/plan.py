@@ -14,11 +14,16 @@ import json
 from typing import Any, Iterable
 
 from explorer.errors import PlanError
+from explorer.jsonfile import parse_json
 from explorer.fusions import BY_NAME
 from explorer.fusions.base import Detection
 
 PLAN_VERSION = 1
 MEMORY_FORMATS = ("nchw", "channels_last")
+PLAN_FIELDS = ("version", "model", "fingerprint", "accepted", "kernels", "memory_format", "cuda_graphs")
+MAX_PLAN_BYTES = 5 * 2**20
+MAX_NAME_CHARS = 500
+MAX_CHAINS = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,31 +51,44 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Any) -> "Plan":
+        """A plan from its JSON value, strictly: every field of the wrong type is an error (one line),
+        never coerced (``"cuda_graphs": "false"`` is refused, not read as true); unknown fields too."""
         if not isinstance(data, dict):
             raise PlanError("a plan must be a JSON object")
+        unknown = sorted(str(k)[:40] for k in data if k not in PLAN_FIELDS)
+        if unknown:
+            raise PlanError(f"plan has unknown field(s): {', '.join(unknown[:5])}")
         missing = [k for k in ("model", "fingerprint", "accepted") if k not in data]
         if missing:
             raise PlanError(f"plan is missing {', '.join(missing)}")
-        if data.get("version", PLAN_VERSION) != PLAN_VERSION:
-            raise PlanError(f"plan version {data.get('version')} is not supported (expected {PLAN_VERSION})")
+        version = data.get("version", PLAN_VERSION)
+        if isinstance(version, bool) or version != PLAN_VERSION or not isinstance(version, int):
+            raise PlanError(f"plan version {str(version)[:20]} is not supported (expected {PLAN_VERSION})")
+        for key in ("model", "fingerprint"):
+            if not isinstance(data[key], str) or not data[key] or len(data[key]) > MAX_NAME_CHARS:
+                raise PlanError(f"plan '{key}' must be a non-empty string of at most {MAX_NAME_CHARS} characters")
         accepted = data["accepted"]
-        if not isinstance(accepted, list) or not all(isinstance(a, str) for a in accepted):
-            raise PlanError("plan 'accepted' must be a list of chain ids")
-        kernels = data.get("kernels") or {}
-        if not isinstance(kernels, dict):
-            raise PlanError("plan 'kernels' must be an object")
-        return cls(model=str(data["model"]), fingerprint=str(data["fingerprint"]),
-                   accepted=tuple(accepted), kernels={str(k): str(v) for k, v in kernels.items()},
-                   memory_format=str(data.get("memory_format", "nchw")),
-                   cuda_graphs=bool(data.get("cuda_graphs", False)))
+        if not isinstance(accepted, list) or not all(isinstance(a, str) and a for a in accepted):
+            raise PlanError("plan 'accepted' must be a list of chain ids (strings)")
+        if len(accepted) > MAX_CHAINS or len(set(accepted)) != len(accepted):
+            raise PlanError("plan 'accepted' lists a chain twice, or more chains than any model has")
+        kernels = data.get("kernels", {})
+        if not isinstance(kernels, dict) or len(kernels) > MAX_CHAINS or not all(
+                isinstance(v, str) and v for v in kernels.values()):
+            raise PlanError("plan 'kernels' must be an object mapping chain ids to kernel names (strings)")
+        memory_format = data.get("memory_format", "nchw")
+        if not isinstance(memory_format, str):
+            raise PlanError(f"plan 'memory_format' must be one of {', '.join(MEMORY_FORMATS)}")
+        cuda_graphs = data.get("cuda_graphs", False)
+        if not isinstance(cuda_graphs, bool):
+            raise PlanError("plan 'cuda_graphs' must be true or false")
+        return cls(model=data["model"], fingerprint=data["fingerprint"], accepted=tuple(accepted),
+                   kernels=dict(kernels), memory_format=memory_format[:40], cuda_graphs=cuda_graphs)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Plan":
-        try:
-            data = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise PlanError(f"plan is not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        """A plan from JSON text (bounded size and nesting, ``explorer.jsonfile``), then ``from_dict``."""
+        return cls.from_dict(parse_json(text, "plan", PlanError, MAX_PLAN_BYTES))
 
     def check_for(self, detection: Detection) -> None:
         """Refuse a plan made for another model, or naming chains this model does not have."""

@@ -37,6 +37,7 @@ import torch
 import torch.fx
 
 from explorer.errors import ExplorerError, ModelLoadError, UnsupportedOpError
+from explorer.sources import limits
 
 aten = torch.ops.aten
 
@@ -143,6 +144,23 @@ def _check_ops(model, path: str) -> None:
         raise UnsupportedOpError(sorted(bad), os.path.basename(path))
 
 
+def check_model(model, path: str, data_path: str | os.PathLike | None = None) -> None:
+    """Every check ``import_onnx`` makes before translating, on an already parsed model, without
+    reading external data: structure, opset, supported ops, external locations and extents, and the
+    declared bytes of all weights and constant tensors against the memory budget."""
+    _check_structure(model, path)
+    _default_opset(model, path)
+    _check_ops(model, path)
+    _load_external_data(model, path, data_path, load=False)
+    tensors = list(model.graph.initializer)
+    for node in model.graph.node:
+        for a in node.attribute:
+            tensors.extend([a.t] if a.HasField("t") else [])
+            tensors.extend(a.tensors)
+    total = sum(declared_bytes(t, f"tensor '{t.name[:80]}'") for t in tensors)
+    limits.check_budget(total, f"{os.path.basename(path)}: its weights and constants")
+
+
 def _external_tensors(model) -> list:
     """Initializers and Constant attribute tensors whose bytes live in another file."""
     import onnx
@@ -164,14 +182,58 @@ def _external_location(tensor) -> str:
     raise ModelLoadError(f"external tensor '{tensor.name}' records no data location")
 
 
-def _inside(folder: str, candidate: str) -> bool:
-    folder = os.path.realpath(folder)
-    candidate = os.path.realpath(candidate)
-    return os.path.commonpath([folder, candidate]) == folder
+def _element_size(data_type: int, what: str) -> int:
+    """Bytes per element of an ONNX tensor data type (strings and unknown types are refused)."""
+    from onnx import helper
+
+    if data_type == 16:  # BFLOAT16
+        return 2
+    try:
+        import numpy as np
+
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(data_type))
+    except Exception:
+        raise ModelLoadError(f"{what} has an unsupported element type {data_type}") from None
+    if dtype.kind not in "biuf":
+        raise ModelLoadError(f"{what} has an unsupported element type {dtype}")
+    return dtype.itemsize
 
 
-def _load_external_data(model, path: str, data_path: str | os.PathLike | None) -> None:
-    """Validate every external location (before reading a byte), then load the data."""
+def declared_bytes(tensor, what: str) -> int:
+    """Bytes a TensorProto declares through its dims and data type (nothing is read)."""
+    return limits.tensor_bytes([int(d) for d in tensor.dims], _element_size(tensor.data_type, what), what)
+
+
+def _external_entry(tensor, key: str) -> str | None:
+    for entry in tensor.external_data:
+        if entry.key == key:
+            return entry.value
+    return None
+
+
+def _external_int(tensor, key: str) -> int | None:
+    value = _external_entry(tensor, key)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise ModelLoadError(f"external tensor '{tensor.name[:80]}' records a {key} that is not a number") from None
+    if number < 0:
+        raise ModelLoadError(f"external tensor '{tensor.name[:80]}' records a negative {key}")
+    return number
+
+
+def _load_external_data(model, path: str, data_path: str | os.PathLike | None, load: bool = True) -> None:
+    """Validate every external location and extent (before reading a byte), then load the data
+    (``load=False``: validate only).
+
+    Each location must resolve inside the model's folder (or the folder given
+    as ``data_path``), links followed, and be a regular file; each tensor's
+    bytes (offset + the length its shape needs) must lie inside that file, and
+    a recorded ``length`` must equal what the shape needs. A missing length is
+    set to that size, so no read runs to the end of a file.
+    """
     from onnx import external_data_helper
 
     tensors = _external_tensors(model)
@@ -180,10 +242,7 @@ def _load_external_data(model, path: str, data_path: str | os.PathLike | None) -
     model_dir = os.path.dirname(os.path.abspath(path))
     locations = sorted({_external_location(t) for t in tensors})
     for loc in locations:
-        if os.path.isabs(loc) or loc.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", loc):
-            raise ModelLoadError(f"external data location '{loc}' is an absolute path: it escapes its folder")
-        if not _inside(model_dir, os.path.join(model_dir, loc)):
-            raise ModelLoadError(f"external data location '{loc}' escapes its folder")
+        limits.resolve_inside(model_dir, loc, "external data location")
 
     base_dir = model_dir
     if data_path is not None:
@@ -204,12 +263,29 @@ def _load_external_data(model, path: str, data_path: str | os.PathLike | None) -
             locations = [os.path.basename(data_path)]
         else:
             raise ModelLoadError(f"external data path not found: {data_path}")
+    sizes: dict[str, int] = {}
     for loc in locations:
-        full = os.path.join(base_dir, loc)
-        if not _inside(base_dir, full):
-            raise ModelLoadError(f"external data location '{loc}' escapes its folder")
-        if not os.path.isfile(full):
+        full = limits.resolve_inside(base_dir, loc, "external data location")
+        if not full.exists():
             raise ModelLoadError(f"external data file '{loc}' not found next to {os.path.basename(path)}")
+        if not full.is_file():
+            raise ModelLoadError(f"external data '{loc}' is not a regular file")
+        sizes[loc] = full.stat().st_size
+    for t in tensors:
+        what = f"external tensor '{t.name[:80]}'"
+        need = declared_bytes(t, what)
+        offset = _external_int(t, "offset") or 0
+        length = _external_int(t, "length")
+        if length is not None and length != need:
+            raise ModelLoadError(f"{what} records {length} bytes but its shape needs {need}")
+        loc = _external_location(t)
+        if offset + need > sizes[loc]:
+            raise ModelLoadError(f"{what} reaches past the end of '{loc}' ({offset + need} > {sizes[loc]} bytes)")
+        if length is None:
+            entry = t.external_data.add()
+            entry.key, entry.value = "length", str(need)
+    if not load:
+        return
     try:
         external_data_helper.load_external_data_for_model(model, base_dir)
     except ExplorerError:
@@ -260,6 +336,29 @@ class _Builder:
         self.buffer_names: set[str] = set()
         self.onnx_name = ""
         self.current_outputs = 0
+        self.constant_bytes = 0  # weights and every value folded at import time, kept in self.env
+
+    def reserve(self, nbytes: int, what: str) -> None:
+        """Count ``nbytes`` of constants about to be materialised; refuse past the memory budget."""
+        self.constant_bytes += int(nbytes)
+        limits.check_budget(self.constant_bytes, f"{os.path.basename(self.path)}: {what} (with the weights "
+                                                 "and the values folded before it)")
+
+    def _reserve_eager(self, target, args, kwargs) -> None:
+        """Before folding ``target`` on constants, compute its output on the meta device (no data)
+        and reserve its size; ops without a meta kernel are left to their eager bound."""
+        def to_meta(v):
+            return v.to("meta") if isinstance(v, torch.Tensor) else v
+
+        try:
+            out = target(*_map(args, to_meta), **{k: _map(v, to_meta) for k, v in kwargs.items()})
+        except ExplorerError:
+            raise
+        except Exception:
+            return
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        nbytes = sum(o.numel() * o.element_size() for o in outs if isinstance(o, torch.Tensor))
+        self.reserve(nbytes, f"constant folding of node '{self.onnx_name[:80]}'")
 
     # -- values
 
@@ -285,6 +384,7 @@ class _Builder:
     def call(self, target, *args, **kwargs):
         """Apply ``target``: eagerly on constants, else as an fx node with a meta value."""
         if not _any_node(args) and not _any_node(list(kwargs.values())):
+            self._reserve_eager(target, args, kwargs)
             return target(*args, **kwargs)
         args = _map(args, lambda v: self.get_attr(v) if isinstance(v, torch.Tensor) else v)
         kwargs = {k: _map(v, lambda x: self.get_attr(x) if isinstance(x, torch.Tensor) else x) for k, v in kwargs.items()}
@@ -313,6 +413,7 @@ class _Builder:
 
         graph = self.model.graph
         for init in graph.initializer:
+            self.reserve(declared_bytes(init, f"weight '{init.name[:80]}'"), f"weight '{init.name[:80]}'")
             try:
                 arr = numpy_helper.to_array(init)
             except Exception as err:
@@ -906,6 +1007,8 @@ def _size(b, ins, attrs):
 def _constant_of_shape(b, ins, attrs):
     shape = _ints(ins[0], "ConstantOfShape's shape")
     value = attrs.get("value", torch.zeros(1, dtype=torch.float32))
+    b.reserve(limits.tensor_bytes(shape, value.element_size(), "ConstantOfShape's shape"),
+              f"ConstantOfShape '{b.onnx_name[:80]}' of shape {shape[:8]}")
     return torch.full(shape, value.reshape(-1)[0].item(), dtype=value.dtype)
 
 
@@ -1056,6 +1159,8 @@ def _gather_nd(b, ins, attrs):
 @_op("Range")
 def _range(b, ins, attrs):
     start, limit, delta = (_const(v, "Range bounds").item() for v in ins)
+    count = limits.safe_ceil_div(limit - start, delta)
+    b.reserve(count * ins[0].element_size(), f"Range '{b.onnx_name[:80]}' of {count} elements")
     return torch.arange(start, limit, delta, dtype=ins[0].dtype)
 
 

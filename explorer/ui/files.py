@@ -5,10 +5,18 @@ No Streamlit here (the app calls these; the tests call them directly).
 - ``store_upload(name, data)`` writes an uploaded model into a fresh temp dir
   keyed by its content hash and returns the path ``load_model`` takes;
   ``extract_zip(data)`` unpacks a .zip (model + external data) safely:
-  absolute paths, ``..``, links and oversized archives are refused.
+  absolute paths, ``..``, links, too many members, a total over
+  ``MAX_EXTRACT_BYTES`` or a member inflating more than ``MAX_INFLATION``
+  times are refused before a byte is written, every member is streamed
+  through a byte counter, and a failed extraction leaves no folder behind.
+- ``UploadFolders`` remembers one session's upload folders and removes them
+  when the session's state is dropped (or the process exits);
+  ``remove_upload(path)`` removes one (only folders this module made).
 - ``report_csv(report)`` flattens a run report into one CSV; ``load_report``
-  reads one back from JSON (data only: it is parsed, never run) and checks
-  that it has the report's contract keys.
+  reads one back from JSON (``explorer.jsonfile``: bounded size and nesting,
+  data only, never run) and checks the types of the fields the app reads.
+- ``escape_markdown(text)`` makes a string from a file safe to pass to a
+  Streamlit element that renders markdown (no links, images or HTML).
 - ``fused_pt2_bytes`` / ``fused_onnx_bytes`` export the model a plan makes
   (``explorer.rewrite.apply_plan``) with ``torch.export.save`` / ``torch.onnx.export``.
 """
@@ -18,21 +26,27 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import os
 import re
+import shutil
 import stat
 import tempfile
+import weakref
 import zipfile
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from explorer import jsonfile
 from explorer.errors import ExplorerError, ModelLoadError, ReportError
 
 MAX_UPLOAD_MB = 200
 MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * 1024 * 1024
 UPLOAD_ROOT_PREFIX = "fusion-explorer-upload-"
 MAX_REPORT_MB = 50
+MAX_EXTRACT_BYTES = 2 * MAX_UPLOAD_BYTES
+MAX_INFLATION = 100  # uncompressed / compressed, per member larger than 1 MiB
+MAX_ZIP_MEMBERS = 1000
 
 
 def _safe_name(name: str) -> str:
@@ -60,51 +74,129 @@ def store_upload(name: str, data: bytes, extra: tuple[tuple[str, bytes], ...] = 
     if name.lower().endswith(".zip"):
         return extract_zip(data, name)
     folder = _fresh_dir(digest)
-    path = folder / _safe_name(name)
-    path.write_bytes(data)
-    for extra_name, extra_data in extra:
-        (folder / _safe_name(extra_name)).write_bytes(extra_data)
+    try:
+        path = folder / _safe_name(name)
+        path.write_bytes(data)
+        for extra_name, extra_data in extra:
+            (folder / _safe_name(extra_name)).write_bytes(extra_data)
+    except OSError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ModelLoadError(f"{_safe_name(name)}: could not store the upload: {exc.strerror}") from None
     return str(path)
 
 
-def extract_zip(data: bytes, name: str = "upload.zip") -> str:
-    """Extract an archive holding one ``.onnx`` (plus its external data) into a fresh temp dir.
+def remove_upload(path: str) -> None:
+    """Remove the temp folder holding an upload (``store_upload``/``extract_zip``); anything else is left."""
+    folder = Path(path).parent
+    tmp = Path(tempfile.gettempdir()).resolve()
+    try:
+        real = folder.resolve()
+    except OSError:
+        return
+    while real.parent != tmp and real.parent != real:  # a model inside a sub-folder of the zip
+        real = real.parent
+    if real.parent == tmp and real.name.startswith(UPLOAD_ROOT_PREFIX):
+        shutil.rmtree(real, ignore_errors=True)
 
-    Refuses members with absolute paths, ``..`` parts, drive letters or links,
-    and archives that expand beyond the upload limit. Returns the ``.onnx`` path.
+
+def remove_uploads(paths: dict) -> None:
+    """Remove every upload folder in ``paths`` (values are model paths) and forget them."""
+    for path in list(paths.values()):
+        remove_upload(path)
+    paths.clear()
+
+
+class UploadFolders(MutableMapping):
+    """One session's uploads: {uploaded file ids: model path}. When the object is dropped (the app
+    session ended and its state was released) or the process exits, every folder is removed."""
+
+    def __init__(self) -> None:
+        self._paths: dict = {}
+        self._finalizer = weakref.finalize(self, remove_uploads, self._paths)
+
+    def __getitem__(self, key: Any) -> str:
+        return self._paths[key]
+
+    def __setitem__(self, key: Any, path: str) -> None:
+        self._paths[key] = path
+
+    def __delitem__(self, key: Any) -> None:
+        remove_upload(self._paths.pop(key))
+
+    def __iter__(self) -> Iterator:
+        return iter(list(self._paths))
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def keep_only(self, keep: set[str]) -> None:
+        """Remove the folders of every upload whose path is not in ``keep``."""
+        for key, path in list(self._paths.items()):
+            if path not in keep:
+                del self[key]
+
+
+def extract_zip(data: bytes, name: str = "upload.zip") -> str:
+    """Extract an archive holding one ``.onnx`` or ``.pt2`` (plus external data) into a fresh temp dir.
+
+    Refuses, before writing anything: members with absolute paths, ``..`` parts,
+    drive letters, control characters or links; more than ``MAX_ZIP_MEMBERS``
+    members; a declared total over ``MAX_EXTRACT_BYTES``; a member that inflates
+    more than ``MAX_INFLATION`` times. Members are then streamed through a
+    counter that stops at the declared size (a lying header cannot write more).
+    On any failure the folder is removed. Returns the model's path.
     """
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         infos = archive.infolist()
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, ValueError, EOFError, NotImplementedError, OverflowError):
         raise ModelLoadError(f"{name}: not a zip file") from None
+    if len(infos) > MAX_ZIP_MEMBERS:
+        raise ModelLoadError(f"{name}: {len(infos)} members is more than {MAX_ZIP_MEMBERS}; refused")
     total = 0
     for info in infos:
         member = info.filename
         parts = member.replace("\\", "/").split("/")
-        if member.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", member) or ".." in parts:
-            raise ModelLoadError(f"{name}: member '{member}' would be written outside the archive; refused")
+        if (member.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", member) or ".." in parts
+                or re.search(r"[\x00-\x1f\x7f]", member)):
+            raise ModelLoadError(f"{name}: member {member[:120]!r} would be written outside the archive; refused")
         mode = info.external_attr >> 16
-        if stat.S_ISLNK(mode):
-            raise ModelLoadError(f"{name}: member '{member}' is a link; refused")
+        if stat.S_ISLNK(mode) or (mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))):
+            raise ModelLoadError(f"{name}: member '{member[:120]}' is a link or special file; refused")
+        if info.file_size > 2**20 and info.file_size > MAX_INFLATION * max(info.compress_size, 1):
+            raise ModelLoadError(f"{name}: member '{member[:120]}' inflates {info.file_size // max(info.compress_size, 1)}"
+                                 f" times ({info.file_size / 2**20:.0f} MB); refused as a zip bomb")
         total += info.file_size
-    if total > 4 * MAX_UPLOAD_BYTES:
-        raise ModelLoadError(f"{name}: expands to {total / 2**20:.0f} MB, over the limit")
+    if total > MAX_EXTRACT_BYTES:
+        raise ModelLoadError(f"{name}: expands to {total / 2**20:.0f} MB, over the limit of "
+                             f"{MAX_EXTRACT_BYTES / 2**20:.0f} MB")
     models = [i.filename for i in infos if i.filename.lower().endswith((".onnx", ".pt2")) and not i.is_dir()]
     if len(models) != 1:
         raise ModelLoadError(f"{name}: the zip must hold exactly one .onnx or .pt2 model, found {len(models)}")
     folder = _fresh_dir(hashlib.sha256(data).hexdigest())
-    root = folder.resolve()
-    for info in infos:
-        target = (folder / info.filename).resolve()
-        if root not in target.parents and target != root:
-            raise ModelLoadError(f"{name}: member '{info.filename}' escapes the folder; refused")
-        if info.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with archive.open(info) as src, open(target, "wb") as dst:
-            dst.write(src.read())
+    try:
+        root = folder.resolve()
+        for info in infos:
+            target = (folder / info.filename).resolve()
+            if root not in target.parents and target != root:
+                raise ModelLoadError(f"{name}: member '{info.filename[:120]}' escapes the folder; refused")
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            written = 0
+            with archive.open(info) as src, open(target, "xb") as dst:
+                while chunk := src.read(1 << 20):
+                    written += len(chunk)
+                    if written > info.file_size:
+                        raise ModelLoadError(f"{name}: member '{info.filename[:120]}' is larger than it declares")
+                    dst.write(chunk)
+    except ModelLoadError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError) as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ModelLoadError(f"{name}: could not extract it ({type(exc).__name__})") from None
     return str(folder / models[0])
 
 
@@ -145,18 +237,46 @@ def report_csv(report: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------ fused models
 
+_REPORT_TYPES: dict[str, tuple] = {
+    "chains": (list,), "stages": (list,), "environment": (dict,), "plan": (dict,), "settings": (dict,),
+    "model": (dict, str), "notes": (list,), "stages_skipped": (list,), "baselines": (dict, list),
+    "error": (str,), "precision_note": (str,), "bytes_note": (str,), "graph_calls_note": (str,),
+}
+_NUMBER = (int, float)
+
+
+def _check_numbers(d: dict, where: str, name: str) -> None:
+    """Values the charts compute with: numbers (not strings or booleans) or null."""
+    for key, value in d.items():
+        if key in ("median", "p20", "p80", "speedup", "graph_speedup", "unfused_ms", "fused_ms", "max_abs",
+                   "rel_err", "throughput", "rel_l2", "max_rel", "cosine", "top1_agreement",
+                   "peak_memory_bytes", "bytes_moved") and value is not None:
+            if isinstance(value, bool) or not isinstance(value, _NUMBER):
+                raise ReportError(f"{name} is not a run report: {where}'{key}' is not a number")
+        elif key in ("slower", "slower_in_graph", "is_cpu", "cuda_graphs") and value is not None \
+                and not isinstance(value, bool):
+            raise ReportError(f"{name} is not a run report: {where}'{key}' is not true or false")
+        elif isinstance(value, dict):
+            for sub_key, sub in value.items():
+                if sub_key in ("median", "p20", "p80", "rel_l2", "max_abs", "max_rel", "cosine") and sub is not None \
+                        and (isinstance(sub, bool) or not isinstance(sub, _NUMBER)):
+                    raise ReportError(f"{name} is not a run report: {where}'{key}.{sub_key}' is not a number")
+
+
 def load_report(name: str, data: bytes) -> dict[str, Any]:
     """A run report read back from its JSON (the Export page's, or ``fusion-explorer run --out``).
 
-    Raises ``ReportError`` (one line) for anything else: too large, not UTF-8 JSON,
-    or without the report contract's ``unfused``/``fused`` latency objects.
+    Raises ``ReportError`` (one line) for anything else: too large, nested too deep,
+    not UTF-8 JSON, without the report contract's ``unfused``/``fused`` latency
+    objects, or with a field of the wrong type (the fields the app reads are
+    checked, never coerced). The report is data: parsed, never run.
     """
     if len(data) > MAX_REPORT_MB * 2**20:
         raise ReportError(f"{name}: {len(data) / 2**20:.0f} MB is over the report limit of {MAX_REPORT_MB} MB")
     try:
-        report = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ReportError(f"{name} is not a JSON report: {_one_line(exc)}") from None
+        report = jsonfile.parse_json(data, name, ReportError, MAX_REPORT_MB * 2**20, 64, allow_nan=True)
+    except ReportError as exc:
+        raise ReportError(str(exc).replace(f"{name} is not valid JSON", f"{name} is not a JSON report")) from None
     if not isinstance(report, dict):
         raise ReportError(f"{name} is not a run report: it holds a JSON {type(report).__name__}, not an object")
     missing = [k for k in ("unfused", "fused")
@@ -164,10 +284,35 @@ def load_report(name: str, data: bytes) -> dict[str, Any]:
     if missing:
         raise ReportError(f"{name} is not a run report: no {' or '.join(repr(k) for k in missing)} "
                           "object with latency_ms")
-    for key, kind in (("chains", list), ("stages", list), ("environment", dict), ("plan", dict)):
-        if key in report and report[key] is not None and not isinstance(report[key], kind):
-            raise ReportError(f"{name} is not a run report: '{key}' is not a {kind.__name__}")
+    for key, kinds in _REPORT_TYPES.items():
+        if key in report and report[key] is not None and not isinstance(report[key], kinds):
+            raise ReportError(f"{name} is not a run report: '{key}' is not a {' or '.join(k.__name__ for k in kinds)}")
+    for variant in ("unfused", "fused"):
+        _check_numbers(report[variant], f"{variant}.", name)
+    for key in ("chains", "stages", "stages_skipped"):
+        for i, item in enumerate(report.get(key) or []):
+            if not isinstance(item, dict):
+                raise ReportError(f"{name} is not a run report: {key}[{i}] is not an object")
+            _check_numbers(item, f"{key}[{i}].", name)
+    for i, chain in enumerate(report.get("chains") or []):
+        if not isinstance(chain.get("id"), str):
+            raise ReportError(f"{name} is not a run report: chains[{i}] has no string 'id'")
+    if not all(isinstance(n, str) for n in report.get("notes") or []):
+        raise ReportError(f"{name} is not a run report: 'notes' holds something other than text")
     return report
+
+
+# What makes Streamlit's markdown fetch, link or interpret: images and links ([ ] ( ) !), autolinks and
+# HTML (< >), LaTeX ($, where KaTeX's \includegraphics fetches), code spans (`), icon and emoji
+# shortcodes and colour directives (:), and the backslash itself. Emphasis (* _) only changes the look
+# and is kept, so that identifiers such as conv_bn_relu read as written in messages.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`\[\]()<>!$:|])")
+
+
+def escape_markdown(text: Any) -> str:
+    """``text`` on one line with every character that could make Streamlit's markdown fetch a URL,
+    draw a link or an image, run LaTeX or show an icon backslash-escaped: it is shown as written."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -16,7 +16,9 @@ State (``st.session_state``), initialised by ``init_state``:
     last_report     (run key, report dict) of the latest finished run, or of an opened report file
     report_error / report_notice   feedback of the report uploader (Results page)
     run_error       one-line message of the latest failed run
-    upload_paths    {uploaded file ids: path on disk}
+    upload_paths    ``ui_files.UploadFolders``: {uploaded file ids: path on disk}; the folders of
+                    uploads other than the active model's are removed when the model changes,
+                    and all of them when the session's state is released
 """
 
 from __future__ import annotations
@@ -49,7 +51,6 @@ DEFAULTS: dict[str, Any] = {
     "report_error": None,
     "report_notice": None,
     "run_error": None,
-    "upload_paths": {},
     "export_error": None,
 }
 
@@ -84,6 +85,8 @@ def init_state() -> None:
     for key, value in DEFAULTS.items():
         if key not in st.session_state:
             st.session_state[key] = value.copy() if isinstance(value, (dict, list)) else value
+    if "upload_paths" not in st.session_state:
+        st.session_state.upload_paths = ui_files.UploadFolders()
     for key, value in PERSISTENT_WIDGETS.items():
         st.session_state[key] = st.session_state.get(key, value)
 
@@ -128,8 +131,16 @@ def request_load(spec: LoadSpec) -> None:
         ss.load_error = f"could not load {spec.label}: {type(exc).__name__}: {text[0][:300] if text else ''}"
         return
     ss.active, ss.failed_spec, ss.load_error = spec, None, None
+    keep_uploads({spec.source})
     if detection.fingerprint not in ss.accepted:
         ss.accepted[detection.fingerprint] = {c.id for c in detection.chains}
+
+
+def keep_uploads(keep: set[str]) -> None:
+    """Remove the upload folders of every upload but the active model's and those in ``keep``."""
+    ss = st.session_state
+    active = ss.get("active")
+    ss.upload_paths.keep_only(set(keep) | ({active.source} if active is not None else set()))
 
 
 def current():
@@ -215,7 +226,7 @@ def on_plan_upload() -> None:
             raise PlanError(f"{uploaded.name}: a plan file over 5 MB is not a plan")
         plan = apply_plan_text(data, cur[3])
     except ExplorerError as exc:
-        ss.plan_error = str(exc)
+        ss.plan_error = ui_files.escape_markdown(exc)  # shown by st.error: text from a file, not markdown
         return
     ss.memory_format = plan.memory_format
     ss.cuda_graphs = plan.cuda_graphs
@@ -234,10 +245,10 @@ def on_report_upload() -> None:
     try:
         report = ui_files.load_report(uploaded.name, uploaded.getvalue())
     except ExplorerError as exc:
-        ss.report_error = str(exc)
+        ss.report_error = ui_files.escape_markdown(exc)  # shown by st.error: text from a file, not markdown
         return
     ss.last_report, ss.last_report_cached = (f"file:{uploaded.name}:{uploaded.file_id}", report), False
-    ss.report_notice = f"showing {uploaded.name}, a saved report (not a run of this session)"
+    ss.report_notice = f"showing {ui_files.escape_markdown(uploaded.name)}, a saved report (not a run of this session)"
 
 
 # ------------------------------------------------------------------ runs

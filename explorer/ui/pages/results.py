@@ -1,6 +1,9 @@
 """Results page: the latest run report, or a saved one, as charts and tables (figures from ``explorer.charts``).
 
 A report saved elsewhere (an H200 run's JSON, say) opens here without a GPU.
+Every string that comes from a report goes through ``ui_files.escape_markdown``
+before an element that renders markdown shows it: a report file is data, and its
+text is shown as written (no link, image, HTML or LaTeX from it is rendered).
 Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages; buttons: reject_slower,
 separate_gpu_slower; uploader: report_file.
 """
@@ -11,6 +14,7 @@ import streamlit as st
 
 from explorer.ui import charts
 from explorer.ui import state as ui_state
+from explorer.ui.files import escape_markdown as plain
 from explorer.fusions.plan import gpu_slower_chains, slower_chains
 
 
@@ -81,13 +85,13 @@ def page() -> None:
     _key, report = last
     model = report.get("model")
     name = model.get("name") if isinstance(model, dict) else model
-    st.subheader(f"Results: {name or 'model'}")
-    st.caption(charts.device_caption(report))
+    st.subheader(f"Results: {plain(name or 'model')}")
+    st.caption(plain(charts.device_caption(report)))
     env = report.get("environment") or {}
     if env.get("is_cpu"):
         st.warning("These are CPU numbers: the fused GPU kernels were not what was timed.")
     if report.get("error"):
-        st.error(f"The runner reported: {report['error']}")
+        st.error(f"The runner reported: {plain(report['error'])}")
 
     st.markdown("#### Unfused vs fused")
     st.plotly_chart(charts.comparison_figure(report), key="chart_compare", width="stretch")
@@ -96,7 +100,7 @@ def page() -> None:
         d = report.get(variant) or {}
         notes = [str(d[k]) for k in ("memory_note", "kernel_launches_kind") if d.get(k)]
         if notes:
-            st.caption(f"{variant}: " + "; ".join(notes))
+            st.caption(f"{variant}: " + plain("; ".join(notes)))
 
     st.markdown("#### Precision of the model output")
     sci = {k: st.column_config.NumberColumn(format="%.2e")
@@ -104,7 +108,7 @@ def page() -> None:
     sci["cosine"] = st.column_config.NumberColumn(format="%.9f")
     st.dataframe(charts.precision_rows(report), hide_index=True, width="stretch", column_config=sci)
     if report.get("precision_note"):
-        st.caption(str(report["precision_note"]))
+        st.caption(plain(report["precision_note"]))
 
     st.markdown("#### Per chain")
     rows = charts.chain_rows(report)
@@ -131,7 +135,8 @@ def page() -> None:
         st.caption("No staged timings in this report (enable them on the Run page).")
     for skipped in report.get("stages_skipped") or []:
         if isinstance(skipped, dict):
-            st.caption(f"stage '{skipped.get('label') or skipped.get('stage')}' not timed: {skipped.get('reason', '')}")
+            st.caption(plain(f"stage '{skipped.get('label') or skipped.get('stage')}' not timed: "
+                             f"{skipped.get('reason', '')}"))
     notes = [str(n) for n in (report.get("notes") or [])]
     for key in ("bytes_note", "graph_calls_note"):
         if report.get(key):
@@ -139,7 +144,7 @@ def page() -> None:
     if notes or report.get("baselines"):
         with st.expander("Notes and baselines"):
             for n in notes:
-                st.markdown(f"- {n}")
+                st.markdown(f"- {plain(n)}")
             if report.get("baselines"):
                 st.json(report["baselines"], expanded=False)
 

@@ -1,0 +1,303 @@
+"""Loading a local Hugging Face folder (``save_pretrained``, safetensors) that a user names.
+
+What a folder can do to a loader that trusts it, and what this module does instead:
+
+- ``config.json`` declares the model's size: a million layers hang the build,
+  ``hidden_size`` 8192 allocates gigabytes. ``estimate_bytes(config)`` counts
+  parameters from the declared sizes (embeddings, per-layer attention and MLP
+  weights) plus one forward's activations, and ``limits.check_budget`` refuses
+  before anything is built; layer counts are capped at ``MAX_LAYERS``.
+- ``model.safetensors.index.json`` may name any shard path (absolute, ``..``)
+  and transformers joins it to the folder and reads it. Every file the loader
+  reads must resolve inside the folder (links followed) and be a regular file.
+- transformers reads more than it is asked for (``generation_config.json``,
+  adapter configs, custom code). So nothing is loaded from the user's folder:
+  a private staging folder receives the validated config (re-serialised from
+  the parsed JSON), the validated index (re-serialised) and links to the
+  validated weight files, and transformers loads from there, offline, with
+  ``trust_remote_code=False`` and ``use_safetensors=True``.
+- Safetensors headers are read (bounded) and the tensors they declare must lie
+  inside their file; their total is checked against the budget too.
+
+``load_hf_folder(path, batch, seq_len) -> LoadedModel`` is what
+``explorer.sources.load_model`` calls for a folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from explorer import jsonfile
+from explorer.errors import ModelLoadError
+from explorer.sources import limits
+
+MAX_LAYERS = 256
+MAX_DIM = 1 << 20
+MAX_CONFIG_BYTES = 4 * 2**20
+MAX_INDEX_BYTES = 64 * 2**20
+MAX_HEADER_BYTES = 100 * 2**20
+INDEX_NAME = "model.safetensors.index.json"
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers", "decoder_layers",
+               "num_encoder_layers", "num_decoder_layers")
+_HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim")
+_INTER_KEYS = ("intermediate_size", "ffn_dim", "n_inner", "hidden_dim", "d_ff", "encoder_ffn_dim",
+               "decoder_ffn_dim")
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+
+
+def _int_field(config: dict, keys: tuple[str, ...], where: str, default: int = 0) -> int:
+    for key in keys:
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ModelLoadError(f"{where}: '{key}' is {str(value)[:40]!r}, not an integer")
+        if value < 0 or value > MAX_DIM * 64:
+            raise ModelLoadError(f"{where}: '{key}' is {value}, outside any model this tool loads")
+        return value
+    return default
+
+
+def _sub_configs(config: dict) -> Iterator[dict]:
+    """The config and every nested config object (text_config, vision_config, ...), without recursion."""
+    stack, seen = [config], 0
+    while stack and seen < 64:
+        current = stack.pop()
+        seen += 1
+        yield current
+        for value in current.values():
+            if isinstance(value, dict):
+                stack.append(value)
+
+
+def estimate_bytes(config: dict, batch: int, seq_len: int, where: str) -> int:
+    """Bytes a model of ``config`` materialises in fp32 (weights plus one forward at ``batch`` ×
+    ``seq_len``), from the declared sizes alone. Raises ``ModelLoadError`` for a layer count over
+    ``MAX_LAYERS`` or a size that is not a non-negative integer."""
+    total = 0
+    for sub in _sub_configs(config):
+        layers = sum(_int_field(sub, (k,), where) for k in _LAYER_KEYS)
+        if layers > MAX_LAYERS:
+            raise ModelLoadError(f"{where}: the config declares {layers} layers; at most {MAX_LAYERS} are loaded")
+        hidden = _int_field(sub, _HIDDEN_KEYS, where)
+        if not hidden:
+            continue
+        inter = _int_field(sub, _INTER_KEYS, where, 4 * hidden)
+        vocab = _int_field(sub, ("vocab_size",), where)
+        positions = _int_field(sub, ("max_position_embeddings", "n_positions", "max_seq_len"), where)
+        heads = max(_int_field(sub, ("num_attention_heads", "n_head", "num_heads"), where, 1), 1)
+        experts = max(_int_field(sub, ("num_local_experts", "num_experts", "n_routed_experts"), where, 1), 1)
+        image = sub.get("image_size")
+        patch = _int_field(sub, ("patch_size",), where, 16) or 16
+        if isinstance(image, int) and not isinstance(image, bool) and image > 0:
+            tokens = (min(image, 1 << 16) // patch) ** 2 + 1
+        else:
+            tokens = seq_len
+        params = (vocab + positions + 2) * hidden + layers * (4 * hidden * hidden + 2 * experts * hidden * inter
+                                                             + 8 * hidden)
+        activations = batch * tokens * (6 * hidden + 2 * inter) + 3 * batch * heads * tokens * tokens
+        total += 4 * (params + activations)
+    return total
+
+
+def _read_config(folder: Path) -> dict:
+    where = f"{folder.name}/config.json"
+    real = limits.resolve_inside(folder, "config.json", "config.json")
+    config = jsonfile.read_json_file(real, where, ModelLoadError, MAX_CONFIG_BYTES, 32)
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{where} is not a JSON object")
+    if config.get("auto_map") or config.get("trust_remote_code"):
+        raise ModelLoadError(f"{where} asks for custom code (auto_map), which is never run")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type.replace("-", "_").isidentifier():
+        raise ModelLoadError(f"{where} has no valid 'model_type'")
+    return config
+
+
+def _safetensors_bytes(path: Path, shown: str) -> int:
+    """Bytes of the tensors a safetensors file declares; each must lie inside the file."""
+    with jsonfile.open_regular_file(path, shown, ModelLoadError) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        head = handle.read(8)
+        if len(head) != 8:
+            raise ModelLoadError(f"{shown} is not a safetensors file (too short)")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(MAX_HEADER_BYTES, size - 8):
+            raise ModelLoadError(f"{shown} declares a header of {length} bytes, more than the file or the limit")
+        header = jsonfile.parse_json(handle.read(length), shown, ModelLoadError, MAX_HEADER_BYTES, 8)
+    if not isinstance(header, dict):
+        raise ModelLoadError(f"{shown} has no safetensors header object")
+    data_size = size - 8 - length
+    total = 0
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            raise ModelLoadError(f"{shown}: tensor '{str(key)[:60]}' has no description")
+        offsets, shape, dtype = entry.get("data_offsets"), entry.get("shape"), entry.get("dtype")
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(
+                isinstance(o, int) and not isinstance(o, bool) and 0 <= o <= data_size for o in offsets)
+                or offsets[0] > offsets[1] or dtype not in _DTYPE_BYTES or not isinstance(shape, list)):
+            raise ModelLoadError(f"{shown}: tensor '{str(key)[:60]}' lies outside the file or is malformed")
+        if limits.tensor_bytes(shape, _DTYPE_BYTES[dtype], f"{shown}: '{key}'") != offsets[1] - offsets[0]:
+            raise ModelLoadError(f"{shown}: tensor '{str(key)[:60]}' declares a shape its bytes do not hold")
+        total += offsets[1] - offsets[0]
+    return total
+
+
+def _weight_files(folder: Path) -> tuple[list[tuple[str, Path]], dict | None]:
+    """The validated weight files (name, real path) and the validated index, if any."""
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".safetensors"))
+    index = None
+    if (folder / INDEX_NAME).exists() or (folder / INDEX_NAME).is_symlink():
+        real = limits.resolve_inside(folder, INDEX_NAME, INDEX_NAME)
+        index = jsonfile.read_json_file(real, f"{folder.name}/{INDEX_NAME}", ModelLoadError, MAX_INDEX_BYTES, 8)
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelLoadError(f"{INDEX_NAME} has no 'weight_map' object")
+        shards = set()
+        for key, shard in weight_map.items():
+            if not isinstance(shard, str) or not shard.endswith(".safetensors"):
+                raise ModelLoadError(f"{INDEX_NAME} maps '{str(key)[:60]}' to {str(shard)[:80]!r}, "
+                                     "not a .safetensors file")
+            if "/" in shard or "\\" in shard or shard.startswith(".."):
+                raise ModelLoadError(f"{INDEX_NAME} names the shard '{shard[:120]}' outside its folder; refused")
+            shards.add(shard)
+        missing = sorted(s for s in shards if s not in names)
+        if missing:
+            raise ModelLoadError(f"{INDEX_NAME} names shard '{missing[0][:120]}', which is not in the folder")
+        names = sorted(shards)
+        index = {"metadata": {}, "weight_map": {str(k): v for k, v in weight_map.items()}}
+    if not names:
+        pickled = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        reason = (f"only pickled weights ({', '.join(pickled)}), which are refused" if pickled
+                  else "no .safetensors weights")
+        raise ModelLoadError(f"{folder}: {reason}; save with save_pretrained(safe_serialization=True)")
+    files = []
+    for name in names:
+        real = limits.resolve_inside(folder, name, "weight file")
+        files.append((name, real))
+    return files, index
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Silence transformers' load reports and warnings for the duration (one line per failure)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+class HFFeatures(torch.nn.Module):
+    """Wrap a transformers model so it returns one tensor (logits or the last hidden state)."""
+
+    def __init__(self, model: torch.nn.Module, names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model = model
+        self.names = names
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        out = self.model(**dict(zip(self.names, inputs)))
+        return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+
+
+def check_folder(path: Path, batch: int | None = None, seq_len: int | None = None):
+    """Validate a folder without building anything; returns (config dict, [(name, real path)], index).
+
+    The config, the index and every weight file must resolve inside the folder;
+    the safetensors headers must describe tensors inside their files; declared
+    weights and the size estimate from the config must fit the memory budget.
+    """
+    folder = Path(os.path.realpath(path))
+    if not folder.is_dir():
+        raise ModelLoadError(f"{path}: not a folder")
+    if not (folder / "config.json").exists() and not (folder / "config.json").is_symlink():
+        raise ModelLoadError(f"{path}: not a Hugging Face model folder (no config.json)")
+    config_dict = _read_config(folder)
+    files, index = _weight_files(folder)
+    declared = sum(_safetensors_bytes(real, name) for name, real in files)
+    limits.check_budget(declared, f"{path.name}: its weights")
+    b = int(batch or 1)
+    max_len = config_dict.get("max_position_embeddings")
+    if seq_len is not None and isinstance(max_len, int) and seq_len > max_len:
+        raise ModelLoadError(f"sequence length {seq_len} exceeds this model's maximum of {max_len}")
+    s = int(seq_len or min(128, max_len if isinstance(max_len, int) and max_len > 0 else 128))
+    limits.check_budget(estimate_bytes(config_dict, b, s, path.name), f"{path.name} (weights and one forward "
+                                                                        f"at batch {b}, sequence {s})")
+    return config_dict, files, index
+
+
+def load_hf_folder(path: Path, batch: int | None = None, seq_len: int | None = None):
+    """Load a ``save_pretrained`` folder offline, safetensors only, eager attention; returns a ``LoadedModel``.
+
+    Raises ``ModelLoadError`` (one line) before building anything whose declared
+    size is over the memory budget, and for any file outside the folder.
+    """
+    from explorer.sources import LoadedModel, capture, zoo
+
+    config_dict, files, index = check_folder(path, batch, seq_len)
+    staging = Path(tempfile.mkdtemp(prefix="fusion-explorer-hf-"))
+    try:
+        (staging / "config.json").write_text(json.dumps(config_dict))
+        if index is not None:
+            (staging / INDEX_NAME).write_text(json.dumps(index))
+        for name, real in files:
+            os.symlink(real, staging / name)
+        try:
+            from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+
+            with _quiet_transformers():
+                config = AutoConfig.from_pretrained(str(staging), local_files_only=True, trust_remote_code=False)
+                cls = AutoModelForSequenceClassification if getattr(config, "architectures", None) and any(
+                    "SequenceClassification" in str(a) for a in config.architectures) else AutoModel
+                model = cls.from_pretrained(str(staging), local_files_only=True, trust_remote_code=False,
+                                            use_safetensors=True, attn_implementation="eager")
+        except (Exception, RecursionError) as exc:
+            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            raise ModelLoadError(f"{path}: could not load the Hugging Face model: {text}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    model.eval()
+    if getattr(config, "vocab_size", None):
+        spec = zoo.InputSpec((
+            zoo.TensorSpec("input_ids", ("B", "S"), "int64", "tokens", int(config.vocab_size)),
+            zoo.TensorSpec("attention_mask", ("B", "S"), "int64", "ones"),
+        ), seq_len=min(128, int(getattr(config, "max_position_embeddings", 128) or 128)))
+        names = ("input_ids", "attention_mask")
+    elif getattr(config, "image_size", None):
+        size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
+        spec = zoo.InputSpec((zoo.TensorSpec("pixel_values", ("B", getattr(config, "num_channels", 3), size, size)),))
+        names = ("pixel_values",)
+    else:
+        raise ModelLoadError(f"{path}: cannot tell this model's inputs (no vocab_size or image_size in config)")
+    wrapper = HFFeatures(model, names).eval()
+    inputs = spec.make(batch, seq_len)
+    gm = capture(wrapper, inputs, path.name)
+    limits.check_graph_fits(gm, path.name)
+    rb, rs = spec.resolve(batch, seq_len)
+    task = "classification" if cls is not AutoModel else "features"
+    return LoadedModel(
+        name=path.name, source="hf", gm=gm, example_inputs=inputs, input_names=list(names),
+        task=task, description=f"Hugging Face folder {path.name} ({type(model).__name__})",
+        module=wrapper, path=str(path), batch=rb, seq_len=rs if spec.seq_len else None,
+    )
