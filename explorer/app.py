@@ -27,6 +27,7 @@ import streamlit as st
 
 from explorer.sources import zoo
 from explorer.ui import files as ui_files
+from explorer.ui import links
 from explorer.ui import state as ui_state
 from explorer.errors import ExplorerError
 from explorer.fusions.plan import MEMORY_FORMATS
@@ -138,6 +139,9 @@ def main() -> None:
     st.set_page_config(page_title="Fusion Explorer", page_icon=str(HERE / "ui" / "icon.png"), layout="wide")
     ui_state.init_state()
     init_widget_defaults()
+    # ?model=...&dtype=...&device=...&view=... opens that state (once per session)
+    refused_link = links.apply_query_params([e.name for e in zoo.menu()], DTYPES,
+                                            ("cuda", "cpu") if _cuda_available() else ("cpu",))
     ui_state.finish_run()
     cuda = _cuda_available()
 
@@ -177,6 +181,9 @@ def main() -> None:
     if ss.active is not None:
         st.sidebar.success(f"Loaded: {ss.active.label} · batch {ss.active.batch}"
                            + (f" · seq {ss.active.seq_len}" if ss.active.seq_len else ""))
+    for line in refused_link:
+        st.warning(f"Link ignored: {line}.")
+    links.sync_query_params()
     nav.run()
 
 

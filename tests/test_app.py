@@ -1,4 +1,5 @@
-"""The app's views and flows: pure view builders, chart builders, file handling, and AppTest flows.
+"""The app's views and flows: chart builders, file handling, and AppTest flows (the graph view's
+own tests are in ``tests/test_graph_view.py``).
 
 AppTest drives the app by widget key on a small zoo model and runs it on the CPU through the
 real ``explorer.gpu_runner`` (a child process), so the flow tests take a minute or two.
@@ -19,103 +20,8 @@ from explorer import graph_view
 from explorer.ui import charts
 from explorer.ui import files as ui_files
 from explorer.fusion_engine import analyze
-from explorer.fusions import PATTERNS, UNKNOWN_COLOR
 
 APP = str(Path(__file__).resolve().parent.parent / "explorer" / "app.py")
-
-
-@pytest.fixture(scope="module")
-def resnet():
-    return analyze("resnet50")
-
-
-@pytest.fixture(scope="module")
-def residual():
-    return analyze("residual_block")
-
-
-# ------------------------------------------------------------------ graph view (pure)
-
-def test_view_colours_chains_and_marks_rejected(residual):
-    model, graph, det = residual
-    rejected, kept = det.chains[0].id, det.chains[1].id
-    view = graph_view.build_view(graph, det, [kept])
-    assert len(view.nodes) == graph.number_of_nodes()
-    by_id = {n.id: n for n in view.nodes}
-    for nid in det.chain(kept).compute_nodes:
-        node = by_id[nid]
-        assert node.fill == PATTERNS[[p.name for p in PATTERNS].index(det.chain(kept).pattern)].color
-        assert not node.dashed
-    for nid in det.chain(rejected).compute_nodes:
-        node = by_id[nid]
-        assert node.dashed and node.fill == graph_view.REJECTED_FILL
-        assert node.border == graph_view.color_of(det.chain(rejected).pattern)
-    conv = by_id[det.chain(kept).compute_nodes[0]]
-    for word in ("op: aten.conv2d", "origin:", "shape:", "bytes:", "FLOPs:"):
-        assert word in conv.title
-    # layout: dataflow runs left to right
-    xs = [by_id[n].x for n in det.chain(kept).compute_nodes]
-    assert xs == sorted(xs)
-
-
-def test_legend_comes_from_registry_with_unknown_fallback(residual):
-    items = graph_view.legend(residual[2])
-    assert [i.name for i in items[:-1]] == [p.name for p in PATTERNS]
-    assert items[-1].color == UNKNOWN_COLOR
-    assert graph_view.color_of("no_such_pattern") == UNKNOWN_COLOR
-
-
-def test_collapse_expand_and_cap(resnet):
-    model, graph, det = resnet
-    acc = [c.id for c in det.chains]
-    full = graph_view.build_view(graph, det, acc)
-    assert len(full.nodes) == graph.number_of_nodes() and full.depth == 0
-    one = graph_view.build_view(graph, det, acc, graph_view.ViewOptions(depth=1))
-    assert "layer1" in one.collapsed_modules and len(one.nodes) < 20
-    group = next(n for n in one.nodes if n.id == "module:layer1")
-    assert group.members > 10 and "chains" in group.title
-    opened = graph_view.build_view(graph, det, acc, graph_view.ViewOptions(depth=1, expand=("layer1",)))
-    assert "layer1" not in opened.collapsed_modules and "layer1.0" in opened.collapsed_modules
-    capped = graph_view.build_view(graph, det, acc, graph_view.ViewOptions(max_nodes=40))
-    assert len(capped.nodes) <= 40 and capped.depth > 0 and capped.notes
-    ids = {n.id for n in capped.nodes}
-    assert all(e.source in ids and e.target in ids for e in capped.edges)
-    assert "layer1" in graph_view.module_prefixes(graph)
-
-
-def test_focus_on_chain_and_search(resnet):
-    model, graph, det = resnet
-    chain = det.chains[5]
-    view = graph_view.build_view(graph, det, [], graph_view.ViewOptions(focus=chain.nodes, hops=1))
-    ids = {n.id for n in view.nodes}
-    assert set(chain.nodes) <= ids and len(ids) < 15
-    assert all(n.highlighted for n in view.nodes if n.id in chain.nodes)
-    hits = graph_view.find_nodes(graph, "layer3.2.conv2")
-    assert hits and graph.nodes[hits[0]]["origin"] == "layer3.2.conv2"
-    assert graph_view.find_nodes(graph, "conv2d_7") == ["conv2d_7"]
-    assert graph_view.find_nodes(graph, "   ") == []
-
-
-def test_render_html_is_offline(residual):
-    model, graph, det = residual
-    html = graph_view.render_html(graph_view.build_view(graph, det, [det.chains[0].id]))
-    assert graph_view.remote_urls(html) == []
-    import re
-
-    assert not re.search(r"<script[^>]+src=[\"']https?://", html, re.I)
-    assert not re.search(r"<link[^>]+href=[\"']https?://", html, re.I)
-    assert "vis.Network" in html or "new vis" in html
-    assert "borderDashes" in html
-
-
-def test_large_graph_view_is_quick():
-    _, graph, det = analyze("bert_base", seq_len=32)
-    t = time.perf_counter()
-    view = graph_view.build_view(graph, det, [c.id for c in det.chains], graph_view.ViewOptions(max_nodes=600))
-    html = graph_view.render_html(view)
-    elapsed = time.perf_counter() - t
-    print(f"bert_base: {graph.number_of_nodes()} nodes -> {len(view.nodes)} drawn in {elapsed:.2f} s")
-    assert len(view.nodes) <= 600 and html
 
 
 # ------------------------------------------------------------------ charts (pure)

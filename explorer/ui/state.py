@@ -61,6 +61,9 @@ PERSISTENT_WIDGETS: dict[str, Any] = {
     "graph_search": "",
     "graph_chain": "(whole graph)",
     "graph_hops": 2,
+    "graph_mode": "original",
+    "graph_direction": "TB",
+    "graph_match": None,
     "run_per_chain": True,
     "run_stages": True,
     "run_compile_baseline": False,
@@ -187,6 +190,14 @@ def set_kernel(detection, chain_id: str, choice: str) -> None:
     else:
         chosen[chain_id] = choice
     st.session_state.kernels[detection.fingerprint] = chosen
+
+
+def set_kernels(detection, choices: dict[str, str]) -> None:
+    """Set several chains' kernel choices at once (bulk, or the table's kernel column) and reset
+    the chains table so it shows them."""
+    for chain_id, choice in choices.items():
+        set_kernel(detection, chain_id, choice)
+    st.session_state.editor_version += 1
 
 
 def current_plan(detection) -> Plan:

@@ -1,55 +1,91 @@
-"""Graph page: the model's ops, coloured by the chain each belongs to.
+"""Graph page: the model's ops in layers, each chain a band of its pattern's colour, and the graph
+after the accepted fusions beside it.
 
-Widget keys: graph_depth, graph_expand, graph_search, graph_chain, graph_hops.
+The views come from ``explorer.graph_view`` (pure) and are drawn by its pyvis renderer; the
+fused graph is what the engine's ``fusion_engine.fuse`` made of the current plan.
+
+Widget keys: graph_mode (original | fused | side), graph_depth, graph_expand, graph_direction,
+graph_search, graph_match, graph_prev, graph_next, graph_chain, graph_hops.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import html as html_lib
+import json
 
 import streamlit as st
 
 from explorer import graph_view
+from explorer.fusions import BY_NAME
+from explorer.graph_view import FusedChain, RenderOptions, ViewOptions
+from explorer.ui import links
 from explorer.ui import state as ui_state
-from explorer.graph_view import ViewOptions
 
 HEIGHT = 640
 WHOLE = "(whole graph)"
+MODES = dict(zip(links.VIEWS, ("Original", "Fused", "Side by side")))
+
+
+@st.cache_data(max_entries=16, show_spinner="Applying the accepted fusions (the engine's rewrite)…")
+def fused_chains(model_key: tuple, plan_json: str, device: str, _analysis) -> dict[str, tuple[str, str, bool]]:
+    """{chain id: (kernel, implementation, fused kernel?)} of every chain the engine fused under the plan."""
+    from explorer.fusion_engine import fuse
+    from explorer.fusions.plan import Plan
+
+    fused = fuse(_analysis, Plan.from_json(plan_json), device)
+    return {a.chain_id: (a.impl, a.implementation, a.fused_kernel) for a in fused.applied if a.status == "fused"}
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _graph_html(model_key: tuple, accepted: tuple, options_json: str, _graph, _detection) -> tuple:
-    """(html, node count, collapsed modules, notes, depth) of one view; cached per model+choices+options."""
-    import json
-
+def view_html(model_key: tuple, accepted: tuple, fused_key: tuple, options_json: str, render_json: str,
+              _graph, _detection) -> dict:
+    """One drawn view (cached per model, choices, fused chains and options): its html and facts."""
     options = ViewOptions(**{k: tuple(v) if isinstance(v, list) else v
                              for k, v in json.loads(options_json).items()})
-    view = graph_view.build_view(_graph, _detection, accepted, options)
-    return (graph_view.render_html(view, HEIGHT), len(view.nodes), view.collapsed_modules,
-            view.notes, view.depth, view.total_nodes)
+    render = RenderOptions(**json.loads(render_json))
+    graph = _graph
+    if render.name == "fused":
+        graph = graph_view.fused_graph(_graph, _detection, {cid: FusedChain(*info) for cid, info in fused_key})
+    view = graph_view.build_view(graph, _detection, accepted, options)
+    return {"html": graph_view.render_html(view, render), "drawn": len(view.nodes), "total": view.total_nodes,
+            "collapsed": view.collapsed_modules, "notes": view.notes, "depth": view.depth}
+
+
+def _chip(color: str, text: str, border: str = "none") -> str:
+    return (f"<span style='display:inline-block;margin:2px 12px 2px 0;white-space:nowrap'>"
+            f"<span style='display:inline-block;width:12px;height:12px;border-radius:2px;background:{color};"
+            f"border:{border};vertical-align:middle'></span> {text}</span>")
 
 
 def legend_html(detection) -> str:
-    chips = []
-    for item in graph_view.legend(detection):
-        if item.name == "unknown":
-            continue
-        chips.append(f"<span style='display:inline-block;margin:2px 10px 2px 0'>"
-                     f"<span style='display:inline-block;width:12px;height:12px;border-radius:2px;"
-                     f"background:{item.color};vertical-align:middle'></span> "
-                     f"{html_lib.escape(item.label)} <b>{item.count}</b></span>")
-    chips.append("<span style='display:inline-block;margin:2px 10px 2px 0'>"
-                 "<span style='display:inline-block;width:12px;height:12px;background:#e6e6e6;"
-                 "border:2px dashed #555;vertical-align:middle'></span> rejected chain (dashed, "
-                 "pattern-coloured border)</span>")
-    chips.append(f"<span style='display:inline-block;margin:2px 10px 2px 0'>"
-                 f"<span style='display:inline-block;width:12px;height:12px;background:{graph_view.PLAIN_COLOR};"
-                 f"border:1px solid #999;vertical-align:middle'></span> in no chain</span>")
-    chips.append(f"<span style='display:inline-block;margin:2px 10px 2px 0'>"
-                 f"<span style='display:inline-block;width:12px;height:12px;background:{graph_view.UNKNOWN_COLOR};"
-                 f"vertical-align:middle'></span> unknown pattern</span>")
-    return "<div style='font-size:0.85rem;line-height:1.6'>" + "".join(chips) + "</div>"
+    """The legend: only the patterns this model has (with their chain counts), then the states."""
+    chips = [_chip(item.color, f"{html_lib.escape(item.label)} <b>{item.count}</b>")
+             for item in graph_view.legend(detection)]
+    chips.append(_chip(graph_view.REJECTED_FILL, "rejected chain (dashed)", "2px dashed #555"))
+    chips.append(_chip(graph_view.PLAIN_COLOR, "in no chain", "1px solid #999"))
+    chips.append(_chip("#ffffff", "a band: one chain", "2px solid #777"))
+    return "<div style='font-size:0.85rem;line-height:1.5'>" + "".join(chips) + "</div>"
+
+
+def _step(hits: list[str], delta: int) -> None:
+    """Callback of the ◀ ▶ buttons: the previous or next search hit."""
+    current = st.session_state.get("graph_match")
+    i = hits.index(current) if current in hits else -1
+    st.session_state.graph_match = hits[(i + delta) % len(hits)]
+
+
+def _describe_hit(graph, nid: str) -> str:
+    a = graph.nodes[nid]
+    return f"{nid} · {a.get('kind', '?')} · {a.get('origin', '')}"
+
+
+def _chain_label(detection, cid: str) -> str:
+    if cid == WHOLE:
+        return cid
+    chain = detection.chain(cid)
+    pattern = BY_NAME[chain.pattern].label if chain.pattern in BY_NAME else chain.pattern
+    return f"{graph_view.chain_name(chain)} · {pattern}"
 
 
 def page() -> None:
@@ -57,57 +93,110 @@ def page() -> None:
     if cur is None:
         return
     spec, model, graph, detection = cur
+    ss = st.session_state
     accepted = ui_state.accepted_ids(detection)
-    summary = detection.to_dict()
+    acc_chains = [c for c in detection.chains if c.id in accepted]
     st.subheader(f"{model.name}: {graph.graph.get('ops', 0)} ops, {len(detection.chains)} fusible chains")
-    c = st.columns(5)
-    c[0].metric("Graph nodes", graph.number_of_nodes())
-    c[1].metric("Chains accepted", f"{len(accepted)} / {len(detection.chains)}")
-    c[2].metric("Launches saved (accepted)", sum(ch.launches_saved for ch in detection.chains if ch.id in accepted))
-    c[3].metric("Bytes saved (accepted)", graph_view.human_bytes(
-        sum(ch.bytes_saved for ch in detection.chains if ch.id in accepted)))
-    c[4].metric("Near misses", len(summary["near_misses"]))
-    st.markdown(legend_html(detection), unsafe_allow_html=True)
+    st.markdown(
+        f"**{graph.number_of_nodes()}** graph nodes · **{len(acc_chains)} / {len(detection.chains)}** chains "
+        f"accepted · they save **{sum(c.launches_saved for c in acc_chains)}** kernel launches and "
+        f"**{graph_view.human_bytes(sum(c.bytes_saved for c in acc_chains))}** of traffic · "
+        f"**{len(detection.near_misses)}** near misses")
 
-    cols = st.columns([1.1, 2.2, 1.6, 2.0, 1.0])
-    cols[0].selectbox("Collapse modules", [0, 1, 2, 3, 4], key="graph_depth",
-                      format_func=lambda d: "no collapse" if d == 0 else f"depth {d}",
-                      help="One node per module at this origin-name depth (layer1, encoder.layer.3)")
+    # --- controls
+    c = st.columns([1.5, 0.9, 2.2, 0.8, 1.6, 0.7])
+    if ss.graph_mode not in MODES:
+        ss.graph_mode = "original"
+    c[0].segmented_control("View", list(MODES), key="graph_mode", format_func=MODES.get,
+                           help="The graph as captured, after the accepted fusions, or both")
+    c[1].selectbox("Collapse modules", [0, 1, 2, 3, 4], key="graph_depth",
+                   format_func=lambda d: "no collapse" if d == 0 else f"depth {d}",
+                   help="One node per module at this origin-name depth (layer1, encoder.layer.3)")
     prefixes = graph_view.module_prefixes(graph)
-    st.session_state.graph_expand = [m for m in st.session_state.graph_expand if m in prefixes]
-    cols[1].multiselect("Expand modules", prefixes, key="graph_expand",
-                        help="Open these collapsed modules one level")
-    cols[2].text_input("Find a node (id or origin)", key="graph_search", placeholder="e.g. layer3.2.conv2")
+    ss.graph_expand = [m for m in ss.graph_expand if m in prefixes]
+    c[2].multiselect("Expand modules", prefixes, key="graph_expand", help="Open these collapsed modules one level")
+    c[3].selectbox("Direction", graph_view.DIRECTIONS, key="graph_direction",
+                   format_func=lambda d: "top → bottom" if d == "TB" else "left → right")
     chain_ids = [WHOLE] + [ch.id for ch in detection.chains]
-    if st.session_state.graph_chain not in chain_ids:
-        st.session_state.graph_chain = WHOLE
-    cols[3].selectbox("Show one chain", chain_ids, key="graph_chain")
-    cols[4].number_input("Hops", min_value=0, max_value=8, step=1, key="graph_hops",
-                         help="Neighbourhood radius around the chain or the search hits")
+    if ss.graph_chain not in chain_ids:
+        ss.graph_chain = WHOLE
+    c[4].selectbox("Show one chain", chain_ids, key="graph_chain",
+                   format_func=lambda cid: _chain_label(detection, cid))
+    c[5].number_input("Hops", min_value=0, max_value=8, step=1, key="graph_hops",
+                      help="Neighbourhood radius around the chain shown")
 
     focus: tuple[str, ...] = ()
-    if st.session_state.graph_chain != WHOLE:
-        focus = tuple(detection.chain(st.session_state.graph_chain).nodes)
-    elif st.session_state.graph_search.strip():
-        hits = graph_view.find_nodes(graph, st.session_state.graph_search)
-        if hits:
-            focus = tuple(hits)
-            st.caption(f"{len(hits)} match(es): {', '.join(hits[:8])}{' …' if len(hits) > 8 else ''}")
+    if ss.graph_chain != WHOLE:
+        focus = tuple(detection.chain(ss.graph_chain).nodes)
+    s = st.columns([2.2, 3.2, 0.35, 0.35, 2.5])
+    s[0].text_input("Find ops (op, id or origin)", key="graph_search", placeholder="e.g. softmax, layer3.2.conv2")
+    hits = graph_view.find_nodes(graph, ss.graph_search) if ss.graph_search.strip() else []
+    all_hits = len(hits)
+    if focus and hits:
+        near = graph_view.neighbourhood(graph, focus, int(ss.graph_hops))
+        hits = [h for h in hits if h in near]
+    if hits and ss.get("graph_match") not in hits:
+        ss.graph_match = hits[0]
+    s[1].selectbox(f"Matches ({len(hits)})", hits or ["—"], key="graph_match" if hits else "graph_match_none",
+                   format_func=lambda n: _describe_hit(graph, n) if n in graph else n, disabled=not hits)
+    s[2].button("◀", key="graph_prev", on_click=_step, args=(hits, -1), disabled=len(hits) < 2,
+                help="Previous match")
+    s[3].button("▶", key="graph_next", on_click=_step, args=(hits, 1), disabled=len(hits) < 2, help="Next match")
+    current = ss.graph_match if hits else None
+    if ss.graph_search.strip():
+        if not all_hits:
+            s[4].warning(f"No op matches '{ss.graph_search}'.")
+        elif focus:
+            s[4].caption(f"{len(hits)} of {all_hits} matches are in this chain's neighbourhood "
+                         f"({ss.graph_hops} hops); choose '{WHOLE}' to see them all.")
         else:
-            st.warning(f"No node matches '{st.session_state.graph_search}'.")
-    options = ViewOptions(depth=int(st.session_state.graph_depth), expand=tuple(st.session_state.graph_expand),
-                          focus=focus, hops=int(st.session_state.graph_hops))
-    import json
+            s[4].caption(f"{len(hits)} matches, all marked in pink; the view opens on "
+                         f"match {hits.index(current) + 1}.")
+    st.markdown(legend_html(detection), unsafe_allow_html=True)
 
-    html, n_drawn, collapsed, notes, depth, total = _graph_html(
-        (spec.source, spec.batch, spec.seq_len, detection.fingerprint), tuple(sorted(accepted)),
-        json.dumps(dataclasses.asdict(options)), graph, detection)
-    for note in notes:
-        st.info(note)
-    st.caption(f"Drawing {n_drawn} of {total} nodes"
-               + (f" (modules collapsed at depth {depth}: {len(collapsed)} module nodes)" if collapsed else "")
-               + ". Hover a node for its op, origin, shapes, bytes and FLOPs; scroll to zoom, drag to pan.")
-    st.iframe(html, height=HEIGHT + 10)
+    options = ViewOptions(depth=int(ss.graph_depth), expand=tuple(ss.graph_expand), focus=focus,
+                          hops=int(ss.graph_hops), highlight=tuple(hits), reveal=current,
+                          direction=ss.graph_direction)
+    model_key = (spec.source, spec.batch, spec.seq_len, detection.fingerprint)
+    fused_key: tuple = ()
+    mode = ss.graph_mode
+    if mode in ("fused", "side"):
+        try:
+            plan = ui_state.current_plan(detection)
+            fused_key = tuple(sorted(fused_chains(model_key, plan.to_json(), ss.get("device", "cpu"),
+                                                  ui_state.load_analysis(spec.source, spec.batch, spec.seq_len)).items()))
+        except Exception as exc:  # the original graph stays usable
+            st.warning(f"Could not apply the fusions for the fused view: {str(exc).splitlines()[0][:300]}")
+            mode = "original"
+    names = {"original": ["original"], "fused": ["fused"], "side": ["original", "fused"]}[mode]
+    columns = st.columns(len(names)) if len(names) > 1 else [st.container()]
+    counts = graph_view.fused_counts(graph, detection, {cid: FusedChain(*info) for cid, info in fused_key})
+    for name, column in zip(names, columns):
+        render = RenderOptions(height_px=HEIGHT, center_on=current, name=name)
+        drawn = view_html(model_key, tuple(sorted(accepted)), fused_key if name == "fused" else (),
+                          json.dumps(dataclasses.asdict(options)), json.dumps(dataclasses.asdict(render)),
+                          graph, detection)
+        with column:
+            if len(names) > 1 or name == "fused":
+                title = ("Original" if name == "original" else "After the accepted fusions")
+                nodes = counts.nodes_before if name == "original" else counts.nodes_after
+                launches = counts.launches_before if name == "original" else counts.launches_after
+                st.markdown(f"**{title}**: {nodes} nodes, {launches} kernel launches")
+            for note in drawn["notes"]:
+                st.info(note)
+            st.iframe(drawn["html"], height=HEIGHT + 10)
+            st.caption(f"Drawing {drawn['drawn']} of {drawn['total']} nodes"
+                       + (f" (modules collapsed at depth {drawn['depth']}: {len(drawn['collapsed'])} module "
+                          f"boxes)" if drawn["collapsed"] else ""))
+    if mode != "original":
+        st.markdown(f"The accepted fusions take the graph from **{counts.nodes_before} to {counts.nodes_after} "
+                    f"nodes** and from **{counts.launches_before} to {counts.launches_after} kernel launches** "
+                    f"(−{counts.launches_before - counts.launches_after}, the engine's count for the "
+                    f"{counts.chains_fused} fused chains). Each fused chain is one node labelled ⚙ with its kernel "
+                    f"on {ss.get('device', 'cpu')}.")
+    st.caption("Scroll to move, Ctrl+scroll (or the buttons) to zoom, drag to pan; the map at the top right "
+               "shows the whole graph: click it to jump. Hover a node for its op, origin, shapes, bytes, "
+               "FLOPs and chain.")
 
 
 ui_state.guarded(page)

@@ -1,0 +1,60 @@
+"""Links to a view of the app: ``?model=residual_block&dtype=fp16&device=cpu&view=fused``.
+
+A teacher hands out such a link and it opens on that model, dtype, device and graph view.
+``apply_query_params`` reads the URL once per session, before the sidebar's widgets are drawn,
+and sets their keys (``zoo_name``, ``model_kind``, ``dtype``, ``device``, ``graph_mode``);
+``sync_query_params`` writes the current choices back into the address bar on every run, so
+the address bar is always a link to what is on screen. Values the app does not know are
+reported and ignored, never obeyed.
+
+Session state: ``links_applied`` (the URL was read for this session).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import streamlit as st
+
+#: The graph page's views, as written in the URL (``view=``) and kept in ``graph_mode``.
+VIEWS = ("original", "fused", "side")
+
+
+def apply_query_params(zoo_names: Iterable[str], dtypes: Iterable[str], devices: Iterable[str]) -> list[str]:
+    """On a session's first run, set the widgets the URL names; return one line per value refused."""
+    ss = st.session_state
+    if ss.get("links_applied"):
+        return []
+    ss.links_applied = True
+    params = st.query_params
+    refused = []
+    wanted = {"model": (tuple(zoo_names), ("model_kind", "zoo_name")), "dtype": (tuple(dtypes), ("dtype",)),
+              "device": (tuple(devices), ("device",)), "view": (VIEWS, ("graph_mode",))}
+    for name, (allowed, keys) in wanted.items():
+        value = params.get(name)
+        if value is None:
+            continue
+        if value not in allowed:
+            shown = re.sub(r"[^A-Za-z0-9_.-]", "?", value[:40])   # echoed as plain text, never markdown
+            refused.append(f"{name}={shown} in the link is not one of {', '.join(allowed)}")
+            continue
+        if name == "model":
+            ss.model_kind, ss.zoo_name = "Zoo", value
+        else:
+            ss[keys[0]] = value
+    return refused
+
+
+def sync_query_params() -> None:
+    """Write the active zoo model, dtype, device and graph view into the URL (only what changed)."""
+    ss = st.session_state
+    current = {"dtype": ss.get("dtype"), "device": ss.get("device"), "view": ss.get("graph_mode")}
+    active = ss.get("active")
+    if active is not None and getattr(active, "kind", "") == "zoo":
+        current["model"] = active.source
+    elif "model" in st.query_params:
+        del st.query_params["model"]   # an upload or a folder cannot be linked to
+    for name, value in current.items():
+        if value and st.query_params.get(name) != value:
+            st.query_params[name] = value

@@ -1,0 +1,250 @@
+"""The graph view without a browser: layered layout, routed edges, chain bands, the fused graph,
+search, names and sorting (``explorer.graph_view``).
+
+The geometric checks here use the view's own boxes; ``tests/test_browser.py`` checks the same
+things on what vis-network really drew.
+"""
+
+from __future__ import annotations
+
+import time
+
+import networkx as nx
+import pytest
+
+from explorer import graph_view
+from explorer.fusion_engine import analyze, detect, fuse
+from explorer.fusions import PATTERNS, UNKNOWN_COLOR
+from explorer.fusions.base import Chain
+from explorer.graph.synthetic import residual_cnn_graph
+from explorer.graph_view import FusedChain, ViewOptions
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return analyze("resnet50")
+
+
+@pytest.fixture(scope="module")
+def residual():
+    return analyze("residual_block")
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    return analyze("transformer_block")
+
+
+def _fused(analysis, accepted=None) -> dict[str, FusedChain]:
+    """What the engine made of the accepted chains (all when None), as the page asks for it."""
+    from explorer.fusions.plan import make_plan
+
+    det = analysis.detection
+    reject = [] if accepted is None else [c.id for c in det.chains if c.id not in accepted]
+    applied = fuse(analysis, make_plan(det, reject=reject), "cpu").applied
+    return {a.chain_id: FusedChain(a.impl, a.implementation, a.fused_kernel) for a in applied if a.status == "fused"}
+
+
+# ------------------------------------------------------------------ colours, legend, names
+
+def test_view_colours_chains_and_marks_rejected(residual):
+    model, graph, det = residual
+    rejected, kept = det.chains[0].id, det.chains[1].id
+    view = graph_view.build_view(graph, det, [kept])
+    assert len(view.nodes) == graph.number_of_nodes()
+    by_id = {n.id: n for n in view.nodes}
+    for nid in det.chain(kept).compute_nodes:
+        node = by_id[nid]
+        assert node.fill == PATTERNS[[p.name for p in PATTERNS].index(det.chain(kept).pattern)].color
+        assert not node.dashed
+    for nid in det.chain(rejected).compute_nodes:
+        node = by_id[nid]
+        assert node.dashed and node.fill == graph_view.REJECTED_FILL
+        assert node.border == graph_view.color_of(det.chain(rejected).pattern)
+    conv = by_id[det.chain(kept).compute_nodes[0]]
+    for word in ("op: aten.conv2d", "origin:", "shape:", "bytes:", "FLOPs:", "chain: conv2: conv2 → bn2",
+                 f"chain id: {kept}"):
+        assert word.split(": conv2 →")[0] in conv.title
+    # layered top to bottom: dataflow goes down, one layer per step of the chain
+    ys = [by_id[n].y for n in det.chain(kept).compute_nodes]
+    assert ys == sorted(ys) and len(set(ys)) == len(ys)
+    lr = graph_view.build_view(graph, det, [kept], ViewOptions(direction="LR"))
+    xs = [{n.id: n for n in lr.nodes}[n].x for n in det.chain(kept).compute_nodes]
+    assert xs == sorted(xs) and len(set(xs)) == len(xs)
+
+
+def test_legend_lists_only_patterns_present(residual, transformer):
+    items = graph_view.legend(residual.detection)
+    assert [i.name for i in items] == [p.name for p in PATTERNS if p.name in residual.detection.counts
+                                       and residual.detection.counts[p.name]]
+    assert all(i.count > 0 for i in items) and len(items) == 2
+    assert {i.name for i in graph_view.legend(transformer.detection)} == {
+        c.pattern for c in transformer.detection.chains}
+    assert graph_view.color_of("no_such_pattern") == UNKNOWN_COLOR
+
+
+def test_chain_names_are_module_paths(residual):
+    det = residual.detection
+    assert [graph_view.chain_name(c) for c in det.chains] == ["conv1 → bn1 → relu", "conv2 → bn2 → add → relu"]
+    # ops that share one module (BERT's attention scores) are told apart by their kinds
+    chain = Chain(id="matmul_softmax@matmul_4", pattern="matmul_softmax", ops=("matmul", "mul", "add", "softmax"),
+                  nodes=("matmul_4", "mul_2", "add_9", "softmax_2"), names=("enc.layer.2.attention.self",) * 4,
+                  roles=(), bytes_saved=0, launches_saved=3)
+    assert graph_view.chain_name(chain) == "enc.layer.2.attention.self: matmul → mul → add → softmax"
+
+
+def test_module_lists_sort_naturally():
+    g = nx.DiGraph()
+    for i, layer in enumerate((10, 2, 1, 11)):
+        for j in range(2):
+            g.add_node(f"n{i}_{j}", origin=f"enc.layer.{layer}.op{j}", kind="add", order=2 * i + j)
+    prefixes = graph_view.module_prefixes(g)
+    assert prefixes == ["enc", "enc.layer", "enc.layer.1", "enc.layer.2", "enc.layer.10", "enc.layer.11"]
+    assert sorted(["layer.10", "layer.2", "layer.1.x"], key=graph_view.natural_key) == ["layer.1.x", "layer.2",
+                                                                                      "layer.10"]
+
+
+# ------------------------------------------------------------------ search
+
+def test_search_finds_every_match_by_op_id_and_origin(resnet):
+    model, graph, det = resnet
+    convs = [n for n, a in graph.nodes(data=True) if a["kind"] == "conv"]
+    hits = graph_view.find_nodes(graph, "conv2d")           # an exact id exists, but every match counts
+    assert len(hits) == len(convs) == 53 and hits[0] == "conv2d"
+    assert graph_view.find_nodes(graph, "layer3.2.conv2") and all(
+        "layer3.2.conv2" in graph.nodes[h]["origin"] for h in graph_view.find_nodes(graph, "layer3.2.conv2"))
+    assert set(graph_view.find_nodes(graph, "batch_norm")) == {n for n, a in graph.nodes(data=True)
+                                                              if a["kind"] == "batch_norm"}
+    assert graph_view.find_nodes(graph, "   ") == []
+    # hits are marked; a hit inside a collapsed module marks the module, and reveal opens it
+    view = graph_view.build_view(graph, det, [], ViewOptions(depth=1, highlight=tuple(hits[:2])))
+    assert {n.id for n in view.nodes if n.highlighted} == {"conv2d", "module:layer1"}
+    opened = graph_view.build_view(graph, det, [], ViewOptions(depth=1, reveal=hits[1]))
+    assert hits[1] in {n.id for n in opened.nodes} and opened.drawn_id(hits[1]) == hits[1]
+
+
+def test_focus_on_chain_keeps_search_hits(resnet):
+    model, graph, det = resnet
+    chain = det.chains[5]
+    view = graph_view.build_view(graph, det, [], ViewOptions(focus=chain.nodes, hops=1, highlight=chain.nodes[:1]))
+    ids = {n.id for n in view.nodes}
+    assert set(chain.nodes) <= ids and len(ids) < 15
+    assert [n.id for n in view.nodes if n.highlighted] == [chain.nodes[0]]
+
+
+# ------------------------------------------------------------------ layout geometry
+
+@pytest.mark.parametrize("options", [ViewOptions(), ViewOptions(depth=1), ViewOptions(depth=2),
+                                     ViewOptions(direction="LR")], ids=["ops", "depth1", "depth2", "LR"])
+def test_resnet_layout_has_no_overlap_and_no_hidden_edge(resnet, options):
+    model, graph, det = resnet
+    view = graph_view.build_view(graph, det, [c.id for c in det.chains], options)
+    assert graph_view.overlapping_nodes(view) == []
+    assert graph_view.hidden_edges(view) == []
+
+
+def test_skip_edge_of_residual_block_is_routed_around_the_chain(residual):
+    model, graph, det = residual
+    view = graph_view.build_view(graph, det, [c.id for c in det.chains])
+    skip = next(e for e in view.edges if (e.source, e.target) == ("x", "add"))
+    assert len(skip.points) >= 4          # one waypoint per layer it spans
+    by_id = {n.id: n for n in view.nodes}
+    column = {by_id[n].x for n in det.chains[0].nodes}
+    assert all(x not in column for x, _ in skip.points)   # beside the conv chain, not through it
+    assert graph_view.hidden_edges(view) == [] and graph_view.overlapping_nodes(view) == []
+
+
+def test_bert_collapsed_and_transformer_layouts_are_clean(transformer):
+    _, graph, det = analyze("bert_base", seq_len=32)
+    for depth in (0, 3, 4, 5):
+        view = graph_view.build_view(graph, det, [c.id for c in det.chains], ViewOptions(depth=depth))
+        assert graph_view.overlapping_nodes(view) == [], depth
+        assert graph_view.hidden_edges(view) == [], depth
+        labels = [n.label for n in view.nodes if n.kind == "op" and n.chain and "linear" in n.label]
+        assert len(labels) == len(set(labels)) or depth > 0  # Q, K and V are told apart
+    modules = graph_view.build_view(graph, det, [], ViewOptions(depth=4))
+    box = next(n for n in modules.nodes if n.id == "module:bert.encoder.layer.3")
+    assert "ops ·" in box.label and "chains" in box.label and "Add+LayerNorm" in box.title
+    view = graph_view.build_view(transformer.graph, transformer.detection, [])
+    assert graph_view.overlapping_nodes(view) == [] and graph_view.hidden_edges(view) == []
+
+
+def test_chains_are_bands_with_gaps_between_neighbours(resnet):
+    model, graph, det = resnet
+    view = graph_view.build_view(graph, det, [c.id for c in det.chains])
+    assert {b.chain for b in view.bands} == {c.id for c in det.chains}
+    by_id = {n.id: n for n in view.nodes}
+    band_of = {n: b for b in view.bands for n in b.nodes}
+    pad = graph_view.BAND_PAD + 2
+    touching = []
+    for s, t in graph.edges:
+        bs, bt = band_of.get(s), band_of.get(t)
+        if bs and bt and bs is not bt and bs.pattern == bt.pattern:   # two chains of one pattern meet
+            a, b = graph_view.box_of(by_id[s]), graph_view.box_of(by_id[t])
+            if a[3] + pad >= b[1] - pad and b[3] + pad >= a[1] - pad and a[2] + pad >= b[0] - pad \
+                    and b[2] + pad >= a[0] - pad:
+                touching.append((s, t))
+    assert touching == []
+
+
+# ------------------------------------------------------------------ the fused graph
+
+def test_fused_graph_has_one_node_per_fused_chain(resnet):
+    fused = _fused(resnet)
+    model, graph, det = resnet
+    g = graph_view.fused_graph(graph, det, fused)
+    saved = sum(c.launches_saved for c in det.chains)
+    assert g.number_of_nodes() == graph.number_of_nodes() - saved == 59
+    assert nx.is_directed_acyclic_graph(g)
+    chain = det.chains[0]
+    node = g.nodes[chain.id]
+    assert node["kind"] == "fused" and node["kernel"] == fused[chain.id].kernel and node["members"] == chain.nodes
+    counts = graph_view.fused_counts(graph, det, fused)
+    assert (counts.nodes_before - counts.nodes_after, counts.launches_before - counts.launches_after) == (saved, saved)
+    view = graph_view.build_view(g, det, list(fused))
+    kinds = {n.kind for n in view.nodes}
+    assert "fused" in kinds and len(view.nodes) == 59 and not view.bands
+    drawn = next(n for n in view.nodes if n.id == chain.id)
+    assert fused[chain.id].kernel in drawn.label and chain.id in drawn.title
+    assert graph_view.overlapping_nodes(view) == [] and graph_view.hidden_edges(view) == []
+    # an op of a fused chain is found through its chain node
+    assert view.drawn_id(chain.nodes[1]) == chain.id
+
+
+def test_rejecting_a_chain_changes_the_fused_graph(residual):
+    det = residual.detection
+    keep = det.chains[1].id
+    fused = _fused(residual, accepted={keep})
+    assert set(fused) == {keep}
+    g = graph_view.fused_graph(residual.graph, det, fused)
+    assert g.number_of_nodes() == residual.graph.number_of_nodes() - det.chains[1].launches_saved
+    assert det.chains[0].nodes[0] in g and keep in g
+
+
+# ------------------------------------------------------------------ rendering and size
+
+def test_render_html_is_offline_and_carries_the_drawing(residual):
+    import re
+
+    model, graph, det = residual
+    view = graph_view.build_view(graph, det, [det.chains[0].id])
+    html = graph_view.render_html(view, graph_view.RenderOptions(name="original"))
+    assert graph_view.remote_urls(html) == []
+    assert not re.search(r"<script[^>]+src=[\"']https?://", html, re.I)
+    assert not re.search(r"<link[^>]+href=[\"']https?://", html, re.I)
+    assert "new vis.Network" in html and "borderDashes" in html and "window.FE =" in html
+    assert f'"{graph_view.WAYPOINT_PREFIX}0"' in html          # the skip edge's waypoints
+
+
+def test_a_10k_node_graph_collapses_and_draws_quickly():
+    graph = residual_cnn_graph(1428)
+    det = detect(graph)
+    t = time.perf_counter()
+    view = graph_view.build_view(graph, det, [c.id for c in det.chains])
+    html = graph_view.render_html(view)
+    elapsed = time.perf_counter() - t
+    print(f"synthetic: {graph.number_of_nodes()} nodes -> {len(view.nodes)} drawn in {elapsed:.2f} s")
+    assert graph.number_of_nodes() >= 9990 and len(view.nodes) <= graph_view.DEFAULT_MAX_NODES and html
+    assert view.notes and all("ops ·" in n.label for n in view.nodes if n.kind == "module")
+    assert graph_view.overlapping_nodes(view) == []
+    assert elapsed < 10
