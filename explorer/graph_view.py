@@ -70,7 +70,7 @@ MODULE_WIDTH, MODULE_HEIGHT = 230, 64
 LAYER_GAP = 44               # free space between two layers
 SLOT_GAP = 46                # free space between two neighbours in a layer
 BAND_PAD = 7                 # how far a chain's band reaches around its nodes
-CHARS_PER_LINE = {OP_WIDTH: 21, MODULE_WIDTH: 28}
+CHARS_PER_LINE = {OP_WIDTH: 19, MODULE_WIDTH: 27}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,12 +420,13 @@ def _fit(text: str, chars: int) -> str:
         return text
     parts = text.split(".")
     last = len(parts) - 1
-    keep = {last}
-    for i, p in enumerate(parts[:-1]):
-        if p.isdigit():
-            keep |= {i, i - 1} if i else {i}
-        elif any(ch.isdigit() for ch in p):
-            keep.add(i)
+    keep = {last, last - 1} if parts[last].isdigit() and last else {last}   # downsample.0, not just 0
+    numbered = []
+    for i in range(last - 1, -1, -1):
+        if parts[i].isdigit():
+            numbered.append({i, i - 1} if i else {i})
+        elif any(ch.isdigit() for ch in parts[i]):
+            numbered.append({i})
 
     def render(idx: set) -> str:
         out, prev = "", -1
@@ -434,8 +435,9 @@ def _fit(text: str, chars: int) -> str:
             prev = i
         return out
 
-    while len(render(keep)) > chars and len(keep) > 1:   # too many numbered parts: drop the first
-        keep.discard(min(keep))
+    for extra in numbered:                 # the numbered parts nearest the end, while they fit
+        if len(render(keep | extra)) <= chars:
+            keep |= extra
     for i in range(last - 1, -1, -1):      # then the parts nearest the end, while they fit
         if i not in keep:
             if len(render(keep | {i})) > chars:
@@ -765,10 +767,12 @@ def _fused_node(nid: str, a: dict, chains: dict, highlighted: bool) -> ViewNode:
     pattern = a.get("pattern", "")
     label_of = BY_NAME[pattern].label if pattern in BY_NAME else pattern
     chars = CHARS_PER_LINE[OP_WIDTH]
-    label = "\n".join([_fit(label_of, chars), _fit(str(a.get("origin", "")), chars),
-                       _fit(f"⚙ {a.get('kernel', '?')}", chars)])
-    fill, border = _chain_colours(pattern, True)
     members = a.get("members", ())
+    first = chain.names[0] if chain is not None and chain.names else str(a.get("origin", ""))
+    kernels = re.search(r"\((\d+) (?:fused )?(?:kernels?|calls?)", str(a.get("implementation", "")))
+    kernel = f"⚙ {a.get('kernel', '?')}" + (f" ×{kernels.group(1)}" if kernels and kernels.group(1) != "1" else "")
+    label = "\n".join([_fit(label_of, chars), _fit(first, chars), kernel[:chars]])
+    fill, border = _chain_colours(pattern, True)
     lines = [f"fused chain: {a.get('title') or nid}", f"chain id: {nid}", f"pattern: {label_of}",
              f"kernel: {a.get('kernel', '?')}", f"runs: {a.get('implementation', '?')}",
              f"replaces {len(members)} nodes: {chain.ops_text if chain else ', '.join(members)}",
@@ -1020,11 +1024,11 @@ _EXTRA_JS = r"""
   if (!FE.overview) return;
   const map = document.createElement("canvas");
   const b = FE.bounds, bw = Math.max(b.right - b.left, 1), bh = Math.max(b.bottom - b.top, 1);
-  const maxW = 150, maxH = Math.min(260, el.clientHeight - 60);
+  const maxW = 110, maxH = Math.min(170, el.clientHeight - 80);
   const k = Math.min(maxW / bw, maxH / bh);
   map.width = Math.max(40, Math.ceil(bw * k) + 8); map.height = Math.max(40, Math.ceil(bh * k) + 8);
   map.title = "Overview: click or drag to move the view";
-  map.style.cssText = "position:absolute;right:8px;top:8px;background:rgba(255,255,255,0.92);" +
+  map.style.cssText = "position:absolute;right:8px;top:8px;background:rgba(255,255,255,0.8);" +
     "border:1px solid #9e9e9e;border-radius:4px;cursor:pointer;z-index:5";
   map.id = "fe-overview";
   el.appendChild(map);
@@ -1137,7 +1141,9 @@ def _extra(view: GraphView, options: RenderOptions) -> dict:
     if real:
         bounds = {"left": min(v.x - v.width / 2 for v in real), "right": max(v.x + v.width / 2 for v in real),
                   "top": min(v.y - v.height / 2 for v in real), "bottom": max(v.y + v.height / 2 for v in real)}
-        start = real[0].x if view.direction == "TB" else real[0].y   # the first node in graph order
+        # the first view is centred across on the first chain (else the first node), from the top
+        first = next((v for v in real if v.chain), real[0])
+        start = first.x if view.direction == "TB" else first.y
     else:
         bounds, start = {"left": 0, "right": 1, "top": 0, "bottom": 1}, 0.0
     center = view.drawn_id(options.center_on) if options.center_on else None

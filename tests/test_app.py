@@ -415,3 +415,112 @@ def test_results_button_sets_the_separate_epilogue_for_chains_slower_on_the_gpu(
     assert not at.exception
     assert at.session_state["kernels"][det.fingerprint] == {cid: "separate_epilogue" for cid in expected}
     assert any("next run times them" in s.value for s in at.success)
+
+
+# ------------------------------------------------------------------ graph and fusions pages
+
+def test_graph_page_side_by_side_follows_rejections_and_search():
+    """The fused view states the counts before and after; rejecting a chain on the Fusions page changes
+    them; search lists every match and steps through them, also with one chain shown."""
+    at = _app("residual_block")
+    _, graph, det = analyze("residual_block")
+    at.segmented_control(key="graph_mode").set_value("side").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    n = graph.number_of_nodes()
+    saved = sum(c.launches_saved for c in det.chains)
+    assert any(f"from **{n} to {n - saved} nodes**" in m.value for m in at.markdown)
+    at.switch_page("ui/pages/fusions.py").run()
+    at.selectbox(key="chain_pick").set_value(det.chains[0].id).run()
+    at.button(key="chain_reject").click().run()
+    at.switch_page("ui/pages/graph.py").run()
+    assert not at.exception
+    left = n - det.chains[1].launches_saved
+    assert any(f"from **{n} to {left} nodes**" in m.value for m in at.markdown)
+    assert any(f"**After the accepted fusions**: {left} nodes" in m.value for m in at.markdown)
+
+    at.text_input(key="graph_search").set_value("relu").run()
+    relus = [nid for nid, a in graph.nodes(data=True) if a["kind"] == "relu"]
+    assert at.selectbox(key="graph_match").options == [f"{r} · relu · {graph.nodes[r]['origin']}" for r in relus]
+    assert at.selectbox(key="graph_match").value == relus[0]
+    at.button(key="graph_next").click().run()
+    assert at.selectbox(key="graph_match").value == relus[1]
+    at.selectbox(key="graph_chain").set_value(det.chains[0].id).run()     # search works with one chain shown
+    assert not at.exception
+    assert any("matches are in this chain's neighbourhood" in c.value for c in at.caption)
+    assert at.selectbox(key="graph_chain").format_func(det.chains[0].id).startswith("conv1 → bn1 → relu")
+
+
+def test_link_opens_model_dtype_and_view():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update({"model": "transformer_block", "dtype": "bf16", "view": "fused"})
+    at.run()
+    assert not at.exception
+    assert at.session_state["active"].source == "transformer_block"
+    assert at.session_state["dtype"] == "bf16" and at.session_state["graph_mode"] == "fused"
+    assert any("After the accepted fusions" in m.value for m in at.markdown)
+    at.selectbox(key="zoo_name").set_value("residual_block").run()
+    assert at.query_params["model"] == ["residual_block"] or at.query_params["model"] == "residual_block"
+    bad = AppTest.from_file(APP, default_timeout=180)
+    bad.query_params["model"] = "[x](http://example.invalid)"
+    bad.run()
+    assert not bad.exception and bad.session_state["active"].source != "[x](http://example.invalid)"
+    warnings = [w.value for w in bad.warning if "Link ignored" in w.value]
+    assert len(warnings) == 1 and "http" not in warnings[0].replace("http???", "")
+
+
+def test_fusions_table_kernel_column_bulk_kernel_and_measured_speedups():
+    at = _app("residual_block")
+    _, _, det = analyze("residual_block")
+    conv, res = det.chains[0], det.chains[1]
+    at.switch_page("ui/pages/fusions.py").run()
+    table = next(d for d in at.dataframe if "kernel" in d.value.columns)
+    assert list(table.value["chain"]) == ["conv1 → bn1 → relu", "conv2 → bn2 → add → relu"]
+    assert list(table.value["id"]) == [conv.id, res.id] and "speed-up" not in table.value.columns
+    version = at.session_state["editor_version"]
+    at.session_state[f"chains_editor_{version}"] = {"edited_rows": {0: {"kernel": "separate_epilogue"}},
+                                                     "added_rows": [], "deleted_rows": []}
+    at.run()
+    assert at.session_state["kernels"][det.fingerprint] == {conv.id: "separate_epilogue"}
+    at.selectbox(key="bulk_pattern").set_value(res.pattern).run()
+    at.selectbox(key="bulk_kernel").set_value("inductor").run()
+    at.button(key="bulk_kernel_set").click().run()
+    assert at.session_state["kernels"][det.fingerprint] == {conv.id: "separate_epilogue", res.id: "inductor"}
+    assert "inductor" in list(next(d for d in at.dataframe if "kernel" in d.value.columns).value["kernel"])
+    at.session_state["last_report"] = ("test", {
+        "model": {"name": "residual_block", "fingerprint": det.fingerprint},
+        "chains": [{"id": conv.id, "speedup": 1.3, "verdict": "faster"}, {"id": res.id, "speedup": 0.8, "slower": True}]})
+    at.run()
+    table = next(d for d in at.dataframe if "kernel" in d.value.columns)
+    assert table.value[["speed-up", "verdict"]].values.tolist() == [[1.3, "faster"], [0.8, "slower"]]
+    at.session_state["last_report"] = ("other", {"model": {"name": "resnet50", "fingerprint": "0" * 16},
+                                                 "chains": [{"id": conv.id, "speedup": 9.0}]})
+    at.run()
+    assert "speed-up" not in next(d for d in at.dataframe if "kernel" in d.value.columns).value.columns
+
+
+def _relu_onnx_bytes() -> bytes:
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
+def test_pages_work_for_a_model_with_no_fusible_chain():
+    at = _app("residual_block")
+    at.radio(key="model_kind").set_value("ONNX upload").run()
+    [u for u in at.sidebar.get("file_uploader") if u.key == "onnx_file"][0].set_value(
+        ("relu.onnx", _relu_onnx_bytes(), "application/octet-stream"))
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.session_state["active"].kind == "onnx"
+    at.switch_page("ui/pages/fusions.py").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("No fusible chain" in i.value for i in at.info)
+    at.switch_page("ui/pages/graph.py").run()
+    at.segmented_control(key="graph_mode").set_value("side").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]

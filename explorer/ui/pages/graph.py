@@ -19,6 +19,7 @@ import streamlit as st
 from explorer import graph_view
 from explorer.fusions import BY_NAME
 from explorer.graph_view import FusedChain, RenderOptions, ViewOptions
+from explorer.ui import files as ui_files
 from explorer.ui import links
 from explorer.ui import state as ui_state
 
@@ -96,40 +97,42 @@ def page() -> None:
     ss = st.session_state
     accepted = ui_state.accepted_ids(detection)
     acc_chains = [c for c in detection.chains if c.id in accepted]
-    st.subheader(f"{model.name}: {graph.graph.get('ops', 0)} ops, {len(detection.chains)} fusible chains")
     st.markdown(
-        f"**{graph.number_of_nodes()}** graph nodes · **{len(acc_chains)} / {len(detection.chains)}** chains "
-        f"accepted · they save **{sum(c.launches_saved for c in acc_chains)}** kernel launches and "
+        f"**{ui_files.escape_markdown(model.name)}** · {graph.graph.get('ops', 0)} ops in **{graph.number_of_nodes()}** "
+        f"graph nodes · **{len(acc_chains)} / {len(detection.chains)}** fusible chains accepted · they save "
+        f"**{sum(c.launches_saved for c in acc_chains)}** kernel launches and "
         f"**{graph_view.human_bytes(sum(c.bytes_saved for c in acc_chains))}** of traffic · "
         f"**{len(detection.near_misses)}** near misses")
 
-    # --- controls
-    c = st.columns([1.5, 0.9, 2.2, 0.8, 1.6, 0.7])
+    # --- controls: the view, search, one chain; the layout's settings in a popover
+    c = st.columns([2.7, 1.9, 2.3, 0.5, 0.5, 2.3, 0.9], vertical_alignment="bottom")
     if ss.graph_mode not in MODES:
         ss.graph_mode = "original"
     c[0].segmented_control("View", list(MODES), key="graph_mode", format_func=MODES.get,
-                           help="The graph as captured, after the accepted fusions, or both")
-    c[1].selectbox("Collapse modules", [0, 1, 2, 3, 4], key="graph_depth",
-                   format_func=lambda d: "no collapse" if d == 0 else f"depth {d}",
-                   help="One node per module at this origin-name depth (layer1, encoder.layer.3)")
-    prefixes = graph_view.module_prefixes(graph)
-    ss.graph_expand = [m for m in ss.graph_expand if m in prefixes]
-    c[2].multiselect("Expand modules", prefixes, key="graph_expand", help="Open these collapsed modules one level")
-    c[3].selectbox("Direction", graph_view.DIRECTIONS, key="graph_direction",
-                   format_func=lambda d: "top → bottom" if d == "TB" else "left → right")
+                           help="The graph as captured, after the accepted fusions, or both side by side")
     chain_ids = [WHOLE] + [ch.id for ch in detection.chains]
     if ss.graph_chain not in chain_ids:
         ss.graph_chain = WHOLE
-    c[4].selectbox("Show one chain", chain_ids, key="graph_chain",
-                   format_func=lambda cid: _chain_label(detection, cid))
-    c[5].number_input("Hops", min_value=0, max_value=8, step=1, key="graph_hops",
-                      help="Neighbourhood radius around the chain shown")
+    c[5].selectbox("Show one chain", chain_ids, key="graph_chain",
+                   format_func=lambda cid: _chain_label(detection, cid),
+                   help="The chain with its neighbourhood (hops in Layout)")
+    with c[6].popover("Layout", help="Collapse modules, direction, neighbourhood"):
+        st.selectbox("Collapse modules", [0, 1, 2, 3, 4], key="graph_depth",
+                     format_func=lambda d: "no collapse" if d == 0 else f"depth {d}",
+                     help="One node per module at this origin-name depth (layer1, encoder.layer.3)")
+        prefixes = graph_view.module_prefixes(graph)
+        ss.graph_expand = [m for m in ss.graph_expand if m in prefixes]
+        st.multiselect("Expand modules", prefixes, key="graph_expand",
+                       help="Open these collapsed modules one level")
+        st.selectbox("Direction", graph_view.DIRECTIONS, key="graph_direction",
+                     format_func=lambda d: "top to bottom" if d == "TB" else "left to right")
+        st.number_input("Hops", min_value=0, max_value=8, step=1, key="graph_hops",
+                        help="Neighbourhood radius around the chain shown")
 
     focus: tuple[str, ...] = ()
     if ss.graph_chain != WHOLE:
         focus = tuple(detection.chain(ss.graph_chain).nodes)
-    s = st.columns([2.2, 3.2, 0.35, 0.35, 2.5])
-    s[0].text_input("Find ops (op, id or origin)", key="graph_search", placeholder="e.g. softmax, layer3.2.conv2")
+    c[1].text_input("Find ops (op, id or origin)", key="graph_search", placeholder="e.g. softmax, layer3.2.conv2")
     hits = graph_view.find_nodes(graph, ss.graph_search) if ss.graph_search.strip() else []
     all_hits = len(hits)
     if focus and hits:
@@ -137,21 +140,21 @@ def page() -> None:
         hits = [h for h in hits if h in near]
     if hits and ss.get("graph_match") not in hits:
         ss.graph_match = hits[0]
-    s[1].selectbox(f"Matches ({len(hits)})", hits or ["—"], key="graph_match" if hits else "graph_match_none",
+    c[2].selectbox(f"Matches ({len(hits)})", hits or ["—"], key="graph_match" if hits else "graph_match_none",
                    format_func=lambda n: _describe_hit(graph, n) if n in graph else n, disabled=not hits)
-    s[2].button("◀", key="graph_prev", on_click=_step, args=(hits, -1), disabled=len(hits) < 2,
+    c[3].button("◀", key="graph_prev", on_click=_step, args=(hits, -1), disabled=len(hits) < 2,
                 help="Previous match")
-    s[3].button("▶", key="graph_next", on_click=_step, args=(hits, 1), disabled=len(hits) < 2, help="Next match")
+    c[4].button("▶", key="graph_next", on_click=_step, args=(hits, 1), disabled=len(hits) < 2, help="Next match")
     current = ss.graph_match if hits else None
     if ss.graph_search.strip():
         if not all_hits:
-            s[4].warning(f"No op matches '{ss.graph_search}'.")
+            st.warning(f"No op matches '{ui_files.escape_markdown(ss.graph_search[:80])}'.")
         elif focus:
-            s[4].caption(f"{len(hits)} of {all_hits} matches are in this chain's neighbourhood "
-                         f"({ss.graph_hops} hops); choose '{WHOLE}' to see them all.")
+            st.caption(f"{len(hits)} of {all_hits} matches are in this chain's neighbourhood "
+                       f"({ss.graph_hops} hops); show '{WHOLE}' to see them all.")
         else:
-            s[4].caption(f"{len(hits)} matches, all marked in pink; the view opens on "
-                         f"match {hits.index(current) + 1}.")
+            st.caption(f"{len(hits)} matches, each marked with a pink border; the view opens on "
+                       f"match {hits.index(current) + 1}: {ui_files.escape_markdown(current)}.")
     st.markdown(legend_html(detection), unsafe_allow_html=True)
 
     options = ViewOptions(depth=int(ss.graph_depth), expand=tuple(ss.graph_expand), focus=focus,
@@ -192,8 +195,8 @@ def page() -> None:
         st.markdown(f"The accepted fusions take the graph from **{counts.nodes_before} to {counts.nodes_after} "
                     f"nodes** and from **{counts.launches_before} to {counts.launches_after} kernel launches** "
                     f"(−{counts.launches_before - counts.launches_after}, the engine's count for the "
-                    f"{counts.chains_fused} fused chains). Each fused chain is one node labelled ⚙ with its kernel "
-                    f"on {ss.get('device', 'cpu')}.")
+                    f"{counts.chains_fused} fused chains). Each fused chain is one node labelled ⚙ with the kernel it "
+                    f"runs on {ss.get('device', 'cpu')} (×n: n kernel launches where there is no single fused one).")
     st.caption("Scroll to move, Ctrl+scroll (or the buttons) to zoom, drag to pan; the map at the top right "
                "shows the whole graph: click it to jump. Hover a node for its op, origin, shapes, bytes, "
                "FLOPs and chain.")
