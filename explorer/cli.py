@@ -7,7 +7,7 @@
                                [--separate-gpu-slower report.json] > plan.json
     fusion-explorer run MODEL --plan plan.json [--device cuda|cpu] [--dtype fp32|fp16|bf16]
                               [--batch N] [--seq-len N] --out report.json
-    fusion-explorer app [STREAMLIT ARGS...]
+    fusion-explorer app [--port N] [--address HOST] [--headless] [STREAMLIT ARGS...]
 
 MODEL is a zoo name or a path (.onnx, .pt2, a Hugging Face folder). Every
 user error, argument errors included, prints one line on stderr and exits with
@@ -236,7 +236,23 @@ def _check_source(source: str, batch: int | None, seq_len: int | None) -> None:
     check_source(source, batch, seq_len)
 
 
+def build_app_parser() -> argparse.ArgumentParser:
+    """The options of ``fusion-explorer app`` (its own ``--help``, not Streamlit's)."""
+    p = argparse.ArgumentParser(
+        prog="fusion-explorer app",
+        description="Start the Fusion Explorer app (Streamlit) on this machine; it makes no network request.",
+        epilog="Open a model and view directly with a link such as "
+               "http://localhost:8501/?model=residual_block&dtype=fp32&device=cpu&view=side "
+               "(view: original, fused or side). Other options of 'streamlit run' (e.g. "
+               "--server.maxUploadSize=500) are passed on as they are.")
+    p.add_argument("--port", type=_positive, help="port to serve on (default 8501)")
+    p.add_argument("--address", help="address to bind, e.g. 127.0.0.1 (default: Streamlit's)")
+    p.add_argument("--headless", action="store_true", help="do not open a browser window")
+    return p
+
+
 def cmd_app(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    """``streamlit run explorer/app.py`` with this app's defaults and options; replaces this process."""
     from explorer.ui.files import MAX_UPLOAD_MB
 
     app = Path(__file__).with_name("app.py")
@@ -244,7 +260,10 @@ def cmd_app(args: argparse.Namespace, extra: Sequence[str]) -> int:
     # settings that matter are passed here too: the stated upload limit, and no usage
     # statistics (the app never reaches the internet). Later user arguments win.
     defaults = [f"--server.maxUploadSize={MAX_UPLOAD_MB}", "--browser.gatherUsageStats=false"]
-    command = [sys.executable, "-m", "streamlit", "run", str(app), *defaults, *extra]
+    ours = ([f"--server.port={args.port}"] if getattr(args, "port", None) else []) + \
+        ([f"--server.address={args.address}"] if getattr(args, "address", None) else []) + \
+        (["--server.headless=true"] if getattr(args, "headless", False) else [])
+    command = [sys.executable, "-m", "streamlit", "run", str(app), *defaults, *ours, *extra]
     os.execv(sys.executable, command)
     return 0  # not reached
 
@@ -289,15 +308,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-chains", action="store_true", dest="no_chains", help="skip per-chain timing")
     p.add_argument("--no-stages", action="store_true", dest="no_stages", help="skip the staged table")
 
-    sub.add_parser("app", help="start the Streamlit app (extra arguments go to streamlit)")
+    sub.add_parser("app", help="start the Streamlit app (fusion-explorer app --help for its options)",
+                   add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    if argv and argv[0] == "app":
-        return cmd_app(parser.parse_args(["app"]), argv[1:])
+    if argv and argv[0] == "app":   # its own options (and --help); the rest go to streamlit
+        args, extra = build_app_parser().parse_known_args(argv[1:])
+        return cmd_app(args, extra)
     args = parser.parse_args(argv)
     handlers = {"models": cmd_models, "detect": cmd_detect, "plan": cmd_plan, "run": cmd_run}
     try:

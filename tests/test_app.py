@@ -524,3 +524,14 @@ def test_pages_work_for_a_model_with_no_fusible_chain():
     at.switch_page("ui/pages/graph.py").run()
     at.segmented_control(key="graph_mode").set_value("side").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
+
+
+def test_app_help_is_this_apps_own():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "explorer.cli", "app", "--help"], capture_output=True, text=True,
+                         timeout=120, cwd=str(Path(APP).parent.parent))
+    assert out.returncode == 0, out.stderr
+    assert "usage: fusion-explorer app" in out.stdout and "--port" in out.stdout and "?model=" in out.stdout
+    assert "server.fileWatcherType" not in out.stdout and "Usage: streamlit" not in out.stdout
