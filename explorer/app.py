@@ -177,7 +177,8 @@ def main() -> None:
                    "not what a fused GPU kernel would give.", icon=":material/warning:")
     job = ss.run_job
     if job is not None and not job.done:
-        st.sidebar.info(f"Run in progress: {job.fraction:.0%} — {job.message}")
+        with st.sidebar:  # redrawn every second on its own, so it never goes stale
+            ui_state.live_progress("sidebar")
     if ss.active is not None:
         st.sidebar.success(f"Loaded: {ss.active.label} · batch {ss.active.batch}"
                            + (f" · seq {ss.active.seq_len}" if ss.active.seq_len else ""))

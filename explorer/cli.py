@@ -6,7 +6,8 @@
                                [--reject-slower report.json] [--kernel ID=CHOICE ...]
                                [--separate-gpu-slower report.json] > plan.json
     fusion-explorer run MODEL --plan plan.json [--device cuda|cpu] [--dtype fp32|fp16|bf16]
-                              [--batch N] [--seq-len N] --out report.json
+                              [--batch N] [--seq-len N] [--quick] [--baselines]
+                              [--compile-modes default,reduce-overhead,...] --out report.json
     fusion-explorer app [--port N] [--address HOST] [--headless] [STREAMLIT ARGS...]
 
 MODEL is a zoo name or a path (.onnx, .pt2, a Hugging Face folder). Every
@@ -140,40 +141,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_report(path: str) -> dict:
-    """A runner report for ``--reject-slower``/``--separate-gpu-slower``: a regular JSON file of bounded
-    size and depth whose ``chains`` are objects with a string ``id`` and boolean verdicts."""
-    from explorer import jsonfile
+def _read_report(path: str):
+    """A runner report for ``--reject-slower``/``--separate-gpu-slower``: the typed report
+    (``explorer.report.load``: a regular JSON file of bounded size and depth, every field checked;
+    version 1 reports are upgraded)."""
+    from explorer import report as run_report
 
-    what = f"report {path}"
-    report = jsonfile.read_json_file(path, what, ReportError, MAX_REPORT_BYTES, 64, allow_nan=True)
-    if not isinstance(report, dict) or not isinstance(report.get("chains"), list):
-        raise ReportError(f"{what} is not a runner report: it has no 'chains' list")
-    plan = report.get("plan")
-    if plan is not None and not isinstance(plan, dict):
-        raise ReportError(f"{what} is not a runner report: 'plan' is not an object")
-    if plan and "cuda_graphs" in plan and not isinstance(plan["cuda_graphs"], bool):
-        raise ReportError(f"{what}: plan 'cuda_graphs' must be true or false")
-    for i, chain in enumerate(report["chains"]):
-        if not isinstance(chain, dict) or not isinstance(chain.get("id"), str) or not chain["id"]:
-            raise ReportError(f"{what}: chain {i} is not an object with a string 'id'")
-        for key in ("slower", "slower_in_graph"):
-            if chain.get(key) is not None and not isinstance(chain[key], bool):
-                raise ReportError(f"{what}: chain '{chain['id'][:80]}' has a '{key}' that is not true or false")
-    return report
+    return run_report.load(Path(path), f"report {path}")
 
 
-def _check_report_model(report: dict, det, path: str) -> None:
-    """Refuse a report measured on another model: its plan's graph fingerprint, or else its chain ids."""
-    plan = report.get("plan") or {}
-    model = report.get("model")
-    name = model.get("name") if isinstance(model, dict) else model
-    fingerprint = plan.get("fingerprint")
-    if fingerprint is not None and fingerprint != det.fingerprint:
-        raise ReportError(f"report {path} was measured on model '{str(name or plan.get('model') or '?')[:80]}' "
-                          f"(graph {str(fingerprint)[:40]}), not on '{det.model}' (graph {det.fingerprint})")
+def _check_report_model(report, det, path: str) -> None:
+    """Refuse a report measured on another model (its graph fingerprint), in one line."""
+    if report.model.fingerprint != det.fingerprint:
+        raise ReportError(f"report {path} was measured on model '{str(report.model.name)[:80]}' "
+                          f"(graph {report.model.fingerprint[:40]}), not on '{det.model}' (graph {det.fingerprint})")
     known = {c.id for c in det.chains}
-    unknown = [c["id"] for c in report["chains"] if c["id"] not in known]
+    unknown = [c.id for c in report.chains if c.id not in known]
     if unknown:
         raise ReportError(f"report {path} names chains '{det.model}' does not have ({unknown[0][:80]}, ...): "
                           "it was measured on another model")
@@ -205,15 +188,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.plan:
         plan = Plan.from_dict(jsonfile.read_json_file(args.plan, f"plan {args.plan}", PlanError, MAX_PLAN_BYTES))
     _check_source(args.model, args.batch, args.seq_len)
+    modes = tuple(m.strip() for m in (args.compile_modes or "").split(",") if m.strip())
     settings = gpu_runner.RunSettings(device=args.device, dtype=args.dtype, batch=args.batch,
                                       seq_len=args.seq_len, per_chain=not args.no_chains,
-                                      stages=not args.no_stages)
+                                      stages=not args.no_stages, quick=args.quick,
+                                      compile_baseline=bool(args.baselines or modes),
+                                      **({"compile_modes": modes} if modes else {}))
 
     def progress(fraction: float, status: str) -> None:
         print(f"[{fraction * 100:5.1f}%] {clean(status)}", file=sys.stderr, flush=True)
 
     report = gpu_runner.run(args.model, plan, settings, progress=progress)
-    text = json.dumps(report, indent=2)
+    text = report.to_json(indent=2)
     if args.out:
         try:
             Path(args.out).write_text(text)
@@ -307,6 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="where to write report.json (default: stdout)")
     p.add_argument("--no-chains", action="store_true", dest="no_chains", help="skip per-chain timing")
     p.add_argument("--no-stages", action="store_true", dest="no_stages", help="skip the staged table")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer repetitions and no per-chain timing (a first look in about a minute)")
+    p.add_argument("--baselines", action="store_true",
+                   help="also time eager and torch.compile (default, and reduce-overhead on CUDA) in the same rounds")
+    p.add_argument("--compile-modes", dest="compile_modes", default="", metavar="MODES",
+                   help="torch.compile modes to compare with, separated by commas (implies --baselines): "
+                        "default, reduce-overhead, max-autotune-no-cudagraphs")
 
     sub.add_parser("app", help="start the Streamlit app (fusion-explorer app --help for its options)",
                    add_help=False)

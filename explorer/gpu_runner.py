@@ -18,32 +18,40 @@ import sys
 import threading
 from typing import Any, Callable
 
+from explorer.errors import ReportError, RunError
+from explorer.report import Report
 from explorer.runtime.child import child_main, run_child
 from explorer.runtime.settings import RunSettings
 
-__all__ = ["RunSettings", "run"]
+__all__ = ["Report", "RunSettings", "run"]
 
 
 def run(source: str, plan: Any | None, settings: RunSettings,
         progress: Callable[[float, str], None] | None = None,
-        cancel: threading.Event | None = None) -> dict:
-    """Measure ``source`` under ``plan`` in a child process and return the report.
+        cancel: threading.Event | None = None) -> Report:
+    """Measure ``source`` under ``plan`` in a child process and return the typed report.
 
     ``plan`` is a ``Plan`` (or ``None``: every detected chain accepted).
     ``progress(fraction, status)`` is called from this thread as the child
-    reports. Raises ``RunError`` with one line on any failure, including
-    ``RunError("cancelled")`` when ``cancel`` is set.
+    reports (the status ends with the estimated time left). Raises ``RunError``
+    with one line on any failure, including ``RunError("cancelled")`` when
+    ``cancel`` is set.
     """
     payload = {"source": str(source), "plan": plan.to_dict() if plan is not None else None,
                "settings": settings.to_dict()}
-    return run_child("explorer.gpu_runner", payload, settings.timeout_s, progress, cancel)
+    data = run_child("explorer.gpu_runner", payload, settings.timeout_s, progress, cancel)
+    try:
+        return Report.from_dict(data, "the measurement's report")
+    except ReportError as exc:
+        raise RunError(str(exc)) from None
 
 
 def _measure_in_child(payload: dict, emit: Callable[[float, str], None]) -> dict:
     """The child's work: ``explorer.runtime.session.measure`` (torch is imported here, in the child only)."""
     from explorer.runtime.session import measure  # the parent never imports torch
 
-    return measure(payload["source"], payload.get("plan"), RunSettings.from_dict(payload.get("settings") or {}), emit)
+    settings = RunSettings.from_dict(payload.get("settings") or {})
+    return measure(payload["source"], payload.get("plan"), settings, emit).to_dict()
 
 
 if __name__ == "__main__":

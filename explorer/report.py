@@ -1,51 +1,795 @@
-"""The run report: its version and its plain-text summary.
+"""The run report, typed: what ``explorer.gpu_runner.run`` returns and everything else reads.
 
-A report is what ``explorer.gpu_runner.run`` returns and what the app, the
-command line, the plan helpers and the CSV export read.
+One schema, frozen dataclasses, a version, strict validation on load::
+
+    Report
+      model: ModelInfo              name, source, fingerprint, batch, inputs, sizes
+      plan: PlanInfo                the plan measured (accepted chains, kernels, levers)
+      settings, environment         how and where (device, driver, library versions, date)
+      unfused, fused: Measurement   latency (median, p20-p80), throughput, memory, launches,
+                                    bytes, precision against float64 (or why not)
+      verdict: Verdict              fused against unfused: a statistical test over paired rounds
+      chains: ChainResult...        each accepted chain timed alone, with its Verdict
+      stages: Stage...              the staged table (original, Conv+BN, + epilogues, all)
+      baselines: Baseline...        eager and torch.compile modes, each paired with its like
+      notes                         what a reader must know (rotation, quick mode, upgrades)
+
+The runner (``explorer.runtime.session``) builds it and computes every derived
+fact once: each verdict (``explorer.stats.compare``), and for each chain what
+limits it (``limited_by``: the host or the GPU). The command line, the app, the
+plan helpers and the CSV export only read those fields: a chain is slower when
+``chain.verdict.label == SLOWER``, nowhere else.
+
+``Report.to_dict()`` gives plain JSON values; ``load(data_or_path, name)`` and
+``Report.from_dict`` read one back, checking every field's type, refusing
+unknown and missing fields, and raising ``ReportError`` with one line naming the
+file and the field. Size and nesting are bounded by ``explorer.jsonfile``.
+Version 1 reports (an untyped dict, before this module) are upgraded on load
+(``upgrade_v1``): their per-chain verdicts were the old spread rule, not a test,
+and their verdicts say so.
+
+Layer 0: no torch, no networkx.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import json
+import math
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Union
 
-REPORT_VERSION = 1
+from explorer.errors import ReportError
+from explorer.jsonfile import parse_json, read_json_file
+
+REPORT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+MAX_REPORT_BYTES = 50 * 2**20
+
+# Verdict labels: the one vocabulary of "faster / slower" in the project.
+FASTER = "faster"
+SLOWER = "slower"
+SAME = "no significant difference"
+NO_KERNEL = "no fused kernel here"
+NOT_MEASURED = "not measured"
+VERDICTS = (FASTER, SLOWER, SAME, NO_KERNEL, NOT_MEASURED)
+
+# What limits a chain that is slower: the host issuing calls, or the GPU itself.
+HOST, GPU = "host", "gpu"
+HOST_BOUND_BUSY = 0.8
+
+#: A scalar JSON value (environment extras, settings).
+Scalar = Union[str, int, float, bool, None]
+Setting = Union[str, int, float, bool, None, tuple[str, ...]]
 
 
-def summary_table(report: dict) -> str:
-    """A compact plain-text table of a report (for the CLI)."""
-    env = report.get("environment", {})
-    lines = [f"{report.get('model', {}).get('name', '?')} on {env.get('device_name')} "
-             f"({report.get('settings', {}).get('dtype')}, batch {report.get('model', {}).get('batch')})"
-             + (f"  [{env.get('note')}]" if env.get("is_cpu") else "")]
-    lines.append(f"{'variant':<30}{'median ms':>11}{'p20':>9}{'p80':>9}{'items/s':>11}{'launches':>10}{'rel_l2':>10}")
+# ====================================================================== the schema
 
-    def row(name: str, r: dict) -> None:
-        lat = r.get("latency_ms") or {}
-        prec = r.get("precision") or {}
-        rel = prec.get("rel_l2")
-        lines.append(f"{name:<30}{_fmt(lat.get('median')):>11}{_fmt(lat.get('p20')):>9}{_fmt(lat.get('p80')):>9}"
-                     f"{_fmt(r.get('throughput'), 1):>11}{str(r.get('kernel_launches', '')):>10}"
-                     f"{(f'{rel:.1e}' if isinstance(rel, float) else '-'):>10}")
+@dataclasses.dataclass(frozen=True)
+class Latency:
+    """Milliseconds per call: median, 20th and 80th percentiles, over ``reps`` timed calls."""
+
+    median: float
+    p20: float
+    p80: float
+    reps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """Errors of an output against a reference (float64 unless stated).
+
+    ``max_rel`` = max|out-ref| / max|ref|; ``rel_l2`` = ||out-ref|| / ||ref||. When the
+    reference is all zero, constant or denormal the relative figures are None and
+    ``refused`` says why (they would be meaningless).
+    """
+
+    max_abs: float | None = None
+    max_rel: float | None = None
+    rel_l2: float | None = None
+    cosine: float | None = None
+    top1_agreement: float | None = None
+    finite: bool | None = None
+    refused: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One way of running the whole model, measured (unfused, fused, a baseline, a stage).
+
+    ``gpu_busy_ms`` is the summed duration of the kernels of one forward (CUDA
+    profiler); ``bound`` compares it with the latency: ``HOST`` when the GPU is
+    busy for less than ``HOST_BOUND_BUSY`` of the time (it waits for the host to
+    issue calls), ``GPU`` otherwise; None on the CPU.
+    """
+
+    name: str
+    latency: Latency | None = None
+    throughput: float | None = None
+    peak_memory_bytes: int | None = None
+    activation_peak_bytes: int | None = None
+    resident_bytes: int | None = None
+    kernel_launches: int | None = None
+    launches_kind: str = ""
+    graph_launches: int | None = None
+    bytes_moved: int | None = None
+    precision: Precision | None = None
+    gpu_busy_ms: float | None = None
+    bound: str | None = None
+    cuda_graph: bool = False
+    note: str = ""
+    memory_note: str = ""
+
+    @property
+    def median_ms(self) -> float | None:
+        return self.latency.median if self.latency else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A candidate (the fused form) against a baseline, decided by a test over paired rounds.
+
+    ``ratio`` is the median over rounds of candidate time / baseline time (below 1:
+    the candidate is faster; ``speedup`` = 1 / ratio), ``ci_low``-``ci_high`` its
+    95% confidence interval, ``p_value`` the test's, ``n`` the paired rounds,
+    ``rounds_needed`` how many the observed spread needs for 80% power at
+    ``min_effect``. ``label`` is one of ``VERDICTS``; ``decided`` is False when
+    the rounds ran out before the test could tell (then the label is ``SAME``).
+    """
+
+    label: str
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    n: int = 0
+    rounds_needed: int | None = None
+    min_effect: float = 0.03
+    decided: bool = False
+    basis: str = ""
+    method: str = ""
+    note: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        return 1.0 / self.ratio if self.ratio else None
+
+    def describe(self) -> str:
+        """One line: ``slower: 0.91x (95% CI 0.88-0.94x), p=0.001, 60 rounds``."""
+        if self.ratio is None:
+            return self.label + (f" ({self.note})" if self.note else "")
+        if self.n == 0 or self.ci_low is None or self.ci_high is None:
+            return f"{self.label}: {self.speedup:.2f}x, no paired test ({self.method or self.note})"
+        lo = f"{1 / self.ci_high:.2f}" if self.ci_high else "?"
+        hi = f"{1 / self.ci_low:.2f}" if self.ci_low else "?"
+        p = f", p={self.p_value:.2g}" if self.p_value is not None else ""
+        return f"{self.label}: {self.speedup:.2f}x (95% CI {lo}-{hi}x){p}, {self.n} rounds"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainResult:
+    """One accepted chain, timed alone on its real shapes, unfused against fused.
+
+    ``verdict`` is THE decision (on ``verdict.basis``: CUDA-graph replays when the
+    plan replays graphs, else synchronised calls); ``plain`` and ``graph`` are the
+    two timings' own verdicts where measured. ``fused_kernel`` False means the
+    "fused" form runs the same ops on this device: its verdict is ``NO_KERNEL``,
+    never slower. ``limited_by`` says what makes a slower chain slower: ``HOST``
+    (slower as plain calls only) or ``GPU`` (slower even as CUDA graphs).
+    """
+
+    id: str
+    title: str
+    pattern: str
+    status: str
+    reason: str
+    implementation: str
+    kernel: str
+    fused_kernel: bool
+    verdict: Verdict
+    bytes_unfused: int | None = None
+    bytes_fused: int | None = None
+    graph_launches_saved: int = 0
+    launches_unfused: int | None = None
+    launches_fused: int | None = None
+    launches_kind: str = ""
+    unfused: Latency | None = None
+    fused: Latency | None = None
+    unfused_graph: Latency | None = None
+    fused_graph: Latency | None = None
+    plain: Verdict | None = None
+    graph: Verdict | None = None
+    limited_by: str | None = None
+    max_abs: float | None = None
+    rel_err: float | None = None
+    rel_err_unfused: float | None = None
+    rotation: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        """Unfused median over fused median, synchronised calls."""
+        return _ratio(self.unfused, self.fused)
+
+    @property
+    def graph_speedup(self) -> float | None:
+        """The same as CUDA-graph replays (None where not measured)."""
+        return _ratio(self.unfused_graph, self.fused_graph)
+
+    @property
+    def slower(self) -> bool:
+        return self.verdict.label == SLOWER
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One row of the staged table: the model with fusion applied up to ``stage``.
+
+    ``differs`` says how its graph differs from the previous stage's (the test
+    checks it); a stage whose graph is identical to an earlier one is not timed
+    again: ``same_as`` names that stage and ``latency`` is None.
+    """
+
+    stage: str
+    label: str
+    differs: str
+    graph_ops: int
+    fused_calls: int
+    batch_norms: int
+    chains_fused: int
+    chains_folded: int
+    same_as: str | None = None
+    latency: Latency | None = None
+    throughput: float | None = None
+    peak_memory_bytes: int | None = None
+    activation_peak_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """A way of running the model timed in the same alternated rounds as the fused model.
+
+    ``method`` is eager | torch.compile | fused; ``mode`` the torch.compile mode;
+    every entry uses the plan's memory format. ``pairs_with`` names the fused entry
+    it is fairly compared with (CUDA graphs against CUDA graphs, i.e. fused +
+    CUDA graphs against ``reduce-overhead``), and ``verdict`` is that fused entry
+    against this one (``FASTER``: the fused model is faster).
+    """
+
+    name: str
+    label: str
+    method: str
+    mode: str | None
+    cuda_graphs: bool
+    memory_format: str
+    measurement: Measurement | None = None
+    compile_s: float | None = None
+    pairs_with: str | None = None
+    verdict: Verdict | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class InputInfo:
+    """One model input as measured."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    """The model measured: its name, where it came from, its graph fingerprint and sizes."""
+
+    name: str
+    source: str
+    fingerprint: str
+    batch: int | None = None
+    seq_len: int | None = None
+    path: str | None = None
+    task: str = ""
+    description: str = ""
+    inputs: tuple[InputInfo, ...] = ()
+    chains_detected: int = 0
+    ops: int = 0
+    params: int = 0
+    flops: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanInfo:
+    """The plan measured (``explorer.fusions.plan.Plan.to_dict``)."""
+
+    model: str
+    fingerprint: str
+    accepted: tuple[str, ...] = ()
+    kernels: dict[str, str] = dataclasses.field(default_factory=dict)
+    memory_format: str = "nchw"
+    cuda_graphs: bool = False
+    version: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """Where the numbers come from; ``extra`` holds the rest (clocks, TF32 switches, host)."""
+
+    device: str
+    device_name: str | None
+    is_cpu: bool
+    note: str = ""
+    started_utc: str = ""
+    torch: str | None = None
+    triton: str | None = None
+    cuda: str | None = None
+    cudnn: int | None = None
+    driver: str | None = None
+    python: str | None = None
+    extra: dict[str, Scalar] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """A whole run: see the module docstring."""
+
+    model: ModelInfo
+    plan: PlanInfo
+    environment: Environment
+    unfused: Measurement
+    fused: Measurement
+    verdict: Verdict
+    settings: dict[str, Setting] = dataclasses.field(default_factory=dict)
+    fused_vs_unfused: Precision | None = None
+    reference: str = ""
+    fused_worse: bool | None = None
+    chains: tuple[ChainResult, ...] = ()
+    stages: tuple[Stage, ...] = ()
+    baselines: tuple[Baseline, ...] = ()
+    notes: tuple[str, ...] = ()
+    precision_note: str = ""
+    bytes_note: str = ""
+    graph_calls_note: str = ""
+    rotation_note: str = ""
+    duration_s: float | None = None
+    upgraded_from: int | None = None
+    version: int = REPORT_VERSION
+
+    # ------------------------------------------------------------ reading the stored facts
+
+    @property
+    def speedup(self) -> float | None:
+        """Unfused median over fused median (whole model)."""
+        return _ratio(self.unfused.latency, self.fused.latency)
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.environment.is_cpu
+
+    def chain(self, chain_id: str) -> ChainResult:
+        for c in self.chains:
+            if c.id == chain_id:
+                return c
+        raise KeyError(chain_id)
+
+    def chain_ids(self, label: str) -> list[str]:
+        """Ids of the chains whose verdict is ``label`` (one of ``VERDICTS``)."""
+        return [c.id for c in self.chains if c.verdict.label == label]
+
+    @property
+    def slower_chains(self) -> list[str]:
+        return self.chain_ids(SLOWER)
+
+    def limited_by(self, what: str) -> list[str]:
+        """Ids of slower chains limited by ``HOST`` or ``GPU``."""
+        return [c.id for c in self.chains if c.limited_by == what]
+
+    def verdict_counts(self) -> dict[str, int]:
+        """How many chains got each verdict, every label listed."""
+        return {label: len(self.chain_ids(label)) for label in VERDICTS}
+
+    def baseline(self, name: str) -> Baseline | None:
+        return next((b for b in self.baselines if b.name == name), None)
+
+    def check_model(self, fingerprint: str, model: str = "") -> None:
+        """Raise a one-line ``ReportError`` when this report was measured on another model."""
+        if self.model.fingerprint != fingerprint:
+            mine = f"'{model}' " if model else ""
+            raise ReportError(f"this report was measured on model '{self.model.name}' (graph "
+                              f"{self.model.fingerprint}), not on the model {mine}loaded here (graph {fingerprint})")
+
+    # ------------------------------------------------------------ (de)serialising
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (tuples become lists); ``from_dict`` reads it back."""
+        return _plain(dataclasses.asdict(self))
+
+    def to_json(self, indent: int | None = 1) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: Any, name: str = "report") -> "Report":
+        """Validate and build; version 1 is upgraded first. Raises ``ReportError`` (one line)."""
+        if not isinstance(data, dict):
+            raise ReportError(f"{name} is not a run report: it holds a JSON {_json_type(data)}, not an object")
+        version = data.get("version")
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ReportError(f"{name} is not a run report: no integer 'version'")
+        if version not in READABLE_VERSIONS:
+            raise ReportError(f"{name}: report version {version} is not supported "
+                              f"(this explorer reads versions {', '.join(map(str, READABLE_VERSIONS))})")
+        if version == 1:
+            data = upgrade_v1(data, name)
+        try:
+            return _build(cls, data, "")
+        except _Invalid as bad:
+            raise ReportError(f"{name} is not a valid run report: {bad}") from None
+
+
+def load(source: bytes | str | os.PathLike, name: str | None = None) -> Report:
+    """A report from JSON bytes/text or a file path; raises ``ReportError`` (one line).
+
+    ``bytes`` and ``str`` are JSON text (``name`` names it in messages); a
+    ``Path`` is read with ``explorer.jsonfile`` (regular files only, bounded size and depth).
+    """
+    if isinstance(source, (bytes, str)):
+        what = name or "report"
+        data = parse_json(source, what, ReportError, max_bytes=MAX_REPORT_BYTES, allow_nan=True)
+    else:
+        what = name or str(source)
+        data = read_json_file(source, what, ReportError, max_bytes=MAX_REPORT_BYTES, allow_nan=True)
+    return Report.from_dict(data, what)
+
+
+def save(report: Report, path: str | os.PathLike) -> None:
+    """Write the report's JSON to ``path``."""
+    Path(path).write_text(report.to_json())
+
+
+# ====================================================================== strict validation
+
+class _Invalid(Exception):
+    """A field that does not match the schema: the message names its path."""
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "list",
+            dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    if origin is tuple:
+        return "a list"
+    if origin is dict:
+        return "an object"
+    if dataclasses.is_dataclass(tp):
+        return "an object"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _build(cls: type, data: Any, path: str) -> Any:
+    if not isinstance(data, dict):
+        raise _Invalid(f"'{path or cls.__name__}' must be an object, got {_json_type(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise _Invalid(f"unknown field '{_join(path, unknown[0])}'")
+    hints = _hints(cls)
+    values = {}
+    for fname, f in fields.items():
+        where = _join(path, fname)
+        if fname not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise _Invalid(f"missing field '{where}'")
+            continue
+        values[fname] = _check(data[fname], hints[fname], where)
+    return cls(**values)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _check(value: Any, tp: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise _Invalid(f"'{path}' must be {_describe(tp)}, got null")
+        real = [a for a in args if a is not type(None)]
+        if len(real) == 1:  # Optional[X]: X's own message names the deepest bad field
+            return _check(value, real[0], path)
+        for arg in real:
+            try:
+                return _check(value, arg, path)
+            except _Invalid:
+                continue
+        raise _Invalid(f"'{path}' must be {_describe(tp)}, got {_json_type(value)}")
+    if tp is type(None):
+        if value is None:
+            return None
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif origin is tuple:
+        if isinstance(value, list):
+            (item,) = [a for a in typing.get_args(tp) if a is not Ellipsis]
+            return tuple(_check(v, item, f"{path}[{i}]") for i, v in enumerate(value))
+    elif origin is dict:
+        if isinstance(value, dict):
+            _key, item = typing.get_args(tp)
+            return {str(k): _check(v, item, f"{path}.{k}") for k, v in value.items()}
+    elif dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
+    raise _Invalid(f"'{path}' must be {_describe(tp)}, got {_json_type(value)}")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _ratio(before: Latency | None, after: Latency | None) -> float | None:
+    if before is None or after is None or not before.median or not after.median:
+        return None
+    return before.median / after.median
+
+
+# ====================================================================== version 1
+
+V1_RULE = "version 1 rule: fused p20 above unfused p80 (a spread rule, no statistical test)"
+
+
+def upgrade_v1(data: dict, name: str = "report") -> dict:
+    """A version-1 report (the untyped dict the runner wrote before this module) as a version-2 dict.
+
+    Numbers are carried over as they are. What version 1 did not record is left
+    empty (chain titles fall back to ids; whether a chain had a fused kernel is
+    taken from its status). Its per-chain verdicts came from a spread rule, not a
+    test: they are carried over with ``method = V1_RULE`` and no p-value, and a
+    note says so. Raises ``ReportError`` when the dict lacks what every version-1
+    report has.
+    """
+    def obj(value: Any, where: str) -> dict:
+        if not isinstance(value, dict):
+            raise ReportError(f"{name} is not a valid run report (version 1): '{where}' must be an object")
+        return value
 
     for key in ("unfused", "fused"):
-        if key in report:
-            row(key, report[key])
-    for s in report.get("stages") or []:
-        row(f"stage: {s['label']}", s)
-    for name, r in (report.get("baselines") or {}).items():
-        if isinstance(r, dict) and "latency_ms" in r:
-            row(f"baseline: {name}", r)
-    chains = report.get("chains") or []
-    if chains:
-        slower = [c["id"] for c in chains if c.get("slower")]
-        failed = [c["id"] for c in chains if c.get("status") == "failed"]
-        lines.append(f"chains: {len(chains)} accepted, {len(slower)} slower when fused"
-                     + (f" ({', '.join(slower[:5])})" if slower else "")
-                     + (f", {len(failed)} failed" if failed else ""))
-    if report.get("speedup"):
-        lines.append(f"speedup fused vs unfused: {report['speedup']:.3f}x")
+        if not isinstance(obj(data.get(key), key).get("latency_ms"), dict):
+            raise ReportError(f"{name} is not a run report: no '{key}' object with latency_ms")
+    for key, kind in (("chains", list), ("stages", list), ("environment", dict), ("plan", dict),
+                      ("model", dict)):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise ReportError(f"{name} is not a run report: '{key}' is not a {kind.__name__}")
+    model = data.get("model") or {}
+    plan = data.get("plan") or {}
+    env = dict(data.get("environment") or {})
+    graphs = bool(plan.get("cuda_graphs"))
+    known_env = {f.name for f in dataclasses.fields(Environment)} - {"extra"}
+    environment = {k: env.get(k) for k in known_env if k in env}
+    environment.setdefault("device", str(env.get("device", "?")))
+    environment.setdefault("device_name", None)
+    environment.setdefault("is_cpu", bool(env.get("is_cpu", False)))
+    if environment.get("cudnn") is not None and not isinstance(environment["cudnn"], int):
+        environment["cudnn"] = None
+    environment["extra"] = {k: v for k, v in env.items() if k not in known_env
+                            and (v is None or isinstance(v, (str, int, float, bool)))}
+    unfused, fused = data["unfused"], data["fused"]
+    chains = [_v1_chain(c, graphs) for c in data.get("chains") or [] if isinstance(c, dict)]
+    notes = [str(n) for n in data.get("notes") or []]
+    notes.append("Upgraded from report version 1: per-chain verdicts are the old spread rule (fused p20 above "
+                 "unfused p80), not a statistical test; re-measure for tested verdicts.")
+    model_info = {k: model.get(k) for k in ("name", "source", "fingerprint", "batch", "seq_len", "path",
+                                            "task", "description", "chains_detected", "ops", "params", "flops")
+                  if k in model}
+    model_info.setdefault("name", str(plan.get("model", "?")))
+    model_info.setdefault("source", "?")
+    model_info.setdefault("fingerprint", str(plan.get("fingerprint", "")))
+    model_info["inputs"] = [i for i in model.get("inputs") or [] if isinstance(i, dict)]
+    stages = [_v1_stage(s) for s in data.get("stages") or [] if isinstance(s, dict)]
+    stages += [{"stage": str(s.get("stage")), "label": str(s.get("label") or s.get("stage")),
+                "differs": f"not timed in version 1: {s.get('reason', '')}", "graph_ops": 0, "fused_calls": 0,
+                "batch_norms": 0, "chains_fused": 0, "chains_folded": 0}
+               for s in data.get("stages_skipped") or [] if isinstance(s, dict)]
+    order = {"none": 0, "conv_bn": 1, "activation": 2, "all": 3}
+    stages.sort(key=lambda s: order.get(s["stage"], 9))
+    speedup = data.get("speedup")
+    ratio = 1.0 / speedup if isinstance(speedup, (int, float)) and speedup else None
+    return {
+        "version": REPORT_VERSION, "upgraded_from": 1,
+        "model": model_info, "plan": {k: plan[k] for k in ("model", "fingerprint", "accepted", "kernels",
+                                                           "memory_format", "cuda_graphs", "version") if k in plan},
+        "settings": {k: v for k, v in (data.get("settings") or {}).items()
+                     if v is None or isinstance(v, (str, int, float, bool))},
+        "environment": environment,
+        "unfused": _v1_measurement("unfused", unfused),
+        "fused": _v1_measurement("fused", fused),
+        "verdict": {"label": NOT_MEASURED, "ratio": ratio, "method": V1_RULE,
+                    "note": "version 1 recorded no paired samples for the whole model"},
+        "fused_vs_unfused": _v1_precision(fused.get("precision_vs_unfused")),
+        "reference": str((data.get("reference") or {}).get("what", "")),
+        "fused_worse": (data.get("reference") or {}).get("fused_worse"),
+        "chains": chains, "stages": stages, "baselines": _v1_baselines(data.get("baselines"), plan),
+        "notes": notes,
+        "precision_note": str(data.get("precision_note", "")), "bytes_note": str(data.get("bytes_note", "")),
+        "graph_calls_note": str(data.get("graph_calls_note", "")),
+        "rotation_note": "version 1: chain inputs were the same tensors every call (cache-resident), not rotated",
+        "duration_s": data.get("duration_s"),
+    }
+
+
+def _v1_latency(lat: Any) -> dict | None:
+    if not isinstance(lat, dict) or lat.get("median") is None:
+        return None
+    return {"median": lat.get("median"), "p20": lat.get("p20", lat.get("median")),
+            "p80": lat.get("p80", lat.get("median")), "reps": int(lat.get("reps") or 0)}
+
+
+def _v1_precision(p: Any) -> dict | None:
+    if not isinstance(p, dict):
+        return None
+    keys = {f.name for f in dataclasses.fields(Precision)}
+    return {k: v for k, v in p.items() if k in keys}
+
+
+def _v1_measurement(name: str, d: dict) -> dict:
+    return {"name": name, "latency": _v1_latency(d.get("latency_ms")), "throughput": d.get("throughput"),
+            "peak_memory_bytes": d.get("peak_memory_bytes"), "activation_peak_bytes": d.get("activation_peak_bytes"),
+            "resident_bytes": d.get("resident_bytes"), "kernel_launches": d.get("kernel_launches"),
+            "launches_kind": str(d.get("kernel_launches_kind") or ""), "graph_launches": d.get("graph_launches"),
+            "bytes_moved": d.get("bytes_moved"), "precision": _v1_precision(d.get("precision")),
+            "cuda_graph": bool(d.get("cuda_graph", False)), "note": str(d.get("note") or ""),
+            "memory_note": str(d.get("memory_note") or "")}
+
+
+def _v1_verdict(slower: Any, faster: bool, speedup: Any, basis: str) -> dict:
+    label = SLOWER if slower else (FASTER if faster else SAME)
+    ratio = 1.0 / speedup if isinstance(speedup, (int, float)) and speedup else None
+    return {"label": label, "ratio": ratio, "basis": basis, "method": V1_RULE, "decided": bool(slower or faster)}
+
+
+def _v1_chain(c: dict, graphs: bool) -> dict:
+    status = str(c.get("status", ""))
+    measured = c.get("speedup") is not None
+    has_graph = c.get("graph_speedup") is not None
+    plain = _v1_verdict(c.get("slower"), c.get("verdict") == "faster", c.get("speedup"), "synchronised calls") \
+        if measured else None
+    graph = _v1_verdict(c.get("slower_in_graph"), False, c.get("graph_speedup"), "CUDA-graph replays") \
+        if has_graph else None
+    if graph is not None and graph["label"] == SAME and c.get("graph_speedup") and c.get("graph_speedup") > 1 \
+            and not c.get("slower_in_graph"):
+        graph["label"] = SAME  # version 1 did not say "faster" for graph replays
+    decision = (graph if graphs and graph is not None else plain) or {"label": NOT_MEASURED, "basis": ""}
+    limited = None
+    if c.get("slower_in_graph"):
+        limited = GPU
+    elif c.get("slower") and has_graph:
+        limited = HOST
+    return {
+        "id": str(c.get("id")), "title": str(c.get("title") or c.get("id")), "pattern": str(c.get("pattern")),
+        "status": status, "reason": str(c.get("reason") or ""), "implementation": str(c.get("implementation") or ""),
+        "kernel": str(c.get("kernel") or "auto"), "fused_kernel": status == "fused",
+        "verdict": decision, "plain": plain, "graph": graph, "limited_by": limited,
+        "bytes_unfused": c.get("bytes_unfused"), "bytes_fused": c.get("bytes_fused"),
+        "graph_launches_saved": int(c.get("graph_launches_saved") or 0),
+        "launches_unfused": c.get("launches_unfused"), "launches_fused": c.get("launches_fused"),
+        "launches_kind": str(c.get("launches_kind") or ""),
+        "unfused": _v1_latency(c.get("unfused_latency_ms") or ({"median": c.get("unfused_ms")}
+                                                               if c.get("unfused_ms") is not None else None)),
+        "fused": _v1_latency(c.get("fused_latency_ms") or ({"median": c.get("fused_ms")}
+                                                           if c.get("fused_ms") is not None else None)),
+        "unfused_graph": _v1_latency({"median": c["unfused_graph_ms"]}) if c.get("unfused_graph_ms") else None,
+        "fused_graph": _v1_latency({"median": c["fused_graph_ms"]}) if c.get("fused_graph_ms") else None,
+        "max_abs": c.get("max_abs"), "rel_err": c.get("rel_err"), "rel_err_unfused": c.get("rel_err_unfused"),
+        "rotation": "not rotated (version 1)",
+    }
+
+
+def _v1_stage(s: dict) -> dict:
+    return {"stage": str(s.get("stage")), "label": str(s.get("label") or s.get("stage")),
+            "differs": "version 1 did not record how this stage's graph differs",
+            "graph_ops": 0, "fused_calls": 0, "batch_norms": 0,
+            "chains_fused": int(s.get("chains_fused") or 0), "chains_folded": 0,
+            "latency": _v1_latency(s.get("latency_ms")), "throughput": s.get("throughput"),
+            "peak_memory_bytes": s.get("peak_memory_bytes"), "activation_peak_bytes": s.get("activation_peak_bytes")}
+
+
+def _v1_baselines(value: Any, plan: dict) -> list[dict]:
+    if not isinstance(value, dict):
+        return []
+    out = []
+    fmt = str(plan.get("memory_format", "nchw"))
+    graphs = bool(plan.get("cuda_graphs"))
+    for key, d in value.items():
+        if not isinstance(d, dict):
+            continue
+        method = "torch.compile" if key.startswith("torch_compile") else ("fused" if key.startswith("fused") else "eager")
+        entry = {"name": str(key), "label": str(key).replace("_", " "), "method": method,
+                 "mode": d.get("mode") if isinstance(d.get("mode"), str) else None, "cuda_graphs": graphs,
+                 "memory_format": fmt, "error": d.get("error") if isinstance(d.get("error"), str) else None,
+                 "compile_s": d.get("compile_s")}
+        if "latency_ms" in d:
+            entry["measurement"] = _v1_measurement(str(key), d)
+        out.append(entry)
+    return out
+
+
+# ====================================================================== text
+
+def summary_table(report: Report) -> str:
+    """A compact plain-text table of a report (for the command line)."""
+    env = report.environment
+    lines = [f"{report.model.name} on {env.device_name} ({report.settings.get('dtype')}, batch {report.model.batch})"
+             + (f"  [{env.note}]" if env.is_cpu else "")]
+    lines.append(f"{'variant':<40}{'median ms':>11}{'p20':>9}{'p80':>9}{'items/s':>11}{'launches':>10}{'rel_l2':>10}")
+
+    def row(name: str, m: Measurement | None, latency: Latency | None = None, throughput: float | None = None) -> None:
+        lat = latency if latency is not None else (m.latency if m else None)
+        prec = m.precision if m else None
+        rel = prec.rel_l2 if prec else None
+        lines.append(f"{name[:39]:<40}{_fmt(lat.median if lat else None):>11}{_fmt(lat.p20 if lat else None):>9}"
+                     f"{_fmt(lat.p80 if lat else None):>9}"
+                     f"{_fmt(throughput if throughput is not None else (m.throughput if m else None), 1):>11}"
+                     f"{str(m.kernel_launches if m and m.kernel_launches is not None else '-'):>10}"
+                     f"{(f'{rel:.1e}' if isinstance(rel, float) else '-'):>10}")
+
+    row("unfused", report.unfused)
+    row("fused", report.fused)
+    lines.append(f"fused vs unfused: {report.verdict.describe()}")
+    for s in report.stages:
+        if s.latency is not None:
+            row(f"stage: {s.label}", None, s.latency, s.throughput)
+        else:
+            lines.append(f"stage: {s.label:<33} " + (f"same graph as '{s.same_as}', not timed again" if s.same_as
+                                                       else s.differs))
+    for b in report.baselines:
+        if b.measurement is not None:
+            row(f"baseline: {b.label}", b.measurement)
+            if b.verdict is not None:
+                lines.append(f"  {b.pairs_with} against it: {b.verdict.describe()}")
+        elif b.error:
+            lines.append(f"baseline: {b.label}: {b.error}")
+    if report.chains:
+        counts = report.verdict_counts()
+        slower = report.slower_chains
+        lines.append(f"chains: {len(report.chains)} accepted: " + ", ".join(f"{n} {label}" for label, n in counts.items() if n)
+                     + (f" (slower: {', '.join(slower[:5])}{' ...' if len(slower) > 5 else ''})" if slower else ""))
+    if report.speedup:
+        lines.append(f"speed-up fused vs unfused: {report.speedup:.3f}x")
     return "\n".join(lines)
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
-    return f"{x:.{digits}f}" if isinstance(x, (int, float)) else "-"
+    return f"{x:.{digits}f}" if isinstance(x, (int, float)) and math.isfinite(x) else "-"

@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "explorer"
 
-PURE = {"explorer", "explorer.errors", "explorer.units", "explorer.vocab", "explorer.report",
+PURE = {"explorer", "explorer.errors", "explorer.units", "explorer.vocab", "explorer.report", "explorer.stats",
         "explorer.jsonfile", "explorer.fusions.base"}
 UI_PACKAGES = ("streamlit", "plotly", "pyvis")
 PURE_FORBIDDEN = ("torch", "networkx", "onnx", "triton", *UI_PACKAGES)

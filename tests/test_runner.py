@@ -20,20 +20,14 @@ import time
 import pytest
 import torch
 
+from explorer import stats
 from explorer.errors import RunError
 from explorer.gpu_runner import RunSettings, run
-from explorer.report import summary_table
+from explorer.report import FASTER, NO_KERNEL, SAME, SLOWER, VERDICTS, Report, summary_table
 from explorer.runtime import child, measure
 from explorer.runtime.session import measure as measure_in_process
 
-FAST = dict(device="cpu", warmup=1, reps=5)
-SIDE_KEYS = {"latency_ms", "throughput", "peak_memory_bytes", "kernel_launches", "bytes_moved", "precision"}
-PRECISION_KEYS = {"max_abs", "max_rel", "rel_l2", "cosine", "top1_agreement"}
-CHAIN_KEYS = {"id", "pattern", "implementation", "status", "reason", "unfused_ms", "fused_ms", "speedup",
-              "bytes_unfused", "bytes_fused", "launches_unfused", "launches_fused", "max_abs", "rel_err",
-              "slower"}
-STAGE_KEYS = {"stage", "label", "latency_ms", "throughput", "peak_memory_bytes"}
-ENV_KEYS = {"device", "device_name", "is_cpu", "note", "torch", "triton", "cuda", "cudnn", "driver", "started_utc"}
+FAST = dict(device="cpu", warmup=1, reps=8)
 
 
 def _one_line(err: BaseException) -> str:
@@ -49,54 +43,52 @@ def test_full_run_on_cpu_through_the_child(name, analyze_cached):
     _, _, det = analyze_cached(name)
     seen: list[tuple[float, str]] = []
     report = run(name, None, RunSettings(**FAST), progress=lambda f, s: seen.append((f, s)))
-    json.dumps(report)  # the report is plain JSON
+    assert isinstance(report, Report)
+    assert Report.from_dict(json.loads(report.to_json())) == report   # plain JSON, read back exactly
 
-    for key in ("unfused", "fused", "chains", "stages", "plan", "environment", "settings", "model", "reference"):
-        assert key in report, key
-    for side in ("unfused", "fused"):
-        r = report[side]
-        assert SIDE_KEYS <= set(r), (side, SIDE_KEYS - set(r))
-        lat = r["latency_ms"]
-        assert 0 < lat["p20"] <= lat["median"] <= lat["p80"]
-        assert r["throughput"] > 0
-        assert PRECISION_KEYS <= set(r["precision"])
-        for k in ("max_abs", "max_rel", "rel_l2"):
-            assert math.isfinite(r["precision"][k]), (side, k)
-        assert r["precision"]["cosine"] > 0.999999
-        assert r["peak_memory_bytes"] is None and "CPU" in r["memory_note"]  # not faked on CPU
-        assert r["kernel_launches_kind"] == "aten ops (cpu)" and r["kernel_launches"] > 0
-        assert r["bytes_moved"] > 0
-    assert report["fused"]["precision"]["rel_l2"] < 1e-4
-    assert report["reference"]["unfused"]["rel_l2"] < 1e-4
-    assert report["fused"]["bytes_moved"] < report["unfused"]["bytes_moved"]
+    for side in (report.unfused, report.fused):
+        lat = side.latency
+        assert 0 < lat.p20 <= lat.median <= lat.p80 and lat.reps >= 8
+        assert side.throughput > 0
+        for value in (side.precision.max_abs, side.precision.max_rel, side.precision.rel_l2):
+            assert math.isfinite(value), side.name
+        assert side.precision.cosine > 0.999999 and side.precision.refused is None
+        assert side.peak_memory_bytes is None and "CPU" in side.memory_note  # not faked on CPU
+        assert side.launches_kind == "aten ops (cpu)" and side.kernel_launches > 0
+        assert side.bytes_moved > 0 and side.bound is None
+    assert report.fused.precision.rel_l2 < 1e-4 and report.unfused.precision.rel_l2 < 1e-4
+    assert report.fused.bytes_moved < report.unfused.bytes_moved
+    assert report.verdict.n >= 8 and report.verdict.label in VERDICTS and report.verdict.method
 
-    env = report["environment"]
-    assert ENV_KEYS <= set(env)
-    assert env["is_cpu"] is True and env["device"] == "cpu"
-    assert env["note"] == "CPU run: numbers are CPU numbers, not GPU numbers"
+    env = report.environment
+    assert env.is_cpu is True and env.device == "cpu" and env.torch and env.started_utc
+    assert env.note == "CPU run: numbers are CPU numbers, not GPU numbers"
 
     accepted = make_plan(det, "all").accepted
-    assert report["plan"]["accepted"] == list(accepted)
-    assert [c["id"] for c in report["chains"]] == list(accepted)
-    for c in report["chains"]:
-        assert CHAIN_KEYS <= set(c), CHAIN_KEYS - set(c)
-        if c["status"] == "fused":
-            assert c["unfused_ms"] > 0 and c["fused_ms"] > 0 and isinstance(c["slower"], bool)
-            assert c["rel_err"] is not None and c["rel_err"] < 1e-4
-            assert c["bytes_fused"] <= c["bytes_unfused"]
+    assert report.plan.accepted == accepted
+    assert [c.id for c in report.chains] == list(accepted)
+    for c in report.chains:
+        assert c.title == det.chain(c.id).title
+        if c.status == "fused" and c.fused_kernel:
+            assert c.unfused.median > 0 and c.fused.median > 0 and c.verdict.n >= stats.MIN_ROUNDS
+            assert c.verdict.label in (FASTER, SLOWER, SAME) and c.verdict.basis == "synchronised calls"
+            assert c.rel_err is not None and c.rel_err < 1e-4
+            assert c.bytes_fused <= c.bytes_unfused and "not rotated" in c.rotation
+        elif c.status == "fused":
+            assert c.verdict.label == NO_KERNEL and c.fused is None   # the same ops: labelled, not timed
         else:
-            assert c["reason"], c
+            assert c.reason, c
 
-    stages = report["stages"]
-    assert stages and stages[0]["stage"] == "none" and stages[0]["label"] == "original"
-    for s in stages:
-        assert STAGE_KEYS <= set(s) and s["latency_ms"]["median"] > 0
-    listed = [s["stage"] for s in stages] + [s["stage"] for s in report["stages_skipped"]]
-    assert sorted(listed) == sorted(("none", "conv_bn", "activation", "all"))
+    assert [s.stage for s in report.stages] == ["none", "conv_bn", "activation", "all"]
+    assert report.stages[0].label == "original"
+    for s in report.stages:
+        assert (s.latency is None) == (s.same_as is not None), s
+        assert s.latency is None or s.latency.median > 0
 
     statuses = [s for _, s in seen]
     assert seen and seen[-1][0] == 1.0
     assert any(s.startswith("timing chain 1/") for s in statuses), statuses
+    assert all("left" in s for _, s in seen[:-1]), statuses      # every status says how long is left
     assert all(0.0 <= f <= 1.0 for f, _ in seen)
     assert summary_table(report)
 
@@ -175,7 +167,7 @@ def test_engine_and_runner_never_import_ui_packages():
         "for m in ('streamlit', 'plotly', 'pyvis'): sys.modules[m] = None  # any import now fails\n"
         "from explorer.runtime.session import measure\nfrom explorer.gpu_runner import RunSettings\n"
         "r = measure('conv_bn_relu', None, RunSettings(device='cpu', warmup=1, reps=3))\n"
-        "assert r['fused']['precision']['rel_l2'] < 1e-4\n"
+        "assert r.fused.precision.rel_l2 < 1e-4\n"
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
@@ -193,15 +185,85 @@ def test_levers_and_low_precision_in_process():
     plan = make_plan(det, "all", memory_format="channels_last", cuda_graphs=True)
     report = measure_in_process("residual_block", plan.to_dict(),
                                 RunSettings(dtype="bf16", batch=2, per_chain=False, stages=False, **FAST))
-    assert any("CUDA graphs" in n for n in report["notes"])
-    assert report["plan"]["memory_format"] == "channels_last"
-    ref = report["reference"]
+    assert any("CUDA graphs" in n for n in report.notes)
+    assert report.plan.memory_format == "channels_last"
     # bf16 operands: rel_l2 between ~1e-3 and 1e-2 (METHOD.md); far from float32 accuracy, still sane
-    assert 1e-5 < ref["unfused"]["rel_l2"] < 5e-2 and 1e-5 < ref["fused"]["rel_l2"] < 5e-2
+    assert 1e-5 < report.unfused.precision.rel_l2 < 5e-2 and 1e-5 < report.fused.precision.rel_l2 < 5e-2
     # bytes scale to bf16: half of fp32
     fp32_bytes = measure.graph_bytes(analyze("residual_block", batch=2)[1], torch.float32)
-    assert abs(report["unfused"]["bytes_moved"] - fp32_bytes / 2) <= 1
-    assert [c["status"] for c in report["chains"]] and all(c["unfused_ms"] is None for c in report["chains"])
+    assert abs(report.unfused.bytes_moved - fp32_bytes / 2) <= 1
+    assert report.chains and all(c.fused is None for c in report.chains)
+    assert any("per-chain micro-benchmarks not run" in n for n in report.notes)
+
+
+def test_quick_mode_takes_fewer_rounds_and_no_chain_timing():
+    """Quick mode: the per-chain timing is skipped (said in the notes), the whole model gets the test's
+    minimum of rounds and no more than the quick plan's cap."""
+    settings = RunSettings(device="cpu", quick=True)
+    assert not settings.chains_timed
+    report = measure_in_process("residual_block", None, settings)
+    plan = measure.TimingPlan.for_device("cpu", quick=True)
+    assert stats.MIN_ROUNDS <= report.unfused.latency.reps <= plan.max_rounds
+    assert all(c.fused is None for c in report.chains)
+    assert any("quick mode" in n for n in report.notes)
+    assert report.settings["quick"] is True and len(report.stages) == 4
+
+
+def test_stages_differ_as_their_names_say(analyze_cached):
+    """Each stage's graph is what its name says: Conv+BN folds BatchNorms and keeps activations and adds
+    as ops; + epilogues fuses the conv epilogues; all accepted adds the non-epilogue chains; an identical
+    graph is named as such, never timed twice."""
+    from explorer.fusions.plan import make_plan
+    from explorer.runtime.stages import describe_stages, graph_signature
+
+    model, _, det = analyze_cached("residual_block")
+    stages = {s.stage: (s, gm) for s, gm in describe_stages(model, det, make_plan(det), "cpu")}
+    none, conv_bn, act, every = (stages[k][0] for k in ("none", "conv_bn", "activation", "all"))
+    assert none.batch_norms == 2 and conv_bn.batch_norms == 0 and conv_bn.chains_folded == 2
+    relus = lambda gm: sum(t.startswith("aten.relu") for t in graph_signature(gm))  # noqa: E731
+    adds = lambda gm: sum(t.startswith("aten.add") for t in graph_signature(gm))  # noqa: E731
+    assert relus(stages["conv_bn"][1]) == relus(stages["none"][1]) == 2       # activations still separate
+    assert adds(stages["conv_bn"][1]) == adds(stages["none"][1]) == 1
+    assert relus(stages["activation"][1]) == 0 and adds(stages["activation"][1]) == 0
+    assert act.chains_fused == 2 and act.graph_ops < conv_bn.graph_ops < none.graph_ops
+    assert every.same_as == "activation" and stages["all"][1] is None and "same graph" in every.differs
+    assert "folded" in conv_bn.differs and "epilogues" in act.differs
+
+    model, _, det = analyze_cached("transformer_block")
+    stages = {s.stage: (s, gm) for s, gm in describe_stages(model, det, make_plan(det), "cpu")}
+    assert stages["conv_bn"][0].same_as == "none"                          # no BatchNorm to fold
+    assert stages["activation"][0].same_as is None                         # Linear+GELU is an epilogue
+    assert stages["all"][0].same_as is None and stages["all"][0].chains_fused == len(det.chains)
+    assert stages["all"][0].fused_calls > stages["activation"][0].fused_calls
+
+
+def test_a_known_error_injected_into_one_chain_is_recovered(monkeypatch):
+    """Scale the last fused call's result (the model's output) by (1 + eps) in the fused graph: the report's
+    relative L2 errors of the fused model (against float64 and against the unfused model) recover eps."""
+    import operator
+
+    from explorer.runtime import session
+
+    eps = 3e-3
+    real_fuse = session.fuse
+
+    def fuse_with_error(analysis, plan, device):
+        fused = real_fuse(analysis, plan, device)
+        graph = fused.gm.graph
+        last = [n for n in graph.nodes if n.op == "call_function" and "fused_chain" in n.meta][-1]
+        with graph.inserting_after(last):
+            scaled = graph.call_function(operator.mul, (last, 1.0 + eps))
+        last.replace_all_uses_with(scaled, delete_user_cb=lambda user: user is not scaled)
+        fused.gm.recompile()
+        return fused
+
+    monkeypatch.setattr(session, "fuse", fuse_with_error)
+    report = measure_in_process("residual_block", None, RunSettings(device="cpu", quick=True, stages=False))
+    assert report.fused.precision.rel_l2 == pytest.approx(eps, rel=0.02)
+    assert report.fused_vs_unfused.rel_l2 == pytest.approx(eps, rel=0.02)
+    assert report.fused.precision.max_rel == pytest.approx(eps, rel=0.05)
+    assert report.unfused.precision.rel_l2 < 1e-5                            # the reference path is untouched
+    assert report.fused_worse is True
 
 
 def test_precision_metrics():
@@ -214,6 +276,23 @@ def test_precision_metrics():
     assert p["top1_agreement"] == 1.0 and 0.999 < p["cosine"] <= 1.0
     bad = measure.precision(torch.full((2, 3), float("nan")), ref, classification=False)
     assert bad["finite"] is False and bad["rel_l2"] == float("inf") and bad["top1_agreement"] is None
+
+
+@pytest.mark.parametrize("ref, dtype, needle", [
+    (torch.zeros(4, 10, dtype=torch.float64), torch.float32, "all zero"),
+    (torch.full((4, 10), 0.25, dtype=torch.float64), torch.float32, "constant"),
+    (torch.randn(4, 10, dtype=torch.float64) * 1e-9, torch.float16, "denormal in float16"),
+])
+def test_precision_refuses_a_degenerate_reference(ref, dtype, needle):
+    """Relative figures against an all-zero, constant or (in the run dtype) denormal reference would be
+    meaningless: they are None and the reason is given; max_abs is still there."""
+    out = ref.to(dtype) + 1e-3
+    p = measure.precision(out, ref, classification=True, dtype=dtype)
+    assert needle in p["refused"]
+    assert p["rel_l2"] is None and p["max_rel"] is None and p["cosine"] is None and p["top1_agreement"] is None
+    assert p["max_abs"] is not None
+    ok = measure.precision(out, ref + 1.0 + torch.rand_like(ref), classification=False, dtype=torch.float32)
+    assert ok["refused"] is None and ok["rel_l2"] is not None
 
 
 def test_alternated_timing_and_percentiles():
@@ -286,9 +365,15 @@ def test_full_run_on_cuda_with_graphs():
 
     _, _, det = analyze("residual_block", batch=8)
     plan = make_plan(det, "all", cuda_graphs=True)
-    report = run("residual_block", plan, RunSettings(device="cuda", dtype="fp16", batch=8))
-    assert report["environment"]["is_cpu"] is False
-    for side in ("unfused", "fused"):
-        assert report[side]["peak_memory_bytes"] > 0
-        assert report[side]["kernel_launches_kind"] == "cuda kernels"
-    assert report["fused"]["precision"]["rel_l2"] < 1e-2
+    report = run("residual_block", plan, RunSettings(device="cuda", dtype="fp16", batch=8, compile_baseline=True))
+    assert report.environment.is_cpu is False
+    for side in (report.unfused, report.fused):
+        assert side.peak_memory_bytes > 0 and side.launches_kind == "cuda kernels"
+        assert side.gpu_busy_ms is not None and side.bound in ("host", "gpu")
+    assert report.fused.precision.rel_l2 < 1e-2
+    timed = [c for c in report.chains if c.fused is not None]
+    assert timed and all(c.graph is not None and "L2 flushed" in c.rotation for c in timed)
+    assert all(c.verdict.basis == "CUDA-graph replays" for c in timed)   # the plan replays graphs
+    names = {b.name: b for b in report.baselines}
+    assert names["torch_compile_reduce_overhead"].pairs_with == "fused_cuda_graphs"
+    assert names["torch_compile"].pairs_with == "fused" and names["torch_compile"].compile_s > 0

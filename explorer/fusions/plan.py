@@ -17,6 +17,7 @@ from explorer.errors import PlanError
 from explorer.jsonfile import parse_json
 from explorer.fusions import BY_NAME
 from explorer.fusions.base import Detection
+from explorer.report import GPU, Report
 
 PLAN_VERSION = 1
 MEMORY_FORMATS = ("nchw", "channels_last")
@@ -111,30 +112,26 @@ class Plan:
         return self.kernels.get(chain_id, "auto")
 
 
-def slower_chains(report: dict[str, Any]) -> list[str]:
-    """Ids of the chains a runner report measured slower fused than unfused.
+def slower_chains(report: Report, detection: Detection | None = None) -> list[str]:
+    """Ids of the chains a run report measured slower fused than unfused.
 
-    The report's plan says whether CUDA graphs were on; then the replayed timing
-    (``slower_in_graph``) is the one that applies, else the plain one (``slower``).
+    Reads the one verdict the runner computed (``ChainResult.verdict``: a test
+    over paired rounds, on CUDA-graph replays when the plan replayed graphs).
+    A chain with no fused kernel on the device is never slower. With
+    ``detection``, a report of another model is refused (``ReportError``, one line).
     """
-    if not isinstance(report, dict) or not isinstance(report.get("chains"), list):
-        raise PlanError("not a runner report: it has no 'chains' list")
-    graphs = bool((report.get("plan") or {}).get("cuda_graphs"))
-    slower = []
-    for chain in report["chains"]:
-        flag = chain.get("slower_in_graph") if graphs and "slower_in_graph" in chain else chain.get("slower")
-        if flag:
-            slower.append(str(chain["id"]))
-    return slower
+    if detection is not None:
+        report.check_model(detection.fingerprint, detection.model)
+    return report.slower_chains
 
 
-def gpu_slower_chains(report: dict[str, Any], detection: Detection) -> list[str]:
+def gpu_slower_chains(report: Report, detection: Detection) -> list[str]:
     """Ids of the chains a CUDA report measured slower fused *even as CUDA graphs* (the fused kernel
-    itself is slower on the GPU) whose pattern offers the "separate_epilogue" kernel choice."""
-    if not isinstance(report, dict) or not isinstance(report.get("chains"), list):
-        raise PlanError("not a runner report: it has no 'chains' list")
+    itself is slower on the GPU: ``limited_by == GPU``) whose pattern offers the "separate_epilogue"
+    kernel choice. A report of another model is refused (``ReportError``, one line)."""
+    report.check_model(detection.fingerprint, detection.model)
     offers = {c.id for c in detection.chains if "separate_epilogue" in BY_NAME[c.pattern].kernels}
-    return [str(c["id"]) for c in report["chains"] if c.get("slower_in_graph") and c.get("id") in offers]
+    return [cid for cid in report.limited_by(GPU) if cid in offers]
 
 
 def make_plan(detection: Detection, accept: str | Iterable[str] = "all", reject: Iterable[str] = (),

@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 import torch.fx
 
+from explorer import stats
 from explorer.errors import RunError
 from explorer.graph import aten
 from explorer.runtime import lean as lean_graphs
@@ -270,51 +271,79 @@ def summarize(times_ms: Sequence[float]) -> dict[str, float]:
 
 @dataclasses.dataclass(frozen=True)
 class TimingPlan:
-    """How to time: fixed warm-up/reps, or adaptive reps aiming at ``target_s`` per variant."""
+    """How to time: fixed warm-up/reps, or adaptive reps aiming at ``target_s`` per variant.
+
+    ``max_rounds`` caps the rounds a paired comparison may grow to when its verdict
+    is still open (``explorer.stats.needs_more``), within ``budget_s`` seconds of timing.
+    """
 
     warmup: int | None = None
     reps: int | None = None
     target_s: float = 1.5
     min_reps: int = 10
     max_reps: int = 2000
+    max_rounds: int = 2000
+    budget_s: float = 3.0
 
     @classmethod
     def for_device(cls, device: str, warmup: int | None = None, reps: int | None = None,
-                   short: bool = False) -> "TimingPlan":
-        if device.startswith("cuda"):
-            return (cls(warmup, reps, 0.15, 5, 200) if short else cls(warmup, reps, 1.5, 10, 2000))
-        return cls(warmup, reps, 0.05, 3, 30) if short else cls(warmup, reps, 0.4, 5, 200)
+                   short: bool = False, quick: bool = False) -> "TimingPlan":
+        """The plan for whole models (``short``: single chains; ``quick``: a quick run's fewer repetitions)."""
+        cuda = device.startswith("cuda")
+        if quick:
+            return (cls(warmup, reps, 0.3, 10, 200, 200, 0.6) if cuda else cls(warmup, reps, 0.1, 8, 12, 12, 0.5))
+        if short:
+            return (cls(warmup, reps, 0.15, 20, 200, 600, 1.5) if cuda else cls(warmup, reps, 0.05, 10, 30, 60, 0.6))
+        return cls(warmup, reps, 1.5, 10, 2000, 4000, 3.0) if cuda else cls(warmup, reps, 0.4, 8, 200, 400, 1.5)
 
 
-def _timed_call(fn: Callable[[], Any], device: str) -> float:
+class L2Flush:
+    """Evict the GPU's L2 cache before a timed call, as ``triton.testing.do_bench`` does.
+
+    Zeroes a buffer of twice the L2 size (at least 64 MiB) on the current stream:
+    the next kernel reads its inputs and weights from device memory, as a layer
+    deep inside a real forward does, not from the 60 MB of L2 an H200 keeps of
+    the previous call. The zeroing runs before the start event, so it is not timed.
+    """
+
+    def __init__(self, device: str) -> None:
+        props = torch.cuda.get_device_properties(torch.device(device))
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
+        self.nbytes = max(2 * self.l2_bytes, 64 * 2**20)
+        self.buffer = torch.empty(self.nbytes, dtype=torch.int8, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+    def describe(self) -> str:
+        return (f"L2 flushed before every timed call ({self.nbytes / 2**20:.0f} MiB zeroed; L2 is "
+                f"{self.l2_bytes / 2**20:.0f} MiB), as triton.testing.do_bench does: inputs and weights "
+                "come from device memory")
+
+
+def _timed_call(fn: Callable[[], Any], device: str, before: Callable[[], None] | None = None) -> float:
     if device.startswith("cuda"):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if before is not None:
+            before()
         start.record()
         fn()
         end.record()
         end.synchronize()
         return float(start.elapsed_time(end))
+    if before is not None:
+        before()
     t0 = time.perf_counter()
     fn()
     return (time.perf_counter() - t0) * 1e3
 
 
-def time_alternated(variants: dict[str, Callable[[], Any]], device: str, plan: TimingPlan,
-                    on_round: Callable[[int, int], None] | None = None) -> dict[str, dict[str, float]]:
-    """Time each zero-argument callable; variants alternate in every round.
-
-    Returns {name: {median, p20, p80, reps}} in milliseconds. Warm-up calls
-    (``plan.warmup``, or adaptively: until 3 calls and 0.2 s/1 s of work) are not
-    counted. Every call is synchronised, so a variant's time includes its own
-    launch overhead, which is what fusion reduces.
-    """
-    names = list(variants)
-    if not names:
-        return {}
+def warm_up(variants: dict[str, Callable[[], Any]], device: str, plan: TimingPlan) -> dict[str, float]:
+    """Run each variant until warm (``plan.warmup`` calls, or adaptively: at least 3 calls and up to
+    0.2 s on the CPU, 1 s on CUDA); returns the last call's time of each, in ms."""
     first_ms: dict[str, float] = {}
     with torch.inference_mode():
-        for name in names:
-            fn = variants[name]
+        for name, fn in variants.items():
             if plan.warmup is not None:
                 for _ in range(plan.warmup):
                     fn()
@@ -327,19 +356,74 @@ def time_alternated(variants: dict[str, Callable[[], Any]], device: str, plan: T
                     last = _timed_call(fn, device)
                     calls += 1
                 first_ms[name] = last
-        if plan.reps is not None:
-            reps = max(1, plan.reps)
-        else:
-            slowest = max(max(first_ms.values()), 1e-3)
-            reps = int(min(plan.max_reps, max(plan.min_reps, plan.target_s * 1e3 / slowest)))
-        times: dict[str, list[float]] = {n: [] for n in names}
-        for r in range(reps):
+    return first_ms
+
+
+def planned_reps(plan: TimingPlan, first_ms: dict[str, float]) -> int:
+    """Rounds to time: ``plan.reps``, or as many as give each variant about ``plan.target_s``."""
+    if plan.reps is not None:
+        return max(1, plan.reps)
+    slowest = max(max(first_ms.values(), default=1e-3), 1e-3)
+    return int(min(plan.max_reps, max(plan.min_reps, plan.target_s * 1e3 / slowest)))
+
+
+def time_rounds(variants: dict[str, Callable[[], Any]], device: str, rounds: int, start_round: int = 0,
+                on_round: Callable[[int, int], None] | None = None,
+                before: Callable[[], None] | None = None,
+                samples: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
+    """Time ``rounds`` more rounds, every variant once per round, alternated ABBA; returns every
+    variant's samples (ms), appended to ``samples`` when given. Round ``i`` of each variant is a
+    pair measured under the same conditions (``explorer.stats`` pairs them by index)."""
+    names = list(variants)
+    samples = samples if samples is not None else {n: [] for n in names}
+    with torch.inference_mode():
+        for r in range(start_round, start_round + rounds):
             order = names if r % 2 == 0 else names[::-1]  # ABBA: neither variant always goes first
             for name in order:
-                times[name].append(_timed_call(variants[name], device))
+                samples[name].append(_timed_call(variants[name], device, before))
             if on_round is not None:
-                on_round(r + 1, reps)
-    return {n: summarize(t) for n, t in times.items()}
+                on_round(r + 1 - start_round, rounds)
+    return samples
+
+
+def time_paired(variants: dict[str, Callable[[], Any]], pairs: Sequence[tuple[str, str]], device: str,
+                plan: TimingPlan, on_round: Callable[[int, int], None] | None = None,
+                before: Callable[[], None] | None = None) -> dict[str, list[float]]:
+    """Warm up, time the planned rounds, then add rounds while a (baseline, candidate) pair's verdict
+    is open and the test needs more (``explorer.stats.needs_more``), up to ``plan.max_rounds`` and
+    ``plan.budget_s`` seconds. Returns every variant's samples (ms)."""
+    first = warm_up(variants, device, plan)
+    n = planned_reps(plan, first)
+    t0 = time.perf_counter()
+    samples = time_rounds(variants, device, n, 0, on_round, before)
+    if plan.reps is not None:
+        return samples
+    while time.perf_counter() - t0 < plan.budget_s:
+        more = max((stats.needs_more(stats.compare(samples[b], samples[c]), plan.max_rounds) for b, c in pairs),
+                   default=0)
+        if not more:
+            break
+        per_round = (time.perf_counter() - t0) / max(len(next(iter(samples.values()))), 1)
+        left = plan.budget_s - (time.perf_counter() - t0)
+        more = max(1, min(more, int(left / max(per_round, 1e-6))))
+        time_rounds(variants, device, more, len(next(iter(samples.values()))), None, before, samples)
+    return samples
+
+
+def time_alternated(variants: dict[str, Callable[[], Any]], device: str, plan: TimingPlan,
+                    on_round: Callable[[int, int], None] | None = None) -> dict[str, dict[str, float]]:
+    """Time each zero-argument callable; variants alternate in every round.
+
+    Returns {name: {median, p20, p80, reps}} in milliseconds. Warm-up calls
+    (``plan.warmup``, or adaptively: until 3 calls and 0.2 s/1 s of work) are not
+    counted. Every call is synchronised, so a variant's time includes its own
+    launch overhead, which is what fusion reduces.
+    """
+    if not variants:
+        return {}
+    first = warm_up(variants, device, plan)
+    samples = time_rounds(variants, device, planned_reps(plan, first), 0, on_round)
+    return {n: summarize(t) for n, t in samples.items()}
 
 
 def speedup(before_ms: float | None, after_ms: float | None) -> float | None:
@@ -381,7 +465,8 @@ def peak_memory(fn: Callable[[], Any], device: str, resident_bytes: int) -> dict
 # ------------------------------------------------------------------ launches
 
 def count_launches(fn: Callable[[], Any], device: str) -> dict[str, Any]:
-    """Kernels (CUDA) or top-level ATen ops (CPU) in one call of ``fn``."""
+    """Kernels (CUDA) or top-level ATen ops (CPU) in one call of ``fn``; on CUDA also ``gpu_busy_ms``,
+    the summed duration of those kernels (the GPU's own work per forward, from the profiler)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -398,9 +483,13 @@ def count_launches(fn: Callable[[], Any], device: str) -> dict[str, Any]:
     except Exception as exc:  # the profiler is optional evidence: never fail the run for it
         return {"kernel_launches": None, "kernel_launches_kind": f"not counted: {_one_line(exc)}"}
     if cuda:
-        n = sum(1 for e in events if e.device_type == DeviceType.CUDA
-                and not e.name.lower().startswith(("memcpy", "memset")))
-        return {"kernel_launches": int(n), "kernel_launches_kind": "cuda kernels"}
+        kernels = [e for e in events if e.device_type == DeviceType.CUDA
+                   and not e.name.lower().startswith(("memcpy", "memset"))]
+        try:
+            busy_ms = sum(e.time_range.elapsed_us() for e in kernels) / 1e3
+        except Exception:
+            busy_ms = None
+        return {"kernel_launches": len(kernels), "kernel_launches_kind": "cuda kernels", "gpu_busy_ms": busy_ms}
     n = 0
     for e in events:
         if not e.name.startswith("aten::"):
@@ -430,13 +519,45 @@ def flat_outputs(out: Any) -> list[torch.Tensor]:
     return []
 
 
-def precision(out: Any, ref: Any, classification: bool) -> dict[str, Any]:
-    """Errors of ``out`` against the float64 ``ref`` (floating outputs only, concatenated)."""
+def reference_problem(ref: torch.Tensor, dtype: torch.dtype | None = None) -> str | None:
+    """Why relative errors against ``ref`` would mean nothing, or None when they are meaningful.
+
+    A reference that is all zero (they divide by zero), constant (every element
+    equal: the output says nothing about the model), or smaller than the run
+    dtype's smallest normal number (in that dtype it is denormal or zero: the
+    errors would measure underflow, not fusion).
+    """
+    if ref.numel() == 0:
+        return "the reference output is empty"
+    if not bool(torch.isfinite(ref).all()):
+        return "the reference output is not finite"
+    biggest = float(ref.abs().max())
+    if biggest == 0.0:
+        return "the reference output is all zero: relative errors would divide by zero"
+    if ref.numel() > 1 and float(ref.max()) == float(ref.min()):
+        return (f"the reference output is constant (every element {float(ref.flatten()[0]):.3g}): relative "
+                "errors say nothing about the model")
+    tiny = torch.finfo(dtype).tiny if dtype is not None and dtype.is_floating_point else torch.finfo(torch.float32).tiny
+    name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
+    nonzero = ref[ref != 0].abs()
+    if biggest < tiny or float((nonzero < tiny).double().mean()) > 0.5:
+        return (f"the reference output is denormal in {name} (largest |value| {biggest:.2e}, smallest normal "
+                f"{tiny:.2e}): relative errors would measure underflow, not fusion")
+    return None
+
+
+def precision(out: Any, ref: Any, classification: bool, dtype: torch.dtype | None = None) -> dict[str, Any]:
+    """Errors of ``out`` against the float64 ``ref`` (floating outputs only, concatenated).
+
+    ``dtype`` is the dtype the model ran in: a reference too small for it, all
+    zero or constant gets no relative figures, and ``refused`` says why
+    (``reference_problem``); ``max_abs`` is still given.
+    """
     a_list = [t for t in flat_outputs(out) if t.is_floating_point()]
     r_list = [t for t in flat_outputs(ref) if t.is_floating_point()]
     if not a_list or len(a_list) != len(r_list):
         return {"max_abs": None, "max_rel": None, "rel_l2": None, "cosine": None, "top1_agreement": None,
-                "note": "no comparable floating outputs"}
+                "finite": None, "refused": "no comparable floating outputs"}
     a = torch.cat([t.detach().to("cpu", torch.float64).reshape(-1) for t in a_list])
     r = torch.cat([t.detach().to("cpu", torch.float64).reshape(-1) for t in r_list])
     diff = a - r
@@ -451,6 +572,7 @@ def precision(out: Any, ref: Any, classification: bool) -> dict[str, Any]:
         "cosine": float((a * r).sum()) / denom if denom > 0 else None,
         "top1_agreement": None,
         "finite": finite,
+        "refused": None,
     }
     if not finite:
         result.update(max_abs=float("inf"), max_rel=float("inf"), rel_l2=float("inf"))
@@ -459,6 +581,9 @@ def precision(out: Any, ref: Any, classification: bool) -> dict[str, Any]:
         if x.dim() >= 1 and x.shape == y.shape and x.shape[-1] > 1:
             agree = (x.argmax(-1).cpu() == y.argmax(-1).cpu()).double().mean()
             result["top1_agreement"] = float(agree)
+    problem = reference_problem(r, dtype)
+    if problem is not None:
+        result.update(max_rel=None, rel_l2=None, cosine=None, top1_agreement=None, refused=problem)
     return result
 
 

@@ -5,10 +5,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from explorer.errors import RunError
+
+#: torch.compile modes a run can compare with. "default" is compared with the fused model as plain
+#: calls, "reduce-overhead" (CUDA graphs) with the fused model replayed as CUDA graphs; the autotuned
+#: mode compiles for minutes, so it is measured only when asked for.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+DEFAULT_COMPILE_MODES = ("default", "reduce-overhead")
+
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
-    """What to measure and how. ``warmup``/``reps`` override the adaptive choice."""
+    """What to measure and how. ``warmup``/``reps`` override the adaptive choice.
+
+    ``quick``: fewer repetitions and no per-chain timing (a first look: ResNet-50
+    on a 2-core CPU in under a minute). ``compile_baseline`` adds eager and the
+    ``compile_modes`` of torch.compile as baselines, timed in the same rounds.
+    """
 
     device: str = "auto"  # auto | cuda | cpu
     dtype: str = "fp32"  # fp32 | fp16 | bf16
@@ -17,9 +30,22 @@ class RunSettings:
     per_chain: bool = True
     stages: bool = True
     compile_baseline: bool = False
+    compile_modes: tuple[str, ...] = DEFAULT_COMPILE_MODES
+    quick: bool = False
     warmup: int | None = None
     reps: int | None = None
     timeout_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        unknown = [mode for mode in self.compile_modes if mode not in COMPILE_MODES]
+        if unknown:
+            raise RunError(f"unknown torch.compile mode(s) {', '.join(unknown)}: choose from {', '.join(COMPILE_MODES)}")
+        object.__setattr__(self, "compile_modes", tuple(self.compile_modes))
+
+    @property
+    def chains_timed(self) -> bool:
+        """Per-chain micro-benchmarks run (never in quick mode)."""
+        return self.per_chain and not self.quick
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -27,4 +53,7 @@ class RunSettings:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunSettings":
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        values = {k: v for k, v in data.items() if k in names}
+        if "compile_modes" in values:
+            values["compile_modes"] = tuple(values["compile_modes"])
+        return cls(**values)

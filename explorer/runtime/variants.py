@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from explorer.report import GPU, HOST, HOST_BOUND_BUSY, Latency, Measurement, Precision
 from explorer.runtime import measure as m
 
 
@@ -76,30 +77,51 @@ def make_variant(name: str, module: Any, inputs: tuple, device: str, cuda_graphs
                                keepalive=graph)  # the graph (and its memory pool) lives as long as the variant
 
 
+def latency_of(samples_ms: list[float]) -> Latency:
+    """The typed latency summary (median, p20, p80, reps) of timed calls."""
+    summary = m.summarize(samples_ms)
+    return Latency(median=float(summary["median"]), p20=float(summary["p20"]), p80=float(summary["p80"]),
+                   reps=int(summary["reps"]))
+
+
+def precision_of(values: dict[str, Any] | None) -> Precision | None:
+    """The typed precision of ``measure.precision``'s dict."""
+    if values is None:
+        return None
+    return Precision(**{k: values.get(k) for k in ("max_abs", "max_rel", "rel_l2", "cosine", "top1_agreement",
+                                                    "finite", "refused")})
+
+
 def measure_variants(variants: list[Variant], device: str, timing: Any, batch: int,
                      graph_bytes: dict[str, int] | None = None,
                      on_round: Callable[[int, int], None] | None = None,
-                     launches: bool = True) -> dict[str, dict]:
-    """Latency (alternated), throughput, peak memory and launches of each variant."""
+                     launches: bool = True, pairs: tuple[tuple[str, str], ...] = (),
+                     ) -> tuple[dict[str, Measurement], dict[str, list[float]]]:
+    """Latency (alternated, paired rounds), throughput, peak memory and launches of each variant.
 
-    lat = m.time_alternated({v.name: v.timed for v in variants}, device, timing, on_round)
-    out: dict[str, dict] = {}
+    Returns the typed measurements and every variant's per-round samples (ms):
+    round ``i`` of two variants is a pair for ``explorer.stats.compare``. With
+    ``pairs`` (baseline, candidate), rounds are added while a pair's verdict is
+    open (``measure.time_paired``).
+    """
+    samples = m.time_paired({v.name: v.timed for v in variants}, pairs, device, timing, on_round)
+    out: dict[str, Measurement] = {}
     for v in variants:
-        entry: dict[str, Any] = {"latency_ms": lat[v.name], "throughput": m.throughput(batch, lat[v.name]),
-                                 "throughput_unit": "items/s"}
-        entry.update(m.peak_memory(v.forward, device, v.resident_bytes))
-        entry["resident_bytes"] = v.resident_bytes
-        if launches:
-            entry.update(m.count_launches(v.forward, device))
-        if v.cuda_graph:
-            entry["cuda_graph"] = True
-            entry["graph_pool_bytes"] = v.graph_pool_bytes
-        if v.note:
-            entry["note"] = v.note
-        if graph_bytes and v.name in graph_bytes:
-            entry["bytes_moved"] = graph_bytes[v.name]
-        out[v.name] = entry
-    return out
+        latency = latency_of(samples[v.name])
+        memory = m.peak_memory(v.forward, device, v.resident_bytes)
+        counted = m.count_launches(v.forward, device) if launches else {}
+        busy = counted.get("gpu_busy_ms")
+        bound = None
+        if busy is not None and latency.median > 0:
+            bound = HOST if busy < HOST_BOUND_BUSY * latency.median else GPU
+        out[v.name] = Measurement(
+            name=v.name, latency=latency, throughput=m.throughput(batch, {"median": latency.median}),
+            peak_memory_bytes=memory["peak_memory_bytes"], activation_peak_bytes=memory["activation_peak_bytes"],
+            resident_bytes=v.resident_bytes, kernel_launches=counted.get("kernel_launches"),
+            launches_kind=str(counted.get("kernel_launches_kind") or ""),
+            bytes_moved=(graph_bytes or {}).get(v.name), gpu_busy_ms=busy, bound=bound, cuda_graph=v.cuda_graph,
+            note=v.note, memory_note=str(memory.get("memory_note") or ""))
+    return out, samples
 
 
 def reference_output(gm: Any, inputs: tuple, device: str) -> tuple[Any, str]:

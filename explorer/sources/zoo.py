@@ -102,10 +102,17 @@ class ZooEntry:
     benchmark_only: bool = False  # listed by the benchmarks, hidden from the menu
 
     def build(self) -> torch.nn.Module:
-        """Build the model with seeded random weights, in eval mode."""
+        """Build the model with seeded random weights and realistic activations, in eval mode.
+
+        ``explorer.sources.calibrate.realistic_init`` re-initialises zero-initialised
+        layers (ViT's head) and calibrates BatchNorm statistics on seeded random
+        batches, so that outputs have a sane scale in every dtype (no zeros, no denormals).
+        """
+        from explorer.sources.calibrate import CALIBRATION_SEED, realistic_init
+
         torch.manual_seed(SEED)
         model = self.builder()
-        return model.eval()
+        return realistic_init(model, lambda i: self.inputs.make(batch=4, seed=CALIBRATION_SEED + i))
 
     def example_inputs(self, batch: int | None = None, seq_len: int | None = None) -> tuple[torch.Tensor, ...]:
         if self.max_seq_len is not None and seq_len is not None and seq_len > self.max_seq_len:

@@ -24,6 +24,7 @@ No Streamlit here (the app calls these; the tests call them directly).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import os
@@ -37,8 +38,9 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Iterator
 
-from explorer import jsonfile
+from explorer import report as run_report
 from explorer.errors import ExplorerError, ModelLoadError, ReportError
+from explorer.report import Report
 
 MAX_UPLOAD_MB = 200
 MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * 1024 * 1024
@@ -202,104 +204,54 @@ def extract_zip(data: bytes, name: str = "upload.zip") -> str:
 
 # ------------------------------------------------------------------ reports
 
-def report_csv(report: dict[str, Any]) -> str:
-    """The report as one CSV: model-level metrics, then one row per chain, then the stages."""
+def report_csv(report: Report) -> str:
+    """The typed report as one CSV (section, name, metric, value): the model-level measurements and the
+    verdict, one block per chain (its verdict's label, ratio, interval and p-value included), the
+    stages, the baselines, the environment."""
     out = io.StringIO()
     w = csv.writer(out)
     w.writerow(["section", "name", "metric", "value"])
-    for variant in ("unfused", "fused"):
-        d = report.get(variant) or {}
-        for key, value in d.items():
-            if isinstance(value, dict):
-                for sub, v in value.items():
-                    if not isinstance(v, (dict, list)):
-                        w.writerow(["model", variant, f"{key}.{sub}", v])
-            elif not isinstance(value, list):
-                w.writerow(["model", variant, key, value])
-    for chain in report.get("chains") or []:
-        for key, value in chain.items():
-            if key != "id" and not isinstance(value, (dict, list)):
-                w.writerow(["chain", chain.get("id"), key, value])
-    for stage in report.get("stages") or []:
-        name = stage.get("stage")
-        for key, value in stage.items():
-            if isinstance(value, dict):
-                for sub, v in value.items():
-                    if not isinstance(v, (dict, list)):
-                        w.writerow(["stage", name, f"{key}.{sub}", v])
-            elif key != "stage":
-                w.writerow(["stage", name, key, value])
-    for key, value in (report.get("environment") or {}).items():
-        if not isinstance(value, (dict, list)):
-            w.writerow(["environment", "", key, value])
+
+    def flat(section: str, name: str, value: Any, prefix: str = "") -> None:
+        if dataclasses.is_dataclass(value):
+            value = dataclasses.asdict(value)
+        if isinstance(value, dict):
+            for key, v in value.items():
+                flat(section, name, v, f"{prefix}{key}.")
+        elif isinstance(value, (list, tuple)):
+            if all(not isinstance(v, (dict, list, tuple)) for v in value):
+                w.writerow([section, name, prefix.rstrip("."), " ".join(str(v) for v in value)])
+        else:
+            w.writerow([section, name, prefix.rstrip("."), value])
+
+    for variant in (report.unfused, report.fused):
+        flat("model", variant.name, variant)
+    flat("model", "fused vs unfused", report.verdict, "verdict.")
+    for chain in report.chains:
+        flat("chain", chain.id, {k: v for k, v in dataclasses.asdict(chain).items() if k != "id"})
+    for stage in report.stages:
+        flat("stage", stage.stage, {k: v for k, v in dataclasses.asdict(stage).items() if k != "stage"})
+    for baseline in report.baselines:
+        flat("baseline", baseline.name, {k: v for k, v in dataclasses.asdict(baseline).items() if k != "name"})
+    flat("environment", "", report.environment)
     return out.getvalue()
 
 
 # ------------------------------------------------------------------ fused models
 
-_REPORT_TYPES: dict[str, tuple] = {
-    "chains": (list,), "stages": (list,), "environment": (dict,), "plan": (dict,), "settings": (dict,),
-    "model": (dict, str), "notes": (list,), "stages_skipped": (list,), "baselines": (dict, list),
-    "error": (str,), "precision_note": (str,), "bytes_note": (str,), "graph_calls_note": (str,),
-}
-_NUMBER = (int, float)
-
-
-def _check_numbers(d: dict, where: str, name: str) -> None:
-    """Values the charts compute with: numbers (not strings or booleans) or null."""
-    for key, value in d.items():
-        if key in ("median", "p20", "p80", "speedup", "graph_speedup", "unfused_ms", "fused_ms", "max_abs",
-                   "rel_err", "throughput", "rel_l2", "max_rel", "cosine", "top1_agreement",
-                   "peak_memory_bytes", "bytes_moved") and value is not None:
-            if isinstance(value, bool) or not isinstance(value, _NUMBER):
-                raise ReportError(f"{name} is not a run report: {where}'{key}' is not a number")
-        elif key in ("slower", "slower_in_graph", "is_cpu", "cuda_graphs") and value is not None \
-                and not isinstance(value, bool):
-            raise ReportError(f"{name} is not a run report: {where}'{key}' is not true or false")
-        elif isinstance(value, dict):
-            for sub_key, sub in value.items():
-                if sub_key in ("median", "p20", "p80", "rel_l2", "max_abs", "max_rel", "cosine") and sub is not None \
-                        and (isinstance(sub, bool) or not isinstance(sub, _NUMBER)):
-                    raise ReportError(f"{name} is not a run report: {where}'{key}.{sub_key}' is not a number")
-
-
-def load_report(name: str, data: bytes) -> dict[str, Any]:
+def load_report(name: str, data: bytes) -> Report:
     """A run report read back from its JSON (the Export page's, or ``fusion-explorer run --out``).
 
-    Raises ``ReportError`` (one line) for anything else: too large, nested too deep,
-    not UTF-8 JSON, without the report contract's ``unfused``/``fused`` latency
-    objects, or with a field of the wrong type (the fields the app reads are
-    checked, never coerced). The report is data: parsed, never run.
+    ``explorer.report.load``: bounded size and depth, every field's type checked
+    (never coerced), version 1 upgraded. Raises ``ReportError`` (one line) for
+    anything else. The report is data: parsed, never run.
     """
     if len(data) > MAX_REPORT_MB * 2**20:
         raise ReportError(f"{name}: {len(data) / 2**20:.0f} MB is over the report limit of {MAX_REPORT_MB} MB")
     try:
-        report = jsonfile.parse_json(data, name, ReportError, MAX_REPORT_MB * 2**20, 64, allow_nan=True)
+        return run_report.load(data, name)
     except ReportError as exc:
         raise ReportError(str(exc).replace(f"{name} is not valid JSON", f"{name} is not a JSON report")) from None
-    if not isinstance(report, dict):
-        raise ReportError(f"{name} is not a run report: it holds a JSON {type(report).__name__}, not an object")
-    missing = [k for k in ("unfused", "fused")
-               if not isinstance(report.get(k), dict) or not isinstance(report[k].get("latency_ms"), dict)]
-    if missing:
-        raise ReportError(f"{name} is not a run report: no {' or '.join(repr(k) for k in missing)} "
-                          "object with latency_ms")
-    for key, kinds in _REPORT_TYPES.items():
-        if key in report and report[key] is not None and not isinstance(report[key], kinds):
-            raise ReportError(f"{name} is not a run report: '{key}' is not a {' or '.join(k.__name__ for k in kinds)}")
-    for variant in ("unfused", "fused"):
-        _check_numbers(report[variant], f"{variant}.", name)
-    for key in ("chains", "stages", "stages_skipped"):
-        for i, item in enumerate(report.get(key) or []):
-            if not isinstance(item, dict):
-                raise ReportError(f"{name} is not a run report: {key}[{i}] is not an object")
-            _check_numbers(item, f"{key}[{i}].", name)
-    for i, chain in enumerate(report.get("chains") or []):
-        if not isinstance(chain.get("id"), str):
-            raise ReportError(f"{name} is not a run report: chains[{i}] has no string 'id'")
-    if not all(isinstance(n, str) for n in report.get("notes") or []):
-        raise ReportError(f"{name} is not a run report: 'notes' holds something other than text")
-    return report
 
 
 # What makes Streamlit's markdown fetch, link or interpret: images and links ([ ] ( ) !), autolinks and

@@ -13,9 +13,10 @@ State (``st.session_state``), initialised by ``init_state``:
     editor_version  bumps to reset the chains table after a bulk change
     plan_error / plan_notice / plan_seen   plan upload feedback
     run_job         the RunJob in flight (None when idle)
-    last_report     (run key, report dict) of the latest finished run, or of an opened report file
+    last_report     (run key, Report) of the latest finished run, or of an opened report file
     report_error / report_notice   feedback of the report uploader (Results page)
     run_error       one-line message of the latest failed run
+    run_cancelled   the latest run was cancelled by the user (not a failure)
     upload_paths    ``ui_files.UploadFolders``: {uploaded file ids: path on disk}; the folders of
                     uploads other than the active model's are removed when the model changes,
                     and all of them when the session's state is released
@@ -34,6 +35,7 @@ import streamlit as st
 from explorer.ui import files as ui_files
 from explorer.errors import ExplorerError, PlanError
 from explorer.fusions.plan import Plan, make_plan
+from explorer.report import Report
 
 DEFAULTS: dict[str, Any] = {
     "active": None,
@@ -51,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "report_error": None,
     "report_notice": None,
     "run_error": None,
+    "run_cancelled": False,
     "export_error": None,
 }
 
@@ -272,8 +275,9 @@ class RunJob:
     cancel: threading.Event
     fraction: float = 0.0
     message: str = "starting…"
-    report: dict | None = None
+    report: Report | None = None
     error: str | None = None
+    cancelled: bool = False
     done: bool = False
     started: float = dataclasses.field(default_factory=time.time)
     thread: threading.Thread | None = None
@@ -284,7 +288,7 @@ class RunJob:
 
 
 @st.cache_resource(show_spinner=False)
-def report_store() -> dict[str, dict]:
+def report_store() -> dict[str, Report]:
     """Finished reports by run key (model, plan JSON, settings), shared by every session."""
     return {}
 
@@ -301,11 +305,14 @@ def _run_in_thread(job: RunJob, source: str, plan: Plan, settings: Any) -> None:
 
         report = gpu_runner.run(source, plan, settings, progress=job.progress, cancel=job.cancel)
         if job.cancel.is_set():
-            job.error = "run cancelled"
+            job.cancelled = True
         else:
             job.report = report
     except ExplorerError as exc:
-        job.error = str(exc)
+        if job.cancel.is_set():
+            job.cancelled = True  # the user's cancel, not a failure
+        else:
+            job.error = str(exc)
     except ImportError as exc:
         job.error = f"the measurement runner is not available: {exc}"
     except Exception as exc:
@@ -346,14 +353,32 @@ def finish_run() -> None:
     job = ss.get("run_job")
     if job is None or not job.done:
         return
+    ss.run_cancelled = job.cancelled
     if job.report is not None:
-        if not job.report.get("error"):
-            report_store()[job.key] = job.report
+        report_store()[job.key] = job.report
         ss.last_report, ss.last_report_cached = (job.key, job.report), False
+        ss.run_error = None
+    elif job.cancelled:
         ss.run_error = None
     else:
         ss.run_error = job.error or "run failed"
     ss.run_job = None
+
+
+@st.fragment(run_every=1.0)
+def live_progress(where: str = "page") -> None:
+    """The run in flight, redrawn every second on its own: progress bar, status with the estimated time
+    left, elapsed time; when it ends, the whole app reruns to show the report (or the cancel)."""
+    job = st.session_state.get("run_job")
+    if job is None:
+        return
+    elapsed = time.time() - job.started
+    text = f"{job.message} · {elapsed:.0f} s elapsed"
+    if where == "sidebar":
+        st.caption(f"Run in progress: {job.fraction:.0%}")
+    st.progress(job.fraction, text=text)
+    if job.done:
+        st.rerun(scope="app")
 
 
 def wait_for_run(timeout_s: float = 600.0, poll_s: float = 0.25) -> bool:

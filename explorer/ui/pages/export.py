@@ -6,7 +6,6 @@ export_onnx_build, export_onnx.
 
 from __future__ import annotations
 
-import json
 
 import streamlit as st
 
@@ -40,7 +39,7 @@ def page() -> None:
     else:
         report = ss.last_report[1]
         c = st.columns(2)
-        c[0].download_button("Report JSON", json.dumps(report, indent=2, default=str),
+        c[0].download_button("Report JSON", report.to_json(indent=2),  # the typed report (explorer.report)
                              file_name=f"{model.name}.report.json", mime="application/json",
                              key="export_report_json")
         c[1].download_button("Report CSV", ui_files.report_csv(report), file_name=f"{model.name}.report.csv",

@@ -4,8 +4,10 @@ A report saved elsewhere (an H200 run's JSON, say) opens here without a GPU.
 Every string that comes from a report goes through ``ui_files.escape_markdown``
 before an element that renders markdown shows it: a report file is data, and its
 text is shown as written (no link, image, HTML or LaTeX from it is rendered).
-Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages; buttons: reject_slower,
-separate_gpu_slower; uploader: report_file.
+The report is the typed ``explorer.report.Report``: verdicts come from its one
+field (``ChainResult.verdict``), baselines are bars and table rows of their own.
+Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages; table: table_baselines;
+buttons: reject_slower, separate_gpu_slower; uploader: report_file.
 """
 
 from __future__ import annotations
@@ -16,23 +18,25 @@ from explorer.ui import charts
 from explorer.ui import state as ui_state
 from explorer.ui.files import escape_markdown as plain
 from explorer.fusions.plan import gpu_slower_chains, slower_chains
+from explorer.report import Report
 
 
-def _detection_of(report: dict):
+def _detection_of(report: Report):
     """The loaded model's detection when this report was measured on it (same graph), else None."""
     cur = ui_state.current()
-    plan = report.get("plan") or {}
-    if cur is None or plan.get("fingerprint") != cur[3].fingerprint:
+    if cur is None or report.model.fingerprint != cur[3].fingerprint:
         return None
     return cur[3]
 
 
-def _offer_reject_slower(report: dict) -> None:
-    """A button that rejects, in the current choices, every chain this report measured slower."""
+def _offer_reject_slower(report: Report) -> None:
+    """A button that rejects, in the current choices, every chain this report found slower (its one verdict)."""
     detection = _detection_of(report)
     if detection is None:
+        st.caption(plain(f"This report was measured on '{report.model.name}', not on the model loaded here: "
+                         "load that model to act on its verdicts."))
         return
-    slower = set(slower_chains(report))
+    slower = set(slower_chains(report, detection))
     if st.button(f"Reject the {len(slower)} slower chain(s)", key="reject_slower"):
         ui_state.set_accepted(detection, ui_state.accepted_ids(detection) - slower)
         st.success(f"Rejected {len(slower)} chain(s); the plan on the Fusions page now leaves them unfused.")
@@ -44,16 +48,16 @@ def _open_saved_report() -> None:
         st.file_uploader("Report JSON, from the Export page or `fusion-explorer run --out`", type=["json"],
                          key="report_file", on_change=ui_state.on_report_upload)
     if st.session_state.report_error:
-        st.error(f"Report not opened: {st.session_state.report_error}")
+        st.error(f"Report not opened: {plain(st.session_state.report_error)}")
     elif st.session_state.report_notice:
-        st.success(st.session_state.report_notice)
+        st.success(plain(st.session_state.report_notice))
 
 
-def _explain_slower(report: dict) -> None:
-    """Say what limits the chains that got slower: the host (launch overhead) or the GPU."""
+def _explain_slower(report: Report) -> None:
+    """Say what limits the chains that got slower: the host (launch overhead) or the GPU (decided by the runner)."""
     where = charts.slower_where(report)
     if where["host"]:
-        st.info(f"{len(where['host'])} of the slower chains are slower only as plain calls: replayed as a CUDA graph "
+        st.info(f"{len(where['host'])} chain(s) are slower only as plain calls: replayed as a CUDA graph "
                 "(no launch or host overhead) they are not. On this machine the host, issuing calls, limits "
                 "them, not the GPU; CUDA graphs (a plan option on the Run page) remove that cost.")
     if where["gpu"]:
@@ -62,7 +66,7 @@ def _explain_slower(report: dict) -> None:
         _offer_separate_epilogue(report)
 
 
-def _offer_separate_epilogue(report: dict) -> None:
+def _offer_separate_epilogue(report: Report) -> None:
     """A button that sets the kernel choice "separate_epilogue" for the chains slower on the GPU itself."""
     detection = _detection_of(report)
     if detection is None:
@@ -83,48 +87,55 @@ def page() -> None:
         st.info("No results yet: press Run on the Run page, or open a saved report above.")
         return
     _key, report = last
-    model = report.get("model")
-    name = model.get("name") if isinstance(model, dict) else model
-    st.subheader(f"Results: {plain(name or 'model')}")
+    st.subheader(f"Results: {plain(report.model.name or 'model')}")
     st.caption(plain(charts.device_caption(report)))
-    env = report.get("environment") or {}
-    if env.get("is_cpu"):
+    if report.is_cpu:
         st.warning("These are CPU numbers: the fused GPU kernels were not what was timed.")
-    if report.get("error"):
-        st.error(f"The runner reported: {plain(report['error'])}")
 
-    st.markdown("#### Unfused vs fused")
+    st.markdown("#### Unfused vs fused" + (" and the baselines" if report.baselines else ""))
+    st.markdown(plain(charts.verdict_text(report)))
     st.plotly_chart(charts.comparison_figure(report), key="chart_compare", width="stretch")
     st.dataframe(charts.summary_rows(report), hide_index=True, width="stretch")
-    for variant in ("unfused", "fused"):
-        d = report.get(variant) or {}
-        notes = [str(d[k]) for k in ("memory_note", "kernel_launches_kind") if d.get(k)]
+    for m in (report.unfused, report.fused):
+        notes = [x for x in (m.memory_note, m.launches_kind, m.note) if x]
+        if m.bound:
+            notes.append(f"{m.bound}-bound: the GPU is busy {m.gpu_busy_ms:.3f} ms of each forward")
         if notes:
-            st.caption(f"{variant}: " + plain("; ".join(notes)))
+            st.caption(f"{m.name}: " + plain("; ".join(notes)))
+    if report.baselines:
+        st.markdown("#### Baselines (like with like: same memory format; CUDA graphs against reduce-overhead)")
+        st.dataframe(charts.baseline_rows(report), hide_index=True, width="stretch", key="table_baselines")
 
     st.markdown("#### Precision of the model output")
     sci = {k: st.column_config.NumberColumn(format="%.2e")
-           for k in ("max_abs", "max_rel", "rel_l2", "max abs err", "rel err")}
+           for k in ("max_abs", "max_rel", "rel_l2", "max abs err", "rel err", "p")}
     sci["cosine"] = st.column_config.NumberColumn(format="%.9f")
     st.dataframe(charts.precision_rows(report), hide_index=True, width="stretch", column_config=sci)
-    if report.get("precision_note"):
-        st.caption(plain(report["precision_note"]))
+    if report.precision_note:
+        st.caption(plain(report.precision_note))
 
     st.markdown("#### Per chain")
     rows = charts.chain_rows(report)
-    if rows:
-        slower = [r for r in rows if r["slower"]]
+    if any(r["speed-up"] is not None for r in rows):
+        counts = report.verdict_counts()
+        st.markdown(plain(", ".join(f"{n} {label}" for label, n in counts.items() if n)))
+        slower = report.slower_chains
         if slower:
-            st.warning(f"{len(slower)} chain(s) got slower when fused (red bars): not every fusion pays. "
-                       "Reject them and run again.")
+            st.warning(f"{len(slower)} chain(s) got slower when fused (dark, cross-hatched bars): not every fusion "
+                       "pays. Reject them and run again.")
             _offer_reject_slower(report)
         _explain_slower(report)  # says nothing when no chain is slower either way
         st.plotly_chart(charts.chain_speedup_figure(report), key="chart_chain_speedup", width="stretch")
         st.dataframe(rows, hide_index=True, width="stretch", column_config=sci)
-        st.plotly_chart(charts.chain_precision_figure(report), key="chart_chain_precision",
-                        width="stretch")
+        st.plotly_chart(charts.chain_precision_figure(report), key="chart_chain_precision", width="stretch")
+        if report.rotation_note:
+            st.caption(plain(report.rotation_note))
+    elif rows:
+        st.caption("No per-chain timings in this report (quick mode or per-chain timing off): verdicts below "
+                   "are only what the plan did.")
+        st.dataframe(rows, hide_index=True, width="stretch")
     else:
-        st.caption("No per-chain timings in this report (enable them on the Run page).")
+        st.caption("No accepted chains in this report.")
 
     st.markdown("#### Staged fusion (the seed's table)")
     stage_rows = charts.stages_rows(report)
@@ -133,20 +144,11 @@ def page() -> None:
         st.plotly_chart(charts.stages_figure(report), key="chart_stages", width="stretch")
     else:
         st.caption("No staged timings in this report (enable them on the Run page).")
-    for skipped in report.get("stages_skipped") or []:
-        if isinstance(skipped, dict):
-            st.caption(plain(f"stage '{skipped.get('label') or skipped.get('stage')}' not timed: "
-                             f"{skipped.get('reason', '')}"))
-    notes = [str(n) for n in (report.get("notes") or [])]
-    for key in ("bytes_note", "graph_calls_note"):
-        if report.get(key):
-            notes.append(str(report[key]))
-    if notes or report.get("baselines"):
-        with st.expander("Notes and baselines"):
+    notes = list(report.notes) + [n for n in (report.bytes_note, report.graph_calls_note) if n]
+    if notes:
+        with st.expander("Notes"):
             for n in notes:
                 st.markdown(f"- {plain(n)}")
-            if report.get("baselines"):
-                st.json(report["baselines"], expanded=False)
 
 
 ui_state.guarded(page)

@@ -1,42 +1,30 @@
 """Run page: measure the unfused and the fused model (``explorer.gpu_runner.run``).
 
-The run goes to a background thread; this page polls its progress and offers
-Cancel. Reports are kept per (model, plan, settings): the same run twice is
-answered from the cache.
+The run goes to a background thread; this page shows its progress live (a
+fragment redrawn every second: the phase, the estimated time left, the time
+elapsed) and offers Cancel, after which it says "cancelled", not "failed".
+Quick mode takes fewer repetitions and skips the per-chain timing. Reports are
+kept per (model, plan, settings): the same run twice is answered from the cache.
 
 Widget keys: run_per_chain, run_stages, run_compile_baseline, run_quick, run_start, run_cancel.
 """
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
 from explorer.ui import charts
 from explorer.ui import state as ui_state
+from explorer.ui.files import escape_markdown as plain
 
 
 def _settings(spec):
     from explorer.gpu_runner import RunSettings
 
     ss = st.session_state
-    quick = bool(ss.run_quick)
     return RunSettings(device=ss.get("device", "cpu"), dtype=ss.get("dtype", "fp32"), batch=spec.batch,
                        seq_len=spec.seq_len, per_chain=bool(ss.run_per_chain), stages=bool(ss.run_stages),
-                       compile_baseline=bool(ss.run_compile_baseline),
-                       warmup=2 if quick else None, reps=5 if quick else None)
-
-
-@st.fragment(run_every=0.5)
-def _progress() -> None:
-    job = st.session_state.get("run_job")
-    if job is None:
-        return
-    elapsed = time.time() - job.started
-    st.progress(job.fraction, text=f"{job.message} · {elapsed:.0f} s")
-    if job.done:
-        st.rerun(scope="app")
+                       compile_baseline=bool(ss.run_compile_baseline), quick=bool(ss.run_quick))
 
 
 def page() -> None:
@@ -55,7 +43,8 @@ def page() -> None:
     c[0].checkbox("Time every chain alone", key="run_per_chain")
     c[1].checkbox("Staged table (none → Conv+BN → +act → all)", key="run_stages")
     c[2].checkbox("torch.compile baseline", key="run_compile_baseline")
-    c[3].checkbox("Quick (few repetitions)", key="run_quick")
+    c[3].checkbox("Quick (fewer repetitions, no per-chain timing)", key="run_quick",
+                  help="A first look: ResNet-50 on a 2-core CPU in under a minute")
 
     try:
         settings = _settings(spec)
@@ -69,22 +58,27 @@ def page() -> None:
                 on_click=ui_state.start_run, args=(spec, plan, settings))
     b[1].button("Cancel", key="run_cancel", disabled=not busy, on_click=ui_state.cancel_run)
     if busy:
-        _progress()
+        st.caption("The estimate of the time left appears once the first forward is timed, and is revised "
+                   "as each phase ends.")
+        ui_state.live_progress("page")
         return
-    if ss.run_error:
-        st.error(f"Run failed: {ss.run_error}")
+    if ss.get("run_cancelled"):
+        st.info("Run cancelled: nothing was measured; press Run to start again.")
+    elif ss.run_error:
+        st.error(f"Run failed: {plain(ss.run_error)}")
     last = ss.last_report
     if last is None:
         st.info("Press Run: the runner measures the model unfused and with your plan, in a separate process.")
         return
     key, report = last
     same = key == ui_state.run_key(spec, plan, settings)
-    if report.get("error"):
-        st.error(f"The runner reported: {report['error']}")
     st.success(("Results for the current plan and settings" if same else
                 "Results of the last run (for another plan or settings; press Run to measure this one)")
                + (" (answered from the cache: same model, plan and settings)." if ss.get("last_report_cached") else "."))
-    st.caption(charts.device_caption(report))
+    st.caption(plain(charts.device_caption(report)))
+    st.markdown(plain(charts.verdict_text(report)))
+    if report.duration_s is not None:
+        st.caption(f"measured in {report.duration_s:.0f} s")
     st.dataframe(charts.summary_rows(report), hide_index=True, width="stretch")
     st.page_link("ui/pages/results.py", label="See every chart on the Results page", icon=":material/bar_chart:")
 
