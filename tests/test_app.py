@@ -20,67 +20,78 @@ from explorer import graph_view
 from explorer.ui import charts
 from explorer.ui import files as ui_files
 from explorer.fusion_engine import analyze
+from report_samples import sample_report
 
 APP = str(Path(__file__).resolve().parent.parent / "explorer" / "app.py")
 
 
 # ------------------------------------------------------------------ charts (pure)
 
-def _report(slower_chain: bool = True) -> dict:
-    lat = lambda m: {"median": m, "p20": m * 0.9, "p80": m * 1.2}  # noqa: E731
-    variant = lambda m, launches: {  # noqa: E731
-        "latency_ms": lat(m), "throughput": 1000 / m, "peak_memory_bytes": None, "kernel_launches": launches,
-        "bytes_moved": 2**22, "precision": {"max_abs": 1e-6, "max_rel": 1e-7, "rel_l2": 1e-7, "cosine": 1.0,
-                                            "top1_agreement": 1.0}}
-    return {
-        "unfused": variant(10.0, 12), "fused": variant(7.0, 5),
-        "chains": [{"id": "conv_bn_act@conv2d", "pattern": "conv_bn_act", "status": "fused", "speedup": 1.5,
-                    "unfused_ms": 3, "fused_ms": 2, "max_abs": 1e-6, "rel_err": 1e-7, "slower": False,
-                    "launches_unfused": 3, "launches_fused": 1},
-                   {"id": "add_layer_norm@add", "pattern": "add_layer_norm", "status": "fused", "speedup": 0.8,
-                    "unfused_ms": 2, "fused_ms": 2.5, "max_abs": 2e-6, "rel_err": 1e-7, "slower": slower_chain,
-                    "launches_unfused": 2, "launches_fused": 1}],
-        "stages": [{"stage": s, "label": s, "latency_ms": lat(m), "throughput": 1000 / m, "peak_memory_bytes": 2**20}
-                   for s, m in (("none", 10.0), ("conv_bn", 8.0), ("activation", 7.5), ("all", 7.0))],
-        "environment": {"device": "cpu", "device_name": "CPU", "is_cpu": True, "torch": "2.x"},
-        "settings": {"dtype": "fp32", "batch": 1},
-    }
+def _report():
+    """The typed sample report (tests/report_samples.py): chains a (faster), b (slower, GPU-bound),
+    c (no fused kernel), four stages ('all' the same graph as '+ epilogues'), a torch.compile baseline."""
+    return sample_report()
 
 
-def test_comparison_figure_has_error_bars_and_handles_missing_memory():
+def test_comparison_figure_has_error_bars_baselines_and_missing_memory():
     fig = charts.comparison_figure(_report())
-    latency = [t for t in fig.data if t.xaxis in ("x", None) or t.xaxis == "x"]
-    assert latency[0].error_y.arrayminus[0] == pytest.approx(1.0)
-    assert latency[0].error_y.array[0] == pytest.approx(2.0)
+    latency = [t for t in fig.data if t.xaxis in ("x", None)]
+    assert [t.name for t in latency] == ["unfused", "fused", "torch.compile (default)"]   # baselines are bars
+    assert latency[0].error_y.arrayminus[0] == pytest.approx(0.1)
+    assert latency[0].error_y.array[0] == pytest.approx(0.2)
     memory_texts = [t.text[0] for t in fig.data if t.xaxis == "x3"]
-    assert memory_texts == ["n/a", "n/a"]
+    assert memory_texts == ["n/a", "n/a", "n/a"]
     rows = charts.summary_rows(_report())
-    assert rows[0]["fused / unfused"] == pytest.approx(0.7)
+    assert rows[0]["fused / unfused"] == pytest.approx(0.75)
+    baselines = {r["variant"]: r for r in charts.baseline_rows(_report())}
+    compiled = baselines["torch.compile (default)"]
+    assert compiled["compared with"] == "fused" and compiled["compile s"] == 12.5
+    assert compiled["verdict (fused vs this)"] == "faster" and compiled["median ms"] == pytest.approx(1.8)
 
 
-def test_chain_speedup_sorted_and_slower_coloured():
+def test_chain_bars_styled_by_the_one_verdict_and_slower_has_its_own_colour():
+    from explorer.fusions import PATTERNS, UNKNOWN_COLOR
+
     fig = charts.chain_speedup_figure(_report())
     bars = fig.data[0]
     assert list(bars.x) == sorted(bars.x)
-    assert bars.marker.color[0] == charts.SLOWER_COLOR
-    assert bars.marker.color[1] == graph_view.color_of("conv_bn_act")
+    by_chain = dict(zip(bars.y, zip(bars.marker.color, bars.marker.pattern.shape)))
+    assert by_chain["layer: b"] == (charts.SLOWER_COLOR, charts.SLOWER_PATTERN)            # verdict: slower
+    assert by_chain["layer: a"] == (graph_view.color_of("conv_bn_act"), "")                # verdict: faster
+    assert by_chain["layer: c"] == (charts.NO_KERNEL_COLOR, charts.NO_KERNEL_PATTERN)      # no fused kernel
     assert any(t.name == "slower after fusion" for t in fig.data)
+
+    def rgb(color: str) -> tuple[int, ...]:
+        return tuple(int(color[i:i + 2], 16) for i in (1, 3, 5))
+
+    def distance(a: str, b: str) -> float:
+        return sum((x - y) ** 2 for x, y in zip(rgb(a), rgb(b))) ** 0.5
+
+    for color in [p.color for p in PATTERNS] + [UNKNOWN_COLOR, charts.UNFUSED_COLOR, charts.FUSED_COLOR]:
+        assert distance(charts.SLOWER_COLOR, color) > 100, color   # never a pattern's colour (MatMul+Softmax was red)
+    assert distance(charts.NO_KERNEL_COLOR, charts.SLOWER_COLOR) > 100
 
 
 def test_chain_rows_and_slower_split_by_what_limits_them():
+    import dataclasses
+
+    from explorer import report as R
+
     report = _report()
-    assert "speed-up, CUDA graph" not in charts.chain_rows(report)[0]     # CPU report: no graph timings
-    assert "kernel" not in charts.chain_rows(report)[0]                   # no kernel chosen: no column
-    report["chains"][1]["kernel"] = "inductor"
-    assert {r["chain"]: r["kernel"] for r in charts.chain_rows(report)} == {
-        "conv_bn_act@conv2d": "auto", "add_layer_norm@add": "inductor"}
-    assert charts.slower_where(report) == {"host": [], "gpu": [], "unknown": ["add_layer_norm@add"]}
-    report["chains"][0].update(graph_speedup=0.7, slower_in_graph=True)    # faster plain, slower on the GPU
-    report["chains"][1].update(graph_speedup=1.2, slower_in_graph=False)   # slower plain, faster on the GPU
-    rows = {r["chain"]: r for r in charts.chain_rows(report)}
-    assert rows["conv_bn_act@conv2d"]["speed-up, CUDA graph"] == pytest.approx(0.7)
-    assert charts.slower_where(report) == {"host": ["add_layer_norm@add"], "gpu": ["conv_bn_act@conv2d"],
-                                           "unknown": []}
+    rows = {r["id"]: r for r in charts.chain_rows(report)}
+    assert rows["b"]["verdict"] == R.SLOWER and rows["b"]["limited by"] == R.GPU and rows["b"]["p"] == 0.001
+    assert rows["a"]["chain"] == "layer: a" and rows["a"]["95% CI"]
+    assert rows["c"]["verdict"] == R.NO_KERNEL
+    assert "speed-up, CUDA graph" not in rows["a"]                     # no graph timings in this report
+    assert "kernel" not in rows["a"]                                   # no kernel chosen: no column
+    assert charts.slower_where(report) == {"host": [], "gpu": ["b"], "unknown": []}
+    chains = list(report.chains)
+    chains[1] = dataclasses.replace(chains[1], limited_by=R.HOST, unfused_graph=chains[1].unfused,
+                                    fused_graph=chains[1].unfused)
+    report = dataclasses.replace(report, chains=tuple(chains))
+    rows = {r["id"]: r for r in charts.chain_rows(report)}
+    assert rows["b"]["speed-up, CUDA graph"] == pytest.approx(1.0)
+    assert charts.slower_where(report) == {"host": ["b"], "gpu": [], "unknown": []}
 
 
 H200_REPORT = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / \
@@ -89,14 +100,17 @@ H200_REPORT = Path(__file__).resolve().parent.parent / "benchmarks" / "results" 
 
 def test_load_report_reads_a_real_report_and_refuses_the_rest():
     report = ui_files.load_report("r.json", H200_REPORT.read_bytes())
-    assert report["environment"]["device_name"].startswith("NVIDIA") and len(report["chains"]) == 53
+    assert report.environment.device_name.startswith("NVIDIA") and len(report.chains) == 53
+    assert report.upgraded_from == 1
     bad = {
         "garbage.json": (b"\x80\x81 not text", "not a JSON report"),
         "truncated.json": (H200_REPORT.read_bytes()[:500], "not a JSON report"),
         "list.json": (b"[1, 2]", "JSON list, not an object"),
-        "plan.json": (json.dumps({"model": "x", "accepted": []}).encode(), "no 'unfused' or 'fused'"),
-        "chains.json": (json.dumps({"unfused": {"latency_ms": {}}, "fused": {"latency_ms": {}},
+        "plan.json": (json.dumps({"model": "x", "accepted": []}).encode(), "no integer 'version'"),
+        "chains.json": (json.dumps({"version": 1, "unfused": {"latency_ms": {}}, "fused": {"latency_ms": {}},
                                     "chains": {"a": 1}}).encode(), "'chains' is not a list"),
+        "typed.json": (json.dumps({**_report().to_dict(), "chains": [{"id": 3}]}).encode(),
+                       "'chains[0].id' must be a string"),
     }
     for name, (data, needle) in bad.items():
         with pytest.raises(ui_files.ReportError) as err:
@@ -109,15 +123,13 @@ def test_load_report_reads_a_real_report_and_refuses_the_rest():
 
 def test_stages_and_precision_tables():
     rows = charts.stages_rows(_report())
-    assert [r["stage"] for r in rows] == ["none", "conv_bn", "activation", "all"]
-    assert rows[-1]["speed-up"] == pytest.approx(10 / 7)
-    assert charts.stages_figure(_report()).data
+    assert [r["stage"] for r in rows] == ["none", "conv_bn", "activation", "all"]   # all four, always
+    assert rows[2]["speed-up"] == pytest.approx(2.0 / 1.8)
+    assert rows[3]["latency ms (median)"] is None and rows[3]["graph"] == "..."
+    assert [b.x for b in charts.stages_figure(_report()).data][0] == ("none", "conv_bn", "activation")
     prec = charts.precision_rows(_report())
-    assert prec[0]["max_abs"] == 1e-6 and prec[1]["top1_agreement"] == 1.0
-    assert charts.chain_precision_figure(_report()).data
-    empty = {"unfused": {}, "fused": {}}
-    for fn in (charts.comparison_figure, charts.chain_speedup_figure, charts.stages_figure):
-        assert fn(empty) is not None
+    assert prec[0]["max_abs"] == 1e-6 and prec[1]["top1_agreement"] == 1.0 and prec[0]["why no relative figures"] == ""
+    assert charts.chain_precision_figure(_report()).data is not None
 
 
 # ------------------------------------------------------------------ files
@@ -145,8 +157,18 @@ def test_zip_extraction_refuses_escapes():
 
 
 def test_report_csv():
-    text = ui_files.report_csv(_report())
-    assert "latency_ms.median" in text and "conv_bn_act@conv2d" in text and "stage" in text
+    """The CSV export reads the typed report: measurements, every chain's verdict, stages, baselines."""
+    import csv
+
+    rows = list(csv.reader(io.StringIO(ui_files.report_csv(_report()))))
+    assert rows[0] == ["section", "name", "metric", "value"]
+    cells = {(r[0], r[1], r[2]): r[3] for r in rows[1:]}
+    assert float(cells[("model", "unfused", "latency.median")]) == 2.0
+    assert cells[("chain", "b", "verdict.label")] == "slower" and cells[("chain", "b", "title")] == "layer: b"
+    assert cells[("chain", "c", "verdict.label")] == "no fused kernel here"
+    assert cells[("stage", "all", "same_as")] == "activation"
+    assert cells[("baseline", "torch_compile", "compile_s")] == "12.5"
+    assert cells[("model", "fused vs unfused", "verdict.label")] == "faster"
 
 
 # ------------------------------------------------------------------ AppTest flows
@@ -218,8 +240,8 @@ def test_app_flow_choose_run_results_plan(tmp_path):
     _wait_run(at)
     assert not at.error, [e.value for e in at.error]
     key, report = at.session_state["last_report"]
-    assert report["plan"]["accepted"] == [ids[0]]
-    assert {"unfused", "fused", "chains", "stages", "environment"} <= set(report)
+    assert report.plan.accepted == (ids[0],) and report.settings["quick"] is True
+    assert report.unfused.latency is not None and len(report.stages) == 4
     # the same model+plan+settings again: answered from the cache, no new job
     at.button(key="run_start").click().run()
     assert at.session_state["run_job"] is None and at.session_state["last_report_cached"]
@@ -227,7 +249,8 @@ def test_app_flow_choose_run_results_plan(tmp_path):
     at.switch_page("ui/pages/results.py").run()
     assert not at.exception and not at.error
     charts_drawn = at.get("plotly_chart")
-    assert len(charts_drawn) >= 3, len(charts_drawn)
+    assert {c.key for c in charts_drawn} == {"chart_compare", "chart_stages"}   # quick: no per-chain timing
+    assert any("No per-chain timings" in c.value for c in at.caption)
 
     # Plan: download, change the choices, upload it again -> same choices
     at.switch_page("ui/pages/fusions.py").run()
@@ -288,14 +311,17 @@ def test_app_broken_model_upload_keeps_previous_model():
     assert at.session_state["active"].seq_len == 16
 
 
-def test_app_cancel_run_shows_error_and_stays_usable():
+def test_app_cancel_run_says_cancelled_and_stays_usable():
+    """A user's cancel is reported as a cancel, not as "Run failed"."""
     at = _app("conv_bn_relu")
     at.switch_page("ui/pages/run.py").run()
     at.button(key="run_start").click().run()
     assert at.session_state["run_job"] is not None
     at.button(key="run_cancel").click().run()
     _wait_run(at, timeout=60)
-    assert any("cancelled" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("Run cancelled" in i.value for i in at.info), [i.value for i in at.info]
+    assert not any("failed" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.session_state["run_cancelled"] is True and at.session_state["run_error"] is None
     assert at.session_state["active"].source == "conv_bn_relu"
     at.switch_page("ui/pages/graph.py").run()
     assert not at.exception and not at.error
@@ -331,15 +357,21 @@ def test_app_refuses_pickles_and_unsupported_ops_and_keeps_state(kind, uploader,
 
 
 def test_results_button_rejects_the_chains_that_got_slower():
-    """A real CPU report, with one chain's verdict set to slower (CPU timings are noise-level)."""
+    """A real CPU report, with one chain's verdict set to slower (CPU timings are noise-level): the
+    button, the counts and the chart all read that one field."""
+    import dataclasses
+
+    from explorer import report as R
     from explorer.gpu_runner import RunSettings, run
 
     at = _app("residual_block")
     _, _, det = analyze("residual_block")
-    report = run("residual_block", None, RunSettings(device="cpu", stages=False, warmup=1, reps=3))
-    slow_id = report["chains"][0]["id"]
-    for chain in report["chains"]:
-        chain["slower"] = chain["id"] == slow_id
+    report = run("residual_block", None, RunSettings(device="cpu", stages=False, warmup=1, reps=8))
+    slow_id = report.chains[0].id
+    chains = tuple(dataclasses.replace(c, verdict=dataclasses.replace(c.verdict, label=R.SLOWER if c.id == slow_id
+                                                                      else R.FASTER))
+                   for c in report.chains)
+    report = dataclasses.replace(report, chains=chains)
     at.session_state["last_report"] = ("test", report)
     at.switch_page("ui/pages/results.py").run()
     assert not at.exception
@@ -358,7 +390,7 @@ def test_app_opens_a_saved_gpu_report_without_a_gpu():
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("saved report" in s.value for s in at.success)
     key, report = at.session_state["last_report"]
-    assert key.startswith("file:resnet50_h200.json") and report["model"]["name"] == "resnet50"
+    assert key.startswith("file:resnet50_h200.json") and report.model.name == "resnet50"
     assert any("Results: resnet50" in h.value for h in at.subheader)
     assert not any("CPU numbers" in w.value for w in at.warning)
     assert any("slower even as CUDA graphs" in i.value for i in at.info), [i.value for i in at.info]
@@ -369,7 +401,7 @@ def test_app_opens_a_saved_gpu_report_without_a_gpu():
     assert not at.exception
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "broken.json is not a JSON report" in errors[0], errors
-    assert at.session_state["last_report"][1]["model"]["name"] == "resnet50"   # the open report stays
+    assert at.session_state["last_report"][1].model.name == "resnet50"   # the open report stays
 
 
 def test_app_kernel_choice_goes_into_the_plan_and_comes_back_from_one():
@@ -405,7 +437,7 @@ def test_results_button_sets_the_separate_epilogue_for_chains_slower_on_the_gpu(
 
     at = _app("resnet50")
     _, _, det = analyze("resnet50")
-    report = json.loads(H200_REPORT.read_text())
+    report = ui_files.load_report("h200.json", H200_REPORT.read_bytes())
     expected = set(gpu_slower_chains(report, det))
     assert len(expected) == 8
     at.session_state["last_report"] = ("test", report)
