@@ -20,10 +20,11 @@ from types import ModuleType
 from typing import Callable
 
 from explorer.fusions import attention, conv, generic, linear, norm, siblings
+from explorer.fusions import rms_norm, rotary, swiglu
 from explorer.fusions.base import Pattern
 
 #: One line per family: the registration.
-FAMILIES: tuple[ModuleType, ...] = (attention, conv, linear, norm, generic, siblings)
+FAMILIES: tuple[ModuleType, ...] = (attention, conv, linear, norm, generic, siblings, rms_norm, swiglu, rotary)
 
 PATTERNS: tuple[Pattern, ...] = tuple(sorted((p for f in FAMILIES for p in f.PATTERNS), key=lambda p: p.priority))
 BY_NAME: dict[str, Pattern] = {p.name: p for p in PATTERNS}

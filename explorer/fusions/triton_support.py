@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import functools
 import os
+import types
 from typing import Any
 
 import torch
@@ -77,6 +78,74 @@ def library_reductions_usable() -> bool:
     except Exception:
         return False
     return isinstance(tl.sum, InterpretedFunction)
+
+
+def refusal_for_device(device: torch.device | str) -> str | None:
+    """Why a Triton kernel cannot run on tensors of ``device`` in this process (None: it can).
+
+    The same answer as ``triton_runs_on``, as a sentence for a kernel selection's label.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        if interpreting():
+            return "TRITON_INTERPRET=1 is set: Triton would interpret, not compile, for CUDA tensors"
+        return None if triton_available() else "Triton does not import in this environment"
+    if device.type == "cpu":
+        if not interpreting():
+            return "no Triton on cpu (TRITON_INTERPRET=1 interprets it)"
+        return None if triton_available() else "Triton does not import in this environment"
+    return f"no Triton backend for {device.type} tensors"
+
+
+def needs_autograd(*tensors: torch.Tensor | None) -> bool:
+    """True when autograd would record an op on these operands. The Triton kernels are forward-only
+    (no backward), so such calls take their reference ops, which autograd differentiates."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= ``n`` (1 for n <= 1)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers."""
+    return (a + b - 1) // b
+
+
+@functools.lru_cache(maxsize=2)
+def jit_helpers(interpret: bool) -> types.SimpleNamespace:
+    """Triton device functions kernels share, defined on first use and cached per interpreter mode.
+
+    ``round_to(v, DTYPE, BF16_RTNE_BY_HAND)``: fp32 ``v`` rounded to nearest even in ``DTYPE``.
+    Compiled kernels round to nearest even already; Triton's interpreter casts fp32 to bf16 by
+    truncation, so under the interpreter (``BF16_RTNE_BY_HAND``) the bits are rounded by hand
+    first (add 0x7FFF plus the lowest kept bit, clear the low half), after which the truncating
+    cast is exact. ``add(a, b)``: the combine function of ``tl.reduce`` where ``tl.sum`` cannot
+    be interpreted (``library_reductions_usable``).
+
+    A kernel module binds these to its own module globals before decorating its kernels: Triton
+    resolves the names a kernel calls through the kernel's module globals.
+    """
+    global tl  # the interpreter looks triton.language up in a device function's globals
+    del interpret  # part of the cache key only: triton.jit reads TRITON_INTERPRET when it decorates
+    triton, tl = import_triton()
+
+    @triton.jit
+    def round_to(v, DTYPE: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr):
+        """fp32 ``v`` rounded to nearest even in ``DTYPE`` (see ``jit_helpers``)."""
+        if BF16_RTNE_BY_HAND:
+            if DTYPE == tl.bfloat16:
+                bits = v.to(tl.uint32, bitcast=True)
+                v = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
+        return v.to(DTYPE, fp_downcast_rounding="rtne")
+
+    @triton.jit
+    def add(a, b):
+        """``a + b``: the combine function of ``tl.reduce``."""
+        return a + b
+
+    return types.SimpleNamespace(round_to=round_to, add=add)
 
 
 # ------------------------------------------------------------------ launching

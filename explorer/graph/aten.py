@@ -369,4 +369,62 @@ def facts(node: torch.fx.Node, kind: str) -> dict[str, Any]:
         weight = node_val(conv.weight)
         if isinstance(weight, torch.Tensor):
             out["kernel"] = list(weight.shape[2:])
+    out.update(_elementwise_facts(node, kind))
+    return out
+
+
+def _number(value: Any) -> float | None:
+    """A Python int or float as a float (bools and anything else: None)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _rank(node: Any) -> int | None:
+    val = node_val(node)
+    return val.dim() if isinstance(val, torch.Tensor) else None
+
+
+def _elementwise_facts(node: torch.fx.Node, kind: str) -> dict[str, Any]:
+    """Facts of the small ops hand-written norms and rotary embeddings are made of (RMSNorm's
+    ``pow(2)``, ``mean(-1, keepdim)``, ``+ eps``, its dtype casts; rotate-half's slices and ``cat``).
+    Dims are normalised to be non-negative, slice bounds clamped to the sliced size."""
+    out: dict[str, Any] = {}
+    name = aten_name(node)
+    if kind == "pow":
+        exponent = _number(args_of(node).get("exponent"))
+        if exponent is not None:
+            out["exponent"] = exponent
+    elif kind in ("add", "sub", "mul", "div"):
+        scalar = next((_number(a) for a in node.args[:2] if _number(a) is not None), None)
+        if scalar is not None:
+            out["scalar"] = scalar
+    elif kind == "reduce" and node.args:
+        a, rank = args_of(node), _rank(node.args[0])
+        dims = a.get("dim")
+        dims = [dims] if isinstance(dims, int) else dims
+        if rank and isinstance(dims, (list, tuple)) and all(isinstance(d, int) for d in dims):
+            out["reduce_dims"] = sorted(d % rank for d in dims)
+            out["keepdim"] = bool(a.get("keepdim", False))
+    elif kind == "cat":
+        a, rank = args_of(node), _rank(node)
+        tensors = a.get("tensors")
+        if rank and isinstance(tensors, (list, tuple)) and isinstance(a.get("dim", 0), int):
+            out["cat_dim"] = a.get("dim", 0) % rank
+            out["cat_inputs"] = [t.name if isinstance(t, torch.fx.Node) else None for t in tensors]
+    if name in ("to", "_to_copy"):
+        dtype = args_of(node).get("dtype")
+        if isinstance(dtype, torch.dtype):
+            out["to_dtype"] = str(dtype).replace("torch.", "")
+    elif name == "slice" and node.args:
+        a, shape = args_of(node), static_shape(node.args[0])
+        dim, start, end, step = a.get("dim", 0), a.get("start"), a.get("end"), a.get("step", 1)
+        if shape and isinstance(dim, int) and all(isinstance(v, int) or v is None for v in (start, end, step)):
+            dim %= len(shape)
+            size = shape[dim]
+            start = 0 if start is None else (start + size if start < 0 else start)
+            end = size if end is None else (end + size if end < 0 else end)
+            out["slice"] = [dim, max(0, min(start, size)), max(0, min(end, size)), 1 if step is None else step]
+    elif name == "unsqueeze":
+        dim, rank = args_of(node).get("dim"), _rank(node)
+        if isinstance(dim, int) and rank:
+            out["unsqueeze_dim"] = dim % rank
     return out

@@ -4,6 +4,9 @@
   MatMul->Softmax chains are explicit ops) that returns the last hidden state.
 - ``YoloStyle``: a small YOLO-style detector, Conv+BN+SiLU everywhere with CSP
   bottlenecks that add a residual.
+- ``LlamaDecoder`` and ``LlamaDecodeStep``: a transformers ``LlamaForCausalLM``
+  (RMSNorm, rotary embedding, grouped-query SDPA attention, SwiGLU MLP), its
+  prefill and one decode step over a static KV cache.
 - Teaching models: one Conv-BN-ReLU block, one residual block, one transformer
   encoder block with attention written out op by op.
 """
@@ -186,3 +189,95 @@ class TransformerBlock(nn.Module):
         attn = attn.transpose(1, 2).reshape(b, s, d)
         x = self.norm1(x + self.proj(attn))
         return self.norm2(x + self.fc2(self.act(self.fc1(x))))
+
+
+# ---------------------------------------------------------------------- Llama-style decoders
+
+def llama_config(layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
+                 max_positions: int = 4096):
+    """A transformers ``LlamaConfig`` of these sizes: SDPA attention, SiLU-gated MLP, untied embeddings."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
+                       max_position_embeddings=max_positions, rms_norm_eps=1e-6, hidden_act="silu",
+                       attn_implementation="sdpa", use_cache=False, tie_word_embeddings=False)
+
+
+def realistic_llama_weights(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Seeded weights that keep activations at unit scale through every layer, as a trained model's are.
+
+    transformers initialises every projection with std 0.02, which at hidden 512 shrinks each
+    projection's output to ~0.45 of its input and leaves attention almost uniform. Here each
+    linear weight is N(0, 1/fan_in) (a projection keeps its input's scale), the embedding N(0, 1)
+    (unit-RMS tokens) and each RMSNorm weight 1 + N(0, 0.1²) (a scale that is not the identity,
+    so a kernel that dropped it would be caught). Changes ``model`` in place and returns it.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:                                                      # RMSNorm weights
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
+            elif "embed_tokens" in name:
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+    return model
+
+
+def _llama_causal_lm(sizes: dict) -> nn.Module:
+    """``LlamaForCausalLM`` of ``sizes`` (``llama_config``'s arguments) with ``realistic_llama_weights``."""
+    from transformers import LlamaForCausalLM
+
+    return realistic_llama_weights(LlamaForCausalLM(llama_config(**sizes)))
+
+
+class LlamaDecoder(nn.Module):
+    """A Llama-style decoder's prefill: ``input_ids (B, S)`` -> the next token's logits ``(B, 1, vocab)``.
+
+    ``LlamaForCausalLM`` (transformers) without a cache, ``logits_to_keep=1`` as generation
+    does: every layer runs over all B·S tokens; only the last position goes through the head.
+    """
+
+    def __init__(self, sizes: dict) -> None:
+        super().__init__()
+        self.llama = _llama_causal_lm(sizes)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.llama(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits
+
+
+class LlamaDecodeStep(nn.Module):
+    """One decode step with a static KV cache: ``input_ids (B, 1)`` and, per layer, the cached keys and
+    values ``(B, kv_heads, S, head_dim)`` -> the next token's logits ``(B, 1, vocab)``.
+
+    The cache is transformers' ``StaticCache`` (fixed-size tensors, updated in place with
+    ``index_copy_``), backed by the step's inputs rather than by module buffers, so that its size
+    follows the batch and sequence length a caller asks for. The step writes its key and value at
+    the last slot, ``S - 1``, and attends over all ``S`` positions (the cache holds ``S - 1`` earlier
+    tokens). ``torch.export`` captures it, in-place cache updates included.
+    """
+
+    def __init__(self, sizes: dict) -> None:
+        super().__init__()
+        self.llama = _llama_causal_lm(sizes)
+
+    def forward(self, input_ids: torch.Tensor, *cache: torch.Tensor) -> torch.Tensor:
+        from transformers import StaticCache
+
+        config = self.llama.config
+        if len(cache) != 2 * config.num_hidden_layers:
+            raise ValueError(f"expected a key and a value per layer ({2 * config.num_hidden_layers} tensors), "
+                             f"got {len(cache)}")
+        seq = cache[0].shape[2]
+        static = StaticCache(config=config, max_cache_len=seq)
+        for layer, keys, values in zip(static.layers, cache[0::2], cache[1::2]):
+            layer.keys, layer.values = keys, values                                # (B, kv_heads, S, head_dim)
+            layer.device, (layer.batch_size, layer.num_heads) = keys.device, keys.shape[:2]
+            layer.k_head_dim, layer.v_head_dim = keys.shape[-1], values.shape[-1]
+            # the step writes slot S - 1 (a graph op, not a lifted constant: torch.full, not torch.tensor)
+            layer.cumulative_length = torch.full((), seq - 1, dtype=torch.int64, device=keys.device)
+            layer.is_initialized = True
+        position = torch.arange(seq - 1, seq, device=input_ids.device)            # (1,)
+        return self.llama(input_ids=input_ids, past_key_values=static, cache_position=position, use_cache=True,
+                          logits_to_keep=1).logits

@@ -166,6 +166,35 @@ def _local(name: str) -> Callable[[], torch.nn.Module]:
 
 BERT_VOCAB = 30522
 
+#: The Llama-style decoder's sizes (``explorer.sources.models.llama_config``): it loads in seconds on a
+#: CPU, yet every op of a Llama layer is there (RMSNorm, rotary embedding, grouped-query attention
+#: through SDPA, a SwiGLU MLP).
+LLAMA = dict(layers=4, hidden=512, heads=8, kv_heads=2, intermediate=1376, vocab=32000, max_positions=4096)
+
+
+def _llama(step: bool) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        from explorer.sources.models import LlamaDecoder, LlamaDecodeStep
+
+        return (LlamaDecodeStep if step else LlamaDecoder)(LLAMA)
+
+    return build
+
+
+def _llama_prefill_inputs(sizes: dict, seq_len: int = 128) -> InputSpec:
+    """A batch of prompts: token ids (B, S)."""
+    return InputSpec((TensorSpec("input_ids", ("B", "S"), "int64", "tokens", sizes["vocab"]),), seq_len=seq_len)
+
+
+def _llama_decode_inputs(sizes: dict, cache_len: int = 128) -> InputSpec:
+    """One new token per sequence (B, 1) and each layer's cached keys and values (B, kv_heads, S, head_dim)."""
+    head_dim = sizes["hidden"] // sizes["heads"]
+    cache = tuple(TensorSpec(f"past_{kv}_{i}", ("B", sizes["kv_heads"], "S", head_dim))
+                  for i in range(sizes["layers"]) for kv in ("key", "value"))
+    return InputSpec((TensorSpec("input_ids", ("B", 1), "int64", "tokens", sizes["vocab"]), *cache),
+                     seq_len=cache_len)
+
+
 ZOO: dict[str, ZooEntry] = {
     e.name: e
     for e in (
@@ -198,6 +227,14 @@ ZOO: dict[str, ZooEntry] = {
                  "BERT-large (24 layers, hidden 1024, eager attention)",
                  _bert(24, 1024, 16, 4096), _tokens(BERT_VOCAB), max_seq_len=512,
                  benchmark_only=True),
+        ZooEntry("llama_decoder", "transformer", "classification",
+                 "Llama-style decoder, prefill (transformers LlamaConfig: 4 layers, hidden 512, 8 heads over 2 KV "
+                 "heads, SwiGLU 1376, SDPA): Add+RMSNorm, rotary Q/K, SwiGLU; next-token logits",
+                 _llama(step=False), _llama_prefill_inputs(LLAMA), max_seq_len=LLAMA["max_positions"]),
+        ZooEntry("llama_decode_step", "transformer", "classification",
+                 "The same Llama-style decoder, one decode step over a static KV cache of S tokens "
+                 "(the cache is the step's input, updated in place)",
+                 _llama(step=True), _llama_decode_inputs(LLAMA), max_seq_len=LLAMA["max_positions"]),
     )
 }
 

@@ -1,0 +1,670 @@
+"""The RMSNorm family: Llama's RMSNorm, after the residual add or alone, in one Triton pass.
+
+::
+
+    unfused (transformers' LlamaRMSNorm: 6-7 kernels, fp32 temporaries)      fused (1 kernel)
+    x ───┐                                                                    x ───┐
+         add ─► s ─► to(fp32) ─┬─► pow(2) ─► mean(-1) ─► + eps ─► rsqrt ─┐         add_rms_norm ─► s  (kept)
+    r ───┘   │                 └─────────────────────────────────────── mul   r ───┘           └──► y
+             │                          to(dtype) ◄──────────────────────┘
+             │                              └─► mul(weight) ─► y            y = w · round(s / rms(s))
+             └─► (next residual)
+
+    without the add (the first norm of a decoder):  rms_norm(x, w) ─► y
+
+In a Llama decoder layer the residual stream's sum is also the next residual, so
+the sum is the fused kernel's second output (the pattern's ``emits``); where
+nothing else reads it (the last norm) it is not written at all. What fusion
+saves: the unfused add moves 2R+1W and the norm, in eager, six ops with fp32
+temporaries; the kernel moves 2R+2W (2R+1W without the sum, 1R+1W without the add).
+
+Arithmetic, step by step as ``LlamaRMSNorm.forward`` rounds::
+
+    s = round_dtype(x + r)                 # the unfused add stores s in the dtype
+    h = float32(s)                         # hidden_states.to(torch.float32)
+    v = sum(h * h) / N                     # hidden_states.pow(2).mean(-1, keepdim=True)  (fp32)
+    h = round_dtype(h * rsqrt(v + eps))    # ... * torch.rsqrt(variance + eps), .to(input_dtype)
+    y = round_out(float32(w) * h)          # self.weight * hidden_states  (out = promote(w, x))
+
+The products ``w·h`` of two 16-bit values are exact in fp32, so the last step
+rounds exactly like PyTorch's multiply; only the order of the fp32 sum of squares
+and the rsqrt's last bit can differ from eager.
+
+Kernel design (bandwidth-bound, one pass): ``ROWS`` rows per program (1 for rows
+of 1024 or more elements, more for short rows), the whole row (``BLOCK =
+next_pow2(N)`` lanes, masked beyond N) loaded once into registers, the sum
+rounded and stored, the mean square reduced in fp32 (masked lanes load 0 and add
+0), normalised, rounded, scaled and stored. Launches are planned once per call
+signature (``_LAUNCHES``) and go through ``triton_support.launch``.
+
+Supported: fp32, fp16, bf16 (x and residual of one dtype; the weight any of those),
+last dim 1..16384, a residual that broadcasts over leading dims (either operand).
+Anything else, calls autograd records, and CPU tensors without
+``TRITON_INTERPRET=1`` take the reference; ``select_rms_norm`` is the one decision.
+
+Matching: the norm has a fan-out inside (``h`` feeds ``pow`` and the ``mul``), so
+both patterns bring their own matcher (``_match_add_rms_norm``, ``_match_rms_norm``)
+over the facts ``explorer.graph.aten.facts`` records (pow exponent, reduced dims,
+the eps scalar, cast dtypes).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import networkx as nx
+import torch
+import torch.fx
+
+from explorer.fusions import edit
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
+from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
+from explorer.fusions.norm import leading_broadcast
+from explorer.fusions.triton_support import (cdiv, import_triton, interpreting, jit_helpers, launch,
+                                             library_reductions_usable, needs_autograd, next_power_of_2,
+                                             refusal_for_device)
+from explorer.graph import aten
+
+MAX_HIDDEN = 16384
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+#: Fused kernel vs the same computation in float64 from the same inputs (the references on upcast
+#: inputs: no intermediate rounding), ``|out - ref| <= atol + rtol·|ref|``, for the sum and the
+#: normalised output alike. u = unit roundoff (fp32 6e-8, fp16 4.9e-4, bf16 3.9e-3). Every step is
+#: multiplicative, so the error is relative to each element: the sum is rounded (u), which moves
+#: rms(s) by at most u (in practice ~u/sqrt(N)); h is rounded (u) and w·h is rounded (u): < 4u in
+#: all, ~3u worst seen, plus the fp32 statistics (a tree sum of up to 16k squares and an approximate
+#: rsqrt, ~1e-6 relative at most). rtol = 4u for 16-bit; 4e-6 for fp32, where the statistics' own
+#: error dominates. atol covers only results that leave the normal range.
+TOLERANCES = {
+    torch.float32: dict(rtol=4e-6, atol=1e-6),
+    torch.float16: dict(rtol=2e-3, atol=1e-6),      # 4u
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1e-6),   # 4u
+}
+
+#: Fused kernel vs eager in the dtype (what a model-level check compares). Both round at the same
+#: points, so they agree bitwise except where the fp32 statistics' last bits tip the rounding of h:
+#: one ulp of h (<= 2u relative), then of w·h (u): rtol = 4u; fp32 as above.
+EAGER_TOLERANCES = dict(TOLERANCES)
+
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6) -> torch.Tensor:
+    """``LlamaRMSNorm.forward`` spelled out: ``weight * normalise(x)`` over the last dim.
+
+    Statistics in fp32 for fp32/fp16/bf16 inputs (bitwise the module's result); float64 inputs
+    stay in float64, so the same function on upcast inputs is the exact oracle of the tests.
+    ``weight``: ``(N,)`` or None. Output dtype: ``promote(weight, x)``, as the module's.
+    """
+    input_dtype = x.dtype
+    h = x.to(torch.promote_types(input_dtype, torch.float32))                # (..., N)
+    variance = h.pow(2).mean(-1, keepdim=True)                               # (..., 1)
+    h = (h * torch.rsqrt(variance + eps)).to(input_dtype)                    # (..., N)
+    return h if weight is None else weight * h                               # (..., N)
+
+
+def add_rms_norm_reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                           eps: float = 1e-6, keep_sum: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Unfused: ``s = x + residual`` (stored in the dtype), then ``rms_norm_reference(s)``; returns ``(s, y)``
+    (``s`` None with ``keep_sum=False``): a decoder's residual add and the next RMSNorm."""
+    s = x + residual                                                         # (..., N), rounded to the dtype
+    return (s if keep_sum else None), rms_norm_reference(s, weight, eps)
+
+
+# ====================================================================== kernel selection
+
+def _refusal_for_dtype(dtype: torch.dtype | None, what: str) -> str | None:
+    if dtype is not None and dtype not in SUPPORTED_DTYPES:
+        return f"{what} dtype {dtype} is not one of fp32/fp16/bf16"
+    return None
+
+
+def select_rms_norm(device: torch.device | str, hidden: int | None = None, dtype: torch.dtype | None = None, *,
+                    residual_dtype: torch.dtype | None = None, weight_dtype: torch.dtype | None = None,
+                    x_shape=None, residual_shape=None, keep_sum: bool = True, add: bool = True,
+                    requires_grad: bool = False) -> Choice:
+    """The one decision of how (add +) RMSNorm runs: ``triton`` (one kernel) or ``reference`` (eager ops).
+
+    Only ``device`` is required; arguments left as None raise no objection, so the rewrite asks
+    with what the graph says (device, dtype, hidden size) and the call itself with everything
+    (shapes, the residual's and weight's dtypes). ``add=False`` is the plain RMSNorm.
+    ``requires_grad``: autograd would record the call (the kernel is forward-only).
+    """
+    why = (refusal_for_device(device) or _refusal_for_dtype(dtype, "input")
+           or _refusal_for_dtype(weight_dtype, "weight"))
+    if why is None and requires_grad:
+        why = "autograd records this call and the kernel is forward-only"
+    if why is None and hidden is not None and not 1 <= hidden <= MAX_HIDDEN:
+        why = f"rows of {hidden} are outside 1..{MAX_HIDDEN} (one row must fit in one program)"
+    if why is None and residual_dtype is not None and dtype is not None and residual_dtype != dtype:
+        why = f"x is {dtype} but the residual is {residual_dtype} (the kernel takes one dtype)"
+    if why is None and x_shape is not None and residual_shape is not None and not (
+            leading_broadcast(residual_shape, x_shape) or leading_broadcast(x_shape, residual_shape)):
+        why = f"residual {tuple(residual_shape)} and x {tuple(x_shape)} differ other than over leading dims"
+    if why is not None:
+        what = "add + RMSNorm" if add else "RMSNorm"
+        return Choice("reference", f"{what} (eager ops: {why})", False)
+    if not add:
+        label = "triton rms_norm (1 kernel)"
+    else:
+        label = ("triton add+rms_norm (1 kernel, 2 outputs)" if keep_sum
+                 else "triton add+rms_norm (1 kernel; the sum is not written: nothing else reads it)")
+    if torch.device(device).type == "cpu":
+        label += " [Triton interpreter on cpu]"
+    return Choice("triton", label, True)
+
+
+# ====================================================================== the kernel
+
+def launch_config(hidden: int) -> tuple[int, int, int]:
+    """``(BLOCK, ROWS, num_warps)`` for rows of ``hidden`` elements.
+
+    BLOCK = next power of two >= hidden; short rows are packed ``ROWS`` to a program so that a
+    program holds at least 1024 elements (at most 16 rows); warps grow with the tile so that each
+    thread holds a few 16-byte vectors (``benchmarks/bench_llm_fusions.py --sweep`` times others).
+    """
+    block = next_power_of_2(hidden)
+    rows = max(1, min(16, 1024 // block))
+    tile = block * rows
+    if tile >= 8192:
+        num_warps = 16
+    elif tile >= 2048:
+        num_warps = 8
+    elif tile >= 512:
+        num_warps = 4
+    else:
+        num_warps = 2 if tile >= 128 else 1
+    return block, rows, num_warps
+
+
+def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Allocate an output the kernel fully overwrites (tests replace this to poison it)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+@functools.lru_cache(maxsize=2)
+def _build_kernel(interpret: bool):
+    """Define the Triton kernel (imports Triton); cached per interpreter mode.
+
+    ``triton.jit`` reads TRITON_INTERPRET when it decorates, hence the lazy definition. The
+    names the kernel calls (``tl``, ``_round_to``, ``_add``) are module globals, which every
+    Triton version resolves. ``LIBRARY_REDUCE`` picks ``tl.sum`` (always when compiled) or
+    ``tl.reduce`` with our own combine function (``library_reductions_usable``).
+    """
+    global tl, _round_to, _add
+    triton, tl = import_triton()
+    helpers = jit_helpers(interpret)
+    _round_to, _add = helpers.round_to, helpers.add
+
+    @triton.jit
+    def _add_rms_norm_fwd(
+        X, R, W, S, Y,                              # pointers: x, residual; weight; outputs sum, normed
+        stride_x, stride_r, stride_s, stride_y,     # row strides (elements); the last dim is contiguous
+        M, N, R_ROWS, eps,                          # R_ROWS: rows of the residual (< M: it repeats)
+        HAS_R: tl.constexpr, HAS_W: tl.constexpr, WRITE_SUM: tl.constexpr, BLOCK: tl.constexpr,
+        ROWS: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
+    ):
+        """Program i: rows i·ROWS .. i·ROWS+ROWS-1 of x; writes their sum (if WRITE_SUM) and normalised rows."""
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
+        cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
+        in_row = cols < N
+        live = (rows < M) & in_row                                                   # (ROWS, BLOCK)
+        x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        if HAS_R:
+            r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0,
+                        eviction_policy="evict_first")
+        # the weight is issued now, with the rows, so that its (L2) latency overlaps the reduction
+        if HAS_W:
+            w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        if HAS_R:
+            # the unfused add stores the sum in the dtype, and the norm reads that rounded sum
+            s = _round_to(x.to(tl.float32) + r.to(tl.float32), X.dtype.element_ty, BF16_RTNE_BY_HAND)
+            if WRITE_SUM:
+                tl.store(S + rows * stride_s + cols, s, mask=live)
+            h = s.to(tl.float32)                                                     # (ROWS, BLOCK)
+        else:
+            h = x.to(tl.float32)
+        if LIBRARY_REDUCE:                                                           # padded lanes add 0
+            variance = tl.sum(h * h, axis=1) / N                                     # (ROWS,)
+        else:
+            variance = tl.reduce(h * h, 1, _add) / N
+        h = h * tl.math.rsqrt(variance + eps)[:, None]
+        # hidden_states.to(input_dtype): rounded to the input dtype before the weight multiplies it
+        h = _round_to(h, X.dtype.element_ty, BF16_RTNE_BY_HAND).to(tl.float32)
+        if HAS_W:
+            h = w * h                                                                # exact for 16-bit w, h
+        tl.store(Y + rows * stride_y + cols, _round_to(h, Y.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+
+    return _add_rms_norm_fwd
+
+
+class _Launch:
+    """Everything about one call signature that does not change from call to call."""
+
+    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "out_dtype")
+
+    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0, out_dtype=None) -> None:
+        """A plan: the kernel (None: run the reference), its grid, integer arguments, constexprs, warps."""
+        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
+        self.num_warps, self.out_dtype = num_warps, out_dtype
+
+
+#: ``_Launch`` by call signature (see ``_signature``): decisions and launch arguments are worked out
+#: once per signature, so that a repeated call costs the host two allocations and the launch.
+#: Bounded: the oldest plan goes first.
+_LAUNCHES: dict[tuple, _Launch] = {}
+MAX_PLANS = 1024
+
+
+def _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps) -> tuple | None:
+    """Hashable call signature for the fast path, or None where only the general path applies.
+
+    Contiguous operands only. It holds what the kernel is specialised on (dtypes; shapes, hence
+    every integer argument; which pointers are 16-byte aligned), the devices (and on the CPU
+    whether Triton is interpreting) and the tuning overrides.
+    """
+    if not x.is_contiguous():
+        return None
+    r = w = None
+    if residual is not None:
+        if not residual.is_contiguous():
+            return None
+        r = (residual.dtype, residual.shape, residual.device, residual.data_ptr() & 15 == 0)
+    if weight is not None:
+        if not weight.is_contiguous():
+            return None
+        w = (weight.dtype, weight.shape, weight.device, weight.data_ptr() & 15 == 0)
+    return (x.dtype, x.shape, x.device, x.data_ptr() & 15 == 0, r, w, float(eps), keep_sum,
+            rows_per_prog, num_warps, x.is_cuda or interpreting())
+
+
+def _operands_choice(x, residual, weight, keep_sum) -> Choice:
+    """``select_rms_norm`` asked with everything about the actual operands (plus device agreement)."""
+    add = residual is not None
+    unfused = Choice("reference", "add + RMSNorm (eager ops)" if add else "RMSNorm (eager ops)", False)
+    n = x.shape[-1] if x.dim() else 0
+    if x.numel() == 0 or x.dim() == 0:
+        return unfused
+    if any(t is not None and t.device != x.device for t in (residual, weight)):
+        return unfused
+    if weight is not None and tuple(weight.shape) != (n,):
+        return unfused
+    return select_rms_norm(x.device, n, x.dtype, residual_dtype=None if residual is None else residual.dtype,
+                           weight_dtype=None if weight is None else weight.dtype, x_shape=x.shape,
+                           residual_shape=None if residual is None else residual.shape, keep_sum=keep_sum,
+                           add=add)
+
+
+def _constexprs(residual, weight, keep_sum, block, rows, interpret) -> dict:
+    """The kernel's constexpr arguments for these operands."""
+    return dict(HAS_R=residual is not None, HAS_W=weight is not None,
+                WRITE_SUM=keep_sum and residual is not None, BLOCK=block, ROWS=rows,
+                BF16_RTNE_BY_HAND=interpret, LIBRARY_REDUCE=library_reductions_usable())
+
+
+def _out_dtype(x, weight) -> torch.dtype:
+    """The normalised output's dtype: ``weight * h.to(x.dtype)`` promotes, as in LlamaRMSNorm."""
+    return x.dtype if weight is None else torch.promote_types(weight.dtype, x.dtype)
+
+
+def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps) -> _Launch:
+    """Decide, for contiguous operands, whether the kernel runs, and prepare its launch."""
+    if not _operands_choice(x, residual, weight, keep_sum).fused:
+        return _Launch()
+    n = x.shape[-1]
+    interpret = interpreting()
+    m = x.numel() // n                                                      # rows of N, row stride N
+    r_rows = m if residual is None else residual.numel() // n               # < m when it broadcasts
+    block, rows, warps = launch_config(n)
+    rows = rows_per_prog or rows
+    return _Launch(_build_kernel(interpret), (cdiv(m, rows),), (n, n, n, n, m, n, r_rows),
+                   _constexprs(residual, weight, keep_sum, block, rows, interpret),
+                   num_warps or warps, _out_dtype(x, weight))
+
+
+def _reference(x, residual, weight, eps, keep_sum):
+    """The unfused computation, in the shape ``_run`` returns."""
+    if residual is None:
+        return None, rms_norm_reference(x, weight, eps)
+    return add_rms_norm_reference(x, residual, weight, eps, keep_sum)
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """``t`` as ``(rows, n)`` with a contiguous last dim (a view where ``reshape`` can make one)."""
+    t2 = t.reshape(-1, n)                                                   # (rows, N)
+    return t2 if t2.stride(-1) == 1 or t2.shape[0] == 0 else t2.contiguous()
+
+
+def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps):
+    """Shared body of ``add_rms_norm`` and ``rms_norm`` (``residual`` None: no add, no sum)."""
+    if rows_per_prog is not None and (rows_per_prog < 1 or rows_per_prog & (rows_per_prog - 1)):
+        raise ValueError(f"rows_per_prog must be a power of two, got {rows_per_prog}")
+    if needs_autograd(x, residual, weight):
+        return _reference(x, residual, weight, eps, keep_sum)                 # forward-only kernel
+    if residual is not None and not leading_broadcast(residual.shape, x.shape) \
+            and leading_broadcast(x.shape, residual.shape):
+        x, residual = residual, x                                           # x + r == r + x, bitwise
+    key = _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps)
+    if key is None:
+        return _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps)
+    plan = _LAUNCHES.get(key)
+    if plan is None:
+        plan = _LAUNCHES[key] = _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps)
+        if len(_LAUNCHES) > MAX_PLANS:
+            del _LAUNCHES[next(iter(_LAUNCHES))]
+    if plan.kernel is None:
+        return _reference(x, residual, weight, eps, keep_sum)
+    write_sum = plan.constexprs["WRITE_SUM"]
+    y = _new_output(x.shape, plan.out_dtype, x.device)                      # (..., N)
+    s = _new_output(x.shape, x.dtype, x.device) if write_sum else y         # S is never stored to otherwise
+    launch(plan.kernel, plan.grid,
+           (x, x if residual is None else residual, x if weight is None else weight, s, y, *plan.ints, eps),
+           plan.constexprs, key=key, num_warps=plan.num_warps)
+    return (s if write_sum else None), y
+
+
+def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps):
+    """Any layout: rows through ``reshape`` (a copy only where no row view exists), planned on every call."""
+    if not _operands_choice(x, residual, weight, keep_sum).fused:
+        return _reference(x, residual, weight, eps, keep_sum)
+    n = x.shape[-1]
+    interpret = interpreting()
+    x2 = _rows(x, n)                                                        # (M, N)
+    r2 = x2 if residual is None else _rows(residual, n)                     # (M, N) or (R_ROWS, N)
+    w = None if weight is None else weight.contiguous()                     # (N,)
+    m = x2.shape[0]
+    block, rows, warps = launch_config(n)
+    rows = rows_per_prog or rows
+    constexprs = _constexprs(residual, weight, keep_sum, block, rows, interpret)
+    y = _new_output((m, n), _out_dtype(x, weight), x.device)                # (M, N)
+    s = _new_output((m, n), x.dtype, x.device) if constexprs["WRITE_SUM"] else y
+    launch(_build_kernel(interpret), (cdiv(m, rows),),
+           (x2, r2, x2 if w is None else w, s, y,
+            x2.stride(0), r2.stride(0), s.stride(0), y.stride(0), m, n, r2.shape[0], eps),
+           constexprs, num_warps=num_warps or warps)
+    return (s.view(x.shape) if constexprs["WRITE_SUM"] else None), y.view(x.shape)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
+                 keep_sum: bool = True, *, rows_per_prog: int | None = None, num_warps: int | None = None
+                 ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Return ``(x + residual, LlamaRMSNorm(x + residual))`` from one kernel (one read of each input).
+
+    ``x``, ``residual``: ``(..., N)``, one dtype (fp32/fp16/bf16); either may broadcast to the other
+    over leading dims. ``weight``: ``(N,)`` or None. The sum has the broadcast shape and the input
+    dtype; the normalised output that shape and ``promote(weight, x)``. With ``keep_sum=False`` the
+    sum is neither allocated nor written and the first element is None. Falls back to
+    ``add_rms_norm_reference`` where ``select_rms_norm`` refuses. ``rows_per_prog`` (a power of
+    two) and ``num_warps`` override the launch heuristics (for tuning).
+
+    Contiguous operands take a fast path planned once per call signature; others are planned on
+    every call and read through row views (a copy only where no row view exists).
+    """
+    return _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
+             rows_per_prog: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """``LlamaRMSNorm(x)`` (no residual add) from the same kernel; ``x``: ``(..., N)``, returns ``(..., N)``."""
+    return _run(x, None, weight, eps, False, rows_per_prog, num_warps)[1]
+
+
+# ====================================================================== fused call targets
+
+def fused_add_rms_norm(x, residual, weight, eps):
+    """``(x + residual, RMSNorm(x + residual))`` over the last dim, from one kernel where possible."""
+    return add_rms_norm(x, residual, weight, eps)
+
+
+def fused_add_rms_norm_normed(x, residual, weight, eps):
+    """``RMSNorm(x + residual)`` from one kernel where possible; the sum (read by nothing else) is not written."""
+    return add_rms_norm(x, residual, weight, eps, keep_sum=False)[1]
+
+
+def fused_rms_norm(x, weight, eps):
+    """``RMSNorm(x)`` over the last dim, from one kernel where possible."""
+    return rms_norm(x, weight, eps)
+
+
+# ====================================================================== matching
+
+_CASTS = frozenset({"to", "copy"})
+
+
+def _succ(g: nx.DiGraph, n: str) -> list[str]:
+    return sorted(g.successors(n), key=lambda s: g.nodes[s]["order"])
+
+
+def _is_cast(g: nx.DiGraph, n: str) -> bool:
+    """A dtype conversion (``to``/``_to_copy`` with a dtype)."""
+    return g.nodes[n]["kind"] in _CASTS and "to_dtype" in g.nodes[n]
+
+
+def _same_dtype_cast(g: nx.DiGraph, cast: str, src: str) -> bool:
+    """A cast to the dtype its input already has: an identity (no conversion, no kernel)."""
+    return g.nodes[cast].get("dtypes") == g.nodes[src].get("dtypes")
+
+
+def _only_successor(g: nx.DiGraph, n: str, kinds: set[str], what: str, refusals: list[str]) -> str:
+    """The successor of ``n`` of one of ``kinds`` (structural mismatch if none); records a refusal
+    when ``n`` also has other consumers."""
+    succ = _succ(g, n)
+    fits = [s for s in succ if g.nodes[s]["kind"] in kinds]
+    if len(fits) != 1:
+        raise NoMatch(None, [n])
+    if len(succ) > 1:
+        refusals.append(f"{what} output has {len(succ)} consumers")
+    return fits[0]
+
+
+def _norm_tail(g: nx.DiGraph, h: str, refusals: list[str]) -> list[tuple[str, str, bool]]:
+    """The RMSNorm computed from ``h``: ``pow(h, 2) ─► mean(-1) ─► + eps ─► rsqrt ─► h * · [─► to]
+    [─► mul(weight)]``, as ``[(node, role, True), ...]``; raises ``NoMatch(None)`` where the structure
+    differs and appends readable refusals (extra consumers, a mean over other dims) to ``refusals``."""
+    pows = [s for s in _succ(g, h) if g.nodes[s]["kind"] == "pow" and g.nodes[s].get("exponent") == 2.0]
+    if len(pows) != 1:
+        raise NoMatch(None, [h])
+    pow_ = pows[0]
+    mean = _only_successor(g, pow_, {"reduce"}, "pow(2)", refusals)
+    attrs = g.nodes[mean]
+    rank = len(g.nodes[pow_]["shapes"][0]) if g.nodes[pow_]["shapes"] else 0
+    if not attrs["target"].startswith("aten.mean") or not attrs.get("keepdim"):
+        raise NoMatch(None, [pow_, mean])
+    if attrs.get("reduce_dims") != [rank - 1]:
+        refusals.append("the RMSNorm's mean is not over the last dimension alone")
+    add_eps = _only_successor(g, mean, {"add"}, "mean", refusals)
+    if "scalar" not in g.nodes[add_eps]:
+        raise NoMatch(None, [pow_, mean, add_eps])
+    rsqrt = _only_successor(g, add_eps, {"rsqrt"}, "+ eps", refusals)
+    mul = _only_successor(g, rsqrt, {"mul"}, "rsqrt", refusals)
+    if set(g.predecessors(mul)) != {h, rsqrt}:
+        raise NoMatch(None, [pow_, mean, add_eps, rsqrt, mul])
+    out = [(pow_, "pow", True), (mean, "mean", True), (add_eps, "add_eps", True), (rsqrt, "rsqrt", True),
+           (mul, "normalize", True)]
+    last = mul
+    succ = _succ(g, last)
+    if len(succ) == 1 and _is_cast(g, succ[0]):
+        last = succ[0]
+        out.append((last, "cast_out", True))
+    succ = _succ(g, last)
+    if (len(succ) == 1 and g.nodes[succ[0]]["kind"] == "mul" and g.nodes[succ[0]].get("const_operand")
+            and list(g.predecessors(succ[0])) == [last]):
+        out.append((succ[0], "weight", True))
+    return out
+
+
+def _finish(pattern: Pattern, matched: list[tuple[str, str, bool]], refusals: list[str],
+            claimed: dict[str, str]) -> list[tuple[str, str, bool]]:
+    """Raise the first refusal (or a claimed node) as a near miss; else return the match."""
+    nodes = [n for n, _, _ in matched]
+    taken = [n for n in nodes if n in claimed]
+    if taken:
+        refusals.insert(0, f"{taken[0]} already in chain {claimed[taken[0]]}")
+    if refusals:
+        raise NoMatch(f"{pattern.label}: {refusals[0]}", nodes)
+    return matched
+
+
+def _match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
+    """``add ─► [to(fp32)] ─► RMSNorm``: the residual add whose sum the norm reads (its matcher).
+
+    The sum may leave the chain (the next residual reads it): from the add itself, or, in a graph
+    captured in fp32 where ``to(float32)`` is an identity, from that cast; the fused kernel writes
+    it as its second output. A real conversion whose fp32 copy is read elsewhere is refused.
+    """
+    attrs = g.nodes[anchor]
+    if attrs.get("scalar_operand") or g.in_degree(anchor) != 2:
+        raise NoMatch(None, [anchor])
+    refusals: list[str] = []
+    matched = [(anchor, "add", True)]
+    succ = _succ(g, anchor)
+    casts = [s for s in succ if _is_cast(g, s)]
+    if any(g.nodes[s]["kind"] == "pow" for s in succ):
+        h = anchor
+    elif len(casts) == 1:
+        h = casts[0]
+        matched.append((h, "cast_in", True))
+    else:
+        raise NoMatch(None, [anchor])
+    tail = _norm_tail(g, h, refusals)
+    inside = {tail[0][0], tail[4][0]}                                   # pow and the normalising mul
+    if h != anchor:
+        outside_cast = [s for s in _succ(g, h) if s not in inside]
+        outside_add = [s for s in succ if s != h]
+        if outside_cast and not _same_dtype_cast(g, h, anchor):
+            refusals.append("the fp32 copy of the sum is also read outside the RMSNorm")
+        elif outside_cast and outside_add:
+            refusals.append("the sum is read both before and after its cast")
+    return _finish(pattern, matched + tail, refusals, claimed)
+
+
+def _match_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
+    """``[to(fp32)] ─► pow(2) ─► mean ─► + eps ─► rsqrt ─► mul ─► [to] ─► [mul(weight)]`` (its matcher).
+
+    The input cast belongs to the chain when only the norm reads it; an identity cast that others
+    read too (a graph captured in fp32) stays outside, and the norm reads its output.
+    """
+    preds = list(g.predecessors(anchor))
+    if len(preds) != 1:
+        raise NoMatch(None, [anchor])
+    h = preds[0]
+    refusals: list[str] = []
+    tail = _norm_tail(g, h, refusals)
+    if tail[0][0] != anchor:
+        raise NoMatch(None, [anchor])
+    head = []
+    if _is_cast(g, h) and set(g.successors(h)) == {tail[0][0], tail[4][0]}:
+        head = [(h, "cast_in", True)]
+    return _finish(pattern, head + tail, refusals, claimed)
+
+
+# ====================================================================== rewrite
+
+def _norm_args(ctx: RewriteContext, chain, x: torch.fx.Node) -> tuple:
+    """``(weight, eps, out_dtype)`` of the chain's norm, checking that it rounds where the kernel does.
+
+    The kernel rounds the normalised value to ``x``'s dtype (LlamaRMSNorm's ``.to(input_dtype)``);
+    the chain must cast back to that dtype, or never leave it.
+    """
+    xs = aten.node_val(x)
+    if not isinstance(xs, torch.Tensor):
+        raise UseGeneric(f"{x.name} has no shape metadata")
+    normalize, cast_out = ctx.node(chain, "normalize"), ctx.node(chain, "cast_out")
+    rounded = cast_out if cast_out is not None else normalize
+    if edit.dtype_of(rounded) != xs.dtype:
+        raise UseGeneric(f"the normalised value is {edit.dtype_of(rounded)}, not the input's {xs.dtype}: "
+                         "the kernel rounds it to the input dtype")
+    eps = ctx.scalar(aten.binary_args(ctx.node(chain, "add_eps")).other)
+    if eps is None:
+        raise UseGeneric("eps is not a number")
+    weight_node = ctx.node(chain, "weight")
+    weight = None
+    if weight_node is not None:
+        weight = edit.other_operand(weight_node, {rounded})
+        w = aten.node_val(weight)
+        if not isinstance(w, torch.Tensor) or tuple(w.shape) != (int(xs.shape[-1]),):
+            raise UseGeneric(f"the RMSNorm weight is not a vector of {int(xs.shape[-1])}")
+    last = ctx.by_name[chain.roles[-1][0]]
+    out_dtype = edit.dtype_of(last)
+    w_dtype = aten.node_val(weight).dtype if weight is not None else xs.dtype
+    if torch.promote_types(w_dtype, xs.dtype) != out_dtype:
+        raise UseGeneric(f"the chain's result is {out_dtype}, not promote(weight, x)")
+    return weight, eps, int(xs.shape[-1])
+
+
+def rewrite_add_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """add → RMSNorm as one kernel call, writing the sum too where something else reads it."""
+    add = ctx.node(chain, "add")
+    edit.check_alpha(add)
+    x, residual = add.args[0], add.args[1]
+    if not all(isinstance(t, torch.fx.Node) for t in (x, residual)):
+        raise UseGeneric("add of a constant")
+    xs, rs, out = aten.node_val(x), aten.node_val(residual), aten.node_val(add)
+    if not all(isinstance(t, torch.Tensor) for t in (xs, rs, out)) or xs.dtype != rs.dtype:
+        raise UseGeneric("the add mixes dtypes")
+    if xs.shape != out.shape and rs.shape == out.shape:     # the add is commutative: the full operand first
+        x, residual, xs, rs = residual, x, rs, xs
+    if xs.shape != out.shape or not leading_broadcast(rs.shape, xs.shape):
+        raise UseGeneric("the add broadcasts other than over leading dims")
+    weight, eps, hidden = _norm_args(ctx, chain, add)
+    if len(chain.extra_outputs) > 1:
+        raise Refuse("the sum leaves the chain from more than one node")
+    sum_node = ctx.by_name[chain.extra_outputs[0]] if chain.extra_outputs else None
+    cast_in = ctx.node(chain, "cast_in")
+    if sum_node is not None and sum_node is cast_in and edit.dtype_of(cast_in) != out.dtype:
+        raise Refuse("the fp32 copy of the sum is read outside the RMSNorm")
+    args = (x, residual, weight, eps)
+    choice = select_rms_norm(ctx.device, hidden, out.dtype, keep_sum=sum_node is not None)
+    if sum_node is None:  # nothing else reads the sum (the last norm): it is never written
+        return edit.whole_chain_edit(ctx, chain, fused_add_rms_norm_normed, args, choice)
+    result = ctx.by_name[chain.roles[-1][0]]
+    return edit.whole_chain_edit(ctx, chain, fused_add_rms_norm, args, choice, outputs=[sum_node, result],
+                                 tuple_result=True)  # the call returns (sum, normed)
+
+
+def rewrite_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """RMSNorm (no add) as one kernel call."""
+    cast_in = ctx.node(chain, "cast_in")
+    x = cast_in.args[0] if cast_in is not None else ctx.node(chain, "pow").args[0]
+    if not isinstance(x, torch.fx.Node):
+        raise UseGeneric("the RMSNorm input is not a tensor of the graph")
+    weight, eps, hidden = _norm_args(ctx, chain, x)
+    choice = select_rms_norm(ctx.device, hidden, edit.dtype_of(x), add=False)
+    return edit.whole_chain_edit(ctx, chain, fused_rms_norm, (x, weight, eps), choice)
+
+
+# ====================================================================== patterns
+
+_TEACHING = ("A hand-written RMSNorm (transformers' LlamaRMSNorm) is six ops, each reading and writing the "
+             "whole activation, with fp32 temporaries: cast, square, mean, add eps, rsqrt, multiply, cast "
+             "back, scale. One kernel reads the row once, keeps it in registers for the mean square, and "
+             "writes the normalised row, rounding where the module rounds.")
+_CAVEATS = (PRECISION_CAVEAT, "Statistics are accumulated in fp32 even for fp16/bf16 inputs, as LlamaRMSNorm does.")
+_NORM_STEPS = (Step(frozenset({"pow"}), "pow"), Step(frozenset({"reduce"}), "mean"),
+               Step(frozenset({"add"}), "add_eps"), Step(frozenset({"rsqrt"}), "rsqrt"),
+               Step(frozenset({"mul"}), "normalize"), Step(_CASTS, "cast_out", optional=True),
+               Step(frozenset({"mul"}), "weight", optional=True))
+
+PATTERNS = (
+    Pattern(
+        name="add_rms_norm", label="Add+RMSNorm", priority=45,
+        steps=(Step(frozenset({"add"}), "add", emits=True), Step(_CASTS, "cast_in", optional=True, emits=True),
+               *_NORM_STEPS),
+        match=_match_add_rms_norm, color="#c49c94", rewrite=rewrite_add_rms_norm,
+        implementation=("one Triton kernel that writes the normalised row, and the sum too where the next "
+                        "residual reads it"),
+        explanation=("The residual add writes the sum that the RMSNorm then reads back. " + _TEACHING
+                     + " With the add in the same kernel the sum is read from registers, and written once "
+                     "for the next residual."),
+        caveats=_CAVEATS,
+        formula="s = x + r;  y = w · round(s / sqrt(mean(s²) + eps))",
+    ),
+    Pattern(
+        name="rms_norm", label="RMSNorm", priority=46,
+        steps=_NORM_STEPS,  # anchored at pow; the matcher takes the input cast in too where only the norm reads it
+        match=_match_rms_norm, color="#dbdb8d", rewrite=rewrite_rms_norm,
+        implementation="one Triton kernel for the whole RMSNorm (the first norm of a decoder, with no add before it)",
+        explanation=_TEACHING,
+        caveats=_CAVEATS,
+        formula="y = w · round(x / sqrt(mean(x²) + eps))",
+    ),
+)

@@ -1,0 +1,452 @@
+"""The rotary family: the rotate-half embedding of Q and K (``apply_rotary_pos_emb``) in one Triton launch.
+
+::
+
+    unfused, per tensor (q, then k: 5 kernels each)
+    t (B,H,S,D) ─┬─────────────────────────────────────────── mul(cos) ──┐
+                 ├─ slice[D/2:] ─► neg ─┐                                 add ─► t_embed
+                 └─ slice[:D/2] ────────cat ─► rotate_half(t) ─ mul(sin) ─┘
+    cos, sin: (B|1, S, D), unsqueezed to (B|1, 1, S, D)
+
+    fused (1 kernel for q and k): program (token b·S+s, head block); cos/sin rows loaded once
+    t1, t2 = t[..., :D/2], t[..., D/2:]                        (fp32)
+    out[..., :D/2] = t1·cos[:D/2] − t2·sin[:D/2]
+    out[..., D/2:] = t2·cos[D/2:] + t1·sin[D/2:]                one rounding to the output dtype
+
+The formula is ``apply_rotary_pos_emb``'s element by element for any cos/sin (it
+does not assume Llama's duplicated halves). Q's and K's head blocks share one
+grid, so grouped-query attention (Hkv < Hq) costs no extra launch. q and k may be
+strided views (the transpose of a (B, S, H, D) projection, or a column slice of
+the Q/K/V GEMM); only the last dim must be contiguous (else a copy is made).
+Outputs take q's and k's memory layout (``empty_like``).
+
+Arithmetic: fp32, one rounding. Eager rounds the two products and the sum in the
+dtype (three roundings), so the fused result is the more accurate one; see
+``TOLERANCES``/``EAGER_TOLERANCES``. Output dtype: ``promote(q, cos)`` as eager's.
+
+Supported: fp32, fp16, bf16; even D up to 1024; q and k of one dtype, batch and
+sequence; cos and sin of one shape ``(B or 1, S, D)`` and dtype. ``select_rotary``
+is the one decision; calls autograd records take the reference.
+
+Matching: q (and k) fan out to the cos product and both slices, so the pattern
+brings its own matcher (``_match_rotary``), anchored at q's ``neg``; it then finds
+the partner tensor (k) rotated with the same cos and sin.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import networkx as nx
+import torch
+import torch.fx
+
+from explorer.fusions import edit
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
+from explorer.fusions.edit import RewriteContext, UseGeneric
+from explorer.fusions.triton_support import (import_triton, interpreting, jit_helpers, launch, needs_autograd,
+                                             next_power_of_2, refusal_for_device)
+from explorer.graph import aten
+
+MAX_HEAD_DIM = 1024
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+#: Fused kernel vs float64 (``rotary_reference`` on upcast inputs), ``|out - ref| <= atol + rtol·|ref|``,
+#: for unit-scale q, k (|x| up to ~5) and |cos|, |sin| <= 1. u = unit roundoff (fp32 6e-8, fp16 4.9e-4,
+#: bf16 3.9e-3). 16-bit: the products of two 16-bit values are exact in fp32, their difference is
+#: rounded in fp32 (~6e-7 absolute at this scale), then once to the dtype (<= u relative): rtol = 1.5u,
+#: atol 2e-6. fp32: two rounded products and a rounded sum (a fused multiply-add saves one), u of each
+#: term: <= 3·6e-8·(|x1·c| + |x2·s|) ~ 2e-6 absolute at worst here, so atol 2e-6 with rtol 1e-6. atol
+#: (not rtol) carries cancellation: a result near 0 from two large terms errs relative to the terms.
+TOLERANCES = {
+    torch.float32: dict(rtol=1e-6, atol=2e-6),
+    torch.float16: dict(rtol=7.3e-4, atol=2e-6),    # 1.5u
+    torch.bfloat16: dict(rtol=5.9e-3, atol=2e-6),   # 1.5u
+}
+
+#: Fused kernel vs eager in the dtype (what a model-level check compares), same unit scale: eager
+#: rounds x1·c and x2·s (u of each term, up to ~5 each) and their sum (u): atol = 10u covers the
+#: terms' rounding, rtol = 2u the two final roundings (eager's and ours).
+EAGER_TOLERANCES = {
+    torch.float32: dict(rtol=1e-6, atol=2e-6),
+    torch.float16: dict(rtol=9.8e-4, atol=4.9e-3),   # 2u, 10u
+    torch.bfloat16: dict(rtol=7.8e-3, atol=3.9e-2),  # 2u, 10u
+}
+
+
+def rotate_half_reference(x: torch.Tensor) -> torch.Tensor:
+    """transformers' ``rotate_half``: ``cat(-x[..., D/2:], x[..., :D/2])`` over the last dim."""
+    x1 = x[..., : x.shape[-1] // 2]                                           # (..., D/2)
+    x2 = x[..., x.shape[-1] // 2:]                                            # (..., D/2)
+    return torch.cat((-x2, x1), dim=-1)                                       # (..., D)
+
+
+def rotary_reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' ``apply_rotary_pos_emb`` (Llama), op for op, in the inputs' dtype.
+
+    ``q``: (B, Hq, S, D), ``k``: (B, Hkv, S, D) (or (B, S, H, D) with ``unsqueeze_dim=2``);
+    ``cos``, ``sin``: (B or 1, S, D). Returns ``(q_embed, k_embed)``; on float64 inputs, the tests' oracle.
+    """
+    cos = cos.unsqueeze(unsqueeze_dim)                                        # (B|1, 1, S, D)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half_reference(q) * sin)                   # (B, Hq, S, D)
+    k_embed = (k * cos) + (rotate_half_reference(k) * sin)                    # (B, Hkv, S, D)
+    return q_embed, k_embed
+
+
+# ====================================================================== kernel selection
+
+def select_rotary(device: torch.device | str, dtype: torch.dtype | None = None, head_dim: int | None = None, *,
+                  k_dtype: torch.dtype | None = None, cos_dtype: torch.dtype | None = None,
+                  q_shape=None, k_shape=None, cos_shape=None, sin_shape=None, requires_grad: bool = False) -> Choice:
+    """The one decision of how the rotary embedding of q and k runs: ``triton`` (one kernel) or ``reference``.
+
+    Shapes in the (B, H, S, D) convention. Only ``device`` is required; arguments left as None raise
+    no objection. ``requires_grad``: autograd would record the call (the kernel is forward-only).
+    """
+    why = refusal_for_device(device)
+    for what, dt in (("q", dtype), ("cos/sin", cos_dtype)):
+        if why is None and dt is not None and dt not in SUPPORTED_DTYPES:
+            why = f"{what} dtype {dt} is not one of fp32/fp16/bf16"
+    if why is None and requires_grad:
+        why = "autograd records this call and the kernel is forward-only"
+    if why is None and head_dim is not None and (head_dim % 2 or not 2 <= head_dim <= MAX_HEAD_DIM):
+        why = f"head_dim {head_dim} is odd or outside 2..{MAX_HEAD_DIM}"
+    if why is None and k_dtype is not None and dtype is not None and k_dtype != dtype:
+        why = f"q is {dtype} but k is {k_dtype}"
+    if why is None and q_shape is not None and k_shape is not None:
+        q_shape, k_shape = tuple(q_shape), tuple(k_shape)
+        if len(q_shape) != 4 or len(k_shape) != 4 or (q_shape[0], q_shape[2], q_shape[3]) != (
+                k_shape[0], k_shape[2], k_shape[3]):
+            why = f"q {q_shape} and k {k_shape} are not (B, H, S, D) of one B, S and D"
+    if why is None and q_shape is not None and cos_shape is not None:
+        b, _, s, d = q_shape
+        cos_shape = tuple(cos_shape)
+        if cos_shape not in ((b, s, d), (1, s, d)) or (sin_shape is not None and tuple(sin_shape) != cos_shape):
+            why = (f"cos {cos_shape} / sin {None if sin_shape is None else tuple(sin_shape)} "
+                   f"are not one shape ({b} or 1, {s}, {d})")
+    if why is not None:
+        return Choice("reference", f"apply_rotary_pos_emb (eager ops: {why})", False)
+    label = "triton rotary q+k (1 kernel)"
+    if torch.device(device).type == "cpu":
+        label += " [Triton interpreter on cpu]"
+    return Choice("triton", label, True)
+
+
+# ====================================================================== the kernel
+
+def launch_config(hq: int, hkv: int, head_dim: int) -> tuple[int, int, int]:
+    """``(BLOCK_H, BLOCK_HALF, num_warps)``: heads per program, padded half head dim, warps.
+
+    A program takes up to 2048 elements of each half (32 heads of D=128); heads per program are
+    capped by the smaller of Hq and Hkv, so K's programs are not mostly masked under GQA.
+    """
+    block_half = next_power_of_2(head_dim // 2)
+    block_h = min(next_power_of_2(min(hq, hkv)), max(1, 2048 // block_half))
+    tile = block_h * block_half
+    num_warps = 4 if tile >= 1024 else 2 if tile >= 256 else 1
+    return block_h, block_half, num_warps
+
+
+def _new_output_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An output with ``t``'s shape and memory layout, fully overwritten by the kernel (tests poison it)."""
+    return torch.empty_like(t, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=2)
+def _build_kernel(interpret: bool):
+    """Define the Triton kernel (imports Triton); cached per interpreter mode (see ``rms_norm._build_kernel``)."""
+    global tl, _round_to, _rotate_heads
+    triton, tl = import_triton()
+    _round_to = jit_helpers(interpret).round_to
+
+    @triton.jit
+    def _rotate_heads(X, O, h0, H, stride_xh, stride_oh, c1, c2, s1, s2,
+                      HALF, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr):
+        """Rotate heads h0 .. h0+BLOCK_H-1 (< H) of one token; X, O point at that token's head 0, dim 0."""
+        h = (h0 + tl.arange(0, BLOCK_H))[:, None]                                      # (BLOCK_H, 1)
+        d = tl.arange(0, BLOCK_HALF)[None, :]                                          # (1, BLOCK_HALF)
+        live = (h < H) & (d < HALF)
+        x1 = tl.load(X + h * stride_xh + d, mask=live, other=0.0).to(tl.float32)       # x[..., :D/2]
+        x2 = tl.load(X + h * stride_xh + HALF + d, mask=live, other=0.0).to(tl.float32)  # x[..., D/2:]
+        o1 = x1 * c1 - x2 * s1                                                         # x·cos + (−x2)·sin
+        o2 = x2 * c2 + x1 * s2                                                         # x·cos + x1·sin
+        tl.store(O + h * stride_oh + d, _round_to(o1, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+        tl.store(O + h * stride_oh + HALF + d, _round_to(o2, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+
+    @triton.jit
+    def _rotary_fwd(
+        Q, K, C, SN, QO, KO,                                  # pointers: q, k, cos, sin, q_embed, k_embed
+        S, HQ, HKV, Q_BLOCKS, HALF,                           # seq len, heads, Q's head blocks, D/2
+        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s,                   # q, k strides (B, H, S); D is contiguous
+        sc_b, sc_s, ss_b, ss_s,                               # cos, sin strides (B, S); 0 for a broadcast B
+        sqo_b, sqo_h, sqo_s, sko_b, sko_h, sko_s,             # output strides
+        BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
+    ):
+        """Program (token, head block): block < Q_BLOCKS rotates Q's heads, the rest K's; cos/sin loaded once."""
+        tok = tl.program_id(0).to(tl.int64)                                            # b·S + s
+        hb = tl.program_id(1)                                                          # head block: Q's, then K's
+        b = tok // S
+        s = tok % S
+        d = tl.arange(0, BLOCK_HALF)[None, :]                                          # (1, BLOCK_HALF)
+        dm = d < HALF
+        c = C + b * sc_b + s * sc_s
+        sn = SN + b * ss_b + s * ss_s
+        c1 = tl.load(c + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        c2 = tl.load(c + HALF + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        s1 = tl.load(sn + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        s2 = tl.load(sn + HALF + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        if hb < Q_BLOCKS:
+            _rotate_heads(Q + b * sq_b + s * sq_s, QO + b * sqo_b + s * sqo_s, hb * BLOCK_H, HQ, sq_h, sqo_h,
+                          c1, c2, s1, s2, HALF, BLOCK_H, BLOCK_HALF, BF16_RTNE_BY_HAND)
+        else:
+            _rotate_heads(K + b * sk_b + s * sk_s, KO + b * sko_b + s * sko_s, (hb - Q_BLOCKS) * BLOCK_H, HKV,
+                          sk_h, sko_h, c1, c2, s1, s2, HALF, BLOCK_H, BLOCK_HALF, BF16_RTNE_BY_HAND)
+
+    return _rotary_fwd
+
+
+class _Launch:
+    """Everything about one call signature that does not change from call to call."""
+
+    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "out_dtype")
+
+    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0, out_dtype=None) -> None:
+        """A plan: the kernel (None: run the reference), its grid, integer arguments, constexprs, warps."""
+        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
+        self.num_warps, self.out_dtype = num_warps, out_dtype
+
+
+#: ``_Launch`` by call signature: planned once, so that a repeated call costs two allocations and the
+#: launch. Bounded: the oldest plan goes first.
+_LAUNCHES: dict[tuple, _Launch] = {}
+MAX_PLANS = 1024
+
+
+def _meta(t: torch.Tensor) -> tuple:
+    """What a plan depends on for one operand: shape, strides, dtype, device, 16-byte alignment."""
+    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15 == 0)
+
+
+def _plan(q, k, cos, sin, tuning) -> _Launch:
+    """Decide whether the kernel runs for these (B, H, S, D) operands and prepare its launch (not output strides)."""
+    choice = select_rotary(q.device, q.dtype, q.shape[-1] if q.dim() else None, k_dtype=k.dtype,
+                           cos_dtype=cos.dtype, q_shape=q.shape, k_shape=k.shape, cos_shape=cos.shape,
+                           sin_shape=sin.shape)
+    if (not choice.fused or sin.dtype != cos.dtype or any(t.device != q.device for t in (k, cos, sin))
+            or q.numel() == 0 or any(t.stride(-1) != 1 for t in (q, k, cos, sin))):
+        return _Launch()
+    interpret = interpreting()
+    b, hq, s, d = q.shape
+    hkv = k.shape[1]
+    block_h, block_half, warps = launch_config(hq, hkv, d)
+    block_h = tuning[0] or block_h
+    q_blocks = -(-hq // block_h)
+    k_blocks = -(-hkv // block_h)
+    cos_b = cos.stride(0) if cos.shape[0] > 1 else 0                              # broadcast over B
+    sin_b = sin.stride(0) if sin.shape[0] > 1 else 0
+    ints = (s, hq, hkv, q_blocks, d // 2, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
+            k.stride(2), cos_b, cos.stride(1), sin_b, sin.stride(1))
+    return _Launch(_build_kernel(interpret), (b * s, q_blocks + k_blocks), ints,
+                   dict(BLOCK_H=block_h, BLOCK_HALF=block_half, BF16_RTNE_BY_HAND=interpret),
+                   tuning[1] or warps, torch.promote_types(q.dtype, cos.dtype))
+
+
+def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1, *,
+           block_h: int | None = None, num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``apply_rotary_pos_emb(q, k, cos, sin)`` for both q and k in one kernel launch.
+
+    ``q``: (B, Hq, S, D), ``k``: (B, Hkv, S, D), any strides with a contiguous last dim; with
+    ``unsqueeze_dim=2`` they are (B, S, H, D) instead. ``cos``, ``sin``: (B or 1, S, D) as
+    ``LlamaRotaryEmbedding`` returns them. Returns ``(q_embed, k_embed)`` with q's and k's shapes and
+    memory layouts, in ``promote(q, cos)``. Falls back to ``rotary_reference`` where ``select_rotary``
+    refuses. ``block_h`` (a power of two) and ``num_warps`` override the launch heuristics.
+    """
+    if unsqueeze_dim == 2:
+        qe, ke = rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 1, block_h=block_h, num_warps=num_warps)
+        return qe.transpose(1, 2), ke.transpose(1, 2)
+    if unsqueeze_dim != 1 or needs_autograd(q, k, cos, sin):                   # the kernel is forward-only
+        return rotary_reference(q, k, cos, sin, unsqueeze_dim)
+    if block_h is not None and (block_h < 1 or block_h & (block_h - 1)):
+        raise ValueError(f"block_h must be a power of two, got {block_h}")
+    key = (_meta(q), _meta(k), _meta(cos), _meta(sin), block_h, num_warps, q.is_cuda or interpreting())
+    plan = _LAUNCHES.get(key)
+    if plan is None:
+        plan = _LAUNCHES[key] = _plan(q, k, cos, sin, (block_h, num_warps))
+        if len(_LAUNCHES) > MAX_PLANS:
+            del _LAUNCHES[next(iter(_LAUNCHES))]
+    if plan.kernel is None:
+        return rotary_reference(q, k, cos, sin, unsqueeze_dim)
+    qo = _new_output_like(q, plan.out_dtype)                                      # (B, Hq, S, D), q's layout
+    ko = _new_output_like(k, plan.out_dtype)                                      # (B, Hkv, S, D), k's layout
+    # output strides are read from the outputs themselves: empty_like keeps a dense layout, or makes
+    # a contiguous one for a q with gaps, and the plan must not assume which
+    launch(plan.kernel, plan.grid,
+           (q, k, cos, sin, qo, ko, *plan.ints, qo.stride(0), qo.stride(1), qo.stride(2),
+            ko.stride(0), ko.stride(1), ko.stride(2)),
+           plan.constexprs, num_warps=plan.num_warps,
+           key=(key, qo.stride(), ko.stride()))
+    return qo, ko
+
+
+# ====================================================================== fused call target
+
+def fused_rotary(q, k, cos, sin):
+    """``apply_rotary_pos_emb(q, k, cos, sin)``: q and k rotated by one kernel where possible; ``(q_embed, k_embed)``."""
+    return rotary(q, k, cos, sin)
+
+
+# ====================================================================== matching
+
+def _succ(g: nx.DiGraph, n: str) -> list[str]:
+    return sorted(g.successors(n), key=lambda s: g.nodes[s]["order"])
+
+
+def _single(g: nx.DiGraph, n: str, kind: str) -> str:
+    """The one successor of ``n``, of ``kind`` (structural mismatch otherwise)."""
+    succ = list(g.successors(n))
+    if len(succ) != 1 or g.nodes[succ[0]]["kind"] != kind:
+        raise NoMatch(None, [n])
+    return succ[0]
+
+
+def _other(g: nx.DiGraph, n: str, known: str) -> str:
+    """The operand of the binary op ``n`` that is not ``known`` (structural mismatch if none)."""
+    others = [p for p in g.predecessors(n) if p != known]
+    if len(others) != 1:
+        raise NoMatch(None, [n])
+    return others[0]
+
+
+def _rotate_half_of(g: nx.DiGraph, neg: str) -> tuple[str, str, str, str, str]:
+    """From a ``neg``: ``(t, slice_hi, slice_lo, cat)`` of ``cat(-t[..., D/2:], t[..., :D/2], dim=-1)`` and the
+    ``mul`` by sin after it, as ``(t, hi, lo, cat, mul_sin)``; ``NoMatch(None)`` where it is not rotate-half."""
+    preds = list(g.predecessors(neg))
+    if len(preds) != 1 or "slice" not in g.nodes[preds[0]]:
+        raise NoMatch(None, [neg])
+    hi = preds[0]
+    tensors = list(g.predecessors(hi))
+    if len(tensors) != 1 or not g.nodes[tensors[0]]["shapes"]:
+        raise NoMatch(None, [neg])
+    t = tensors[0]
+    shape = g.nodes[t]["shapes"][0]
+    d = shape[-1] if shape else 0
+    last = len(shape) - 1
+    if d % 2 or g.nodes[hi]["slice"] != [last, d // 2, d, 1]:
+        raise NoMatch(None, [neg])
+    cat = _single(g, neg, "cat")
+    inputs = g.nodes[cat].get("cat_inputs") or []
+    if g.nodes[cat].get("cat_dim") != last or len(inputs) != 2 or inputs[0] != neg:
+        raise NoMatch(None, [neg, cat])
+    lo = inputs[1]
+    if lo not in g or g.nodes[lo].get("slice") != [last, 0, d // 2, 1] or list(g.predecessors(lo)) != [t]:
+        raise NoMatch(None, [neg, cat])
+    if list(g.successors(hi)) != [neg] or list(g.successors(lo)) != [cat]:
+        raise NoMatch(None, [neg, cat])
+    return t, hi, lo, cat, _single(g, cat, "mul")
+
+
+def _rotated(g: nx.DiGraph, neg: str) -> tuple[str, list[tuple[str, str, bool]], str, str]:
+    """One tensor's ``t·cos + rotate_half(t)·sin`` from its ``neg``: ``(t, matched, cos, sin)``, where
+    ``cos``/``sin`` are the (unsqueezed) operands the two products read."""
+    t, hi, lo, cat, mul_sin = _rotate_half_of(g, neg)
+    sin = _other(g, mul_sin, cat)
+    add = _single(g, mul_sin, "add")
+    mul_cos = _other(g, add, mul_sin)
+    if g.nodes[mul_cos]["kind"] != "mul" or t not in set(g.predecessors(mul_cos)) or g.out_degree(mul_cos) != 1:
+        raise NoMatch(None, [neg, cat, mul_sin, add])
+    cos = _other(g, mul_cos, t)
+    matched = [(mul_cos, "mul_cos", True), (hi, "view", False), (lo, "view", False), (neg, "neg", True),
+               (cat, "cat", True), (mul_sin, "mul_sin", True), (add, "add", True)]
+    return t, matched, cos, sin
+
+
+def _match_rotary(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
+    """``q·cos + rotate_half(q)·sin`` and the same for ``k`` with the same cos and sin (its matcher).
+
+    Anchored at a ``neg``; the partner is the other tensor whose ``mul`` reads the same ``cos``.
+    The first in graph order plays q (roles ``q_*``), the other k (``k_*``).
+    """
+    t, first, cos, sin = _rotated(g, anchor)
+    partners = []
+    for user in _succ(g, cos):
+        others = [p for p in g.predecessors(user) if p != cos]
+        if g.nodes[user]["kind"] != "mul" or user == first[0][0] or len(others) != 1:
+            continue
+        other_t = others[0]
+        negs = [n for s in _succ(g, other_t) if "slice" in g.nodes[s]
+                for n in _succ(g, s) if g.nodes[n]["kind"] == "neg"]
+        for neg in negs:
+            try:
+                t2, second, cos2, sin2 = _rotated(g, neg)
+            except NoMatch:
+                continue
+            if (t2, cos2, sin2) == (other_t, cos, sin) and second[0][0] == user:
+                partners.append(second)
+    nodes = [n for n, _, _ in first]
+    if not partners:
+        raise NoMatch(f"{pattern.label}: only one tensor is rotated with these cos and sin "
+                      "(the kernel rotates q and k together)", nodes)
+    second = partners[0]
+    if g.nodes[second[0][0]]["order"] < g.nodes[first[0][0]]["order"]:
+        first, second = second, first
+    matched = [(n, r if r == "view" else "q_" + r, c) for n, r, c in first] + \
+              [(n, r if r == "view" else "k_" + r, c) for n, r, c in second]
+    taken = [n for n, _, _ in matched if n in claimed]
+    if taken:
+        raise NoMatch(f"{pattern.label}: {taken[0]} already in chain {claimed[taken[0]]}", [n for n, _, _ in matched])
+    return matched
+
+
+# ====================================================================== rewrite
+
+def _cos_source(ctx: RewriteContext, unsqueezed: torch.fx.Node, what: str) -> torch.fx.Node:
+    """The (B|1, S, D) tensor that ``unsqueezed`` is ``unsqueeze(·, 1)`` of (the kernel reads it directly)."""
+    if aten.aten_name(unsqueezed) != "unsqueeze" or aten.args_of(unsqueezed).get("dim") not in (1, -3):
+        raise UseGeneric(f"{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor")
+    src = unsqueezed.args[0]
+    if not isinstance(src, torch.fx.Node) or aten.static_shape(src) is None or len(aten.static_shape(src)) != 3:
+        raise UseGeneric(f"{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor")
+    return src
+
+
+def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """q's and k's rotate-half chains → one ``fused_rotary(q, k, cos, sin)`` call returning both."""
+    tensors, cos_sin = [], []
+    for p in ("q", "k"):
+        mul_cos, mul_sin, cat = (ctx.node(chain, f"{p}_{r}") for r in ("mul_cos", "mul_sin", "cat"))
+        t = cat.args[0][1].args[0]                      # cat((-t[..., D/2:], t[..., :D/2])): the second slice's input
+        tensors.append(t)
+        cos_sin.append((edit.other_operand(mul_cos, {t}), edit.other_operand(mul_sin, {cat})))
+    if cos_sin[0] != cos_sin[1]:
+        raise UseGeneric("q and k are rotated with different cos/sin")
+    cos, sin = (_cos_source(ctx, n, what) for n, what in zip(cos_sin[0], ("cos", "sin")))
+    q, k = tensors
+    qs, ks, cs, ss = (aten.node_val(n) for n in (q, k, cos, sin))
+    choice = select_rotary(ctx.device, qs.dtype, int(qs.shape[-1]), k_dtype=ks.dtype, cos_dtype=cs.dtype,
+                           q_shape=qs.shape, k_shape=ks.shape, cos_shape=cs.shape, sin_shape=ss.shape)
+    outputs = [ctx.node(chain, "q_add"), ctx.node(chain, "k_add")]
+    return edit.whole_chain_edit(ctx, chain, fused_rotary, (q, k, cos, sin), choice, outputs=outputs,
+                                 tuple_result=True)
+
+
+# ====================================================================== patterns
+
+PATTERNS = (
+    Pattern(
+        name="rotary", label="Rotary embedding (Q+K)", priority=35,
+        steps=(Step(frozenset({"neg"}), "q_neg"), Step(frozenset({"cat"}), "q_cat"),
+               Step(frozenset({"mul"}), "q_mul_sin"), Step(frozenset({"mul"}), "q_mul_cos"),
+               Step(frozenset({"add"}), "q_add")),
+        match=_match_rotary, color="#ff9896", rewrite=rewrite,
+        implementation="one Triton kernel rotating q and k (all heads, grouped-query attention included)",
+        explanation=("Rotary position embedding, written as transformers writes it, is a multiply, two slices, a "
+                     "negation, a concatenation, a second multiply and an add, for q and again for k: ten "
+                     "kernels, each reading and writing a whole (batch, heads, sequence, head_dim) tensor. One "
+                     "kernel reads each q and k element once, with its cos and sin row, and writes the rotated "
+                     "value."),
+        caveats=(PRECISION_CAVEAT, "The rotation is computed in fp32 and rounded once (eager rounds three times)."),
+        formula="t' = t·cos + rotate_half(t)·sin,  rotate_half(t) = (−t[D/2:], t[:D/2])",
+    ),
+)

@@ -1,0 +1,459 @@
+"""The SwiGLU family: gate and up projections as one GEMM, then ``silu(gate) * up`` in one Triton pass.
+
+::
+
+    LlamaMLP, unfused (4 kernels)                        fused (2 kernels)
+    x ─► gate_proj ─► g ─► silu ─► a ─┐                  x ─► linear([W_gate; W_up]) ─► gu (…, 2I)
+    x ─► up_proj   ─► u ──────────────mul ─► (down_proj)       └─► silu_mul_packed(gu) ─► (…, I) ─► (down_proj)
+    (x read twice; g, a, u written and read back)        (x read once; gate and up read in place as column views)
+
+``concat_weights`` (``explorer.fusions.siblings``) stacks ``W_gate`` and ``W_up``
+once, when the plan is applied, so the two projections become one GEMM over
+``x`` (as the Q/K/V siblings are). ``silu_mul_packed`` reads that GEMM's output
+in place: gate in the first I columns, up in the last I (each a column view
+whose rows are 2I apart), and writes a contiguous ``(…, I)``. Eager's ``silu``
+then ``mul`` move 1R+1W and 2R+1W of an ``(…, I)`` tensor; the kernel 2R+1W.
+``silu_mul`` is the same kernel on two separate tensors.
+
+Arithmetic: ``a = round_dtype(g / (1 + exp(-g)) * u)`` with ``g``, ``u`` in fp32
+and one rounding at the end. Eager (and ``LlamaMLP``) rounds twice (``F.silu``
+returns the dtype, then the multiply rounds again), so the fused result is the
+more accurate one: it agrees with eager within ``EAGER_TOLERANCES`` and with
+float64 within ``TOLERANCES``, the tighter of the two. The one GEMM computes
+each output column as the same dot product over the same ``x`` row; the
+library may block the wider GEMM differently (siblings' ``TOLERANCES``).
+
+Kernel design (bandwidth-bound): programs tile (rows × columns) of the output
+with a contiguous last dim (row strides are arguments, so column views need no
+copy); contiguous same-shape inputs are treated as one long row. The 1-D grid is
+split into (row block, column block) with the column blocks of one row block
+adjacent, so neighbouring programs read neighbouring memory.
+
+Supported: fp32, fp16, bf16; gate and up of one shape and dtype; any layout
+whose last dim is contiguous (others are copied to rows first).
+``select_swiglu`` is the one decision; calls autograd records take the reference.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import networkx as nx
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from explorer.fusions import edit
+from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
+from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
+from explorer.fusions.siblings import concat_weights
+from explorer.fusions.triton_support import (cdiv, import_triton, interpreting, jit_helpers, launch, needs_autograd,
+                                             next_power_of_2, refusal_for_device)
+from explorer.graph import aten
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+#: Fused kernel vs float64 (the references on upcast inputs), ``|out - ref| <= atol + rtol·|ref|``.
+#: u = unit roundoff (fp32 6e-8, fp16 4.9e-4, bf16 3.9e-3). One rounding (<= u) after fp32 arithmetic
+#: whose own relative error is ~|g|·6e-8 (exp of the rounded product) plus a few fp32 ulps:
+#: rtol = 1.5u for 16-bit types, below the 2u that a second rounding (eager's) can reach; 2e-6 for
+#: fp32 (|g| up to ~20). atol covers fp16 results below its normal range.
+TOLERANCES = {
+    torch.float32: dict(rtol=2e-6, atol=1e-7),
+    torch.float16: dict(rtol=7.3e-4, atol=1e-7),    # 1.5u
+    torch.bfloat16: dict(rtol=5.9e-3, atol=1e-7),   # 1.5u
+}
+
+#: Fused kernel vs eager in the dtype (what a model-level check compares): eager's two roundings
+#: (<= 2u) plus the kernel's one (<= u): rtol = 3u.
+EAGER_TOLERANCES = {
+    torch.float32: dict(rtol=2e-6, atol=1e-7),
+    torch.float16: dict(rtol=1.5e-3, atol=1e-7),    # 3u
+    torch.bfloat16: dict(rtol=1.2e-2, atol=1e-7),   # 3u
+}
+
+
+def silu_mul_reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """``act_fn(gate_proj(x)) * up_proj(x)`` of ``LlamaMLP`` (``hidden_act="silu"``): ``F.silu(gate) * up``,
+    rounding after ``silu`` and after the multiply as the module does (on float64: the tests' oracle)."""
+    return F.silu(gate) * up                                                  # (..., I)
+
+
+def split_sizes(gu_last: int, sizes: int | Sequence[int]) -> int:
+    """``I`` for a packed ``(..., 2I)`` tensor: ``sizes`` is ``I`` or ``(I, I)`` (torch.split style).
+
+    Raises ValueError when the halves differ or do not add up to the last dim.
+    """
+    sizes = (sizes, sizes) if isinstance(sizes, int) else tuple(int(s) for s in sizes)
+    if len(sizes) != 2 or sizes[0] != sizes[1] or sizes[0] < 1 or sum(sizes) != gu_last:
+        raise ValueError(f"sizes {sizes} must be (I, I) with 2I == the last dim {gu_last}")
+    return sizes[0]
+
+
+def silu_mul_packed_reference(gu: torch.Tensor, sizes: int | Sequence[int]) -> torch.Tensor:
+    """Unfused on one packed GEMM output: ``gate, up = gu.split(sizes, -1)``, then ``silu_mul_reference``."""
+    i = split_sizes(gu.shape[-1], sizes)
+    gate, up = gu.split((i, i), dim=-1)                                       # (..., I) column views each
+    return silu_mul_reference(gate, up)                                       # (..., I)
+
+
+def swiglu_reference(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, b_gate: torch.Tensor | None = None,
+                     b_up: torch.Tensor | None = None) -> torch.Tensor:
+    """Unfused, as the model runs it: two GEMMs over ``x``, ``silu`` of the first, times the second."""
+    return silu_mul_reference(F.linear(x, w_gate, b_gate), F.linear(x, w_up, b_up))       # (..., I)
+
+
+# ====================================================================== kernel selection
+
+def select_swiglu(device: torch.device | str, dtype: torch.dtype | None = None, *,
+                  up_dtype: torch.dtype | None = None, gate_shape=None, up_shape=None,
+                  requires_grad: bool = False) -> Choice:
+    """The one decision of how ``silu(gate) * up`` runs: ``triton`` (one kernel) or ``reference`` (two).
+
+    Only ``device`` is required; arguments left as None raise no objection. ``requires_grad``:
+    autograd would record the call (the kernel is forward-only).
+    """
+    why = refusal_for_device(device)
+    if why is None and dtype is not None and dtype not in SUPPORTED_DTYPES:
+        why = f"dtype {dtype} is not one of fp32/fp16/bf16"
+    if why is None and requires_grad:
+        why = "autograd records this call and the kernel is forward-only"
+    if why is None and up_dtype is not None and dtype is not None and up_dtype != dtype:
+        why = f"gate is {dtype} but up is {up_dtype} (the kernel takes one dtype)"
+    if why is None and gate_shape is not None and up_shape is not None and tuple(gate_shape) != tuple(up_shape):
+        why = f"gate {tuple(gate_shape)} and up {tuple(up_shape)} differ in shape (no broadcasting)"
+    if why is not None:
+        return Choice("reference", f"silu + mul (2 kernels: {why})", False)
+    label = "triton silu*mul (1 elementwise kernel)"
+    if torch.device(device).type == "cpu":
+        label += " [Triton interpreter on cpu]"
+    return Choice("triton", label, True)
+
+
+# ====================================================================== the kernel
+
+def launch_config(m: int, n: int) -> tuple[int, int, int]:
+    """``(BLOCK_M, BLOCK_N, num_warps)`` for an (m, n) output.
+
+    One long row (m == 1, contiguous inputs): 4096 columns a program. Rows: up to 1024 columns and as
+    many rows as make 4096 elements. 8 warps for 4096 elements: 16 a thread, 2-4 vectors of 16 bytes
+    per input (``benchmarks/bench_llm_fusions.py --sweep`` times others).
+    """
+    if m == 1:
+        block_m, block_n = 1, min(next_power_of_2(n), 4096)
+    else:
+        block_n = min(next_power_of_2(n), 1024)
+        block_m = min(next_power_of_2(m), max(1, 4096 // block_n))
+    tile = block_m * block_n
+    num_warps = 8 if tile >= 4096 else 4 if tile >= 1024 else 2 if tile >= 256 else 1
+    return block_m, block_n, num_warps
+
+
+def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Allocate an output the kernel fully overwrites (tests replace this to poison it)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+@functools.lru_cache(maxsize=2)
+def _build_kernel(interpret: bool):
+    """Define the Triton kernel (imports Triton); cached per interpreter mode (see ``rms_norm._build_kernel``)."""
+    global tl, _round_to
+    triton, tl = import_triton()
+    _round_to = jit_helpers(interpret).round_to
+
+    @triton.jit
+    def _silu_mul_fwd(
+        G, U, O,                                   # pointers: gate, up (U may equal G: packed), output
+        up_off, stride_g, stride_u, stride_o,      # up's element offset from U; row strides (elements)
+        M, N, N_BLOCKS,                            # output rows, columns; column blocks per row block
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
+    ):
+        """Program pid: output tile (pid // N_BLOCKS, pid % N_BLOCKS) of BLOCK_M rows by BLOCK_N columns."""
+        pid = tl.program_id(0)
+        pid_m = pid // N_BLOCKS
+        pid_n = pid % N_BLOCKS
+        rows = (pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]        # (BLOCK_M, 1)
+        cols = (pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]        # (1, BLOCK_N)
+        live = (rows < M) & (cols < N)                                                 # (BLOCK_M, BLOCK_N)
+        g = tl.load(G + rows * stride_g + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        u = tl.load(U + up_off + rows * stride_u + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        g = g.to(tl.float32)
+        a = g / (1.0 + tl.exp(-g)) * u.to(tl.float32)                                  # silu(g)·u, fp32
+        tl.store(O + rows * stride_o + cols, _round_to(a, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+
+    return _silu_mul_fwd
+
+
+class _Launch:
+    """Everything about one call signature that does not change from call to call."""
+
+    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "out_shape")
+
+    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0, out_shape=()) -> None:
+        """A plan: the kernel (None: run the reference), its grid, integer arguments, constexprs, warps."""
+        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
+        self.num_warps, self.out_shape = num_warps, out_shape
+
+
+#: ``_Launch`` by call signature: planned once, so that a repeated call costs one allocation and the
+#: launch. Bounded: the oldest plan goes first.
+_LAUNCHES: dict[tuple, _Launch] = {}
+MAX_PLANS = 1024
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """``t`` as ``(rows, n)`` with a contiguous last dim (a view where ``reshape`` can make one)."""
+    t2 = t.reshape(-1, n)                                                       # (rows, n)
+    return t2 if t2.stride(-1) == 1 or t2.shape[0] == 0 else t2.contiguous()
+
+
+def _fits(t: torch.Tensor) -> bool:
+    """Whether the kernel can read ``t`` in place: a contiguous last dim, and leading dims that
+    collapse to one row stride (a column view of a packed GEMM output does)."""
+    if t.dim() == 0 or t.stride(-1) != 1:
+        return False
+    expected = t.stride(-2) if t.dim() > 1 else 0
+    for size, stride in zip(reversed(t.shape[:-1]), reversed(t.stride()[:-1])):
+        if size != 1 and stride != expected:
+            return False
+        expected = stride * size if size != 1 else expected
+    return True
+
+
+def _signature(kind: str, gate: torch.Tensor, up: torch.Tensor, tuning: tuple) -> tuple:
+    """Hashable call signature: what the plan depends on (shapes, strides, dtypes, alignment, device, mode)."""
+    return (kind, gate.shape, gate.stride(), gate.dtype, gate.device, gate.data_ptr() & 15 == 0,
+            up.shape, up.stride(), up.dtype, up.device, up.data_ptr() & 15 == 0, tuning,
+            gate.is_cuda or interpreting())
+
+
+def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple) -> _Launch:
+    """Decide whether the kernel runs for these operands and prepare its launch.
+
+    ``packed_i``: None for separate gate/up tensors; ``I`` when ``gate`` is the packed ``(..., 2I)``
+    tensor (``up`` is then the same tensor). Only layouts ``_fits`` accepts are planned; the caller
+    copies others to rows first.
+    """
+    if packed_i is None:
+        choice = select_swiglu(gate.device, gate.dtype, up_dtype=up.dtype, gate_shape=gate.shape, up_shape=up.shape)
+        fused = choice.fused and up.device == gate.device
+        out_shape = tuple(gate.shape)
+    else:
+        fused = select_swiglu(gate.device, gate.dtype).fused
+        out_shape = tuple(gate.shape[:-1]) + (packed_i,)
+    if not fused or gate.numel() == 0:
+        return _Launch(out_shape=out_shape)
+    block_m_override, block_n_override, warps_override = tuning
+    if packed_i is None and gate.is_contiguous() and up.is_contiguous():
+        m, n, sg, su, up_off = 1, gate.numel(), 0, 0, 0                          # one long row
+    elif packed_i is None:
+        n = gate.shape[-1]
+        m = gate.numel() // n
+        sg = gate.stride(-2) if gate.dim() > 1 else 0
+        su = up.stride(-2) if up.dim() > 1 else 0
+        up_off = 0
+    else:
+        n = packed_i
+        m = gate.numel() // (2 * n)
+        sg = su = gate.stride(-2) if gate.dim() > 1 else 0                        # rows 2I apart (or more)
+        up_off = n                                                                # up starts I columns in
+    block_m, block_n, warps = launch_config(m, n)
+    block_m, block_n = block_m_override or block_m, block_n_override or block_n
+    n_blocks = cdiv(n, block_n)
+    so = n if m > 1 else 0                                                        # output rows are contiguous
+    interpret = interpreting()
+    return _Launch(_build_kernel(interpret), (cdiv(m, block_m) * n_blocks,), (up_off, sg, su, so, m, n, n_blocks),
+                   dict(BLOCK_M=block_m, BLOCK_N=block_n, BF16_RTNE_BY_HAND=interpret),
+                   warps_override or warps, out_shape)
+
+
+def _run(kind: str, gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple) -> torch.Tensor:
+    """Plan (once per signature) and launch; the reference where the plan says so."""
+    key = _signature(kind, gate, up, tuning)
+    plan = _LAUNCHES.get(key)
+    if plan is None:
+        plan = _LAUNCHES[key] = _plan(gate, up, packed_i, tuning)
+        if len(_LAUNCHES) > MAX_PLANS:
+            del _LAUNCHES[next(iter(_LAUNCHES))]
+    if plan.kernel is None:
+        if packed_i is None:
+            return silu_mul_reference(gate, up)
+        return silu_mul_packed_reference(gate, packed_i)
+    out = _new_output(plan.out_shape, gate.dtype, gate.device)                  # (..., I) contiguous
+    launch(plan.kernel, plan.grid, (gate, up, out, *plan.ints), plan.constexprs, key=key,
+           num_warps=plan.num_warps)
+    return out
+
+
+def _tuning(block_m, block_n, num_warps) -> tuple:
+    """Validated launch overrides (powers of two, or None for the heuristic)."""
+    for name, v in (("block_m", block_m), ("block_n", block_n)):
+        if v is not None and (v < 1 or v & (v - 1)):
+            raise ValueError(f"{name} must be a power of two, got {v}")
+    return (block_m, block_n, num_warps)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor, *, block_m: int | None = None, block_n: int | None = None,
+             num_warps: int | None = None) -> torch.Tensor:
+    """``silu(gate) * up`` in one pass (fp32 math, one rounding); returns a contiguous tensor of gate's shape.
+
+    ``gate``, ``up``: one shape and dtype (fp32/fp16/bf16), any layout; layouts ``_fits`` accepts are
+    read in place (column views of a packed GEMM output included), others are copied to rows first.
+    Falls back to ``silu_mul_reference`` where ``select_swiglu`` refuses. ``block_m``, ``block_n``,
+    ``num_warps`` override the launch heuristics (for tuning).
+    """
+    tuning = _tuning(block_m, block_n, num_warps)
+    if needs_autograd(gate, up):
+        return silu_mul_reference(gate, up)                                      # forward-only kernel
+    if not (gate.is_contiguous() and up.is_contiguous()) and gate.shape == up.shape and gate.dim() > 0:
+        if not _fits(gate):
+            gate = _rows(gate, gate.shape[-1]).view(gate.shape)                  # copy to rows
+        if not _fits(up):
+            up = _rows(up, up.shape[-1]).view(up.shape)
+    return _run("separate", gate, up, None, tuning)
+
+
+def silu_mul_packed(gu: torch.Tensor, sizes: int | Sequence[int], *, block_m: int | None = None,
+                    block_n: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """``silu(gu[..., :I]) * gu[..., I:]`` from one packed GEMM output ``gu`` of shape ``(..., 2I)``.
+
+    ``sizes``: ``I`` or ``(I, I)``. Returns ``(..., I)``, contiguous, in ``gu``'s dtype. Gate and up
+    are read in place as column views (rows 2I apart); a ``gu`` whose rows are not one stride apart
+    is copied first. Falls back to ``silu_mul_packed_reference`` where ``select_swiglu`` refuses.
+    """
+    i = split_sizes(gu.shape[-1], sizes)
+    tuning = _tuning(block_m, block_n, num_warps)
+    if needs_autograd(gu):
+        return silu_mul_packed_reference(gu, i)                                  # forward-only kernel
+    if gu.dim() > 0 and not _fits(gu):
+        gu = _rows(gu, gu.shape[-1]).view(gu.shape)                              # copy to rows
+    return _run("packed", gu, gu, i, tuning)
+
+
+def swiglu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int) -> torch.Tensor:
+    """``silu(x W_gateᵀ + b_gate) * (x W_upᵀ + b_up)`` from ``weight = [W_gate; W_up]`` (``(2I, in)``):
+    one GEMM, then ``silu_mul_packed`` on its column views. Returns ``(..., I)``."""
+    return silu_mul_packed(F.linear(x, weight, bias), intermediate)             # (..., 2I) -> (..., I)
+
+
+# ====================================================================== fused call target
+
+def fused_swiglu(x, weight, bias, intermediate):
+    """SwiGLU's first half over concatenated weights: one GEMM, then silu*mul from one kernel where possible."""
+    return swiglu(x, weight, bias, intermediate)
+
+
+# ====================================================================== matching
+
+def _match_swiglu(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
+    """``silu(linear_gate(x)) * linear_up(x)``, anchored at the gate projection (its matcher).
+
+    Both projections read one ``x`` with constant weights (one GEMM over the concatenated weights
+    needs them); everything but the product must be read by the chain only.
+    """
+    gate = anchor
+    succ = sorted(g.successors(gate), key=lambda n: g.nodes[n]["order"])
+    acts = [s for s in succ if g.nodes[s]["kind"] == "silu"]
+    if len(acts) != 1:
+        raise NoMatch(None, [gate])
+    act = acts[0]
+    muls = [s for s in g.successors(act) if g.nodes[s]["kind"] == "mul"]
+    if len(muls) != 1:
+        raise NoMatch(None, [gate, act])
+    mul = muls[0]
+    others = [p for p in g.predecessors(mul) if p != act]
+    if len(others) != 1 or g.nodes[others[0]]["kind"] != "linear":
+        raise NoMatch(None, [gate, act, mul])
+    up = others[0]
+    x = g.nodes[gate].get("first_input")
+    if x is None or g.nodes[up].get("first_input") != x:
+        raise NoMatch(None, [gate, act, mul, up])
+    nodes = [gate, up, act, mul]
+    refusals = [f"{n} already in chain {claimed[n]}" for n in nodes if n in claimed]
+    for node, what in ((gate, "gate projection"), (act, "silu"), (up, "up projection")):
+        if g.out_degree(node) > 1:
+            refusals.append(f"{what} output has {g.out_degree(node)} consumers")
+    if not (g.nodes[gate].get("const_weight") and g.nodes[up].get("const_weight")):
+        refusals.append("a projection's weight is computed in the graph (one GEMM needs constant weights)")
+    if g.nodes[gate].get("has_bias") != g.nodes[up].get("has_bias"):
+        refusals.append("one projection has a bias and the other does not")
+    if g.nodes[gate]["dtypes"] != g.nodes[up]["dtypes"]:
+        refusals.append("the projections differ in dtype")
+    if refusals:
+        raise NoMatch(f"{pattern.label}: {refusals[0]}", nodes)
+    return [(gate, "gate", True), (up, "up", True), (act, "act", True), (mul, "mul", True)]
+
+
+# ====================================================================== rewrite
+
+def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """gate, up, silu, mul → one GEMM over ``[W_gate; W_up]`` and the packed silu*mul kernel."""
+    gate, up = (aten.linear_args(ctx.node(chain, r)) for r in ("gate", "up"))
+    act, mul = ctx.node(chain, "act"), ctx.node(chain, "mul")
+    if gate is None or up is None:
+        raise UseGeneric("a projection is not a plain linear")
+    if gate.input is not up.input:
+        raise Refuse("the projections do not read the same input")
+    if aten.aten_name(act) not in ("silu", "silu_") or act.args[0] is not ctx.node(chain, "gate"):
+        raise UseGeneric("the activation is not silu of the gate projection")
+    if set(mul.args[:2]) != {act, ctx.node(chain, "up")}:
+        raise UseGeneric("the product is not silu(gate) * up")
+    weights = [ctx.constant(lin.weight, "weight") for lin in (gate, up)]
+    biases = [ctx.constant(lin.bias, "bias") if lin.bias is not None else None for lin in (gate, up)]
+    try:
+        weight, bias, sizes = concat_weights(weights, biases)
+    except ValueError as exc:
+        raise Refuse(str(exc)) from None
+    if sizes[0] != sizes[1]:
+        raise Refuse(f"gate and up widths differ ({sizes[0]} and {sizes[1]})")
+    key = ctx.node(chain, "gate").name
+    tensors = {f"{key}_gate_up_weight": weight}
+    bias_arg = None
+    if bias is not None:
+        tensors[f"{key}_gate_up_bias"] = bias
+        bias_arg = NewAttr(f"{key}_gate_up_bias")
+    elementwise = select_swiglu(ctx.device, edit.dtype_of(mul))
+    label = (f"one GEMM over [W_gate; W_up] ({sizes[0]}+{sizes[1]} columns), then "
+             + elementwise.label + " reading its column views")
+    choice = Choice("one_gemm_" + elementwise.impl, label, True)   # one GEMM fewer either way
+    return edit.whole_chain_edit(ctx, chain, fused_swiglu, (gate.input, NewAttr(f"{key}_gate_up_weight"), bias_arg,
+                                                            sizes[0]), choice, tensors=tensors)
+
+
+# ====================================================================== lowering (lean graphs)
+
+def _lower(gm, node, device, dtype) -> bool:
+    """fused_swiglu → ``linear`` over the concatenated weights, then ``silu_mul_packed`` (which takes the
+    kernel ``select_swiglu`` picks): the same kernels, without the wrapper's frame."""
+    x, weight, bias, intermediate = node.args
+
+    def build(g: torch.fx.Graph) -> torch.fx.Node:
+        gu = g.call_function(torch._C._nn.linear, (x, weight, bias))                   # (..., 2I)
+        return g.call_function(silu_mul_packed, (gu, intermediate))                    # (..., I)
+
+    return edit.replace_node(gm, node, build)
+
+
+LOWERINGS = {fused_swiglu: _lower}
+
+
+# ====================================================================== patterns
+
+PATTERNS = (
+    Pattern(
+        name="swiglu", label="SwiGLU (gate/up GEMM + silu·mul)", priority=30,
+        steps=(Step(frozenset({"linear"}), "gate"), Step(frozenset({"silu"}), "act"),
+               Step(frozenset({"linear"}), "up"), Step(frozenset({"mul"}), "mul")),
+        match=_match_swiglu, color="#aec7e8", rewrite=rewrite,
+        implementation=("one GEMM over the concatenated gate and up weights, then one Triton kernel computing "
+                        "silu(gate)·up from its column views"),
+        explanation=("A gated MLP projects the same input twice (gate and up), applies SiLU to the gate and "
+                     "multiplies: four kernels, with three intermediates written and read back. One GEMM with "
+                     "both weight matrices stacked reads the input once; one elementwise kernel then reads "
+                     "gate and up in place and writes only the product."),
+        caveats=(PRECISION_CAVEAT, "silu·mul is computed in fp32 and rounded once (eager rounds twice).",
+                 PAYS_CAVEAT),
+        formula="a = silu(x W_gateᵀ) · (x W_upᵀ)",
+    ),
+)

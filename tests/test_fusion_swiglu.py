@@ -1,0 +1,204 @@
+"""The SwiGLU family (``explorer.fusions.swiglu``): the silu·mul kernel against float64, its selection, the
+matcher, the one-GEMM rewrite and its lean lowering.
+
+Kernels run in Triton's interpreter without a GPU (``triton_testing``) on awkward shapes (103, 1000,
+Llama-7B's 11008/8 = 1376) in fp32, fp16 and bf16; ``gpu``-marked parameters run them compiled on
+CUDA. The reference is checked bitwise against transformers' ``LlamaMLP``; the model-level tests
+derive their counts from the architecture.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from triton_testing import (DTYPE_IDS, DTYPES, KERNEL_DEVICE, assert_close64, correctly_rounded_fraction,
+                            detect_module, device_params, fuse_all, needs_backend, poison, rand, randomized,
+                            tiny_llama_config, triton_interpreter, up64)
+
+from explorer.fusions import swiglu
+
+transformers = pytest.importorskip("transformers")
+from transformers.models.llama.modeling_llama import LlamaMLP  # noqa: E402
+
+assert triton_interpreter  # the autouse fixture, imported into this module
+
+SHAPES = [(5, 103), (3, 13, 1000), (1, 5, 11008 // 8)]
+
+
+# ====================================================================== kernel
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_silu_mul_matches_float64(shape, dtype, device, monkeypatch):
+    """Contiguous gate and up (one long row): float64 within TOLERANCES, eager within EAGER_TOLERANCES."""
+    gen = torch.Generator().manual_seed(sum(shape))
+    gate = rand(shape, dtype, device, gen, scale=3.0)                            # silu's curved part and tails
+    up = rand(shape, dtype, device, gen)
+    assert swiglu.select_swiglu(device, dtype).fused
+    poison(monkeypatch, swiglu)
+    out = swiglu.silu_mul(gate, up)
+    assert out.dtype == dtype and out.is_contiguous()
+    assert_close64(out, swiglu.silu_mul_reference(up64(gate), up64(up)), swiglu.TOLERANCES[dtype])
+    torch.testing.assert_close(out, swiglu.silu_mul_reference(gate, up), **swiglu.EAGER_TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("lead, inter", [((5,), 103), ((3, 13), 1000), ((2, 5), 1376)])
+def test_silu_mul_packed_matches_float64(lead, inter, dtype, device, monkeypatch):
+    """One (…, 2I) GEMM output: gate = first I columns, up = last I, rows 2I apart; output (…, I)
+    contiguous. The same buffer's column views through ``silu_mul`` give the same bits."""
+    gen = torch.Generator().manual_seed(inter)
+    gu = rand((*lead, 2 * inter), dtype, device, gen)
+    gu[..., :inter] *= 3
+    poison(monkeypatch, swiglu)
+    out = swiglu.silu_mul_packed(gu, inter)
+    assert out.shape == (*lead, inter) and out.is_contiguous()
+    assert_close64(out, swiglu.silu_mul_packed_reference(up64(gu), (inter, inter)), swiglu.TOLERANCES[dtype])
+    torch.testing.assert_close(out, swiglu.silu_mul_packed_reference(gu, inter), **swiglu.EAGER_TOLERANCES[dtype])
+    gate, up = gu.split(inter, dim=-1)                                            # column views
+    assert not gate.is_contiguous()
+    assert torch.equal(swiglu.silu_mul(gate, up), out)
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_odd_layouts_are_copied_first(dtype, device, monkeypatch):
+    """Rows that are not one stride apart (a slice of the middle dim) and a transposed gate."""
+    gen = torch.Generator().manual_seed(2)
+    gu = rand((3, 7, 2 * 103), dtype, device, gen)[:, :5]                        # stride(0) != 5·206
+    poison(monkeypatch, swiglu)
+    out = swiglu.silu_mul_packed(gu, (103, 103))
+    assert_close64(out, swiglu.silu_mul_packed_reference(up64(gu), 103), swiglu.TOLERANCES[dtype])
+    gate = rand((103, 13), dtype, device, gen).t()                               # (13, 103), last dim strided
+    up = rand((13, 103), dtype, device, gen)
+    assert_close64(swiglu.silu_mul(gate, up), swiglu.silu_mul_reference(up64(gate), up64(up)), swiglu.TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_silu_mul_rounds_once(dtype, device):
+    """The fused result is the float64 value rounded once (bar fp32's last bits near a tie), never less
+    accurate than eager's silu-then-mul, which rounds twice."""
+    gen = torch.Generator().manual_seed(17)
+    gate, up = rand((13, 1000), dtype, device, gen, scale=3.0), rand((13, 1000), dtype, device, gen)
+    out = swiglu.silu_mul(gate, up)
+    ref64 = swiglu.silu_mul_reference(up64(gate), up64(up))
+    eager = swiglu.silu_mul_reference(gate, up)
+    assert correctly_rounded_fraction(out, ref64) >= 0.99
+    assert correctly_rounded_fraction(eager.cpu(), ref64) < 0.99   # the test can tell one rounding from two
+    assert (out.double().cpu() - ref64).abs().max() <= (eager.double().cpu() - ref64).abs().max()
+
+
+@needs_backend
+def test_select_says_why_and_falls_back(monkeypatch):
+    """Mismatched shapes or dtypes are refused with a reason, and computed by the reference."""
+    dev = KERNEL_DEVICE
+    assert "shape" in swiglu.select_swiglu(dev, torch.float32, gate_shape=(2, 3), up_shape=(3,)).label
+    assert swiglu.select_swiglu(dev, torch.float16, up_dtype=torch.float32).impl == "reference"
+    assert swiglu.select_swiglu(dev, torch.int32).impl == "reference"
+    assert "forward-only" in swiglu.select_swiglu(dev, torch.float32, requires_grad=True).label
+    gate, up = torch.randn(2, 3), torch.randn(3)                                  # broadcasting: the reference
+    assert torch.equal(swiglu.silu_mul(gate, up), swiglu.silu_mul_reference(gate, up))
+    with pytest.raises(ValueError):
+        swiglu.silu_mul_packed(torch.randn(2, 10), (4, 6))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert "TRITON_INTERPRET" in swiglu.select_swiglu("cpu", torch.float32).label
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_reference_and_packed_gemm_match_llama_mlp(dtype):
+    """``down_proj(silu_mul_reference(gate_proj(x), up_proj(x)))`` is bitwise LlamaMLP; one GEMM over
+    [W_gate; W_up] then the packed reference equals it up to the GEMM's own rounding."""
+    mlp = randomized(LlamaMLP(tiny_llama_config()), 2).to(dtype)
+    h = rand((3, 13, 120), dtype, "cpu", torch.Generator().manual_seed(43))
+    with torch.no_grad():
+        gate, up = mlp.gate_proj(h), mlp.up_proj(h)
+        assert torch.equal(mlp.down_proj(swiglu.silu_mul_reference(gate, up)), mlp(h))
+        gu = F.linear(h, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], dim=0))   # (3, 13, 2I)
+        torch.testing.assert_close(swiglu.silu_mul_packed_reference(gu, 200), swiglu.silu_mul_reference(gate, up),
+                                   **swiglu.EAGER_TOLERANCES[dtype])
+
+
+# ====================================================================== matching and rewriting
+
+class _MLPs(torch.nn.Module):
+    """``blocks`` LlamaMLPs in a residual stream: each one gate/up/silu/mul chain."""
+
+    def __init__(self, blocks: int) -> None:
+        super().__init__()
+        self.mlps = torch.nn.ModuleList(LlamaMLP(tiny_llama_config()) for _ in range(blocks))
+
+    def forward(self, x):
+        for mlp in self.mlps:
+            x = x + mlp(x)
+        return x
+
+
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_llama_mlp_becomes_one_gemm(blocks, monkeypatch):
+    """One swiglu chain per MLP, claimed before the generic sibling and linear+act patterns; fused, each
+    is one GEMM over a (2I, hidden) weight and the original linears are gone."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    model = randomized(_MLPs(blocks), 5).eval()
+    x = rand((2, 7, 120), torch.float32, "cpu", torch.Generator().manual_seed(1))
+    gm, det = detect_module(model, (x,), "mlps")
+    assert det.counts["swiglu"] == blocks
+    assert det.counts["linear_siblings"] == 0 and det.counts["linear_act"] == 0
+    chain = next(c for c in det.chains if c.pattern == "swiglu")
+    assert chain.ops == ("linear", "linear", "silu", "mul")
+    fused = fuse_all(gm, det)
+    assert {a.status for a in fused.applied} == {"fused"}
+    calls = [n for n in fused.gm.graph.nodes if n.target is swiglu.fused_swiglu]
+    assert len(calls) == blocks and getattr(fused.gm, calls[0].args[1].target).shape == (400, 120)
+    linears = [n for n in fused.gm.graph.nodes if n.op == "call_function" and "linear" in str(n.target)
+               and n.target is not swiglu.fused_swiglu]
+    assert len(linears) == blocks                                                  # the down projections
+    with torch.no_grad():
+        torch.testing.assert_close(fused.gm(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@needs_backend
+def test_llama_mlp_through_the_kernel_and_its_lowering():
+    """Fused with the interpreted kernel, and lowered for a lean graph (linear + silu_mul_packed): both
+    within the eager tolerance of the module."""
+    from explorer.runtime.lean import specialize_fused_calls
+
+    model = randomized(_MLPs(1), 6).eval()
+    x = rand((2, 7, 120), torch.float32, "cpu", torch.Generator().manual_seed(2))
+    gm, det = detect_module(model, (x,), "mlp")
+    fused = fuse_all(gm, det, KERNEL_DEVICE)
+    assert next(a for a in fused.applied if a.pattern == "swiglu").impl == "one_gemm_triton"
+    with torch.no_grad():
+        want = model(x)
+        torch.testing.assert_close(fused.gm(x), want, rtol=1e-5, atol=1e-5)
+        assert specialize_fused_calls(fused.gm, "cpu", torch.float32) == 1
+        assert swiglu.silu_mul_packed in {n.target for n in fused.gm.graph.nodes}
+        torch.testing.assert_close(fused.gm(x), want, rtol=1e-5, atol=1e-5)
+
+
+class _Gated(torch.nn.Module):
+    """silu(gate(x)) * up(y): ``leak`` also returns up's output; ``two_inputs`` projects two tensors."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.gate, self.up = torch.nn.Linear(16, 24, bias=False), torch.nn.Linear(16, 24, bias=False)
+
+    def forward(self, x, y):
+        u = self.up(y if self.how == "two_inputs" else x)
+        out = F.silu(self.gate(x)) * u
+        return (out, u) if self.how == "leak" else out
+
+
+def test_near_miss_and_non_match():
+    """An up projection read elsewhere is a near miss with its reason; projections of two different
+    tensors are not SwiGLU at all (no chain, no near miss)."""
+    x, y = torch.randn(2, 16), torch.randn(2, 16)
+    _, det = detect_module(_Gated("leak"), (x, y), "leak")
+    assert det.counts["swiglu"] == 0
+    assert any("up projection output has 2 consumers" in m.reason for m in det.near_misses if m.pattern == "swiglu")
+    _, det = detect_module(_Gated("two_inputs"), (x, y), "two")
+    assert det.counts["swiglu"] == 0 and not [m for m in det.near_misses if m.pattern == "swiglu"]
