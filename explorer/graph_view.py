@@ -208,19 +208,28 @@ def natural_key(text: str) -> tuple:
 
 
 def chain_name(chain: Chain) -> str:
-    """A person's name for a chain: ``Chain.title`` (``layer1.0: conv1 → bn1 → relu``); when its ops
-    share one module path (``self → self → self``) the ops' kinds say more, after that path."""
-    title = chain.title
-    body = title.split(": ", 1)[-1]
-    parts = re.split(r" → | ∥ ", body)
-    if len(set(parts)) == len(parts):
-        return title
+    """A person's name for a chain, from its ops' module paths: the common module, then each op's
+    own part (``layer1.0: conv1 → bn1 → relu``). An op whose path is the common module itself (the
+    residual add of ``layer1.0``) or that shares its path with the others (BERT's attention scores)
+    is named by its kind; parts that are bare numbers keep their parent (``downsample.0``).
+    ``Chain.title`` is the engine's shorter form; the id stays the stable key."""
     names = [n.split(".") for n in chain.names]
+    if not names or len(names) != len(chain.ops):
+        return chain.title
     common = 0
     while all(len(p) > common for p in names) and len({p[common] for p in names}) == 1:
         common += 1
+    rests = [".".join(p[common:]) for p in names]
+    if common and all(r.isdigit() for r in rests if r) and any(rests):
+        common -= 1                                  # downsample.0 → downsample.1, not 0 → 1
+        rests = [".".join(p[common:]) for p in names]
+    if len(set(rests)) < len(rests):                 # one module for several ops: their kinds say more
+        rests = list(chain.ops)
+    else:
+        rests = [r or kind for r, kind in zip(rests, chain.ops)]
     prefix = ".".join(names[0][:common])
-    return f"{prefix}: {chain.ops_text}" if prefix else chain.ops_text
+    body = (" ∥ " if chain.siblings else " → ").join(rests)
+    return f"{prefix}: {body}" if prefix else body
 
 
 def legend(detection: Detection | None = None) -> list[LegendItem]:

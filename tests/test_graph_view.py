@@ -83,9 +83,13 @@ def test_legend_lists_only_patterns_present(residual, transformer):
     assert graph_view.color_of("no_such_pattern") == UNKNOWN_COLOR
 
 
-def test_chain_names_are_module_paths(residual):
+def test_chain_names_are_module_paths(residual, resnet):
     det = residual.detection
     assert [graph_view.chain_name(c) for c in det.chains] == ["conv1 → bn1 → relu", "conv2 → bn2 → add → relu"]
+    names = {graph_view.chain_name(c) for c in resnet.detection.chains}
+    assert {"layer1.0: conv1 → bn1 → relu", "layer1.0: conv3 → bn3 → add → relu",     # the block's own add
+            "layer1.0: downsample.0 → downsample.1"} <= names                          # numbers keep a parent
+    assert len(names) == len(resnet.detection.chains)                                 # every name says which
     # ops that share one module (BERT's attention scores) are told apart by their kinds
     chain = Chain(id="matmul_softmax@matmul_4", pattern="matmul_softmax", ops=("matmul", "mul", "add", "softmax"),
                   nodes=("matmul_4", "mul_2", "add_9", "softmax_2"), names=("enc.layer.2.attention.self",) * 4,

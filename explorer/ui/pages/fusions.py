@@ -166,23 +166,23 @@ def _chains_section(detection, accepted) -> None:
     table = _table(detection, shown, accepted, results)
     all_kernels = list(dict.fromkeys(k for c in detection.chains for k in _kernels(c.pattern)))
     config = {
-        "accept": st.column_config.CheckboxColumn("accept", help="Fuse this chain", width=60),
-        "chain": st.column_config.TextColumn("chain", width=330,
+        "accept": st.column_config.CheckboxColumn("accept", help="Fuse this chain", width=70),
+        "chain": st.column_config.TextColumn("chain", width=265,
                                              help="The chain's ops by module path; its id is in the last column"),
-        "pattern": st.column_config.TextColumn("pattern", width=140),
+        "pattern": st.column_config.TextColumn("pattern", width=120),
         "kernel": st.column_config.SelectboxColumn(
-            "kernel", options=all_kernels, required=True, width=140,
+            "kernel", options=all_kernels, required=True, width=120,
             help="The plan's kernel choice for this chain: " + "; ".join(
                 f"{k}: {KERNEL_CHOICES.get(k, k)}" for k in all_kernels)),
-        "launches saved": st.column_config.NumberColumn("launches saved", width=90),
+        "launches saved": st.column_config.NumberColumn("launches", width=80, help="Kernel launches saved"),
         "bytes saved (MiB)": st.column_config.NumberColumn("MiB saved", format="%.2f", width=80,
                                                            help="Intermediate traffic saved (graph byte model, fp32)"),
-        "extra outputs": st.column_config.TextColumn("extra outputs", width=100,
+        "extra outputs": st.column_config.TextColumn("extra outputs", width=90,
                                                      help="Intermediates the fused kernel must still write"),
         "speed-up": st.column_config.NumberColumn("speed-up", format="%.2f×", width=80,
                                                   help="Measured, this chain alone: unfused time / fused time"),
-        "verdict": st.column_config.TextColumn("verdict", width=75),
-        "id": st.column_config.TextColumn("id", width=170, help="The chain's stable id (plans and reports use it)"),
+        "verdict": st.column_config.TextColumn("verdict", width=70),
+        "id": st.column_config.TextColumn("id", width=175, help="The chain's stable id (plans and reports use it)"),
     }
     edited = st.data_editor(
         table, key=f"chains_editor_{ss.editor_version}", hide_index=True, width="stretch",

@@ -105,7 +105,7 @@ def page() -> None:
         f"**{len(detection.near_misses)}** near misses")
 
     # --- controls: the view, search, one chain; the layout's settings in a popover
-    c = st.columns([2.7, 1.9, 2.3, 0.5, 0.5, 2.3, 0.9], vertical_alignment="bottom")
+    c = st.columns([2.6, 1.9, 2.2, 0.5, 0.5, 2.2, 1.1], vertical_alignment="bottom")
     if ss.graph_mode not in MODES:
         ss.graph_mode = "original"
     c[0].segmented_control("View", list(MODES), key="graph_mode", format_func=MODES.get,
