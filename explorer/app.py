@@ -27,6 +27,7 @@ import streamlit as st
 
 from explorer.sources import zoo
 from explorer.ui import files as ui_files
+from explorer.ui import i18n
 from explorer.ui import links
 from explorer.ui import state as ui_state
 from explorer.errors import ExplorerError
@@ -145,6 +146,7 @@ def main() -> None:
     ui_state.finish_run()
     cuda = _cuda_available()
 
+    i18n.language_switch()  # English / 中文, first in the sidebar; every page reads it through i18n.t
     try:
         requested = sidebar_model()
         sidebar_settings(cuda)

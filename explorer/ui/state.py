@@ -55,6 +55,11 @@ DEFAULTS: dict[str, Any] = {
     "run_error": None,
     "run_cancelled": False,
     "export_error": None,
+    # Learn page (explorer/ui/pages/learn.py): background tasks, an opened teaching report, the tour
+    "tasks": {},                 # {name: explorer.ui.tasks.TaskJob} (sweep, bisect, profile)
+    "teach_report": None,        # (file name, validated teaching report dict)
+    "teach_report_error": None,
+    "tour_done": {},             # {step: True} ticked by the student
 }
 
 # Widgets on pages that are not always drawn: their values are kept across page switches.
@@ -72,6 +77,9 @@ PERSISTENT_WIDGETS: dict[str, Any] = {
     "run_compile_baseline": False,
     "run_quick": False,
     "fusions_filter": [],
+    "lang": "en",                # the sidebar's language switch (explorer.ui.i18n)
+    "teach_source": "now",
+    "bisect_mode": "both",
 }
 
 

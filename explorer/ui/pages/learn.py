@@ -1,92 +1,761 @@
-"""Learn page: every pattern of the registry explained, beside its chains in the current model."""
+"""Learn page: operator fusion taught on the loaded model, in English and 中文.
+
+Seven tabs: a guided tour for a class; every pattern with its before/after
+diagram; worked examples computed from the model (a Conv+BN fold by hand, the
+bytes each version of a chain reads and writes); the seed's tables regenerated
+(where one forward's time goes, memory traffic, the staged table) from this
+session or from a teaching report; predicted against measured gain per chain;
+when a fusion stops paying (a sweep over batch and dtype, in the background);
+and the precision bisect (in the background). All numbers come from the
+engine or from committed results, never from this page's text.
+
+A widget's ``format_func`` takes the language as a default argument: the
+test harness calls it after the run, outside the session.
+
+Widget keys: tour_load, tour_seen, tour_scale, tour_bias, tour_read, ex_fold_chain, ex_fold_channel,
+ex_dtype, teach_source, teach_committed, teach_open_committed, teach_report_file, teach_model,
+teach_profile, sweep_chain, sweep_batches, sweep_dtypes, sweep_start, sweep_cancel, bisect_mode,
+bisect_start, bisect_cancel.
+"""
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+from typing import Any
+
 import streamlit as st
 
+from explorer.errors import ExplorerError, ReportError
+from explorer.fusions import BY_NAME, PATTERNS
+from explorer.runtime.ceilings import Ceilings, known_ceilings
+from explorer.runtime.measure import torch_dtype
+from explorer.runtime.traffic import traffic_table
+from explorer.teaching import examples as teach_examples
+from explorer.teaching import predict as teach_predict
+from explorer.teaching import readers
+from explorer.teaching import report as teach_report
+from explorer.ui import diagrams, tasks
 from explorer.ui import state as ui_state
-from explorer.graph_view import human_bytes
-from explorer.fusions import PATTERNS
+from explorer.ui import teaching_views as views
+from explorer.ui.i18n import current as current_language
+from explorer.ui.i18n import message, pattern_text, t, t_in
+from explorer.units import human_bytes
 
-GENERAL = """
-**Why fusion pays.** Each kernel launch costs ~5–20 µs of CPU-to-GPU dispatch, and every intermediate
-tensor is written to device memory and read back. `conv → temp1 → bn → temp2 → relu` is three launches
-and two round trips; the fused kernel is one launch and none. A ResNet-50 profile (the seed document):
-~40 % compute, ~15 % launches, ~35 % intermediate memory traffic, ~10 % other.
+RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DTYPES = ("fp32", "bf16", "fp16")
+TOUR_MODEL = "residual_block"
 
-**Precision.** Fusion reorders arithmetic (a folded BatchNorm rounds differently; fused softmax keeps
-fp32 statistics). Expect differences near the dtype's rounding: ~1e-6 relative in fp32, ~1e-3 in
-fp16/bf16. The Results page measures them against float64.
 
-**Training vs inference.** BatchNorm folding is valid only with frozen (inference) statistics; in
-training the batch statistics change every step. A fused op with a subtly wrong backward can slow
-convergence: be careful with aggressive fusion in training, bold in inference.
+# ====================================================================== helpers
 
-**Not every fusion pays.** A fusion can lose in two ways. The fused kernel can be slower on the GPU
-than the library kernels it replaces (register pressure, a worse algorithm: on an H200, cuDNN's fused
-conv+bias+ReLU lost to the separate ops on 8 of ResNet-50's 33 Conv+BN+ReLU chains in fp16). Or the
-fused call can cost the host more than the launches it saves: one Triton launch from Python took 24 µs of
-host time there, against 18 µs for eager add + layer_norm, and a model whose GPU waits for the host gets
-slower. On a GPU the Results page times every chain both ways (plain calls, and a CUDA graph that removes
-the host) and says which it is. Measure, then reject the chains that lose or give them another kernel:
-with the separate epilogue (conv, then ReLU in place) those 8 chains went from 0.56–0.79× to 0.99–1.26×
-of the unfused speed, as CUDA graphs.
+def _spec():
+    return st.session_state.get("active")
 
-**The host is part of the machine.** Without CUDA graphs, a forward of BERT-base or ResNet-50 at batch 32
-spends more time issuing calls from Python than the GPU spends running them. How each call is made
-then matters as much as what is fused: the explorer times every graph "lean" (each ATen call through
-its cheapest binding, each fused call resolved once to the library call it takes), which took fused
-BERT-base from 3.75 to 3.16 ms and fused ResNet-50 fp16 from 3.23 to 2.39 ms on the H200, with the
-same kernels. Horizontal fusion (one GEMM for the Q, K and V projections) saves host time too: three
-linears cost 57 µs to issue there, one linear and a split 24 µs.
-"""
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _fold(source: str, batch: int, seq_len: int | None, chain_id: str | None, channel: int) -> dict | None:
+    """The worked Conv+BN fold (cached per model, chain and channel)."""
+    ex = teach_examples.fold_example(ui_state.load_analysis(source, batch, seq_len), chain_id, channel)
+    return ex.to_dict() if ex else None
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _traffic_examples(source: str, batch: int, seq_len: int | None, dtype: str
+                      ) -> dict[str, teach_examples.TrafficExample]:
+    """One traffic example per pattern family of the model (cached)."""
+    return teach_examples.examples_by_family(ui_state.load_analysis(source, batch, seq_len), dtype)
+
+
+@st.cache_resource(show_spinner=False)
+def _cpu_ceilings() -> Ceilings:
+    """The CPU's ceilings, measured once per server (quick sizes): the table has none for a CPU."""
+    from explorer.runtime.ceilings import measure_ceilings
+
+    return measure_ceilings("cpu", ("fp32", "bf16"), quick=True)
+
+
+def _ceilings(device: str) -> Ceilings:
+    """The ceilings of the device the sidebar names: the table's for a known GPU, measured now for the CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        return known_ceilings(torch.cuda.get_device_properties(0).name)
+    return _cpu_ceilings()
+
+
+def _report_matches(detection) -> Any:
+    """This session's run report when it was measured on the loaded model, else None."""
+    last = st.session_state.get("last_report")
+    if not last or detection is None:
+        return None
+    report = last[1]
+    return report if readers.report_fingerprint(report) == detection.fingerprint else None
+
+
+def _committed_reports() -> list[Path]:
+    return sorted(RESULTS.glob("teaching_*.json"))
+
+
+def _open_teaching_report(name: str, data: bytes) -> None:
+    ss = st.session_state
+    try:
+        ss.teach_report = (name, teach_report.load(data, name))
+        ss.teach_report_error = None
+        ss.teach_source = "report"
+    except ReportError as exc:
+        ss.teach_report_error = str(exc)
+
+
+def _on_teaching_upload() -> None:
+    uploaded = st.session_state.get("teach_report_file")
+    if uploaded is not None:
+        _open_teaching_report(uploaded.name, uploaded.getvalue())
+
+
+def _on_open_committed() -> None:
+    name = st.session_state.get("teach_committed")
+    if name:
+        path = RESULTS / name
+        try:
+            _open_teaching_report(name, path.read_bytes())
+        except OSError as exc:
+            st.session_state.teach_report_error = f"{name}: {exc.strerror or exc}"
+
+
+def _svg(spec: diagrams.DiagramSpec, fused: bool) -> str:
+    c = diagrams.counts(spec, fused)
+    if spec.siblings:
+        caption = t("diagram.caption_siblings", launches=c["launches"], reads=c["input_reads"])
+    else:
+        caption = t("diagram.caption", launches=c["launches"], trips=c["round_trips"])
+    return diagrams.svg(spec, fused, {"chip": t("diagram.chip"), "memory": t("diagram.memory"),
+                                      "kept_on_chip": t("diagram.kept_on_chip"), "caption": caption})
+
+
+def _before_after(spec: diagrams.DiagramSpec) -> None:
+    """The unfused and the fused drawing side by side."""
+    left, right = st.columns(2)
+    with left:
+        st.markdown(f"**{t('diagram.before')}**")
+        st.image(_svg(spec, False), width="stretch")
+    with right:
+        st.markdown(f"**{t('diagram.after')}**")
+        st.image(_svg(spec, True), width="stretch")
+
+
+def _poll(name: str) -> None:
+    """Progress of a background task, redrawn on its own every half second; the page reruns when it ends."""
+    @st.fragment(run_every=0.5)
+    def _progress() -> None:
+        job = tasks.get(name)
+        if job is None:
+            return
+        if job.running:
+            st.progress(job.fraction, text=t("learn.task.progress", message=message(job.message),
+                                             seconds=f"{time.time() - job.started:.0f}"))
+        elif job.finished and time.time() - job.finished < 2:
+            st.rerun(scope="app")
+
+    _progress()
+
+
+# ====================================================================== the tabs
+
+def _intro() -> None:
+    st.subheader(t("learn.title"))
+    st.markdown(t("learn.intro"))
+    with st.expander(t("learn.general.title")):
+        st.markdown(t("learn.general.why"))
+        st.markdown(t("learn.general.precision"))
+        st.markdown(t("learn.general.training"))
+        st.markdown(t("learn.general.pays"))
+        _committed_evidence()
+
+
+def _committed_evidence() -> None:
+    """What the committed H200 results say about fusions that do not pay, read from the files themselves."""
+    path = RESULTS / "report_resnet50_fp16_channels_last_h200.json"
+    host = RESULTS / "host_overhead_lean_h200.json"
+    lines = []
+    try:
+        data = json.loads(path.read_text())
+        measured = readers.measured_chains(data)
+        slower_graph = [c for c in measured.values() if c.graph_speedup is not None and c.graph_speedup < 1]
+        slower_plain = [c for c in measured.values() if c.slower]
+        lines.append(t("learn.evidence.chains", file=path.name, n=len(measured), plain=len(slower_plain),
+                       graph=len(slower_graph),
+                       date=str((data.get("environment") or {}).get("started_utc", ""))[:10]))
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        rows = {r["op"]: r for r in json.loads(host.read_text())["rows"]}
+        lines.append(t("learn.evidence.host", file=host.name,
+                       eager=rows["add+LN eager (2 ops)"]["host_us_per_call"],
+                       triton=rows["add+LN triton"]["host_us_per_call"],
+                       three=rows["QKV: 3 linears"]["host_us_per_call"],
+                       one=rows["QKV: 1 linear + split (siblings)"]["host_us_per_call"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    if lines:
+        st.markdown(f"**{t('learn.evidence.title')}**")
+        for line in lines:
+            st.markdown(f"- {line}")
+
+
+def _tour(cur) -> None:
+    ss = st.session_state
+    done = ss.tour_done
+    st.markdown(t("tour.intro"))
+    loaded = cur is not None and cur[0].source == TOUR_MODEL
+
+    def step(n: int, ok: bool, title: str) -> None:
+        icon = ":material/check_circle:" if ok else ":material/radio_button_unchecked:"
+        st.markdown(f"#### {icon} {t('tour.step', n=n)} · {title}")
+
+    step(1, loaded, t("tour.s1.title"))
+    st.markdown(t("tour.s1.body"))
+    if not loaded:
+        st.button(t("tour.s1.button"), key="tour_load", on_click=_load_tour_model)
+        return
+    spec, model, graph, detection = cur
+    chain = detection.chains[0]
+
+    seen = "seen" in done
+    step(2, seen, t("tour.s2.title"))
+    st.markdown(t("tour.s2.body", chain=chain.title, ops=chain.ops_text))
+    ex = teach_examples.traffic_example(graph, chain, "fp32")
+    _before_after(diagrams.spec_for_example(ex, BY_NAME[chain.pattern].color))
+    st.page_link("ui/pages/graph.py", label=t("tour.s2.link"), icon=":material/hub:")
+    if st.checkbox(t("tour.s2.check"), value=seen, key="tour_seen"):
+        done["seen"] = True
+    else:
+        done.pop("seen", None)
+
+    fold = _fold(spec.source, spec.batch, spec.seq_len, None, 0)
+    folded = "fold" in done
+    step(3, folded, t("tour.s3.title"))
+    if fold:
+        st.markdown(t("tour.s3.body", gamma=fold["gamma"], beta=fold["beta"], mean=fold["mean"], var=fold["var"],
+                      eps=fold["eps"], bias=fold["conv_bias"], chain=fold["title"]))
+        st.code("s  = γ / √(σ² + ε)\nb' = (b − μ) · s + β", language=None)
+        c1, c2 = st.columns(2)
+        scale = c1.number_input(t("tour.s3.scale"), value=0.0, format="%.6f", key="tour_scale")
+        bias = c2.number_input(t("tour.s3.bias"), value=0.0, format="%.6f", key="tour_bias")
+        ok_scale = abs(scale - fold["scale"]) <= 1e-3 * max(1.0, abs(fold["scale"]))
+        ok_bias = abs(bias - fold["folded_bias"]) <= 1e-3 * max(1.0, abs(fold["folded_bias"]))
+        if ok_scale and ok_bias:
+            done["fold"] = True
+            st.success(t("tour.s3.right", scale=fold["scale"], bias=fold["folded_bias"]))
+        elif scale or bias:
+            st.warning(t("tour.s3.wrong", which=", ".join(
+                w for w, ok in ((t("tour.s3.scale"), ok_scale), (t("tour.s3.bias"), ok_bias)) if not ok)))
+
+    ran = _report_matches(detection) is not None
+    step(4, ran, t("tour.s4.title"))
+    st.markdown(t("tour.s4.body"))
+    st.page_link("ui/pages/run.py", label=t("tour.s4.link"), icon=":material/timer:")
+
+    job = tasks.get("profile")
+    profiled = job is not None and job.done and job.result is not None
+    step(5, profiled and "read" in done, t("tour.s5.title"))
+    st.markdown(t("tour.s5.body"))
+    if not profiled:
+        st.markdown(t("tour.s5.where"))
+    elif st.checkbox(t("tour.s5.check"), value="read" in done, key="tour_read"):
+        done["read"] = True
+    else:
+        done.pop("read", None)
+
+
+def _load_tour_model() -> None:
+    """Callback of the tour's first button: choose the zoo model in the sidebar (drawn after this)."""
+    st.session_state.model_kind = "Zoo"
+    st.session_state.zoo_name = TOUR_MODEL
+
+
+def _patterns(cur) -> None:
+    detection = cur[3] if cur else None
+    accepted = ui_state.accepted_ids(detection) if detection else set()
+    st.markdown(t("learn.patterns.intro"))
+    present = {c.pattern for c in detection.chains} if detection else set()
+    for p in sorted(PATTERNS, key=lambda p: p.name not in present):  # the model's own patterns first
+        chains = [c for c in detection.chains if c.pattern == p.name] if detection else []
+        misses = [m for m in detection.near_misses if m.pattern == p.name] if detection else []
+        label = pattern_text(p, "label")
+        title = t("learn.pattern.title_model", label=label, n=len(chains), model=cur[1].name) if cur else label
+        with st.expander(title, expanded=bool(chains)):
+            st.markdown(f"<span style='display:inline-block;width:14px;height:14px;background:{p.color};"
+                        f"border-radius:3px;vertical-align:middle'></span> "
+                        + t("learn.pattern.matches", name=p.name, steps=_steps_text(p)), unsafe_allow_html=True)
+            _before_after(diagrams.spec_for_pattern(p))
+            st.markdown(pattern_text(p, "explanation"))
+            st.markdown(t("learn.pattern.implementation", text=pattern_text(p, "implementation")))
+            if p.formula:
+                st.code(pattern_text(p, "formula"), language=None)
+            for caveat in pattern_text(p, "caveats"):
+                st.markdown(f"- {caveat}")
+            if chains:
+                st.markdown(f"**{t('learn.pattern.in_model')}**")
+                st.dataframe([{t("teach.col.chain"): c.title, t("learn.col.id"): c.id,
+                               t("learn.col.accepted"): c.id in accepted,
+                               t("learn.col.saves"): t("learn.pattern.saves", launches=c.launches_saved,
+                                                       bytes=human_bytes(c.bytes_saved))}
+                              for c in chains], hide_index=True, width="stretch")
+            elif cur:
+                st.caption(t("learn.pattern.not_found"))
+            if misses:
+                st.markdown(f"**{t('learn.pattern.near_misses')}**")
+                for m in misses[:8]:
+                    st.markdown(f"- `{', '.join(m.nodes[:4])}`: {message(m.reason)}")
 
 
 def _steps_text(p) -> str:
-    """``conv → batch_norm → relu/relu6/...``; siblings: ``linear ∥ linear ∥ …`` (two or more)."""
+    """``conv → batch_norm → relu/…``; siblings: ``linear ∥ linear ∥ …``."""
     if p.siblings:
         kinds = "/".join(sorted(p.steps[0].kinds))
-        return f"{kinds} ∥ {kinds} ∥ … (two or more reading one input)"
-    return p.joiner.join("/".join(sorted(s.kinds))[:40] + ("?" if s.optional else "") for s in p.steps)
+        return t("learn.pattern.siblings_steps", kinds=kinds)
+    return p.joiner.join(("/".join(sorted(s.kinds))[:40] + ("?" if s.optional else "")) for s in p.steps)
 
+
+def _examples(cur) -> None:
+    if cur is None:
+        st.info(t("learn.need_model"))
+        return
+    spec, model, graph, detection = cur
+    st.markdown(f"### {t('ex.fold.title')}")
+    bn = teach_examples.bn_chains(detection)
+    if not bn:
+        st.caption(t("ex.fold.none", model=model.name))
+    else:
+        c1, c2 = st.columns([3, 1])
+        chain_id = c1.selectbox(t("ex.fold.chain"), [c.id for c in bn], key="ex_fold_chain",
+                                format_func=lambda cid: detection.chain(cid).title)
+        channels = _fold(spec.source, spec.batch, spec.seq_len, chain_id, 0)["channels"]
+        channel = int(c2.number_input(t("ex.fold.channel"), min_value=0, max_value=channels - 1, value=0, step=1,
+                                      key="ex_fold_channel"))
+        fold = _fold(spec.source, spec.batch, spec.seq_len, chain_id, channel)
+        st.markdown(t("ex.fold.values", chain=fold["title"], channel=channel, channels=channels))
+        st.dataframe([
+            {t("ex.col.symbol"): "γ", t("ex.col.meaning"): t("ex.sym.gamma"), t("ex.col.value"): f"{fold['gamma']:.6g}"},
+            {t("ex.col.symbol"): "β", t("ex.col.meaning"): t("ex.sym.beta"), t("ex.col.value"): f"{fold['beta']:.6g}"},
+            {t("ex.col.symbol"): "μ", t("ex.col.meaning"): t("ex.sym.mean"), t("ex.col.value"): f"{fold['mean']:.6g}"},
+            {t("ex.col.symbol"): "σ²", t("ex.col.meaning"): t("ex.sym.var"), t("ex.col.value"): f"{fold['var']:.6g}"},
+            {t("ex.col.symbol"): "ε", t("ex.col.meaning"): t("ex.sym.eps"), t("ex.col.value"): f"{fold['eps']:.1e}"},
+            {t("ex.col.symbol"): "b", t("ex.col.meaning"): t("ex.sym.bias"), t("ex.col.value"): f"{fold['conv_bias']:.6g}"},
+            {t("ex.col.symbol"): "s = γ/√(σ²+ε)", t("ex.col.meaning"): t("ex.sym.scale"),
+             t("ex.col.value"): f"{fold['scale']:.6g}"},
+            {t("ex.col.symbol"): "b' = (b−μ)·s+β", t("ex.col.meaning"): t("ex.sym.folded_bias"),
+             t("ex.col.value"): f"{fold['folded_bias']:.6g}"},
+        ], hide_index=True, width="stretch")
+        st.markdown(t("ex.fold.weights", before=", ".join(f"{w:.5f}" for w in fold["weights_before"]),
+                      after=", ".join(f"{w:.5f}" for w in fold["weights_after"]), scale=fold["scale"]))
+        verdict = t("ex.fold.agrees") if fold["agrees"] else t("ex.fold.disagrees")
+        (st.success if fold["agrees"] else st.error)(t(
+            "ex.fold.check", shape="×".join(map(str, fold["input_shape"])), diff=fold["max_abs_diff_f64"],
+            top=fold["max_abs_output"], rel=fold["rel_diff_f64"], tol=fold["tolerance"], verdict=verdict))
+        st.caption(t("ex.fold.f32", folded=fold["rel_diff_f32_folded"], unfused=fold["rel_diff_f32_unfused"]))
+
+    st.markdown(f"### {t('ex.bytes.title')}")
+    dtype = st.selectbox(t("ex.bytes.dtype"), DTYPES, key="ex_dtype",
+                         index=DTYPES.index(st.session_state.get("dtype", "fp32")))
+    found = _traffic_examples(spec.source, spec.batch, spec.seq_len, dtype)
+    if not found:
+        st.caption(t("ex.bytes.none"))
+    for family, ex in found.items():
+        st.markdown(f"#### {t('ex.bytes.family', family=t('family.' + family))} · `{ex.title}`")
+        rows = [{t("ex.col.version"): f"{o['kind']} ({o['origin']})", t("ex.col.reads"): human_bytes(o["reads"]),
+                 t("ex.col.writes"): human_bytes(o["writes"])} for o in ex.ops]
+        rows.append({t("ex.col.version"): t("ex.bytes.unfused_total", n=len(ex.ops)),
+                     t("ex.col.reads"): human_bytes(ex.unfused_reads), t("ex.col.writes"): human_bytes(ex.unfused_writes)})
+        rows.append({t("ex.col.version"): t("ex.bytes.fused_total"), t("ex.col.reads"): human_bytes(ex.fused_reads),
+                     t("ex.col.writes"): human_bytes(ex.fused_writes)})
+        st.dataframe(rows, hide_index=True, width="stretch")
+        kept = [i for i in ex.intermediates if i["kept"]]
+        if ex.siblings:
+            st.markdown(t("ex.bytes.saved_siblings", saved=human_bytes(ex.bytes_saved), n=len(ex.ops) - 1))
+        else:
+            st.markdown(t("ex.bytes.saved", saved=human_bytes(ex.bytes_saved), n=len(ex.intermediates) - len(kept),
+                          kept=len(kept)))
+        _before_after(diagrams.spec_for_example(ex, BY_NAME[ex.pattern].color))
+
+
+def _source_picker() -> tuple[str, dict | None]:
+    """Where the tables come from: this session ("now") or a teaching report; returns (source, model entry)."""
+    ss = st.session_state
+    with st.expander(t("teach.report.open_title"), expanded=ss.get("teach_report") is None):
+        committed = [p.name for p in _committed_reports()]
+        if committed:
+            c1, c2 = st.columns([3, 1])
+            c1.selectbox(t("teach.report.committed"), committed, key="teach_committed")
+            c2.button(t("teach.report.open"), key="teach_open_committed", on_click=_on_open_committed)
+        else:
+            st.caption(t("teach.report.none_committed"))
+        st.file_uploader(t("teach.report.upload"), type=["json"], key="teach_report_file",
+                         on_change=_on_teaching_upload)
+    if ss.get("teach_report_error"):
+        st.error(t("teach.report.error", error=ss.teach_report_error))
+    opened = ss.get("teach_report")
+    options = ["now"] + (["report"] if opened else [])
+    if ss.get("teach_source") not in options:
+        ss.teach_source = options[-1]
+    source = st.radio(t("teach.source"), options, key="teach_source", horizontal=True,
+                      format_func=lambda o, lang=current_language(): t_in(lang, "teach.source.now") if o == "now"
+                      else t_in(lang, "teach.source.report", name=opened[0]))
+    if source == "report" and opened:
+        name, rep = opened
+        models = [m["name"] for m in rep["models"]]
+        chosen = st.selectbox(t("teach.report.model"), models, key="teach_model")
+        entry = teach_report.model_entry(rep, chosen)
+        env = rep.get("environment") or {}
+        st.caption(t("teach.report.caption", device=env.get("device_name") or env.get("device"),
+                     date=rep["date_utc"][:10], command=rep["command"], torch=env.get("torch")))
+        if env.get("is_cpu"):
+            st.warning(t("teach.report.cpu"))
+        return "report", entry
+    return "now", None
+
+
+def _where_time_goes(cur) -> None:
+    source, entry = _source_picker()
+    if source == "report":
+        if entry is None or "error" in entry:
+            st.error(t("teach.report.model_failed", error=(entry or {}).get("error", "")))
+            return
+        _show_breakdown(entry.get("breakdown") or {}, entry["name"])
+        _show_traffic(entry.get("traffic") or {}, entry["name"])
+        _show_stages(entry.get("stages") or [], t("teach.stages.from_report"))
+        return
+    if cur is None:
+        st.info(t("learn.need_model"))
+        return
+    spec, model, graph, detection = cur
+    ss = st.session_state
+    device, dtype = ss.get("device", "cpu"), ss.get("dtype", "fp32")
+    plan = ui_state.current_plan(detection)
+    key = json.dumps([spec.source, spec.batch, spec.seq_len, device, dtype, plan.to_dict()], sort_keys=True)
+    job = tasks.get("profile")
+    busy = job is not None and job.running
+    st.button(t("teach.bd.profile", device=device, dtype=dtype), key="teach_profile", disabled=busy,
+              on_click=_start_profile, args=(spec, plan, device, dtype, key))
+    if busy:
+        _poll("profile")
+    elif job is not None and job.error:
+        st.error(t("learn.task.failed", error=message(job.error)))
+    elif job is not None and job.result is not None:
+        if job.key != key:
+            st.caption(t("teach.bd.stale"))
+        _show_breakdown({k: v.to_dict() for k, v in job.result.items()}, model.name)
+    else:
+        st.caption(t("teach.bd.press"))
+    _show_traffic(traffic_table(graph, detection, plan.accepted, torch_dtype(dtype)), model.name)
+    report = _report_matches(detection)
+    if report is not None:
+        _show_stages(readers.report_stages(report), t("teach.stages.from_run"))
+    else:
+        _show_stages([], "")
+
+
+def _start_profile(spec, plan, device: str, dtype: str, key: str) -> None:
+    """Callback: profile one forward of the loaded model, unfused and fused, in the background."""
+    def work(on_step, cancel):
+        from explorer.fusions.rewrite import apply_plan
+        from explorer.runtime.breakdown import model_breakdowns
+
+        analysis = ui_state.load_analysis(spec.source, spec.batch, spec.seq_len)
+        on_step(0.02, "fusing")
+        fused = apply_plan(analysis.model.gm, analysis.detection, plan, device)
+        return model_breakdowns(analysis, fused.gm, device, dtype, _ceilings(device).ridge(dtype),
+                                plan.memory_format == "channels_last", on_step=on_step)
+
+    tasks.start("profile", key, work)
+
+
+def _show_breakdown(bd: dict, model_name: str) -> None:
+    st.markdown(f"#### {t('teach.bd.title')}")
+    if "error" in bd:
+        st.error(t("teach.bd.failed", error=message(bd["error"])))
+        return
+    if not bd:
+        return
+    cpu = any(b.get("is_cpu") for b in bd.values())
+    if cpu:
+        st.warning(t("teach.bd.cpu"))
+    st.plotly_chart(views.breakdown_figure(bd), key="chart_breakdown", width="stretch")
+    st.dataframe(views.breakdown_rows(bd), hide_index=True, width="stretch")
+    unf, fus = bd.get("unfused"), bd.get("fused")
+    if unf and fus:
+        st.markdown(t("teach.bd.read", before=unf["wall_ms"], after=fus["wall_ms"],
+                      launch_before=unf["categories_ms"]["launch_host"], launch_after=fus["categories_ms"]["launch_host"],
+                      mem_before=unf["categories_ms"]["memory_bound"], mem_after=fus["categories_ms"]["memory_bound"],
+                      k_before=unf["kernels"], k_after=fus["kernels"]))
+    st.caption(t("teach.bd.seed_note"))
+    with st.expander(t("teach.bd.rule_title")):
+        st.markdown(t("teach.bd.rule"))
+        ridge = (unf or fus or {}).get("ridge")
+        st.markdown(t("teach.bd.ridge", ridge=f"{ridge:.1f}") if ridge else t("teach.bd.no_ridge"))
+        for variant, b in bd.items():
+            for note in b.get("notes") or []:
+                st.caption(f"{t('teach.variant.' + variant)}: {message(note)}")
+            top = b.get("top") or []
+            if top:
+                st.markdown(f"**{t('teach.bd.top', variant=t('teach.variant.' + variant))}**")
+                st.dataframe([{t("teach.col.node"): r.get("node") or "-", t("teach.col.kernel"): r["kernel"][:80],
+                               t("teach.col.category"): views.category_label(r["category"], b.get("is_cpu")),
+                               t("teach.col.us"): round(r["us"], 1),
+                               t("teach.col.intensity"): round(r["intensity"], 1) if r.get("intensity") else None}
+                              for r in top], hide_index=True, width="stretch")
+
+
+def _show_traffic(traffic: dict, model_name: str) -> None:
+    st.markdown(f"#### {t('teach.tr.title')}")
+    if not traffic or "error" in traffic:
+        st.caption(t("teach.tr.none"))
+        return
+    st.plotly_chart(views.traffic_figure(traffic, model_name), key="chart_traffic", width="stretch")
+    st.dataframe(views.traffic_rows(traffic), hide_index=True, width="stretch")
+    st.caption(t("teach.tr.model_note"))
+    ncu = traffic.get("ncu")
+    if ncu is None:
+        st.caption(t("teach.tr.no_ncu"))
+        return
+    for variant in ("unfused", "fused"):
+        got = ncu.get(variant) or {}
+        if "error" in got:
+            st.caption(t("teach.tr.ncu_failed", variant=t("teach.variant." + variant), error=message(got["error"])))
+    for variant, ex in (traffic.get("explained") or {}).items():
+        reasons = " ".join(t("teach.tr.reason." + r, l2=human_bytes(ex["l2_bytes"]) if ex.get("l2_bytes") else "?")
+                           for r in ex["reasons"])
+        st.markdown(t("teach.tr.explained", variant=t("teach.variant." + variant),
+                      model=ex["model_bytes"] / 1e6, dram=ex["dram_bytes"] / 1e6,
+                      ratio=f"{ex['ratio']:.2f}" if ex.get("ratio") else "-", reasons=reasons))
+
+
+def _show_stages(rows: list[dict], origin: str) -> None:
+    st.markdown(f"#### {t('teach.stages.title')}")
+    if not rows:
+        st.caption(t("teach.stages.none"))
+        return
+    st.caption(origin)
+    st.dataframe(views.stage_table(rows), hide_index=True, width="stretch")
+    first, last = rows[0], next((r for r in reversed(rows) if r.get("latency_ms")), None)
+    if first.get("latency_ms") and last and last is not first:
+        st.markdown(t("teach.stages.read", before=first["latency_ms"], after=last["latency_ms"],
+                      speedup=first["latency_ms"] / last["latency_ms"]))
+
+
+def _predicted(cur) -> None:
+    ss = st.session_state
+    st.markdown(t("pred.intro"))
+    entry = None
+    if ss.get("teach_source") == "report" and ss.get("teach_report"):
+        entry = teach_report.model_entry(ss.teach_report[1], ss.get("teach_model") or "")
+    if entry is not None and "error" not in entry:
+        ceilings = Ceilings.from_dict(ss.teach_report[1]["ceilings"])
+        dtype = entry["dtype"]
+        rows = entry.get("comparison") or []
+        predictions = entry.get("predictions") or []
+        st.caption(t("pred.from_report", model=entry["name"], name=ss.teach_report[0]))
+    else:
+        if cur is None:
+            st.info(t("learn.need_model"))
+            return
+        spec, model, graph, detection = cur
+        report = _report_matches(detection)
+        device = ss.get("device", "cpu")
+        dtype = readers.report_dtype(report) or ss.get("dtype", "fp32")
+        ceilings = _ceilings(device)
+        preds = teach_predict.predict_chains(graph, detection, ui_state.accepted_ids(detection), dtype, ceilings)
+        predictions = [p.to_dict() for p in preds]
+        rows = teach_predict.compare(preds, readers.measured_chains(report), ceilings, dtype) if report else []
+        if report is None:
+            st.caption(t("pred.need_run"))
+    _ceilings_box(ceilings, dtype)
+    if rows:
+        st.plotly_chart(views.prediction_figure(rows), key="chart_prediction", width="stretch")
+        st.dataframe([{t("teach.col.chain"): r["title"], t("pred.col.predicted"): _x(r["predicted"]),
+                       t("pred.col.measured"): _x(r["measured"]), t("pred.col.graph"): _x(r.get("measured_graph")),
+                       t("pred.col.bound"): t("pred.bound." + r["bound"]) if r.get("bound") else "-",
+                       t("pred.col.why"): t(f"teach.why.{r['why']}.short") if r.get("why") else t("teach.why.close.short")}
+                      for r in rows], hide_index=True, width="stretch")
+        for why in sorted({r["why"] for r in rows if r.get("why")}):
+            st.markdown(f"- **{t(f'teach.why.{why}.short')}**: {t(f'teach.why.{why}.long')}")
+    elif predictions:
+        st.dataframe([{t("teach.col.chain"): p["title"], t("pred.col.predicted"): _x(p["gain"]),
+                       t("pred.col.intensity"): round(p["intensity_fused"], 2) if p.get("intensity_fused") else None,
+                       t("pred.col.bound"): t("pred.bound." + p["bound"]) if p.get("bound") else "-"}
+                      for p in predictions], hide_index=True, width="stretch")
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}×" if value else "-"
+
+
+def _ceilings_box(c: Ceilings, dtype: str) -> None:
+    with st.expander(t("pred.ceilings.title", device=c.device_name)):
+        peak, ridge = c.peak_flops(dtype), c.ridge(dtype)
+        rows = [
+            {t("pred.col.what"): t("pred.ceil.bandwidth"),
+             t("pred.col.value"): f"{c.bandwidth / 1e9:,.0f} GB/s" if c.bandwidth else t("pred.unknown"),
+             t("pred.col.source"): message(c.sources.get("bandwidth", c.sources.get("all", "")))},
+            {t("pred.col.what"): t("pred.ceil.flops", dtype=dtype),
+             t("pred.col.value"): f"{peak / 1e12:,.2f} TFLOP/s" if peak else t("pred.unknown"),
+             t("pred.col.source"): message(c.sources.get(dtype, c.sources.get("all", "")))},
+            {t("pred.col.what"): t("pred.ceil.ridge"),
+             t("pred.col.value"): f"{ridge:.1f} FLOP/B" if ridge else t("pred.unknown"), t("pred.col.source"): ""},
+            {t("pred.col.what"): t("pred.ceil.launch"),
+             t("pred.col.value"): f"{c.launch_us:.1f} µs" if c.launch_us else t("pred.unknown"),
+             t("pred.col.source"): message(c.sources.get("launch_us", ""))},
+            {t("pred.col.what"): t("pred.ceil.l2"),
+             t("pred.col.value"): human_bytes(c.l2_bytes) if c.l2_bytes else t("pred.unknown"),
+             t("pred.col.source"): message(c.sources.get("l2_bytes", ""))},
+        ]
+        st.dataframe(rows, hide_index=True, width="stretch")
+        st.markdown(t("pred.model"))
+        if c.sources.get("note"):
+            st.caption(message(c.sources["note"]))
+
+
+def _sweep(cur) -> None:
+    st.markdown(t("sweep.intro"))
+    if cur is None:
+        st.info(t("learn.need_model"))
+        return
+    spec, model, graph, detection = cur
+    ss = st.session_state
+    ids = [c.id for c in detection.chains if c.id in ui_state.accepted_ids(detection)]
+    if not ids:
+        st.caption(t("sweep.no_chains"))
+        return
+    chain_id = st.selectbox(t("sweep.chain"), ids, key="sweep_chain", format_func=lambda c: detection.chain(c).title)
+    low, high = st.select_slider(t("sweep.batches"), options=BATCHES, value=(1, 16), key="sweep_batches")
+    dtypes = st.multiselect(t("sweep.dtypes"), DTYPES, default=[ss.get("dtype", "fp32")], key="sweep_dtypes")
+    batches = [b for b in BATCHES if low <= b <= high]
+    device = ss.get("device", "cpu")
+    st.caption(t("sweep.what", n=len(batches) * len(dtypes), device=device))
+    job = tasks.get("sweep")
+    busy = job is not None and job.running
+    c1, c2 = st.columns([1, 4])
+    c1.button(t("sweep.start"), key="sweep_start", type="primary", disabled=busy or not dtypes,
+              on_click=_start_sweep, args=(spec, chain_id, batches, list(dtypes), device))
+    c2.button(t("learn.task.cancel"), key="sweep_cancel", disabled=not busy, on_click=tasks.cancel, args=("sweep",))
+    if busy:
+        _poll("sweep")
+        return
+    if job is None:
+        return
+    if job.error:
+        st.error(t("learn.task.failed", error=message(job.error)))
+        return
+    points = [p.to_dict() for p in job.result or []]
+    chain_title = detection.chain(json.loads(job.key)[1]).title if json.loads(job.key)[1] in \
+        {c.id for c in detection.chains} else json.loads(job.key)[1]
+    if job.cancelled:
+        st.warning(t("learn.task.cancelled"))
+    good = [p for p in points if p.get("speedup")]
+    if good:
+        st.plotly_chart(views.sweep_figure(good, t("sweep.fig_title", chain=chain_title)), key="chart_sweep",
+                        width="stretch")
+        losing = [p for p in good if p["speedup"] < 1]
+        st.markdown(t("sweep.read_losing", n=len(losing), batches=", ".join(str(p["batch"]) for p in losing))
+                    if losing else t("sweep.read_all_win"))
+    st.dataframe([{t("sweep.col.batch"): p["batch"], t("sweep.col.dtype"): p["dtype"],
+                   t("sweep.col.unfused"): p["unfused_ms"], t("sweep.col.fused"): p["fused_ms"],
+                   t("sweep.col.speedup"): _x(p["speedup"]),
+                   t("sweep.col.bytes"): human_bytes(p["bytes_unfused"]) if p.get("bytes_unfused") else "-",
+                   t("sweep.col.error"): message(p["error"]) if p.get("error") else ""} for p in points],
+                 hide_index=True, width="stretch")
+    st.caption(t("sweep.why"))
+
+
+def _start_sweep(spec, chain_id: str, batches: list[int], dtypes: list[str], device: str) -> None:
+    from explorer.runtime.sweep import sweep_chain
+
+    key = json.dumps([spec.source, chain_id, batches, dtypes, device])
+    tasks.start("sweep", key, sweep_chain, spec.source, chain_id, batches, dtypes, device, spec.seq_len)
+
+
+def _bisect(cur) -> None:
+    st.markdown(t("bisect.intro"))
+    if cur is None:
+        st.info(t("learn.need_model"))
+        return
+    spec, model, graph, detection = cur
+    ss = st.session_state
+    ids = [c.id for c in detection.chains if c.id in ui_state.accepted_ids(detection)]
+    if not ids:
+        st.caption(t("sweep.no_chains"))
+        return
+    mode = st.radio(t("bisect.mode"), ("both", "one_at_a_time", "bisect"), key="bisect_mode", horizontal=True,
+                    format_func=lambda m, lang=current_language(): t_in(lang, f"bisect.mode.{m}"))
+    device, dtype = ss.get("device", "cpu"), ss.get("dtype", "fp32")
+    st.caption(t("bisect.what", n=len(ids), device=device, dtype=dtype))
+    job = tasks.get("bisect")
+    busy = job is not None and job.running
+    c1, c2 = st.columns([1, 4])
+    c1.button(t("bisect.start"), key="bisect_start", type="primary", disabled=busy,
+              on_click=_start_bisect, args=(spec, ids, device, dtype, mode,
+                                            dict(ss.kernels.get(detection.fingerprint, {}))))
+    c2.button(t("learn.task.cancel"), key="bisect_cancel", disabled=not busy, on_click=tasks.cancel, args=("bisect",))
+    if busy:
+        _poll("bisect")
+        return
+    if job is None:
+        return
+    if job.error:
+        st.error(t("learn.task.failed", error=message(job.error)))
+        return
+    r = job.result.to_dict()
+    if r["cancelled"]:
+        st.warning(t("learn.task.cancelled"))
+    st.markdown(t("bisect.errors", unfused=r["unfused_rel_l2"] or 0.0, fused=r["fused_rel_l2"] or 0.0,
+                  dtype=r["dtype"], device=r["device"], n=r["fused_models"]))
+    if r["drifts"] and r["culprit"]:
+        st.error(t("bisect.culprit", chain=detection.chain(r["culprit"]).title if r["culprit"] in
+                   {c.id for c in detection.chains} else r["culprit"], id=r["culprit"]))
+    else:
+        st.success(t("bisect.no_drift"))
+    if r["ranked"]:
+        st.plotly_chart(views.bisect_figure(r["ranked"]), key="chart_bisect", width="stretch")
+        st.dataframe([{t("bisect.col.rank"): i + 1, t("teach.col.chain"): c["title"], t("learn.col.id"): c["id"],
+                       t("bisect.col.error"): f"{c['rel_l2']:.3e}" if c["rel_l2"] is not None else "-",
+                       t("bisect.col.contribution"): f"{c['contribution']:+.3e}" if c["contribution"] is not None else "-"}
+                      for i, c in enumerate(r["ranked"])], hide_index=True, width="stretch")
+    for s in r["steps"]:
+        st.caption(t("bisect.step", a=len(s["a"]), b=len(s["b"]), ea=s["error_a"] or 0.0, eb=s["error_b"] or 0.0,
+                     kept=t("bisect.first_half") if s["kept"] == "a" else t("bisect.second_half")))
+
+
+def _start_bisect(spec, ids: list[str], device: str, dtype: str, mode: str, kernels: dict[str, str]) -> None:
+    from explorer.runtime.bisect import default_fuse, precision_bisect
+
+    def work(on_step, cancel):
+        analysis = ui_state.load_analysis(spec.source, spec.batch, spec.seq_len)
+        return precision_bisect(analysis, ids, device, dtype, mode, default_fuse(analysis, kernels, device),
+                                on_step=on_step, cancel=cancel)
+
+    tasks.start("bisect", json.dumps([spec.source, ids, device, dtype, mode]), work)
+
+
+# ====================================================================== the page
 
 def page() -> None:
-    st.subheader("Operator fusion, pattern by pattern")
-    st.markdown(GENERAL)
     cur = ui_state.current()
-    detection = cur[3] if cur else None
-    accepted = ui_state.accepted_ids(detection) if detection else set()
-    for p in PATTERNS:
-        chains = [c for c in detection.chains if c.pattern == p.name] if detection else []
-        misses = [m for m in detection.near_misses if m.pattern == p.name] if detection else []
-        title = f"{p.label} — {len(chains)} chain(s) in {cur[1].name}" if cur else p.label
-        with st.expander(title, expanded=bool(chains)):
-            left, right = st.columns([3, 2])
-            with left:
-                st.markdown(f"<span style='display:inline-block;width:14px;height:14px;background:{p.color};"
-                            f"border-radius:3px;vertical-align:middle'></span> `{p.name}` · matches "
-                            f"`{_steps_text(p)}`",
-                            unsafe_allow_html=True)
-                st.markdown(p.explanation)
-                st.markdown(f"**Implementation:** {p.implementation}")
-                if p.formula:
-                    st.code(p.formula, language=None)
-                for caveat in p.caveats:
-                    st.markdown(f"- {caveat}")
-            with right:
-                if chains:
-                    st.markdown("**In this model**")
-                    st.dataframe([{"chain": c.id, "accepted": c.id in accepted,
-                                   "origin": ", ".join(dict.fromkeys(c.names)),
-                                   "saves": f"{c.launches_saved} launch(es), {human_bytes(c.bytes_saved)}"}
-                                  for c in chains], hide_index=True, width="stretch")
-                elif cur:
-                    st.caption("Not found in this model.")
-                if misses:
-                    st.markdown("**Near misses**")
-                    for m in misses[:8]:
-                        st.markdown(f"- `{', '.join(m.nodes[:4])}`: {m.reason}")
+    _intro()
+    tabs = st.tabs([t("learn.tab.tour"), t("learn.tab.patterns"), t("learn.tab.examples"), t("learn.tab.time"),
+                    t("learn.tab.predicted"), t("learn.tab.sweep"), t("learn.tab.bisect")])
+    sections = (_tour, _patterns, _examples, _where_time_goes, _predicted, _sweep, _bisect)
+    for tab, section in zip(tabs, sections):
+        with tab:
+            try:
+                section(cur)
+            except ExplorerError as exc:
+                st.error(message(str(exc)))
+            except Exception as exc:  # one tab failing leaves the others usable
+                text = str(exc).strip().splitlines()
+                st.error(t("learn.tab_failed", error=f"{type(exc).__name__}: {text[0][:300] if text else ''}"))
 
 
 ui_state.guarded(page)
-

@@ -1,0 +1,103 @@
+"""Teaching computations in the background: a sweep, a precision bisect, a profile; the Learn page polls them.
+
+Like the run (``explorer.ui.state.RunJob``), a task runs in a thread so that
+the page never blocks; unlike the run it stays in this process (it is a few
+small graphs, not a whole measurement). One task per name at a time; its
+result (or its one-line error) stays until the same name starts again.
+
+Session state: ``tasks`` ({name: TaskJob}), initialised by ``explorer.ui.state``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any, Callable
+
+import streamlit as st
+
+from explorer.errors import ExplorerError
+
+
+@dataclasses.dataclass
+class TaskJob:
+    """One background computation: ``fn(*args, on_step=..., cancel=...)``'s result or error, and its progress."""
+
+    name: str
+    key: str
+    cancel: threading.Event
+    fraction: float = 0.0
+    message: str = ""
+    result: Any = None
+    error: str | None = None
+    done: bool = False
+    cancelled: bool = False
+    started: float = dataclasses.field(default_factory=time.time)
+    finished: float | None = None
+    thread: threading.Thread | None = None
+
+    def progress(self, fraction: float, message: str) -> None:
+        """The ``on_step`` callback the computation calls."""
+        self.fraction = min(max(float(fraction), 0.0), 1.0)
+        self.message = str(message)
+
+    @property
+    def running(self) -> bool:
+        return not self.done
+
+
+def _tasks() -> dict[str, TaskJob]:
+    ss = st.session_state
+    if "tasks" not in ss or ss.tasks is None:
+        ss.tasks = {}
+    return ss.tasks
+
+
+def _run(job: TaskJob, fn: Callable[..., Any], args: tuple) -> None:
+    try:
+        job.result = fn(*args, on_step=job.progress, cancel=job.cancel)
+        job.cancelled = job.cancel.is_set()
+    except ExplorerError as exc:
+        job.error = str(exc)
+    except Exception as exc:  # the task boundary: one line for the page, never a traceback
+        text = str(exc).strip().splitlines()
+        job.error = f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+    finally:
+        job.finished = time.time()
+        job.done = True
+
+
+def start(name: str, key: str, fn: Callable[..., Any], *args: Any) -> TaskJob:
+    """Start ``fn(*args, on_step, cancel)`` as task ``name`` (``key`` says what it computes); a task of that
+    name still running is returned unchanged."""
+    tasks = _tasks()
+    job = tasks.get(name)
+    if job is not None and job.running:
+        return job
+    job = TaskJob(name=name, key=key, cancel=threading.Event())
+    job.thread = threading.Thread(target=_run, args=(job, fn, args), name=f"fusion-explorer-{name}", daemon=True)
+    tasks[name] = job
+    job.thread.start()
+    return job
+
+
+def get(name: str) -> TaskJob | None:
+    """The task of that name (running or finished), or None."""
+    return _tasks().get(name)
+
+
+def cancel(name: str) -> None:
+    """Ask a running task to stop after its current step."""
+    job = get(name)
+    if job is not None and job.running:
+        job.cancel.set()
+
+
+def wait(name: str, timeout_s: float = 300.0, poll_s: float = 0.2) -> bool:
+    """Block until the task is done (tests and scripts); True when it finished in time."""
+    end = time.time() + timeout_s
+    job = get(name)
+    while job is not None and job.running and time.time() < end:
+        time.sleep(poll_s)
+    return job is None or job.done
