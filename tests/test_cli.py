@@ -172,17 +172,27 @@ def test_plan_then_run_on_cpu(tmp_path):
 
 
 def test_plan_rejects_the_chains_a_report_measured_slower(tmp_path):
-    report = {"plan": {"cuda_graphs": False}, "chains": [
-        {"id": "conv_bn_act@conv2d", "slower": True, "slower_in_graph": False},
-        {"id": "conv_bn_add_act@conv2d_1", "slower": False, "slower_in_graph": True}]}
+    """--reject-slower reads the typed report's one verdict field; a report of another model is refused
+    in one line."""
+    import dataclasses
+
+    from explorer.fusion_engine import analyze
+    from report_samples import sample_report
+
+    _, _, det = analyze("residual_block")
+    base = sample_report()
+    conv, res = det.chains[0].id, det.chains[1].id
+    report = dataclasses.replace(
+        base, model=dataclasses.replace(base.model, name="residual_block", fingerprint=det.fingerprint),
+        chains=(dataclasses.replace(base.chains[1], id=conv),      # verdict: slower
+                dataclasses.replace(base.chains[0], id=res)))      # verdict: faster
     path = tmp_path / "report.json"
-    path.write_text(json.dumps(report))
+    path.write_text(report.to_json())
     proc = cli("plan", "residual_block", "--reject-slower", str(path))
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["accepted"] == ["conv_bn_add_act@conv2d_1"]
-    report["plan"]["cuda_graphs"] = True  # replayed timings apply then
-    path.write_text(json.dumps(report))
-    assert json.loads(cli("plan", "residual_block", "--reject-slower", str(path)).stdout)["accepted"] == [
-        "conv_bn_act@conv2d"]
+    assert json.loads(proc.stdout)["accepted"] == [res]
+    other = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / \
+        "report_resnet50_fp16_channels_last_h200.json"
+    assert_one_line_error(cli("plan", "residual_block", "--reject-slower", str(other)), "measured on model 'resnet50'")
     path.write_text("[]")
-    assert_one_line_error(cli("plan", "residual_block", "--reject-slower", str(path)), "not a runner report")
+    assert_one_line_error(cli("plan", "residual_block", "--reject-slower", str(path)), "not a run report")
