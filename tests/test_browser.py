@@ -182,8 +182,9 @@ def test_fusions_run_and_results_in_chromium(app_url, browser):
         # Run on the CPU
         page.get_by_role("link", name="Run", exact=True).first.click()
         page.get_by_text("Press Run").wait_for(timeout=60_000)
-        quick = page.get_by_role("checkbox", name="Quick (few repetitions)")
-        page.get_by_text("Quick (few repetitions)").click()
+        quick_box = page.locator(".st-key-run_quick")    # by its widget key: the label may change
+        quick = quick_box.get_by_role("checkbox")
+        quick_box.locator("label").first.click()
         page.wait_for_function("el => el.checked", arg=quick.element_handle(), timeout=30_000)
         _wait_idle(page)
         # A click that lands while Streamlit is still re-rendering after the checkbox can be lost
@@ -205,7 +206,7 @@ def test_fusions_run_and_results_in_chromium(app_url, browser):
         page.wait_for_timeout(1500)
         n_plots = page.locator(".js-plotly-plot").count()
         print(f"plotly charts on the Results page: {n_plots}")
-        assert n_plots >= 3
+        assert n_plots >= 2   # quick mode times no chain alone: the whole-model charts
         page.set_viewport_size({"width": 1600, "height": 3200})  # Streamlit scrolls inside its own container
         page.wait_for_timeout(1500)
         page.screenshot(path=str(ASSETS / "screenshot-results.png"))
