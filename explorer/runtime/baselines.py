@@ -74,9 +74,10 @@ def _compiled_variant(name: str, target: torch.nn.Module, mode: str, inputs: tup
 
 def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any, channels_last: bool,
               settings: RunSettings, emit: Callable[[float, str], None], ref: Any = None,
-              classification: bool = False) -> tuple[Baseline, ...]:
+              classification: bool = False, timing: m.TimingPlan | None = None) -> tuple[Baseline, ...]:
     """Time the fused model beside eager and torch.compile (module docstring); returns every entry,
-    fused ones included, with verdicts of each fused entry against its baselines."""
+    fused ones included, with verdicts of each fused entry against its baselines. ``timing``
+    overrides the settings' timing plan (a benchmark's own target)."""
     cuda = device.startswith("cuda")
     fmt = "channels_last" if channels_last else "nchw"
     entries: dict[str, dict[str, Any]] = {}
@@ -121,7 +122,7 @@ def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any,
     names = {v.name for v in variants}
     pairs = tuple((name, e["pairs_with"]) for name, e in entries.items()
                   if e.get("pairs_with") in names and name in names)
-    timing = m.TimingPlan.for_device(device, settings.warmup, settings.reps, quick=settings.quick)
+    timing = timing or m.TimingPlan.for_device(device, settings.warmup, settings.reps, quick=settings.quick)
     res, samples = measure_variants(variants, device, timing, model.batch, pairs=pairs)
     out = []
     for name, e in entries.items():
