@@ -1,4 +1,4 @@
-"""Start the app with ``streamlit run`` and find its drawn graph in headless Chromium.
+"""Start the app with ``streamlit run`` and read its drawn graphs out of headless Chromium.
 
 Shared by ``tests/test_browser.py`` and ``benchmarks/bench_app_startup.py``. Uses Debian's
 chromium through Playwright (never ``playwright install``).
@@ -64,34 +64,6 @@ def running_app() -> Iterator[str]:
             proc.kill()
         if log is not subprocess.DEVNULL:
             log.close()
-
-
-def graph_frame(page, timeout_s: float):
-    """The iframe holding a drawn vis-network canvas, and the canvas size."""
-    end = time.time() + timeout_s
-    last_error = None
-    while time.time() < end:
-        for frame in page.frames:
-            if frame == page.main_frame:
-                continue
-            try:
-                info = frame.evaluate("""() => {
-                    const c = document.querySelector('#mynetwork canvas');
-                    if (!c || typeof vis === 'undefined' || !c.width || !c.height) return null;
-                    const ctx = c.getContext('2d');
-                    const d = ctx.getImageData(0, 0, c.width, c.height).data;
-                    let ink = 0;
-                    for (let i = 0; i < d.length; i += 4 * 97) if (d[i + 3] > 0 && (d[i] < 240 || d[i+1] < 240 || d[i+2] < 240)) ink++;
-                    return {w: c.width, h: c.height, ink: ink, nodes: network.body.data.nodes.length};
-                }""")
-            except Exception as exc:  # a frame still loading or navigating
-                last_error = exc
-                continue
-            if info and info["ink"] > 0:
-                return frame, info
-        page.wait_for_timeout(250)  # not time.sleep: Playwright's sync API must keep pumping events
-    print(f"no drawn canvas; last error: {last_error}")
-    return None, None
 
 
 # Reads what vis-network drew in one graph iframe: every node's box (graph units), the edge
