@@ -87,6 +87,47 @@ def test_kernel_name_families():
     assert bd.classify(relu, 10.0, alone=True)[0] == "compute_bound"
 
 
+def test_cuda_profiler_events_are_charged_to_their_graph_nodes():
+    """The CUDA path on made-up profiler events (this machine has no GPU): host ranges fx::<node>, an ATen op
+    inside each with the kernels the profiler linked to it, a Triton kernel linked to the range itself, the
+    GPU-timeline copies of the ranges (not kernels), a memcpy, and a kernel nobody linked."""
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    kernel = namedtuple("Kernel", "name device duration")
+
+    def event(name, start, end, device=DeviceType.CPU, kernels=(), thread=1, annotation=False):
+        return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end), device_type=device,
+                               thread=thread, kernels=list(kernels), is_user_annotation=annotation)
+
+    gpu = DeviceType.CUDA
+    events = [
+        event("fx::conv2d", 0, 30), event("aten::conv2d", 2, 28, kernels=[kernel("sm90_xmma_fprop", 0, 50.0)]),
+        event("fx::relu", 30, 40), event("aten::relu", 31, 39, kernels=[kernel("elementwise_kernel", 0, 10.0)]),
+        event("fx::fused_add_layer_norm", 40, 60, kernels=[kernel("_add_layernorm_kernel", 0, 20.0)]),
+        event("fx::conv2d", 100, 150, gpu, annotation=True),          # the GPU timeline's copy of a range
+        event("sm90_xmma_fprop", 100, 150, gpu), event("elementwise_kernel", 150, 160, gpu),
+        event("_add_layernorm_kernel", 160, 180, gpu), event("Memcpy DtoD (Device -> Device)", 180, 185, gpu),
+        event("stray_kernel", 185, 190, gpu),
+    ]
+    costs = {"conv2d": (1e9, 1e6), "relu": (1e3, 8e6), "fused_add_layer_norm": (1e4, 4e6)}
+    kernels, busy_ms, notes = bd.attribute_events(events, costs, cuda=True)
+    assert [(k.name, k.node) for k in kernels] == [
+        ("sm90_xmma_fprop", "conv2d"), ("elementwise_kernel", "relu"),
+        ("_add_layernorm_kernel", "fused_add_layer_norm"), ("Memcpy DtoD (Device -> Device)", ""),
+        ("stray_kernel", "")]
+    assert math.isclose(busy_ms, 0.090)  # 100..190 µs, the annotation copy not counted
+    assert kernels[0].flops == 1e9 and kernels[4].flops is None
+    assert "2 of 5 kernels could not be linked" in notes[0]
+    b = bd.combine("fused", "cuda", 0.2, kernels, ridge=100.0, busy_ms=busy_ms)
+    assert math.isclose(b.categories_ms["compute_bound"], 0.09 * 50 / 90)   # the conv: 1000 FLOP/B
+    assert math.isclose(b.categories_ms["memory_bound"], 0.09 * 35 / 90)    # relu, add+LN, the stray one by name
+    assert math.isclose(b.categories_ms["other"], 0.09 * 5 / 90)
+    assert math.isclose(b.categories_ms["launch_host"], 0.11)
+
+
 def test_breakdown_of_a_real_forward_on_the_cpu(residual):
     fused = fuse(residual)
     out = bd.model_breakdowns(residual, fused.gm, "cpu", "fp32", ridge=10.0, timing=QUICK)

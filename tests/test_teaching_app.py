@@ -73,6 +73,23 @@ def test_learn_page_draws_every_tab_in_both_languages(lang):
     assert not at.exception and bool(CJK.search(at.tabs[0].label)) == (lang == "en")
 
 
+def test_predicted_against_measured_from_this_sessions_run():
+    from explorer.fusion_engine import analyze
+
+    det = analyze("residual_block").detection
+    chains = [{"id": c.id, "unfused_ms": 1.0, "fused_ms": 1.0 / speedup, "slower": False}
+              for c, speedup in zip(det.chains, (1.2, 40.0))]
+    at = _learn("en")
+    at.session_state["last_report"] = ("k", {"version": 1, "plan": {"fingerprint": det.fingerprint},
+                                             "settings": {"dtype": "fp32"}, "chains": chains, "stages": []})
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("chart_prediction" in c.proto.id for c in at.get("plotly_chart"))
+    table = next(df.value for df in at.dataframe if "predicted gain" in df.value.columns)
+    assert list(table["measured gain"]) == ["1.20×", "40.00×"]
+    assert (table["why far"] != "close to the prediction").any()   # 40× is far from any prediction here
+
+
 def test_the_tour_checks_a_fold_done_by_hand():
     from explorer.fusion_engine import analyze
     from explorer.teaching.examples import fold_example
@@ -138,3 +155,43 @@ def test_a_teaching_report_opens_without_a_gpu(teaching_report, lang):
     at.file_uploader(key="teach_report_file").set_value(("broken.json", b'{"schema": "x"}', "application/json")).run()
     errors = [e.value for e in at.error]
     assert any("not a teaching report" in e for e in errors) and all("\n" not in e for e in errors)
+
+
+# ------------------------------------------------------------------ the drawings and tables (pure view builders)
+
+def test_diagrams_draw_the_round_trips_fusion_removes():
+    from explorer.fusions import BY_NAME
+    from explorer.ui import diagrams
+
+    labels = {"chip": "on chip", "memory": "device memory", "kept_on_chip": "stay", "caption": "c"}
+    red_tensor = f'stroke="{diagrams.ROUND_TRIP}" stroke-width="1.5"'
+    spec = diagrams.spec_for_pattern(BY_NAME["conv_bn_act"])
+    assert len(spec.ops) == 3
+    unfused, fused = diagrams.svg(spec, False, labels), diagrams.svg(spec, True, labels)
+    assert unfused.count(red_tensor) == 2 and fused.count(red_tensor) == 0
+    assert diagrams.counts(spec, False) == {"launches": 3, "round_trips": 2, "input_reads": 1}
+    assert diagrams.counts(spec, True)["launches"] == 1 and "t1, t2: stay" in fused
+    kept = diagrams.DiagramSpec(ops=("add", "layer_norm"), inputs=("x", "r"), intermediates=(("t1", "8 KiB", True),))
+    assert diagrams.svg(kept, True, labels).count(red_tensor) == 1   # the sum is still written for the residual
+    qkv = diagrams.spec_for_pattern(BY_NAME["linear_siblings"])
+    assert diagrams.counts(qkv, False)["input_reads"] == 3 and diagrams.counts(qkv, True)["input_reads"] == 1
+    assert "<script" not in unfused and "http" not in unfused.replace("http://www.w3.org/2000/svg", "")
+
+
+def test_breakdown_and_traffic_tables():
+    from explorer.ui import teaching_views as views
+
+    b = {"wall_ms": 2.0, "busy_ms": 1.5, "is_cpu": False,
+         "categories_ms": {"launch_host": 0.5, "memory_bound": 1.0, "compute_bound": 0.4, "other": 0.1}}
+    rows = views.breakdown_rows({"unfused": b, "fused": b})
+    assert len(rows) == 5 and rows[0]["unfused %"] == "25%" and rows[-1]["unfused ms"] == 2.0
+    assert rows[0]["seed's claim %"] == "15%"
+    fig = views.breakdown_figure({"unfused": b})
+    assert [tr.name for tr in fig.data][:2] == ["kernel launch and host overhead", "memory-bound kernels"]
+    traffic = {"chains": [{"id": "a", "title": "a", "pattern": "p", "bytes_unfused": 200, "bytes_fused": 100,
+                           "bytes_saved": 100}],
+               "total": {"bytes_unfused": 1000, "bytes_fused": 900, "bytes_saved": 100}}
+    rows = views.traffic_rows(traffic)
+    assert rows[-1]["saved"] == "10%" and rows[0]["saved"] == "50%"
+    bars = views.traffic_figure(traffic, "resnet50")
+    assert list(bars.data[0].x) == ["byte model", "seed's claim (batch not stated)"]

@@ -302,10 +302,17 @@ def _interval_union_us(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def _is_label(e) -> bool:
+    """An ``fx::`` range of ours (on the host; the profiler mirrors it on the GPU's timeline too)."""
+    return e.name.startswith(LABEL_PREFIX)
+
+
 def _ranges(events) -> tuple[list[float], list[tuple[float, float, str, int]]]:
-    """The ``fx::`` ranges sorted by start: (starts, [(start, end, node, thread)])."""
+    """The host's ``fx::`` ranges sorted by start: (starts, [(start, end, node, thread)])."""
+    from torch.autograd import DeviceType
+
     ranges = sorted((e.time_range.start, e.time_range.end, e.name[len(LABEL_PREFIX):], e.thread)
-                    for e in events if e.name.startswith(LABEL_PREFIX))
+                    for e in events if _is_label(e) and e.device_type == DeviceType.CPU)
     return [r[0] for r in ranges], ranges
 
 
@@ -346,7 +353,6 @@ def profile_kernels(fn: Callable[[], Any], device: str, costs: dict[str, tuple[f
 def _profile_once(fn: Callable[[], Any], device: str, costs: dict[str, tuple[float, float]]
                   ) -> tuple[list[KernelTime], float | None, list[str]]:
     """One profiled call of ``fn`` (see ``profile_kernels``)."""
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.startswith("cuda")
@@ -355,11 +361,26 @@ def _profile_once(fn: Callable[[], Any], device: str, costs: dict[str, tuple[flo
         with profile(activities=activities) as prof:
             fn()
             m.synchronize(device)
-    events = list(prof.events())
+    return attribute_events(list(prof.events()), costs, cuda)
+
+
+def attribute_events(events: list, costs: dict[str, tuple[float, float]], cuda: bool
+                     ) -> tuple[list[KernelTime], float | None, list[str]]:
+    """The profiler's events of one labelled forward as ``KernelTime``s: (kernels, device busy ms, notes).
+
+    ``events`` are ``torch.profiler`` ``FunctionEvent``s (anything with ``name``,
+    ``device_type``, ``time_range.start/.end`` in µs, ``thread``, and on host
+    events ``kernels``: (name, device, duration) of the device kernels the
+    profiler linked to them). A pure function of the events, tested on made-up
+    ones; ``_profile_once`` feeds it a real profile.
+    """
+    from torch.autograd import DeviceType
+
     starts, ranges = _ranges(events)
     notes: list[str] = []
-    if cuda:
-        device_events = [e for e in events if e.device_type == DeviceType.CUDA]
+    if cuda:        # kernels, memcpy and memset; not the GPU-timeline copies of our fx:: ranges (user annotations)
+        device_events = [e for e in events if e.device_type == DeviceType.CUDA and not _is_label(e)
+                         and not getattr(e, "is_user_annotation", False)]
         busy_us = _interval_union_us([(e.time_range.start, e.time_range.end) for e in device_events])
         attributed: dict[tuple[str, float], list[str]] = {}
         for e in events:
@@ -386,7 +407,8 @@ def _profile_once(fn: Callable[[], Any], device: str, costs: dict[str, tuple[flo
                          "graph node: classified by name")
         return out, busy_us / 1e3, notes
     # CPU: top-level ATen ops inside each node's range
-    ops = sorted((e for e in events if e.name.startswith("aten::")), key=lambda e: e.time_range.start)
+    ops = sorted((e for e in events if e.name.startswith("aten::") and e.device_type == DeviceType.CPU),
+                 key=lambda e: e.time_range.start)
     out = []
     open_end: dict[int, float] = {}
     for e in ops:
@@ -416,7 +438,7 @@ def breakdowns(variants: dict[str, tuple[torch.fx.GraphModule, torch.fx.GraphMod
     profiled once, node by node. Returns {name: Breakdown}.
     """
     emit = on_step or (lambda f, s: None)
-    timing = timing or m.TimingPlan.for_device(device, short=True)
+    timing = timing or m.TimingPlan.for_device(device)  # whole forwards: the runner's plan, not a chain's
     emit(0.05, "timing the plain forwards")
     fns = {name: (lambda g=timed: g(*inputs)) for name, (timed, _, _) in variants.items()}
     walls = m.time_alternated(fns, device, timing)

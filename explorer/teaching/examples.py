@@ -16,7 +16,8 @@ changes the model.
   and writes; the intermediates that no longer go to device memory and back
   are listed (``kept`` when something outside the chain still reads one, so the
   fused kernel writes it as an extra output). The two totals differ by exactly
-  ``Chain.bytes_saved``.
+  ``Chain.bytes_saved``. ``external_inputs`` are the activations each op reads
+  from outside the chain (weights are charged to the op, not listed).
 - ``examples_by_family``: the first chain of each pattern family the model has.
 """
 
@@ -168,6 +169,7 @@ class TrafficExample:
     intermediates: tuple[dict, ...]
     bytes_saved: int
     siblings: bool = False
+    external_inputs: tuple[dict, ...] = ()
 
     @property
     def unfused_reads(self) -> int:
@@ -215,10 +217,17 @@ def traffic_example(graph: Any, chain: Any, dtype_name: str) -> TrafficExample:
                           "kept": node in extra, "reads_saved": 1})
         fused_reads = sum(o["reads"] for o in ops) - sum(i["bytes"] for i in inter)
         fused_writes = sum(o["writes"] for o in ops) - sum(i["bytes"] for i in inter if not i["kept"])
+    members = set(chain.nodes)
+    external = []
+    for i, node in enumerate(chain.compute_nodes):
+        for src in sorted(graph.predecessors(node), key=lambda n: graph.nodes[n]["order"]):
+            if src not in members:
+                external.append({"op_index": i, "node": src,
+                                 "bytes": int(round(graph.edges[src, node].get("bytes", 0) * m.element_ratio(dtype)))})
     return TrafficExample(chain_id=chain.id, title=chain.title, pattern=chain.pattern,
                           family=FAMILY_OF.get(chain.pattern, "generic"), dtype=dtype_name, ops=tuple(ops),
                           fused_reads=int(fused_reads), fused_writes=int(fused_writes), intermediates=tuple(inter),
-                          bytes_saved=saved, siblings=chain.siblings)
+                          bytes_saved=saved, siblings=chain.siblings, external_inputs=tuple(external))
 
 
 def examples_by_family(analysis: Any, dtype_name: str = "fp32") -> dict[str, TrafficExample]:

@@ -67,6 +67,8 @@ def spec_for_pattern(pattern: Any) -> DiagramSpec:
         ops.append(f"[{label}]" if step.optional else label)
         if step.kinds & {"add"} and len(ops) > 1 and step.role in ("add", "mask"):
             side.append((len(ops) - 1, "z" if step.role == "add" else "mask"))
+        elif step.kinds & {"matmul"} and len(ops) > 1:
+            side.append((len(ops) - 1, "v"))
     inter = tuple((f"t{i + 1}", "", False) for i in range(len(ops) - 1))
     inputs = ("x", "r") if ops and ops[0] == "add" else ("x",)
     return DiagramSpec(ops=tuple(ops), inputs=inputs, intermediates=inter, side_inputs=tuple(side),
@@ -81,7 +83,14 @@ def spec_for_example(example: Any, color: str = "#1f77b4") -> DiagramSpec:
         return DiagramSpec(ops=ops, inputs=(f"x {size}".strip(),), siblings=True,
                            outputs=tuple(f"y{i + 1}" for i in range(len(ops))), color=color)
     inter = tuple((f"t{i + 1}", human_bytes(t["bytes"]), bool(t["kept"])) for i, t in enumerate(example.intermediates))
-    return DiagramSpec(ops=ops, intermediates=inter, color=color)
+    external = list(getattr(example, "external_inputs", ()) or [])
+    first = [e for e in external if e["op_index"] == 0] or [{"bytes": 0}]
+    names = ("x", "r", "x3", "x4") if ops and ops[0] == "add" else ("a", "b", "c", "d")
+    inputs = tuple(f"{names[min(i, 3)]} {human_bytes(e['bytes'])}".strip() if e["bytes"] else names[min(i, 3)]
+                   for i, e in enumerate(first[:3]))
+    side = tuple((e["op_index"], f"z{j + 1} {human_bytes(e['bytes'])}")
+                 for j, e in enumerate(e for e in external if e["op_index"] > 0))
+    return DiagramSpec(ops=ops, inputs=inputs, intermediates=inter, side_inputs=side, color=color)
 
 
 def _text(x: float, y: float, s: str, size: int = 12, anchor: str = "middle", color: str = INK,
@@ -119,15 +128,18 @@ def svg(spec: DiagramSpec, fused: bool, labels: dict[str, str], width: int = 600
     bottom lane's), "kept_on_chip" (said of intermediates inside the fused box),
     "caption" (one line under the drawing: launches and round trips).
     """
-    height = 230
+    two_rows = bool(spec.side_inputs)
+    height = 290 if two_rows else 250
     chip_y, mem_y = 62, 172
+    row2 = mem_y + 44          # side inputs (a residual, the second operand of a later op)
     left, right = 70, width - 20
     colors = {ROUND_TRIP, ON_CHIP, INK}
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
              f'role="img" aria-label="{html.escape(labels.get("caption", ""))}">', _defs(colors)]
-    parts.append(f'<rect x="4" y="{mem_y - 34}" width="{width - 8}" height="68" rx="8" fill="{MEMORY_FILL}"/>')
+    lane = 108 if two_rows else 68
+    parts.append(f'<rect x="4" y="{mem_y - 34}" width="{width - 8}" height="{lane}" rx="8" fill="{MEMORY_FILL}"/>')
     parts.append(_text(10, chip_y - 34, labels.get("chip", "on chip"), 13, "start", "#6b7280"))
-    parts.append(_text(10, mem_y + 48, labels.get("memory", "device memory"), 13, "start", "#6b7280"))
+    parts.append(_text(10, mem_y - 34 + lane + 16, labels.get("memory", "device memory"), 13, "start", "#6b7280"))
     n = len(spec.ops)
     if spec.siblings:
         x_in = left + 10
@@ -153,30 +165,32 @@ def svg(spec: DiagramSpec, fused: bool, labels: dict[str, str], width: int = 600
                 out = spec.outputs[i] if i < len(spec.outputs) else f"y{i + 1}"
                 parts.append(_tensor(bx + 25, mem_y, out, "", INK))
                 parts.append(_arrow(bx + 10, chip_y + 21, bx + 25, mem_y - 16, INK))
-        parts.append(_text(width / 2, height - 6, labels.get("caption", ""), 14, weight="bold"))
+        parts.append(_text(width / 2, height - 4, labels.get("caption", ""), 14, weight="bold"))
         parts.append("</svg>")
         return "".join(parts)
 
     x_in = left + 10
     for i, name in enumerate(spec.inputs):
-        parts.append(_tensor(x_in + 50 * i, mem_y, name, "", INK))
+        label, _, size = name.partition(" ")
+        parts.append(_tensor(x_in + 84 * i, mem_y, label, size, INK))
     x_out = right - 30
     if fused:
-        x0, x1 = left + 60 + 50 * (len(spec.inputs) - 1), x_out - 60
+        x0, x1 = left + 60 + 84 * (len(spec.inputs) - 1), x_out - 60
         parts.append(f'<rect x="{x0:.1f}" y="{chip_y - 22}" width="{x1 - x0:.1f}" height="44" rx="8" '
                      f'fill="{KERNEL_FILL}" stroke="{spec.color}" stroke-width="2.5"/>')
-        parts.append(_text((x0 + x1) / 2, chip_y - 4, " + ".join(op.strip("[]") for op in spec.ops), 14,
-                           weight="bold"))
+        fused_label = " + ".join(op.strip("[]") for op in spec.ops)
+        parts.append(_text((x0 + x1) / 2, chip_y - 4, fused_label, _fit(fused_label, x1 - x0), weight="bold"))
         stay = [t for t in spec.intermediates if not t[2]]
         if stay:
             parts.append(_text((x0 + x1) / 2, chip_y + 14, f"{', '.join(t[0] for t in stay)}: "
                                f"{labels.get('kept_on_chip', 'stay in registers')}", 13, color=ON_CHIP))
         for i in range(len(spec.inputs)):
-            parts.append(_arrow(x_in + 50 * i, mem_y - 16, x0 + 20 + 12 * i, chip_y + 23, INK))
+            parts.append(_arrow(x_in + 84 * i, mem_y - 16, x0 + 20 + 12 * i, chip_y + 23, INK))
         for j, (_op_index, name) in enumerate(spec.side_inputs):
-            sx = (x0 + x1) / 2 + 30 * j
-            parts.append(_tensor(sx, mem_y, name, "", INK))
-            parts.append(_arrow(sx, mem_y - 16, sx, chip_y + 23, INK))
+            sx = x0 + (x1 - x0) * (j + 1) / (len(spec.side_inputs) + 1)
+            label, _, size = name.partition(" ")
+            parts.append(_tensor(sx, row2, label, size, INK))
+            parts.append(_arrow(sx, row2 - 17, sx, chip_y + 23, INK))
         kept = [t for t in spec.intermediates if t[2]]
         for j, (name, size, _) in enumerate(kept):
             kx = x1 - 60 - 80 * j
@@ -185,7 +199,7 @@ def svg(spec: DiagramSpec, fused: bool, labels: dict[str, str], width: int = 600
         parts.append(_tensor(x_out, mem_y, spec.outputs[0], "", INK))
         parts.append(_arrow(x1 - 10, chip_y + 23, x_out, mem_y - 16, INK))
     else:
-        start = left + 60 + 50 * (len(spec.inputs) - 1)
+        start = left + 60 + 84 * (len(spec.inputs) - 1)
         step = (x_out - 40 - start) / max(n, 1)
         centers = [start + step * i + step / 2 for i in range(n)]
         box = min(step - 24, 110)
@@ -193,22 +207,29 @@ def svg(spec: DiagramSpec, fused: bool, labels: dict[str, str], width: int = 600
             dash = ' stroke-dasharray="4,3"' if op.startswith("[") else ""  # an optional step
             parts.append(f'<rect x="{cx - box / 2:.1f}" y="{chip_y - 20}" width="{box:.1f}" height="40" rx="8" '
                          f'fill="{KERNEL_FILL}" stroke="{spec.color}" stroke-width="2"{dash}/>')
-            parts.append(_text(cx, chip_y + 5, op, 14, weight="bold"))
+            parts.append(_text(cx, chip_y + 5, op, _fit(op, box), weight="bold"))
         for i in range(len(spec.inputs)):
-            parts.append(_arrow(x_in + 50 * i, mem_y - 16, centers[0] - box / 4 + 8 * i, chip_y + 21, INK))
+            parts.append(_arrow(x_in + 84 * i, mem_y - 16, centers[0] - box / 4 + 8 * i, chip_y + 21, INK))
         for i, (name, size, kept) in enumerate(spec.intermediates):
             tx = (centers[i] + centers[i + 1]) / 2
             parts.append(_tensor(tx, mem_y, name, size, ROUND_TRIP))
             parts.append(_arrow(centers[i] + box / 4, chip_y + 21, tx - 6, mem_y - 16, ROUND_TRIP))
             parts.append(_arrow(tx + 6, mem_y - 16, centers[i + 1] - box / 4, chip_y + 21, ROUND_TRIP))
         for op_index, name in spec.side_inputs:
-            sx = centers[op_index] + box / 4
-            parts.append(_text(sx + 4, chip_y + 40, f"+ {name}", 11, "start", "#6b7280"))
+            sx = centers[op_index]
+            label, _, size = name.partition(" ")
+            parts.append(_tensor(sx, row2, label, size, INK))
+            parts.append(_arrow(sx, row2 - 17, sx, chip_y + 21, INK))
         parts.append(_tensor(x_out, mem_y, spec.outputs[0], "", INK))
         parts.append(_arrow(centers[-1] + box / 4, chip_y + 21, x_out, mem_y - 16, INK))
-    parts.append(_text(width / 2, height - 6, labels.get("caption", ""), 14, weight="bold"))
+    parts.append(_text(width / 2, height - 4, labels.get("caption", ""), 14, weight="bold"))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _fit(label: str, box: float, largest: int = 14) -> int:
+    """A font size at which ``label`` fits in a box ``box`` wide (about 0.62 em per character)."""
+    return int(max(9, min(largest, (box - 8) / (0.62 * max(len(label), 1)))))
 
 
 def counts(spec: DiagramSpec, fused: bool) -> dict[str, int]:

@@ -37,6 +37,7 @@ from explorer.teaching import predict as teach_predict
 from explorer.teaching import readers
 from explorer.teaching import report as teach_report
 from explorer.ui import diagrams, tasks
+from explorer.ui import teaching_panels as panels
 from explorer.ui import state as ui_state
 from explorer.ui import teaching_views as views
 from explorer.ui.i18n import current as current_language
@@ -424,9 +425,9 @@ def _where_time_goes(cur) -> None:
         if entry is None or "error" in entry:
             st.error(t("teach.report.model_failed", error=(entry or {}).get("error", "")))
             return
-        _show_breakdown(entry.get("breakdown") or {}, entry["name"])
-        _show_traffic(entry.get("traffic") or {}, entry["name"])
-        _show_stages(entry.get("stages") or [], t("teach.stages.from_report"))
+        panels.breakdown_panel(entry.get("breakdown") or {}, entry["name"])
+        panels.traffic_panel(entry.get("traffic") or {}, entry["name"])
+        panels.stages_panel(entry.get("stages") or [], t("teach.stages.from_report"))
         return
     if cur is None:
         st.info(t("learn.need_model"))
@@ -447,15 +448,15 @@ def _where_time_goes(cur) -> None:
     elif job is not None and job.result is not None:
         if job.key != key:
             st.caption(t("teach.bd.stale"))
-        _show_breakdown({k: v.to_dict() for k, v in job.result.items()}, model.name)
+        panels.breakdown_panel({k: v.to_dict() for k, v in job.result.items()}, model.name)
     else:
         st.caption(t("teach.bd.press"))
-    _show_traffic(traffic_table(graph, detection, plan.accepted, torch_dtype(dtype)), model.name)
+    panels.traffic_panel(traffic_table(graph, detection, plan.accepted, torch_dtype(dtype)), model.name)
     report = _report_matches(detection)
     if report is not None:
-        _show_stages(readers.report_stages(report), t("teach.stages.from_run"))
+        panels.stages_panel(readers.report_stages(report), t("teach.stages.from_run"))
     else:
-        _show_stages([], "")
+        panels.stages_panel([], "")
 
 
 def _start_profile(spec, plan, device: str, dtype: str, key: str) -> None:
@@ -471,79 +472,6 @@ def _start_profile(spec, plan, device: str, dtype: str, key: str) -> None:
                                 plan.memory_format == "channels_last", on_step=on_step)
 
     tasks.start("profile", key, work)
-
-
-def _show_breakdown(bd: dict, model_name: str) -> None:
-    st.markdown(f"#### {t('teach.bd.title')}")
-    if "error" in bd:
-        st.error(t("teach.bd.failed", error=message(bd["error"])))
-        return
-    if not bd:
-        return
-    cpu = any(b.get("is_cpu") for b in bd.values())
-    if cpu:
-        st.warning(t("teach.bd.cpu"))
-    st.plotly_chart(views.breakdown_figure(bd), key="chart_breakdown", width="stretch")
-    st.dataframe(views.breakdown_rows(bd), hide_index=True, width="stretch")
-    unf, fus = bd.get("unfused"), bd.get("fused")
-    if unf and fus:
-        st.markdown(t("teach.bd.read", before=unf["wall_ms"], after=fus["wall_ms"],
-                      launch_before=unf["categories_ms"]["launch_host"], launch_after=fus["categories_ms"]["launch_host"],
-                      mem_before=unf["categories_ms"]["memory_bound"], mem_after=fus["categories_ms"]["memory_bound"],
-                      k_before=unf["kernels"], k_after=fus["kernels"]))
-    st.caption(t("teach.bd.seed_note"))
-    with st.expander(t("teach.bd.rule_title")):
-        st.markdown(t("teach.bd.rule"))
-        ridge = (unf or fus or {}).get("ridge")
-        st.markdown(t("teach.bd.ridge", ridge=f"{ridge:.1f}") if ridge else t("teach.bd.no_ridge"))
-        for variant, b in bd.items():
-            for note in b.get("notes") or []:
-                st.caption(f"{t('teach.variant.' + variant)}: {message(note)}")
-            top = b.get("top") or []
-            if top:
-                st.markdown(f"**{t('teach.bd.top', variant=t('teach.variant.' + variant))}**")
-                st.dataframe([{t("teach.col.node"): r.get("node") or "-", t("teach.col.kernel"): r["kernel"][:80],
-                               t("teach.col.category"): views.category_label(r["category"], b.get("is_cpu")),
-                               t("teach.col.us"): round(r["us"], 1),
-                               t("teach.col.intensity"): round(r["intensity"], 1) if r.get("intensity") else None}
-                              for r in top], hide_index=True, width="stretch")
-
-
-def _show_traffic(traffic: dict, model_name: str) -> None:
-    st.markdown(f"#### {t('teach.tr.title')}")
-    if not traffic or "error" in traffic:
-        st.caption(t("teach.tr.none"))
-        return
-    st.plotly_chart(views.traffic_figure(traffic, model_name), key="chart_traffic", width="stretch")
-    st.dataframe(views.traffic_rows(traffic), hide_index=True, width="stretch")
-    st.caption(t("teach.tr.model_note"))
-    ncu = traffic.get("ncu")
-    if ncu is None:
-        st.caption(t("teach.tr.no_ncu"))
-        return
-    for variant in ("unfused", "fused"):
-        got = ncu.get(variant) or {}
-        if "error" in got:
-            st.caption(t("teach.tr.ncu_failed", variant=t("teach.variant." + variant), error=message(got["error"])))
-    for variant, ex in (traffic.get("explained") or {}).items():
-        reasons = " ".join(t("teach.tr.reason." + r, l2=human_bytes(ex["l2_bytes"]) if ex.get("l2_bytes") else "?")
-                           for r in ex["reasons"])
-        st.markdown(t("teach.tr.explained", variant=t("teach.variant." + variant),
-                      model=ex["model_bytes"] / 1e6, dram=ex["dram_bytes"] / 1e6,
-                      ratio=f"{ex['ratio']:.2f}" if ex.get("ratio") else "-", reasons=reasons))
-
-
-def _show_stages(rows: list[dict], origin: str) -> None:
-    st.markdown(f"#### {t('teach.stages.title')}")
-    if not rows:
-        st.caption(t("teach.stages.none"))
-        return
-    st.caption(origin)
-    st.dataframe(views.stage_table(rows), hide_index=True, width="stretch")
-    first, last = rows[0], next((r for r in reversed(rows) if r.get("latency_ms")), None)
-    if first.get("latency_ms") and last and last is not first:
-        st.markdown(t("teach.stages.read", before=first["latency_ms"], after=last["latency_ms"],
-                      speedup=first["latency_ms"] / last["latency_ms"]))
 
 
 def _predicted(cur) -> None:
@@ -594,7 +522,7 @@ def _x(value: float | None) -> str:
 
 
 def _ceilings_box(c: Ceilings, dtype: str) -> None:
-    with st.expander(t("pred.ceilings.title", device=c.device_name)):
+    with st.expander(t("pred.ceilings.title", device=c.device_name), expanded=True):
         peak, ridge = c.peak_flops(dtype), c.ridge(dtype)
         rows = [
             {t("pred.col.what"): t("pred.ceil.bandwidth"),
