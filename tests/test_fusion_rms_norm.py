@@ -291,3 +291,32 @@ def test_near_misses_say_why(how, reason):
     assert det.counts["rms_norm"] == 0
     misses = [m.reason for m in det.near_misses if m.pattern == "rms_norm"]
     assert misses and reason in misses[0], misses
+
+
+class _SqrtNorm(torch.nn.Module):
+    """RMSNorm as ONNX exporters write it: ``x * reciprocal(sqrt(mean(x²) + eps)) * w``, no casts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(103) * 0.1 + 1)
+
+    def forward(self, x, r):
+        s = x + r
+        return self.weight * (s * torch.reciprocal(torch.sqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6))), s
+
+
+def test_reciprocal_of_sqrt_is_rsqrt(monkeypatch):
+    """``reciprocal(sqrt(·))`` in place of ``rsqrt`` is matched too (one Add+RMSNorm whose sum is also
+    returned), and fuses to the same result within fp32 rounding."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    model = _SqrtNorm().eval()
+    gen = torch.Generator().manual_seed(8)
+    x, r = rand((2, 7, 103), torch.float32, "cpu", gen), rand((2, 7, 103), torch.float32, "cpu", gen)
+    gm, det = detect_module(model, (x, r), "sqrt_norm")
+    assert det.counts["add_rms_norm"] == 1
+    chain = det.chains[0]
+    assert "sqrt" in chain.ops and "reciprocal" in chain.ops and chain.extra_outputs == (chain.node_for("add"),)
+    fused = fuse_all(gm, det)
+    with torch.no_grad():
+        for got, want in zip(fused.gm(x, r), model(x, r)):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)

@@ -212,3 +212,37 @@ def test_a_lone_rotated_tensor_is_a_near_miss():
     _, det = detect_module(_Rope(q_only=True), (torch.randn(2, 7, 120),), "rope_q")
     assert det.counts["rotary"] == 0
     assert any("only one tensor is rotated" in m.reason for m in det.near_misses if m.pattern == "rotary")
+
+
+class _ConstantTables(torch.nn.Module):
+    """q and k rotated with cos/sin tables held as constants (1, 1, S, D), as a fixed-length ONNX export has them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        cos, sin = llama_cos_sin(1, 7, 40, torch.float32, "cpu", offset=3)
+        self.register_buffer("cos", cos[:, None])                                         # (1, 1, S, D)
+        self.register_buffer("sin", sin[:, None])
+        self.q, self.k = torch.nn.Linear(120, 120), torch.nn.Linear(120, 40)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, 3, 40).transpose(1, 2)
+        k = self.k(x).view(b, s, 1, 40).transpose(1, 2)
+        return (q * self.cos + hf_llama.rotate_half(q) * self.sin,
+                k * self.cos + hf_llama.rotate_half(k) * self.sin)
+
+
+def test_constant_tables_are_matched_and_passed_squeezed(monkeypatch):
+    """With constant cos/sin (not graph nodes) the partner is found among the other negations; the fused
+    call reads the tables squeezed to (1, S, D). Same result."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    model = _ConstantTables().eval()
+    x = rand((2, 7, 120), torch.float32, "cpu", torch.Generator().manual_seed(5))
+    gm, det = detect_module(model, (x,), "const_rope")
+    assert det.counts["rotary"] == 1
+    fused = fuse_all(gm, det)
+    call = next(n for n in fused.gm.graph.nodes if n.target is rot.fused_rotary)
+    assert getattr(fused.gm, call.args[2].target).shape == (1, 7, 40)
+    with torch.no_grad():
+        for got, want in zip(fused.gm(x), model(x)):
+            assert torch.equal(got, want)

@@ -202,3 +202,28 @@ def test_near_miss_and_non_match():
     assert any("up projection output has 2 consumers" in m.reason for m in det.near_misses if m.pattern == "swiglu")
     _, det = detect_module(_Gated("two_inputs"), (x, y), "two")
     assert det.counts["swiglu"] == 0 and not [m for m in det.near_misses if m.pattern == "swiglu"]
+
+
+class _SigmoidGated(torch.nn.Module):
+    """SwiGLU with silu written ``g * sigmoid(g)``, as ONNX exporters write it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate, self.up = torch.nn.Linear(16, 24), torch.nn.Linear(16, 24)
+
+    def forward(self, x):
+        g = self.gate(x)
+        return g * torch.sigmoid(g) * self.up(x)
+
+
+def test_sigmoid_form_of_silu(monkeypatch):
+    """``g * sigmoid(g) * up`` (with biases) is one swiglu chain too, fused to one GEMM; same result."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    model = _SigmoidGated().eval()
+    x = rand((3, 5, 16), torch.float32, "cpu", torch.Generator().manual_seed(9))
+    gm, det = detect_module(model, (x,), "sigmoid_gated")
+    assert det.counts["swiglu"] == 1 and det.chains[0].ops == ("linear", "linear", "sigmoid", "mul", "mul")
+    fused = fuse_all(gm, det)
+    assert [a.status for a in fused.applied] == ["fused"]
+    with torch.no_grad():
+        torch.testing.assert_close(fused.gm(x), model(x), rtol=1e-5, atol=1e-6)

@@ -459,7 +459,8 @@ def _only_successor(g: nx.DiGraph, n: str, kinds: set[str], what: str, refusals:
 def _norm_tail(g: nx.DiGraph, h: str, refusals: list[str]) -> list[tuple[str, str, bool]]:
     """The RMSNorm computed from ``h``: ``pow(h, 2) ─► mean(-1) ─► + eps ─► rsqrt ─► h * · [─► to]
     [─► mul(weight)]``, as ``[(node, role, True), ...]``; raises ``NoMatch(None)`` where the structure
-    differs and appends readable refusals (extra consumers, a mean over other dims) to ``refusals``."""
+    differs and appends readable refusals (extra consumers, a mean over other dims) to ``refusals``.
+    ``rsqrt`` may also be ``reciprocal(sqrt(·))``, as ONNX exporters write it."""
     pows = [s for s in _succ(g, h) if g.nodes[s]["kind"] == "pow" and g.nodes[s].get("exponent") == 2.0]
     if len(pows) != 1:
         raise NoMatch(None, [h])
@@ -474,12 +475,15 @@ def _norm_tail(g: nx.DiGraph, h: str, refusals: list[str]) -> list[tuple[str, st
     add_eps = _only_successor(g, mean, {"add"}, "mean", refusals)
     if "scalar" not in g.nodes[add_eps]:
         raise NoMatch(None, [pow_, mean, add_eps])
-    rsqrt = _only_successor(g, add_eps, {"rsqrt"}, "+ eps", refusals)
-    mul = _only_successor(g, rsqrt, {"mul"}, "rsqrt", refusals)
-    if set(g.predecessors(mul)) != {h, rsqrt}:
-        raise NoMatch(None, [pow_, mean, add_eps, rsqrt, mul])
-    out = [(pow_, "pow", True), (mean, "mean", True), (add_eps, "add_eps", True), (rsqrt, "rsqrt", True),
-           (mul, "normalize", True)]
+    root = _only_successor(g, add_eps, {"rsqrt", "sqrt"}, "+ eps", refusals)
+    out = [(pow_, "pow", True), (mean, "mean", True), (add_eps, "add_eps", True)]
+    if g.nodes[root]["kind"] == "sqrt":
+        out.append((root, "sqrt", True))
+        root = _only_successor(g, root, {"reciprocal"}, "sqrt", refusals)
+    mul = _only_successor(g, root, {"mul"}, "rsqrt", refusals)
+    if set(g.predecessors(mul)) != {h, root}:
+        raise NoMatch(None, [n for n, _, _ in out] + [root, mul])
+    out += [(root, "rsqrt", True), (mul, "normalize", True)]
     last = mul
     succ = _succ(g, last)
     if len(succ) == 1 and _is_cast(g, succ[0]):
@@ -526,7 +530,7 @@ def _match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: d
     else:
         raise NoMatch(None, [anchor])
     tail = _norm_tail(g, h, refusals)
-    inside = {tail[0][0], tail[4][0]}                                   # pow and the normalising mul
+    inside = {n for n, r, _ in tail if r in ("pow", "normalize")}      # what reads h inside the norm
     if h != anchor:
         outside_cast = [s for s in _succ(g, h) if s not in inside]
         outside_add = [s for s in succ if s != h]
@@ -552,7 +556,7 @@ def _match_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[
     if tail[0][0] != anchor:
         raise NoMatch(None, [anchor])
     head = []
-    if _is_cast(g, h) and set(g.successors(h)) == {tail[0][0], tail[4][0]}:
+    if _is_cast(g, h) and set(g.successors(h)) == {n for n, r, _ in tail if r in ("pow", "normalize")}:
         head = [(h, "cast_in", True)]
     return _finish(pattern, head + tail, refusals, claimed)
 
@@ -640,7 +644,8 @@ _TEACHING = ("A hand-written RMSNorm (transformers' LlamaRMSNorm) is six ops, ea
              "writes the normalised row, rounding where the module rounds.")
 _CAVEATS = (PRECISION_CAVEAT, "Statistics are accumulated in fp32 even for fp16/bf16 inputs, as LlamaRMSNorm does.")
 _NORM_STEPS = (Step(frozenset({"pow"}), "pow"), Step(frozenset({"reduce"}), "mean"),
-               Step(frozenset({"add"}), "add_eps"), Step(frozenset({"rsqrt"}), "rsqrt"),
+               Step(frozenset({"add"}), "add_eps"), Step(frozenset({"sqrt"}), "sqrt", optional=True),
+               Step(frozenset({"rsqrt", "reciprocal"}), "rsqrt"),
                Step(frozenset({"mul"}), "normalize"), Step(_CASTS, "cast_out", optional=True),
                Step(frozenset({"mul"}), "weight", optional=True))
 

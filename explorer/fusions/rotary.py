@@ -319,6 +319,18 @@ def _other(g: nx.DiGraph, n: str, known: str) -> str:
     return others[0]
 
 
+def _table(g: nx.DiGraph, n: str, known: str) -> str:
+    """The cos or sin operand of the product ``n``: a graph node, or ``const:<target>`` for a constant
+    (an ONNX exporter folds the tables of a fixed-length graph into initializers)."""
+    others = [p for p in g.predecessors(n) if p != known]
+    constants = g.nodes[n].get("const_inputs") or []
+    if len(others) == 1 and not constants:
+        return others[0]
+    if not others and len(constants) == 1:
+        return "const:" + constants[0]
+    raise NoMatch(None, [n])
+
+
 def _rotate_half_of(g: nx.DiGraph, neg: str) -> tuple[str, str, str, str, str]:
     """From a ``neg``: ``(t, slice_hi, slice_lo, cat)`` of ``cat(-t[..., D/2:], t[..., :D/2], dim=-1)`` and the
     ``mul`` by sin after it, as ``(t, hi, lo, cat, mul_sin)``; ``NoMatch(None)`` where it is not rotate-half."""
@@ -351,12 +363,12 @@ def _rotated(g: nx.DiGraph, neg: str) -> tuple[str, list[tuple[str, str, bool]],
     """One tensor's ``t·cos + rotate_half(t)·sin`` from its ``neg``: ``(t, matched, cos, sin)``, where
     ``cos``/``sin`` are the (unsqueezed) operands the two products read."""
     t, hi, lo, cat, mul_sin = _rotate_half_of(g, neg)
-    sin = _other(g, mul_sin, cat)
+    sin = _table(g, mul_sin, cat)
     add = _single(g, mul_sin, "add")
     mul_cos = _other(g, add, mul_sin)
     if g.nodes[mul_cos]["kind"] != "mul" or t not in set(g.predecessors(mul_cos)) or g.out_degree(mul_cos) != 1:
         raise NoMatch(None, [neg, cat, mul_sin, add])
-    cos = _other(g, mul_cos, t)
+    cos = _table(g, mul_cos, t)
     matched = [(mul_cos, "mul_cos", True), (hi, "view", False), (lo, "view", False), (neg, "neg", True),
                (cat, "cat", True), (mul_sin, "mul_sin", True), (add, "add", True)]
     return t, matched, cos, sin
@@ -365,30 +377,33 @@ def _rotated(g: nx.DiGraph, neg: str) -> tuple[str, list[tuple[str, str, bool]],
 def _match_rotary(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
     """``q·cos + rotate_half(q)·sin`` and the same for ``k`` with the same cos and sin (its matcher).
 
-    Anchored at a ``neg``; the partner is the other tensor whose ``mul`` reads the same ``cos``.
-    The first in graph order plays q (roles ``q_*``), the other k (``k_*``).
+    Anchored at a ``neg``; the partner is the other tensor rotated with the same ``cos`` and ``sin``
+    (found through the ``cos`` node's products, or, where the tables are constants, among the other
+    ``neg`` nodes), the unclaimed one nearest in graph order. The first in graph order plays q (roles
+    ``q_*``), the other k (``k_*``).
     """
     t, first, cos, sin = _rotated(g, anchor)
-    partners = []
-    for user in _succ(g, cos):
-        others = [p for p in g.predecessors(user) if p != cos]
-        if g.nodes[user]["kind"] != "mul" or user == first[0][0] or len(others) != 1:
-            continue
-        other_t = others[0]
-        negs = [n for s in _succ(g, other_t) if "slice" in g.nodes[s]
+    if cos.startswith("const:"):
+        negs = [n for n in g.nodes if g.nodes[n]["kind"] == "neg" and n != anchor]
+    else:
+        negs = [n for user in _succ(g, cos) if g.nodes[user]["kind"] == "mul" and user != first[0][0]
+                for p in g.predecessors(user) if p != cos
+                for s in _succ(g, p) if "slice" in g.nodes[s]
                 for n in _succ(g, s) if g.nodes[n]["kind"] == "neg"]
-        for neg in negs:
-            try:
-                t2, second, cos2, sin2 = _rotated(g, neg)
-            except NoMatch:
-                continue
-            if (t2, cos2, sin2) == (other_t, cos, sin) and second[0][0] == user:
-                partners.append(second)
+    partners = []
+    for neg in negs:
+        try:
+            t2, second, cos2, sin2 = _rotated(g, neg)
+        except NoMatch:
+            continue
+        if (cos2, sin2) == (cos, sin) and t2 != t and not any(n in claimed for n, _, _ in second):
+            partners.append(second)
     nodes = [n for n, _, _ in first]
     if not partners:
         raise NoMatch(f"{pattern.label}: only one tensor is rotated with these cos and sin "
                       "(the kernel rotates q and k together)", nodes)
-    second = partners[0]
+    here = g.nodes[anchor]["order"]
+    second = min(partners, key=lambda m: abs(g.nodes[m[0][0]]["order"] - here))
     if g.nodes[second[0][0]]["order"] < g.nodes[first[0][0]]["order"]:
         first, second = second, first
     matched = [(n, r if r == "view" else "q_" + r, c) for n, r, c in first] + \
@@ -401,14 +416,25 @@ def _match_rotary(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[st
 
 # ====================================================================== rewrite
 
-def _cos_source(ctx: RewriteContext, unsqueezed: torch.fx.Node, what: str) -> torch.fx.Node:
-    """The (B|1, S, D) tensor that ``unsqueezed`` is ``unsqueeze(·, 1)`` of (the kernel reads it directly)."""
+def _table_source(ctx: RewriteContext, unsqueezed: torch.fx.Node, what: str,
+                  tensors: dict[str, torch.Tensor]) -> tuple[object, torch.Tensor]:
+    """The (B|1, S, D) table the kernel reads for ``unsqueezed`` (= ``unsqueeze(table, 1)``), and its value
+    or metadata: the unsqueeze's input node, or, for a constant (B|1, 1, S, D), a squeezed copy registered
+    in ``tensors`` under a new attribute."""
+    if unsqueezed.op == "get_attr":
+        value = ctx.constant(unsqueezed, what)
+        if value.dim() != 4 or value.shape[1] != 1:
+            raise UseGeneric(f"the constant {what} is not a (B, 1, S, D) table")
+        key = f"{unsqueezed.target}_squeezed".replace(".", "_")
+        tensors[key] = value.squeeze(1).contiguous()                               # (B|1, S, D)
+        return edit.NewAttr(key), tensors[key]
     if aten.aten_name(unsqueezed) != "unsqueeze" or aten.args_of(unsqueezed).get("dim") not in (1, -3):
         raise UseGeneric(f"{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor")
     src = unsqueezed.args[0]
-    if not isinstance(src, torch.fx.Node) or aten.static_shape(src) is None or len(aten.static_shape(src)) != 3:
+    val = aten.node_val(src)
+    if not isinstance(val, torch.Tensor) or val.dim() != 3:
         raise UseGeneric(f"{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor")
-    return src
+    return src, val
 
 
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
@@ -421,14 +447,15 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         cos_sin.append((edit.other_operand(mul_cos, {t}), edit.other_operand(mul_sin, {cat})))
     if cos_sin[0] != cos_sin[1]:
         raise UseGeneric("q and k are rotated with different cos/sin")
-    cos, sin = (_cos_source(ctx, n, what) for n, what in zip(cos_sin[0], ("cos", "sin")))
+    constants: dict[str, torch.Tensor] = {}
+    (cos, cs), (sin, ss) = (_table_source(ctx, n, what, constants) for n, what in zip(cos_sin[0], ("cos", "sin")))
     q, k = tensors
-    qs, ks, cs, ss = (aten.node_val(n) for n in (q, k, cos, sin))
+    qs, ks = aten.node_val(q), aten.node_val(k)
     choice = select_rotary(ctx.device, qs.dtype, int(qs.shape[-1]), k_dtype=ks.dtype, cos_dtype=cs.dtype,
                            q_shape=qs.shape, k_shape=ks.shape, cos_shape=cs.shape, sin_shape=ss.shape)
     outputs = [ctx.node(chain, "q_add"), ctx.node(chain, "k_add")]
-    return edit.whole_chain_edit(ctx, chain, fused_rotary, (q, k, cos, sin), choice, outputs=outputs,
-                                 tuple_result=True)
+    return edit.whole_chain_edit(ctx, chain, fused_rotary, (q, k, cos, sin), choice, tensors=constants,
+                                 outputs=outputs, tuple_result=True)
 
 
 # ====================================================================== patterns

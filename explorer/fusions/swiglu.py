@@ -346,6 +346,21 @@ def fused_swiglu(x, weight, bias, intermediate):
 
 # ====================================================================== matching
 
+def _silu_of(g: nx.DiGraph, gate: str) -> list[tuple[str, str, bool]]:
+    """``silu(gate)`` as ``[(node, role, True)]``: one ``silu``, or ``gate * sigmoid(gate)`` (as ONNX
+    exporters write it: roles ``sigmoid`` and ``act``); ``NoMatch(None)`` otherwise."""
+    succ = list(g.successors(gate))
+    silus = [s for s in succ if g.nodes[s]["kind"] == "silu"]
+    if len(silus) == 1:
+        return [(silus[0], "act", True)]
+    sigmoids = [s for s in succ if g.nodes[s]["kind"] == "sigmoid"]
+    if len(sigmoids) == 1:
+        products = [s for s in succ if g.nodes[s]["kind"] == "mul" and set(g.predecessors(s)) == {gate, sigmoids[0]}]
+        if len(products) == 1:
+            return [(sigmoids[0], "sigmoid", True), (products[0], "act", True)]
+    raise NoMatch(None, [gate])
+
+
 def _match_swiglu(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
     """``silu(linear_gate(x)) * linear_up(x)``, anchored at the gate projection (its matcher).
 
@@ -353,11 +368,8 @@ def _match_swiglu(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[st
     needs them); everything but the product must be read by the chain only.
     """
     gate = anchor
-    succ = sorted(g.successors(gate), key=lambda n: g.nodes[n]["order"])
-    acts = [s for s in succ if g.nodes[s]["kind"] == "silu"]
-    if len(acts) != 1:
-        raise NoMatch(None, [gate])
-    act = acts[0]
+    silu = _silu_of(g, gate)
+    act = silu[-1][0]
     muls = [s for s in g.successors(act) if g.nodes[s]["kind"] == "mul"]
     if len(muls) != 1:
         raise NoMatch(None, [gate, act])
@@ -369,10 +381,11 @@ def _match_swiglu(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[st
     x = g.nodes[gate].get("first_input")
     if x is None or g.nodes[up].get("first_input") != x:
         raise NoMatch(None, [gate, act, mul, up])
-    nodes = [gate, up, act, mul]
+    nodes = [gate, up, *(n for n, _, _ in silu), mul]
     refusals = [f"{n} already in chain {claimed[n]}" for n in nodes if n in claimed]
-    for node, what in ((gate, "gate projection"), (act, "silu"), (up, "up projection")):
-        if g.out_degree(node) > 1:
+    for node, what, readers in ((gate, "gate projection", len(silu)), (act, "silu", 1), (up, "up projection", 1),
+                                (silu[0][0], "sigmoid", 1)):
+        if g.out_degree(node) > readers:
             refusals.append(f"{what} output has {g.out_degree(node)} consumers")
     if not (g.nodes[gate].get("const_weight") and g.nodes[up].get("const_weight")):
         refusals.append("a projection's weight is computed in the graph (one GEMM needs constant weights)")
@@ -382,7 +395,7 @@ def _match_swiglu(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[st
         refusals.append("the projections differ in dtype")
     if refusals:
         raise NoMatch(f"{pattern.label}: {refusals[0]}", nodes)
-    return [(gate, "gate", True), (up, "up", True), (act, "act", True), (mul, "mul", True)]
+    return [(gate, "gate", True), (up, "up", True), *silu, (mul, "mul", True)]
 
 
 # ====================================================================== rewrite
@@ -395,7 +408,13 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         raise UseGeneric("a projection is not a plain linear")
     if gate.input is not up.input:
         raise Refuse("the projections do not read the same input")
-    if aten.aten_name(act) not in ("silu", "silu_") or act.args[0] is not ctx.node(chain, "gate"):
+    gate_node, sigmoid = ctx.node(chain, "gate"), ctx.node(chain, "sigmoid")
+    if sigmoid is None:
+        is_silu = aten.aten_name(act) in ("silu", "silu_") and act.args[0] is gate_node
+    else:                                                                 # gate * sigmoid(gate)
+        is_silu = (aten.aten_name(sigmoid) == "sigmoid" and sigmoid.args[0] is gate_node
+                   and aten.aten_name(act) == "mul" and set(act.args[:2]) == {gate_node, sigmoid})
+    if not is_silu:
         raise UseGeneric("the activation is not silu of the gate projection")
     if set(mul.args[:2]) != {act, ctx.node(chain, "up")}:
         raise UseGeneric("the product is not silu(gate) * up")
@@ -443,7 +462,8 @@ LOWERINGS = {fused_swiglu: _lower}
 PATTERNS = (
     Pattern(
         name="swiglu", label="SwiGLU (gate/up GEMM + silu·mul)", priority=30,
-        steps=(Step(frozenset({"linear"}), "gate"), Step(frozenset({"silu"}), "act"),
+        steps=(Step(frozenset({"linear"}), "gate"), Step(frozenset({"sigmoid"}), "sigmoid", optional=True),
+               Step(frozenset({"silu", "mul"}), "act"),
                Step(frozenset({"linear"}), "up"), Step(frozenset({"mul"}), "mul")),
         match=_match_swiglu, color="#aec7e8", rewrite=rewrite,
         implementation=("one GEMM over the concatenated gate and up weights, then one Triton kernel computing "

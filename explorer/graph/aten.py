@@ -397,6 +397,9 @@ def _elementwise_facts(node: torch.fx.Node, kind: str) -> dict[str, Any]:
         scalar = next((_number(a) for a in node.args[:2] if _number(a) is not None), None)
         if scalar is not None:
             out["scalar"] = scalar
+        constants = [str(a.target) for a in node.args[:2] if _is_attr(a)]
+        if constants:
+            out["const_inputs"] = constants   # weights are not graph nodes: which ones an op reads
     elif kind == "reduce" and node.args:
         a, rank = args_of(node), _rank(node.args[0])
         dims = a.get("dim")

@@ -193,15 +193,60 @@ class TransformerBlock(nn.Module):
 
 # ---------------------------------------------------------------------- Llama-style decoders
 
+#: The attention implementation of the zoo's decoders (``register_causal_sdpa``).
+CAUSAL_SDPA = "sdpa_causal"
+
+
+def _causal_sdpa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 attention_mask: torch.Tensor | None, **kwargs):
+    """transformers' SDPA attention with the causal mask left to SDPA's ``is_causal`` and grouped-query
+    attention to ``enable_gqa``, as transformers itself runs it in eager mode.
+
+    ``query``: (B, Hq, Sq, D), ``key``/``value``: (B, Hkv, Skv, D). A prompt attends causally (Sq == Skv);
+    a decode step's one query attends to every cached position (Sq == 1, a full cache). Other shapes
+    (a partly filled cache, padding) need a mask tensor and are refused.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if q_len not in (1, kv_len):
+        raise ValueError(f"{CAUSAL_SDPA} attends a prompt (q_len == kv_len) or one decoded token, "
+                         f"not {q_len} queries over {kv_len} keys")
+    return sdpa_attention_forward(module, query, key, value, None, **kwargs)
+
+
+def _no_mask(*args, **kwargs) -> None:
+    """The mask function of ``CAUSAL_SDPA``: no mask tensor (SDPA's ``is_causal`` is the mask)."""
+    return None
+
+
+def register_causal_sdpa() -> str:
+    """Register ``CAUSAL_SDPA`` with transformers (idempotent) and return its name.
+
+    Without it, a graph captured by ``torch.export`` builds a (B, 1, S, S) boolean mask and copies K
+    and V to every query head (``repeat_kv``): transformers materialises the mask whenever it is
+    traced, since an exported program may be called at other shapes. The explorer's graphs are static,
+    and eager mode (and ``torch.compile``) skip both; with this implementation the captured graph runs
+    the same attention as the module does eagerly: one SDPA call, causal, grouped-query.
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(CAUSAL_SDPA, _causal_sdpa)
+    AttentionMaskInterface.register(CAUSAL_SDPA, _no_mask)
+    return CAUSAL_SDPA
+
+
 def llama_config(layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
                  max_positions: int = 4096):
-    """A transformers ``LlamaConfig`` of these sizes: SDPA attention, SiLU-gated MLP, untied embeddings."""
+    """A transformers ``LlamaConfig`` of these sizes: causal grouped-query SDPA attention
+    (``register_causal_sdpa``), SiLU-gated MLP, untied embeddings."""
     from transformers import LlamaConfig
 
     return LlamaConfig(hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
                        num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
                        max_position_embeddings=max_positions, rms_norm_eps=1e-6, hidden_act="silu",
-                       attn_implementation="sdpa", use_cache=False, tie_word_embeddings=False)
+                       attn_implementation=register_causal_sdpa(), use_cache=False, tie_word_embeddings=False)
 
 
 def realistic_llama_weights(model: nn.Module, seed: int = 0) -> nn.Module:
