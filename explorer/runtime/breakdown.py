@@ -378,7 +378,8 @@ def attribute_events(events: list, costs: dict[str, tuple[float, float]], cuda: 
 
     starts, ranges = _ranges(events)
     notes: list[str] = []
-    if cuda:        # kernels, memcpy and memset; not the GPU-timeline copies of our fx:: ranges (user annotations)
+    if cuda:
+        # kernels, memcpy and memset; not the GPU-timeline copies of our fx:: ranges (user annotations)
         device_events = [e for e in events if e.device_type == DeviceType.CUDA and not _is_label(e)
                          and not getattr(e, "is_user_annotation", False)]
         busy_us = _interval_union_us([(e.time_range.start, e.time_range.end) for e in device_events])
