@@ -377,3 +377,24 @@ def test_full_run_on_cuda_with_graphs():
     names = {b.name: b for b in report.baselines}
     assert names["torch_compile_reduce_overhead"].pairs_with == "fused_cuda_graphs"
     assert names["torch_compile"].pairs_with == "fused" and names["torch_compile"].compile_s > 0
+
+
+def test_progress_says_the_time_left_and_never_goes_back():
+    """The schedule's fraction only grows, even when a revision makes the run look longer, and every
+    status carries the estimated time left, which shrinks as phases end."""
+    from explorer.runtime.progress import Schedule, format_seconds
+
+    seen: list[tuple[float, str]] = []
+    schedule = Schedule(lambda f, s: seen.append((f, s)), {"load": 0.02, "main": 0.02, "chains": 0.02})
+    schedule.emit("load", 0.0, "loading")
+    time.sleep(0.03)
+    schedule.emit("main", 0.5, "timing")
+    schedule.revise(chains=60.0)                       # the first forward was slow: chains will take a minute
+    schedule.emit("main", 0.9, "timing")
+    assert "about 1 min" in seen[-1][1] or "about 60 s" in seen[-1][1], seen[-1]
+    schedule.emit("chains", 0.5, "timing chain 1/2")
+    schedule.done()
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert all("left" in s for _, s in seen[:-1]) and seen[-1][1].startswith("done in")
+    assert format_seconds(200) == "3 min 20 s" and format_seconds(42.4) == "42 s"

@@ -9,7 +9,8 @@ and appends "· about N s left" to the status, which the command line prints and
 the app shows, live, on the Run page and in the sidebar.
 
 Once a phase ends its real duration replaces its estimate, so the remaining
-time converges as the run goes on.
+time converges as the run goes on. The fraction shown never goes back: when a
+revision makes the run look longer, the bar waits for the work to catch up.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Schedule:
         self.started = time.perf_counter()
         self._phase: str | None = None
         self._phase_start = self.started
+        self._shown = 0.0  # the largest fraction reported: progress never goes back when estimates grow
 
     def revise(self, **estimates: float) -> None:
         """New estimates for phases not yet finished (0 drops a phase)."""
@@ -66,7 +68,8 @@ class Schedule:
             self.begin(phase)
         within = min(max(float(within), 0.0), 1.0)
         left = self.remaining_s(within)
-        self._emit(self.fraction(within), f"{status} · about {format_seconds(left)} left")
+        self._shown = max(self._shown, self.fraction(within))
+        self._emit(self._shown, f"{status} · about {format_seconds(left)} left")
 
     def done(self, status: str = "done") -> None:
         self.begin("(done)")
