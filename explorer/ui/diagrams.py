@@ -85,7 +85,7 @@ def spec_for_example(example: Any, color: str = "#1f77b4") -> DiagramSpec:
     inter = tuple((f"t{i + 1}", human_bytes(t["bytes"]), bool(t["kept"])) for i, t in enumerate(example.intermediates))
     external = list(getattr(example, "external_inputs", ()) or [])
     first = [e for e in external if e["op_index"] == 0] or [{"bytes": 0}]
-    names = ("x", "r", "x3", "x4") if ops and ops[0] == "add" else ("a", "b", "c", "d")
+    names = ("a", "b", "c", "d") if ops and ops[0] in ("matmul", "bmm") else ("x", "r", "x3", "x4")
     inputs = tuple(f"{names[min(i, 3)]} {human_bytes(e['bytes'])}".strip() if e["bytes"] else names[min(i, 3)]
                    for i, e in enumerate(first[:3]))
     side = tuple((e["op_index"], f"z{j + 1} {human_bytes(e['bytes'])}")
