@@ -1,5 +1,8 @@
 """Fused kernels against float64 references, on awkward shapes, for every dtype.
 
+(The convolution family's kernels are tested in ``test_fusion_conv.py``, squeeze-and-excitation's
+and the ConvNeXt block's in ``test_fusion_squeeze_excite.py`` and ``test_fusion_convnext.py``.)
+
 Without a GPU the Triton kernels run in Triton's interpreter (``TRITON_INTERPRET=1``,
 set per test by an autouse fixture, never leaking into other modules), on small shapes. The CUDA-only paths
 (cuDNN fused conv, cuBLASLt epilogues, compiled Triton) are marked ``gpu`` and run
@@ -38,7 +41,7 @@ if not torch.cuda.is_available() and "triton" not in sys.modules:
         else:
             os.environ["TRITON_INTERPRET"] = _before
 
-from explorer.fusions import attention, conv, linear, norm, siblings
+from explorer.fusions import attention, linear, norm, siblings
 from explorer.fusions.triton_support import triton_available
 
 #: Without CUDA, the Triton kernels of this module run in Triton's interpreter.
@@ -66,11 +69,8 @@ needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 # Tolerances live beside each kernel (with their error model); the tests use them as they are.
 TOL_ADD_LAYERNORM = norm.TOLERANCES
 TOL_MATMUL_SOFTMAX = attention.TOLERANCES
-TOL_CONV = conv.TOLERANCES
 TOL_LINEAR = linear.TOLERANCES
 TOL_ATTENTION = attention.ATTENTION_TOLERANCES
-# The BatchNorm fold in float64 is exact algebra up to float64 rounding.
-TOL_FOLD_F64 = 1e-10
 
 
 def assert_close64(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> None:
@@ -103,140 +103,8 @@ def rand(shape, dtype, device, gen, scale=1.0):
     return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
 
 
-# --------------------------------------------------------------------- BatchNorm fold
-
-def _bn_stats(c, gen, affine=True):
-    mean = torch.randn(c, generator=gen, dtype=torch.float64)
-    var = torch.rand(c, generator=gen, dtype=torch.float64) * 2 + 0.05
-    gamma = torch.randn(c, generator=gen, dtype=torch.float64) if affine else None
-    beta = torch.randn(c, generator=gen, dtype=torch.float64) if affine else None
-    return mean, var, gamma, beta
-
-
-@pytest.mark.parametrize(
-    "x_shape, w_shape, groups, stride, padding, has_bias, affine",
-    [
-        ((2, 3, 7, 9), (17, 3, 3, 3), 1, 2, 1, True, True),           # conv2d, odd channels, stride 2
-        ((2, 17, 7, 9), (17, 1, 3, 3), 17, 1, 1, False, True),        # depthwise, no conv bias
-        ((2, 6, 7, 9), (9, 2, 1, 3), 3, 1, 0, True, False),           # grouped, BN without affine
-        ((3, 5, 11), (7, 5, 3), 1, 2, 1, True, True),                 # conv1d
-        ((1, 3, 5, 6, 7), (4, 3, 3, 3, 3), 1, 1, 1, False, True),     # conv3d
-    ],
-    ids=["conv2d", "depthwise", "grouped-noaffine", "conv1d", "conv3d"],
-)
-def test_fold_conv_bn_float64_exact(x_shape, w_shape, groups, stride, padding, has_bias, affine):
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(x_shape, generator=gen, dtype=torch.float64)
-    w = torch.randn(w_shape, generator=gen, dtype=torch.float64)
-    b = torch.randn(w_shape[0], generator=gen, dtype=torch.float64) if has_bias else None
-    mean, var, gamma, beta = _bn_stats(w_shape[0], gen, affine)
-    w_before = w.clone()
-    fw, fb = conv.fold_conv_bn(w, b, mean, var, gamma, beta, 1e-5)
-    assert torch.equal(w, w_before), "the fold must not modify its inputs"
-    assert fw.shape == w.shape and fb.shape == (w_shape[0],)
-    folded = conv.conv_nd(x, fw, fb, stride, padding, 1, groups)
-    ref = conv.conv_bn_reference(x, w, b, mean, var, gamma, beta, 1e-5, stride, padding, 1, groups)
-    assert (folded - ref).abs().max().item() <= TOL_FOLD_F64
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_fold_conv_bn_keeps_dtype_and_matches_module(dtype):
-    gen = torch.Generator().manual_seed(1)
-    layer = torch.nn.Conv2d(3, 17, 3, stride=2, padding=1).double()
-    bn = torch.nn.BatchNorm2d(17).double()
-    mean, var, gamma, beta = _bn_stats(17, gen)
-    with torch.no_grad():
-        bn.running_mean.copy_(mean), bn.running_var.copy_(var), bn.weight.copy_(gamma), bn.bias.copy_(beta)
-    bn.eval()
-    x = torch.randn(2, 3, 7, 9, generator=gen, dtype=torch.float64)
-    ref64 = bn(layer(x))
-    fw, fb = conv.fold_conv_bn(layer.weight.to(dtype), layer.bias.to(dtype), bn.running_mean,
-                                  bn.running_var, bn.weight, bn.bias, bn.eps)
-    assert fw.dtype == dtype and fb.dtype == dtype
-    out = torch.nn.functional.conv2d(x, fw.double(), fb.double(), 2, 1)     # only the fold's rounding
-    assert_close64(out, ref64, TOL_CONV[dtype])
-
-
-def test_fold_refused_in_training_mode():
-    reason = conv.check_foldable(training=True)
-    assert reason == ("BatchNorm in training mode: its statistics change every step, "
-                      "folding is valid only for inference")
-    assert conv.check_foldable(training=False) is None
-    assert "running statistics" in conv.check_foldable(training=False, has_running_stats=False)
-    w = torch.randn(4, 3, 3, 3)
-    mean, var, gamma, beta = _bn_stats(4, torch.Generator().manual_seed(2))
-    with pytest.raises(conv.Refuse, match="training mode"):
-        conv.fold_conv_bn(w, None, mean, var, gamma, beta, 1e-5, training=True)
-
-
-def test_fold_rejects_mismatched_channels():
-    with pytest.raises(ValueError, match="output channels"):
-        conv.fold_conv_bn(torch.randn(4, 3, 3, 3), None, torch.zeros(5), torch.ones(5), None, None, 1e-5)
-
-
-# ------------------------------------------------------------------- conv epilogue
-
-CONV_CASES = [
-    # x shape, w shape, stride, padding, dilation, groups
-    ((2, 3, 7, 9), (17, 3, 3, 3), 2, 1, 1, 1),
-    ((2, 17, 7, 9), (17, 1, 3, 3), 1, 1, 1, 17),          # depthwise
-    ((1, 6, 9, 7), (10, 3, 3, 1), (2, 1), [1, 0], 2, 2),  # grouped, tuple/list args, dilation
-]
-CONV_IDS = ["conv-s2", "depthwise", "grouped-dilated"]
-
-
-def _conv_inputs(case, dtype, device, gen, with_z=False):
-    x_shape, w_shape, stride, padding, dilation, groups = case
-    x = rand(x_shape, dtype, device, gen)
-    w = rand(w_shape, dtype, device, gen, scale=0.3)
-    b = rand(w_shape[0], dtype, device, gen)
-    args = (stride, padding, dilation, groups)
-    z = None
-    if with_z:
-        shape = conv.conv_out_shape(x.shape, w.shape, stride, padding, dilation)
-        z = rand(shape, dtype, device, gen)
-    return x, w, b, z, args
-
-
 def _up(t):
     return None if t is None else t.detach().double().cpu()
-
-
-@pytest.mark.parametrize("act", conv.CONV_ACTIVATIONS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("case", CONV_CASES, ids=CONV_IDS)
-def test_conv_bias_act_cpu(case, dtype, act):
-    gen = torch.Generator().manual_seed(3)
-    x, w, b, _, args = _conv_inputs(case, dtype, "cpu", gen)
-    out = conv.conv_epilogue(x, w, b, None, *args, act=act)
-    ref64 = conv.conv_epilogue_reference(_up(x), _up(w), _up(b), None, *args, act=act)
-    assert_close64(out, ref64, TOL_CONV[dtype])
-    assert "cudnn" not in conv.select_conv_epilogue("cpu", dtype, act).label
-
-
-@pytest.mark.parametrize("act", conv.CONV_ACTIVATIONS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("case", CONV_CASES, ids=CONV_IDS)
-def test_conv_bias_add_act_cpu(case, dtype, act):
-    gen = torch.Generator().manual_seed(4)
-    x, w, b, z, args = _conv_inputs(case, dtype, "cpu", gen, with_z=True)
-    z_before = z.clone()
-    out = conv.conv_epilogue(x, w, b, z, *args, act=act)
-    assert torch.equal(z, z_before), "the residual input must not be modified"
-    ref64 = conv.conv_epilogue_reference(_up(x), _up(w), _up(b), _up(z), *args, act=act)
-    assert_close64(out, ref64, TOL_CONV[dtype])
-
-
-def test_conv_describe_labels():
-    label = lambda act, dev, **kw: conv.select_conv_epilogue(dev, kw.pop("dtype", torch.float32), act, **kw).label
-    assert label("relu", "cpu") == "conv+bias + relu in place (2 kernels)"
-    assert label("none", "cpu") == "conv+bias (1 kernel)"
-    assert label("silu", "cpu", residual=True) == "conv+bias + add_ in place + silu in place (3 kernels)"
-    assert label("relu", "cuda", dtype=torch.float16).startswith("cudnn") == torch.backends.cudnn.is_available()
-    assert not label("silu", "cuda").startswith("cudnn")
-    assert not label("relu", "cuda", dtype=torch.float16, separate=True).startswith("cudnn")
-    with pytest.raises(ValueError):
-        label("swish", "cpu")
 
 
 @pytest.fixture
@@ -247,39 +115,6 @@ def no_tf32():
     torch.backends.cuda.matmul.allow_tf32 = False
     yield
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
-@gpu
-@needs_cuda
-@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-@pytest.mark.parametrize("with_add", [False, True], ids=["relu", "add-relu"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("case", CONV_CASES, ids=CONV_IDS)
-def test_cudnn_fused_conv_relu_gpu(case, dtype, with_add, channels_last, no_tf32):
-    gen = torch.Generator().manual_seed(5)
-    x, w, b, z, args = _conv_inputs(case, dtype, "cuda", gen, with_z=with_add)
-    if channels_last:
-        x, w = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
-        z = z.to(memory_format=torch.channels_last) if z is not None else None
-    assert conv.select_conv_epilogue("cuda", dtype, "relu", residual=with_add).label.startswith("cudnn")
-    if with_add:
-        out = conv.conv_epilogue(x, w, b, z, *args, act="relu")
-        ref64 = conv.conv_epilogue_reference(_up(x), _up(w), _up(b), _up(z), *args, act="relu")
-    else:
-        out = conv.conv_epilogue(x, w, b, None, *args, act="relu")
-        ref64 = conv.conv_epilogue_reference(_up(x), _up(w), _up(b), None, *args, act="relu")
-    assert_close64(out, ref64, TOL_CONV[dtype])
-
-
-@gpu
-@needs_cuda
-@pytest.mark.parametrize("act", ["silu", "hardswish", "gelu", "none"])
-def test_conv_unfused_epilogue_gpu(act, no_tf32):
-    gen = torch.Generator().manual_seed(6)
-    x, w, b, z, args = _conv_inputs(CONV_CASES[0], torch.float32, "cuda", gen, with_z=True)
-    out = conv.conv_epilogue(x, w, b, z, *args, act=act)
-    ref64 = conv.conv_epilogue_reference(_up(x), _up(w), _up(b), _up(z), *args, act=act)
-    assert_close64(out, ref64, TOL_CONV[torch.float32])
 
 
 # ------------------------------------------------------------------- add + LayerNorm

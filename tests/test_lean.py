@@ -18,7 +18,7 @@ import copy
 import pytest
 import torch
 
-from explorer.fusions import LOWERINGS, rewrite
+from explorer.fusions import LOWERINGS, conv, rewrite
 from explorer.fusions.epilogue import ACTIVATIONS, apply_activation, apply_activation_
 from explorer.runtime import lean, measure
 from explorer.fusion_engine import detect
@@ -145,14 +145,22 @@ def test_cuda_specialisation_takes_cudnn_fused_calls():
     assert _targets(cpu).count(torch.relu_) == 49
 
 
-def test_cuda_specialisation_keeps_other_activations_separate():
-    """ReLU6 has no cuDNN fused call: conv2d, then clamp_ in place, on CUDA as on the CPU."""
-    _, det, fused = _fused("mobilenet_v2")
+def test_cuda_specialisation_takes_the_triton_epilogue_for_other_activations():
+    """ReLU6 has no cuDNN fused call. On CUDA each conv runs without its bias and one Triton pass adds the
+    bias (and the residual) and applies ReLU6; a depthwise conv runs as one Triton kernel with its epilogue
+    where its input is channels_last. On the CPU: conv2d, then clamp_ in place."""
+    model, det, fused = _fused("mobilenet_v2")
+    graph = build_graph(model.gm, model.name)
+    depthwise = sum(1 for c in det.chains if graph.nodes[c.roles[0][0]].get("groups", 1) > 1)
     gm = measure.prepare_graph(fused.gm, "cpu", torch.float16, lean=False)
     lean.specialize_fused_calls(gm, torch.device("cuda"), torch.float16)
     targets = _targets(gm)
-    assert torch.cudnn_convolution_relu not in targets
-    assert targets.count(torch.clamp_) == sum(1 for c in det.chains if "relu6" in c.ops) > 0
+    assert torch.cudnn_convolution_relu not in targets and torch.clamp_ not in targets
+    assert targets.count(conv.depthwise_conv_epilogue) == depthwise == 17       # one per inverted residual block
+    assert targets.count(conv.bias_act_) == targets.count(torch.conv2d) == len(det.chains) - depthwise == 35
+    cpu = _targets(measure.prepare_graph(fused.gm, "cpu", torch.float32))
+    assert cpu.count(torch.clamp_) == sum(1 for c in det.chains if "relu6" in c.ops) > 0
+    assert conv.bias_act_ not in cpu
 
 
 class _MLP(torch.nn.Module):

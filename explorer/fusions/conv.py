@@ -2,14 +2,14 @@
 
 ::
 
-    conv_bn_add_act                      conv_bn_act             conv_bn
-    x ─► conv(w) ─► bn ─► + z ─► act     x ─► conv ─► bn ─► act  x ─► conv ─► bn
+    conv_bn_add_act                      conv_bn_act             conv_bn_add          conv_bn
+    x ─► conv(w) ─► bn ─► + z ─► act     x ─► conv ─► bn ─► act  x ─► conv ─► bn ─► + z   x ─► conv ─► bn
                           ▲ residual
     ==>  x ─► conv(w', b') [+ z] [act]   one call: BatchNorm folded into (w', b'),
                                          bias, residual and activation in the epilogue
 
-    conv_add_act / conv_act: the same without a BatchNorm (already folded, as
-    ONNX exporters do).
+    conv_add_act / conv_add / conv_act: the same without a BatchNorm (already
+    folded, as ONNX exporters do).
 
 Folding (``fold_conv_bn``) is pure arithmetic done once, in float64::
 
@@ -20,21 +20,57 @@ Folding (``fold_conv_bn``) is pure arithmetic done once, in float64::
 It is valid only for inference: in training BatchNorm normalises with the
 statistics of the current batch, so there is no fixed (mean, var) to fold.
 
-The epilogue's one kernel selection, ``select_conv_epilogue``, decides for a
-device, dtype and shapes: on CUDA, for ReLU, cuDNN runs conv + bias (+ z) +
-ReLU as one call (``torch.cudnn_convolution_relu`` /
-``torch.cudnn_convolution_add_relu``); anything else runs the convolution
-(bias fused by the library) and then the add and the activation in place. The
-runtime call, the report's label and the lean lowering all ask it.
+How the epilogue runs: ``select_conv_epilogue`` is the one decision, for a
+device, dtype, activation and shape; the runtime call (``conv_epilogue``), the
+report's label and the lean lowering (``LOWERINGS``) all ask it::
+
+    cudnn_conv_add_relu  relu with a residual, on CUDA: one cuDNN call
+    cudnn_conv_relu      relu, on CUDA, except 1×1 convolutions over large maps
+                         (``CUDNN_RELU_1X1_MAX_PIXELS``): one cuDNN call
+    triton_depthwise     a depthwise convolution over a channels_last input, on CUDA:
+                         ONE Triton kernel computes the convolution and its whole
+                         epilogue (``depthwise_conv_epilogue``); any other input
+                         layout takes ``triton_epilogue``
+    triton_epilogue      on CUDA otherwise (and on the CPU under TRITON_INTERPRET=1):
+                         the convolution WITHOUT bias, then ONE vectorised Triton
+                         pass ``bias_act_``: y = act(y + b[c] (+ z)), in place
+    separate             anywhere else: the convolution with its bias, then
+                         ``add_`` and the activation in place (torch, one kernel each)
+
+Why the bias leaves the convolution on CUDA: ATen's cuDNN path adds a conv's bias
+as a separate broadcast ``add_`` over the output, which is not vectorised over a
+channels_last tensor; an H200 profile of fused MobileNetV2 (issue 13) spent 565 µs
+of 1240 µs in those 52 adds, and 35 more kernels on ReLU6. ``bias_act_`` reads
+and writes the output once, in 16-byte vectors, whatever the layout (it reads
+the strides at run time: NCHW and channels_last both run as they are; the graph
+cannot say which, as it is captured in NCHW).
+
+Why depthwise convolutions carry their epilogue: they do k² multiply-adds per
+output element and are bound by memory, like the epilogue pass itself; one
+kernel that writes the activated output moves the output once instead of three
+times (conv write, epilogue read and write). The kernel tiles (output pixels ×
+channels) with channels innermost, so every load and store is a 16-byte vector
+of a channels_last tensor. ``POLICY`` lets a benchmark measure the alternatives
+in one run (``benchmarks/bench_cnn_fusions.py``).
+
+The depthwise kernel also takes a LayerNorm over the channels as its epilogue
+(ConvNeXt's block, ``explorer.fusions.convnext``): with every channel of a pixel
+in one program, the mean and variance are a reduction over the tile's rows.
 
 Works for conv1d/2d/3d, grouped and depthwise convolutions (the output channel
-is always dim 0 of the weight); not for transposed convolutions.
+is always dim 0 of the weight); not for transposed convolutions. The Triton
+paths take fp32, fp16 and bf16; all arithmetic in them is fp32 and the result is
+rounded once, to nearest even.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
+import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.fx
@@ -42,16 +78,50 @@ import torch.fx
 from explorer.fusions import edit
 from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
-from explorer.fusions.epilogue import EPILOGUE_TOLERANCES, apply_activation, apply_activation_, check, in_place_node
+from explorer.fusions.epilogue import (EPILOGUE_TOLERANCES, TRITON_ACTIVATIONS, apply_activation,
+                                       apply_activation_, check, in_place_node, triton_activation,
+                                       triton_round_bf16)
+from explorer.fusions.triton_support import import_triton, interpreting, launch, library_reductions_usable, \
+    triton_runs_on
 from explorer.graph import aten
 from explorer.vocab import ACTIVATIONS
 
-CONV_ACTIVATIONS = ("relu", "relu6", "silu", "gelu", "hardswish", "none")
+#: Activations the conv epilogue applies (every path: cuDNN takes relu only, the others all of them).
+CONV_ACTIVATIONS = TRITON_ACTIVATIONS
+TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _CUDNN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+LAYOUTS = ("nchw", "nhwc")
 
-TOLERANCES = EPILOGUE_TOLERANCES  # see explorer.fusions.epilogue for the error model
+#: Conv with an epilogue against the unfused computation in float64 (see ``explorer.fusions.epilogue``).
+TOLERANCES = EPILOGUE_TOLERANCES
+#: ``bias_act_`` alone (``y`` given in its dtype) against float64: every input is exact in fp32,
+#: the fp32 sum and activation err by a few fp32 ulps (~1e-7 relative for unit-scale data, ≪ u;
+#: GELU's 1 + erf(x) cancels for x ≪ 0 to ~1.5e-7 absolute) and the output is rounded once, to
+#: nearest (≤ u·|out|): rtol 1.25u (fp16 u = 4.9e-4, bf16 3.9e-3), tight enough that truncating
+#: instead of rounding (up to 2u) fails; atol covers fp16 subnormals and that cancellation.
+BIAS_ACT_TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-6),
+    torch.float16: dict(rtol=6.1e-4, atol=1e-5),    # 1.25u
+    torch.bfloat16: dict(rtol=4.9e-3, atol=1e-5),   # 1.25u
+}
+#: The depthwise kernel against the float64 conv graph, for unit-scale data (|conv| up to ~4):
+#: it sums k² products in fp32 (≤ k²·6e-8 relative) and rounds once (u·|out|); the activation's
+#: slope is at most 1.5 (hardswish at 3). rtol 2u, atol 8u for 16-bit; fp32 2e-5 (49 terms of 7×7).
+DEPTHWISE_TOLERANCES = {
+    torch.float32: dict(rtol=2e-5, atol=2e-5),
+    torch.float16: dict(rtol=1e-3, atol=4e-3),      # 2u, 8u
+    torch.bfloat16: dict(rtol=8e-3, atol=3.2e-2),   # 2u, 8u
+}
 #: The BatchNorm fold in float64 is exact algebra up to float64 rounding.
 FOLD_TOLERANCE_F64 = 1e-10
+
+#: cuDNN's fused conv+bias+ReLU lost to the convolution followed by a separate ReLU for 1×1
+#: convolutions over large maps on the H200 (ResNet-50 fp16 channels_last, batch 32: the eight
+#: 1×1 convolutions at 56×56 and 28×28 ran 0.56–0.79× as fast as unfused, as CUDA graphs, while
+#: every 3×3 and every 1×1 at 14×14 or 7×7 was faster fused: ``chains`` of
+#: ``benchmarks/results/report_resnet50_fp16_channels_last_h200.json``). Above this many output
+#: pixels (N·H·W) a 1×1 conv + ReLU takes the Triton epilogue instead.
+CUDNN_RELU_1X1_MAX_PIXELS = 16384
 
 TRAINING_REFUSAL = ("BatchNorm in training mode: its statistics change every step, "
                     "folding is valid only for inference")
@@ -61,6 +131,35 @@ FOLD_CAVEAT = ("BatchNorm folding is valid only for inference: in training the b
                "change every step, so the folded weights would be wrong.")
 FORMULA = ("W' = W * gamma / sqrt(var + eps)  (per output channel);  "
            "b' = (b - mean) * gamma / sqrt(var + eps) + beta")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvPolicy:
+    """Which paths ``select_conv_epilogue`` may take on CUDA (all on by default).
+
+    A benchmark switches one off (``with policy(depthwise_triton=False): ...``) to
+    measure what it buys, in the same run; the lean lowering bakes the choice into
+    a prepared graph, so switch before ``prepare_graph``.
+    """
+
+    cudnn_relu: bool = True         # cuDNN's fused conv+bias(+add)+ReLU
+    depthwise_triton: bool = True   # depthwise convs (channels_last) as one Triton kernel with their epilogue
+    triton_epilogue: bool = True    # conv without bias, then one Triton pass (else: the separate torch path)
+
+
+POLICY = ConvPolicy()
+
+
+@contextlib.contextmanager
+def policy(**changes: bool) -> Iterator[ConvPolicy]:
+    """Run a block with some ``ConvPolicy`` switches changed; the previous policy comes back after."""
+    global POLICY
+    saved = POLICY
+    POLICY = dataclasses.replace(saved, **changes)
+    try:
+        yield POLICY
+    finally:
+        POLICY = saved
 
 
 # ====================================================================== the arithmetic
@@ -126,10 +225,23 @@ def conv_bn_reference(x, conv_weight, conv_bias, bn_mean, bn_var, bn_weight, bn_
 
 
 def conv_epilogue_reference(x, weight, bias, z=None, stride=1, padding=0, dilation=1, groups=1, act="relu"):
-    """Unfused: conv (with bias), then ``+ z`` (when given), then the activation, each out of place."""
+    """Unfused: conv (with bias), then ``+ z`` (when given), then the activation, each out of place.
+
+    Runs in any dtype torch's convolution takes, float64 included (the tests' reference).
+    """
     check(act, CONV_ACTIVATIONS)
     y = conv_nd(x, weight, bias, stride, padding, dilation, groups)
     return apply_activation(y if z is None else y + z, act)
+
+
+def bias_act_reference(y: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
+                       act: str = "relu") -> torch.Tensor:
+    """The epilogue alone, unfused and out of place: ``act(y + bias[c] (+ z))``."""
+    check(act, CONV_ACTIVATIONS)
+    out = y if bias is None else y + _channel_view(bias, y.dim())           # (N, C, *spatial)
+    if z is not None:
+        out = out + z                                                       # (N, C, *spatial)
+    return apply_activation(out, act)
 
 
 def _as_list(value, n: int) -> list[int]:
@@ -151,33 +263,499 @@ def conv_out_shape(x_shape: Sequence[int], weight_shape: Sequence[int], stride, 
     return (x_shape[0], weight_shape[0], *spatial)
 
 
+def _channel_view(t: torch.Tensor, ndim: int) -> torch.Tensor:
+    """A per-channel vector ``(C,)`` viewed as ``(1, C, 1, ...)`` to broadcast over ``ndim`` dims."""
+    return t.view(1, -1, *([1] * (ndim - 2)))
+
+
+def is_depthwise(x_channels: int, weight_shape: Sequence[int], groups) -> bool:
+    """A depthwise 2-D convolution with channel multiplier 1: ``groups == C_in == C_out``, weight ``(C, 1, kh, kw)``."""
+    return (len(weight_shape) == 4 and isinstance(groups, int) and groups > 1
+            and weight_shape[1] == 1 and weight_shape[0] == groups == x_channels)
+
+
+# ====================================================================== layouts
+
+def layout_of(t: torch.Tensor) -> str | None:
+    """``"nchw"`` (row-major contiguous), ``"nhwc"`` (channels-last contiguous) or None.
+
+    Any rank >= 2 (``(N, C, *spatial)``); strides of size-1 dims are ignored, as
+    ``is_contiguous`` does. Where both hold (C == 1 or one spatial element) the answer is
+    ``"nchw"``: both layouts then order the storage the same way.
+    """
+    if t.dim() < 2:
+        return None
+    if t.is_contiguous():
+        return "nchw"
+    shape, strides = t.shape, t.stride()
+    expected = 1
+    for d in (1, *range(t.dim() - 1, 1, -1), 0):         # innermost to outermost: c, spatial..., n
+        if shape[d] != 1 and strides[d] != expected:
+            return None
+        expected *= shape[d]
+    return "nhwc"
+
+
+def to_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """``t`` made contiguous in ``layout`` ("nchw" or "nhwc"); ``t`` itself when it already is."""
+    current = layout_of(t)
+    if current == layout or (layout == "nhwc" and current == "nchw" and _layouts_coincide(t)):
+        return t
+    if layout == "nchw":
+        return t.contiguous()
+    return t.movedim(1, -1).contiguous().movedim(-1, 1)                    # (N, C, *spatial), C innermost
+
+
+def _layouts_coincide(t: torch.Tensor) -> bool:
+    """Both layouts order the storage alike (a single channel, or a single spatial element)."""
+    return t.shape[1] == 1 or math.prod(t.shape[2:]) == 1
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device_index: int) -> int:
+    """Streaming multiprocessors of a CUDA device (cached)."""
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (CUDA), read once per device."""
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+# ====================================================================== Triton kernels
+
+@functools.lru_cache(maxsize=2)
+def _build_bias_act_kernel(interpret: bool):
+    """Define the in-place epilogue kernel (imports Triton); cached per interpreter mode.
+
+    ``triton.jit`` reads TRITON_INTERPRET when it decorates, hence the lazy definition;
+    the names the kernel calls (``tl``, ``_activation``, ``_round_for``) are module globals.
+    """
+    global tl, _activation, _round_for
+    _activation, _round_for = triton_activation(interpret), triton_round_bf16(interpret)
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _bias_act_kernel(
+        Y, BIAS, Z,                       # y (in place), bias (C,), residual (y's shape); unused ones alias y
+        numel,
+        C: tl.constexpr, HW: tl.constexpr,  # HW: product of the spatial dims (1 where no index needs it)
+        CHANNELS_LAST: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
+        Z_CHANNELS_LAST: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr,
+        BF16_RTNE_BY_HAND: tl.constexpr, INT64: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        if INT64:
+            pid = pid.to(tl.int64)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)                            # (BLOCK,) flat storage index
+        live = offs < numel
+        v = tl.load(Y + offs, mask=live, other=0.0).to(tl.float32)
+        if CHANNELS_LAST:
+            c = offs % C                                                    # storage (n, s, c)
+        else:
+            c = (offs // HW) % C                                            # storage (n, c, s)
+        if HAS_BIAS:
+            v += tl.load(BIAS + c, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        if HAS_Z:
+            if Z_CHANNELS_LAST == CHANNELS_LAST:
+                z_offs = offs
+            elif CHANNELS_LAST:                                             # y (n, s, c), z (n, c, s)
+                n = offs // (C * HW)
+                s = (offs // C) % HW
+                z_offs = (n * C + c) * HW + s
+            else:                                                           # y (n, c, s), z (n, s, c)
+                n = offs // (C * HW)
+                s = offs % HW
+                z_offs = (n * HW + s) * C + c
+            v += tl.load(Z + z_offs, mask=live, other=0.0).to(tl.float32)
+        v = _round_for(_activation(v, ACT), BF16_RTNE_BY_HAND)
+        tl.store(Y + offs, v.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
+
+    return _bias_act_kernel
+
+
+@functools.lru_cache(maxsize=2)
+def _build_depthwise_kernel(interpret: bool):
+    """Define the depthwise convolution kernel with its epilogue (imports Triton); cached per interpreter mode."""
+    global tl, _activation, _round_for, _add
+    _activation, _round_for = triton_activation(interpret), triton_round_bf16(interpret)
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _add(a, b):
+        return a + b
+
+    @triton.jit
+    def _depthwise_kernel(
+        X, WEIGHT, BIAS, Z, Y, NORM_W, NORM_B,    # unused pointers alias X
+        H, W, H_OUT, W_OUT, C, eps,
+        sxn, sxc, sxh, sxw, syn, syc, syh, syw, szn, szc, szh, szw, swc, swh, sww,
+        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+        PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+        HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, NORM: tl.constexpr,
+        NORM_AFFINE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+        BF16_RTNE_BY_HAND: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
+    ):
+        n = tl.program_id(0).to(tl.int64)
+        p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)             # (BP,) output pixels
+        cols = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)          # (BC,) channels
+        p_live = p < H_OUT * W_OUT
+        c_live = cols < C
+        oh = p // W_OUT
+        ow = p % W_OUT
+        x_base = X + n * sxn + cols[None, :] * sxc
+        acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
+        for kh in range(KH):                                                # a loop: unrolling it holds every
+            ih = oh * SH - PH + kh * DH                                     # tap's load in registers at once
+            h_ok = p_live & (ih >= 0) & (ih < H)
+            for kw in tl.static_range(KW):
+                iw = ow * SW - PW + kw * DW
+                ok = h_ok & (iw >= 0) & (iw < W)
+                xv = tl.load(x_base + (ih * sxh + iw * sxw)[:, None], mask=ok[:, None] & c_live[None, :],
+                             other=0.0)                                     # (BP, BC)
+                wv = tl.load(WEIGHT + cols * swc + kh * swh + kw * sww, mask=c_live, other=0.0,
+                             eviction_policy="evict_last")                  # (BC,) weight[c, 0, kh, kw]
+                acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
+        if HAS_BIAS:
+            acc += tl.load(BIAS + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
+        live = p_live[:, None] & c_live[None, :]
+        if NORM:                                                            # LayerNorm over the C channels
+            acc = tl.where(live, acc, 0.0)
+            if LIBRARY_REDUCE:
+                mean = tl.sum(acc, axis=1) / C                              # (BP,)
+            else:
+                mean = tl.reduce(acc, 1, _add) / C
+            d = tl.where(c_live[None, :], acc - mean[:, None], 0.0)
+            if LIBRARY_REDUCE:
+                var = tl.sum(d * d, axis=1) / C
+            else:
+                var = tl.reduce(d * d, 1, _add) / C
+            acc = d * (1.0 / tl.sqrt(var + eps))[:, None]
+            if NORM_AFFINE:
+                acc = acc * tl.load(NORM_W + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
+                acc += tl.load(NORM_B + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
+        if HAS_Z:
+            acc += tl.load(Z + n * szn + (oh * szh + ow * szw)[:, None] + cols[None, :] * szc, mask=live,
+                           other=0.0).to(tl.float32)
+        acc = _round_for(_activation(acc, ACT), BF16_RTNE_BY_HAND)
+        tl.store(Y + n * syn + (oh * syh + ow * syw)[:, None] + cols[None, :] * syc,
+                 acc.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
+
+    return _depthwise_kernel
+
+
+# ====================================================================== bias_act_: the epilogue pass
+
+def bias_act_launch_config(numel: int, element_size: int, device: torch.device) -> tuple[int, int]:
+    """``(BLOCK, num_warps)`` for a flat pass over ``numel`` elements.
+
+    Compiled: 32 bytes per thread per block (two 16-byte vectors: 2048 16-bit or 1024
+    fp32 elements with 4 warps), halved down to 512 elements while the grid would be
+    shorter than two programs per SM. Interpreted: 4096 elements (the interpreter's cost is
+    per program, not per element).
+    """
+    if device.type != "cuda":
+        return 4096, 4
+    block = 2048 if element_size <= 2 else 1024
+    target = 2 * sm_count(device)
+    while block > 512 and -(-numel // block) < target:
+        block //= 2
+    return block, 4
+
+
+class _Plan:
+    """What one call signature of a kernel needs, worked out once (see ``_PLANS``)."""
+
+    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "z_layout")
+
+    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=4, z_layout=None) -> None:
+        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
+        self.num_warps = num_warps
+        self.z_layout = z_layout            # layout z must be copied into first, or None (read as it is)
+
+
+#: ``_Plan`` by call signature (dtypes, shapes, strides, devices, 16-byte alignment, options): a
+#: model calls the same signatures on every forward. Bounded: the oldest plan goes first.
+_PLANS: dict[tuple, _Plan] = {}
+MAX_PLANS = 1024
+
+
+def _remember(key: tuple, plan: _Plan) -> _Plan:
+    _PLANS[key] = plan
+    if len(_PLANS) > MAX_PLANS:
+        del _PLANS[next(iter(_PLANS))]
+    return plan
+
+
+def _check_epilogue_operands(y: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None) -> None:
+    if y.dim() < 2:
+        raise ValueError(f"y must be (N, C, *spatial), got shape {tuple(y.shape)}")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != y.shape[1]):
+        raise ValueError(f"bias must be ({y.shape[1]},), got {tuple(bias.shape)}")
+    if z is not None and z.shape != y.shape:
+        raise ValueError(f"residual z must have y's shape {tuple(y.shape)}, got {tuple(z.shape)}")
+    for t in (bias, z):
+        if t is not None and t.device != y.device:
+            raise ValueError(f"all operands must be on {y.device}, got one on {t.device}")
+
+
+def _plan_bias_act(y, bias, z, act, block, num_warps) -> _Plan:
+    """Decide whether the epilogue kernel runs for these operands, and prepare its launch."""
+    _check_epilogue_operands(y, bias, z)
+    layout = layout_of(y)
+    if (layout not in LAYOUTS or y.dtype not in TRITON_DTYPES or not triton_runs_on(y.device) or y.numel() == 0
+            or any(t is not None and not t.dtype.is_floating_point for t in (bias, z))):
+        return _Plan()
+    z_layout = None
+    z_channels_last = layout == "nhwc"
+    if z is not None:
+        zl = layout_of(z)
+        if zl is None:
+            z_layout = layout                                       # copied into y's layout on each call
+        elif zl != layout and not _layouts_coincide(y):
+            z_channels_last = zl == "nhwc"
+    numel, c = y.numel(), y.shape[1]
+    # C and HW are compile-time constants, as in inductor's static-shape kernels: the index
+    # arithmetic (i % C, i // HW) then compiles to multiply-high sequences instead of the ~20
+    # instructions of a division by a runtime value, which a 16-bit element cannot afford at
+    # HBM rate. One compiled kernel per (C, HW) a model uses; HW only where an index needs it.
+    needs_hw = layout == "nchw" or (z is not None and z_channels_last != (layout == "nhwc"))
+    hw = numel // (y.shape[0] * c) if needs_hw else 1
+    interpret = interpreting()
+    auto_block, auto_warps = bias_act_launch_config(numel, y.element_size(), y.device)
+    block = block or auto_block
+    constexprs = dict(C=c, HW=hw, CHANNELS_LAST=layout == "nhwc", HAS_BIAS=bias is not None, HAS_Z=z is not None,
+                      Z_CHANNELS_LAST=z_channels_last, ACT=act, BLOCK=block,
+                      BF16_RTNE_BY_HAND=interpret and y.dtype == torch.bfloat16,
+                      INT64=numel + block >= 2**31)
+    return _Plan(_build_bias_act_kernel(interpret), (-(-numel // block),), (numel,), constexprs,
+                 num_warps or auto_warps, z_layout)
+
+
+def _bias_act_torch_(y, bias, z, act) -> torch.Tensor:
+    """The same maths as in-place torch ops: ``y += b``, ``y += z``, ``act_(y)``, one kernel each."""
+    if bias is not None:
+        y.add_(_channel_view(bias, y.dim()))
+    if z is not None:
+        y.add_(z)
+    return apply_activation_(y, act)
+
+
+def bias_act_(y: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None, act: str = "relu",
+              *, block: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """``y = act(y + bias[c] (+ z))`` IN PLACE on ``y``; returns ``y``.
+
+    ``y``: ``(N, C, *spatial)``, fp32/fp16/bf16, NCHW- or channels_last-contiguous
+    (``layout_of``). ``bias``: ``(C,)`` or None (any float dtype). ``z``: None or
+    ``y``'s shape, any layout and float dtype (read as fp32; NCHW or channels_last
+    directly, anything else copied into ``y``'s layout first); ``z`` is never written.
+    ``act``: one of ``CONV_ACTIVATIONS``. One vectorised Triton pass where Triton runs
+    on ``y``'s device (CUDA, or the CPU under ``TRITON_INTERPRET=1``); anything else (other
+    dtypes or layouts, no Triton) runs the same maths as in-place torch ops.
+    ``block``/``num_warps`` override the launch heuristic (for tuning).
+
+    The launch is planned once per call signature (dtypes, shapes, strides, alignment)
+    and reused: a model makes the same calls on every forward.
+    """
+    check(act, CONV_ACTIVATIONS)
+    key = (y.dtype, y.shape, y.stride(), y.device, y.data_ptr() & 15 == 0,
+           None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device, bias.data_ptr() & 15 == 0),
+           None if z is None else (z.dtype, z.shape, z.stride(), z.device, z.data_ptr() & 15 == 0),
+           act, block, num_warps, interpreting())
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _remember(key, _plan_bias_act(y, bias, z, act, block, num_warps))
+    if plan.kernel is None:
+        _check_epilogue_operands(y, bias, z)
+        return _bias_act_torch_(y, bias, z, act)
+    if plan.z_layout is not None:
+        z = to_layout(z, plan.z_layout)
+    if bias is not None and not bias.is_contiguous():
+        bias = bias.contiguous()
+    launch(plan.kernel, plan.grid, (y, y if bias is None else bias, y if z is None else z, *plan.ints),
+           plan.constexprs, key=key, num_warps=plan.num_warps)
+    return y
+
+
+# ====================================================================== the depthwise kernel
+
+def _pow2(v: int) -> int:
+    return 1 << max(int(v) - 1, 0).bit_length()
+
+
+def depthwise_tiles(channels: int, norm: bool) -> tuple[int, int, int]:
+    """``(BLOCK_P, BLOCK_C, num_warps)`` of the depthwise kernel's (output pixels × channels) tile.
+
+    Channels are the contiguous side of a channels_last tensor: BLOCK_C is the largest of
+    64, 32, 16, 8 that divides C (whole rows of 16-byte vectors and no masked channel lanes,
+    so that the per-channel weight and bias loads vectorise too: with a masked tail the
+    compiler issues them one element at a time), else the next power of two up to 128.
+    With a LayerNorm epilogue one program holds every channel (BLOCK_C ≥ C). BLOCK_P fills a
+    tile of about 2048 fp32 accumulators (4096 with 8 warps for a LayerNorm over wide rows).
+    """
+    if norm:
+        block_c = _pow2(channels)
+        budget, warps = (4096, 8) if block_c >= 512 else (2048, 4)
+        return max(1, budget // block_c), block_c, warps
+    block_c = next((b for b in (64, 32, 16, 8) if channels % b == 0), min(128, _pow2(channels)))
+    return max(1, 2048 // block_c), block_c, 4
+
+
+def _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, tiles) -> _Plan:
+    """The launch of the depthwise kernel for these operands (kernel None: it does not take them)."""
+    n, c, h, w = x.shape
+    kh, kw = weight.shape[2:]
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    h_out, w_out = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if h_out <= 0 or w_out <= 0 or x.numel() == 0:
+        return _Plan()
+    interpret = interpreting()
+    block_p, block_c, warps = tiles or depthwise_tiles(c, norm is not None)
+    if x.device.type != "cuda" and tiles is None:       # the interpreter's cost is per program: few, large ones
+        block_c = _pow2(c) if norm is not None else min(_pow2(c), 256)
+        block_p = min(_pow2(h_out * w_out), max(1, 65536 // block_c))
+    if norm is not None and block_c < c:
+        raise ValueError(f"a LayerNorm epilogue needs every channel in one tile: BLOCK_C {block_c} < C {c}")
+    constexprs = dict(KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, HAS_BIAS=bias is not None,
+                      HAS_Z=z is not None, ACT=act, NORM=norm is not None,
+                      NORM_AFFINE=norm is not None and norm[0] is not None, BLOCK_P=block_p, BLOCK_C=block_c,
+                      BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
+                      LIBRARY_REDUCE=library_reductions_usable())
+    grid = (n, -(-(h_out * w_out) // block_p), -(-c // block_c))
+    return _Plan(_build_depthwise_kernel(interpret), grid, (h, w, h_out, w_out, c), constexprs, warps)
+
+
+def depthwise_applies(x: torch.Tensor, weight: torch.Tensor, groups, z: torch.Tensor | None = None) -> bool:
+    """Whether the depthwise kernel takes these operands: a 2-D depthwise conv (``is_depthwise``) of a
+    channels_last fp32/fp16/bf16 ``x`` on a device Triton runs on, weight and residual alike."""
+    return (x.dim() == 4 and is_depthwise(x.shape[1], weight.shape, groups) and x.dtype in TRITON_DTYPES
+            and layout_of(x) == "nhwc" and triton_runs_on(x.device) and weight.device == x.device
+            and (z is None or z.device == x.device))
+
+
+def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
+                   stride=1, padding=0, dilation=1, act: str = "none",
+                   norm: tuple[torch.Tensor | None, torch.Tensor | None, float] | None = None,
+                   *, tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """One Triton kernel: a depthwise 2-D convolution and its epilogue; returns a new channels_last tensor.
+
+    ``x``: ``(N, C, H, W)`` (channels_last for speed; any strides work); ``weight``:
+    ``(C, 1, kh, kw)``; ``bias``: ``(C,)`` or None; ``z``: None or the output's shape
+    (added after the bias, or after the LayerNorm); ``act`` applied last. ``norm`` =
+    ``(γ or None, β or None, eps)``: a LayerNorm over the C channels of each output pixel
+    after the bias (ConvNeXt). Integer or per-dim ``stride``, ``padding``, ``dilation``.
+    The output ``(N, C, H', W')`` is channels_last, so ``out.permute(0, 2, 3, 1)`` is a
+    contiguous ``(N, H', W', C)``. Raises ``ValueError`` for operands the kernel does not
+    take (callers check ``depthwise_applies``). ``tiles`` overrides the tile (tests).
+    """
+    check(act, CONV_ACTIVATIONS)
+    if x.dim() != 4 or not is_depthwise(x.shape[1], weight.shape, weight.shape[0]):
+        raise ValueError(f"not a depthwise 2-D convolution: x {tuple(x.shape)}, weight {tuple(weight.shape)}")
+    stride, padding, dilation = _as_list(stride, 2), _as_list(padding, 2), _as_list(dilation, 2)
+    shape = conv_out_shape(x.shape, weight.shape, stride, padding, dilation)
+    if z is not None and tuple(z.shape) != shape:
+        raise ValueError(f"residual z must have the output's shape {shape}, got {tuple(z.shape)}")
+    key = ("dw", x.dtype, x.shape, x.stride(), x.device, weight.dtype, tuple(weight.shape), weight.stride(),
+           None if bias is None else bias.dtype, None if z is None else (z.dtype, z.stride()),
+           tuple(stride), tuple(padding), tuple(dilation), act,
+           None if norm is None else (norm[0] is not None, norm[0] is not None and norm[0].dtype, float(norm[2])),
+           tiles, interpreting())
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _remember(key, _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, tiles))
+    out = _new_output(shape, x.dtype, x.device)                              # (N, C, H', W') channels_last
+    if plan.kernel is None:                                                  # empty: nothing to compute
+        return out
+    norm_w, norm_b, eps = norm if norm is not None else (None, None, 0.0)
+    pointers = (x, weight, x if bias is None else bias, x if z is None else z, out,
+                x if norm_w is None else norm_w, x if norm_b is None else norm_b)
+    sw = weight.stride()
+    launch(plan.kernel, plan.grid,
+           (*pointers, *plan.ints, float(eps), *x.stride(), *out.stride(),
+            *(z.stride() if z is not None else (0, 0, 0, 0)), sw[0], sw[2], sw[3]),
+           plan.constexprs, key=(key, out.stride(), tuple(t.data_ptr() & 15 == 0 for t in pointers)),
+           num_warps=plan.num_warps)
+    return out
+
+
+def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A new channels_last ``(N, C, H, W)`` output the kernel fully overwrites (tests replace this to poison it)."""
+    return torch.empty(shape, dtype=dtype, device=device, memory_format=torch.channels_last)
+
+
+def pack_depthwise_weight(weight: torch.Tensor) -> torch.Tensor:
+    """The weight ``(C, 1, kh, kw)`` with its values stored tap by tap, channels innermost (strides
+    ``(1, C, kw·C, C)``): each tap's weights are then one contiguous vector the depthwise kernel loads
+    in 16-byte pieces, where the conv's own layout makes them a gather with stride kh·kw."""
+    return weight.permute(2, 3, 1, 0).contiguous().permute(3, 2, 0, 1)    # (C, 1, kh, kw), memory (kh, kw, 1, C)
+
+
+def depthwise_conv_epilogue(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+                            z: torch.Tensor | None, stride, padding, dilation, act: str) -> torch.Tensor:
+    """The lean graphs' call for ``triton_depthwise``: the depthwise kernel (reading ``packed``, the
+    weight from ``pack_depthwise_weight``) where it takes the operands (a channels_last input: the
+    layout is known only at run time), else conv (``weight``) + ``bias_act_``."""
+    if depthwise_applies(x, weight, weight.shape[0], z) and (z is None or z.dtype.is_floating_point):
+        return depthwise_conv(x, packed, bias, z, stride, padding, dilation, act)
+    y = torch.conv2d(x, weight, None, stride, padding, dilation, weight.shape[0])   # (N, C, H', W')
+    return bias_act_(y, bias, z, act)
+
+
 # ====================================================================== kernel selection
+
+def _steps_label(act: str, residual: bool) -> str:
+    return "bias" + (" + add" if residual else "") + ("" if act == "none" else f" + {act}")
+
 
 def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: str, *, weight_dim: int = 4,
                          int_padding: bool = True, residual: bool = False, residual_fits: bool = True,
-                         separate: bool = False) -> Choice:
+                         separate: bool = False, kernel_size: Sequence[int] | None = None,
+                         depthwise: bool = False, out_pixels: int | None = None,
+                         layout: str | None = None) -> Choice:
     """The one decision of how ``act(conv(x, w) + b [+ z])`` runs on ``device`` in ``dtype``.
 
     ``residual_fits``: z has the conv output's shape and x's dtype (cuDNN does not
-    broadcast z). ``separate``: the plan's kernel choice "separate_epilogue" (never
-    cuDNN's fused call). ``Choice.impl`` is ``cudnn_conv_relu``,
-    ``cudnn_conv_add_relu`` or ``separate``; ``fused`` is whether the epilogue runs
-    inside the convolution.
+    broadcast z). ``separate``: the plan's kernel choice "separate_epilogue" (the
+    convolution with its bias, then the epilogue as separate torch ops). ``kernel_size``,
+    ``depthwise`` (``is_depthwise``), ``out_pixels`` (N·H'·W' of the output) and ``layout``
+    (the input's, ``layout_of``; None where it is not known, as in a captured graph) are
+    read where they decide (module docstring; None: unknown). ``Choice.impl`` is one of
+    ``cudnn_conv_add_relu``, ``cudnn_conv_relu``, ``triton_depthwise``, ``triton_epilogue``,
+    ``separate``; ``fused`` is whether the epilogue costs no kernel of its own per op.
     """
     check(act, CONV_ACTIVATIONS)
     device = torch.device(device)
-    cudnn = (not separate and act == "relu" and device.type == "cuda" and dtype in _CUDNN_DTYPES
+    steps = _steps_label(act, residual)
+    if separate:
+        ops = ["conv+bias"] + (["add_ in place"] if residual else []) + ([f"{act} in place"] if act != "none" else [])
+        return Choice("separate", f"{' + '.join(ops)} ({len(ops)} kernel{'s' if len(ops) > 1 else ''})", False)
+    large_1x1 = (kernel_size is not None and all(k == 1 for k in kernel_size) and out_pixels is not None
+                 and out_pixels > CUDNN_RELU_1X1_MAX_PIXELS)
+    cudnn = (POLICY.cudnn_relu and act == "relu" and device.type == "cuda" and dtype in _CUDNN_DTYPES
              and weight_dim == 4 and int_padding and (not residual or residual_fits)
              and torch.backends.cudnn.is_available()
              and torch._C._get_cudnn_enabled())          # torch.backends.cudnn.enabled, without its wrapper
     if cudnn and residual:
         return Choice("cudnn_conv_add_relu", "cudnn conv+bias+add+relu (1 fused call: cudnn_convolution_add_relu)",
                       True)
-    if cudnn:
+    if cudnn and not large_1x1:
         return Choice("cudnn_conv_relu", "cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu)", True)
-    steps = ["conv+bias"] + (["add_ in place"] if residual else []) + ([f"{act} in place"] if act != "none" else [])
-    label = f"{' + '.join(steps)} ({len(steps)} kernel{'s' if len(steps) > 1 else ''})"
-    return Choice("separate", label, False)
+    triton = triton_runs_on(device) and dtype in TRITON_DTYPES
+    where = " [Triton interpreter on cpu]" if device.type == "cpu" else ""
+    if (triton and POLICY.depthwise_triton and depthwise and weight_dim == 4 and int_padding
+            and layout in (None, "nhwc")):
+        tail = "" if layout == "nhwc" else " for a channels_last input; any other: conv + triton epilogue"
+        return Choice("triton_depthwise", f"triton depthwise conv+{steps} (1 kernel{tail}){where}", True)
+    if triton and POLICY.triton_epilogue:
+        return Choice("triton_epilogue", f"conv (no bias) + triton {steps} (2 kernels: one vectorised pass "
+                      f"after the conv){where}", True)
+    return select_conv_epilogue(device, dtype, act, residual=residual, separate=True)
+
+
+def _fits(x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None, stride, padding, dilation) -> bool:
+    """Whether the residual ``z`` has the conv output's shape and ``x``'s dtype (no broadcast)."""
+    return z is None or (z.dtype == x.dtype and not isinstance(padding, str)
+                         and tuple(z.shape) == conv_out_shape(x.shape, weight.shape, stride, padding, dilation))
 
 
 def conv_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
@@ -188,11 +766,17 @@ def conv_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     Shapes: ``x`` ``(N, C_in, *spatial)``; ``weight`` ``(C_out, C_in/groups, *kernel)``;
     ``bias`` ``(C_out,)`` or None; ``z`` the conv output's shape, or None.
     """
-    fits = z is None or (z.dtype == x.dtype and not isinstance(padding, str)
-                         and tuple(z.shape) == conv_out_shape(x.shape, weight.shape, stride, padding, dilation))
-    choice = select_conv_epilogue(x.device, x.dtype, act, weight_dim=weight.dim(),
-                                  int_padding=not isinstance(padding, str), residual=z is not None,
-                                  residual_fits=fits, separate=separate)
+    fits = _fits(x, weight, z, stride, padding, dilation)
+    int_padding = not isinstance(padding, str)
+    kernel = tuple(weight.shape[2:])
+    out_pixels = None
+    if act == "relu" and x.is_cuda and int_padding and all(k == 1 for k in kernel):
+        out_pixels = math.prod(conv_out_shape(x.shape, weight.shape, stride, padding, dilation)[2:]) * x.shape[0]
+    choice = select_conv_epilogue(x.device, x.dtype, act, weight_dim=weight.dim(), int_padding=int_padding,
+                                  residual=z is not None, residual_fits=fits, separate=separate,
+                                  kernel_size=kernel, depthwise=x.dim() == 4 and is_depthwise(x.shape[1], weight.shape,
+                                                                                             groups),
+                                  out_pixels=out_pixels, layout=layout_of(x))
     n = weight.dim() - 2
     if choice.impl == "cudnn_conv_relu":
         return torch.cudnn_convolution_relu(x, weight, bias, _as_list(stride, n), _as_list(padding, n),
@@ -200,6 +784,13 @@ def conv_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if choice.impl == "cudnn_conv_add_relu":
         return torch.cudnn_convolution_add_relu(x, weight, z, 1.0, bias, _as_list(stride, n),
                                                 _as_list(padding, n), _as_list(dilation, n), groups)
+    if choice.impl == "triton_depthwise" and fits and depthwise_applies(x, weight, groups, z):
+        return depthwise_conv(x, weight, bias, z, stride, padding, dilation, act)
+    if choice.impl in ("triton_depthwise", "triton_epilogue"):
+        y = conv_nd(x, weight, None, stride, padding, dilation, groups)     # (N, C_out, *out_spatial)
+        if z is None or z.shape == y.shape:
+            return bias_act_(y, bias, z, act)
+        return _bias_act_torch_(y, bias, z, act)                            # z broadcasts: the torch ops
     y = conv_nd(x, weight, bias, stride, padding, dilation, groups)         # (N, C_out, *out_spatial)
     if z is not None:
         y.add_(z)
@@ -210,8 +801,8 @@ def conv_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 # Module-level functions: gm.code names them, pickle finds them by name.
 
 def fused_conv_bn(x, weight, bias, stride, padding, dilation, groups):
-    """conv with BatchNorm folded into ``weight``/``bias`` (one conv kernel)."""
-    return conv_nd(x, weight, bias, stride, padding, dilation, groups)
+    """conv with BatchNorm folded into ``weight``/``bias``: the conv, its bias where the selection puts it."""
+    return conv_epilogue(x, weight, bias, None, stride, padding, dilation, groups, "none")
 
 
 def fused_conv_act(x, weight, bias, stride, padding, dilation, groups, act):
@@ -225,12 +816,12 @@ def fused_conv_bn_act(x, weight, bias, stride, padding, dilation, groups, act):
 
 
 def fused_conv_add_act(x, weight, bias, z, stride, padding, dilation, groups, act):
-    """``act(conv(x, weight) + bias + z)``: residual add and activation in the conv epilogue."""
+    """``act(conv(x, weight) + bias + z)``: residual add and activation ("none": no activation) in the epilogue."""
     return conv_epilogue(x, weight, bias, z, stride, padding, dilation, groups, act)
 
 
 def fused_conv_bn_add_act(x, weight, bias, z, stride, padding, dilation, groups, act):
-    """``act(conv(x, w') + b' + z)`` with BatchNorm folded into ``w'``/``b'``."""
+    """``act(conv(x, w') + b' + z)`` with BatchNorm folded into ``w'``/``b'`` ("none": no activation)."""
     return conv_epilogue(x, weight, bias, z, stride, padding, dilation, groups, act)
 
 
@@ -283,8 +874,23 @@ def _folded(ctx: RewriteContext, conv: torch.fx.Node, bn: torch.fx.Node) -> tupl
     return fold_conv_bn(*tensors, b.eps)
 
 
-FOLD_CHOICE = Choice("bn_fold", "BatchNorm folded into the conv weights (exact arithmetic, 1 conv kernel on any "
-                     "device)", True)
+def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z, separate: bool) -> Choice:
+    """``select_conv_epilogue`` for a chain's conv, from the shapes the graph records."""
+    c = _conv(conv)
+    weight_val = aten.node_val(c.weight)
+    w_shape = tuple(weight_val.shape) if isinstance(weight_val, torch.Tensor) else None
+    x_shape = aten.static_shape(c.input)
+    int_padding = not isinstance(c.padding, str)
+    out_shape = (conv_out_shape(x_shape, w_shape, c.stride, c.padding, c.dilation)
+                 if x_shape is not None and w_shape is not None and int_padding else None)
+    z_shape = aten.static_shape(z)
+    fits = z is None or (out_shape is not None and z_shape == out_shape)
+    return select_conv_epilogue(ctx.device, edit.dtype_of(conv), act, weight_dim=len(w_shape) if w_shape else 4,
+                                int_padding=int_padding, residual=z is not None, residual_fits=fits,
+                                separate=separate, kernel_size=w_shape[2:] if w_shape else None,
+                                depthwise=(x_shape is not None and w_shape is not None
+                                           and is_depthwise(x_shape[1], w_shape, c.groups)),
+                                out_pixels=math.prod(out_shape[2:]) * out_shape[0] if out_shape else None)
 
 
 def fold(ctx: RewriteContext, chain) -> edit.Edit:
@@ -300,20 +906,23 @@ def fold(ctx: RewriteContext, chain) -> edit.Edit:
     edit.check_no_outside_users(remove, [out])
     c = _conv(conv)
     key = conv.name
+    choice = _choice(ctx, conv, "none", None, False)
+    label = f"BatchNorm folded (exact) + {choice.label}"
     return edit.Edit(chain, tuple(remove), (out,), fused_conv_bn,
                      (c.input, NewAttr(f"{key}_weight"), NewAttr(f"{key}_bias"),
                       c.stride, c.padding, c.dilation, c.groups),
-                     FOLD_CHOICE, tensors={f"{key}_weight": w, f"{key}_bias": b})
+                     Choice(choice.impl, label, True), tensors={f"{key}_weight": w, f"{key}_bias": b})
 
 
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
-    """conv [→ BN] [→ add z] → act as one epilogue call (BN folded); the kernel choice "separate_epilogue"
-    runs the conv with its bias, then the add and the activation in place, never cuDNN's fused call."""
-    if chain.node_for("act") is None:  # conv_bn: the fold is the whole chain
+    """conv [→ BN] [→ add z] [→ act] as one epilogue call (BN folded); the kernel choice "separate_epilogue"
+    runs the conv with its bias, then the add and the activation in place, never a fused epilogue."""
+    conv, bn, add = ctx.node(chain, "conv"), ctx.node(chain, "bn"), ctx.node(chain, "add")
+    act_node = ctx.node(chain, "act")
+    if act_node is None and add is None:  # conv_bn: the fold is the whole chain
         return fold(ctx, chain)
     edit.only_identity_views(ctx, chain)
-    conv, bn, add = ctx.node(chain, "conv"), ctx.node(chain, "bn"), ctx.node(chain, "add")
-    act = aten.activation_name(ctx.node(chain, "act"))
+    act = "none" if act_node is None else aten.activation_name(act_node)
     if act not in CONV_ACTIVATIONS:
         raise UseGeneric(f"activation {act} has no conv epilogue")
     c = _conv(conv)
@@ -324,20 +933,12 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         tensors = {f"{conv.name}_weight": w, f"{conv.name}_bias": b}
         weight, bias = NewAttr(f"{conv.name}_weight"), NewAttr(f"{conv.name}_bias")
     members = set(ctx.members(chain))
-    weight_val = aten.node_val(c.weight)
     z = None
     if add is not None:
         edit.check_alpha(add)
         z = edit.other_operand(add, members)
     separate = kernel == "separate_epilogue"
-    z_shape, x_shape = aten.static_shape(z), aten.static_shape(c.input)
-    fits = z is None or (z_shape is not None and x_shape is not None and not isinstance(c.padding, str)
-                         and isinstance(weight_val, torch.Tensor)
-                         and z_shape == conv_out_shape(x_shape, weight_val.shape, c.stride, c.padding, c.dilation))
-    choice = select_conv_epilogue(ctx.device, edit.dtype_of(conv), act,
-                                  weight_dim=weight_val.dim() if isinstance(weight_val, torch.Tensor) else 4,
-                                  int_padding=not isinstance(c.padding, str), residual=z is not None,
-                                  residual_fits=fits, separate=separate)
+    choice = _choice(ctx, conv, act, z, separate)
     label = choice.label
     if bn is not None:
         label = f"BatchNorm folded (exact) + {label}"
@@ -370,23 +971,36 @@ def _geometry(gm, weight, stride, padding, dilation, groups):
 
 def _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, groups, act, separate) -> bool:
     geometry = _geometry(gm, w, stride, padding, dilation, groups)
-    if geometry is None or act not in CONV_ACTIVATIONS:
+    x_shape = aten.static_shape(x)
+    if geometry is None or act not in CONV_ACTIVATIONS or x_shape is None:
         return False
     weight, stride, padding, dilation = geometry
+    out_shape = conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
     fits = True
     if z is not None:
-        x_shape, z_shape = aten.static_shape(x), aten.static_shape(z)
-        if x_shape is None or z_shape is None:
+        z_shape = aten.static_shape(z)
+        if z_shape is None:
             return False
-        fits = conv_out_shape(x_shape, weight.shape, stride, padding, dilation) == z_shape
-    choice = select_conv_epilogue(device, dtype, act, weight_dim=4, residual=z is not None,
-                                  residual_fits=fits, separate=separate)
+        fits = out_shape == z_shape
+    choice = select_conv_epilogue(device, dtype, act, weight_dim=4, residual=z is not None, residual_fits=fits,
+                                  separate=separate, kernel_size=tuple(weight.shape[2:]),
+                                  depthwise=is_depthwise(x_shape[1], weight.shape, groups),
+                                  out_pixels=math.prod(out_shape[2:]) * out_shape[0])
     if choice.impl == "cudnn_conv_relu":
         return edit.replace_node(gm, node, lambda g: g.call_function(
             torch.cudnn_convolution_relu, (x, w, b, stride, padding, dilation, groups)))
     if choice.impl == "cudnn_conv_add_relu":  # z floating like x: both in ``dtype`` after prepare_graph
         return edit.replace_node(gm, node, lambda g: g.call_function(
             torch.cudnn_convolution_add_relu, (x, w, z, 1.0, b, stride, padding, dilation, groups)))
+    if choice.impl == "triton_depthwise" and fits:
+        packed = _register(gm, "_lean_dw_" + str(w.target).replace(".", "_"), pack_depthwise_weight(weight))
+        return edit.replace_node(gm, node, lambda g: g.call_function(
+            depthwise_conv_epilogue, (x, w, g.get_attr(packed), b, z, stride, padding, dilation, act)))
+    if choice.impl in ("triton_depthwise", "triton_epilogue") and fits:
+        return edit.replace_node(gm, node, lambda g: g.call_function(
+            bias_act_, (g.call_function(torch.conv2d, (x, w, None, stride, padding, dilation, groups)), b, z, act)))
+    if choice.impl != "separate":
+        return False
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
         y = g.call_function(torch.conv2d, (x, w, b, stride, padding, dilation, groups))
@@ -397,15 +1011,17 @@ def _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, group
     return edit.replace_node(gm, node, build)
 
 
+def _register(gm: torch.fx.GraphModule, name: str, tensor: torch.Tensor) -> str:
+    """A root buffer ``name`` holding ``tensor`` (made once per graph); returns the name."""
+    if not hasattr(gm, name):
+        gm.register_buffer(name, tensor, persistent=False)
+    return name
+
+
 def _lower_conv_bn(gm, node, device, dtype) -> bool:
-    """fused_conv_bn (BatchNorm already folded into the weight) → ``conv2d``."""
+    """fused_conv_bn (BatchNorm already folded into the weight): the conv, its bias as the selection says."""
     x, w, b, stride, padding, dilation, groups = node.args
-    geometry = _geometry(gm, w, stride, padding, dilation, groups)
-    if geometry is None:
-        return False
-    _, stride, padding, dilation = geometry
-    return edit.replace_node(gm, node, lambda g: g.call_function(
-        torch.conv2d, (x, w, b, stride, padding, dilation, groups)))
+    return _lower(gm, node, device, dtype, x, w, b, None, stride, padding, dilation, groups, "none", False)
 
 
 def _lower_act(gm, node, device, dtype) -> bool:
@@ -458,51 +1074,73 @@ def _same_shape_add(g, node: str, ctx: dict) -> str | None:
 
 _CONV = Step(frozenset({"conv"}), "conv")
 _BN = Step(frozenset({"batch_norm"}), "bn", guard=_bn_inference)
-_ACT = Step(frozenset(CONV_ACTIVATIONS) - {"none"}, "act", family=ACTIVATIONS)
+_ACT = Step(frozenset(CONV_ACTIVATIONS) - {"none", "gelu_tanh"}, "act", family=ACTIVATIONS)
 _ADD = Step(frozenset({"add"}), "add", guard=_same_shape_add)
 _KERNELS = ("auto", "separate_epilogue", "inductor")
+_IMPLEMENTATION = ("cuDNN conv+bias+ReLU in one call where it wins; depthwise convs (channels_last) as one "
+                   "Triton kernel with their epilogue; otherwise the conv without bias and one vectorised "
+                   "Triton pass for bias, residual and activation")
 _ADD_WHY = ("The residual add and the activation run in the convolution's epilogue: the conv output "
             "is never written to device memory and read back, and the add and the activation cost no "
             "launch of their own.")
+_PROJECTION_WHY = ("MobileNetV2's and EfficientNet's projection convolutions end in a residual add with no "
+                   "activation (a linear bottleneck). Unfused, the add is a kernel of its own that reads the "
+                   "conv output and the residual and writes the sum; in the epilogue it is one more read of "
+                   "the residual in the pass that adds the bias.")
 
 PATTERNS = (
     Pattern(
         name="conv_bn_add_act", label="Conv+BN+Add+act", priority=20, stage="activation",
         steps=(_CONV, _BN, _ADD, _ACT), color="#1f77b4", kernels=_KERNELS, rewrite=rewrite, fold=fold,
-        implementation="BatchNorm folded into the conv; cuDNN conv+bias+add+ReLU in one kernel",
+        implementation="BatchNorm folded into the conv; " + _IMPLEMENTATION,
         explanation="The residual block's tail. " + _ADD_WHY,
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT, PAYS_CAVEAT), formula=FORMULA,
     ),
     Pattern(
         name="conv_add_act", label="Conv+Add+act", priority=21, stage="activation",
         steps=(_CONV, _ADD, _ACT), color="#17becf", kernels=_KERNELS, rewrite=rewrite,
-        implementation="cuDNN conv+bias+add+ReLU in one kernel",
+        implementation=_IMPLEMENTATION,
         explanation=("Conv, residual add and activation, BatchNorm already folded (as ONNX exporters "
                      "do). " + _ADD_WHY),
         caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
     ),
     Pattern(
-        name="conv_bn_act", label="Conv+BN+act", priority=22, stage="activation",
+        name="conv_bn_add", label="Conv+BN+Add", priority=22, stage="activation",
+        steps=(_CONV, _BN, _ADD), color="#aec7e8", kernels=_KERNELS, rewrite=rewrite, fold=fold,
+        implementation="BatchNorm folded into the conv; the residual added in the epilogue pass with the bias",
+        explanation=_PROJECTION_WHY,
+        caveats=(FOLD_CAVEAT, PRECISION_CAVEAT, PAYS_CAVEAT), formula=FORMULA,
+    ),
+    Pattern(
+        name="conv_add", label="Conv+Add", priority=23, stage="activation",
+        steps=(_CONV, _ADD), color="#9edae5", kernels=_KERNELS, rewrite=rewrite,
+        implementation="the residual added in the epilogue pass with the bias",
+        explanation=("A convolution and a residual add with no activation, BatchNorm already folded (as "
+                     "ONNX exporters do). " + _PROJECTION_WHY),
+        caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
+    ),
+    Pattern(
+        name="conv_bn_act", label="Conv+BN+act", priority=24, stage="activation",
         steps=(_CONV, _BN, _ACT), color="#2ca02c", kernels=_KERNELS, rewrite=rewrite, fold=fold,
-        implementation="BatchNorm folded into the conv; cuDNN conv+bias+ReLU in one kernel (other "
-                       "activations: folded conv, then the activation in place)",
+        implementation="BatchNorm folded into the conv; " + _IMPLEMENTATION,
         explanation=("conv -> temp1 -> bn -> temp2 -> relu is three launches and two intermediates "
                      "written and read back. Folding BN into the conv's weights removes one op exactly; "
                      "running the activation in the conv's epilogue removes the other."),
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT, PAYS_CAVEAT), formula=FORMULA,
     ),
     Pattern(
-        name="conv_act", label="Conv+act", priority=23, stage="activation",
+        name="conv_act", label="Conv+act", priority=25, stage="activation",
         steps=(_CONV, _ACT), color="#98df8a", kernels=_KERNELS, rewrite=rewrite,
-        implementation="cuDNN conv+bias+ReLU in one kernel",
+        implementation=_IMPLEMENTATION,
         explanation=("Convolution with its activation in the epilogue (BatchNorm already folded, as "
                      "ONNX exporters do): the pre-activation tensor is never written out."),
         caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
     ),
     Pattern(
-        name="conv_bn", label="Conv+BN", priority=24, stage="conv_bn",
+        name="conv_bn", label="Conv+BN", priority=26, stage="conv_bn",
         steps=(_CONV, _BN), color="#ff7f0e", rewrite=rewrite, fold=fold,
-        implementation="BatchNorm folded into the conv's weight and bias (exact algebra, no kernel)",
+        implementation=("BatchNorm folded into the conv's weight and bias (exact algebra, no kernel); on CUDA "
+                        "the bias in one vectorised Triton pass after the conv"),
         explanation=("In inference BatchNorm is a per-channel affine map, so it folds into the "
                      "convolution's weights: one op and one intermediate disappear at no cost."),
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT), formula=FORMULA,

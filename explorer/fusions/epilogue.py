@@ -8,16 +8,24 @@ activations.
 
 "gelu" is the exact (erf) GELU and "gelu_tanh" the tanh approximation; they
 differ by up to ~5e-4 and are never interchanged.
+
+``triton_activation(interpret)`` is the same table for Triton kernels: one
+``@triton.jit`` helper ``_activation(v, ACT)`` (fp32 in, fp32 out) that the conv
+epilogue, the depthwise convolution and squeeze-and-excitation kernels call with
+a compile-time activation name (``TRITON_ACTIVATIONS``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable
 
 import torch
 import torch.fx
 import torch.nn.functional as F
+
+from explorer.fusions.triton_support import import_triton
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +48,7 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
     Activation("gelu_tanh", lambda t: F.gelu(t, approximate="tanh"), torch._C._nn.gelu_,
                (("approximate", "tanh"),)),
     Activation("hardswish", F.hardswish, torch._C._nn.hardswish_),
+    Activation("hardsigmoid", F.hardsigmoid, torch._C._nn.hardsigmoid_),
     Activation("tanh", torch.tanh, torch.tanh_),
     Activation("sigmoid", torch.sigmoid, torch.sigmoid_),
 )}
@@ -86,3 +95,76 @@ EPILOGUE_TOLERANCES = {
     torch.float16: dict(rtol=4e-3, atol=4e-3),
     torch.bfloat16: dict(rtol=3.2e-2, atol=3.2e-2),
 }
+
+
+# ====================================================================== the same, in Triton
+
+#: Activations ``triton_activation`` computes (every entry of ``ACTIVATIONS``).
+TRITON_ACTIVATIONS = ("none", "relu", "relu6", "silu", "gelu", "gelu_tanh", "hardswish", "hardsigmoid",
+                      "tanh", "sigmoid")
+
+
+@functools.lru_cache(maxsize=2)
+def triton_activation(interpret: bool):
+    """The Triton helper ``_activation(v, ACT)``: ``ACT`` (a ``tl.constexpr`` name of
+    ``TRITON_ACTIVATIONS``) applied to the fp32 tensor ``v``; cached per interpreter mode.
+
+    ``triton.jit`` reads ``TRITON_INTERPRET`` when it decorates, hence the lazy
+    definition; ``tl`` is bound as a module global (Triton resolves a kernel's
+    names through its module's globals). Every clamp is written with comparisons
+    so that NaN propagates as it does in torch; tanh is computed from
+    ``exp(-2|x|)`` (no overflow), and SiLU as ``x / (1 + exp(-x))``.
+    """
+    global tl
+    del interpret  # part of the cache key only
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _activation(v, ACT: tl.constexpr):
+        if ACT == "relu":
+            v = tl.where(v < 0.0, 0.0, v)                          # NaN stays NaN, as in torch
+        elif ACT == "relu6":
+            v = tl.where(v < 0.0, 0.0, tl.where(v > 6.0, 6.0, v))
+        elif ACT == "silu":
+            v = v / (1.0 + tl.exp(-v))                             # x·sigmoid(x); -0.0 for x << 0
+        elif ACT == "hardswish":
+            t = v + 3.0
+            v = v * tl.where(t < 0.0, 0.0, tl.where(t > 6.0, 6.0, t)) / 6.0
+        elif ACT == "hardsigmoid":
+            t = v + 3.0
+            v = tl.where(t < 0.0, 0.0, tl.where(t > 6.0, 6.0, t)) / 6.0
+        elif ACT == "gelu":
+            v = 0.5 * v * (1.0 + tl.math.erf(v * 0.7071067811865476))
+        elif ACT == "gelu_tanh":
+            u = 0.7978845608028654 * (v + 0.044715 * v * v * v)   # sqrt(2/pi)·(x + 0.044715x³)
+            e = tl.exp(-2.0 * tl.abs(u))                           # tanh(|u|) = (1 - e) / (1 + e)
+            th = (1.0 - e) / (1.0 + e)
+            v = 0.5 * v * (1.0 + tl.where(u < 0.0, -th, th))
+        elif ACT == "sigmoid":
+            v = 1.0 / (1.0 + tl.exp(-v))
+        elif ACT == "tanh":
+            e = tl.exp(-2.0 * tl.abs(v))
+            th = (1.0 - e) / (1.0 + e)
+            v = tl.where(v < 0.0, -th, th)
+        return v
+
+    return _activation
+
+
+@functools.lru_cache(maxsize=2)
+def triton_round_bf16(interpret: bool):
+    """The Triton helper ``_round_for(v, BF16_RTNE_BY_HAND)``: ``v`` (fp32) unchanged, or, when the
+    flag is set (the interpreter, whose fp32 → bf16 cast truncates), rounded to the nearest bf16
+    value with ties to even, so that the cast after it is exact."""
+    global tl
+    del interpret
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _round_for(v, BF16_RTNE_BY_HAND: tl.constexpr):
+        if BF16_RTNE_BY_HAND:
+            bits = v.to(tl.uint32, bitcast=True)
+            v = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
+        return v
+
+    return _round_for
