@@ -21,10 +21,12 @@ from typing import Callable
 
 from explorer.fusions import attention, conv, generic, linear, norm, siblings
 from explorer.fusions import rms_norm, rotary, swiglu
+from explorer.fusions import convnext, squeeze_excite
 from explorer.fusions.base import Pattern
 
 #: One line per family: the registration.
-FAMILIES: tuple[ModuleType, ...] = (attention, conv, linear, norm, generic, siblings, rms_norm, swiglu, rotary)
+FAMILIES: tuple[ModuleType, ...] = (attention, conv, linear, norm, generic, siblings, rms_norm, swiglu, rotary,
+                                     squeeze_excite, convnext)
 
 PATTERNS: tuple[Pattern, ...] = tuple(sorted((p for f in FAMILIES for p in f.PATTERNS), key=lambda p: p.priority))
 BY_NAME: dict[str, Pattern] = {p.name: p for p in PATTERNS}

@@ -1,0 +1,341 @@
+"""The ConvNeXt block: depthwise conv + LayerNorm in one Triton kernel, the MLP, layer scale folded, residual in one pass.
+
+::
+
+    unfused (eager, channels_last: 8 kernels; NCHW: a 9th, the copy LayerNorm makes of the permuted tensor)
+    x ─┬─► dwconv 7×7 ─► +b ─► permute ─► LayerNorm(C) ─► linear(4C)+b ─► GELU ─► linear(C)+b ─► permute ─► ·γ ─► + ─► y
+       │    (cuDNN)   (bias kernel)        (1 kernel)      (cuBLASLt)    (1 kernel)  (cuBLASLt)               (1)  (1)
+       └──────────────────────────────────────────────────────────────────────────────────────────────────────────┘
+
+    fused (5 kernels; 4 where cuBLASLt's GELU epilogue is the model's exact GELU)
+    x ─┬─► depthwise_conv(x, w, b, norm=LN) ─► t (N,H,W,C) ─► linear+GELU ─► h (N,H,W,4C) ─► linear(γ·W₂, γ·b₂) ─► + x ─► y
+       │      ONE Triton kernel: conv, bias and        (linear family's       (cuBLASLt: the bias in     (bias_act_: one
+       │      the LayerNorm over the C channels         one decision)          its epilogue)              vectorised pass)
+       └───────────────────────────────────────────────────────────────────────────────────────────────────┘
+
+What each step buys, and why it is this way:
+
+- **Depthwise conv + bias + LayerNorm, one kernel** (``conv.depthwise_conv`` with a
+  LayerNorm epilogue): the conv output is never written and read back three times
+  (bias add, LayerNorm, and in NCHW the copy of the permuted tensor). One program
+  holds every channel of a few output pixels (``conv.depthwise_tiles``), so the
+  mean and variance are a reduction over its tile; the output is channels_last,
+  i.e. exactly the contiguous ``(N, H, W, C)`` the first linear reads. It needs
+  Triton (CUDA, or the interpreter on the CPU) and a channels_last input; otherwise
+  cuDNN's conv, then ``layer_norm``.
+- **Linear + GELU**: ``explorer.fusions.linear`` decides (cuBLASLt's GELU epilogue
+  only where it computes the model's exact GELU, probed on the device; otherwise
+  the GEMM with its bias, then GELU in place). A GEMM with a GELU epilogue of our
+  own would save the pass over the widest tensor of the block; it is not written.
+- **Layer scale folded into the second linear**: ``γ · (h W₂ᵀ + b₂) = h (γW₂)ᵀ + γb₂``
+  per output channel, exact algebra done once in float64 like the BatchNorm fold
+  (``fold_layer_scale``): the multiply disappears.
+- **Residual in one pass**: ``bias_act_(y, None, x)`` adds the block input to the
+  (permuted) linear output in place, one vectorised read of each and one write,
+  whatever the two layouts are; eager runs the multiply and the add as two passes.
+
+``select_convnext_block`` is the one decision the runtime call, the label and the
+lowering ask.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from explorer.fusions import conv, edit, linear
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
+from explorer.fusions.triton_support import triton_runs_on
+from explorer.graph import aten
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: A LayerNorm epilogue holds every channel of its pixels in one program: up to this many.
+MAX_CHANNELS = 2048
+
+#: The fused block against the unfused one in float64 from the same inputs upcast, for
+#: unit-scale data: the LayerNorm output is rounded once (u), each GEMM accumulates in fp32
+#: and rounds its output (u relative to the row's scale), GELU rounds once more, the folded
+#: weights γ·W₂ are rounded once (u per weight) and the residual sum once: ~8u of the output's
+#: scale for 16-bit dtypes (the same error model as a GEMM with an epilogue, ``EPILOGUE_TOLERANCES``),
+#: 2e-5 for fp32 (sums over 4C terms).
+TOLERANCES = {
+    torch.float32: dict(rtol=2e-5, atol=2e-5),
+    torch.float16: dict(rtol=4e-3, atol=4e-3),
+    torch.bfloat16: dict(rtol=3.2e-2, atol=3.2e-2),
+}
+
+CAVEAT = ("Folding the layer scale into the second linear rounds γ·W₂ to the weights' dtype once, "
+          "as BatchNorm folding does; valid in inference and training alike (it is exact algebra).")
+
+
+# ====================================================================== the arithmetic
+
+def fold_layer_scale(weight: torch.Tensor, bias: torch.Tensor | None, gamma: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(γ·W, γ·b)``: a linear ``(C_out, C_in)`` followed by a per-output-channel scale ``γ`` as one linear.
+
+    ``gamma`` has C_out elements (any shape, e.g. ConvNeXt's ``(C, 1, 1)``). Computed in
+    float64, returned in the weight's dtype and device; the inputs are not modified.
+    """
+    if gamma.numel() != weight.shape[0]:
+        raise ValueError(f"layer scale has {gamma.numel()} elements, the linear has {weight.shape[0]} outputs")
+    g = gamma.detach().to(torch.float64).reshape(-1, 1)                   # (C_out, 1)
+    w = (weight.detach().to(torch.float64) * g).to(weight.dtype)          # (C_out, C_in)
+    b = None if bias is None else (bias.detach().to(torch.float64) * g[:, 0]).to(bias.dtype)
+    return w, b
+
+
+def convnext_block_reference(x, dw_weight, dw_bias, ln_weight, ln_bias, eps, w1, b1, w2, b2, gamma=None,
+                             act: str = "gelu", stride=1, padding=3, dilation=1) -> torch.Tensor:
+    """Unfused, as torchvision's ``CNBlock`` runs it: dwconv, permute, LayerNorm, linear, act, linear,
+    permute, ``γ ·``, ``+ x``. Any float dtype (float64 for test references)."""
+    c = x.shape[1]
+    y = conv.conv_nd(x, dw_weight, dw_bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H, W, C)
+    y = F.layer_norm(y, (c,), ln_weight, ln_bias, eps)
+    y = linear.linear_act_reference(y, w1, b1, act)                                            # (N, H, W, 4C)
+    y = F.linear(y, w2, b2).permute(0, 3, 1, 2)                                                # (N, C, H, W)
+    if gamma is not None:
+        y = gamma * y
+    return y + x
+
+
+# ====================================================================== selection
+
+def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channels: int | None = None,
+                          act: str = "gelu", layout: str | None = None) -> Choice:
+    """The one decision of how a ConvNeXt block runs; ``Choice.impl`` names its first step:
+
+    ``triton``: the depthwise conv, its bias and the LayerNorm in one Triton kernel (a
+    channels_last input; ``layout`` None: not known yet, as in a captured graph), then the
+    MLP and the residual pass; ``reference``: cuDNN's conv, ``layer_norm``, the MLP, and the
+    residual as a torch ``add_``. The label names every kernel.
+    """
+    device = torch.device(device)
+    lin = linear.select_linear_act(device, dtype, act, 2, 2)
+    mlp = (f"linear+{act} ({'1 kernel: ' + lin.impl if lin.fused else '2 kernels'}) + linear, layer scale "
+           "folded (1 kernel)")
+    triton = triton_runs_on(device) and dtype in SUPPORTED_DTYPES
+    where = " [Triton interpreter on cpu]" if device.type == "cpu" else ""
+    if triton and (channels is None or channels <= MAX_CHANNELS) and layout in (None, "nhwc"):
+        tail = "" if layout == "nhwc" else " for a channels_last input, else conv + layer_norm"
+        return Choice("triton", f"triton dwconv+bias+LayerNorm (1 kernel{tail}) + {mlp} + triton residual "
+                      f"add (1 pass){where}", True)
+    if not triton:
+        why = f"no Triton on {device.type}" if not triton_runs_on(device) else f"dtype {dtype}"
+    elif channels is not None and channels > MAX_CHANNELS:
+        why = f"{channels} channels > {MAX_CHANNELS}"
+    else:
+        why = "the input is not channels_last"
+    residual = "triton residual add (1 pass)" if triton else "residual add_"
+    return Choice("reference", f"dwconv+bias + layer_norm + {mlp} + {residual} ({why})", lin.fused)
+
+
+# ====================================================================== the block
+
+def depthwise_layer_norm(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+                         stride, padding, dilation, ln_weight, ln_bias, eps: float) -> torch.Tensor:
+    """``layer_norm(dwconv(x) + b)`` over the channels, as ``(N, H', W', C)``: one Triton kernel where
+    it takes the operands (``conv.depthwise_applies``: a channels_last input on a device Triton runs
+    on), reading the weight ``packed`` (``conv.pack_depthwise_weight``; ``weight`` itself works too,
+    more slowly); otherwise cuDNN's conv, a permute and ``layer_norm``."""
+    c = x.shape[1]
+    if c <= MAX_CHANNELS and conv.depthwise_applies(x, weight, weight.shape[0]):
+        y = conv.depthwise_conv(x, packed, bias, None, stride, padding, dilation, "none",
+                                norm=(ln_weight, ln_bias, eps))                  # (N, C, H', W') channels_last
+        return y.permute(0, 2, 3, 1)                                             # (N, H', W', C) contiguous
+    y = torch.conv2d(x, weight, bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H', W', C)
+    return F.layer_norm(y, (c,), ln_weight, ln_bias, eps)
+
+
+def residual_add_(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``y += x`` in place: one vectorised Triton pass where Triton runs (any two dense layouts), else ``add_``."""
+    return conv.bias_act_(y, None, x, "none")
+
+
+def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias, eps, w1, b1, act,
+                   w2, b2) -> torch.Tensor:
+    """A ConvNeXt block with its layer scale already folded into ``(w2, b2)`` (``fold_layer_scale``).
+
+    ``x``: ``(N, C, H, W)``; ``dw_weight``: ``(C, 1, k, k)``; ``w1``: ``(4C, C)``; ``w2``:
+    ``(C, 4C)``. Returns ``x + block(x)``, ``(N, C, H, W)`` in channels_last memory (as the
+    unfused block's output is, whatever the input's layout).
+    """
+    t = depthwise_layer_norm(x, dw_weight, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias,
+                             eps)                                                  # (N, H, W, C)
+    h = linear.linear_act(t, w1, b1, act)                                          # (N, H, W, 4C)
+    y = F.linear(h, w2, b2).permute(0, 3, 1, 2)                                    # (N, C, H, W) channels_last
+    return residual_add_(y, x)
+
+
+def fused_convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias, eps, w1, b1, act,
+                         w2, b2):
+    """``x + γ·MLP(LN(dwconv(x)))`` with γ folded into ``(w2, b2)``: as ``select_convnext_block`` decides."""
+    return convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias, eps, w1, b1, act,
+                          w2, b2)
+
+
+# ====================================================================== rewrite
+
+def _permute_between(ctx: RewriteContext, chain, first: torch.fx.Node, last: torch.fx.Node, dims: list[int]) -> None:
+    """The chain's only view between ``first`` and ``last`` is ``permute(dims)``."""
+    names = list(chain.nodes)
+    views = [ctx.by_name[n] for n in names[names.index(first.name) + 1: names.index(last.name)]]
+    if len(views) != 1 or aten.aten_name(views[0]) != "permute" or list(views[0].args[1]) != dims:
+        raise UseGeneric(f"{first.name} → {last.name} is not one permute{tuple(dims)}")
+
+
+def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """The whole block as one call: layer scale folded into the second linear, the rest as selected."""
+    dw, ln_node = ctx.node(chain, "dwconv"), ctx.node(chain, "norm")
+    fc1, act_node, fc2 = ctx.node(chain, "fc1"), ctx.node(chain, "act"), ctx.node(chain, "fc2")
+    scale, add = ctx.node(chain, "scale"), ctx.node(chain, "residual")
+    c = aten.conv_args(dw)
+    if c is None or c.transposed:
+        raise UseGeneric(f"{aten.aten_name(dw)} is not a forward convolution")
+    x_shape, w_shape = aten.static_shape(c.input), aten.static_shape(c.weight)
+    geometry = edit.int_lists(2, c.stride, c.padding, c.dilation)
+    if x_shape is None or w_shape is None or geometry is None or not conv.is_depthwise(x_shape[1], w_shape, c.groups):
+        raise UseGeneric("the convolution is not a 2-D depthwise convolution with integer geometry")
+    channels = x_shape[1]
+    _permute_between(ctx, chain, dw, ln_node, [0, 2, 3, 1])
+    _permute_between(ctx, chain, fc2, scale if scale is not None else add, [0, 3, 1, 2])
+    ln = aten.layer_norm_args(ln_node)
+    if ln is None or list(ln.normalized_shape) != [channels]:
+        raise Refuse("the LayerNorm does not normalise over the channels alone")
+    lin1, lin2 = aten.linear_args(fc1), aten.linear_args(fc2)
+    if lin1 is None or lin2 is None or lin1.input is not ln_node or lin2.input is not act_node:
+        raise UseGeneric("the MLP is not linear → act → linear reading the LayerNorm")
+    act = aten.activation_name(act_node)
+    if act not in linear.LINEAR_ACTIVATIONS:
+        raise UseGeneric(f"activation {act} has no linear epilogue")
+    members = set(ctx.members(chain))
+    edit.check_alpha(add)
+    if not edit.through_identity(edit.other_operand(add, members), c.input):
+        raise Refuse("the residual add does not add the block's input")
+    w2, b2 = ctx.constant(lin2.weight, "second linear weight"), ctx.constant(lin2.bias, "second linear bias")
+    tensors = {}
+    if scale is not None:
+        gamma = ctx.constant(edit.other_operand(scale, members), "layer scale")
+        if gamma.numel() != channels:
+            raise Refuse(f"the scale has {gamma.numel()} elements, not one per channel ({channels})")
+        w2, b2 = fold_layer_scale(w2, b2, gamma)
+    key = fc2.name
+    tensors[f"{key}_scaled_weight"] = w2
+    w2_arg = NewAttr(f"{key}_scaled_weight")
+    b2_arg = None
+    if b2 is not None:
+        tensors[f"{key}_scaled_bias"] = b2
+        b2_arg = NewAttr(f"{key}_scaled_bias")
+    stride, padding, dilation = geometry
+    choice = select_convnext_block(ctx.device, edit.dtype_of(dw), channels, act)
+    label = choice.label + ("" if choice.fused else edit.not_fused_note(ctx.device, "the ConvNeXt block"))
+    args = (c.input, c.weight, c.bias, stride, padding, dilation, ln.weight, ln.bias, ln.eps,
+            lin1.weight, lin1.bias, act, w2_arg, b2_arg)
+    return edit.whole_chain_edit(ctx, chain, fused_convnext_block, args, Choice(choice.impl, label, choice.fused),
+                                 tensors)
+
+
+# ====================================================================== lowering (lean graphs)
+
+def _lower(gm, node, device, dtype) -> bool:
+    """The block as direct calls: ``depthwise_layer_norm`` (or conv, permute, layer_norm), the linear family's
+    lowering of linear+act, ``linear``, ``permute`` and the residual pass."""
+    x, dw_w, dw_b, stride, padding, dilation, ln_w, ln_b, eps, w1, b1, act, w2, b2 = node.args
+    weight, w1t, w2t = (edit.attr_tensor(gm, t) for t in (dw_w, w1, w2))
+    x_shape = aten.static_shape(x)
+    if weight is None or w1t is None or w2t is None or x_shape is None or len(x_shape) != 4:
+        return False
+    n, c = x_shape[0], x_shape[1]
+    out = conv.conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
+    choice = select_convnext_block(device, dtype, c, act)
+    meta = lambda *shape: torch.empty(shape, dtype=dtype, device="meta")            # noqa: E731
+    fc1_lowered = []
+
+    def build(g: torch.fx.Graph) -> torch.fx.Node:
+        if choice.impl == "triton":
+            packed = conv._register(gm, "_lean_dw_" + str(dw_w.target).replace(".", "_"),
+                                    conv.pack_depthwise_weight(weight))
+            t = g.call_function(depthwise_layer_norm, (x, dw_w, g.get_attr(packed), dw_b, stride, padding,
+                                                       dilation, ln_w, ln_b, eps))
+        else:
+            y = g.call_function(torch.conv2d, (x, dw_w, dw_b, stride, padding, dilation, c))
+            t = g.call_function(torch.layer_norm, (g.call_function(torch.permute, (y, [0, 2, 3, 1])), [c], ln_w,
+                                                   ln_b, eps))
+        t.meta["val"] = meta(n, out[2], out[3], c)                                   # (N, H, W, C)
+        h = g.call_function(linear.fused_linear_act, (t, w1, b1, act))
+        h.meta["val"] = meta(n, out[2], out[3], w1t.shape[0])                        # (N, H, W, 4C)
+        fc1_lowered.append(h)
+        y = g.call_function(torch._C._nn.linear, (h, w2, b2))
+        y = g.call_function(torch.permute, (y, [0, 3, 1, 2]))                        # (N, C, H, W)
+        if choice.impl == "triton" or triton_runs_on(device):
+            return g.call_function(residual_add_, (y, x))
+        return g.call_method("add_", (y, x))
+
+    edit.replace_node(gm, node, build)
+    linear.LOWERINGS[linear.fused_linear_act](gm, fc1_lowered[0], device, dtype)
+    return True
+
+
+LOWERINGS = {fused_convnext_block: _lower}
+
+
+# ====================================================================== pattern
+
+def _depthwise(g, conv_node: str) -> bool:
+    attrs = g.nodes[conv_node]
+    shapes = attrs["shapes"]
+    inputs = list(g.predecessors(conv_node))
+    channels = shapes[0][1] if shapes and len(shapes[0]) == 4 else None
+    return (channels is not None and attrs.get("groups", 1) == channels and len(inputs) == 1
+            and g.nodes[inputs[0]]["shapes"][0][1] == channels)
+
+
+def _norm_after_depthwise(g, node: str, ctx: dict) -> str | None:
+    """(The anchor's own guard would never be asked: the conv is checked here, from the step after it.)"""
+    if not _depthwise(g, ctx["prev_real"]):
+        return "the convolution before the LayerNorm is not depthwise"
+    if g.nodes[node].get("norm_dims", 1) != 1:
+        return "LayerNorm normalizes over more than the last dimension"
+    return None
+
+
+def _per_channel_constant(g, node: str, ctx: dict) -> str | None:
+    if not g.nodes[node].get("const_operand") or g.in_degree(node) != 1:
+        return "the multiply is not by a constant (a layer scale)"
+    return None
+
+
+def _adds_block_input(g, node: str, ctx: dict) -> str | None:
+    """The residual add's other operand is the tensor the block's convolution read."""
+    anchor = next(n for n in ctx["chain"] if g.nodes[n]["kind"] == "conv")
+    block_input = set(g.predecessors(anchor))
+    others = {p for p in g.predecessors(node) if p != ctx["prev"] and p not in ctx["chain"]}
+    if others != block_input:
+        return "the add does not add the block's input (not a residual)"
+    return None
+
+
+PATTERNS = (
+    Pattern(
+        name="convnext_block", label="ConvNeXt block", priority=18,
+        steps=(Step(frozenset({"conv"}), "dwconv"),
+               Step(frozenset({"layer_norm"}), "norm", guard=_norm_after_depthwise),
+               Step(frozenset({"linear"}), "fc1"),
+               Step(frozenset(linear.LINEAR_ACTIVATIONS) - {"none", "gelu_tanh"}, "act"),
+               Step(frozenset({"linear"}), "fc2"),
+               Step(frozenset({"mul"}), "scale", optional=True, guard=_per_channel_constant),
+               Step(frozenset({"add"}), "residual", guard=_adds_block_input)),
+        color="#c49c94", rewrite=rewrite,
+        implementation=("depthwise conv + bias + LayerNorm in one Triton kernel, Linear+GELU, the second "
+                        "linear with the layer scale folded in, the residual add in one vectorised pass"),
+        explanation=("A ConvNeXt block is eight kernels in eager mode, five of them moving the whole "
+                     "activation for a few flops each (the conv's bias, LayerNorm, GELU, the layer scale, "
+                     "the residual add). The LayerNorm runs in the depthwise convolution's epilogue, the "
+                     "layer scale disappears into the second linear's weights, and the residual add is one "
+                     "pass."),
+        caveats=(PRECISION_CAVEAT, CAVEAT),
+        formula="gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2   (per output channel)",
+    ),
+)

@@ -1,0 +1,249 @@
+"""The ConvNeXt block family (``explorer.fusions.convnext``): the layer-scale fold, the fused block, the pattern.
+
+The fused block (depthwise conv + bias + LayerNorm in one Triton kernel, the MLP with
+the layer scale folded into its second linear, the residual in one pass) is checked
+against torchvision's block op by op in float64, on channel counts that are not powers
+of two, in every dtype and both input layouts. Without a GPU the Triton kernels run in
+Triton's interpreter (``TRITON_INTERPRET=1`` per test). Tolerances:
+``convnext.TOLERANCES``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+if not torch.cuda.is_available() and "triton" not in sys.modules:
+    # Triton decorates its library functions (tl.sum, tl.zeros, ...) when first imported: import it in
+    # interpreter mode so interpreted kernels can call them. The variable itself is set per test.
+    _before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    except Exception:  # no usable Triton: the Triton tests skip
+        pass
+    finally:
+        if _before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = _before
+
+import torchvision  # noqa: E402  (after Triton: importing torchvision imports Triton)
+
+from explorer.fusion_engine import detect  # noqa: E402
+from explorer.fusions import conv, convnext, triton_support  # noqa: E402
+from explorer.fusions.plan import make_plan  # noqa: E402
+from explorer.fusions.rewrite import apply_plan  # noqa: E402
+from explorer.graph.build import build_graph  # noqa: E402
+from explorer.runtime import measure  # noqa: E402
+from explorer.sources import capture  # noqa: E402
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+INTERPRET = not HAS_CUDA and triton_support.triton_available()
+needs_triton = pytest.mark.skipif(not (HAS_CUDA or INTERPRET), reason="Triton runs neither compiled nor interpreted")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DTYPE_IDS = ["fp32", "fp16", "bf16"]
+
+
+@pytest.fixture(autouse=True)
+def triton_interpreter(monkeypatch):
+    """TRITON_INTERPRET=1 for each test of this module only (never leaking into other modules)."""
+    if INTERPRET:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def assert_close64(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> None:
+    """``out`` (any dtype) equals the float64 ``ref64`` within ``tol``; NaN never passes."""
+    assert out.shape == ref64.shape, (out.shape, ref64.shape)
+    out64 = out.detach().double().cpu()
+    assert not torch.isnan(out64).any(), "output contains NaN (an unwritten or poisoned element)"
+    torch.testing.assert_close(out64, ref64.detach().double().cpu(), equal_nan=False, **tol)
+
+
+def up(t):
+    return None if t is None else t.detach().double().cpu()
+
+
+def block(dim: int, seed: int = 0) -> nn.Module:
+    """torchvision's ConvNeXt block with unit-scale weights and a layer scale that matters (not 1e-6)."""
+    torch.manual_seed(seed)
+    module = torchvision.models.convnext.CNBlock(dim, layer_scale=1e-6, stochastic_depth_prob=0.0)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name == "layer_scale":
+                p.copy_(0.1 + 0.4 * torch.rand(p.shape, generator=gen))
+            elif p.dim() == 1:
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen) + (1.0 if "block.2.weight" in name else 0.0))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / p[0].numel() ** 0.5)
+    return module.eval()
+
+
+def _params(module: nn.Module, dtype: torch.dtype):
+    """The fused call's arguments for ``module`` (layer scale folded), in ``dtype`` on the test device."""
+    dw, ln, fc1, fc2 = module.block[0], module.block[2], module.block[3], module.block[5]
+    w2, b2 = convnext.fold_layer_scale(fc2.weight.double(), fc2.bias.double(), module.layer_scale.double())
+    cast = lambda t: t.detach().to(dtype=dtype, device=DEVICE)  # noqa: E731
+    return (cast(dw.weight), cast(dw.bias), 1, 3, 1, cast(ln.weight), cast(ln.bias), ln.eps,
+            cast(fc1.weight), cast(fc1.bias), "gelu", cast(w2), cast(b2))
+
+
+# ===================================================================== the layer-scale fold
+
+def test_fold_layer_scale_is_exact_in_float64():
+    gen = torch.Generator().manual_seed(0)
+    w, b = torch.randn(40, 160, generator=gen, dtype=torch.float64), torch.randn(40, generator=gen, dtype=torch.float64)
+    gamma = torch.rand(40, 1, 1, generator=gen, dtype=torch.float64) + 0.1
+    h = torch.randn(3, 5, 160, generator=gen, dtype=torch.float64)
+    w_before = w.clone()
+    fw, fb = convnext.fold_layer_scale(w, b, gamma)
+    assert torch.equal(w, w_before), "the fold must not modify its inputs"
+    ref = (gamma.reshape(-1) * nn.functional.linear(h, w, b))                       # γ · (h Wᵀ + b)
+    assert (nn.functional.linear(h, fw, fb) - ref).abs().max().item() <= 1e-12
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_fold_layer_scale_keeps_dtype_and_rejects_mismatches(dtype):
+    fw, fb = convnext.fold_layer_scale(torch.ones(4, 6, dtype=dtype), None, torch.full((4,), 0.5))
+    assert fw.dtype == dtype and fb is None and torch.equal(fw, torch.full((4, 6), 0.5, dtype=dtype))
+    with pytest.raises(ValueError, match="layer scale"):
+        convnext.fold_layer_scale(torch.ones(4, 6), None, torch.ones(5))
+
+
+# ===================================================================== the fused block
+
+def _grid():
+    params, i = [], 0
+    for channels in (40, 100):
+        for dtype, did in zip(DTYPES, DTYPE_IDS):
+            for layout in ("nchw", "nhwc"):
+                params.append(pytest.param(i, channels, dtype, layout, id=f"C{channels}-{did}-{layout}"))
+                i += 1
+    return params
+
+
+@needs_triton
+@pytest.mark.parametrize("i, channels, dtype, layout", _grid())
+def test_fused_block_matches_float64(i, channels, dtype, layout):
+    module = block(channels, seed=i)
+    x = torch.randn(2, channels, 7, 9, generator=torch.Generator().manual_seed(i)).to(dtype=dtype, device=DEVICE)
+    if layout == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        ref64 = module.double()(up(x))                                          # torchvision's block, float64
+        out = convnext.convnext_block(x, *_params(module, dtype))
+    assert out.dtype == dtype and conv.layout_of(out) == "nhwc", "channels_last, as the unfused block's output"
+    assert_close64(out, ref64, convnext.TOLERANCES[dtype])
+
+
+@needs_triton
+def test_block_reference_is_the_unfused_block():
+    module = block(24)
+    x = torch.randn(2, 24, 5, 6, dtype=torch.float64)
+    dw, ln, fc1, fc2 = module.block[0], module.block[2], module.block[3], module.block[5]
+    module = module.double()
+    with torch.no_grad():
+        ref = convnext.convnext_block_reference(x, dw.weight, dw.bias, ln.weight, ln.bias, ln.eps, fc1.weight,
+                                                fc1.bias, fc2.weight, fc2.bias, module.layer_scale)
+        torch.testing.assert_close(ref, module(x), rtol=1e-12, atol=1e-12)
+
+
+def test_selection_says_why(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    cpu = convnext.select_convnext_block("cpu", torch.float32, 96)
+    assert cpu.impl == "reference" and "no Triton on cpu" in cpu.label and "residual add_" in cpu.label
+    if triton_support.triton_available():
+        cuda = convnext.select_convnext_block("cuda", torch.float16, 96)
+        assert cuda.impl == "triton" and cuda.label.startswith("triton dwconv+bias+LayerNorm (1 kernel")
+        assert convnext.select_convnext_block("cuda", torch.float16, 4096).impl == "reference"
+        assert convnext.select_convnext_block("cuda", torch.float16, 96, layout="nchw").impl == "reference"
+
+
+# ===================================================================== pattern and rewrite
+
+class _DenseBlock(nn.Module):
+    """A ConvNeXt block whose first convolution is dense, not depthwise."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.inner = block(dim)
+        self.inner.block[0] = nn.Conv2d(dim, dim, 3, padding=1)
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def _detect(module, x):
+    gm = capture(module.eval(), (x,), type(module).__name__)
+    return gm, detect(build_graph(gm, type(module).__name__))
+
+
+def test_one_chain_per_block():
+    stage = nn.Sequential(block(24, 0), block(24, 1), block(24, 2))
+    _, det = _detect(stage, torch.randn(2, 24, 7, 7))
+    assert [c.pattern for c in det.chains] == ["convnext_block"] * 3
+    assert det.chains[0].ops == ("conv", "layer_norm", "linear", "gelu", "linear", "mul", "add")
+
+
+def test_near_miss_for_a_dense_convolution():
+    _, det = _detect(_DenseBlock(), torch.randn(2, 16, 6, 6))
+    assert not any(c.pattern == "convnext_block" for c in det.chains)
+    assert any(m.pattern == "convnext_block" and "not depthwise" in m.reason for m in det.near_misses)
+
+
+def _check_rewrite(module, x, rtol, layout="nchw"):
+    gm, det = _detect(module.to(DEVICE), x.to(DEVICE))
+    fused = apply_plan(gm, det, make_plan(det), DEVICE)
+    assert [a.status for a in fused.applied] == ["fused"] * len(det.chains) and det.chains
+    fgm, x = fused.gm, x.to(DEVICE)
+    if layout == "nhwc":
+        gm, fgm, x = (m.to(memory_format=torch.channels_last) for m in (gm, fgm, x))
+    with torch.no_grad():
+        ref, out = gm(x), fgm(x)
+    assert (out - ref).abs().max().item() <= rtol * ref.abs().max().item()
+    return fused
+
+
+def test_rewrite_without_triton_is_exact_in_float64(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    x = torch.randn(2, 24, 7, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    fused = _check_rewrite(nn.Sequential(block(24, 0), block(24, 1)).double(), x, 1e-12)
+    assert all(a.impl == "reference" for a in fused.applied)
+    assert "layer_scale" not in fused.gm.code and "mul" not in fused.gm.code, "the layer scale is folded away"
+
+
+@needs_triton
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_rewrite_through_triton(layout):
+    x = torch.randn(2, 40, 7, 6, generator=torch.Generator().manual_seed(2))
+    fused = _check_rewrite(nn.Sequential(block(40, 0), block(40, 1)), x, 2e-5, layout)
+    assert all(a.impl == "triton" and "LayerNorm (1 kernel" in a.implementation for a in fused.applied)
+
+
+@pytest.mark.parametrize("triton", [False, True], ids=["reference", "triton"])
+def test_lowering(triton, monkeypatch):
+    """A lean graph names ``depthwise_layer_norm`` and the residual pass where Triton runs, the library calls
+    otherwise, and the linear family's lowering of the GELU linear; it computes what the plain graph does."""
+    if triton and not (HAS_CUDA or INTERPRET):
+        pytest.skip("Triton runs neither compiled nor interpreted")
+    if not triton:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    x = torch.randn(2, 24, 7, 6, generator=torch.Generator().manual_seed(3), device=DEVICE)
+    gm, det = _detect(block(24).to(DEVICE), x)
+    fused = apply_plan(gm, det, make_plan(det), DEVICE)
+    plain = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True, lean=False)
+    lean_gm = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True)
+    targets = [n.target for n in lean_gm.graph.nodes if n.op == "call_function"]
+    assert convnext.fused_convnext_block not in targets
+    assert (convnext.depthwise_layer_norm in targets) == triton == (convnext.residual_add_ in targets)
+    assert (torch.layer_norm in targets) != triton
+    x = x.contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        torch.testing.assert_close(lean_gm(x), plain(x), rtol=1e-6, atol=1e-6)
