@@ -7,6 +7,8 @@
 - ``LlamaDecoder`` and ``LlamaDecodeStep``: a transformers ``LlamaForCausalLM``
   (RMSNorm, rotary embedding, grouped-query SDPA attention, SwiGLU MLP), its
   prefill and one decode step over a static KV cache.
+- ``convnext_tiny``: torchvision's ConvNeXt-Tiny with weights at realistic scales
+  (its own initialisation makes every block add a millionth of its output).
 - Teaching models: one Conv-BN-ReLU block, one residual block, one transformer
   encoder block with attention written out op by op.
 """
@@ -326,3 +328,34 @@ class LlamaDecodeStep(nn.Module):
         position = torch.arange(seq - 1, seq, device=input_ids.device)            # (1,)
         return self.llama(input_ids=input_ids, past_key_values=static, cache_position=position, use_cache=True,
                           logits_to_keep=1).logits
+
+
+def convnext_tiny(seed: int = 0) -> nn.Module:
+    """torchvision's ConvNeXt-Tiny with seeded weights that keep activations at unit scale.
+
+    torchvision initialises convolutions and linears with std 0.02 and every layer scale γ to
+    1e-6: each block then adds a millionth of its output to the residual stream, so a block
+    computed wrongly would change the model's output by less than fp32 noise, and the random
+    model is nothing like a trained one. Here every conv and linear weight is N(0, 1/fan_in)
+    (a layer keeps its input's scale), biases N(0, 0.1²), each LayerNorm weight 1 + N(0, 0.1²)
+    and bias N(0, 0.1²), and each layer scale uniform in [0.1, 0.5] per channel: neither the
+    identity nor negligible, so a fold of γ into the last linear that dropped it is caught.
+    Same graph as torchvision's (same modules); changes nothing but values.
+    """
+    import torchvision
+
+    model = torchvision.models.convnext_tiny(weights=None)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)):
+                fan_in = module.weight[0].numel()
+                module.weight.copy_(torch.randn(module.weight.shape, generator=gen) / math.sqrt(fan_in))
+                if module.bias is not None:
+                    module.bias.copy_(0.1 * torch.randn(module.bias.shape, generator=gen))
+            elif isinstance(module, nn.LayerNorm):
+                module.weight.copy_(1 + 0.1 * torch.randn(module.weight.shape, generator=gen))
+                module.bias.copy_(0.1 * torch.randn(module.bias.shape, generator=gen))
+            elif hasattr(module, "layer_scale"):
+                module.layer_scale.copy_(0.1 + 0.4 * torch.rand(module.layer_scale.shape, generator=gen))
+    return model

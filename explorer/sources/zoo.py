@@ -204,6 +204,14 @@ ZOO: dict[str, ZooEntry] = {
         ZooEntry("mobilenet_v2", "cnn", "classification",
                  "MobileNetV2 (torchvision): depthwise Conv+BN+ReLU6 and linear bottlenecks",
                  _torchvision("mobilenet_v2"), _image()),
+        ZooEntry("efficientnet_b0", "cnn", "classification",
+                 "EfficientNet-B0 (torchvision): MBConv blocks, Conv+BN+SiLU, squeeze-and-excitation, "
+                 "linear bottlenecks with residual adds",
+                 _torchvision("efficientnet_b0"), _image()),
+        ZooEntry("convnext_tiny", "cnn", "classification",
+                 "ConvNeXt-Tiny (torchvision, weights at realistic scales): depthwise 7x7 conv, LayerNorm over "
+                 "channels, Linear+GELU MLP, layer scale and residual",
+                 _local("convnext_tiny"), _image()),
         ZooEntry("vit_b_16", "transformer", "classification",
                  "ViT-B/16 (torchvision): pre-norm encoder with fused SDPA attention",
                  _torchvision("vit_b_16"), _image()),

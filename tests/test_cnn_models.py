@@ -1,0 +1,206 @@
+"""The CNNs of issue 13 (MobileNetV2, EfficientNet-B0, ConvNeXt-Tiny): detection, fusion, ONNX and ``.pt2``.
+
+Detection counts are derived here from each architecture as torchvision builds it
+(its blocks, and the chains each block makes), never copied from a run:
+
+- MobileNetV2 and EfficientNet-B0: the stem and the head are Conv+BN+act; each
+  inverted residual block has an expansion Conv+BN+act (when its expansion ratio is
+  not 1), a depthwise Conv+BN+act, in EfficientNet a squeeze-and-excitation, and a
+  projection that ends in a residual add with no activation where the block keeps
+  its input (Conv+BN+Add), else Conv+BN.
+- ConvNeXt-Tiny: one ConvNeXt block chain per ``CNBlock``, nothing else.
+
+Importing torchvision imports Triton: it is imported here first, in interpreter mode
+(as the kernel test modules do), so that Triton's library functions can be
+interpreted in this process.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import warnings
+
+import pytest
+import torch
+
+if not torch.cuda.is_available() and "triton" not in sys.modules:
+    # Triton decorates its library functions (tl.sum, tl.zeros, ...) when first imported: import it in
+    # interpreter mode so interpreted kernels can call them. The variable itself is set per test.
+    _before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    except Exception:  # no usable Triton: the Triton test skips
+        pass
+    finally:
+        if _before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = _before
+
+from explorer.fusion_engine import detect  # noqa: E402
+from explorer.fusions import PATTERNS  # noqa: E402
+from explorer.fusions.plan import make_plan  # noqa: E402
+from explorer.fusions.rewrite import apply_plan  # noqa: E402
+from explorer.fusions.triton_support import triton_available  # noqa: E402
+from explorer.graph.build import build_graph  # noqa: E402
+from explorer.sources import capture, load_model  # noqa: E402
+from explorer.sources.zoo import get_entry  # noqa: E402
+
+MODELS = ("mobilenet_v2", "efficientnet_b0", "convnext_tiny")
+INTERPRET = not torch.cuda.is_available() and triton_available()
+
+
+@functools.lru_cache(maxsize=None)
+def _architecture(name: str) -> torch.nn.Module:
+    """The model as its builder makes it (the modules are the architecture; the weights do not matter here)."""
+    return get_entry(name).builder()
+
+
+def expected_counts(name: str) -> dict[str, int]:
+    """Chains per pattern, from the blocks of the model torchvision builds (module docstring)."""
+    from torchvision.models.convnext import CNBlock
+    from torchvision.models.efficientnet import MBConv
+    from torchvision.models.mobilenetv2 import InvertedResidual
+
+    model = _architecture(name)
+    if name == "convnext_tiny":
+        return {"convnext_block": sum(isinstance(m, CNBlock) for m in model.modules())}
+    kind = InvertedResidual if name == "mobilenet_v2" else MBConv
+    blocks = [m for m in model.modules() if isinstance(m, kind)]
+    layers = [b.conv if name == "mobilenet_v2" else b.block for b in blocks]
+    # with an expansion the block's layers are 4: expansion, depthwise, projection conv and its BatchNorm
+    # (MobileNetV2), or expansion, depthwise, squeeze-excite and projection (EfficientNet); 3 without
+    expanded = sum(len(seq) == 4 for seq in layers)
+    residual = sum(b.use_res_connect for b in blocks)
+    counts = {"conv_bn_act": 2 + expanded + len(blocks),      # stem + head, expansions, depthwise convs
+              "conv_bn_add": residual, "conv_bn": len(blocks) - residual}
+    if name == "efficientnet_b0":
+        counts["squeeze_excite"] = len(blocks)
+    return counts
+
+
+def expected_shared_batch_norms(name: str) -> int:
+    """Projections without a residual whose output the next block adds back: the first block of every stage
+    that repeats (its BatchNorm output feeds the next block's conv and its add): a near miss of Conv+BN+Add."""
+    from torchvision.models.efficientnet import MBConv
+    from torchvision.models.mobilenetv2 import InvertedResidual
+
+    kind = InvertedResidual if name == "mobilenet_v2" else MBConv
+    blocks = [m for m in _architecture(name).modules() if isinstance(m, kind)]
+    return sum(not a.use_res_connect and b.use_res_connect for a, b in zip(blocks, blocks[1:]))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_detection_counts_derived_from_the_architecture(analyze_cached, name):
+    _, _, det = analyze_cached(name)
+    expected = expected_counts(name)
+    assert {k: v for k, v in det.counts.items() if v} == expected
+    assert set(det.counts) == {p.name for p in PATTERNS}
+    if name != "convnext_tiny":
+        shared = [m for m in det.near_misses if m.reason == "BatchNorm output has 2 consumers"]
+        assert len(shared) == expected_shared_batch_norms(name) > 0
+        assert all(m.pattern == "conv_bn_add" for m in shared)
+
+
+def test_the_derivation_matches_the_papers_tables():
+    """The derivation above, from the papers' tables instead of the modules: MobileNetV2 (t, c, n, s) and
+    EfficientNet-B0 (expansion, layers, stride, channels)."""
+    mbv2 = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+    blocks = sum(n for _, _, n, _ in mbv2)
+    residual = sum(n - 1 for _, _, n, _ in mbv2)             # repeats keep their channels and stride 1
+    expanded = sum(n for t, _, n, _ in mbv2 if t != 1)
+    assert expected_counts("mobilenet_v2") == {"conv_bn_act": 2 + expanded + blocks, "conv_bn_add": residual,
+                                               "conv_bn": blocks - residual}
+    b0 = [(1, 1, 1, 16), (6, 2, 2, 24), (6, 2, 2, 40), (6, 3, 2, 80), (6, 3, 1, 112), (6, 4, 2, 192), (6, 1, 1, 320)]
+    blocks = sum(n for _, n, _, _ in b0)
+    residual = sum(n - 1 for _, n, _, _ in b0)
+    expanded = sum(n for t, n, _, _ in b0 if t != 1)
+    assert expected_counts("efficientnet_b0") == {"conv_bn_act": 2 + expanded + blocks, "conv_bn_add": residual,
+                                                  "conv_bn": blocks - residual, "squeeze_excite": blocks}
+    assert expected_counts("convnext_tiny") == {"convnext_block": 3 + 3 + 9 + 3}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_fused_model_matches_unfused(analyze_cached, name, monkeypatch):
+    """Every chain fused, the CPU paths (no Triton): the same outputs as the original graph."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    model, _, det = analyze_cached(name)
+    fused = apply_plan(model.gm, det, make_plan(det), "cpu")
+    assert [a.status for a in fused.applied] == ["fused"] * len(det.chains)
+    with torch.no_grad():
+        ref, out = model.gm(*model.example_inputs), fused.gm(*model.example_inputs)
+    assert (out - ref).abs().max().item() <= 1e-4 * ref.abs().max().item()
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter runs without CUDA, with Triton")
+@pytest.mark.parametrize("name", ["efficientnet_b0", "convnext_tiny"])
+def test_fused_model_through_the_triton_interpreter(name, monkeypatch, analyze_cached):
+    """Every kernel of the model's chains (epilogue, depthwise, squeeze-excite, ConvNeXt block) in one forward,
+    channels_last, at 32×32 so that Triton's interpreter takes seconds."""
+    from explorer.fusions import triton_support
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if not triton_support.library_reductions_usable():
+        pytest.skip("Triton was first imported without TRITON_INTERPRET: its library functions cannot be interpreted")
+    module = analyze_cached(name)[0].module
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    gm = capture(module, (x,), name)
+    det = detect(build_graph(gm, name))
+    fused = apply_plan(gm, det, make_plan(det), "cpu")
+    assert all("triton" in a.implementation for a in fused.applied), [a.implementation for a in fused.applied]
+    gm, fgm = gm.to(memory_format=torch.channels_last), fused.gm.to(memory_format=torch.channels_last)
+    x = x.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        ref, out = gm(x), fgm(x)
+    assert (out - ref).abs().max().item() <= 1e-5 * ref.abs().max().item()
+
+
+# ---------------------------------------------------------------------- .pt2 and ONNX
+
+@pytest.mark.parametrize("name", ["efficientnet_b0", "convnext_tiny"])
+def test_pt2_detects_what_the_zoo_capture_does(name, tmp_path, analyze_cached):
+    zoo_model = analyze_cached(name)[0]
+    path = tmp_path / f"{name}.pt2"
+    torch.export.save(torch.export.export(zoo_model.module, zoo_model.example_inputs), str(path))
+    model = load_model(str(path))
+    det = detect(build_graph(model.gm, model.name))
+    assert {k: v for k, v in det.counts.items() if v} == expected_counts(name)
+
+
+def _onnx_export(model, exporter: str, path: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model.module, model.example_inputs, path, dynamo=(exporter == "dynamo"))
+    return model.example_inputs
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", pytest.param("dynamo", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["efficientnet_b0", "convnext_tiny"])
+def test_onnx_import_matches_onnxruntime_and_detects(name, exporter, tmp_path, analyze_cached):
+    """The ONNX graph imports, runs as onnxruntime does, and its chains are found. Exporters fold BatchNorm
+    into the convolutions, so EfficientNet's projections with a residual are Conv+Add (one per residual
+    block); ConvNeXt's blocks are found whole."""
+    ort = pytest.importorskip("onnxruntime")
+    import numpy as np
+    from torchvision.models.efficientnet import MBConv
+
+    from explorer.sources.onnx_import import import_onnx
+
+    path = str(tmp_path / f"{name}.onnx")
+    args = _onnx_export(analyze_cached(name)[0], exporter, path)
+    imported = import_onnx(path)
+    with torch.no_grad():
+        ours = imported.gm(*args)[0].numpy()
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+        None, {n: t.numpy() for n, t in zip(imported.input_names, args)})[0]
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4 * scale)
+    det = detect(build_graph(imported.gm, name))
+    if name == "convnext_tiny":
+        assert det.counts["convnext_block"] == expected_counts(name)["convnext_block"]
+    else:
+        blocks = [m for m in _architecture(name).modules() if isinstance(m, MBConv)]
+        assert det.counts["conv_add"] == sum(b.use_res_connect for b in blocks)
