@@ -162,8 +162,10 @@ def extract_zip(data: bytes, name: str = "upload.zip") -> str:
         if (member.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", member) or ".." in parts
                 or re.search(r"[\x00-\x1f\x7f]", member)):
             raise ModelLoadError(f"{name}: member {member[:120]!r} would be written outside the archive; refused")
-        mode = info.external_attr >> 16
-        if stat.S_ISLNK(mode) or (mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))):
+        # The Unix file type, where the archiver recorded one: Python's zipfile writes permission
+        # bits alone (0o600), DOS archivers nothing; both are plain files.
+        file_type = stat.S_IFMT(info.external_attr >> 16)
+        if file_type and file_type not in (stat.S_IFREG, stat.S_IFDIR):
             raise ModelLoadError(f"{name}: member '{member[:120]}' is a link or special file; refused")
         if info.file_size > 2**20 and info.file_size > MAX_INFLATION * max(info.compress_size, 1):
             raise ModelLoadError(f"{name}: member '{member[:120]}' inflates {info.file_size // max(info.compress_size, 1)}"
