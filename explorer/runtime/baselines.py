@@ -134,9 +134,19 @@ def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any,
             measured = dataclasses.replace(measured, precision=prec)
         verdict = None
         partner = e.get("pairs_with")
+        if measured is not None and e["method"] != "torch.compile" and e["cuda_graphs"] and not measured.cuda_graph:
+            # the capture failed and it ran as plain calls: not the CUDA-graph variant it is named for
+            e["error"] = f"not a CUDA-graph measurement: {measured.note}"
+            partner = None
+        if partner is not None and (res.get(partner) is None or (entries[partner]["cuda_graphs"]
+                                                                  and not res[partner].cuda_graph)):
+            partner_note = f"its partner '{partner}' was not measured as named"
+            e["error"] = e.get("error") or partner_note
+            partner = None
         if measured is not None and partner in samples:
             verdict = stats.compare(samples[name], samples[partner], basis=f"{LABELS[partner]} against {LABELS[name]}")
         out.append(Baseline(name=name, label=LABELS[name], method=e["method"], mode=e["mode"],
                             cuda_graphs=bool(e["cuda_graphs"]), memory_format=fmt, measurement=measured,
-                            compile_s=e.get("compile_s"), pairs_with=partner, verdict=verdict, error=e.get("error")))
+                            compile_s=e.get("compile_s"), pairs_with=e.get("pairs_with"), verdict=verdict,
+                            error=e.get("error")))
     return tuple(out)

@@ -108,7 +108,9 @@ def stage_measurements(model: Any, detection: Any, plan: Any, device: str, dtype
     variants = [make_variant(s.stage, m.prepare_graph(gm, device, dtype, channels_last), inputs, device,
                              plan.cuda_graphs) for s, gm in distinct]
     timing = m.TimingPlan.for_device(device, settings.warmup, settings.reps, quick=settings.quick)
-    timing = dataclasses.replace(timing, target_s=timing.target_s / 2)
+    # no verdict is drawn between stages: half the whole model's timing, and a quick run's minimum of 4 rounds
+    timing = dataclasses.replace(timing, target_s=timing.target_s / 2,
+                                 min_reps=4 if settings.quick else timing.min_reps)
     res, _samples = measure_variants(variants, device, timing, model.batch, launches=False,
                                      on_round=lambda r, n: emit(0.1 + 0.9 * r / n, f"timing stages, round {r}/{n}")
                                      if r % max(1, n // 10) == 0 else None)

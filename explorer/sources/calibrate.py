@@ -31,7 +31,7 @@ from typing import Callable
 
 import torch
 
-CALIBRATION_BATCHES = 2
+CALIBRATION_BATCHES = 1  # one seeded batch of 4: per-channel statistics over thousands of values, half the cost of two
 CALIBRATION_SEED = 1234
 
 _BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
