@@ -18,6 +18,7 @@ interpreted in this process.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import warnings
@@ -204,3 +205,51 @@ def test_onnx_import_matches_onnxruntime_and_detects(name, exporter, tmp_path, a
     else:
         blocks = [m for m in _architecture(name).modules() if isinstance(m, MBConv)]
         assert det.counts["conv_add"] == sum(b.use_res_connect for b in blocks)
+
+
+# ---------------------------------------------------------------------- the benchmark script
+
+def _bench():
+    """``benchmarks/bench_cnn_fusions.py`` as a module (the benchmarks folder is not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_cnn_fusions.py"
+    spec = importlib.util.spec_from_file_location("bench_cnn_fusions", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module                      # dataclasses look their module up while it executes
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the benchmark would run for real")
+def test_bench_skips_cleanly_without_cuda(capsys):
+    """Without CUDA (and without --smoke) the benchmark measures nothing, says so, and exits 0."""
+    assert _bench().main(["--part", "models", "--models", "mobilenet_v2"]) == 0
+    assert "SKIPPED" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs Triton's interpreter (no CUDA here)")
+def test_bench_smoke_run_writes_every_part(tmp_path, monkeypatch, capsys):
+    """``--smoke`` on the CPU (kernels interpreted, one model on the CPU paths): every case and variant lands in
+    the JSON with the command and the environment, each of our kernels passes its float64 check, each model
+    variant is checked against float64, and the table is printed last."""
+    from explorer.fusions import triton_support
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if not triton_support.library_reductions_usable():
+        pytest.skip("Triton was first imported without TRITON_INTERPRET: its library functions cannot be interpreted")
+    out = tmp_path / "bench.json"
+    assert _bench().main(["--smoke", "--part", "kernels,models", "--models", "mobilenet_v2", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["command"] and doc["environment"]["torch"] and "SMOKE" in doc["label"]
+    sections = {r["section"] for r in doc["kernels"]["rows"]}
+    assert sections == {"epilogue", "conv", "dw+LN", "se"}
+    ours = [r for r in doc["kernels"]["rows"] if r["variant"].startswith("ours")]
+    assert ours and all(r["check"] == "ok" for r in ours)
+    model = doc["mobilenet_v2"]
+    assert set(model["variants"]) == {"eager", "fused", "fused_depthwise_on_cudnn"}
+    assert all(c == "ok" for c in model["precision_check"].values())
+    assert model["chains"]["conv_bn_add"] == expected_counts("mobilenet_v2")["conv_bn_add"]
+    printed = capsys.readouterr().out
+    assert printed.rstrip().splitlines()[-1].startswith("wrote ") and "mobilenet_v2 float32 batch 1" in printed

@@ -396,8 +396,8 @@ def _build_depthwise_kernel(interpret: bool):
         NORM_AFFINE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
         BF16_RTNE_BY_HAND: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
     ):
-        n = tl.program_id(0).to(tl.int64)
-        p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)             # (BP,) output pixels
+        p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)             # (BP,) output pixels
+        n = tl.program_id(1).to(tl.int64)                                   # (grid dims 1, 2: at most 65535)
         cols = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)          # (BC,) channels
         p_live = p < H_OUT * W_OUT
         c_live = cols < C
@@ -609,6 +609,8 @@ def _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, ti
     h_out, w_out = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     if h_out <= 0 or w_out <= 0 or x.numel() == 0:
         return _Plan()
+    if n > 65535:
+        raise ValueError(f"batch {n} exceeds the depthwise kernel's grid (65535)")
     interpret = interpreting()
     block_p, block_c, warps = tiles or depthwise_tiles(c, norm is not None)
     if x.device.type != "cuda" and tiles is None:       # the interpreter's cost is per program: few, large ones
@@ -621,14 +623,16 @@ def _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, ti
                       NORM_AFFINE=norm is not None and norm[0] is not None, BLOCK_P=block_p, BLOCK_C=block_c,
                       BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
                       LIBRARY_REDUCE=library_reductions_usable())
-    grid = (n, -(-(h_out * w_out) // block_p), -(-c // block_c))
+    grid = (-(-(h_out * w_out) // block_p), n, -(-c // block_c))
     return _Plan(_build_depthwise_kernel(interpret), grid, (h, w, h_out, w_out, c), constexprs, warps)
 
 
 def depthwise_applies(x: torch.Tensor, weight: torch.Tensor, groups, z: torch.Tensor | None = None) -> bool:
     """Whether the depthwise kernel takes these operands: a 2-D depthwise conv (``is_depthwise``) of a
-    channels_last fp32/fp16/bf16 ``x`` on a device Triton runs on, weight and residual alike."""
+    channels_last fp32/fp16/bf16 ``x`` (a batch of at most 65535: a grid dimension) on a device Triton runs
+    on, weight and residual alike."""
     return (x.dim() == 4 and is_depthwise(x.shape[1], weight.shape, groups) and x.dtype in TRITON_DTYPES
+            and x.shape[0] <= 65535
             and layout_of(x) == "nhwc" and triton_runs_on(x.device) and weight.device == x.device
             and (z is None or z.device == x.device))
 

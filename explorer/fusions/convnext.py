@@ -110,7 +110,8 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
     ``triton``: the depthwise conv, its bias and the LayerNorm in one Triton kernel (a
     channels_last input; ``layout`` None: not known yet, as in a captured graph), then the
     MLP and the residual pass; ``reference``: cuDNN's conv, ``layer_norm``, the MLP, and the
-    residual as a torch ``add_``. The label names every kernel.
+    residual as one Triton pass (a torch ``add_`` without Triton). ``conv.POLICY``'s
+    ``depthwise_triton`` switch turns the first off too. The label names every kernel.
     """
     device = torch.device(device)
     lin = linear.select_linear_act(device, dtype, act, 2, 2)
@@ -118,12 +119,15 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
            "folded (1 kernel)")
     triton = triton_runs_on(device) and dtype in SUPPORTED_DTYPES
     where = " [Triton interpreter on cpu]" if device.type == "cpu" else ""
-    if triton and (channels is None or channels <= MAX_CHANNELS) and layout in (None, "nhwc"):
+    if (triton and conv.POLICY.depthwise_triton and (channels is None or channels <= MAX_CHANNELS)
+            and layout in (None, "nhwc")):
         tail = "" if layout == "nhwc" else " for a channels_last input, else conv + layer_norm"
         return Choice("triton", f"triton dwconv+bias+LayerNorm (1 kernel{tail}) + {mlp} + triton residual "
                       f"add (1 pass){where}", True)
     if not triton:
         why = f"no Triton on {device.type}" if not triton_runs_on(device) else f"dtype {dtype}"
+    elif not conv.POLICY.depthwise_triton:
+        why = "conv.POLICY: depthwise_triton off"
     elif channels is not None and channels > MAX_CHANNELS:
         why = f"{channels} channels > {MAX_CHANNELS}"
     else:
@@ -141,7 +145,7 @@ def depthwise_layer_norm(x: torch.Tensor, weight: torch.Tensor, packed: torch.Te
     on), reading the weight ``packed`` (``conv.pack_depthwise_weight``; ``weight`` itself works too,
     more slowly); otherwise cuDNN's conv, a permute and ``layer_norm``."""
     c = x.shape[1]
-    if c <= MAX_CHANNELS and conv.depthwise_applies(x, weight, weight.shape[0]):
+    if conv.POLICY.depthwise_triton and c <= MAX_CHANNELS and conv.depthwise_applies(x, weight, weight.shape[0]):
         y = conv.depthwise_conv(x, packed, bias, None, stride, padding, dilation, "none",
                                 norm=(ln_weight, ln_bias, eps))                  # (N, C, H', W') channels_last
         return y.permute(0, 2, 3, 1)                                             # (N, H', W', C) contiguous

@@ -1,0 +1,930 @@
+"""Benchmark the CNN fusions of issue 13 on a GPU: the kernels against a copy and cuDNN, three CNNs against torch.compile.
+
+::
+
+    kernels  fp16, batch 32, channels_last, at MobileNetV2 / EfficientNet-B0 / ConvNeXt-Tiny / ResNet-50 shapes:
+             epilogue   bias_act_ (bias [+ residual] + act, in place) | eager add_ [add_] act_ | eager bias add_
+                        alone | torch.compile of the same epilogue | a copy of the same tensor (1 read + 1 write)
+             conv       the whole conv + epilogue: eager (conv with its bias, then add_/act_ in place) | conv
+                        without bias + bias_act_ | the depthwise kernel (depthwise convs) | cuDNN's fused
+                        conv+bias+ReLU (ReLU convs: the 1x1-over-large-maps rule of conv.CUDNN_RELU_1X1_MAX_PIXELS)
+             dw+LN      ConvNeXt's depthwise 7x7 + bias + LayerNorm over channels: eager | one Triton kernel |
+                        torch.compile
+             se         squeeze-and-excitation: eager (6 ops) | 2 Triton kernels | torch.compile
+    models   mobilenet_v2, efficientnet_b0, convnext_tiny in fp16, batch 32, channels_last for every variant:
+             eager | fused | fused + CUDA graphs | fused with the depthwise convs on cuDNN (conv.POLICY off: what
+             the depthwise kernel buys) | torch.compile default | reduce-overhead | max-autotune-no-cudagraphs.
+             Targets: fused <= the faster of compile default and max-autotune-no-cudagraphs (no CUDA graphs on
+             either side); fused + CUDA graphs <= reduce-overhead (CUDA graphs on both).
+
+Method. Kernels: each variant runs over enough input sets that one pass over them is at least 3x the L2
+(so no call finds its inputs there); on CUDA the calls over all sets are captured in one CUDA graph, and
+``explorer.runtime.measure.time_alternated`` times its replays (warm-up, CUDA events, variants alternated
+round after round, median with p20/p80), divided by the number of sets: GPU time per call without host gaps.
+Every variant is first checked against float64. GB/s from an explicit byte model (each input read once,
+each output written once), compared with a copy of the same bytes and a 512 MiB copy in the same run.
+Models: graphs prepared by ``measure.prepare_graph`` as the runner times them, the eager module and
+torch.compile's copies by ``measure.prepare_module``, every input channels_last; ``time_alternated`` over
+all variants of a session; per variant the median with p20/p80, the GPU-busy time of one forward (the union
+of its kernels' intervals in ``torch.profiler``), the kernel count, the error against the unfused graph in
+float64, and the top kernels of the fused model and of torch.compile's faster mode (the per-kernel profile
+that says where a target is missed). max-autotune-no-cudagraphs, the slowest compile, runs in a second
+session with fused and compile default alternated again (the first session is written to the JSON first).
+
+Usage (each call fits a 10-minute limit; estimates for an H200, mostly compiling)::
+
+    python benchmarks/bench_cnn_fusions.py --part kernels                  # ~3-5 min
+    python benchmarks/bench_cnn_fusions.py --part models --models mobilenet_v2     # ~4-7 min each model
+    python benchmarks/bench_cnn_fusions.py --part models --models efficientnet_b0
+    python benchmarks/bench_cnn_fusions.py --part models --models convnext_tiny
+    python benchmarks/bench_cnn_fusions.py --quick         # both parts, all models: fewer shapes, no max-autotune
+    python benchmarks/bench_cnn_fusions.py --smoke         # no GPU: tiny kernel shapes interpreted, models on the CPU
+
+Without CUDA (and without ``--smoke``) it measures nothing, says SKIPPED and exits 0. Writes JSON
+(``--out``, default ``$OUT/bench_cnn_fusions_<part>[_<models>].json``, else ``benchmarks/results/``) with
+the command, the date, the GPU, driver and library versions and every number, rewritten after each case
+and model (a run cut short keeps what it measured), and prints a short table last. ``--budget-s`` bounds
+one call: compiles and cases that would start after it are skipped, with a note. Exits 1 when one of our
+kernels fails its float64 check or a fused model's error exceeds eager's by more than 3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import dataclasses
+import datetime
+import json
+import math
+import os
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MODELS = ("mobilenet_v2", "efficientnet_b0", "convnext_tiny")
+COMPILE_MODES = (("compile_default", None), ("compile_reduce_overhead", "reduce-overhead"),
+                 ("compile_max_autotune_no_cudagraphs", "max-autotune-no-cudagraphs"))
+BATCH = 32
+#: An eager or compiled fp16 result rounds its intermediates too (conv output, bias add, pooled means):
+#: checked against float64 with this (~8u); ours with the kernel's own TOLERANCES.
+UNFUSED_TOLERANCE = dict(rtol=4e-3, atol=4e-3)
+#: A fused model fails its check when its error against float64 exceeds eager's by this factor (and 5e-3).
+MODEL_ERROR_FACTOR = 3.0
+
+
+# ====================================================================== kernel cases
+
+@dataclasses.dataclass(frozen=True)
+class ConvShape:
+    """One convolution at 224x224 input: ``c_in -> c_out`` at ``hw`` x ``hw``, then ``act`` (+ residual)."""
+
+    name: str
+    c_in: int
+    c_out: int
+    hw: int
+    k: int
+    stride: int
+    groups: int
+    act: str
+    residual: bool = False
+
+    @property
+    def out_hw(self) -> int:
+        return (self.hw + 2 * (self.k // 2) - self.k) // self.stride + 1
+
+
+def _dw(name: str, c: int, hw: int, k: int, stride: int, act: str) -> ConvShape:
+    return ConvShape(name, c, c, hw, k, stride, c, act)
+
+
+CONV_SHAPES = (
+    ConvShape("mbv2.b2.expand 16->96 @112 relu6", 16, 96, 112, 1, 1, 1, "relu6"),
+    _dw("mbv2.b2.dw 96 3x3/2 @112 relu6", 96, 112, 3, 2, "relu6"),
+    _dw("mbv2.b3.dw 144 3x3 @56 relu6", 144, 56, 3, 1, "relu6"),
+    ConvShape("mbv2.b3.project 144->24 @56 +z", 144, 24, 56, 1, 1, 1, "none", True),
+    ConvShape("mbv2.b8.expand 64->384 @14 relu6", 64, 384, 14, 1, 1, 1, "relu6"),
+    _dw("mbv2.b8.dw 384 3x3 @14 relu6", 384, 14, 3, 1, "relu6"),
+    ConvShape("mbv2.b15.project 960->160 @7 +z", 960, 160, 7, 1, 1, 1, "none", True),
+    ConvShape("mbv2.head 320->1280 @7 relu6", 320, 1280, 7, 1, 1, 1, "relu6"),
+    ConvShape("effb0.stem 3->32 3x3/2 @224 silu", 3, 32, 224, 3, 2, 1, "silu"),
+    _dw("effb0.b2.dw 96 3x3/2 @112 silu", 96, 112, 3, 2, "silu"),
+    _dw("effb0.b4.dw 240 5x5 @28 silu", 240, 28, 5, 1, "silu"),
+    _dw("effb0.b12.dw 1152 5x5 @7 silu", 1152, 7, 5, 1, "silu"),
+    ConvShape("effb0.b12.expand 192->1152 @7 silu", 192, 1152, 7, 1, 1, 1, "silu"),
+    ConvShape("r50.layer1 1x1 256->64 @56 relu", 256, 64, 56, 1, 1, 1, "relu"),
+    ConvShape("r50.layer2 1x1 512->128 @28 relu", 512, 128, 28, 1, 1, 1, "relu"),
+    ConvShape("r50.layer3 1x1 1024->256 @14 relu", 1024, 256, 14, 1, 1, 1, "relu"),
+    ConvShape("r50.layer1 3x3 64->64 @56 relu", 64, 64, 56, 3, 1, 1, "relu"),
+)
+QUICK_CONV = {"mbv2.b2.expand 16->96 @112 relu6", "mbv2.b3.dw 144 3x3 @56 relu6", "mbv2.b3.project 144->24 @56 +z",
+              "effb0.b4.dw 240 5x5 @28 silu", "r50.layer1 1x1 256->64 @56 relu"}
+#: The epilogue alone runs on the outputs of these convolutions (and a ConvNeXt residual).
+EPILOGUE_FROM = ("mbv2.b2.expand 16->96 @112 relu6", "mbv2.b3.dw 144 3x3 @56 relu6", "mbv2.b3.project 144->24 @56 +z",
+                 "mbv2.b15.project 960->160 @7 +z", "effb0.b4.dw 240 5x5 @28 silu", "mbv2.head 320->1280 @7 relu6")
+QUICK_EPILOGUE = {"mbv2.b2.expand 16->96 @112 relu6", "mbv2.b3.project 144->24 @56 +z"}
+#: ConvNeXt-Tiny's stages: (channels, spatial size).
+DWLN_SHAPES = ((96, 56), (192, 28), (384, 14), (768, 7))
+#: Squeeze-excite blocks: (name, channels, squeezed, spatial, act, gate).
+SE_SHAPES = (("effb0.se 96(4) @56", 96, 4, 56, "silu", "sigmoid"), ("effb0.se 240(10) @28", 240, 10, 28, "silu", "sigmoid"),
+             ("effb0.se 672(28) @14", 672, 28, 14, "silu", "sigmoid"),
+             ("effb0.se 1152(48) @7", 1152, 48, 7, "silu", "sigmoid"),
+             ("mbv3.se 72(24) @28", 72, 24, 28, "relu", "hardsigmoid"),
+             ("mbv3.se 960(240) @7", 960, 240, 7, "relu", "hardsigmoid"))
+QUICK_SE = {"effb0.se 96(4) @56", "mbv3.se 960(240) @7"}
+
+
+@dataclasses.dataclass
+class Case:
+    """One kernel case.
+
+    ``variants[name](i)`` runs on input set ``i`` (of ``sets``); ``checks[name]()`` returns the output the
+    float64 check compares with ``ref64()`` within ``tolerances[name]``; ``bytes`` the byte model of one
+    call (``variant_bytes`` for variants that move less, e.g. a copy); ``compile`` = (the unfused body,
+    a binder making ``fn(i)`` from its compiled version, the variant's label) for torch.compile's version.
+    """
+
+    section: str
+    name: str
+    sets: int
+    variants: dict[str, Callable[[int], Any]]
+    checks: dict[str, Callable[[], Any]]
+    ref64: Callable[[], Any]
+    tolerances: dict[str, dict | None]
+    bytes: int
+    compile: tuple[Callable, Callable, str]
+    variant_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def _fresh(fn: Callable, tag: str) -> Callable:
+    """A copy of ``fn`` with a code object of its own: dynamo keeps compiled code (and its recompile limit) per
+    code object, so every compile of every case is independent (no recompiles, no silent fallback to eager)."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{tag}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
+def _sets(bytes_per_set: int, l2_bytes: int, smoke: bool) -> int:
+    """Input sets so that one pass over them is at least 3x the L2 (2 in a smoke run)."""
+    return 2 if smoke else max(2, min(64, math.ceil(3 * l2_bytes / max(bytes_per_set, 1))))
+
+
+def _act(name: str):
+    from explorer.fusions.epilogue import apply_activation, apply_activation_
+    return (lambda t: apply_activation(t, name)), (lambda t: apply_activation_(t, name))
+
+
+def epilogue_case(s: ConvShape, device, dtype, batch: int, l2: int, smoke: bool) -> Case:
+    """The epilogue alone on ``s``'s output, in place: ours | eager add_/act_ | eager bias add_ | a copy."""
+    import torch
+
+    from explorer.fusions import conv
+
+    shape = (batch, s.c_out, s.out_hw, s.out_hw)
+    y_bytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    n = _sets(y_bytes * (2 if s.residual else 1), l2, smoke)
+    gen = torch.Generator(device=device).manual_seed(2)
+    fmt = torch.channels_last
+    ys = [torch.randn(shape, device=device, generator=gen).to(dtype).contiguous(memory_format=fmt) for _ in range(n)]
+    zs = [torch.randn(shape, device=device, generator=gen).to(dtype).contiguous(memory_format=fmt)
+          for _ in range(n)] if s.residual else None
+    dst = [torch.empty_like(y) for y in ys]
+    b = torch.randn(s.c_out, device=device, generator=gen).to(dtype)                     # (C,)
+    y0 = ys[0].clone()
+    _, act_ = _act(s.act)
+
+    def z(i):
+        return None if zs is None else zs[i % n]
+
+    def eager(i):
+        y = ys[i % n]
+        y.add_(b.view(1, -1, 1, 1))
+        if zs is not None:
+            y.add_(zs[i % n])
+        return act_(y)
+
+    def restore_then(fn):                                                   # the check runs on set 0's values
+        def run():
+            ys[0].copy_(y0)
+            return fn(0)
+        return run
+
+    def compiled_body(y, b, zz):
+        v = y + b.view(1, -1, 1, 1)                                         # (N, C, H, W)
+        if zz is not None:
+            v = v + zz
+        return y.copy_(_act(s.act)[0](v))
+
+    variants = {"ours bias_act_": lambda i: conv.bias_act_(ys[i % n], b, z(i), s.act), "eager add_ [add_ z] act_": eager,
+                "eager bias add_ only": lambda i: ys[i % n].add_(b.view(1, -1, 1, 1)),
+                "copy of y (1R+1W)": lambda i: dst[i % n].copy_(ys[i % n])}
+    return Case("epilogue", f"{s.name} -> y {tuple(shape)}", n, variants,
+                {"ours bias_act_": restore_then(variants["ours bias_act_"]),
+                 "eager add_ [add_ z] act_": restore_then(eager)},
+                lambda: conv.bias_act_reference(y0.double(), b.double(), None if zs is None else zs[0].double(),
+                                                s.act),
+                {"ours bias_act_": conv.BIAS_ACT_TOLERANCES[dtype], "eager add_ [add_ z] act_": UNFUSED_TOLERANCE},
+                2 * y_bytes + s.c_out * 2 + (y_bytes if s.residual else 0),
+                (compiled_body, lambda fn: (lambda i: fn(ys[i % n], b, z(i))), "inductor y.copy_(act(y + b [+ z]))"),
+                variant_bytes={"eager bias add_ only": 2 * y_bytes, "copy of y (1R+1W)": 2 * y_bytes})
+
+
+def conv_case(s: ConvShape, device, dtype, batch: int, l2: int, smoke: bool) -> Case:
+    """conv + bias (+ z) + act: eager | conv without bias + bias_act_ | the depthwise kernel | cuDNN's fused call."""
+    import torch
+    import torch.nn.functional as F
+
+    from explorer.fusions import conv
+
+    es = torch.empty((), dtype=dtype).element_size()
+    x_bytes = batch * s.c_in * s.hw * s.hw * es
+    y_bytes = batch * s.c_out * s.out_hw * s.out_hw * es
+    n = _sets(x_bytes + (y_bytes if s.residual else 0), l2, smoke)
+    gen = torch.Generator(device=device).manual_seed(1)
+    fmt = torch.channels_last
+    xs = [torch.randn(batch, s.c_in, s.hw, s.hw, device=device, generator=gen).to(dtype).contiguous(memory_format=fmt)
+          for _ in range(n)]                                                 # (N, C_in, H, W) each
+    fan_in = (s.c_in // s.groups) * s.k * s.k
+    w = (torch.randn(s.c_out, s.c_in // s.groups, s.k, s.k, device=device, generator=gen) * fan_in ** -0.5
+         ).to(dtype).contiguous(memory_format=fmt)                           # (C_out, C_in/g, k, k)
+    packed = conv.pack_depthwise_weight(w)
+    b = (torch.randn(s.c_out, device=device, generator=gen) * 0.5).to(dtype)
+    zs = [torch.randn(batch, s.c_out, s.out_hw, s.out_hw, device=device, generator=gen).to(dtype).contiguous(
+        memory_format=fmt) for _ in range(n)] if s.residual else None
+    args = (s.stride, s.k // 2, 1, s.groups)
+    _, act_ = _act(s.act)
+
+    def z(i):
+        return None if zs is None else zs[i % n]
+
+    def eager(i):
+        y = F.conv2d(xs[i % n], w, b, *args)                                 # ATen adds the bias on its own
+        if zs is not None:
+            y.add_(zs[i % n])
+        return act_(y)
+
+    variants = {"eager conv+bias, add_, act_": eager,
+                "ours conv (no bias) + bias_act_": lambda i: conv.bias_act_(F.conv2d(xs[i % n], w, None, *args),
+                                                                            b, z(i), s.act)}
+    tol = {"eager conv+bias, add_, act_": UNFUSED_TOLERANCE, "ours conv (no bias) + bias_act_": conv.TOLERANCES[dtype]}
+    if s.groups > 1 and s.groups == s.c_in == s.c_out:
+        variants["ours depthwise kernel"] = lambda i: conv.depthwise_conv(xs[i % n], packed, b, z(i), s.stride,
+                                                                          s.k // 2, 1, s.act)
+        tol["ours depthwise kernel"] = conv.DEPTHWISE_TOLERANCES[dtype]
+    if s.act == "relu" and device.type == "cuda":
+        variants["cudnn conv+bias+relu (1 call)"] = lambda i: torch.cudnn_convolution_relu(
+            xs[i % n], w, b, [s.stride] * 2, [s.k // 2] * 2, [1, 1], s.groups)
+        tol["cudnn conv+bias+relu (1 call)"] = conv.TOLERANCES[dtype]
+    choice = conv.select_conv_epilogue(device, dtype, s.act, residual=s.residual, kernel_size=(s.k, s.k),
+                                       depthwise=s.groups > 1 and s.groups == s.c_in,
+                                       out_pixels=batch * s.out_hw ** 2, layout="nhwc")
+
+    def compiled_body(x, w, b, zz):
+        y = F.conv2d(x, w, b, *args)
+        if zz is not None:
+            y = y + zz
+        return _act(s.act)[0](y)
+
+    return Case("conv", s.name, n, variants, {v: (lambda v=v: variants[v](0)) for v in tol},
+                lambda: conv.conv_epilogue_reference(xs[0].double().contiguous(), w.double().contiguous(), b.double(),
+                                                     None if zs is None else zs[0].double(), *args, act=s.act),
+                tol, 2 * y_bytes + (y_bytes if s.residual else 0),
+                (compiled_body, lambda fn: (lambda i: fn(xs[i % n], w, b, z(i))), "inductor conv+bias(+z)+act"),
+                notes=[f"the selection picks: {choice.impl} ({choice.label})",
+                       "bytes: the epilogue's (conv output written and read, residual read); time includes the conv"])
+
+
+def dwln_case(c: int, hw: int, device, dtype, batch: int, l2: int, smoke: bool) -> Case:
+    """ConvNeXt's depthwise 7x7 + bias + LayerNorm over channels: eager (cuDNN conv, permute, layer_norm) | ours."""
+    import torch
+    import torch.nn.functional as F
+
+    from explorer.fusions import conv
+
+    x_bytes = batch * c * hw * hw * torch.empty((), dtype=dtype).element_size()
+    n = _sets(x_bytes, l2, smoke)
+    gen = torch.Generator(device=device).manual_seed(4)
+    xs = [torch.randn(batch, c, hw, hw, device=device, generator=gen).to(dtype).contiguous(
+        memory_format=torch.channels_last) for _ in range(n)]
+    w = (torch.randn(c, 1, 7, 7, device=device, generator=gen) / 7).to(dtype)
+    packed = conv.pack_depthwise_weight(w)
+    b = torch.randn(c, device=device, generator=gen).to(dtype)
+    lw = (1 + 0.1 * torch.randn(c, device=device, generator=gen)).to(dtype)
+    lb = (0.1 * torch.randn(c, device=device, generator=gen)).to(dtype)
+
+    def eager_body(x, w, b, lw, lb):
+        return F.layer_norm(F.conv2d(x, w, b, 1, 3, 1, c).permute(0, 2, 3, 1), (c,), lw, lb, 1e-6)   # (N, H, W, C)
+
+    variants = {"eager dwconv+bias, layer_norm": lambda i: eager_body(xs[i % n], w, b, lw, lb),
+                "ours 1 kernel": lambda i: conv.depthwise_conv(xs[i % n], packed, b, None, 1, 3, 1, "none",
+                                                               norm=(lw, lb, 1e-6)).permute(0, 2, 3, 1)}
+    return Case("dw+LN", f"convnext dwconv7x7+LN {c} @{hw}", n, variants,
+                {v: (lambda v=v: variants[v](0)) for v in variants},
+                lambda: eager_body(xs[0].double(), w.double(), b.double(), lw.double(), lb.double()),
+                {"eager dwconv+bias, layer_norm": UNFUSED_TOLERANCE, "ours 1 kernel": conv.DEPTHWISE_TOLERANCES[dtype]},
+                2 * x_bytes, (eager_body, lambda fn: (lambda i: fn(xs[i % n], w, b, lw, lb)),
+                              "inductor dwconv+bias+layer_norm"),
+                notes=["bytes: x read once, the normalised output written once"])
+
+
+def se_case(spec, device, dtype, batch: int, l2: int, smoke: bool) -> Case:
+    """Squeeze-and-excitation: eager (pool, conv, act, conv, gate, mul) | our 2 Triton kernels."""
+    import torch
+
+    from explorer.fusions import squeeze_excite as se
+
+    name, c, cr, hw, act, gate = spec
+    x_bytes = batch * c * hw * hw * torch.empty((), dtype=dtype).element_size()
+    n = _sets(x_bytes, l2, smoke)
+    gen = torch.Generator(device=device).manual_seed(3)
+    xs = [(torch.randn(batch, c, hw, hw, device=device, generator=gen)
+           + torch.randn(batch, c, 1, 1, device=device, generator=gen)).to(dtype).contiguous(
+        memory_format=torch.channels_last) for _ in range(n)]
+    w1 = (torch.randn(cr, c, 1, 1, device=device, generator=gen) * 2 * c ** -0.5).to(dtype)
+    b1 = torch.randn(cr, device=device, generator=gen).to(dtype)
+    w2 = (torch.randn(c, cr, 1, 1, device=device, generator=gen) * 2 * cr ** -0.5).to(dtype)
+    b2 = torch.randn(c, device=device, generator=gen).to(dtype)
+    variants = {"eager (6 ops)": lambda i: se.squeeze_excite_reference(xs[i % n], w1, b1, w2, b2, act, gate),
+                "ours 2 kernels": lambda i: se.squeeze_excite(xs[i % n], w1, b1, w2, b2, act, gate)}
+    return Case("se", name, n, variants, {v: (lambda v=v: variants[v](0)) for v in variants},
+                lambda: se.squeeze_excite_reference(xs[0].double(), w1.double(), b1.double(), w2.double(),
+                                                    b2.double(), act, gate),
+                {"eager (6 ops)": UNFUSED_TOLERANCE, "ours 2 kernels": se.TOLERANCES[dtype]}, 3 * x_bytes,
+                (se.squeeze_excite_reference, lambda fn: (lambda i: fn(xs[i % n], w1, b1, w2, b2, act, gate)),
+                 "inductor squeeze-excite"),
+                notes=["bytes: 2 reads of x + 1 write of y (what both move besides the tiny intermediates)"])
+
+
+def smoke_shapes():
+    """Tiny shapes of every case kind, for the CPU smoke run (Triton interpreted)."""
+    conv_shapes = (ConvShape("smoke.expand 5->24 @9 relu6", 5, 24, 9, 1, 1, 1, "relu6"),
+                   _dw("smoke.dw 24 3x3/2 @9 silu", 24, 9, 3, 2, "silu"),
+                   ConvShape("smoke.project 24->8 @5 +z", 24, 8, 5, 1, 1, 1, "none", True),
+                   ConvShape("smoke.1x1 relu", 8, 16, 5, 1, 1, 1, "relu"))
+    return conv_shapes, ("smoke.expand 5->24 @9 relu6", "smoke.project 24->8 @5 +z"), ((40, 5),), \
+        (("smoke.se 24(6) @7", 24, 6, 7, "silu", "sigmoid"),)
+
+
+# ====================================================================== timing kernels
+
+def cuda_graph_replay(fn: Callable[[], Any]) -> tuple[Callable[[], Any], Any]:
+    """Capture ``fn`` (three warm-up calls on a side stream first) as a CUDA graph; returns ``(replay, graph)``.
+    Keep the graph alive as long as ``replay`` is used."""
+    import torch
+
+    with torch.inference_mode():
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn()
+        torch.cuda.synchronize()
+
+    def replay():
+        graph.replay()
+        return out
+
+    return replay, graph
+
+
+def check(out, ref64, tol: dict | None) -> str:
+    """"ok", or what failed: ``|out - ref| <= atol + rtol·|ref|`` elementwise, NaN failing."""
+    import torch
+
+    if tol is None:
+        return "n/a"
+    out64 = out.detach().double().cpu()
+    ref = ref64.detach().double().cpu()
+    if out64.shape != ref.shape:
+        return f"shape {tuple(out64.shape)} != {tuple(ref.shape)}"
+    if not torch.isfinite(out64).all():
+        return "non-finite output"
+    excess = ((out64 - ref).abs() - (tol["atol"] + tol["rtol"] * ref.abs())).max().item()
+    return "ok" if excess <= 0 else f"max error {(out64 - ref).abs().max().item():.3g} beyond {tol}"
+
+
+def run_case(case: Case, device, smoke: bool, compile_: bool, deadline: float, log) -> list[dict]:
+    """Check every variant against float64, add torch.compile's version within the budget, time them alternated."""
+    import torch
+
+    from explorer.runtime import measure
+
+    ref64 = case.ref64()
+    checks = {v: check(fn(), ref64, case.tolerances.get(v)) for v, fn in case.checks.items()}
+    del ref64
+    body, bind, label = case.compile
+    if compile_ and time.perf_counter() < deadline:
+        try:
+            fn = torch.compile(_fresh(body, f"{abs(hash(case.name)) % 10**8}"), dynamic=False)
+            t0 = time.perf_counter()
+            run = bind(fn)
+            run(0)
+            measure.synchronize(str(device))
+            case.variants[label] = run
+            case.notes.append(f"{label}: compiled in {time.perf_counter() - t0:.1f} s")
+        except Exception as exc:  # a failed compile is a result, not a crash
+            case.notes.append(f"{label}: torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}")
+    elif compile_:
+        case.notes.append(f"{label}: skipped: past --budget-s")
+    timed, keep = {}, []
+    for v, fn in case.variants.items():
+        def every_set(fn=fn):
+            for i in range(case.sets):
+                fn(i)
+        if device.type == "cuda":
+            try:
+                replay, graph = cuda_graph_replay(every_set)
+                timed[v] = replay
+                keep.append(graph)
+                continue
+            except Exception as exc:  # recorded; the variant is timed as plain calls instead
+                torch.cuda.synchronize()
+                case.notes.append(f"{v}: CUDA graph capture failed, timed as plain calls: {type(exc).__name__}")
+        timed[v] = every_set
+    plan = measure.TimingPlan.for_device(str(device), short=True, **({"warmup": 1, "reps": 2} if smoke else {}))
+    latency = measure.time_alternated(timed, str(device), plan)
+    rows = []
+    copy_ms = latency.get("copy of y (1R+1W)", {}).get("median")
+    for v in case.variants:
+        lat = latency[v]
+        per_call = {k: lat[k] / case.sets for k in ("median", "p20", "p80")}
+        nbytes = case.variant_bytes.get(v, case.bytes)
+        rows.append(dict(section=case.section, case=case.name, variant=v, ms_p50=per_call["median"],
+                         ms_p20=per_call["p20"], ms_p80=per_call["p80"], bytes=nbytes,
+                         gbps=nbytes / (per_call["median"] * 1e-3) / 1e9 if per_call["median"] > 0 else None,
+                         check=checks.get(v, "n/a"), input_sets=case.sets,
+                         vs_copy_same_bytes=(copy_ms / lat["median"] if copy_ms and not v.startswith("copy") else None)))
+    for r in rows:
+        r["notes"] = case.notes
+    del keep
+    log(f"  {case.section} {case.name}: " + ", ".join(f"{r['variant']} {r['ms_p50'] * 1e3:.1f} us" for r in rows))
+    return rows
+
+
+def big_copy(device, smoke: bool) -> dict:
+    """A device-to-device copy of one large buffer (512 MiB): the bandwidth this run can reach."""
+    import torch
+
+    from explorer.runtime import measure
+
+    nbytes = (1 << 20) if smoke else (512 << 20)
+    src = torch.empty(nbytes // 2, dtype=torch.float16, device=device).normal_()
+    dst = torch.empty_like(src)
+    fn = (lambda: dst.copy_(src))
+    keep = None
+    if device.type == "cuda":
+        fn, keep = cuda_graph_replay(fn)
+    plan = measure.TimingPlan.for_device(str(device), short=True, **({"warmup": 1, "reps": 2} if smoke else {}))
+    lat = measure.time_alternated({"copy": fn}, str(device), plan)["copy"]
+    del keep
+    return dict(bytes=2 * nbytes, ms=lat, gbps=2 * nbytes / (lat["median"] * 1e-3) / 1e9)
+
+
+def bench_kernels(args, device, log, deadline: float, checkpoint) -> dict:
+    """Every kernel case (module docstring), one after another; rows written after each case."""
+    import torch
+
+    dtype = torch.float32 if args.smoke else torch.float16
+    batch = 2 if args.smoke else BATCH
+    l2 = (torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 1 << 20)
+    if args.smoke:
+        conv_shapes, epi_from, dwln, se_shapes = smoke_shapes()
+    else:
+        conv_shapes = [s for s in CONV_SHAPES if not args.quick or s.name in QUICK_CONV]
+        epi_from = [n for n in EPILOGUE_FROM if not args.quick or n in QUICK_EPILOGUE]
+        dwln = DWLN_SHAPES[:2] if args.quick else DWLN_SHAPES
+        se_shapes = [s for s in SE_SHAPES if not args.quick or s[0] in QUICK_SE]
+    by_name = {s.name: s for s in conv_shapes}
+    out: dict[str, Any] = dict(dtype=str(dtype).replace("torch.", ""), batch=batch, memory_format="channels_last",
+                               l2_bytes=l2, copy=big_copy(device, args.smoke), rows=[], skipped_past_budget=[])
+    log(f"kernels: 512 MiB copy {out['copy']['gbps']:.0f} GB/s")
+    makers = ([lambda n=n: epilogue_case(by_name[n], device, dtype, batch, l2, args.smoke) for n in epi_from]
+              + [lambda s=s: conv_case(s, device, dtype, batch, l2, args.smoke) for s in conv_shapes]
+              + [lambda c=c, hw=hw: dwln_case(c, hw, device, dtype, batch, l2, args.smoke) for c, hw in dwln]
+              + [lambda spec=spec: se_case(spec, device, dtype, batch, l2, args.smoke) for spec in se_shapes])
+    for make in makers:
+        if time.perf_counter() > deadline:
+            out["skipped_past_budget"].append(make.__defaults__)
+            continue
+        case = make()
+        out["rows"] += run_case(case, device, args.smoke, not args.no_compile, deadline, log)
+        for r in out["rows"]:
+            if r["gbps"] and out["copy"]["gbps"]:
+                r["fraction_of_big_copy"] = r["gbps"] / out["copy"]["gbps"]
+        del case
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        checkpoint(out)
+    out["skipped_past_budget"] = [str(s) for s in out["skipped_past_budget"]]
+    return out
+
+
+# ====================================================================== models
+
+def _busy_ms(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of ``(start_us, end_us)`` intervals, in ms (overlapping kernels count once)."""
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total / 1e3
+
+
+def profile_forward(fn: Callable[[], Any], device: str, top: int = 15) -> dict:
+    """One call of ``fn`` under ``torch.profiler``: device kernels, their GPU-busy time (the union of their
+    intervals), and the ``top`` kernels by total time. On the CPU: the top ATen ops by CPU time instead."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    try:
+        with torch.inference_mode():
+            fn()
+            if cuda:
+                torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+                fn()
+                if cuda:
+                    torch.cuda.synchronize()
+        events = prof.events()
+    except Exception as exc:  # the profile is evidence, never a reason to fail the run
+        return dict(gpu_busy_ms=None, kernels=None, top_kernels=[], note=f"profiler failed: {exc}"[:200])
+    if cuda:
+        kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+        note = "" if kernels else "the profiler saw no device kernels (a CUDA graph it cannot trace?)"
+    else:
+        kernels = [e for e in events if e.name.startswith("aten::") and (e.cpu_parent is None
+                                                                          or not e.cpu_parent.name.startswith("aten::"))]
+        note = "cpu: top-level ATen ops, CPU time (not a GPU measurement)"
+    by_name: dict[str, list[float]] = collections.defaultdict(list)
+    for e in kernels:
+        by_name[e.name].append(e.time_range.elapsed_us())
+    busy = _busy_ms([(e.time_range.start, e.time_range.end) for e in kernels]) if cuda else None
+    ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
+    total_us = sum(sum(v) for v in by_name.values()) or 1.0
+    return dict(gpu_busy_ms=busy, kernels=len(kernels),
+                top_kernels=[dict(name=name[:120], calls=len(v), total_us=round(sum(v), 1),
+                                  share=round(sum(v) / total_us, 3)) for name, v in ranked], note=note)
+
+
+def _errors(out, ref) -> dict:
+    """rel_l2, max_abs and top-1 agreement of ``out`` against the float64 ``ref``."""
+    a = out.detach().double().cpu()
+    r = ref.detach().double().cpu()
+    return dict(rel_l2=float((a - r).norm() / r.norm()), max_abs=float((a - r).abs().max()),
+                top1_agreement=float((a.argmax(-1) == r.argmax(-1)).double().mean()))
+
+
+def _compile(eager, mode, x, device: str) -> tuple[Callable[[], Any], Any, float]:
+    """``torch.compile`` of a copy of ``eager`` in ``mode``, called three times (reduce-overhead records its
+    CUDA graph on a later call); returns ``(call, the compiled copy, seconds)``."""
+    import torch
+
+    from explorer.runtime import measure
+
+    target = copy.deepcopy(eager)
+    compiled = torch.compile(target, mode=mode)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for _ in range(3):
+            compiled(*x)
+    measure.synchronize(device)
+    return (lambda: compiled(*x)), target, round(time.perf_counter() - t0, 1)
+
+
+def _session(variants: dict[str, Callable[[], Any]], ref, device: str, smoke: bool, log, what: str) -> dict:
+    """Check each variant against float64, time them alternated, profile one forward of each: one row each."""
+    import torch
+
+    from explorer.runtime import measure
+
+    log(f"{what}: checking {len(variants)} variants against float64")
+    with torch.inference_mode():
+        precision = {v: _errors(fn().float(), ref) for v, fn in variants.items()}
+    log(f"{what}: timing {', '.join(variants)} alternated")
+    plan = measure.TimingPlan.for_device(device, **({"warmup": 1, "reps": 3} if smoke else {}))
+    latency = measure.time_alternated(variants, device, plan)
+    log(f"{what}: profiling one forward of each")
+    profiles = {v: profile_forward(fn, device) for v, fn in variants.items()}
+    return {v: dict(latency_ms=latency[v], precision=precision[v], gpu_busy_ms=profiles[v]["gpu_busy_ms"],
+                    kernels=profiles[v]["kernels"], top_kernels=profiles[v]["top_kernels"],
+                    profile_note=profiles[v]["note"]) for v in variants}
+
+
+def bench_model(name: str, args, device: str, log, deadline: float, checkpoint) -> dict:
+    """One CNN in fp16 (fp32 in a smoke run), batch 32, channels_last for every variant, in two sessions.
+
+    Session 1: eager, fused, fused + CUDA graphs, fused with depthwise convs on cuDNN, compile default and
+    reduce-overhead, alternated; written through ``checkpoint`` before max-autotune-no-cudagraphs, the
+    slowest compile, starts. Session 2: fused, compile default and max-autotune-no-cudagraphs, alternated again.
+    """
+    import torch
+
+    from explorer.fusion_engine import analyze, fuse
+    from explorer.fusions import conv
+    from explorer.runtime import measure
+
+    dtype = torch.float32 if args.smoke else torch.float16
+    batch = 1 if args.smoke else args.batch
+    t0 = time.perf_counter()
+    log(f"[{name}] batch {batch}, {str(dtype).replace('torch.', '')}, channels_last: load, detect, fuse")
+    analysis = analyze(name, batch)
+    model, _, det = analysis
+    fused = fuse(analysis, None, device)
+    applied = collections.Counter((a.pattern, a.status, a.implementation) for a in fused.applied)
+    x = measure.prepare_inputs(model.example_inputs, device, dtype, channels_last=True)
+    ref_gm = measure.prepare_graph(model.gm, device, torch.float64)
+    with torch.inference_mode():
+        ref = ref_gm(*measure.prepare_inputs(model.example_inputs, device, torch.float64)).detach().cpu()
+    del ref_gm
+    notes: list[str] = []
+    variants: dict[str, Callable[[], Any]] = {}
+    keep: list[Any] = []
+    eager = measure.prepare_module(model.module, device, dtype, channels_last=True)
+    variants["eager"] = lambda: eager(*x)
+    fgm = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
+    variants["fused"] = lambda: fgm(*x)
+    with conv.policy(depthwise_triton=False):
+        dw_cudnn = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
+    variants["fused_depthwise_on_cudnn"] = lambda: dw_cudnn(*x)
+    if device.startswith("cuda"):
+        try:
+            replay, cuda_graph = cuda_graph_replay(variants["fused"])
+            variants["fused_cuda_graphs"] = replay
+            keep.append(cuda_graph)
+        except Exception as exc:
+            notes.append(f"fused_cuda_graphs: capture failed: {type(exc).__name__}: {str(exc)[:160]}")
+    compile_s: dict[str, float] = {}
+    modes = [] if args.no_compile else [(label, mode) for label, mode in COMPILE_MODES
+                                        if device.startswith("cuda") or mode != "reduce-overhead"]
+    if args.no_compile:
+        notes.append("torch.compile variants skipped (--no-compile)")
+    elif args.quick:
+        notes.append("compile_max_autotune_no_cudagraphs: skipped (--quick)")
+        modes = [(label, mode) for label, mode in modes if mode != "max-autotune-no-cudagraphs"]
+    for label, mode in [(label, mode) for label, mode in modes if mode != "max-autotune-no-cudagraphs"]:
+        if time.perf_counter() > deadline:
+            notes.append(f"{label}: skipped: past --budget-s")
+            continue
+        log(f"[{name}] torch.compile mode={mode or 'default'}")
+        try:
+            variants[label], target, compile_s[label] = _compile(eager, mode, x, device)
+            keep.append(target)
+        except Exception as exc:  # a compile failure is a result, not a crash
+            notes.append(f"{label}: torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:200]}")
+    results = _session(variants, ref, device, args.smoke, log, f"[{name}] session 1")
+    for v, r in results.items():
+        r["compile_s"] = compile_s.get(v)
+    out = dict(model=name, batch=batch, dtype=str(dtype).replace("torch.", ""), memory_format="channels_last",
+               chains=dict(det.counts),
+               applied=[dict(pattern=p, status=s, implementation=i, chains=n) for (p, s, i), n in applied.items()],
+               variants=results, second_session=None, notes=notes)
+    out["verdicts"] = model_verdicts(results, None)
+    checkpoint(dict(out, wall_s=round(time.perf_counter() - t0, 1)))
+    for label, mode in [(label, mode) for label, mode in modes if mode == "max-autotune-no-cudagraphs"]:
+        if time.perf_counter() > deadline:
+            notes.append(f"{label}: skipped: past --budget-s")
+            continue
+        log(f"[{name}] torch.compile mode={mode} (session 2)")
+        try:
+            call, target, seconds = _compile(eager, mode, x, device)
+            keep.append(target)
+        except Exception as exc:
+            notes.append(f"{label}: torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:200]}")
+            continue
+        again = {v: variants[v] for v in ("fused", "compile_default") if v in variants}
+        second = _session({**again, label: call}, ref, device, args.smoke, log, f"[{name}] session 2")
+        second[label]["compile_s"] = seconds
+        results[label] = second[label]
+        out["second_session"] = {v: r["latency_ms"] for v, r in second.items()}
+    out["verdicts"] = model_verdicts(results, out["second_session"])
+    eager_err = results["eager"]["precision"]["rel_l2"]
+    out["precision_check"] = {v: ("ok" if results[v]["precision"]["rel_l2"] <= max(MODEL_ERROR_FACTOR * eager_err, 5e-3)
+                                  else f"rel_l2 {results[v]['precision']['rel_l2']:.3g} > {MODEL_ERROR_FACTOR} x eager's "
+                                       f"{eager_err:.3g}") for v in results if v.startswith("fused")}
+    del variants, keep, fgm, dw_cudnn, eager
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return dict(out, wall_s=round(time.perf_counter() - t0, 1))
+
+
+def model_verdicts(results: dict, second_session: dict | None) -> list[dict]:
+    """The two targets, by median latency: fused vs the faster of compile default and
+    max-autotune-no-cudagraphs (from session 2, where the three were alternated, when it ran); fused +
+    CUDA graphs vs reduce-overhead (session 1). With each side's GPU-busy time beside it."""
+    def med(v, session=None):
+        return (session[v] if session is not None else results[v]["latency_ms"])["median"]
+
+    out = []
+    if second_session and "fused" in second_session:
+        compiled = [v for v in ("compile_default", "compile_max_autotune_no_cudagraphs") if v in second_session]
+        best = min(compiled, key=lambda v: med(v, second_session))
+        out.append(dict(target="fused <= faster of compile default / max-autotune-no-cudagraphs", fused="fused",
+                        baseline=best, fused_ms=med("fused", second_session),
+                        baseline_ms=med(best, second_session), session=2))
+    elif "fused" in results and "compile_default" in results:
+        out.append(dict(target="fused <= compile default (max-autotune-no-cudagraphs not measured)", fused="fused",
+                        baseline="compile_default", fused_ms=med("fused"), baseline_ms=med("compile_default"),
+                        session=1))
+    if "fused_cuda_graphs" in results and "compile_reduce_overhead" in results:
+        out.append(dict(target="fused + CUDA graphs <= reduce-overhead", fused="fused_cuda_graphs",
+                        baseline="compile_reduce_overhead", fused_ms=med("fused_cuda_graphs"),
+                        baseline_ms=med("compile_reduce_overhead"), session=1))
+    for v in out:
+        v["met"] = v["fused_ms"] <= v["baseline_ms"]
+        v["speedup"] = v["baseline_ms"] / v["fused_ms"] if v["fused_ms"] else None
+        v["fused_gpu_busy_ms"] = results[v["fused"]]["gpu_busy_ms"]
+        v["baseline_gpu_busy_ms"] = results[v["baseline"]]["gpu_busy_ms"]
+    return out
+
+
+# ====================================================================== report
+
+def table(doc: dict) -> str:
+    """The short table printed last: kernel rows (us per call, GB/s, fraction of a copy), then each model."""
+    lines = []
+    kernels = doc.get("kernels")
+    if kernels and "rows" in kernels:
+        lines.append(f"512 MiB device copy: {kernels['copy']['gbps']:.0f} GB/s")
+        lines.append(f"{'section':<9} {'case':<40} {'variant':<34} {'p50 us':>8} {'p20-p80 us':>15} {'GB/s':>6} "
+                     f"{'xcopy':>6}  check")
+        for r in kernels["rows"]:
+            spread = f"{r['ms_p20'] * 1e3:.1f}-{r['ms_p80'] * 1e3:.1f}"
+            ratio = r.get("vs_copy_same_bytes")
+            lines.append(f"{r['section']:<9} {r['case'][:40]:<40} {r['variant'][:34]:<34} {r['ms_p50'] * 1e3:>8.1f} "
+                         f"{spread:>15} {(r['gbps'] or 0):>6.0f} {(f'{ratio:.2f}' if ratio else '-'):>6}  {r['check']}")
+        for s in kernels.get("skipped_past_budget", []):
+            lines.append(f"skipped (past --budget-s): {s}")
+    elif kernels:
+        lines.append(f"kernels: FAILED: {kernels.get('error')}")
+    for name in MODELS:
+        m = doc.get(name)
+        if not m:
+            continue
+        if "error" in m:
+            lines.append(f"{name}: FAILED: {m['error']}")
+            continue
+        lines.append("")
+        lines.append(f"{m['model']} {m['dtype']} batch {m['batch']} channels_last:")
+        lines.append(f"  {'variant':<36} {'median ms':>10} {'p20':>8} {'p80':>8} {'GPU busy ms':>12} "
+                     f"{'kernels':>8} {'rel_l2':>9} {'compile s':>10}")
+        for v, r in m["variants"].items():
+            lat, busy = r["latency_ms"], r["gpu_busy_ms"]
+            lines.append(f"  {v:<36} {lat['median']:>10.3f} {lat['p20']:>8.3f} {lat['p80']:>8.3f} "
+                         f"{(f'{busy:.3f}' if busy is not None else '-'):>12} {str(r['kernels'] or '-'):>8} "
+                         f"{r['precision']['rel_l2']:>9.2e} {str(r.get('compile_s') or '-'):>10}")
+        if m.get("second_session"):
+            lines.append("  session 2 (alternated again): " + ", ".join(
+                f"{v} {lat['median']:.3f} ms" for v, lat in m["second_session"].items()))
+        for v in m["verdicts"]:
+            lines.append(f"  target {v['target']}: {v['fused_ms']:.3f} vs {v['baseline']} {v['baseline_ms']:.3f} ms "
+                         f"({v['speedup']:.2f}x, session {v['session']}) {'MET' if v['met'] else 'MISSED'}")
+        top = m["variants"].get("fused", {}).get("top_kernels", [])[:8]
+        if top:
+            lines.append("  fused, top kernels of one forward: " + "; ".join(
+                f"{k['name'][:48]} x{k['calls']} {k['total_us']:.0f} us" for k in top))
+    return "\n".join(lines)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--part", default="kernels,models", help="comma-separated: kernels, models")
+    p.add_argument("--models", default=",".join(MODELS), help=f"models part: comma-separated subset of {MODELS}")
+    p.add_argument("--batch", type=int, default=BATCH, help="models part: batch (default 32)")
+    p.add_argument("--no-compile", action="store_true", help="skip every torch.compile variant")
+    p.add_argument("--quick", action="store_true", help="fewer kernel shapes, no max-autotune")
+    p.add_argument("--smoke", action="store_true",
+                   help="no GPU: tiny kernel shapes under TRITON_INTERPRET=1 and the models on the CPU at batch 1, "
+                        "fp32, without Triton (proves the plumbing; the numbers are not measurements)")
+    p.add_argument("--smoke-compile", action="store_true",
+                   help="with --smoke: also run the torch.compile variants (inductor on the CPU: minutes)")
+    p.add_argument("--budget-s", type=float, default=480.0,
+                   help="no case, model or compile starts after this many seconds (default 480)")
+    p.add_argument("--out", default=None, help="JSON path (default $OUT/bench_cnn_fusions_<part>.json)")
+    args = p.parse_args(argv)
+    if args.smoke and not args.smoke_compile:
+        args.no_compile = True   # inductor's CPU compile would take minutes and time nothing of interest here
+    args.parts = [s.strip() for s in args.part.split(",") if s.strip()]
+    args.model_list = [s.strip() for s in args.models.split(",") if s.strip()]
+    unknown = [s for s in args.parts if s not in ("kernels", "models")] + [m for m in args.model_list if m not in MODELS]
+    if unknown:
+        p.error(f"unknown part(s) or model(s) {', '.join(unknown)}")
+    return args
+
+
+def _default_out(args) -> Path:
+    name = "bench_cnn_fusions_" + "_".join(args.parts)
+    if "models" in args.parts and args.model_list != list(MODELS):
+        name += "_" + "_".join(args.model_list)
+    name += "_smoke" if args.smoke else ""
+    folder = Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "benchmarks" / "results"
+    return folder / f"{name}.json"
+
+
+def main(argv=None) -> int:
+    """Run the benchmark; returns the exit status (0 also when skipped without CUDA)."""
+    args = parse_args(argv)
+    if args.smoke and "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"        # before Triton is first imported: its library functions too
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.smoke:
+        print("bench_cnn_fusions.py: SKIPPED - no CUDA device here (torch.cuda.is_available() is False); nothing "
+              "was measured. Run it on a GPU machine, or pass --smoke for the CPU plumbing check.")
+        return 0
+    if cuda and not args.smoke and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        print("bench_cnn_fusions.py: SKIPPED - TRITON_INTERPRET is set; unset it to benchmark compiled kernels.")
+        return 0
+    device = "cpu" if args.smoke else "cuda"
+    if args.smoke:
+        os.environ.setdefault("EXPLORER_GENERIC_COMPILE", "0")
+    else:
+        torch.backends.cudnn.benchmark = True       # as a deployed model runs, for every variant alike
+    from explorer.runtime import measure
+
+    out_path = Path(args.out) if args.out else _default_out(args)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    deadline = started + args.budget_s
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    env = measure.environment(device)
+    if cuda and not args.smoke:
+        env.update(tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
+                   tf32_cudnn=bool(torch.backends.cudnn.allow_tf32), cudnn_benchmark=True)
+    doc: dict[str, Any] = dict(
+        schema="bench_cnn_fusions/1", command=" ".join([os.path.basename(sys.executable), *sys.argv]),
+        date_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        label=("SMOKE run on the CPU: the numbers are not GPU numbers" if args.smoke else "GPU run"),
+        environment=env, settings=dict(parts=args.parts, models=args.model_list, batch=args.batch,
+                                       quick=args.quick, compile=not args.no_compile, budget_s=args.budget_s))
+
+    def write() -> None:
+        doc["wall_s"] = round(time.perf_counter() - started, 1)
+        out_path.write_text(json.dumps(doc, indent=1, default=str))
+
+    failed = False
+    jobs = ([("kernels", None)] if "kernels" in args.parts else []) + \
+        ([(m, m) for m in args.model_list] if "models" in args.parts else [])
+    for key, model in jobs:
+        if time.perf_counter() > deadline:
+            doc[key] = dict(error="skipped: past --budget-s")
+            continue
+
+        def checkpoint(partial: dict, key: str = key) -> None:
+            """Write what a part has measured so far (a run cut short keeps it)."""
+            doc[key] = dict(partial, incomplete=True)
+            write()
+
+        try:
+            if model is None:
+                doc[key] = bench_kernels(args, torch.device(device), log, deadline, checkpoint)
+            else:
+                if args.smoke:                       # the models at 224x224 would take minutes interpreted
+                    os.environ["TRITON_INTERPRET"] = "0"
+                doc[key] = bench_model(model, args, device, log, deadline, checkpoint)
+        except Exception as exc:  # one failed part must not lose the others
+            import traceback
+
+            traceback.print_exc()
+            doc[key] = dict(error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+            failed = True
+            if cuda:
+                torch.cuda.empty_cache()
+        write()
+        log(f"[{key}] done; wrote {out_path}")
+    bad_kernels = [r for r in (doc.get("kernels") or {}).get("rows", [])
+                   if r["variant"].startswith("ours") and r["check"] not in ("ok", "n/a")]
+    bad_models = [(m, v, c) for m in MODELS for v, c in (doc.get(m) or {}).get("precision_check", {}).items()
+                  if c != "ok"]
+    print(f"{doc['label']}: {env.get('device_name')} torch {env.get('torch')} cuda {env.get('cuda')} "
+          f"cudnn {env.get('cudnn')} triton {env.get('triton')} driver {env.get('driver')} ({doc['date_utc']})")
+    print(table(doc))
+    for r in bad_kernels:
+        print(f"CHECK FAILED: {r['section']} {r['case']} {r['variant']}: {r['check']}")
+    for m, v, c in bad_models:
+        print(f"PRECISION CHECK FAILED: {m} {v}: {c}")
+    print(f"wrote {out_path}")
+    return 1 if failed or bad_kernels or bad_models else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
