@@ -53,6 +53,29 @@ def test_pt2_loads_and_detects(tmp_path):
     assert det.counts["conv_bn_act"] == 1 and det.counts["conv_bn_add_act"] == 1
 
 
+class _ScalarConstants(torch.nn.Module):
+    """A 0-d integer buffer and a 0-d float buffer: what a decode step's write position looks like."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("position", torch.tensor(15, dtype=torch.int64))
+        self.register_buffer("scale", torch.tensor(0.5))
+
+    def forward(self, x):
+        return x * self.scale + self.position
+
+
+def test_pt2_zero_dim_constants_keep_their_values(tmp_path):
+    """Our own archive reader must read a 0-d tensor's one element, not make it zero."""
+    module = _ScalarConstants().eval()
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    path = tmp_path / "scalars.pt2"
+    torch.export.save(torch.export.export(module, (x,)), str(path))
+    model = load_model(str(path))
+    with torch.no_grad():
+        assert torch.equal(model.gm(*model.example_inputs), module(*model.example_inputs))
+
+
 def test_pt2_with_pickled_weight_is_refused_without_running_it(tmp_path):
     good = _save_pt2(tmp_path / "good.pt2")
     marker = tmp_path / "marker"

@@ -233,7 +233,7 @@ def _tensors(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], conf
         storage = storages[member]
         if storage.dtype != dtype:
             raise _refuse(name, f"payload '{member}' is shared by tensors of different dtypes")
-        if sizes and all(s > 0 for s in sizes):
+        if all(s > 0 for s in sizes):  # a 0-d tensor (sizes []) holds one element
             extent = offset + sum((s - 1) * st for s, st in zip(sizes, strides)) + 1
         else:
             extent = 0
@@ -243,8 +243,7 @@ def _tensors(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], conf
             raise _refuse(name, f"'{fqn}' reaches past the end of its payload '{member}'")
         if not payloads:
             continue
-        tensor = torch.as_strided(storage, sizes, strides, offset) if extent or sizes else \
-            storage.new_zeros(sizes)
+        tensor = torch.as_strided(storage, sizes, strides, offset) if extent else storage.new_zeros(sizes)
         requires_grad = tmeta.get("requires_grad") is True
         if params and meta.get("is_param") is True:
             tensor = torch.nn.Parameter(tensor, requires_grad=requires_grad)
