@@ -191,7 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     modes = tuple(m.strip() for m in (args.compile_modes or "").split(",") if m.strip())
     settings = gpu_runner.RunSettings(device=args.device, dtype=args.dtype, batch=args.batch,
                                       seq_len=args.seq_len, per_chain=not args.no_chains,
-                                      stages=not args.no_stages, quick=args.quick,
+                                      stages=not args.no_stages, quick=args.quick, cpu_threads=args.cpu_threads,
                                       compile_baseline=bool(args.baselines or modes),
                                       **({"compile_modes": modes} if modes else {}))
 
@@ -295,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-stages", action="store_true", dest="no_stages", help="skip the staged table")
     p.add_argument("--quick", action="store_true",
                    help="fewer repetitions and no per-chain timing (a first look in about a minute)")
+    p.add_argument("--cpu-threads", type=_positive, dest="cpu_threads", metavar="N",
+                   help="torch's intra-op threads for the run (default: torch's); 1 keeps a shared CPU's timings stable")
     p.add_argument("--baselines", action="store_true",
                    help="also time eager and torch.compile (default, and reduce-overhead on CUDA) in the same rounds")
     p.add_argument("--compile-modes", dest="compile_modes", default="", metavar="MODES",

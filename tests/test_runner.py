@@ -201,12 +201,16 @@ def test_quick_mode_takes_fewer_rounds_and_no_chain_timing():
     minimum of rounds and no more than the quick plan's cap."""
     settings = RunSettings(device="cpu", quick=True)
     assert not settings.chains_timed
+    threads_before = torch.get_num_threads()
     report = measure_in_process("residual_block", None, settings)
     plan = measure.TimingPlan.for_device("cpu", quick=True)
     assert stats.MIN_ROUNDS <= report.unfused.latency.reps <= plan.max_rounds
     assert all(c.fused is None for c in report.chains)
     assert any("quick mode" in n for n in report.notes)
     assert report.settings["quick"] is True and len(report.stages) == 4
+    # one intra-op thread on the CPU (stable on a shared machine), recorded, and restored afterwards
+    assert report.environment.extra["cpu_threads"] == 1 and any("1 intra-op thread" in n for n in report.notes)
+    assert torch.get_num_threads() == threads_before
 
 
 def test_stages_differ_as_their_names_say(analyze_cached):

@@ -39,6 +39,9 @@ from explorer.sources import describe_source
 PRECISION_NOTE = ("max_rel = max|out-ref| / max|ref|; rel_l2 = ||out-ref|| / ||ref||; ref = {ref}; top1_agreement "
                   "only for classification (argmax of last dim); relative figures are refused (with the reason) "
                   "when the reference is all zero, constant or denormal in the run's dtype")
+#: Quick mode on the CPU runs one intra-op thread unless told otherwise: on a CPU shared with other work,
+#: the threads of one op wait for each other (a ResNet-50 forward took 0.11 s on 1 thread, 0.3-2.4 s on 2).
+QUICK_CPU_THREADS = 1
 GRAPH_CALLS_NOTE = ("unfused and fused graphs alike are timed lean (explorer.runtime.lean): ATen calls through "
                     "their public bindings, fused calls resolved once to the library call they take on this "
                     "device, weights read as plain attributes; the same kernels either way")
@@ -102,7 +105,24 @@ def _plan_info(plan: Plan) -> PlanInfo:
 
 def measure(source: str, plan_data: dict | None, settings: RunSettings,
             emit: Callable[[float, str], None] | None = None) -> Report:
-    """Run the whole measurement in this process and return the typed report (module docstring)."""
+    """Run the whole measurement in this process and return the typed report (module docstring).
+
+    The intra-op thread count (``settings.cpu_threads``, or one thread for a quick CPU run) holds for
+    the measurement and is restored afterwards, for callers that measure in-process.
+    """
+    cuda = m.resolve_device(settings.device).startswith("cuda")
+    threads = settings.cpu_threads or (QUICK_CPU_THREADS if settings.quick and not cuda else None)
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)  # before anything runs; environment() records it
+    try:
+        return _measure(source, plan_data, settings, emit, threads)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _measure(source: str, plan_data: dict | None, settings: RunSettings,
+             emit: Callable[[float, str], None] | None, threads: int | None) -> Report:
     t_start = time.perf_counter()
     cuda_device = m.resolve_device(settings.device)
     cuda = cuda_device.startswith("cuda")
@@ -215,6 +235,9 @@ def measure(source: str, plan_data: dict | None, settings: RunSettings,
                          schedule.for_phase("baselines"), ref=ref, classification=classification)
     if settings.quick:
         notes.append("quick mode: fewer repetitions and no per-chain timing; verdicts may be undecided")
+    if threads is not None:
+        notes.append(f"{threads} intra-op thread(s) on the CPU" + (" (quick mode's default: stable on a shared CPU)"
+                                                                  if settings.cpu_threads is None else ""))
 
     f_rel, u_rel = prec_fused.get("rel_l2"), prec_unfused.get("rel_l2")
     report = Report(
