@@ -131,6 +131,9 @@ def check_case(key: str, model_name: str, batch: int, seq_len: int | None, dtype
                  "fused": m.prepare_graph(fused.gm, device, dtype, channels_last)}
     inputs = m.prepare_inputs(model.example_inputs, device, dtype, channels_last)
     rows = {}
+    threads_before = torch.get_num_threads()
+    if not device.startswith("cuda") and report.environment.extra.get("cpu_threads"):
+        torch.set_num_threads(int(report.environment.extra["cpu_threads"]))  # the runner's own thread count
     for name, gm in graphs_gm.items():
         variant = make_variant(name, gm, inputs, device, cuda_graphs=graphs)
         bench = _do_bench(variant.timed, rep_ms)
@@ -148,6 +151,7 @@ def check_case(key: str, model_name: str, batch: int, seq_len: int | None, dtype
         del variant
         if device.startswith("cuda"):
             torch.cuda.synchronize()
+    torch.set_num_threads(threads_before)
     return {"case": key, "cuda_graphs": graphs, "memory_format": layout, "variants": rows,
             "runner_verdict": report.verdict.describe(),
             "agrees": all(v["agrees"] for v in rows.values())}
