@@ -20,6 +20,12 @@ Two halves, kept apart so the first is testable without a browser:
   in line (no CDN: the app must work offline), with the chain bands, an
   overview map, and a first view that is readable (``RenderOptions``).
 
+Every text a person reads in a view (labels, tooltips, notes, the overview's
+title) is in the language ``ViewOptions.lang`` / ``RenderOptions.lang`` names
+("en" or "zh"), from the catalog (``explorer/ui/locale/graph.py``, keys
+``gv.*``) through ``explorer.ui.i18n.t_in``, which needs no Streamlit session:
+this module imports no Streamlit.
+
 The layout is a layered (Sugiyama) layout computed by igraph
 (``Graph.layout_sugiyama``: crossing reduction by barycenters, dummy vertices
 on edges that span layers). Dataflow runs top to bottom (or left to right);
@@ -49,6 +55,7 @@ import networkx as nx
 
 from explorer.fusions import BY_NAME, PATTERNS, UNKNOWN_COLOR, color_of
 from explorer.fusions.base import Chain, Detection
+from explorer.ui.i18n import t_in, translate_phrases, translate_text
 from explorer.units import human_bytes, human_count  # noqa: F401  (re-exported for the pages)
 
 PLAIN_COLOR = "#f4f4f4"      # ops in no chain
@@ -86,6 +93,7 @@ class ViewOptions:
     reveal     a node that must be drawn on its own: the modules around it are opened
     max_nodes  hard cap on drawn nodes; beyond it the view collapses on its own
     direction  "TB" (top to bottom, the default) or "LR" (left to right)
+    lang       the language of labels, tooltips and notes: "en" (the default) or "zh"
     """
 
     depth: int = 0
@@ -96,6 +104,7 @@ class ViewOptions:
     reveal: str | None = None
     max_nodes: int = DEFAULT_MAX_NODES
     direction: str = "TB"
+    lang: str = "en"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,11 +396,12 @@ def _choose_collapse(graph: nx.DiGraph, nodes: list[str], options: ViewOptions) 
     notes: list[str] = []
     depth, expand = options.depth, tuple(options.expand)
     cap = max(1, options.max_nodes)
+    lang = options.lang
     if _count_drawn(graph, nodes, depth, expand) <= cap:
         return depth, expand, notes
     # Too many: first drop expansions (newest first), then collapse deeper.
     while expand and _count_drawn(graph, nodes, depth, expand) > cap:
-        notes.append(f"not expanding {expand[-1]}: more than {cap} nodes")
+        notes.append(t_in(lang, "gv.note.not_expanding", module=expand[-1], cap=cap))
         expand = expand[:-1]
     if _count_drawn(graph, nodes, depth, expand) <= cap:
         return depth, expand, notes
@@ -399,10 +409,9 @@ def _choose_collapse(graph: nx.DiGraph, nodes: list[str], options: ViewOptions) 
     candidates = range(max_depth, 0, -1) if depth <= 0 else range(min(depth, max_depth), 0, -1)
     for d in candidates:
         if _count_drawn(graph, nodes, d, expand) <= cap:
-            notes.append(f"{len(nodes)} ops are more than the cap of {cap}: modules collapsed at depth {d}")
+            notes.append(t_in(lang, "gv.note.collapsed", n=len(nodes), cap=cap, depth=d))
             return d, expand, notes
-    notes.append(f"{len(nodes)} ops and too few module names to collapse them under {cap}: "
-                 f"runs of consecutive ops are drawn as one box each (search or 'Show one chain' opens them)")
+    notes.append(t_in(lang, "gv.note.segments", n=len(nodes), cap=cap))
     return -1, (), notes
 
 
@@ -456,6 +465,18 @@ def _fit(text: str, chars: int) -> str:
     return text if len(text) <= chars else "…" + text[-(chars - 1):]
 
 
+def _width(text: str) -> int:
+    """How many Latin characters' room ``text`` takes in a label (a CJK character or full-width mark: two)."""
+    return sum(2 if "\u2e80" <= ch <= "\u9fff" or "\uff00" <= ch <= "\uffef" else 1 for ch in text)
+
+
+def _box_label(label: str, lang: str, chars: int) -> str:
+    """A pattern's label for a node box: in ``lang`` where that fits in ``chars``, else as registered (the
+    short, technical name: "Add+LayerNorm", whose Chinese adds a gloss; the tooltip has the whole)."""
+    shown = translate_text(label, lang)
+    return shown if _width(shown) <= chars else label
+
+
 def _op_label(nid: str, a: dict) -> str:
     kind = str(a.get("kind", "?"))
     origin = str(a.get("origin", nid))
@@ -464,19 +485,22 @@ def _op_label(nid: str, a: dict) -> str:
     return f"{_fit(kind, chars)}\n{_fit(second, chars)}"
 
 
-def _node_title(nid: str, a: dict, chain: Chain | None, status: str) -> str:
-    shapes = "; ".join("x".join(str(d) for d in s) or "scalar" for s in a.get("shapes", [])) or "-"
+def _node_title(nid: str, a: dict, chain: Chain | None, accepted: bool, lang: str = "en") -> str:
+    scalar = t_in(lang, "gv.scalar")
+    shapes = "; ".join("x".join(str(d) for d in s) or scalar for s in a.get("shapes", [])) or "-"
     lines = [
         f"{nid}  ({a.get('kind', '?')})",
-        f"op: {a.get('target', '?')}",
-        f"origin: {a.get('origin', '?')}",
-        f"shape: {shapes}  {', '.join(a.get('dtypes', []))}",
-        f"bytes: read {human_bytes(a.get('bytes_read', 0))}, written {human_bytes(a.get('bytes_written', 0))}",
-        f"FLOPs: {human_count(a.get('flops', 0))}",
+        t_in(lang, "gv.tip.op", op=a.get("target", "?")),
+        t_in(lang, "gv.tip.origin", origin=a.get("origin", "?")),
+        t_in(lang, "gv.tip.shape", shapes=shapes, dtypes=", ".join(a.get("dtypes", []))),
+        t_in(lang, "gv.tip.bytes", read=human_bytes(a.get("bytes_read", 0)),
+             written=human_bytes(a.get("bytes_written", 0))),
+        t_in(lang, "gv.tip.flops", flops=human_count(a.get("flops", 0))),
     ]
     if chain is not None:
-        lines.append(f"chain: {chain_name(chain)} ({status})")
-        lines.append(f"chain id: {chain.id}")
+        status = t_in(lang, "gv.status.accepted" if accepted else "gv.status.rejected")
+        lines.append(t_in(lang, "gv.tip.chain", name=chain_name(chain), status=status))
+        lines.append(t_in(lang, "gv.tip.chain_id", id=chain.id))
     return "\n".join(lines)
 
 
@@ -631,8 +655,9 @@ def build_view(graph: nx.DiGraph, detection: Detection, accepted: Iterable[str],
         reveal=alias.get(options.reveal, options.reveal) if options.reveal else None)
     all_nodes = sorted(graph.nodes, key=lambda n: graph.nodes[n].get("order", 0))
     focus = tuple(f for f in options.focus if f in graph)
+    lang = options.lang
     if options.focus and not focus:
-        notes.append("nothing to focus on: no such node")
+        notes.append(t_in(lang, "gv.note.no_focus"))
     expand = tuple(options.expand)
     if options.reveal and options.reveal in graph:
         parts = str(graph.nodes[options.reveal].get("origin", "")).split(".")
@@ -649,7 +674,7 @@ def build_view(graph: nx.DiGraph, detection: Detection, accepted: Iterable[str],
                     dist[n] = min(d, dist.get(n, d))
             nodes = sorted(nodes, key=lambda n: (dist.get(n, 99), graph.nodes[n].get("order", 0)))
             nodes = sorted(nodes[: options.max_nodes], key=lambda n: graph.nodes[n].get("order", 0))
-            notes.append(f"neighbourhood cut to the {options.max_nodes} nearest nodes")
+            notes.append(t_in(lang, "gv.note.cut", n=options.max_nodes))
         groups = {n: [n] for n in nodes}
     else:
         nodes = all_nodes
@@ -672,11 +697,11 @@ def build_view(graph: nx.DiGraph, detection: Detection, accepted: Iterable[str],
     drawn_id: dict[str, str] = {}
     for key, ms in groups.items():
         if len(ms) == 1 and not key.startswith(_SEGMENT):
-            vn = _op_node(ms[0], graph, node_chain, chains, accepted, ms[0] in highlight)
+            vn = _op_node(ms[0], graph, node_chain, chains, accepted, ms[0] in highlight, lang)
         else:
             if not key.startswith(_SEGMENT):
                 collapsed.append(key)
-            vn = _group_node(key, ms, graph, node_chain, chains, accepted, key in hit_groups)
+            vn = _group_node(key, ms, graph, node_chain, chains, accepted, key in hit_groups, lang)
         view_nodes.append(vn)
         for m in ms:
             drawn_id[m] = vn.id
@@ -697,8 +722,8 @@ def build_view(graph: nx.DiGraph, detection: Detection, accepted: Iterable[str],
     ids = sorted((vn.id for vn in view_nodes), key=lambda n: node_rank[n])
     sizes = {vn.id: (vn.width, vn.height) for vn in view_nodes}
     pos, waypoints = layered_layout(ids, list(edge_count), sizes, options.direction)
-    edges = [ViewEdge(s, t, human_bytes(edge_bytes[(s, t)]) + (f" over {c} edges" if c > 1 else ""), c,
-                      waypoints.get((s, t), ()))
+    edges = [ViewEdge(s, t, t_in(lang, "gv.edge.many", bytes=human_bytes(edge_bytes[(s, t)]), n=c) if c > 1
+                      else human_bytes(edge_bytes[(s, t)]), c, waypoints.get((s, t), ()))
              for (s, t), c in edge_count.items()]
     view_nodes = [dataclasses.replace(vn, x=pos[vn.id][0], y=pos[vn.id][1]) for vn in view_nodes]
     view_nodes.sort(key=lambda vn: node_rank[vn.id])
@@ -752,49 +777,51 @@ def _chain_colours(pattern: str, accepted: bool) -> tuple[str, str]:
 
 
 def _op_node(nid: str, graph: nx.DiGraph, node_chain: dict, chains: dict, accepted: set,
-             highlighted: bool) -> ViewNode:
+             highlighted: bool, lang: str = "en") -> ViewNode:
     a = graph.nodes[nid]
     kind = a.get("kind", "?")
     if kind == "fused":
-        return _fused_node(nid, a, chains, highlighted)
+        return _fused_node(nid, a, chains, highlighted, lang)
     chain = chains.get(node_chain.get(nid, ""))
     label = _op_label(nid, a)
     if chain is None:
         io = kind in ("input", "output")
-        return ViewNode(id=nid, label=label, title=_node_title(nid, a, None, ""),
+        return ViewNode(id=nid, label=label, title=_node_title(nid, a, None, False, lang),
                         fill=IO_COLOR if io else PLAIN_COLOR, border=PLAIN_BORDER, highlighted=highlighted,
                         kind="io" if io else "op")
     ok = chain.id in accepted
     fill, border = _chain_colours(chain.pattern, ok)
-    return ViewNode(id=nid, label=label, title=_node_title(nid, a, chain, "accepted" if ok else "rejected"),
+    return ViewNode(id=nid, label=label, title=_node_title(nid, a, chain, ok, lang),
                     fill=fill, border=border, dashed=not ok, chain=chain.id, pattern=chain.pattern,
                     highlighted=highlighted)
 
 
-def _fused_node(nid: str, a: dict, chains: dict, highlighted: bool) -> ViewNode:
+def _fused_node(nid: str, a: dict, chains: dict, highlighted: bool, lang: str = "en") -> ViewNode:
     chain = chains.get(a.get("chain", nid))
     pattern = a.get("pattern", "")
-    label_of = BY_NAME[pattern].label if pattern in BY_NAME else pattern
+    label_of = translate_text(BY_NAME[pattern].label, lang) if pattern in BY_NAME else pattern
     chars = CHARS_PER_LINE[OP_WIDTH]
+    box_label = _box_label(BY_NAME[pattern].label, lang, chars) if pattern in BY_NAME else pattern
     members = a.get("members", ())
     first = chain.names[0] if chain is not None and chain.names else str(a.get("origin", ""))
     kernels = re.search(r"\((\d+) (?:fused )?(?:kernels?|calls?)", str(a.get("implementation", "")))
     kernel = f"⚙ {a.get('kernel', '?')}" + (f" ×{kernels.group(1)}" if kernels and kernels.group(1) != "1" else "")
-    label = "\n".join([_fit(label_of, chars), _fit(first, chars), kernel[:chars]])
+    label = "\n".join([_fit(box_label, chars), _fit(first, chars), kernel[:chars]])
     fill, border = _chain_colours(pattern, True)
-    lines = [f"fused chain: {a.get('title') or nid}", f"chain id: {nid}", f"pattern: {label_of}",
-             f"kernel: {a.get('kernel', '?')}", f"runs: {a.get('implementation', '?')}",
-             f"replaces {len(members)} nodes: {chain.ops_text if chain else ', '.join(members)}",
-             f"kernel launches: {a.get('launches', '?')}"]
+    lines = [t_in(lang, "gv.tip.fused_chain", name=a.get("title") or nid), t_in(lang, "gv.tip.chain_id", id=nid),
+             t_in(lang, "gv.tip.pattern", pattern=label_of), t_in(lang, "gv.tip.kernel", kernel=a.get("kernel", "?")),
+             t_in(lang, "gv.tip.runs", implementation=implementation_text(str(a.get("implementation", "?")), lang)),
+             t_in(lang, "gv.tip.replaces", n=len(members), ops=chain.ops_text if chain else ", ".join(members)),
+             t_in(lang, "gv.tip.launches", n=a.get("launches", "?"))]
     if not a.get("fused_kernel", True):
-        lines.append("no fused kernel for it here: the same ops run one after another")
+        lines.append(t_in(lang, "gv.tip.no_fused_kernel"))
     return ViewNode(id=nid, label=label, title="\n".join(lines), fill=fill, border=border,
                     dashed=not a.get("fused_kernel", True), chain=nid, pattern=pattern,
                     highlighted=highlighted, height=FUSED_HEIGHT, kind="fused")
 
 
 def _group_node(key: str, members: list[str], graph: nx.DiGraph, node_chain: dict, chains: dict,
-                accepted: set, highlighted: bool) -> ViewNode:
+                accepted: set, highlighted: bool, lang: str = "en") -> ViewNode:
     in_chains = {node_chain[m] for m in members if m in node_chain}
     in_chains |= {graph.nodes[m].get("chain") for m in members if graph.nodes[m].get("kind") == "fused"}
     in_chains.discard(None)
@@ -811,21 +838,27 @@ def _group_node(key: str, members: list[str], graph: nx.DiGraph, node_chain: dic
         top, fill, border, dashed = None, GROUP_COLOR, GROUP_BORDER, False
     flops = sum(graph.nodes[m].get("flops", 0) for m in members)
     moved = sum(graph.nodes[m].get("bytes_read", 0) + graph.nodes[m].get("bytes_written", 0) for m in members)
-    label_of = {p.name: p.label for p in PATTERNS}
+    label_of = {p.name: translate_text(p.label, lang) for p in PATTERNS}
     chars = CHARS_PER_LINE[MODULE_WIDTH]
-    inside = ", ".join(f"{n} {label_of.get(p, p)}" for p, n in by_pattern.most_common()) or "no chain"
-    inside_line = inside if len(inside) <= chars else inside[: chars - 1] + "…"
-    label = "\n".join([_fit(key, chars), f"{len(members)} ops · {len(in_chains)} chains", inside_line])
+    short = {p.name: _box_label(p.label, lang, chars) for p in PATTERNS}
+    inside = (", ".join(f"{n} {short.get(p, p)}" for p, n in by_pattern.most_common())
+              or t_in(lang, "gv.group.no_chain"))
+    inside_line = inside
+    while _width(inside_line) > chars:
+        inside_line = inside_line[:-2] + "…"
     segment = key.startswith(_SEGMENT)
-    lines = [f"{'run of' if segment else 'module ' + key + ':'} {len(members)} ops, {len(in_chains)} chains "
-             f"({n_acc} accepted)"]
+    shown = t_in(lang, "gv.group.segment", range=key[len(_SEGMENT):]) if segment else key
+    label = "\n".join([_fit(shown, chars), t_in(lang, "gv.group.counts", ops=len(members), chains=len(in_chains)),
+                       inside_line])
+    lines = [t_in(lang, "gv.tip.run_of" if segment else "gv.tip.module", module=key, ops=len(members),
+                  chains=len(in_chains), accepted=n_acc)]
     lines += [f"  {n} x {label_of.get(p, p)}" for p, n in by_pattern.most_common()]
-    lines += ["ops: " + ", ".join(f"{n} {k}" for k, n in ops.most_common(8))
-              + (" …" if len(ops) > 8 else "")]
-    lines += [f"first op: {members[0]}, last op: {members[-1]}"]
-    lines += [f"bytes moved unfused: {human_bytes(moved)}", f"FLOPs: {human_count(flops)}"]
+    lines += [t_in(lang, "gv.tip.ops", ops=", ".join(f"{n} {k}" for k, n in ops.most_common(8))
+                   + (" …" if len(ops) > 8 else ""))]
+    lines += [t_in(lang, "gv.tip.first_last", first=members[0], last=members[-1])]
+    lines += [t_in(lang, "gv.tip.moved", bytes=human_bytes(moved)), t_in(lang, "gv.tip.flops", flops=human_count(flops))]
     if not segment:
-        lines.append("open it with 'Expand modules'")
+        lines.append(t_in(lang, "gv.tip.expand"))
     return ViewNode(id=f"module:{key}", label=label, title="\n".join(lines), fill=fill, border=border,
                     dashed=dashed, shape="box", members=len(members), pattern=top, highlighted=highlighted,
                     width=MODULE_WIDTH, height=MODULE_HEIGHT, kind="module")
@@ -954,6 +987,7 @@ class RenderOptions:
                   would make labels smaller, the view opens at full size on the graph's start
     overview      draw an overview map (the whole graph and the visible window; click to move)
     name          what the drawing is ("original", "fused"), readable by tests as window.FE.name
+    lang          the language of the overview's tooltip: "en" (the default) or "zh"
     """
 
     height_px: int = 640
@@ -961,6 +995,7 @@ class RenderOptions:
     min_font_px: float = 12.0
     overview: bool = True
     name: str = "original"
+    lang: str = "en"
 
 
 _REMOTE = re.compile(r"<(script|link)\b[^>]*\b(src|href)\s*=\s*[\"']https?://[^>]*>(\s*</script>)?",
@@ -1036,7 +1071,7 @@ _EXTRA_JS = r"""
   const maxW = 110, maxH = Math.min(170, el.clientHeight - 80);
   const k = Math.min(maxW / bw, maxH / bh);
   map.width = Math.max(40, Math.ceil(bw * k) + 8); map.height = Math.max(40, Math.ceil(bh * k) + 8);
-  map.title = "Overview: click or drag to move the view";
+  map.title = FE.mapTitle;
   map.style.cssText = "position:absolute;right:8px;top:8px;background:rgba(255,255,255,0.8);" +
     "border:1px solid #9e9e9e;border-radius:4px;cursor:pointer;z-index:5";
   map.id = "fe-overview";
@@ -1166,6 +1201,7 @@ def _extra(view: GraphView, options: RenderOptions) -> dict:
         "name": options.name, "direction": view.direction, "fontPx": FONT_PX, "minFontPx": options.min_font_px,
         "centerOn": center, "overview": options.overview, "bounds": bounds, "start": start,
         "bandPad": BAND_PAD, "neck": 22, "real": [v.id for v in real], "waypointPrefix": WAYPOINT_PREFIX,
+        "mapTitle": t_in(options.lang, "gv.overview"),
         "bands": [{"chain": b.chain, "title": b.title, "fill": b.fill, "border": b.border, "nodes": list(b.nodes),
                    "paths": [list(map(list, p)) for p in b.paths], "neckX": neck[b.chain][0],
                    "neckY": neck[b.chain][1]}
@@ -1180,6 +1216,13 @@ def remote_urls(html: str) -> list[str]:
     return [m.group(0) for m in _REMOTE.finditer(html)]
 
 
-def describe(view: GraphView) -> str:
+def describe(view: GraphView, lang: str = "en") -> str:
     """One line about a view, for captions: how many nodes of how many are drawn."""
-    return html_lib.escape(f"{len(view.nodes)} of {view.total_nodes} nodes drawn")
+    return html_lib.escape(t_in(lang, "gv.describe", drawn=len(view.nodes), total=view.total_nodes))
+
+
+def implementation_text(label: str, lang: str = "en") -> str:
+    """An engine's implementation label (``rewrite.AppliedChain.implementation``: "cudnn conv+bias+relu (1 fused
+    call: ...)") in ``lang``: its prose translated (``i18n.translate_phrases``), its op and kernel names as
+    written."""
+    return translate_phrases(label, lang)

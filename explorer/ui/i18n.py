@@ -16,12 +16,21 @@ Every string a user reads goes through this module:
 - ``message(text)``: a message the engine wrote in English (a near-miss reason,
   an error line), translated by pattern (``locale/messages.py``: a regular
   expression and its Chinese template); a message no pattern knows is shown in
-  English, marked as such in Chinese.
+  English, marked as such in Chinese. A group named ``msg...`` is itself a
+  message (translated by the rules again), a group named ``text...`` a text of
+  the translation memory (a pattern's label).
+- ``translate_text(english)``: the translation memory, merged from the
+  ``TEXTS = {english: chinese}`` of every locale module: the patterns' teaching
+  texts (``locale/patterns.py``), the zoo's descriptions (``locale/zoo.py``),
+  the kernel choices (``locale/fusions.py``).
 - ``language_switch()``: the sidebar's radio (widget key ``lang``); a link may
   say ``?lang=zh``, and the address bar follows the switch.
 
 The language lives in ``st.session_state["lang"]`` ("en" or "zh"). ``t_in``
 and friends take it explicitly, for tests and for code that has no session.
+Streamlit is imported only by the functions that read the session, so that
+renderer-neutral modules (``explorer.graph_view``) can use ``t_in`` with a
+language they are given, without importing Streamlit.
 """
 
 from __future__ import annotations
@@ -32,8 +41,6 @@ import pkgutil
 import re
 import string
 from typing import Any
-
-import streamlit as st
 
 LANGUAGES: dict[str, str] = {"en": "English", "zh": "中文"}
 DEFAULT = "en"
@@ -59,6 +66,8 @@ def catalog() -> dict[str, tuple[str, str]]:
 
 def current() -> str:
     """The session's language ("en" or "zh"); English outside a Streamlit session."""
+    import streamlit as st
+
     try:
         value = st.session_state.get("lang", DEFAULT)
     except Exception:  # no session (a script, a test): the default
@@ -91,14 +100,25 @@ def placeholders(text: str) -> set[str]:
 
 @functools.lru_cache(maxsize=1)
 def _pattern_memory() -> dict[str, str]:
-    from explorer.ui.locale import patterns
+    """Every ``TEXTS`` of ``explorer.ui.locale.*`` merged: {english: chinese}. An English text given two
+    different translations is an error (two modules would disagree on it)."""
+    from explorer.ui import locale
 
-    return dict(patterns.TEXTS)
+    merged: dict[str, str] = {}
+    for info in sorted(pkgutil.iter_modules(locale.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{locale.__name__}.{info.name}")
+        for english, chinese in getattr(module, "TEXTS", {}).items():
+            if merged.get(english, chinese) != chinese:
+                raise KeyError(f"'{english[:60]}' is translated twice, differently (second time in "
+                               f"locale/{info.name}.py)")
+            merged[english] = chinese
+    return merged
 
 
 def translate_text(english: str, lang: str | None = None) -> str:
-    """The Chinese of an English teaching text (``locale/patterns.py``), or the English when ``lang`` is "en"
-    or the text has no translation (the test reports those)."""
+    """The Chinese of an English text of the translation memory (a pattern's teaching text, a zoo
+    description, a kernel choice), or the English when ``lang`` is "en" or the text has no translation
+    (the tests report those)."""
     lang = lang or current()
     if lang == "en" or not english:
         return english
@@ -106,7 +126,7 @@ def translate_text(english: str, lang: str | None = None) -> str:
 
 
 def has_translation(english: str) -> bool:
-    """Whether an English teaching text has its Chinese in ``locale/patterns.py``."""
+    """Whether an English text has its Chinese in the translation memory (``TEXTS`` of the locale modules)."""
     return not english or english in _pattern_memory()
 
 
@@ -123,23 +143,63 @@ def pattern_text(pattern: Any, field: str, lang: str | None = None) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _message_rules() -> list[tuple[re.Pattern, str]]:
+    """The ``RULES`` of ``locale/messages.py`` (the engine's messages) first, then those of every other
+    locale module in name order (``locale/runtime.py``: the runner's progress, run and report errors, the
+    notes a run report carries)."""
+    from explorer.ui import locale
     from explorer.ui.locale import messages
 
-    return [(re.compile(rx), zh) for rx, zh in messages.RULES]
+    rules = list(messages.RULES)
+    for info in sorted(pkgutil.iter_modules(locale.__path__), key=lambda i: i.name):
+        if info.name != "messages":
+            rules += getattr(importlib.import_module(f"{locale.__name__}.{info.name}"), "RULES", [])
+    return [(re.compile(rx), zh) for rx, zh in rules]
+
+
+UNTRANSLATED = "（英文原文）"
 
 
 def message(text: str, lang: str | None = None) -> str:
     """An engine message in ``lang``: English as written; Chinese through the first rule of
-    ``locale/messages.py`` that matches the whole text (its groups fill the template), else the English
-    text marked "（英文原文）"."""
+    ``locale/messages.py`` that matches the whole text (its groups fill the template; a group named
+    ``msg...`` is translated as a message again, one named ``text...`` through ``translate_text``), else
+    the English text marked "（英文原文）"."""
     lang = lang or current()
     if lang == "en" or not text:
         return text
     for rx, template in _message_rules():
         hit = rx.fullmatch(text.strip())
         if hit:
-            return template.format(*[g or "" for g in hit.groups()])
-    return f"{text}（英文原文）"
+            names = {index: name for name, index in rx.groupindex.items()}
+            values = []
+            for index, value in enumerate(hit.groups(), start=1):
+                value, name = value or "", names.get(index, "")
+                if name.startswith("msg"):
+                    value = message(value, lang)
+                elif name.startswith("text"):
+                    value = translate_text(value, lang)
+                values.append(value)
+            return template.format(*values)
+    return f"{text}{UNTRANSLATED}"
+
+
+@functools.lru_cache(maxsize=1)
+def _phrases() -> list[tuple[re.Pattern, str]]:
+    from explorer.ui.locale import messages
+
+    return [(re.compile(rx), zh) for rx, zh in messages.PHRASES]
+
+
+def translate_phrases(text: str, lang: str | None = None) -> str:
+    """A label that mixes op and kernel names with prose (an implementation label of the engine) in
+    ``lang``: in Chinese every ``PHRASES`` rule of ``locale/messages.py`` replaced wherever it occurs, in
+    order; the names stay as written."""
+    lang = lang or current()
+    if lang == "en" or not text:
+        return text
+    for rx, replacement in _phrases():
+        text = rx.sub(replacement, text)
+    return text
 
 
 # ------------------------------------------------------------------ the switch
@@ -147,6 +207,8 @@ def message(text: str, lang: str | None = None) -> str:
 def language_switch() -> str:
     """The sidebar's language radio (key ``lang``); ``?lang=zh`` in a link sets it once per session, and
     the address bar follows it. Returns the language."""
+    import streamlit as st
+
     ss = st.session_state
     if not ss.get("lang_link_read"):
         ss.lang_link_read = True

@@ -5,7 +5,8 @@ A teacher hands out such a link and it opens on that model, dtype, device and gr
 and sets their keys (``zoo_name``, ``model_kind``, ``dtype``, ``device``, ``graph_mode``);
 ``sync_query_params`` writes the current choices back into the address bar on every run, so
 the address bar is always a link to what is on screen. Values the app does not know are
-reported and ignored, never obeyed.
+reported and ignored, never obeyed; the report is in the link's language (``lang=``), else the
+session's (``explorer.ui.i18n``).
 
 Session state: ``links_applied`` (the URL was read for this session).
 """
@@ -16,6 +17,8 @@ import re
 from typing import Iterable
 
 import streamlit as st
+
+from explorer.ui import i18n
 
 #: The graph page's views, as written in the URL (``view=``) and kept in ``graph_mode``.
 VIEWS = ("original", "fused", "side")
@@ -28,6 +31,7 @@ def apply_query_params(zoo_names: Iterable[str], dtypes: Iterable[str], devices:
         return []
     ss.links_applied = True
     params = st.query_params
+    lang = params.get("lang") if params.get("lang") in i18n.LANGUAGES else i18n.current()
     refused = []
     wanted = {"model": (tuple(zoo_names), ("model_kind", "zoo_name")), "dtype": (tuple(dtypes), ("dtype",)),
               "device": (tuple(devices), ("device",)), "view": (VIEWS, ("graph_mode",))}
@@ -37,7 +41,7 @@ def apply_query_params(zoo_names: Iterable[str], dtypes: Iterable[str], devices:
             continue
         if value not in allowed:
             shown = re.sub(r"[^A-Za-z0-9_.-]", "?", value[:40])   # echoed as plain text, never markdown
-            refused.append(f"{name}={shown} in the link is not one of {', '.join(allowed)}")
+            refused.append(i18n.t_in(lang, "links.refused", name=name, value=shown, allowed=", ".join(allowed)))
             continue
         if name == "model":
             ss.model_kind, ss.zoo_name = "Zoo", value

@@ -4,9 +4,15 @@ Each module defines ``STRINGS = {key: (english, chinese)}`` (``explorer.ui.i18n`
 merges them; a key may be defined once). Keys are ``<module>.<what>``:
 ``learn.*`` and ``tour.*`` (the Learn page), ``teach.*``/``ex.*``/``pred.*``/
 ``sweep.*``/``bisect.*``/``diagram.*``/``family.*`` (the teaching views),
-``app.*`` (the sidebar and the frame). ``patterns.py`` translates the
-patterns' teaching texts by their English text (``TEXTS``) and ``messages.py``
-the engine's English messages by pattern (``RULES``).
+``app.*`` (the sidebar and the frame), ``graph.*`` and ``gv.*`` (the Graph
+page and the drawn graph of ``explorer.graph_view``), ``fusions.*`` and
+``verdict.*`` (the Fusions page, a report's verdict labels), ``export.*``,
+``links.*``. A module may also define ``TEXTS = {english: chinese}``: the
+translation memory for texts written in English elsewhere and looked up by
+that text (``patterns.py``: the patterns' teaching texts; ``zoo.py``: the zoo's
+descriptions; ``fusions.py``: the kernel choices). ``messages.py`` translates
+the engine's English messages by pattern (``RULES``) and the prose inside its
+implementation labels (``PHRASES``).
 
 Chinese follows the seed document's terms (shared/seed/operator-fusion-overview.zh.txt):
 算子融合, 内核启动 (Kernel Launch), 访存, 中间结果, 显存, 寄存器压力, 折叠, 批归一化 (BN),

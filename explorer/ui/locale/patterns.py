@@ -21,6 +21,13 @@ _CONV_IMPL = ("cuDNN conv+bias+ReLU in one call where it wins; depthwise convs (
               "and activation")
 _CONV_IMPL_ZH = ("在 cuDNN 的 conv+bias+ReLU 融合调用更快的地方用它（1 次调用）；深度可分离卷积（channels_last）用一个带尾处理的 "
                  "Triton 内核；其余情况先做不带偏置的卷积，再用一个向量化的 Triton 内核一次完成偏置、残差和激活")
+#: The same text once 1×1 convolutions run as one Triton GEMM with their epilogue (conv.py's ``gemm_triton``).
+_CONV_IMPL_GEMM = ("cuDNN conv+bias+ReLU in one call where it wins; 1x1 convs (channels_last) as one Triton GEMM with "
+                   "their epilogue, depthwise convs as one Triton kernel with theirs; otherwise the conv without bias and "
+                   "one vectorised Triton pass for bias, residual and activation")
+_CONV_IMPL_GEMM_ZH = ("在 cuDNN 的 conv+bias+ReLU 融合调用更快的地方用它（1 次调用）；1x1 卷积（channels_last）用一个带尾处理的 "
+                      "Triton GEMM，深度可分离卷积用一个带尾处理的 Triton 内核；其余情况先做不带偏置的卷积，再用一个向量化的 "
+                      "Triton 内核一次完成偏置、残差和激活")
 _ADD_WHY = ("The residual add and the activation run in the convolution's epilogue: the conv output is never written "
             "to device memory and read back, and the add and the activation cost no launch of their own.")
 _ADD_WHY_ZH = "残差相加和激活函数在卷积的尾处理（epilogue）中完成：卷积输出不再写回显存再读出，相加和激活也不再各自占用一次内核启动。"
@@ -95,6 +102,8 @@ TEXTS: dict[str, str] = {
     "The residual block's tail. " + _ADD_WHY: "残差块的尾部。" + _ADD_WHY_ZH,
     "BatchNorm folded into the conv; " + _CONV_IMPL: "BN 折叠进卷积；" + _CONV_IMPL_ZH,
     _CONV_IMPL: _CONV_IMPL_ZH,
+    "BatchNorm folded into the conv; " + _CONV_IMPL_GEMM: "BN 折叠进卷积；" + _CONV_IMPL_GEMM_ZH,
+    _CONV_IMPL_GEMM: _CONV_IMPL_GEMM_ZH,
     "Conv+Add+act": "Conv+Add+激活",
     "Conv, residual add and activation, BatchNorm already folded (as ONNX exporters do). " + _ADD_WHY:
         "卷积、残差相加和激活，BN 已经折叠（ONNX 导出器就是这样做的）。" + _ADD_WHY_ZH,

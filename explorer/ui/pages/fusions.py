@@ -6,9 +6,16 @@ Widget keys: chains_editor_<editor_version> (the table), fusions_filter, bulk_pa
 bulk_accept_pattern, bulk_reject_pattern, bulk_accept_all, bulk_reject_all, bulk_kernel,
 bulk_kernel_set, chain_pick, chain_accept, chain_reject, kernel@<chain id> (the kernel choice in
 the one-chain panel), plan_download, plan_file.
+
+Every text is in the sidebar's language (``i18n.t``, ``locale/fusions.py``); the chain table keeps its
+column ids in English (the edits and the tests read them) and shows translated headers through its
+column configuration. Near-miss reasons and plan messages come from the engine in English and are
+translated by ``i18n.message``; pattern labels and kernel choices by ``i18n.translate_text``.
 """
 
 from __future__ import annotations
+
+import re
 
 import pandas as pd
 import streamlit as st
@@ -16,12 +23,33 @@ import streamlit as st
 from explorer.fusions import BY_NAME
 from explorer.fusions.base import KERNEL_CHOICES
 from explorer.graph_view import chain_name, human_bytes
+from explorer.report import FASTER, NO_KERNEL, NOT_MEASURED, SAME, SLOWER
 from explorer.ui import files as ui_files
 from explorer.ui import state as ui_state
+from explorer.ui.i18n import current as current_language
+from explorer.ui.i18n import message, t, t_in, translate_text
+
+#: A verdict label of a report -> its catalog key.
+VERDICT_KEYS = {FASTER: "verdict.faster", SLOWER: "verdict.slower", SAME: "verdict.same",
+                NO_KERNEL: "verdict.no_kernel", NOT_MEASURED: "verdict.not_measured"}
+_ESCAPED = re.compile(r"\\([\\`\[\]()<>!$:|])")   # what ui_files.escape_markdown escaped
 
 
-def _label(pattern: str) -> str:
-    return BY_NAME[pattern].label if pattern in BY_NAME else pattern
+def _label(pattern: str, lang: str | None = None) -> str:
+    return translate_text(BY_NAME[pattern].label, lang) if pattern in BY_NAME else pattern
+
+
+def verdict_text(verdict: str, lang: str | None = None) -> str:
+    """A report's verdict label in ``lang`` (a label of another vocabulary through ``i18n.message``)."""
+    if not verdict:
+        return verdict
+    key = VERDICT_KEYS.get(verdict)
+    return t_in(lang or current_language(), key) if key else message(verdict, lang)
+
+
+def _kernel_choice(kernel: str, lang: str | None = None) -> str:
+    """What a kernel choice means, in ``lang``."""
+    return translate_text(KERNEL_CHOICES[kernel], lang) if kernel in KERNEL_CHOICES else kernel
 
 
 def _kernels(pattern: str) -> list[str]:
@@ -82,6 +110,8 @@ def measured(report, detection) -> dict[str, tuple[float | None, str]]:
 
 
 def _table(detection, shown, accepted, results) -> pd.DataFrame:
+    """The chain table; its column ids stay English (``_apply_edits`` and the tests read them), the headers
+    shown are translated by ``_chains_section``'s column configuration."""
     columns = {
         "accept": pd.Series([c.id in accepted for c in shown], dtype=bool),
         "chain": [chain_name(c) for c in shown],
@@ -93,7 +123,7 @@ def _table(detection, shown, accepted, results) -> pd.DataFrame:
     }
     if results:
         columns["speed-up"] = pd.Series([results.get(c.id, (None, ""))[0] for c in shown], dtype="float64")
-        columns["verdict"] = [results.get(c.id, (None, ""))[1] for c in shown]
+        columns["verdict"] = [verdict_text(results.get(c.id, (None, ""))[1]) for c in shown]
     columns["id"] = [c.id for c in shown]
     return pd.DataFrame(columns)
 
@@ -111,8 +141,8 @@ def _apply_edits(detection, shown, accepted, edited: pd.DataFrame) -> list[str]:
             if choice in _kernels(c.pattern):
                 kernels[c.id] = choice
             else:
-                refused.append(f"{chain_name(c)}: '{choice}' is not a kernel of {_label(c.pattern)} "
-                               f"(choose {', '.join(_kernels(c.pattern))})")
+                refused.append(t("fusions.kernel_refused", chain=chain_name(c), choice=choice,
+                                 pattern=_label(c.pattern), choices=", ".join(_kernels(c.pattern))))
     if new != old:
         ui_state.set_accepted(detection, (set(accepted) - {c.id for c in shown}) | new)
     if kernels:
@@ -129,9 +159,9 @@ def page() -> None:
     spec, model, graph, detection = cur
     ss = st.session_state
     accepted = ui_state.accepted_ids(detection)
-    st.subheader(f"Fusible chains in {ui_files.escape_markdown(model.name)}")
+    st.subheader(t("fusions.title", model=ui_files.escape_markdown(model.name)))
     if not detection.chains:
-        st.info("No fusible chain was found in this model. The near misses below say why candidates were refused.")
+        st.info(t("fusions.none"))
     else:
         _chains_section(detection, accepted)
     _near_misses(detection)
@@ -140,49 +170,54 @@ def page() -> None:
 
 def _chains_section(detection, accepted) -> None:
     ss = st.session_state
+    lang = current_language()
     patterns = [p for p, n in detection.counts.items() if n]
     # --- bulk actions, by pattern
     b = st.columns([2, 1.15, 1.15, 1.6, 1.0, 0.9, 0.9], vertical_alignment="bottom")
     if ss.get("bulk_pattern") not in patterns:
         ss.bulk_pattern = patterns[0]
-    b[0].selectbox("Pattern", patterns, key="bulk_pattern", format_func=_label)
+    b[0].selectbox(t("fusions.bulk.pattern"), patterns, key="bulk_pattern",
+                   format_func=lambda p, lang=lang: _label(p, lang))
     pat = ss.bulk_pattern
-    b[1].button("Accept all of it", key="bulk_accept_pattern", on_click=_bulk, args=(detection, pat, True))
-    b[2].button("Reject all of it", key="bulk_reject_pattern", on_click=_bulk, args=(detection, pat, False))
+    b[1].button(t("fusions.bulk.accept_pattern"), key="bulk_accept_pattern", on_click=_bulk,
+                args=(detection, pat, True))
+    b[2].button(t("fusions.bulk.reject_pattern"), key="bulk_reject_pattern", on_click=_bulk,
+                args=(detection, pat, False))
     kernel_options = _kernels(pat)
     if ss.get("bulk_kernel") not in kernel_options:
         ss.bulk_kernel = kernel_options[0]
-    b[3].selectbox("Kernel for all of it", kernel_options, key="bulk_kernel",
-                   help="\n\n".join(f"**{k}**: {KERNEL_CHOICES.get(k, k)}" for k in kernel_options))
-    b[4].button("Set kernel", key="bulk_kernel_set", on_click=_bulk_kernel, args=(detection, pat))
-    b[5].button("Accept all", key="bulk_accept_all", on_click=_bulk, args=(detection, None, True))
-    b[6].button("Reject all", key="bulk_reject_all", on_click=_bulk, args=(detection, None, False))
+    b[3].selectbox(t("fusions.bulk.kernel"), kernel_options, key="bulk_kernel",
+                   help="\n\n".join(f"**{k}**: {_kernel_choice(k)}" for k in kernel_options))
+    b[4].button(t("fusions.bulk.set_kernel"), key="bulk_kernel_set", on_click=_bulk_kernel, args=(detection, pat))
+    b[5].button(t("fusions.bulk.accept_all"), key="bulk_accept_all", on_click=_bulk, args=(detection, None, True))
+    b[6].button(t("fusions.bulk.reject_all"), key="bulk_reject_all", on_click=_bulk, args=(detection, None, False))
 
     # --- the table: accept and kernel are editable
-    st.multiselect("Show patterns", patterns, key="fusions_filter", format_func=_label, placeholder="all patterns")
+    st.multiselect(t("fusions.filter"), patterns, key="fusions_filter",
+                   format_func=lambda p, lang=lang: _label(p, lang), placeholder=t("fusions.filter_placeholder"))
     shown = [c for c in detection.chains if not ss.fusions_filter or c.pattern in ss.fusions_filter]
     report = ss.last_report[1] if ss.get("last_report") else None
     results = measured(report, detection)
     table = _table(detection, shown, accepted, results)
     all_kernels = list(dict.fromkeys(k for c in detection.chains for k in _kernels(c.pattern)))
     config = {
-        "accept": st.column_config.CheckboxColumn("accept", help="Fuse this chain", width=70),
-        "chain": st.column_config.TextColumn("chain", width=265,
-                                             help="The chain's ops by module path; its id is in the last column"),
-        "pattern": st.column_config.TextColumn("pattern", width=120),
+        "accept": st.column_config.CheckboxColumn(t("fusions.col.accept"), help=t("fusions.col.accept_help"),
+                                                  width=70),
+        "chain": st.column_config.TextColumn(t("fusions.col.chain"), width=265, help=t("fusions.col.chain_help")),
+        "pattern": st.column_config.TextColumn(t("fusions.col.pattern"), width=120),
         "kernel": st.column_config.SelectboxColumn(
-            "kernel", options=all_kernels, required=True, width=120,
-            help="The plan's kernel choice for this chain: " + "; ".join(
-                f"{k}: {KERNEL_CHOICES.get(k, k)}" for k in all_kernels)),
-        "launches saved": st.column_config.NumberColumn("launches", width=80, help="Kernel launches saved"),
-        "bytes saved (MiB)": st.column_config.NumberColumn("MiB saved", format="%.2f", width=80,
-                                                           help="Intermediate traffic saved (graph byte model, fp32)"),
-        "extra outputs": st.column_config.TextColumn("extra outputs", width=90,
-                                                     help="Intermediates the fused kernel must still write"),
-        "speed-up": st.column_config.NumberColumn("speed-up", format="%.2f×", width=80,
-                                                  help="Measured, this chain alone: unfused time / fused time"),
-        "verdict": st.column_config.TextColumn("verdict", width=70),
-        "id": st.column_config.TextColumn("id", width=175, help="The chain's stable id (plans and reports use it)"),
+            t("fusions.col.kernel"), options=all_kernels, required=True, width=120,
+            help=t("fusions.col.kernel_help", choices="; ".join(f"{k}: {_kernel_choice(k)}" for k in all_kernels))),
+        "launches saved": st.column_config.NumberColumn(t("fusions.col.launches"), width=80,
+                                                        help=t("fusions.col.launches_help")),
+        "bytes saved (MiB)": st.column_config.NumberColumn(t("fusions.col.mib"), format="%.2f", width=80,
+                                                           help=t("fusions.col.mib_help")),
+        "extra outputs": st.column_config.TextColumn(t("fusions.col.extra"), width=90,
+                                                     help=t("fusions.col.extra_help")),
+        "speed-up": st.column_config.NumberColumn(t("fusions.col.speedup"), format="%.2f×", width=80,
+                                                  help=t("fusions.col.speedup_help")),
+        "verdict": st.column_config.TextColumn(t("fusions.col.verdict"), width=70),
+        "id": st.column_config.TextColumn(t("fusions.col.id"), width=175, help=t("fusions.col.id_help")),
     }
     edited = st.data_editor(
         table, key=f"chains_editor_{ss.editor_version}", hide_index=True, width="stretch",
@@ -191,66 +226,69 @@ def _chains_section(detection, accepted) -> None:
         height=min(35 * (len(shown) + 1) + 3, 520),
     )
     for line in _apply_edits(detection, shown, accepted, edited):
-        st.warning(f"Kernel not changed: {ui_files.escape_markdown(line)}.")
+        st.warning(t("fusions.kernel_not_changed", line=ui_files.escape_markdown(line)))
     acc_chains = [c for c in detection.chains if c.id in accepted]
-    st.caption(f"{len(acc_chains)} of {len(detection.chains)} accepted · would save "
-               f"{sum(c.launches_saved for c in acc_chains)} launches and "
-               f"{human_bytes(sum(c.bytes_saved for c in acc_chains))} of memory traffic (graph byte model, fp32)."
-               + (" Speed-up and verdict: the latest report of this model (Results page)." if results else
-                  " Run the model (Run page) to see each chain's measured speed-up here."))
+    st.caption(t("fusions.summary", accepted=len(acc_chains), chains=len(detection.chains),
+                 launches=sum(c.launches_saved for c in acc_chains),
+                 traffic=human_bytes(sum(c.bytes_saved for c in acc_chains)))
+               + (t("fusions.summary_measured") if results else t("fusions.summary_run")))
 
     # --- one chain
-    with st.expander("One chain: details, accept or reject", expanded=False):
+    with st.expander(t("fusions.one.title"), expanded=False):
         ids = [c.id for c in detection.chains]
         if ss.get("chain_pick") not in ids:
             ss.chain_pick = ids[0]
-        cid = st.selectbox("Chain", ids, key="chain_pick",
+        cid = st.selectbox(t("fusions.one.chain"), ids, key="chain_pick",
                            format_func=lambda i: f"{chain_name(detection.chain(i))} ({i})")
         chain = detection.chain(cid)
         speedup, verdict = results.get(cid, (None, ""))
-        st.markdown(f"**{_label(chain.pattern)}** — {'accepted' if cid in accepted else 'rejected'}  \n"
-                    f"id: `{chain.id}`  \nops: `{chain.ops_text}`  \norigin: `{', '.join(chain.names)}`  \n"
-                    f"saves {chain.launches_saved} launch(es) and {human_bytes(chain.bytes_saved)}"
-                    + (f"  \nextra outputs kept: {', '.join(chain.extra_outputs)}" if chain.extra_outputs else "")
-                    + (f"  \nmeasured: {speedup:.2f}× ({verdict})" if speedup is not None else ""))
+        st.markdown(t("fusions.one.details", pattern=_label(chain.pattern),
+                      state=t("fusions.one.accepted") if cid in accepted else t("fusions.one.rejected"),
+                      id=chain.id, ops=chain.ops_text, origin=", ".join(chain.names),
+                      launches=chain.launches_saved, bytes=human_bytes(chain.bytes_saved))
+                    + (t("fusions.one.extra", outputs=", ".join(chain.extra_outputs)) if chain.extra_outputs else "")
+                    + (t("fusions.one.measured", speedup=speedup, verdict=verdict_text(verdict))
+                       if speedup is not None else ""))
         c = st.columns(2)
-        c[0].button("Accept this chain", key="chain_accept", on_click=_one, args=(detection, cid, True))
-        c[1].button("Reject this chain", key="chain_reject", on_click=_one, args=(detection, cid, False))
+        c[0].button(t("fusions.one.accept"), key="chain_accept", on_click=_one, args=(detection, cid, True))
+        c[1].button(t("fusions.one.reject"), key="chain_reject", on_click=_one, args=(detection, cid, False))
         choices = _kernels(chain.pattern)
         key = f"kernel@{cid}"
         current = ui_state.kernel_for(detection, cid)
         if ss.get(key) != current:  # follow the plan (e.g. one just uploaded, or the table)
             ss[key] = current if current in choices else "auto"
-        st.selectbox("Kernel for this chain (the plan's kernel choice)", choices, key=key,
-                     format_func=lambda k: f"{k}: {KERNEL_CHOICES.get(k, k)}",
+        st.selectbox(t("fusions.one.kernel"), choices, key=key,
+                     format_func=lambda k, lang=lang: f"{k}: {_kernel_choice(k, lang)}",
                      on_change=lambda: ui_state.set_kernels(detection, {cid: st.session_state[key]}))
 
 
 def _near_misses(detection) -> None:
-    st.subheader("Near misses: why these were not fused")
+    st.subheader(t("fusions.near.title"))
     if detection.near_misses:
         st.dataframe(pd.DataFrame({
-            "pattern": [_label(m.pattern) for m in detection.near_misses],
-            "nodes": [", ".join(m.nodes) for m in detection.near_misses],
-            "reason": [m.reason for m in detection.near_misses],
+            t("fusions.near.pattern"): [_label(m.pattern) for m in detection.near_misses],
+            t("fusions.near.nodes"): [", ".join(m.nodes) for m in detection.near_misses],
+            t("fusions.near.reason"): [message(m.reason) for m in detection.near_misses],
         }), hide_index=True, width="stretch")
     else:
-        st.caption("No candidate was refused.")
+        st.caption(t("fusions.near.none"))
 
 
 def _plan_section(model, detection) -> None:
     ss = st.session_state
-    st.subheader("Plan")
+    st.subheader(t("fusions.plan.title"))
     plan = ui_state.current_plan(detection)
     c = st.columns([1, 2])
-    c[0].download_button("Download plan (JSON)", plan.to_json(), file_name=f"{model.name}.plan.json",
+    c[0].download_button(t("fusions.plan.download"), plan.to_json(), file_name=f"{model.name}.plan.json",
                          mime="application/json", key="plan_download")
-    c[1].file_uploader("Restore choices from a plan", type=["json"], key="plan_file",
+    c[1].file_uploader(t("fusions.plan.upload"), type=["json"], key="plan_file",
                        on_change=ui_state.on_plan_upload)
     if ss.plan_error:
-        st.error(f"Plan not applied: {ss.plan_error}")
+        # the state keeps it markdown-escaped (text from a file): translated unescaped, escaped again
+        error = _ESCAPED.sub(r"\1", str(ss.plan_error))
+        st.error(t("fusions.plan.error", error=ui_files.escape_markdown(message(error))))
     elif ss.plan_notice:
-        st.success(ss.plan_notice)
+        st.success(message(ss.plan_notice))
 
 
 ui_state.guarded(page)

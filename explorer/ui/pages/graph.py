@@ -2,7 +2,10 @@
 after the accepted fusions beside it.
 
 The views come from ``explorer.graph_view`` (pure) and are drawn by its pyvis renderer; the
-fused graph is what the engine's ``fusion_engine.fuse`` made of the current plan.
+fused graph is what the engine's ``fusion_engine.fuse`` made of the current plan. Every text is in
+the sidebar's language: the page's through ``i18n.t`` (``locale/graph.py``), the drawing's through
+``ViewOptions.lang`` and ``RenderOptions.lang``. A widget's ``format_func`` takes the language as a
+default argument (the test harness calls it after the run, outside the session).
 
 Widget keys: graph_mode (original | fused | side), graph_depth, graph_expand, graph_direction,
 graph_search, graph_match, graph_prev, graph_next, graph_chain, graph_hops.
@@ -22,13 +25,15 @@ from explorer.graph_view import FusedChain, RenderOptions, ViewOptions
 from explorer.ui import files as ui_files
 from explorer.ui import links
 from explorer.ui import state as ui_state
+from explorer.ui.i18n import current as current_language
+from explorer.ui.i18n import message, t, t_in, translate_text
 
 HEIGHT = 640
-WHOLE = "(whole graph)"
-MODES = dict(zip(links.VIEWS, ("Original", "Fused", "Side by side")))
+WHOLE = "(whole graph)"   # the chain picker's value for the whole graph (shown as t("graph.whole"))
+MODES = links.VIEWS       # shown as t("graph.mode.<view>")
 
 
-@st.cache_data(max_entries=16, show_spinner="Applying the accepted fusions (the engine's rewrite)…")
+@st.cache_data(max_entries=16, show_spinner=False)
 def fused_chains(model_key: tuple, plan_json: str, device: str, _analysis) -> dict[str, tuple[str, str, bool]]:
     """{chain id: (kernel, implementation, fused kernel?)} of every chain the engine fused under the plan."""
     from explorer.fusion_engine import fuse
@@ -59,13 +64,17 @@ def _chip(color: str, text: str, border: str = "none") -> str:
             f"border:{border};vertical-align:middle'></span> {text}</span>")
 
 
-def legend_html(detection) -> str:
+def legend_html(detection, lang: str = "en") -> str:
     """The legend: only the patterns this model has (with their chain counts), then the states."""
-    chips = [_chip(item.color, f"{html_lib.escape(item.label)} <b>{item.count}</b>")
+    def label(item) -> str:
+        return t_in(lang, "graph.legend.unknown") if item.name == "unknown" else translate_text(item.label, lang)
+
+    chips = [_chip(item.color, f"{html_lib.escape(label(item))} <b>{item.count}</b>")
              for item in graph_view.legend(detection)]
-    chips.append(_chip(graph_view.REJECTED_FILL, "rejected chain (dashed)", "2px dashed #555"))
-    chips.append(_chip(graph_view.PLAIN_COLOR, "in no chain", "1px solid #999"))
-    chips.append(_chip("#ffffff", "a band: one chain", "2px solid #777"))
+    chips.append(_chip(graph_view.REJECTED_FILL, html_lib.escape(t_in(lang, "graph.legend.rejected")),
+                       "2px dashed #555"))
+    chips.append(_chip(graph_view.PLAIN_COLOR, html_lib.escape(t_in(lang, "graph.legend.plain")), "1px solid #999"))
+    chips.append(_chip("#ffffff", html_lib.escape(t_in(lang, "graph.legend.band")), "2px solid #777"))
     return "<div style='font-size:0.85rem;line-height:1.5'>" + "".join(chips) + "</div>"
 
 
@@ -81,11 +90,11 @@ def _describe_hit(graph, nid: str) -> str:
     return f"{nid} · {a.get('kind', '?')} · {a.get('origin', '')}"
 
 
-def _chain_label(detection, cid: str) -> str:
+def _chain_label(detection, cid: str, lang: str = "en") -> str:
     if cid == WHOLE:
-        return cid
+        return t_in(lang, "graph.whole")
     chain = detection.chain(cid)
-    pattern = BY_NAME[chain.pattern].label if chain.pattern in BY_NAME else chain.pattern
+    pattern = translate_text(BY_NAME[chain.pattern].label, lang) if chain.pattern in BY_NAME else chain.pattern
     return f"{graph_view.chain_name(chain)} · {pattern}"
 
 
@@ -95,44 +104,45 @@ def page() -> None:
         return
     spec, model, graph, detection = cur
     ss = st.session_state
+    lang = current_language()
     accepted = ui_state.accepted_ids(detection)
     acc_chains = [c for c in detection.chains if c.id in accepted]
-    st.markdown(
-        f"**{ui_files.escape_markdown(model.name)}** · {graph.graph.get('ops', 0)} ops in **{graph.number_of_nodes()}** "
-        f"graph nodes · **{len(acc_chains)} / {len(detection.chains)}** fusible chains accepted · they save "
-        f"**{sum(c.launches_saved for c in acc_chains)}** kernel launches and "
-        f"**{graph_view.human_bytes(sum(c.bytes_saved for c in acc_chains))}** of traffic · "
-        f"**{len(detection.near_misses)}** near misses")
+    st.markdown(t("graph.summary", model=ui_files.escape_markdown(model.name), ops=graph.graph.get("ops", 0),
+                  nodes=graph.number_of_nodes(), accepted=len(acc_chains), chains=len(detection.chains),
+                  launches=sum(c.launches_saved for c in acc_chains),
+                  traffic=graph_view.human_bytes(sum(c.bytes_saved for c in acc_chains)),
+                  near=len(detection.near_misses)))
 
     # --- controls: the view, search, one chain; the layout's settings in a popover
     c = st.columns([2.6, 1.9, 2.2, 0.5, 0.5, 2.2, 1.1], vertical_alignment="bottom")
     if ss.graph_mode not in MODES:
         ss.graph_mode = "original"
-    c[0].segmented_control("View", list(MODES), key="graph_mode", format_func=MODES.get,
-                           help="The graph as captured, after the accepted fusions, or both side by side")
+    c[0].segmented_control(t("graph.view"), list(MODES), key="graph_mode",
+                           format_func=lambda m, lang=lang: t_in(lang, f"graph.mode.{m}"), help=t("graph.view_help"))
     chain_ids = [WHOLE] + [ch.id for ch in detection.chains]
     if ss.graph_chain not in chain_ids:
         ss.graph_chain = WHOLE
-    c[5].selectbox("Show one chain", chain_ids, key="graph_chain",
-                   format_func=lambda cid: _chain_label(detection, cid),
-                   help="The chain with its neighbourhood (hops in Layout)")
-    with c[6].popover("Layout", help="Collapse modules, direction, neighbourhood"):
-        st.selectbox("Collapse modules", [0, 1, 2, 3, 4], key="graph_depth",
-                     format_func=lambda d: "no collapse" if d == 0 else f"depth {d}",
-                     help="One node per module at this origin-name depth (layer1, encoder.layer.3)")
+    c[5].selectbox(t("graph.one_chain"), chain_ids, key="graph_chain",
+                   format_func=lambda cid, lang=lang: _chain_label(detection, cid, lang),
+                   help=t("graph.one_chain_help"))
+    with c[6].popover(t("graph.layout"), help=t("graph.layout_help")):
+        st.selectbox(t("graph.collapse"), [0, 1, 2, 3, 4], key="graph_depth",
+                     format_func=lambda d, lang=lang: t_in(lang, "graph.collapse_none") if d == 0
+                     else t_in(lang, "graph.collapse_depth", depth=d),
+                     help=t("graph.collapse_help"))
         prefixes = graph_view.module_prefixes(graph)
         ss.graph_expand = [m for m in ss.graph_expand if m in prefixes]
-        st.multiselect("Expand modules", prefixes, key="graph_expand",
-                       help="Open these collapsed modules one level")
-        st.selectbox("Direction", graph_view.DIRECTIONS, key="graph_direction",
-                     format_func=lambda d: "top to bottom" if d == "TB" else "left to right")
-        st.number_input("Hops", min_value=0, max_value=8, step=1, key="graph_hops",
-                        help="Neighbourhood radius around the chain shown")
+        st.multiselect(t("graph.expand"), prefixes, key="graph_expand", help=t("graph.expand_help"),
+                       placeholder=t("graph.expand_placeholder"))
+        st.selectbox(t("graph.direction"), graph_view.DIRECTIONS, key="graph_direction",
+                     format_func=lambda d, lang=lang: t_in(lang, f"graph.direction.{d}"))
+        st.number_input(t("graph.hops"), min_value=0, max_value=8, step=1, key="graph_hops",
+                        help=t("graph.hops_help"))
 
     focus: tuple[str, ...] = ()
     if ss.graph_chain != WHOLE:
         focus = tuple(detection.chain(ss.graph_chain).nodes)
-    c[1].text_input("Find ops (op, id or origin)", key="graph_search", placeholder="e.g. softmax, layer3.2.conv2")
+    c[1].text_input(t("graph.search"), key="graph_search", placeholder=t("graph.search_placeholder"))
     hits = graph_view.find_nodes(graph, ss.graph_search) if ss.graph_search.strip() else []
     all_hits = len(hits)
     if focus and hits:
@@ -140,66 +150,65 @@ def page() -> None:
         hits = [h for h in hits if h in near]
     if hits and ss.get("graph_match") not in hits:
         ss.graph_match = hits[0]
-    c[2].selectbox(f"Matches ({len(hits)})", hits or ["—"], key="graph_match" if hits else "graph_match_none",
+    c[2].selectbox(t("graph.matches", n=len(hits)), hits or ["—"], key="graph_match" if hits else "graph_match_none",
                    format_func=lambda n: _describe_hit(graph, n) if n in graph else n, disabled=not hits)
     c[3].button("◀", key="graph_prev", on_click=_step, args=(hits, -1), disabled=len(hits) < 2,
-                help="Previous match")
-    c[4].button("▶", key="graph_next", on_click=_step, args=(hits, 1), disabled=len(hits) < 2, help="Next match")
+                help=t("graph.prev"))
+    c[4].button("▶", key="graph_next", on_click=_step, args=(hits, 1), disabled=len(hits) < 2, help=t("graph.next"))
     current = ss.graph_match if hits else None
     if ss.graph_search.strip():
         if not all_hits:
-            st.warning(f"No op matches '{ui_files.escape_markdown(ss.graph_search[:80])}'.")
+            st.warning(t("graph.no_match", query=ui_files.escape_markdown(ss.graph_search[:80])))
         elif focus:
-            st.caption(f"{len(hits)} of {all_hits} matches are in this chain's neighbourhood "
-                       f"({ss.graph_hops} hops); show '{WHOLE}' to see them all.")
+            st.caption(t("graph.in_neighbourhood", shown=len(hits), total=all_hits, hops=ss.graph_hops,
+                         whole=t("graph.whole")))
         else:
-            st.caption(f"{len(hits)} matches, each marked with a pink border; the view opens on "
-                       f"match {hits.index(current) + 1}: {ui_files.escape_markdown(current)}.")
-    st.markdown(legend_html(detection), unsafe_allow_html=True)
+            st.caption(t("graph.matches_marked", n=len(hits), i=hits.index(current) + 1,
+                         node=ui_files.escape_markdown(current)))
+    st.markdown(legend_html(detection, lang), unsafe_allow_html=True)
 
     options = ViewOptions(depth=int(ss.graph_depth), expand=tuple(ss.graph_expand), focus=focus,
                           hops=int(ss.graph_hops), highlight=tuple(hits), reveal=current,
-                          direction=ss.graph_direction)
+                          direction=ss.graph_direction, lang=lang)
     model_key = (spec.source, spec.batch, spec.seq_len, detection.fingerprint)
     fused_key: tuple = ()
     mode = ss.graph_mode
     if mode in ("fused", "side"):
         try:
             plan = ui_state.current_plan(detection)
-            fused_key = tuple(sorted(fused_chains(model_key, plan.to_json(), ss.get("device", "cpu"),
-                                                  ui_state.load_analysis(spec.source, spec.batch, spec.seq_len)).items()))
+            with st.spinner(t("graph.applying")):   # shown only when it takes a while (not when cached)
+                fused_key = tuple(sorted(fused_chains(
+                    model_key, plan.to_json(), ss.get("device", "cpu"),
+                    ui_state.load_analysis(spec.source, spec.batch, spec.seq_len)).items()))
         except Exception as exc:  # the original graph stays usable
-            st.warning(f"Could not apply the fusions for the fused view: {str(exc).splitlines()[0][:300]}")
+            first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+            st.warning(t("graph.fuse_failed", error=ui_files.escape_markdown(message(first))))
             mode = "original"
     names = {"original": ["original"], "fused": ["fused"], "side": ["original", "fused"]}[mode]
     columns = st.columns(len(names)) if len(names) > 1 else [st.container()]
     counts = graph_view.fused_counts(graph, detection, {cid: FusedChain(*info) for cid, info in fused_key})
     for name, column in zip(names, columns):
-        render = RenderOptions(height_px=HEIGHT, center_on=current, name=name)
+        render = RenderOptions(height_px=HEIGHT, center_on=current, name=name, lang=lang)
         drawn = view_html(model_key, tuple(sorted(accepted)), fused_key if name == "fused" else (),
                           json.dumps(dataclasses.asdict(options)), json.dumps(dataclasses.asdict(render)),
                           graph, detection)
         with column:
             if len(names) > 1 or name == "fused":
-                title = ("Original" if name == "original" else "After the accepted fusions")
                 nodes = counts.nodes_before if name == "original" else counts.nodes_after
                 launches = counts.launches_before if name == "original" else counts.launches_after
-                st.markdown(f"**{title}**: {nodes} nodes, {launches} kernel launches")
+                st.markdown(t("graph.title_counts", title=t(f"graph.title.{name}"), nodes=nodes, launches=launches))
             for note in drawn["notes"]:
-                st.info(note)
+                st.info(ui_files.escape_markdown(note))
             st.iframe(drawn["html"], height=HEIGHT + 10)
-            st.caption(f"Drawing {drawn['drawn']} of {drawn['total']} nodes"
-                       + (f" (modules collapsed at depth {drawn['depth']}: {len(drawn['collapsed'])} module "
-                          f"boxes)" if drawn["collapsed"] else ""))
+            st.caption(t("graph.drawing", drawn=drawn["drawn"], total=drawn["total"])
+                       + (t("graph.drawing_collapsed", depth=drawn["depth"], n=len(drawn["collapsed"]))
+                          if drawn["collapsed"] else ""))
     if mode != "original":
-        st.markdown(f"The accepted fusions take the graph from **{counts.nodes_before} to {counts.nodes_after} "
-                    f"nodes** and from **{counts.launches_before} to {counts.launches_after} kernel launches** "
-                    f"(−{counts.launches_before - counts.launches_after}, the engine's count for the "
-                    f"{counts.chains_fused} fused chains). Each fused chain is one node labelled ⚙ with the kernel it "
-                    f"runs on {ss.get('device', 'cpu')} (×n: n kernel launches where there is no single fused one).")
-    st.caption("Scroll to move, Ctrl+scroll (or the buttons) to zoom, drag to pan; the map at the top right "
-               "shows the whole graph: click it to jump. Hover a node for its op, origin, shapes, bytes, "
-               "FLOPs and chain.")
+        st.markdown(t("graph.fused_summary", before=counts.nodes_before, after=counts.nodes_after,
+                      launches_before=counts.launches_before, launches_after=counts.launches_after,
+                      saved=counts.launches_before - counts.launches_after, fused=counts.chains_fused,
+                      device=ss.get("device", "cpu")))
+    st.caption(t("graph.navigate"))
 
 
 ui_state.guarded(page)
