@@ -6,14 +6,18 @@
              epilogue   bias_act_ (bias [+ residual] + act, in place) | eager add_ [add_] act_ | eager bias add_
                         alone | torch.compile of the same epilogue | a copy of the same tensor (1 read + 1 write)
              conv       the whole conv + epilogue: eager (conv with its bias, then add_/act_ in place) | conv
-                        without bias + bias_act_ | the depthwise kernel (depthwise convs) | cuDNN's fused
-                        conv+bias+ReLU (ReLU convs: the 1x1-over-large-maps rule of conv.CUDNN_RELU_1X1_MAX_PIXELS)
+                        without bias + bias_act_ | the depthwise kernel (depthwise convs) | the Triton GEMM with
+                        the epilogue (1x1 convs) | cuDNN's fused conv+bias+ReLU (ReLU convs: the
+                        1x1-over-large-maps rule of conv.CUDNN_RELU_1X1_MAX_PIXELS)
              dw+LN      ConvNeXt's depthwise 7x7 + bias + LayerNorm over channels: eager | one Triton kernel |
                         torch.compile
+             gemm       ConvNeXt's linears: cuBLAS with its bias epilogue + GELU / + residual | one Triton GEMM
+                        with the whole epilogue | torch.compile
              se         squeeze-and-excitation: eager (6 ops) | 2 Triton kernels | torch.compile
     models   mobilenet_v2, efficientnet_b0, convnext_tiny in fp16, batch 32, channels_last for every variant:
-             eager | fused | fused + CUDA graphs | fused with the depthwise convs on cuDNN (conv.POLICY off: what
-             the depthwise kernel buys) | torch.compile default | reduce-overhead | max-autotune-no-cudagraphs.
+             eager | fused | fused + CUDA graphs | fused with the depthwise convs on cuDNN | fused with the 1x1
+             convs and linears on cuDNN/cuBLAS (conv.POLICY switches: what each Triton path buys) | torch.compile
+             default | reduce-overhead | max-autotune-no-cudagraphs.
              Targets: fused <= the faster of compile default and max-autotune-no-cudagraphs (no CUDA graphs on
              either side); fused + CUDA graphs <= reduce-overhead (CUDA graphs on both).
 
@@ -277,12 +281,17 @@ def conv_case(s: ConvShape, device, dtype, batch: int, l2: int, smoke: bool) -> 
         variants["ours depthwise kernel"] = lambda i: conv.depthwise_conv(xs[i % n], packed, b, z(i), s.stride,
                                                                           s.k // 2, 1, s.act)
         tol["ours depthwise kernel"] = conv.DEPTHWISE_TOLERANCES[dtype]
+    if s.k == 1 and s.stride == 1 and s.groups == 1:
+        variants["ours 1x1 GEMM + epilogue (1 kernel)"] = lambda i: conv.conv1x1_epilogue(xs[i % n], w, b, z(i), s.act)
+        tol["ours 1x1 GEMM + epilogue (1 kernel)"] = conv.TOLERANCES[dtype]
     if s.act == "relu" and device.type == "cuda":
         variants["cudnn conv+bias+relu (1 call)"] = lambda i: torch.cudnn_convolution_relu(
             xs[i % n], w, b, [s.stride] * 2, [s.k // 2] * 2, [1, 1], s.groups)
         tol["cudnn conv+bias+relu (1 call)"] = conv.TOLERANCES[dtype]
     choice = conv.select_conv_epilogue(device, dtype, s.act, residual=s.residual, kernel_size=(s.k, s.k),
                                        depthwise=s.groups > 1 and s.groups == s.c_in,
+                                       pointwise=conv.is_pointwise_conv((s.c_out, s.c_in, s.k, s.k), s.stride,
+                                                                        s.k // 2, 1, s.groups),
                                        out_pixels=batch * s.out_hw ** 2, layout="nhwc")
 
     def compiled_body(x, w, b, zz):
@@ -333,6 +342,54 @@ def dwln_case(c: int, hw: int, device, dtype, batch: int, l2: int, smoke: bool) 
                 notes=["bytes: x read once, the normalised output written once"])
 
 
+#: ConvNeXt-Tiny's MLP linears: (name, channels, spatial size, which).
+GEMM_SHAPES = (("convnext.s1.fc1 96->384 @56 gelu", 96, 56, "fc1"), ("convnext.s1.fc2 384->96 @56 +z", 96, 56, "fc2"),
+               ("convnext.s3.fc1 384->1536 @14 gelu", 384, 14, "fc1"),
+               ("convnext.s3.fc2 1536->384 @14 +z", 384, 14, "fc2"))
+QUICK_GEMM = {"convnext.s1.fc1 96->384 @56 gelu", "convnext.s3.fc2 1536->384 @14 +z"}
+
+
+def gemm_case(spec, device, dtype, batch: int, l2: int, smoke: bool) -> Case:
+    """ConvNeXt's linears: cuBLAS (bias in its epilogue) + GELU / + residual pass | one Triton GEMM with its epilogue."""
+    import torch
+    import torch.nn.functional as F
+
+    from explorer.fusions import conv, convnext
+
+    name, c, hw, which = spec
+    k, n_out = (c, 4 * c) if which == "fc1" else (4 * c, c)
+    m = batch * hw * hw
+    es = torch.empty((), dtype=dtype).element_size()
+    n = _sets((m * k + m * n_out) * es, l2, smoke)
+    gen = torch.Generator(device=device).manual_seed(5)
+    a_sets = [torch.randn(m, k, device=device, generator=gen).to(dtype) for _ in range(n)]            # (M, K)
+    z_sets = [torch.randn(m, n_out, device=device, generator=gen).to(dtype) for _ in range(n)] if which == "fc2" \
+        else None
+    w = (torch.randn(n_out, k, device=device, generator=gen) * k ** -0.5).to(dtype)                  # (N, K)
+    b = (0.1 * torch.randn(n_out, device=device, generator=gen)).to(dtype)
+    act = "gelu" if which == "fc1" else "none"
+
+    def z(i):
+        return None if z_sets is None else z_sets[i % n]
+
+    def eager_body(a, w, b, zz):
+        y = F.linear(a, w, b)                                               # cuBLASLt adds the bias
+        return F.gelu(y) if zz is None else y.add_(zz)
+
+    variants = {"eager cuBLAS linear + " + ("gelu" if which == "fc1" else "add_ z"):
+                lambda i: eager_body(a_sets[i % n], w, b, z(i)),
+                "ours GEMM + epilogue (1 kernel)": lambda i: conv.gemm_epilogue(a_sets[i % n], w, b, z(i), act)}
+    eager_name = next(iter(variants))
+    return Case("gemm", name, n, variants, {v: (lambda v=v: variants[v](0)) for v in variants},
+                lambda: eager_body(a_sets[0].double(), w.double(), b.double(), None if z_sets is None else
+                                   z_sets[0].double()),
+                {eager_name: UNFUSED_TOLERANCE, "ours GEMM + epilogue (1 kernel)": convnext.TOLERANCES[dtype]},
+                (m * k + n_out * k + m * n_out * (2 if which == "fc2" else 1)) * es,
+                (eager_body, lambda fn: (lambda i: fn(a_sets[i % n], w, b, z(i))), "inductor linear + epilogue"),
+                notes=[f"{2 * m * n_out * k / 1e9:.2f} GFLOP per call; bytes: a, w, z read once, the output written "
+                       "once"])
+
+
 def se_case(spec, device, dtype, batch: int, l2: int, smoke: bool) -> Case:
     """Squeeze-and-excitation: eager (pool, conv, act, conv, gate, mul) | our 2 Triton kernels."""
     import torch
@@ -368,7 +425,8 @@ def smoke_shapes():
                    ConvShape("smoke.project 24->8 @5 +z", 24, 8, 5, 1, 1, 1, "none", True),
                    ConvShape("smoke.1x1 relu", 8, 16, 5, 1, 1, 1, "relu"))
     return conv_shapes, ("smoke.expand 5->24 @9 relu6", "smoke.project 24->8 @5 +z"), ((40, 5),), \
-        (("smoke.se 24(6) @7", 24, 6, 7, "silu", "sigmoid"),)
+        (("smoke.se 24(6) @7", 24, 6, 7, "silu", "sigmoid"),), \
+        (("smoke.fc1 40->160 @5 gelu", 40, 5, "fc1"), ("smoke.fc2 160->40 @5 +z", 40, 5, "fc2"))
 
 
 # ====================================================================== timing kernels
@@ -499,12 +557,13 @@ def bench_kernels(args, device, log, deadline: float, checkpoint) -> dict:
     batch = 2 if args.smoke else BATCH
     l2 = (torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 1 << 20)
     if args.smoke:
-        conv_shapes, epi_from, dwln, se_shapes = smoke_shapes()
+        conv_shapes, epi_from, dwln, se_shapes, gemm_shapes = smoke_shapes()
     else:
         conv_shapes = [s for s in CONV_SHAPES if not args.quick or s.name in QUICK_CONV]
         epi_from = [n for n in EPILOGUE_FROM if not args.quick or n in QUICK_EPILOGUE]
         dwln = DWLN_SHAPES[:2] if args.quick else DWLN_SHAPES
         se_shapes = [s for s in SE_SHAPES if not args.quick or s[0] in QUICK_SE]
+        gemm_shapes = [s for s in GEMM_SHAPES if not args.quick or s[0] in QUICK_GEMM]
     by_name = {s.name: s for s in conv_shapes}
     out: dict[str, Any] = dict(dtype=str(dtype).replace("torch.", ""), batch=batch, memory_format="channels_last",
                                l2_bytes=l2, copy=big_copy(device, args.smoke), rows=[], skipped_past_budget=[])
@@ -512,6 +571,7 @@ def bench_kernels(args, device, log, deadline: float, checkpoint) -> dict:
     makers = ([lambda n=n: epilogue_case(by_name[n], device, dtype, batch, l2, args.smoke) for n in epi_from]
               + [lambda s=s: conv_case(s, device, dtype, batch, l2, args.smoke) for s in conv_shapes]
               + [lambda c=c, hw=hw: dwln_case(c, hw, device, dtype, batch, l2, args.smoke) for c, hw in dwln]
+              + [lambda spec=spec: gemm_case(spec, device, dtype, batch, l2, args.smoke) for spec in gemm_shapes]
               + [lambda spec=spec: se_case(spec, device, dtype, batch, l2, args.smoke) for spec in se_shapes])
     for make in makers:
         if time.perf_counter() > deadline:
@@ -628,8 +688,8 @@ def _session(variants: dict[str, Callable[[], Any]], ref, device: str, smoke: bo
 def bench_model(name: str, args, device: str, log, deadline: float, checkpoint) -> dict:
     """One CNN in fp16 (fp32 in a smoke run), batch 32, channels_last for every variant, in two sessions.
 
-    Session 1: eager, fused, fused + CUDA graphs, fused with depthwise convs on cuDNN, compile default and
-    reduce-overhead, alternated; written through ``checkpoint`` before max-autotune-no-cudagraphs, the
+    Session 1: eager, fused, fused + CUDA graphs, fused with depthwise convs on cuDNN, fused with the GEMMs on
+    cuDNN/cuBLAS, compile default and reduce-overhead, alternated; written through ``checkpoint`` before max-autotune-no-cudagraphs, the
     slowest compile, starts. Session 2: fused, compile default and max-autotune-no-cudagraphs, alternated again.
     """
     import torch
@@ -661,6 +721,9 @@ def bench_model(name: str, args, device: str, log, deadline: float, checkpoint) 
     with conv.policy(depthwise_triton=False):
         dw_cudnn = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
     variants["fused_depthwise_on_cudnn"] = lambda: dw_cudnn(*x)
+    with conv.policy(gemm_triton=False):
+        gemm_library = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
+    variants["fused_gemms_on_cublas_cudnn"] = lambda: gemm_library(*x)
     if device.startswith("cuda"):
         try:
             replay, cuda_graph = cuda_graph_replay(variants["fused"])
@@ -716,7 +779,7 @@ def bench_model(name: str, args, device: str, log, deadline: float, checkpoint) 
     out["precision_check"] = {v: ("ok" if results[v]["precision"]["rel_l2"] <= max(MODEL_ERROR_FACTOR * eager_err, 5e-3)
                                   else f"rel_l2 {results[v]['precision']['rel_l2']:.3g} > {MODEL_ERROR_FACTOR} x eager's "
                                        f"{eager_err:.3g}") for v in results if v.startswith("fused")}
-    del variants, keep, fgm, dw_cudnn, eager
+    del variants, keep, fgm, dw_cudnn, gemm_library, eager
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return dict(out, wall_s=round(time.perf_counter() - t0, 1))

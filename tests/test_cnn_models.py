@@ -244,11 +244,11 @@ def test_bench_smoke_run_writes_every_part(tmp_path, monkeypatch, capsys):
     doc = json.loads(out.read_text())
     assert doc["command"] and doc["environment"]["torch"] and "SMOKE" in doc["label"]
     sections = {r["section"] for r in doc["kernels"]["rows"]}
-    assert sections == {"epilogue", "conv", "dw+LN", "se"}
+    assert sections == {"epilogue", "conv", "dw+LN", "gemm", "se"}
     ours = [r for r in doc["kernels"]["rows"] if r["variant"].startswith("ours")]
     assert ours and all(r["check"] == "ok" for r in ours)
     model = doc["mobilenet_v2"]
-    assert set(model["variants"]) == {"eager", "fused", "fused_depthwise_on_cudnn"}
+    assert set(model["variants"]) == {"eager", "fused", "fused_depthwise_on_cudnn", "fused_gemms_on_cublas_cudnn"}
     assert all(c == "ok" for c in model["precision_check"].values())
     assert model["chains"]["conv_bn_add"] == expected_counts("mobilenet_v2")["conv_bn_add"]
     printed = capsys.readouterr().out

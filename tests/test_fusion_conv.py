@@ -423,6 +423,62 @@ def test_depthwise_rejects_what_it_does_not_compute():
     assert conv.is_depthwise(8, (8, 1, 3, 3), 8) and not conv.is_depthwise(8, (16, 1, 3, 3), 8)
 
 
+# ===================================================================== the GEMM with an epilogue
+
+GEMM_CASES = [((100, 37, 24), "100x37->24"), ((77, 16, 100), "77x16->100"), ((130, 144, 40), "130x144->40")]
+
+
+@needs_triton
+@pytest.mark.parametrize("i, case, dtype", grid(GEMM_CASES, _DT))
+def test_gemm_epilogue_matches_float64(i, case, dtype):
+    """M, N, K that no tile divides; a bias every case but one, a residual every other case (transposed, so not
+    contiguous, every fourth), the activation rotating."""
+    m, k, n = case
+    gen = torch.Generator().manual_seed(40 + i)
+    a, w = rand((m, k), dtype, gen), rand((n, k), dtype, gen, scale=k ** -0.5)              # (M, K), (N, K)
+    b = rand(n, dtype, gen) if i != 4 else None
+    z = None
+    if i % 2:
+        z = rand((n, m), dtype, gen).t() if i % 4 == 3 else rand((m, n), dtype, gen)        # (M, N)
+    act = ACTS[(3 * i + 1) % len(ACTS)]
+    assert conv.gemm_applies(a, w, z)
+    out = conv.gemm_epilogue(a, w, b, z, act)
+    ref64 = conv.apply_activation(up(a) @ up(w).t() + (0 if b is None else up(b)) + (0 if z is None else up(z)), act)
+    assert_close64(out, ref64, conv.TOLERANCES[dtype])
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_gemm_epilogue_small_tiles(dtype):
+    """Tiles that divide nothing: 5 row tiles in a group of 8 (the grouped order's ragged last group), 3 column
+    tiles, 5 steps along K with a masked tail; and the output written through strides."""
+    gen = torch.Generator().manual_seed(44)
+    a, w = rand((130, 144), dtype, gen), rand((40, 144), dtype, gen, scale=144 ** -0.5)
+    b, z = rand(40, dtype, gen), rand((130, 40), dtype, gen)
+    out = torch.full((40, 130), float("nan"), dtype=dtype, device=DEVICE).t()                  # (M, N), strided
+    conv.gemm_epilogue(a, w, b, z, "hardswish", out, tiles=(32, 16, 32))
+    ref64 = conv.apply_activation(up(a) @ up(w).t() + up(b) + up(z), "hardswish")
+    assert_close64(out, ref64, conv.TOLERANCES[dtype])
+
+
+@needs_triton
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_conv1x1_as_a_gemm(dtype, layout):
+    """A 1×1 conv over a channels_last input is one GEMM over the pixels (output channels_last); over an NCHW
+    input the conv runs, then the epilogue pass. The same result either way."""
+    gen = torch.Generator().manual_seed(45)
+    x = make_layout(rand((2, 24, 7, 9), dtype, gen), layout)
+    w = rand((40, 24, 1, 1), dtype, gen, scale=24 ** -0.5)
+    b, z = rand(40, dtype, gen), make_layout(rand((2, 40, 7, 9), dtype, gen), layout)
+    assert conv.conv1x1_applies(x, w, z) == (layout == "nhwc")
+    out = conv.conv1x1_epilogue(x, w, b, z, "relu6")
+    ref64 = conv.conv_epilogue_reference(up(x), up(w), up(b), up(z), act="relu6")
+    assert conv.layout_of(out) == layout
+    assert_close64(out, ref64, conv.TOLERANCES[dtype])
+    assert conv.is_pointwise_conv((40, 24, 1, 1), 1, 0, 1, 1) and not conv.is_pointwise_conv((40, 24, 1, 1), 2, 0, 1, 1)
+
+
 # ===================================================================== conv + epilogue, every path
 
 CONV_CASES = [
@@ -501,14 +557,17 @@ def test_selection_on_cuda(monkeypatch):
     assert select("relu", kernel_size=(1, 1), out_pixels=big).impl == "triton_epilogue"    # cuDNN lost there
     assert select("relu", kernel_size=(3, 3), out_pixels=big).impl == select("relu").impl
     assert select("relu", kernel_size=(1, 1), out_pixels=big, residual=True).impl == select("relu", residual=True).impl
+    assert select("relu", kernel_size=(1, 1), out_pixels=big, pointwise=True).impl == "triton_gemm"
     for act in ("relu6", "silu", "hardswish", "gelu", "none"):
         assert select(act).impl == "triton_epilogue" and "triton" in select(act).label
+        assert select(act, pointwise=True).impl == "triton_gemm"
+        assert select(act, pointwise=True, layout="nchw").impl == "triton_epilogue"
         assert select(act, depthwise=True).impl == "triton_depthwise"
         assert select(act, depthwise=True, layout="nchw").impl == "triton_epilogue"
     assert select("relu6", separate=True).impl == "separate"
     assert select("relu6", dtype=torch.float64).impl == "separate"
-    with conv.policy(depthwise_triton=False):
-        assert select("relu6", depthwise=True).impl == "triton_epilogue"
+    with conv.policy(depthwise_triton=False, gemm_triton=False):
+        assert select("relu6", depthwise=True).impl == select("relu6", pointwise=True).impl == "triton_epilogue"
     with conv.policy(triton_epilogue=False, cudnn_relu=False):
         assert select("relu").impl == select("relu6").impl == "separate"
     assert select("relu6", depthwise=True).impl == "triton_depthwise", "the policy comes back after the block"
@@ -602,15 +661,32 @@ for dt, kk, s, c_, norm in (("fp16", 3, 1, 96, False), ("fp16", 3, 2, 192, False
     n, v4 = loads(c)
     out.append(dict(kernel="depthwise", dtype=dt, k=kk, channels=c_, norm=norm, loads=n, vector_loads=v4,
                     local=local_bytes(c)))
+k = conv._build_gemm_kernel(False)
+for dt, (m, n, kk) in (("fp16", (401408, 96, 16)), ("bf16", (100352, 384, 96)), ("fp16", (6272, 96, 384))):
+    bm, bn, bk, warps, stages = conv.gemm_config(m, n, kk, 2, __import__("torch").device("cuda"))
+    const = dict(HAS_BIAS=True, HAS_Z=True, ACT="gelu", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                 DOT_PRECISION="tf32", BF16_RTNE_BY_HAND=False)
+    sig = {a: "i32" for a in k.arg_names}
+    sig.update({p: "*" + dt for p in ("A", "W", "BIAS", "Z", "C")})
+    for unit in ("sak", "swk", "szn", "scn"):       # row-major operands: stride 1 along K and N
+        sig[unit] = "constexpr"
+        const[unit] = 1
+    sig.update({c: "constexpr" for c in const})
+    aligned = ["A", "W", "BIAS", "Z", "C", "M", "N", "K", "sam", "swn", "szm", "scm"]
+    c = triton.compile(ASTSource(k, sig, const, attrs(k, aligned)), target=target,
+                       options={"num_warps": warps, "num_stages": stages})
+    out.append(dict(kernel="gemm", dtype=dt, shape=[m, n, kk], wgmma="wgmma.mma_async" in c.asm["ptx"],
+                    local=local_bytes(c)))
 print(json.dumps(out))
 '''
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="on a GPU the compiled kernels are run by the tests above")
 def test_conv_kernels_compile_for_sm90_without_gpu():
-    """Compile (not run) the epilogue and depthwise kernels for an H100/H200 (sm_90): the interpreter does not
-    check what only the compiler does. On channels_last tensors with 16-byte aligned rows every load of the
-    epilogue pass is a 128-bit vector, the depthwise kernel's loads are mostly vectors, and nothing spills."""
+    """Compile (not run) the epilogue, depthwise and GEMM kernels for an H100/H200 (sm_90): the interpreter does
+    not check what only the compiler does. On channels_last tensors with 16-byte aligned rows every load of the
+    epilogue pass is a 128-bit vector, the depthwise kernel's loads are mostly vectors, the GEMM runs on the
+    tensor cores (wgmma), and nothing spills."""
     pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget  # noqa: F401  (a Triton with the NVIDIA backend)
 
@@ -621,10 +697,12 @@ def test_conv_kernels_compile_for_sm90_without_gpu():
         pytest.skip("Triton's ptxas is not available")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == 7
+    assert len(results) == 10
     for r in results:
         assert r["local"] in (0, None), f"register spills: {r}"
-        if r["kernel"] == "bias_act":
+        if r["kernel"] == "gemm":
+            assert r["wgmma"], f"the GEMM does not use Hopper's tensor-core instructions: {r}"
+        elif r["kernel"] == "bias_act":
             assert r["loads"] == r["vector_loads"] > 0, f"scalar loads in a channels_last epilogue: {r}"
         elif r["channels"] % 8 == 0 and not r["norm"]:
             assert r["vector_loads"] >= r["loads"] - 1 > 0, f"scalar loads in the depthwise kernel: {r}"
@@ -761,7 +839,7 @@ def test_rewrites_match_unfused_through_triton(layout):
     gm, det = _detect(_seeded(_LinearBottleneck()).to(DEVICE), x)
     fused = _fused_matches(gm, det, x, 1e-5, layout)
     labels = {a.chain_id.split("@")[1]: a.implementation for a in fused.applied}
-    assert "triton depthwise" in labels["conv2d_1"] and "triton bias + add" in labels["conv2d_2"]
+    assert "triton depthwise" in labels["conv2d_1"] and "GEMM + bias + add" in labels["conv2d_2"]
 
 
 def test_separate_epilogue_choice_covers_the_add_without_activation(monkeypatch):
@@ -779,15 +857,15 @@ def test_separate_epilogue_choice_covers_the_add_without_activation(monkeypatch)
 
 @needs_triton
 def test_lean_graph_calls_the_kernels_directly():
-    """A lean graph (``measure.prepare_graph``) names ``bias_act_`` and ``depthwise_conv_epilogue`` where the
-    selection takes Triton, reads the depthwise weight packed, and computes what the plain graph does."""
+    """A lean graph (``measure.prepare_graph``) names ``conv1x1_epilogue`` and ``depthwise_conv_epilogue`` where
+    the selection takes Triton, reads the depthwise weight packed, and computes what the plain graph does."""
     x = torch.randn(2, 12, 9, 7, generator=torch.Generator().manual_seed(3), device=DEVICE)
     gm, det = _detect(_seeded(_LinearBottleneck()).to(DEVICE), x)
     fused = apply_plan(gm, det, make_plan(det), DEVICE)
     plain = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True, lean=False)
     lean_gm = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True)
     targets = [n.target for n in lean_gm.graph.nodes if n.op == "call_function"]
-    assert targets.count(conv.depthwise_conv_epilogue) == 1 and targets.count(conv.bias_act_) == 2
+    assert targets.count(conv.depthwise_conv_epilogue) == 1 and targets.count(conv.conv1x1_epilogue) == 2
     packed = [b for name, b in lean_gm.named_buffers() if name.startswith("_lean_dw_")]
     assert packed and packed[0].stride(0) == 1, "the depthwise weight is read tap by tap, channels innermost"
     x = x.contiguous(memory_format=torch.channels_last)

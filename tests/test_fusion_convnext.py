@@ -229,8 +229,8 @@ def test_rewrite_through_triton(layout):
 
 @pytest.mark.parametrize("triton", [False, True], ids=["reference", "triton"])
 def test_lowering(triton, monkeypatch):
-    """A lean graph names ``depthwise_layer_norm`` and the residual pass where Triton runs, the library calls
-    otherwise, and the linear family's lowering of the GELU linear; it computes what the plain graph does."""
+    """A lean graph names ``depthwise_layer_norm`` and the GEMM with the GELU epilogue where Triton runs, the library
+    calls and the linear family's lowering of the GELU linear otherwise; it computes what the plain graph does."""
     if triton and not (HAS_CUDA or INTERPRET):
         pytest.skip("Triton runs neither compiled nor interpreted")
     if not triton:
@@ -242,8 +242,8 @@ def test_lowering(triton, monkeypatch):
     lean_gm = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True)
     targets = [n.target for n in lean_gm.graph.nodes if n.op == "call_function"]
     assert convnext.fused_convnext_block not in targets
-    assert (convnext.depthwise_layer_norm in targets) == triton == (convnext.residual_add_ in targets)
-    assert (torch.layer_norm in targets) != triton
+    assert (convnext.depthwise_layer_norm in targets) == triton == (convnext.mlp_hidden in targets)
+    assert (torch.layer_norm in targets) != triton and convnext.project_residual in targets
     x = x.contiguous(memory_format=torch.channels_last)
     with torch.inference_mode():
         torch.testing.assert_close(lean_gm(x), plain(x), rtol=1e-6, atol=1e-6)

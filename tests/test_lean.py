@@ -138,7 +138,9 @@ def test_cuda_specialisation_takes_cudnn_fused_calls():
     targets = _targets(gm)
     assert targets.count(torch.cudnn_convolution_relu) == det.counts["conv_bn_act"] == 33
     assert targets.count(torch.cudnn_convolution_add_relu) == det.counts["conv_bn_add_act"] == 16
-    assert targets.count(torch.conv2d) == det.counts["conv_bn"] == 4
+    # the folded projections: one 1×1 conv with stride 1 (a Triton GEMM with its bias), three with stride 2
+    assert targets.count(conv.conv1x1_epilogue) == 1 and targets.count(conv.bias_act_) == 3
+    assert targets.count(torch.conv2d) + targets.count(conv.conv1x1_epilogue) == det.counts["conv_bn"] == 4
     # The same graph for the CPU: conv, then add and ReLU in place, as the generic target does there.
     cpu = measure.prepare_graph(fused.gm, "cpu", torch.float32)
     assert torch.cudnn_convolution_relu not in _targets(cpu)
@@ -146,18 +148,22 @@ def test_cuda_specialisation_takes_cudnn_fused_calls():
 
 
 def test_cuda_specialisation_takes_the_triton_epilogue_for_other_activations():
-    """ReLU6 has no cuDNN fused call. On CUDA each conv runs without its bias and one Triton pass adds the
-    bias (and the residual) and applies ReLU6; a depthwise conv runs as one Triton kernel with its epilogue
-    where its input is channels_last. On the CPU: conv2d, then clamp_ in place."""
+    """ReLU6 has no cuDNN fused call. On CUDA a 1×1 conv runs as one Triton GEMM with its epilogue and a
+    depthwise conv as one Triton kernel with its epilogue (where the input is channels_last); any other conv
+    runs without its bias, then one Triton pass adds the bias and applies ReLU6. On the CPU: conv2d, then
+    clamp_ in place."""
     model, det, fused = _fused("mobilenet_v2")
     graph = build_graph(model.gm, model.name)
-    depthwise = sum(1 for c in det.chains if graph.nodes[c.roles[0][0]].get("groups", 1) > 1)
+    kernel = lambda c: (graph.nodes[c.roles[0][0]].get("groups", 1), graph.nodes[c.roles[0][0]]["kernel"])  # noqa
+    depthwise = sum(1 for c in det.chains if kernel(c)[0] > 1)
+    pointwise = sum(1 for c in det.chains if kernel(c) == (1, [1, 1]))
     gm = measure.prepare_graph(fused.gm, "cpu", torch.float16, lean=False)
     lean.specialize_fused_calls(gm, torch.device("cuda"), torch.float16)
     targets = _targets(gm)
     assert torch.cudnn_convolution_relu not in targets and torch.clamp_ not in targets
     assert targets.count(conv.depthwise_conv_epilogue) == depthwise == 17       # one per inverted residual block
-    assert targets.count(conv.bias_act_) == targets.count(torch.conv2d) == len(det.chains) - depthwise == 35
+    assert targets.count(conv.conv1x1_epilogue) == pointwise == 16 + 17 + 1      # expansions, projections, head
+    assert targets.count(conv.bias_act_) == targets.count(torch.conv2d) == 1    # the stem (3×3, stride 2)
     cpu = _targets(measure.prepare_graph(fused.gm, "cpu", torch.float32))
     assert cpu.count(torch.clamp_) == sum(1 for c in det.chains if "relu6" in c.ops) > 0
     assert conv.bias_act_ not in cpu

@@ -27,6 +27,10 @@ report's label and the lean lowering (``LOWERINGS``) all ask it::
     cudnn_conv_add_relu  relu with a residual, on CUDA: one cuDNN call
     cudnn_conv_relu      relu, on CUDA, except 1×1 convolutions over large maps
                          (``CUDNN_RELU_1X1_MAX_PIXELS``): one cuDNN call
+    triton_gemm          a 1×1 convolution (stride 1, no padding, one group) over a
+                         channels_last input, on CUDA: ONE Triton GEMM over the pixels with
+                         the whole epilogue (``conv1x1_epilogue``, ``gemm_epilogue``); any
+                         other input layout takes ``triton_epilogue``
     triton_depthwise     a depthwise convolution over a channels_last input, on CUDA:
                          ONE Triton kernel computes the convolution and its whole
                          epilogue (``depthwise_conv_epilogue``); any other input
@@ -44,6 +48,12 @@ of 1240 µs in those 52 adds, and 35 more kernels on ReLU6. ``bias_act_`` reads
 and writes the output once, in 16-byte vectors, whatever the layout (it reads
 the strides at run time: NCHW and channels_last both run as they are; the graph
 cannot say which, as it is captured in NCHW).
+
+Why 1×1 convolutions become GEMMs: over a channels_last input a 1×1 convolution is
+exactly ``(N·H·W, C_in) @ (C_in, C_out)``, a view, and MobileNetV2's and EfficientNet's
+expansions and projections have a small C_in: they are bound by writing their output, so
+the epilogue's extra read and write of it would cost as much again. The Triton GEMM adds the
+bias, the residual and the activation to its fp32 accumulator before the one store.
 
 Why depthwise convolutions carry their epilogue: they do k² multiply-adds per
 output element and are bound by memory, like the epilogue pass itself; one
@@ -144,6 +154,7 @@ class ConvPolicy:
 
     cudnn_relu: bool = True         # cuDNN's fused conv+bias(+add)+ReLU
     depthwise_triton: bool = True   # depthwise convs (channels_last) as one Triton kernel with their epilogue
+    gemm_triton: bool = True        # 1×1 convs (channels_last) and ConvNeXt's linears as one Triton GEMM + epilogue
     triton_epilogue: bool = True    # conv without bias, then one Triton pass (else: the separate torch path)
 
 
@@ -466,12 +477,14 @@ def bias_act_launch_config(numel: int, element_size: int, device: torch.device) 
 class _Plan:
     """What one call signature of a kernel needs, worked out once (see ``_PLANS``)."""
 
-    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "z_layout")
+    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "z_layout", "num_stages")
 
-    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=4, z_layout=None) -> None:
+    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=4, z_layout=None,
+                 num_stages=None) -> None:
         self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
         self.num_warps = num_warps
         self.z_layout = z_layout            # layout z must be copied into first, or None (read as it is)
+        self.num_stages = num_stages        # Triton's default where None
 
 
 #: ``_Plan`` by call signature (dtypes, shapes, strides, devices, 16-byte alignment, options): a
@@ -705,6 +718,160 @@ def depthwise_conv_epilogue(x: torch.Tensor, weight: torch.Tensor, packed: torch
     return bias_act_(y, bias, z, act)
 
 
+# ====================================================================== the GEMM with an epilogue
+
+@functools.lru_cache(maxsize=2)
+def _build_gemm_kernel(interpret: bool):
+    """Define the GEMM with its epilogue (imports Triton); cached per interpreter mode."""
+    global tl, _activation, _round_for
+    _activation, _round_for = triton_activation(interpret), triton_round_bf16(interpret)
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _gemm_epilogue_kernel(
+        A, W, BIAS, Z, C,                          # a (M, K), w (N, K), bias (N,), z and c (M, N); unused alias A
+        M, N, K, sam, sak, swn, swk, szm, szn, scm, scn,
+        HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        BF16_RTNE_BY_HAND: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+        per_group = GROUP_M * tiles_n                  # GROUP_M row tiles share their B tiles in L2
+        first_m = (pid // per_group) * GROUP_M
+        rows_here = tl.minimum(tiles_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % per_group) % rows_here
+        pid_n = (pid % per_group) // rows_here
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                       # (BM,) output rows
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)                       # (BN,) output columns
+        rk = tl.arange(0, BLOCK_K)
+        m_live, n_live = rm < M, rn < N
+        a_ptr = A + rm[:, None].to(tl.int64) * sam + rk[None, :] * sak    # (BM, BK)
+        w_ptr = W + rn[None, :] * swn + rk[:, None] * swk                 # (BK, BN): wᵀ
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k_live = k0 + rk < K
+            a = tl.load(a_ptr, mask=m_live[:, None] & k_live[None, :], other=0.0)
+            w = tl.load(w_ptr, mask=k_live[:, None] & n_live[None, :], other=0.0, eviction_policy="evict_last")
+            if BF16_RTNE_BY_HAND:  # bf16 in the interpreter only: its tl.dot misreads bf16 (stored as uint16);
+                a = a.to(tl.float32)  # bf16 x bf16 products are exact in fp32: the tensor-core arithmetic
+                w = w.to(tl.float32)
+            acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)        # fp32 accumulation
+            a_ptr += BLOCK_K * sak
+            w_ptr += BLOCK_K * swk
+        if HAS_BIAS:
+            acc += tl.load(BIAS + rn, mask=n_live, other=0.0).to(tl.float32)[None, :]
+        live = m_live[:, None] & n_live[None, :]
+        rows = rm[:, None].to(tl.int64)
+        if HAS_Z:
+            acc += tl.load(Z + rows * szm + rn[None, :] * szn, mask=live, other=0.0).to(tl.float32)
+        acc = _round_for(_activation(acc, ACT), BF16_RTNE_BY_HAND)
+        tl.store(C + rows * scm + rn[None, :] * scn, acc.to(C.dtype.element_ty, fp_downcast_rounding="rtne"),
+                 mask=live)
+
+    return _gemm_epilogue_kernel
+
+
+def gemm_config(m: int, n: int, k: int, element_size: int, device: torch.device) -> tuple[int, int, int, int, int]:
+    """``(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)`` for an (M×K)·(K×N) GEMM.
+
+    BLOCK_N covers N up to 128 (a 1×1 conv's output channels: every A row is then read once), BLOCK_K
+    the next power of two of K up to 64 (32 for fp32, for shared memory), BLOCK_M 128 (64 for short M);
+    8 warps for 128×128 tiles, 3 pipeline stages. Under the interpreter, whose cost is per program and
+    per operation, the tiles are as large as the matrices allow (up to 512 × 1024 × 256).
+    """
+    if device.type != "cuda":
+        return min(512, max(16, _pow2(m))), min(1024, max(16, _pow2(n))), min(256, max(16, _pow2(k))), 4, 1
+    block_n = min(128, max(16, _pow2(n)))
+    block_k = min(64 if element_size <= 2 else 32, max(16, _pow2(k)))
+    block_m = 128 if m >= 4096 else 64
+    warps = 8 if block_m * block_n >= 128 * 128 else 4
+    return block_m, block_n, block_k, warps, 3
+
+
+def gemm_applies(a: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None = None) -> bool:
+    """Whether the GEMM kernel takes ``a`` (M, K) and ``weight`` (N, K): one dtype of fp32/fp16/bf16, one
+    device Triton runs on, K at least 1; ``z`` (M, N) of a float dtype on that device."""
+    return (a.dim() == 2 and weight.dim() == 2 and a.shape[1] == weight.shape[1] and a.dtype == weight.dtype
+            and a.dtype in TRITON_DTYPES and a.device == weight.device and triton_runs_on(a.device)
+            and a.shape[1] > 0 and (z is None or (z.device == a.device and z.dtype.is_floating_point
+                                                  and tuple(z.shape) == (a.shape[0], weight.shape[0]))))
+
+
+def gemm_epilogue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
+                  act: str = "none", out: torch.Tensor | None = None, *,
+                  tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """``act(a @ weightᵀ + bias (+ z))`` as ONE Triton kernel: the GEMM and its whole epilogue.
+
+    ``a``: ``(M, K)`` (any strides); ``weight``: ``(N, K)`` (a linear's weight, or a 1×1 conv's as
+    ``(C_out, C_in)``); ``bias``: ``(N,)`` or None; ``z``: ``(M, N)`` or None, any strides and float
+    dtype. fp32 accumulation (fp32 inputs without TF32), one rounding of the result. Writes ``out``
+    (``(M, N)``, any strides; default a new contiguous tensor) and returns it. Callers check
+    ``gemm_applies``. ``tiles`` = (BLOCK_M, BLOCK_N, BLOCK_K) overrides ``gemm_config`` (tests).
+    """
+    check(act, CONV_ACTIVATIONS)
+    m, k = a.shape
+    n = weight.shape[0]
+    if out is None:
+        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    if m == 0 or n == 0:
+        return out
+    key = ("gemm", a.dtype, m, n, k, a.stride(), weight.stride(), None if bias is None else (bias.dtype, bias.stride()),
+           None if z is None else (z.dtype, z.stride()), out.stride(), act, a.device, tiles, interpreting())
+    plan = _PLANS.get(key)
+    if plan is None:
+        block_m, block_n, block_k, warps, stages = gemm_config(m, n, k, a.element_size(), a.device)
+        if tiles is not None:
+            block_m, block_n, block_k = tiles
+        interpret = interpreting()
+        grid = (-(-m // block_m) * -(-n // block_n),)
+        plan = _remember(key, _Plan(_build_gemm_kernel(interpret), grid, (m, n, k), dict(
+            HAS_BIAS=bias is not None, HAS_Z=z is not None, ACT=act, BLOCK_M=block_m, BLOCK_N=block_n,
+            BLOCK_K=block_k, GROUP_M=8,
+            DOT_PRECISION="ieee" if a.dtype == torch.float32 or (interpret and a.dtype == torch.bfloat16) else "tf32",
+            BF16_RTNE_BY_HAND=interpret and a.dtype == torch.bfloat16), warps, num_stages=stages))
+    pointers = (a, weight, a if bias is None else bias, a if z is None else z, out)
+    zs = z.stride() if z is not None else (0, 0)
+    launch(plan.kernel, plan.grid, (*pointers, *plan.ints, *a.stride(), *weight.stride(), *zs, *out.stride()),
+           plan.constexprs, key=(key, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps,
+           num_stages=plan.num_stages)
+    return out
+
+
+def is_pointwise_conv(weight_shape: Sequence[int], stride, padding, dilation, groups) -> bool:
+    """A 2-D 1×1 convolution with stride 1, no padding, no dilation, one group: a GEMM over the pixels."""
+    lists = edit.int_lists(2, stride, padding, dilation)
+    return (len(weight_shape) == 4 and tuple(weight_shape[2:]) == (1, 1) and groups == 1 and lists is not None
+            and lists == ([1, 1], [0, 0], [1, 1]))
+
+
+def conv1x1_applies(x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None = None) -> bool:
+    """Whether a 1×1 conv (``is_pointwise_conv``) of ``x`` runs as ``gemm_epilogue``: ``x`` channels_last
+    (its pixels are then the rows of a (N·H·W, C_in) matrix, a view) and ``z`` channels_last or absent."""
+    return (x.dim() == 4 and layout_of(x) == "nhwc" and (z is None or layout_of(z) == "nhwc")
+            and x.dtype == weight.dtype and x.dtype in TRITON_DTYPES and triton_runs_on(x.device)
+            and weight.device == x.device)
+
+
+def conv1x1_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
+                     act: str) -> torch.Tensor:
+    """``act(conv1x1(x) + bias (+ z))`` for a 1×1 conv (stride 1, no padding, one group): ONE Triton GEMM with
+    its epilogue where ``conv1x1_applies`` (a channels_last input), else the conv without bias + ``bias_act_``.
+
+    ``x``: ``(N, C_in, H, W)``; ``weight``: ``(C_out, C_in, 1, 1)``; returns ``(N, C_out, H, W)`` in
+    channels_last memory (the GEMM's output rows are the pixels).
+    """
+    if conv1x1_applies(x, weight, z):
+        n, c, h, w = x.shape
+        c_out = weight.shape[0]
+        a = x.permute(0, 2, 3, 1).reshape(n * h * w, c)                      # (M, C_in), a view
+        zz = None if z is None else z.permute(0, 2, 3, 1).reshape(n * h * w, c_out)   # (M, C_out), a view
+        out = gemm_epilogue(a, weight.reshape(c_out, c), bias, zz, act)     # (M, C_out)
+        return out.view(n, h, w, c_out).permute(0, 3, 1, 2)                 # (N, C_out, H, W) channels_last
+    y = torch.conv2d(x, weight, None, 1, 0, 1, 1)                           # (N, C_out, H, W)
+    return bias_act_(y, bias, z, act)
+
+
 # ====================================================================== kernel selection
 
 def _steps_label(act: str, residual: bool) -> str:
@@ -714,18 +881,19 @@ def _steps_label(act: str, residual: bool) -> str:
 def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: str, *, weight_dim: int = 4,
                          int_padding: bool = True, residual: bool = False, residual_fits: bool = True,
                          separate: bool = False, kernel_size: Sequence[int] | None = None,
-                         depthwise: bool = False, out_pixels: int | None = None,
+                         depthwise: bool = False, pointwise: bool = False, out_pixels: int | None = None,
                          layout: str | None = None) -> Choice:
     """The one decision of how ``act(conv(x, w) + b [+ z])`` runs on ``device`` in ``dtype``.
 
     ``residual_fits``: z has the conv output's shape and x's dtype (cuDNN does not
     broadcast z). ``separate``: the plan's kernel choice "separate_epilogue" (the
     convolution with its bias, then the epilogue as separate torch ops). ``kernel_size``,
-    ``depthwise`` (``is_depthwise``), ``out_pixels`` (N·H'·W' of the output) and ``layout``
-    (the input's, ``layout_of``; None where it is not known, as in a captured graph) are
-    read where they decide (module docstring; None: unknown). ``Choice.impl`` is one of
-    ``cudnn_conv_add_relu``, ``cudnn_conv_relu``, ``triton_depthwise``, ``triton_epilogue``,
-    ``separate``; ``fused`` is whether the epilogue costs no kernel of its own per op.
+    ``depthwise`` (``is_depthwise``), ``pointwise`` (``is_pointwise_conv``), ``out_pixels``
+    (N·H'·W' of the output) and ``layout`` (the input's, ``layout_of``; None where it is not
+    known, as in a captured graph) are read where they decide (module docstring; None:
+    unknown). ``Choice.impl`` is one of ``cudnn_conv_add_relu``, ``cudnn_conv_relu``,
+    ``triton_gemm``, ``triton_depthwise``, ``triton_epilogue``, ``separate``; ``fused`` is
+    whether the epilogue costs no kernel of its own per op.
     """
     check(act, CONV_ACTIVATIONS)
     device = torch.device(device)
@@ -746,9 +914,11 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
         return Choice("cudnn_conv_relu", "cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu)", True)
     triton = triton_runs_on(device) and dtype in TRITON_DTYPES
     where = " [Triton interpreter on cpu]" if device.type == "cpu" else ""
+    tail = "" if layout == "nhwc" else " for a channels_last input; any other: conv + triton epilogue"
+    if triton and POLICY.gemm_triton and pointwise and weight_dim == 4 and layout in (None, "nhwc"):
+        return Choice("triton_gemm", f"triton 1x1 conv as a GEMM + {steps} (1 kernel{tail}){where}", True)
     if (triton and POLICY.depthwise_triton and depthwise and weight_dim == 4 and int_padding
             and layout in (None, "nhwc")):
-        tail = "" if layout == "nhwc" else " for a channels_last input; any other: conv + triton epilogue"
         return Choice("triton_depthwise", f"triton depthwise conv+{steps} (1 kernel{tail}){where}", True)
     if triton and POLICY.triton_epilogue:
         return Choice("triton_epilogue", f"conv (no bias) + triton {steps} (2 kernels: one vectorised pass "
@@ -780,6 +950,7 @@ def conv_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
                                   residual=z is not None, residual_fits=fits, separate=separate,
                                   kernel_size=kernel, depthwise=x.dim() == 4 and is_depthwise(x.shape[1], weight.shape,
                                                                                              groups),
+                                  pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups),
                                   out_pixels=out_pixels, layout=layout_of(x))
     n = weight.dim() - 2
     if choice.impl == "cudnn_conv_relu":
@@ -790,7 +961,9 @@ def conv_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
                                                 _as_list(padding, n), _as_list(dilation, n), groups)
     if choice.impl == "triton_depthwise" and fits and depthwise_applies(x, weight, groups, z):
         return depthwise_conv(x, weight, bias, z, stride, padding, dilation, act)
-    if choice.impl in ("triton_depthwise", "triton_epilogue"):
+    if choice.impl == "triton_gemm" and fits and conv1x1_applies(x, weight, z):
+        return conv1x1_epilogue(x, weight, bias, z, act)
+    if choice.impl in ("triton_gemm", "triton_depthwise", "triton_epilogue"):
         y = conv_nd(x, weight, None, stride, padding, dilation, groups)     # (N, C_out, *out_spatial)
         if z is None or z.shape == y.shape:
             return bias_act_(y, bias, z, act)
@@ -894,6 +1067,8 @@ def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z, separate: boo
                                 separate=separate, kernel_size=w_shape[2:] if w_shape else None,
                                 depthwise=(x_shape is not None and w_shape is not None
                                            and is_depthwise(x_shape[1], w_shape, c.groups)),
+                                pointwise=w_shape is not None and is_pointwise_conv(w_shape, c.stride, c.padding,
+                                                                                    c.dilation, c.groups),
                                 out_pixels=math.prod(out_shape[2:]) * out_shape[0] if out_shape else None)
 
 
@@ -989,6 +1164,7 @@ def _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, group
     choice = select_conv_epilogue(device, dtype, act, weight_dim=4, residual=z is not None, residual_fits=fits,
                                   separate=separate, kernel_size=tuple(weight.shape[2:]),
                                   depthwise=is_depthwise(x_shape[1], weight.shape, groups),
+                                  pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups),
                                   out_pixels=math.prod(out_shape[2:]) * out_shape[0])
     if choice.impl == "cudnn_conv_relu":
         return edit.replace_node(gm, node, lambda g: g.call_function(
@@ -1000,7 +1176,9 @@ def _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, group
         packed = _register(gm, "_lean_dw_" + str(w.target).replace(".", "_"), pack_depthwise_weight(weight))
         return edit.replace_node(gm, node, lambda g: g.call_function(
             depthwise_conv_epilogue, (x, w, g.get_attr(packed), b, z, stride, padding, dilation, act)))
-    if choice.impl in ("triton_depthwise", "triton_epilogue") and fits:
+    if choice.impl == "triton_gemm" and fits:
+        return edit.replace_node(gm, node, lambda g: g.call_function(conv1x1_epilogue, (x, w, b, z, act)))
+    if choice.impl in ("triton_gemm", "triton_depthwise", "triton_epilogue") and fits:
         return edit.replace_node(gm, node, lambda g: g.call_function(
             bias_act_, (g.call_function(torch.conv2d, (x, w, None, stride, padding, dilation, groups)), b, z, act)))
     if choice.impl != "separate":
@@ -1081,9 +1259,9 @@ _BN = Step(frozenset({"batch_norm"}), "bn", guard=_bn_inference)
 _ACT = Step(frozenset(CONV_ACTIVATIONS) - {"none", "gelu_tanh"}, "act", family=ACTIVATIONS)
 _ADD = Step(frozenset({"add"}), "add", guard=_same_shape_add)
 _KERNELS = ("auto", "separate_epilogue", "inductor")
-_IMPLEMENTATION = ("cuDNN conv+bias+ReLU in one call where it wins; depthwise convs (channels_last) as one "
-                   "Triton kernel with their epilogue; otherwise the conv without bias and one vectorised "
-                   "Triton pass for bias, residual and activation")
+_IMPLEMENTATION = ("cuDNN conv+bias+ReLU in one call where it wins; 1x1 convs (channels_last) as one Triton GEMM "
+                   "with their epilogue, depthwise convs as one Triton kernel with theirs; otherwise the conv "
+                   "without bias and one vectorised Triton pass for bias, residual and activation")
 _ADD_WHY = ("The residual add and the activation run in the convolution's epilogue: the conv output "
             "is never written to device memory and read back, and the add and the activation cost no "
             "launch of their own.")

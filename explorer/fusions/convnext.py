@@ -1,4 +1,4 @@
-"""The ConvNeXt block: depthwise conv + LayerNorm in one Triton kernel, the MLP, layer scale folded, residual in one pass.
+"""The ConvNeXt block in three kernels: depthwise conv + LayerNorm, GEMM + GELU, GEMM + layer scale + residual.
 
 ::
 
@@ -7,11 +7,11 @@
        │    (cuDNN)   (bias kernel)        (1 kernel)      (cuBLASLt)    (1 kernel)  (cuBLASLt)               (1)  (1)
        └──────────────────────────────────────────────────────────────────────────────────────────────────────────┘
 
-    fused (5 kernels; 4 where cuBLASLt's GELU epilogue is the model's exact GELU)
-    x ─┬─► depthwise_conv(x, w, b, norm=LN) ─► t (N,H,W,C) ─► linear+GELU ─► h (N,H,W,4C) ─► linear(γ·W₂, γ·b₂) ─► + x ─► y
-       │      ONE Triton kernel: conv, bias and        (linear family's       (cuBLASLt: the bias in     (bias_act_: one
-       │      the LayerNorm over the C channels         one decision)          its epilogue)              vectorised pass)
-       └───────────────────────────────────────────────────────────────────────────────────────────────────┘
+    fused (3 kernels where Triton runs and the input is channels_last)
+    x ─┬─► depthwise_conv(x, w, b, norm=LN) ─► t (M=N·H·W, C) ─► GEMM+b₁+GELU ─► h (M, 4C) ─► GEMM(γ·W₂)+γ·b₂+x ─► y
+       │      ONE Triton kernel: conv, bias and            ONE Triton kernel:         ONE Triton kernel: the
+       │      the LayerNorm over the C channels            GELU in the epilogue       residual read in the epilogue
+       └───────────────────────────────────────────────────────────────────────────────────────────────▲ (x's rows)
 
 What each step buys, and why it is this way:
 
@@ -20,22 +20,26 @@ What each step buys, and why it is this way:
   (bias add, LayerNorm, and in NCHW the copy of the permuted tensor). One program
   holds every channel of a few output pixels (``conv.depthwise_tiles``), so the
   mean and variance are a reduction over its tile; the output is channels_last,
-  i.e. exactly the contiguous ``(N, H, W, C)`` the first linear reads. It needs
+  i.e. exactly the contiguous ``(N·H·W, C)`` matrix the first linear reads. It needs
   Triton (CUDA, or the interpreter on the CPU) and a channels_last input; otherwise
   cuDNN's conv, then ``layer_norm``.
-- **Linear + GELU**: ``explorer.fusions.linear`` decides (cuBLASLt's GELU epilogue
-  only where it computes the model's exact GELU, probed on the device; otherwise
-  the GEMM with its bias, then GELU in place). A GEMM with a GELU epilogue of our
-  own would save the pass over the widest tensor of the block; it is not written.
+- **Linear + GELU, one kernel** (``conv.gemm_epilogue``): the exact (erf) GELU in the
+  GEMM's epilogue, on the fp32 accumulator. cuBLASLt's GELU epilogue is the tanh
+  approximation (``linear.gelu_epilogue_variant`` probes it), so without our GEMM the
+  widest tensor of the block (4C) is written, read and written again by a GELU pass.
+  Without Triton: the linear family decides.
 - **Layer scale folded into the second linear**: ``γ · (h W₂ᵀ + b₂) = h (γW₂)ᵀ + γb₂``
   per output channel, exact algebra done once in float64 like the BatchNorm fold
   (``fold_layer_scale``): the multiply disappears.
-- **Residual in one pass**: ``bias_act_(y, None, x)`` adds the block input to the
-  (permuted) linear output in place, one vectorised read of each and one write,
-  whatever the two layouts are; eager runs the multiply and the add as two passes.
+- **Residual in the second GEMM's epilogue**: over a channels_last input the block input's
+  pixels are the rows of a ``(N·H·W, C)`` view, read once in the epilogue; any other layout
+  takes one vectorised ``bias_act_`` pass after the GEMM (eager runs the multiply and the
+  add as two passes).
 
-``select_convnext_block`` is the one decision the runtime call, the label and the
-lowering ask.
+Whether our GEMMs beat cuBLAS plus the separate passes is measured, not assumed:
+``benchmarks/bench_cnn_fusions.py`` times the fused model with ``conv.POLICY``'s
+``gemm_triton`` and ``depthwise_triton`` switched off beside it. ``select_convnext_block``
+is the one decision the runtime call, the label and the lowering ask.
 """
 
 from __future__ import annotations
@@ -103,27 +107,42 @@ def convnext_block_reference(x, dw_weight, dw_bias, ln_weight, ln_bias, eps, w1,
 
 # ====================================================================== selection
 
+def uses_gemm(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether the block's two linears run as Triton GEMMs with their epilogues (``conv.gemm_epilogue``):
+    where Triton runs, in fp32/fp16/bf16, unless ``conv.POLICY`` switches ``gemm_triton`` off."""
+    return conv.POLICY.gemm_triton and triton_runs_on(device) and dtype in SUPPORTED_DTYPES
+
+
 def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channels: int | None = None,
                           act: str = "gelu", layout: str | None = None) -> Choice:
     """The one decision of how a ConvNeXt block runs; ``Choice.impl`` names its first step:
 
     ``triton``: the depthwise conv, its bias and the LayerNorm in one Triton kernel (a
-    channels_last input; ``layout`` None: not known yet, as in a captured graph), then the
-    MLP and the residual pass; ``reference``: cuDNN's conv, ``layer_norm``, the MLP, and the
-    residual as one Triton pass (a torch ``add_`` without Triton). ``conv.POLICY``'s
-    ``depthwise_triton`` switch turns the first off too. The label names every kernel.
+    channels_last input; ``layout`` None: not known yet, as in a captured graph);
+    ``reference``: cuDNN's conv and ``layer_norm``. Then the MLP: where ``uses_gemm``, each
+    linear is one Triton GEMM with its epilogue (the first adds the bias and applies ``act``,
+    the second adds the bias and the residual where the input is channels_last); otherwise
+    the linear family's choice, ``linear`` and the residual as one pass. ``conv.POLICY``'s
+    ``depthwise_triton`` and ``gemm_triton`` switches turn the Triton steps off. The label
+    names every kernel.
     """
     device = torch.device(device)
-    lin = linear.select_linear_act(device, dtype, act, 2, 2)
-    mlp = (f"linear+{act} ({'1 kernel: ' + lin.impl if lin.fused else '2 kernels'}) + linear, layer scale "
-           "folded (1 kernel)")
     triton = triton_runs_on(device) and dtype in SUPPORTED_DTYPES
     where = " [Triton interpreter on cpu]" if device.type == "cpu" else ""
+    if uses_gemm(device, dtype):
+        mlp = (f"triton GEMM+bias+{act} (1 kernel) + triton GEMM+bias+residual, layer scale folded (1 kernel; "
+               "a residual that is not channels_last: 1 pass more)")
+        fused = True
+    else:
+        lin = linear.select_linear_act(device, dtype, act, 2, 2)
+        residual = "triton residual add (1 pass)" if triton else "residual add_"
+        mlp = (f"linear+{act} ({'1 kernel: ' + lin.impl if lin.fused else '2 kernels'}) + linear, layer scale "
+               f"folded (1 kernel) + {residual}")
+        fused = lin.fused
     if (triton and conv.POLICY.depthwise_triton and (channels is None or channels <= MAX_CHANNELS)
             and layout in (None, "nhwc")):
         tail = "" if layout == "nhwc" else " for a channels_last input, else conv + layer_norm"
-        return Choice("triton", f"triton dwconv+bias+LayerNorm (1 kernel{tail}) + {mlp} + triton residual "
-                      f"add (1 pass){where}", True)
+        return Choice("triton", f"triton dwconv+bias+LayerNorm (1 kernel{tail}) + {mlp}{where}", True)
     if not triton:
         why = f"no Triton on {device.type}" if not triton_runs_on(device) else f"dtype {dtype}"
     elif not conv.POLICY.depthwise_triton:
@@ -132,8 +151,7 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
         why = f"{channels} channels > {MAX_CHANNELS}"
     else:
         why = "the input is not channels_last"
-    residual = "triton residual add (1 pass)" if triton else "residual add_"
-    return Choice("reference", f"dwconv+bias + layer_norm + {mlp} + {residual} ({why})", lin.fused)
+    return Choice("reference", f"dwconv+bias + layer_norm + {mlp} ({why}){where}", fused)
 
 
 # ====================================================================== the block
@@ -158,6 +176,30 @@ def residual_add_(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return conv.bias_act_(y, None, x, "none")
 
 
+def mlp_hidden(t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, act: str, gemm: bool) -> torch.Tensor:
+    """``act(t @ w1ᵀ + b1)`` for ``t`` ``(N, H, W, C)``, as ``(N·H·W, 4C)``: one Triton GEMM with the bias and the
+    activation in its epilogue (``gemm``, where ``conv.gemm_applies``), else as the linear family decides."""
+    rows = t.reshape(-1, t.shape[-1])                                               # (M, C), a view
+    if gemm and conv.gemm_applies(rows, w1):
+        return conv.gemm_epilogue(rows, w1, b1, None, act)                          # (M, 4C)
+    return linear.linear_act(rows, w1, b1, act)
+
+
+def project_residual(h: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None, x: torch.Tensor,
+                     gemm: bool) -> torch.Tensor:
+    """``x + (h @ w2ᵀ + b2)`` as ``(N, C, H, W)`` (channels_last memory): one Triton GEMM that adds the bias and
+    the residual in its epilogue where ``x`` is channels_last (its pixels are then rows, a view) and ``gemm``;
+    else the GEMM (or ``linear``) and ``residual_add_``."""
+    n, c, hh, ww = x.shape
+    if gemm and conv.gemm_applies(h, w2):
+        x_rows = x.permute(0, 2, 3, 1).reshape(n * hh * ww, c) if conv.layout_of(x) == "nhwc" else None
+        y = conv.gemm_epilogue(h, w2, b2, x_rows, "none")                          # (M, C)
+        y = y.view(n, hh, ww, c).permute(0, 3, 1, 2)                                # (N, C, H, W)
+        return y if x_rows is not None else residual_add_(y, x)
+    y = F.linear(h, w2, b2).view(n, hh, ww, c).permute(0, 3, 1, 2)                  # (N, C, H, W)
+    return residual_add_(y, x)
+
+
 def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias, eps, w1, b1, act,
                    w2, b2) -> torch.Tensor:
     """A ConvNeXt block with its layer scale already folded into ``(w2, b2)`` (``fold_layer_scale``).
@@ -166,11 +208,11 @@ def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, 
     ``(C, 4C)``. Returns ``x + block(x)``, ``(N, C, H, W)`` in channels_last memory (as the
     unfused block's output is, whatever the input's layout).
     """
+    gemm = conv.POLICY.gemm_triton
     t = depthwise_layer_norm(x, dw_weight, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias,
                              eps)                                                  # (N, H, W, C)
-    h = linear.linear_act(t, w1, b1, act)                                          # (N, H, W, 4C)
-    y = F.linear(h, w2, b2).permute(0, 3, 1, 2)                                    # (N, C, H, W) channels_last
-    return residual_add_(y, x)
+    h = mlp_hidden(t, w1, b1, act, gemm)                                           # (N·H·W, 4C)
+    return project_residual(h, w2, b2, x, gemm)                                    # (N, C, H, W)
 
 
 def fused_convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias, eps, w1, b1, act,
@@ -244,8 +286,8 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
 # ====================================================================== lowering (lean graphs)
 
 def _lower(gm, node, device, dtype) -> bool:
-    """The block as direct calls: ``depthwise_layer_norm`` (or conv, permute, layer_norm), the linear family's
-    lowering of linear+act, ``linear``, ``permute`` and the residual pass."""
+    """The block as direct calls: ``depthwise_layer_norm`` (or conv, permute, layer_norm), the MLP's first linear
+    (``mlp_hidden``'s GEMM, or the linear family's lowering of linear+act) and ``project_residual``."""
     x, dw_w, dw_b, stride, padding, dilation, ln_w, ln_b, eps, w1, b1, act, w2, b2 = node.args
     weight, w1t, w2t = (edit.attr_tensor(gm, t) for t in (dw_w, w1, w2))
     x_shape = aten.static_shape(x)
@@ -254,8 +296,8 @@ def _lower(gm, node, device, dtype) -> bool:
     n, c = x_shape[0], x_shape[1]
     out = conv.conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
     choice = select_convnext_block(device, dtype, c, act)
-    meta = lambda *shape: torch.empty(shape, dtype=dtype, device="meta")            # noqa: E731
-    fc1_lowered = []
+    gemm = uses_gemm(device, dtype)
+    hidden_linear = []
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
         if choice.impl == "triton":
@@ -267,18 +309,18 @@ def _lower(gm, node, device, dtype) -> bool:
             y = g.call_function(torch.conv2d, (x, dw_w, dw_b, stride, padding, dilation, c))
             t = g.call_function(torch.layer_norm, (g.call_function(torch.permute, (y, [0, 2, 3, 1])), [c], ln_w,
                                                    ln_b, eps))
-        t.meta["val"] = meta(n, out[2], out[3], c)                                   # (N, H, W, C)
-        h = g.call_function(linear.fused_linear_act, (t, w1, b1, act))
-        h.meta["val"] = meta(n, out[2], out[3], w1t.shape[0])                        # (N, H, W, 4C)
-        fc1_lowered.append(h)
-        y = g.call_function(torch._C._nn.linear, (h, w2, b2))
-        y = g.call_function(torch.permute, (y, [0, 3, 1, 2]))                        # (N, C, H, W)
-        if choice.impl == "triton" or triton_runs_on(device):
-            return g.call_function(residual_add_, (y, x))
-        return g.call_method("add_", (y, x))
+        if gemm:
+            h = g.call_function(mlp_hidden, (t, w1, b1, act, True))                      # (N·H·W, 4C)
+        else:
+            rows = g.call_function(torch.reshape, (t, [-1, c]))
+            rows.meta["val"] = torch.empty((n * out[2] * out[3], c), dtype=dtype, device="meta")      # (M, C)
+            h = g.call_function(linear.fused_linear_act, (rows, w1, b1, act))
+            hidden_linear.append(h)
+        return g.call_function(project_residual, (h, w2, b2, x, gemm))
 
     edit.replace_node(gm, node, build)
-    linear.LOWERINGS[linear.fused_linear_act](gm, fc1_lowered[0], device, dtype)
+    if hidden_linear:
+        linear.LOWERINGS[linear.fused_linear_act](gm, hidden_linear[0], device, dtype)
     return True
 
 
