@@ -227,6 +227,17 @@ class _LinearSE(nn.Module):
         return x * g.view(x.shape[0], -1, 1, 1)
 
 
+class _MeanSE(nn.Module):
+    """Squeeze-and-excitation as timm writes it: a mean over the spatial dims, 1×1 convs, ReLU and sigmoid."""
+
+    def __init__(self, c: int = 20, squeeze: int = 6) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Conv2d(c, squeeze, 1), nn.Conv2d(squeeze, c, 1)
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.fc2(torch.relu(self.fc1(x.mean((2, 3), keepdim=True)))))
+
+
 class _NotScalingItsInput(nn.Module):
     """The gate multiplies another tensor than the one that was pooled: not squeeze-and-excitation."""
 
@@ -258,6 +269,20 @@ def test_linear_squeeze_excite_is_one_chain():
     assert [c.ops for c in det.chains] == [("avg_pool", "linear", "relu", "linear", "sigmoid", "mul")]
 
 
+def test_mean_squeeze_excite_is_one_chain_and_a_partial_mean_is_not():
+    _, det = _detect(_MeanSE(), torch.randn(2, 20, 5, 6))
+    assert [c.ops for c in det.chains] == [("reduce", "conv", "relu", "conv", "sigmoid", "mul")]
+
+    class _RowMean(_MeanSE):
+        def forward(self, x):
+            return x * torch.sigmoid(self.fc2(torch.relu(self.fc1(x.mean(3, keepdim=True)))))
+
+    _, det = _detect(_RowMean(), torch.randn(2, 20, 5, 6))
+    assert not any(c.pattern == "squeeze_excite" for c in det.chains)
+    assert any(m.pattern == "squeeze_excite" and "not a mean over every spatial dim" in m.reason
+               for m in det.near_misses)
+
+
 def test_near_miss_when_the_gate_scales_another_tensor():
     _, det = _detect(_NotScalingItsInput(), torch.randn(2, 12, 5, 5), torch.randn(2, 12, 5, 5))
     assert not any(c.pattern == "squeeze_excite" for c in det.chains)
@@ -280,7 +305,7 @@ def _check_rewrite(module, x, rtol, layout="nchw"):
 
 def test_rewrite_without_triton_is_the_reference(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    for module, shape in ((_Block(), (2, 24, 7, 9)), (_LinearSE(), (2, 20, 5, 6))):
+    for module, shape in ((_Block(), (2, 24, 7, 9)), (_LinearSE(), (2, 20, 5, 6)), (_MeanSE(), (2, 20, 5, 6))):
         x = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
         fused = _check_rewrite(module.double(), x, 1e-12)
         [applied] = [a for a in fused.applied if a.pattern == "squeeze_excite"]
@@ -295,6 +320,9 @@ def test_rewrite_through_triton(layout):
     [applied] = [a for a in fused.applied if a.pattern == "squeeze_excite"]
     assert applied.impl == "triton" and "2 kernels" in applied.implementation
     assert "fused_squeeze_excite" in fused.gm.code
+    fused = _check_rewrite(_MeanSE(), torch.randn(2, 20, 5, 6, generator=torch.Generator().manual_seed(4)), 1e-5,
+                           layout)
+    assert [a.impl for a in fused.applied] == ["triton"]
 
 
 @pytest.mark.parametrize("triton", [False, True], ids=["reference", "triton"])

@@ -32,8 +32,9 @@ Layouts: ``x`` NCHW- or channels_last-contiguous (``conv.layout_of``; anything
 else is copied to NCHW first), addressed through (n, c, spatial) strides so
 that the contiguous dimension (spatial for NCHW, channel for NHWC) vectorises;
 ``y`` has ``x``'s layout. EfficientNet: ``act="silu", gate="sigmoid"``;
-MobileNetV3: ``act="relu", gate="hardsigmoid"``. The FC layers may be 1×1
-convolutions (torchvision) or linear layers (a flatten in between is looked
+MobileNetV3: ``act="relu", gate="hardsigmoid"``. The squeeze may be a global
+average pool (torchvision) or a mean over the spatial dims (timm); the FC layers
+1×1 convolutions (torchvision) or linear layers (a flatten in between is looked
 through).
 
 The pattern is declared with steps: the one fan-out of the subgraph, ``x``
@@ -425,9 +426,16 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         node = ctx.by_name[name]
         if aten.kind_of(node) == "dropout" and aten.is_training_dropout(node):
             raise Refuse("dropout in training mode inside the chain")
-    if aten.aten_name(pool) not in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
-        raise UseGeneric(f"{aten.aten_name(pool)} is not a global average pool")
     x = pool.args[0]
+    x_shape = aten.static_shape(x)
+    name = aten.aten_name(pool)
+    if name == "mean":
+        a = aten.args_of(pool)
+        dims = [a["dim"]] if isinstance(a.get("dim"), int) else list(a.get("dim") or [])
+        if x_shape is None or sorted(d % len(x_shape) for d in dims) != list(range(2, len(x_shape))):
+            raise UseGeneric("the mean is not over every spatial dim")
+    elif name not in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
+        raise UseGeneric(f"{name} is not a global average pool")
     members = set(ctx.members(chain))
     if not edit.through_identity(edit.other_operand(mul, members), x):
         raise Refuse("the multiply does not scale the pooled tensor")
@@ -480,9 +488,16 @@ LOWERINGS = {fused_squeeze_excite: _lower}
 # ====================================================================== pattern
 
 def _fc_after_global_pool(g, node: str, ctx: dict) -> str | None:
-    """fc1 reads a pool to one value per channel (the anchor's own guard would never be asked), and is a plain
-    1×1 convolution or a linear layer."""
-    shapes = g.nodes[ctx["prev_real"]]["shapes"]
+    """fc1 reads a pool to one value per channel (the anchor's own guard would never be asked): a global average
+    pool, or a mean over every spatial dim; and fc1 is a plain 1×1 convolution or a linear layer."""
+    pool = g.nodes[ctx["prev_real"]]
+    inputs = list(g.predecessors(ctx["prev_real"]))
+    rank = len(g.nodes[inputs[0]]["shapes"][0]) if len(inputs) == 1 and g.nodes[inputs[0]]["shapes"] else 0
+    if pool["kind"] == "reduce":
+        if "mean" not in str(pool.get("target", "")) or pool.get("reduce_dims") != list(range(2, rank)) or rank < 3:
+            return "the reduction is not a mean over every spatial dim"
+        return _one_by_one(g, node, ctx)
+    shapes = pool["shapes"]
     if not shapes or len(shapes[0]) < 3 or any(s != 1 for s in shapes[0][2:]):
         return "the average pool does not pool to one value per channel"
     return _one_by_one(g, node, ctx)
@@ -497,7 +512,7 @@ def _one_by_one(g, node: str, ctx: dict) -> str | None:
 
 def _scales_pooled_input(g, node: str, ctx: dict) -> str | None:
     """The multiply's other operand is the tensor the chain pooled (x · gate(...))."""
-    pool = next(n for n in ctx["chain"] if g.nodes[n]["kind"] == "avg_pool")
+    pool = next(n for n in ctx["chain"] if g.nodes[n]["kind"] in ("avg_pool", "reduce"))
     pooled = set(g.predecessors(pool))
     others = {p for p in g.predecessors(node) if p != ctx["prev"] and p not in ctx["chain"]}
     if others != pooled:
@@ -510,7 +525,7 @@ _FC = frozenset({"conv", "linear"})
 PATTERNS = (
     Pattern(
         name="squeeze_excite", label="Squeeze-excite", priority=15,
-        steps=(Step(frozenset({"avg_pool"}), "pool"),
+        steps=(Step(frozenset({"avg_pool", "reduce"}), "pool"),
                Step(_FC, "fc1", guard=_fc_after_global_pool),
                Step(frozenset(SE_ACTIVATIONS) - {"gelu_tanh", "sigmoid", "hardsigmoid"}, "act"),
                Step(_FC, "fc2", guard=_one_by_one),
