@@ -1288,7 +1288,7 @@ PATTERNS = (
     ),
     Pattern(
         name="conv_bn_add", label="Conv+BN+Add", priority=22, stage="activation",
-        steps=(_CONV, _BN, _ADD), color="#aec7e8", kernels=_KERNELS, rewrite=rewrite, fold=fold,
+        steps=(_CONV, _BN, _ADD), color="#ffbb78", kernels=_KERNELS, rewrite=rewrite, fold=fold,
         implementation="BatchNorm folded into the conv; the residual added in the epilogue pass with the bias",
         explanation=_PROJECTION_WHY,
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT, PAYS_CAVEAT), formula=FORMULA,

@@ -373,7 +373,7 @@ PATTERNS = (
                Step(frozenset({"linear"}), "fc2"),
                Step(frozenset({"mul"}), "scale", optional=True, guard=_per_channel_constant),
                Step(frozenset({"add"}), "residual", guard=_adds_block_input)),
-        color="#c49c94", rewrite=rewrite,
+        color="#6b6ecf", rewrite=rewrite,
         implementation=("depthwise conv + bias + LayerNorm in one Triton kernel, Linear+GELU, the second "
                         "linear with the layer scale folded in, the residual add in one vectorised pass"),
         explanation=("A ConvNeXt block is eight kernels in eager mode, five of them moving the whole "

@@ -531,7 +531,7 @@ PATTERNS = (
                Step(_FC, "fc2", guard=_one_by_one),
                Step(frozenset(GATES), "gate"),
                Step(frozenset({"mul"}), "scale", guard=_scales_pooled_input)),
-        color="#bcbd22", rewrite=rewrite,
+        color="#e7ba52", rewrite=rewrite,
         implementation="two Triton kernels: pool + fc1 partial sums, then fc2 + gate + scale",
         explanation=("Squeeze-and-excitation is six ops, four of them on tensors of one value per channel: "
                      "their cost is launches, not bytes. The pool and the first FC layer share one pass over "
