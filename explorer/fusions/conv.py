@@ -477,14 +477,16 @@ def bias_act_launch_config(numel: int, element_size: int, device: torch.device) 
 class _Plan:
     """What one call signature of a kernel needs, worked out once (see ``_PLANS``)."""
 
-    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "z_layout", "num_stages")
+    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "z_layout", "num_stages", "tail", "out_shape")
 
     def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=4, z_layout=None,
-                 num_stages=None) -> None:
+                 num_stages=None, tail=(), out_shape=None) -> None:
         self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
         self.num_warps = num_warps
         self.z_layout = z_layout            # layout z must be copied into first, or None (read as it is)
         self.num_stages = num_stages        # Triton's default where None
+        self.tail = tail                    # integer arguments after the per-call ones (strides fixed by the key)
+        self.out_shape = out_shape          # the output a call allocates
 
 
 #: ``_Plan`` by call signature (dtypes, shapes, strides, devices, 16-byte alignment, options): a
@@ -614,14 +616,38 @@ def depthwise_tiles(channels: int, norm: bool) -> tuple[int, int, int]:
     return max(1, 2048 // block_c), block_c, 4
 
 
+def _geometry_key(value):
+    """An int, or a per-dim list as a tuple: a hashable stand-in for a conv's stride, padding or dilation."""
+    return value if isinstance(value, int) else tuple(value)
+
+
+def _depthwise_key(x, weight, bias, z, stride, padding, dilation, act, norm, tiles) -> tuple:
+    """What a depthwise call's plan depends on (dtypes, shapes, strides, devices, geometry, epilogue)."""
+    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), weight.dtype, weight.device,
+            None if bias is None else (bias.dtype, bias.device),
+            None if z is None else (z.shape, z.stride(), z.dtype, z.device),
+            _geometry_key(stride), _geometry_key(padding), _geometry_key(dilation), act,
+            None if norm is None else (None if norm[0] is None else norm[0].dtype,
+                                       None if norm[1] is None else norm[1].dtype, float(norm[2])),
+            tiles, interpreting())
+
+
 def _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, tiles) -> _Plan:
-    """The launch of the depthwise kernel for these operands (kernel None: it does not take them)."""
+    """Check the operands (``ValueError`` for what the kernel does not compute) and plan the launch; the
+    plan's ``kernel`` is None for an empty output (nothing to launch)."""
+    check(act, CONV_ACTIVATIONS)
+    if x.dim() != 4 or not is_depthwise(x.shape[1], weight.shape, weight.shape[0]):
+        raise ValueError(f"not a depthwise 2-D convolution: x {tuple(x.shape)}, weight {tuple(weight.shape)}")
+    stride, padding, dilation = _as_list(stride, 2), _as_list(padding, 2), _as_list(dilation, 2)
+    shape = conv_out_shape(x.shape, weight.shape, stride, padding, dilation)
+    if z is not None and tuple(z.shape) != shape:
+        raise ValueError(f"residual z must have the output's shape {shape}, got {tuple(z.shape)}")
     n, c, h, w = x.shape
     kh, kw = weight.shape[2:]
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    h_out, w_out = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    h_out, w_out = shape[2], shape[3]
     if h_out <= 0 or w_out <= 0 or x.numel() == 0:
-        return _Plan()
+        return _Plan(out_shape=shape)
     if n > 65535:
         raise ValueError(f"batch {n} exceeds the depthwise kernel's grid (65535)")
     interpret = interpreting()
@@ -637,7 +663,25 @@ def _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, ti
                       BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
                       LIBRARY_REDUCE=library_reductions_usable())
     grid = (-(-(h_out * w_out) // block_p), n, -(-c // block_c))
-    return _Plan(_build_depthwise_kernel(interpret), grid, (h, w, h_out, w_out, c), constexprs, warps)
+    sw_ = weight.stride()
+    eps = float(norm[2]) if norm is not None else 0.0
+    return _Plan(_build_depthwise_kernel(interpret), grid, (h, w, h_out, w_out, c, eps, *x.stride()), constexprs,
+                 warps, tail=(*(z.stride() if z is not None else (0, 0, 0, 0)), sw_[0], sw_[2], sw_[3]),
+                 out_shape=shape)
+
+
+def _run_depthwise(plan: _Plan, key: tuple, x, weight, bias, z, norm) -> torch.Tensor:
+    """Allocate the output and launch a planned depthwise call."""
+    out = _new_output(plan.out_shape, x.dtype, x.device)                     # (N, C, H', W') channels_last
+    if plan.kernel is None:                                                  # empty: nothing to compute
+        return out
+    norm_w, norm_b = (norm[0], norm[1]) if norm is not None else (None, None)
+    pointers = (x, weight, x if bias is None else bias, x if z is None else z, out,
+                x if norm_w is None else norm_w, x if norm_b is None else norm_b)
+    out_strides = out.stride()
+    launch(plan.kernel, plan.grid, (*pointers, *plan.ints, *out_strides, *plan.tail), plan.constexprs,
+           key=(key, out_strides, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps)
+    return out
 
 
 def depthwise_applies(x: torch.Tensor, weight: torch.Tensor, groups, z: torch.Tensor | None = None) -> bool:
@@ -647,7 +691,7 @@ def depthwise_applies(x: torch.Tensor, weight: torch.Tensor, groups, z: torch.Te
     return (x.dim() == 4 and is_depthwise(x.shape[1], weight.shape, groups) and x.dtype in TRITON_DTYPES
             and x.shape[0] <= 65535
             and layout_of(x) == "nhwc" and triton_runs_on(x.device) and weight.device == x.device
-            and (z is None or z.device == x.device))
+            and (z is None or (z.device == x.device and z.dtype.is_floating_point)))
 
 
 def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
@@ -664,35 +708,13 @@ def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     The output ``(N, C, H', W')`` is channels_last, so ``out.permute(0, 2, 3, 1)`` is a
     contiguous ``(N, H', W', C)``. Raises ``ValueError`` for operands the kernel does not
     take (callers check ``depthwise_applies``). ``tiles`` overrides the tile (tests).
+    A call signature is checked and planned once.
     """
-    check(act, CONV_ACTIVATIONS)
-    if x.dim() != 4 or not is_depthwise(x.shape[1], weight.shape, weight.shape[0]):
-        raise ValueError(f"not a depthwise 2-D convolution: x {tuple(x.shape)}, weight {tuple(weight.shape)}")
-    stride, padding, dilation = _as_list(stride, 2), _as_list(padding, 2), _as_list(dilation, 2)
-    shape = conv_out_shape(x.shape, weight.shape, stride, padding, dilation)
-    if z is not None and tuple(z.shape) != shape:
-        raise ValueError(f"residual z must have the output's shape {shape}, got {tuple(z.shape)}")
-    key = ("dw", x.dtype, x.shape, x.stride(), x.device, weight.dtype, tuple(weight.shape), weight.stride(),
-           None if bias is None else bias.dtype, None if z is None else (z.dtype, z.stride()),
-           tuple(stride), tuple(padding), tuple(dilation), act,
-           None if norm is None else (norm[0] is not None, norm[0] is not None and norm[0].dtype, float(norm[2])),
-           tiles, interpreting())
+    key = ("dw", *_depthwise_key(x, weight, bias, z, stride, padding, dilation, act, norm, tiles))
     plan = _PLANS.get(key)
     if plan is None:
         plan = _remember(key, _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, tiles))
-    out = _new_output(shape, x.dtype, x.device)                              # (N, C, H', W') channels_last
-    if plan.kernel is None:                                                  # empty: nothing to compute
-        return out
-    norm_w, norm_b, eps = norm if norm is not None else (None, None, 0.0)
-    pointers = (x, weight, x if bias is None else bias, x if z is None else z, out,
-                x if norm_w is None else norm_w, x if norm_b is None else norm_b)
-    sw = weight.stride()
-    launch(plan.kernel, plan.grid,
-           (*pointers, *plan.ints, float(eps), *x.stride(), *out.stride(),
-            *(z.stride() if z is not None else (0, 0, 0, 0)), sw[0], sw[2], sw[3]),
-           plan.constexprs, key=(key, out.stride(), tuple(t.data_ptr() & 15 == 0 for t in pointers)),
-           num_warps=plan.num_warps)
-    return out
+    return _run_depthwise(plan, key, x, weight, bias, z, norm)
 
 
 def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -711,9 +733,15 @@ def depthwise_conv_epilogue(x: torch.Tensor, weight: torch.Tensor, packed: torch
                             z: torch.Tensor | None, stride, padding, dilation, act: str) -> torch.Tensor:
     """The lean graphs' call for ``triton_depthwise``: the depthwise kernel (reading ``packed``, the
     weight from ``pack_depthwise_weight``) where it takes the operands (a channels_last input: the
-    layout is known only at run time), else conv (``weight``) + ``bias_act_``."""
-    if depthwise_applies(x, weight, weight.shape[0], z) and (z is None or z.dtype.is_floating_point):
-        return depthwise_conv(x, packed, bias, z, stride, padding, dilation, act)
+    layout is known only at run time), else conv (``weight``) + ``bias_act_``. The decision and the
+    launch are planned once per call signature."""
+    key = ("dw-epilogue", *_depthwise_key(x, packed, bias, z, stride, padding, dilation, act, None, None))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _remember(key, _plan_depthwise(x, packed, bias, z, stride, padding, dilation, act, None, None)
+                         if depthwise_applies(x, weight, weight.shape[0], z) else _Plan(out_shape="fallback"))
+    if plan.out_shape != "fallback":
+        return _run_depthwise(plan, key, x, packed, bias, z, None)
     y = torch.conv2d(x, weight, None, stride, padding, dilation, weight.shape[0])   # (N, C, H', W')
     return bias_act_(y, bias, z, act)
 
@@ -789,6 +817,14 @@ def gemm_config(m: int, n: int, k: int, element_size: int, device: torch.device)
     return block_m, block_n, block_k, warps, 3
 
 
+def _gemm_constexprs(dtype, bias, z, act, block_m, block_n, block_k, interpret) -> dict:
+    """The GEMM kernel's compile-time arguments; fp32 (and bf16 under the interpreter) without TF32."""
+    return dict(HAS_BIAS=bias is not None, HAS_Z=z is not None, ACT=act, BLOCK_M=block_m, BLOCK_N=block_n,
+                BLOCK_K=block_k, GROUP_M=8,
+                DOT_PRECISION="ieee" if dtype == torch.float32 or (interpret and dtype == torch.bfloat16) else "tf32",
+                BF16_RTNE_BY_HAND=interpret and dtype == torch.bfloat16)
+
+
 def gemm_applies(a: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None = None) -> bool:
     """Whether the GEMM kernel takes ``a`` (M, K) and ``weight`` (N, K): one dtype of fp32/fp16/bf16, one
     device Triton runs on, K at least 1; ``z`` (M, N) of a float dtype on that device."""
@@ -825,11 +861,9 @@ def gemm_epilogue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
             block_m, block_n, block_k = tiles
         interpret = interpreting()
         grid = (-(-m // block_m) * -(-n // block_n),)
-        plan = _remember(key, _Plan(_build_gemm_kernel(interpret), grid, (m, n, k), dict(
-            HAS_BIAS=bias is not None, HAS_Z=z is not None, ACT=act, BLOCK_M=block_m, BLOCK_N=block_n,
-            BLOCK_K=block_k, GROUP_M=8,
-            DOT_PRECISION="ieee" if a.dtype == torch.float32 or (interpret and a.dtype == torch.bfloat16) else "tf32",
-            BF16_RTNE_BY_HAND=interpret and a.dtype == torch.bfloat16), warps, num_stages=stages))
+        plan = _remember(key, _Plan(_build_gemm_kernel(interpret), grid, (m, n, k),
+                                    _gemm_constexprs(a.dtype, bias, z, act, block_m, block_n, block_k, interpret),
+                                    warps, num_stages=stages))
     pointers = (a, weight, a if bias is None else bias, a if z is None else z, out)
     zs = z.stride() if z is not None else (0, 0)
     launch(plan.kernel, plan.grid, (*pointers, *plan.ints, *a.stride(), *weight.stride(), *zs, *out.stride()),
@@ -846,11 +880,32 @@ def is_pointwise_conv(weight_shape: Sequence[int], stride, padding, dilation, gr
 
 
 def conv1x1_applies(x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None = None) -> bool:
-    """Whether a 1×1 conv (``is_pointwise_conv``) of ``x`` runs as ``gemm_epilogue``: ``x`` channels_last
-    (its pixels are then the rows of a (N·H·W, C_in) matrix, a view) and ``z`` channels_last or absent."""
-    return (x.dim() == 4 and layout_of(x) == "nhwc" and (z is None or layout_of(z) == "nhwc")
+    """Whether a 1×1 conv (``is_pointwise_conv``) of ``x`` runs as one GEMM: ``x`` channels_last (its pixels
+    are then the rows of a (N·H·W, C_in) matrix with row stride C_in) and ``z`` channels_last or absent."""
+    return (x.dim() == 4 and layout_of(x) == "nhwc" and (z is None or (layout_of(z) == "nhwc"
+                                                                     and z.dtype.is_floating_point
+                                                                     and z.device == x.device))
             and x.dtype == weight.dtype and x.dtype in TRITON_DTYPES and triton_runs_on(x.device)
             and weight.device == x.device)
+
+
+def _plan_conv1x1(x, weight, bias, z, act) -> _Plan:
+    """The GEMM launch of a 1×1 conv over the channels_last ``x`` (``conv1x1_applies``), or a fallback plan."""
+    check(act, CONV_ACTIVATIONS)
+    if not conv1x1_applies(x, weight, z) or weight.shape[1] != x.shape[1] or x.numel() == 0:
+        return _Plan(out_shape="fallback")
+    n, c, h, w = x.shape
+    c_out = weight.shape[0]
+    m = n * h * w
+    block_m, block_n, block_k, warps, stages = gemm_config(m, c_out, c, x.element_size(), x.device)
+    interpret = interpreting()
+    # x's element (n, c, h, w) sits at ((n·H + h)·W + w)·C + c: row m = (n, h, w) of stride C, column stride 1;
+    # z and the output alike with C_out. The weight (C_out, C_in, 1, 1) is read through its own strides.
+    return _Plan(_build_gemm_kernel(interpret), (-(-m // block_m) * -(-c_out // block_n),),
+                 (m, c_out, c, c, 1, weight.stride(0), weight.stride(1), c_out if z is not None else 0,
+                  1 if z is not None else 0, c_out, 1),
+                 _gemm_constexprs(x.dtype, bias, z, act, block_m, block_n, block_k, interpret), warps,
+                 num_stages=stages, out_shape=(n, c_out, h, w))
 
 
 def conv1x1_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
@@ -859,17 +914,24 @@ def conv1x1_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     its epilogue where ``conv1x1_applies`` (a channels_last input), else the conv without bias + ``bias_act_``.
 
     ``x``: ``(N, C_in, H, W)``; ``weight``: ``(C_out, C_in, 1, 1)``; returns ``(N, C_out, H, W)`` in
-    channels_last memory (the GEMM's output rows are the pixels).
+    channels_last memory (the GEMM's output rows are the pixels). The decision and the launch are planned
+    once per call signature; the kernel reads the 4-D tensors through their strides (no views per call).
     """
-    if conv1x1_applies(x, weight, z):
-        n, c, h, w = x.shape
-        c_out = weight.shape[0]
-        a = x.permute(0, 2, 3, 1).reshape(n * h * w, c)                      # (M, C_in), a view
-        zz = None if z is None else z.permute(0, 2, 3, 1).reshape(n * h * w, c_out)   # (M, C_out), a view
-        out = gemm_epilogue(a, weight.reshape(c_out, c), bias, zz, act)     # (M, C_out)
-        return out.view(n, h, w, c_out).permute(0, 3, 1, 2)                 # (N, C_out, H, W) channels_last
-    y = torch.conv2d(x, weight, None, 1, 0, 1, 1)                           # (N, C_out, H, W)
-    return bias_act_(y, bias, z, act)
+    key = ("1x1", x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), weight.dtype, weight.device,
+           None if bias is None else (bias.dtype, bias.device),
+           None if z is None else (z.shape, z.stride(), z.dtype, z.device), act, interpreting())
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _remember(key, _plan_conv1x1(x, weight, bias, z, act))
+    if plan.out_shape == "fallback":
+        y = torch.conv2d(x, weight, None, 1, 0, 1, 1)                       # (N, C_out, H, W)
+        return bias_act_(y, bias, z, act)
+    out = torch.empty(plan.out_shape, dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+    pointers = (x, weight, x if bias is None else bias, x if z is None else z, out)
+    launch(plan.kernel, plan.grid, (*pointers, *plan.ints), plan.constexprs,
+           key=(key, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps,
+           num_stages=plan.num_stages)
+    return out                                                               # (N, C_out, H, W) channels_last
 
 
 # ====================================================================== kernel selection

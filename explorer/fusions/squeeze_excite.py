@@ -288,8 +288,8 @@ def _splits(programs: int, row_blocks: int, device: torch.device, cap: int) -> i
 class _Plan:
     """Everything about one call signature of ``squeeze_excite`` that does not change from call to call."""
 
-    __slots__ = ("squeeze", "excite", "grid1", "grid2", "ints1", "ints2", "const1", "const2", "warps",
-                 "partials", "key1", "key2")
+    __slots__ = ("reference", "copy_x", "as_is", "squeeze", "excite", "grid1", "grid2", "ints1", "ints2", "const1",
+                 "const2", "warps", "partials", "key1", "key2")
 
     def __init__(self, **fields) -> None:
         for name in self.__slots__:
@@ -301,9 +301,37 @@ _PLANS: dict[tuple, _Plan] = {}
 MAX_PLANS = 1024
 
 
-def _plan(x, cr, w1, w2, b1, b2, act, gate, splits, tiles, num_warps, layout, key) -> _Plan:
+def _check_operands(x, w1, b1, w2, b2, act, gate) -> None:
+    _check_names(act, gate)
+    if x.dim() < 3:
+        raise ValueError(f"x must be (N, C, *spatial), got shape {tuple(x.shape)}")
+    c, cr = x.shape[1], w1.shape[0]
+    if w1.numel() != cr * c or w2.numel() != c * cr or w2.shape[0] != c:
+        raise ValueError(f"w1 must be ({cr}, {c}[, 1, 1]) and w2 ({c}, {cr}[, 1, 1]); "
+                         f"got {tuple(w1.shape)} and {tuple(w2.shape)}")
+    if (b1 is not None and b1.shape != (cr,)) or (b2 is not None and b2.shape != (c,)):
+        raise ValueError(f"b1 must be ({cr},) and b2 ({c},)")
+
+
+def _plan(x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key) -> _Plan:
+    """Check the operands, decide (the kernels, or the reference where ``select_squeeze_excite`` says so or the
+    operands sit on other devices), and plan both launches."""
+    _check_operands(x, w1, b1, w2, b2, act, gate)
+    layout = layout_of(x) or "other"
+    if (select_squeeze_excite(x.device, x.dtype, act, gate, layout).impl != "triton" or x.numel() == 0
+            or any(t is not None and t.device != x.device for t in (w1, b1, w2, b2))):
+        return _Plan(reference=True)
+    copy_x = layout not in LAYOUTS
+    if copy_x:
+        x, layout = x.contiguous(), "nchw"
     n, c = x.shape[0], x.shape[1]
+    cr = w1.shape[0]
     hw = x.numel() // (n * c)
+    # the kernels read w1 as (Cr, C) and w2 as (C, Cr), row-major, and the biases contiguous: as they are when
+    # their memory already is that (a conv's (Cr, C, 1, 1) weight is), else a reshaped copy on every call
+    as_is = all(t is None or (t.reshape(-1).data_ptr() == t.data_ptr() and t.is_contiguous()) for t in (b1, b2)) and \
+        all(t.reshape(rows, cols).is_contiguous() and t.reshape(rows, cols).data_ptr() == t.data_ptr()
+            for t, rows, cols in ((w1, cr, c), (w2, c, cr)))
     block_c, block_s = tiles or tile_config(c, hw, layout, x.element_size())
     if x.device.type != "cuda" and tiles is None:       # the interpreter's cost is per program: few, large ones
         block_c = min(_pow2(c), 256)
@@ -320,9 +348,12 @@ def _plan(x, cr, w1, w2, b1, b2, act, gate, splits, tiles, num_warps, layout, ke
     interpret = interpreting()
     reduce_lib = library_reductions_usable()
     squeeze, excite = _build_kernels(interpret)
+    # (n, c, s) strides: the spatial dims of a dense NCHW or NHWC tensor flatten into one; y is x's layout
+    sx = (x.stride(0), x.stride(1), x.stride(-1))
     return _Plan(
-        squeeze=squeeze, excite=excite, grid1=(n, s1, n_blocks), grid2=(n, n_blocks, s2),
-        ints1=(c, hw, cr, n_blocks, s1, rows1, 1.0 / hw), ints2=(c, hw, cr, s1 * n_blocks, rows2),
+        reference=False, copy_x=copy_x, as_is=as_is, squeeze=squeeze, excite=excite, grid1=(n, s1, n_blocks),
+        grid2=(n, n_blocks, s2), ints1=(c, hw, cr, n_blocks, s1, rows1, 1.0 / hw, *sx),
+        ints2=(c, hw, cr, s1 * n_blocks, rows2, *sx, *sx),
         const1=dict(BLOCK_C=block_c, BLOCK_S=block_s, BLOCK_R=block_r, LIBRARY_REDUCE=reduce_lib),
         const2=dict(ACT=act, GATE=gate, HAS_B1=b1 is not None, HAS_B2=b2 is not None, BLOCK_C=block_c,
                     BLOCK_S=block_s, BLOCK_R=block_r, BLOCK_P=min(16, _pow2(s1 * n_blocks)),
@@ -345,48 +376,34 @@ def squeeze_excite(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w
     spatial splits of (squeeze, excite), ``tiles`` the (BLOCK_C, BLOCK_S) tile,
     ``num_warps`` the warps (tests and tuning). Where ``select_squeeze_excite`` says
     "reference", or the operands sit on different devices, returns
-    ``squeeze_excite_reference(...)``. A call signature is planned once and reused.
+    ``squeeze_excite_reference(...)``. A call signature is checked and planned once: a
+    model's later calls cost the host little more than two allocations and two launches.
     """
-    _check_names(act, gate)
-    if x.dim() < 3:
-        raise ValueError(f"x must be (N, C, *spatial), got shape {tuple(x.shape)}")
-    n, c = x.shape[0], x.shape[1]
-    cr = w1.shape[0]
-    if w1.numel() != cr * c or w2.numel() != c * cr or w2.shape[0] != c:
-        raise ValueError(f"w1 must be ({cr}, {c}[, 1, 1]) and w2 ({c}, {cr}[, 1, 1]); "
-                         f"got {tuple(w1.shape)} and {tuple(w2.shape)}")
-    if (b1 is not None and b1.shape != (cr,)) or (b2 is not None and b2.shape != (c,)):
-        raise ValueError(f"b1 must be ({cr},) and b2 ({c},)")
-    layout = layout_of(x) or "other"
-    if (select_squeeze_excite(x.device, x.dtype, act, gate, layout).impl != "triton" or x.numel() == 0
-            or any(t is not None and t.device != x.device for t in (w1, b1, w2, b2))):
-        return squeeze_excite_reference(x, w1, b1, w2, b2, act, gate)
-    if layout not in LAYOUTS:
-        x, layout = x.contiguous(), "nchw"
-    w1 = w1.reshape(cr, c)                                                  # (Cr, C)
-    w2 = w2.reshape(c, cr)                                                  # (C, Cr)
-    w1 = w1 if w1.is_contiguous() else w1.contiguous()
-    w2 = w2 if w2.is_contiguous() else w2.contiguous()
-    b1 = b1 if b1 is None or b1.is_contiguous() else b1.contiguous()
-    b2 = b2 if b2 is None or b2.is_contiguous() else b2.contiguous()
-    y = _new_output_like(x)                                                 # (N, C, *spatial), x's layout
-    # (n, c, s) strides: the spatial dims of a dense NCHW or NHWC tensor flatten into one
-    sx = (x.stride(0), x.stride(1), x.stride(-1))
-    sy = (y.stride(0), y.stride(1), y.stride(-1))
-    aligned = tuple(t is None or t.data_ptr() & 15 == 0 for t in (x, y, w1, w2, b1, b2))
-    key = (x.dtype, x.shape, sx, sy, x.device, w1.dtype, w2.dtype, cr, None if b1 is None else b1.dtype,
-           None if b2 is None else b2.dtype, act, gate, splits, tiles, num_warps, aligned, interpreting())
+    key = (x.shape, x.stride(), x.dtype, x.device, w1.shape, w1.stride(), w1.dtype, w1.device, w2.shape, w2.stride(),
+           w2.dtype, None if b1 is None else (b1.shape, b1.stride(), b1.dtype), None if b2 is None else
+           (b2.shape, b2.stride(), b2.dtype), act, gate, splits, tiles, num_warps, interpreting())
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key] = _plan(x, cr, w1, w2, b1, b2, act, gate, splits, tiles, num_warps, layout, key)
+        plan = _PLANS[key] = _plan(x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key)
         if len(_PLANS) > MAX_PLANS:
             del _PLANS[next(iter(_PLANS))]
+    if plan.reference:
+        return squeeze_excite_reference(x, w1, b1, w2, b2, act, gate)
+    if plan.copy_x:
+        x = x.contiguous()
+    if not plan.as_is:
+        c, cr = x.shape[1], w1.shape[0]
+        w1, w2 = w1.reshape(cr, c).contiguous(), w2.reshape(c, cr).contiguous()    # (Cr, C), (C, Cr)
+        b1 = None if b1 is None else b1.contiguous()
+        b2 = None if b2 is None else b2.contiguous()
+    y = _new_output_like(x)                                                 # (N, C, *spatial), x's layout
     partials = _new_output(plan.partials, torch.float32, x.device)         # (N, S·B, Cr) fp32
-    launch(plan.squeeze, plan.grid1, (x, w1, partials, *plan.ints1, *sx), plan.const1, key=plan.key1,
+    aligned = tuple(t is None or t.data_ptr() & 15 == 0 for t in (x, y, w1, w2, b1, b2))
+    launch(plan.squeeze, plan.grid1, (x, w1, partials, *plan.ints1), plan.const1, key=(plan.key1, aligned),
            num_warps=plan.warps)
     launch(plan.excite, plan.grid2,
-           (x, y, partials, x if b1 is None else b1, w2, x if b2 is None else b2, *plan.ints2, *sx, *sy),
-           plan.const2, key=plan.key2, num_warps=plan.warps)
+           (x, y, partials, x if b1 is None else b1, w2, x if b2 is None else b2, *plan.ints2),
+           plan.const2, key=(plan.key2, aligned), num_warps=plan.warps)
     return y
 
 
