@@ -8,7 +8,13 @@ Hugging Face folder) and the measurement settings; the pages in
 its results, the patterns explained, and the downloads. State lives in
 ``explorer.ui_state``; all analysis is the engine's.
 
-Widget keys (the tests drive these): model_kind, zoo_name, onnx_file,
+Every text is in the language the sidebar's switch chooses (``explorer.ui.i18n``:
+``app.*`` keys, ``explorer/ui/locale/app.py``); a widget's values stay as they are
+(``model_kind`` is "Zoo", "ONNX upload", ...) and its ``format_func`` shows them
+translated, taking the language as a default argument (AppTest calls it outside
+the session). Errors are kept in English in the session and translated when shown.
+
+Widget keys (the tests drive these): lang, model_kind, zoo_name, onnx_file,
 onnx_data_file, pt2_file, hf_path, batch, seq_len, dtype, device,
 memory_format, cuda_graphs; page keys are listed in each page's docstring.
 """
@@ -28,6 +34,7 @@ import streamlit as st
 from explorer.sources import zoo
 from explorer.ui import files as ui_files
 from explorer.ui import i18n
+from explorer.ui.i18n import message, t, t_in, translate_text
 from explorer.ui import links
 from explorer.ui import state as ui_state
 from explorer.errors import ExplorerError
@@ -35,6 +42,8 @@ from explorer.fusions.plan import MEMORY_FORMATS
 
 HERE = Path(__file__).resolve().parent
 MODEL_KINDS = ("Zoo", "ONNX upload", ".pt2 upload", "Hugging Face folder")
+#: The catalog key of each model kind's name (the widget's values stay the English ones).
+KIND_KEYS = dict(zip(MODEL_KINDS, ("app.kind.zoo", "app.kind.onnx", "app.kind.pt2", "app.kind.hf")))
 DTYPES = ("fp32", "fp16", "bf16")
 
 
@@ -63,67 +72,69 @@ def _seq_len_widget(default: int | None, maximum: int | None) -> int | None:
         return None
     if "seq_len" not in st.session_state:
         st.session_state.seq_len = int(default)
-    return int(st.sidebar.number_input("Sequence length", min_value=1, max_value=int(maximum or 4096),
-                                       step=1, key="seq_len",
-                                       help="Tokens per input; only for sequence models"))
+    return int(st.sidebar.number_input(t("app.seq_len"), min_value=1, max_value=int(maximum or 4096),
+                                       step=1, key="seq_len", help=t("app.seq_len_help")))
 
 
 def sidebar_model() -> ui_state.LoadSpec | None:
     """Draw the model chooser and return what the user asks for (None: nothing new)."""
     sb = st.sidebar
-    sb.header("Model")
-    kind = sb.radio("Source", MODEL_KINDS, key="model_kind", horizontal=True)
-    batch = int(sb.number_input("Batch", min_value=1, max_value=1024, step=1, key="batch"))
+    lang = i18n.current()
+    sb.header(t("app.model"))
+    kind = sb.radio(t("app.source"), MODEL_KINDS, key="model_kind", horizontal=True,
+                    format_func=lambda k, lang=lang: t_in(lang, KIND_KEYS[k]))
+    batch = int(sb.number_input(t("app.batch"), min_value=1, max_value=1024, step=1, key="batch"))
     active = st.session_state.active
     if kind == "Zoo":
         entries = {e.name: e for e in zoo.menu()}
-        name = sb.selectbox("Zoo model", list(entries), key="zoo_name",
-                            format_func=lambda n: f"{n} — {entries[n].family}",
-                            help="Real architectures with seeded random weights; nothing is downloaded")
+        name = sb.selectbox(t("app.zoo_model"), list(entries), key="zoo_name",
+                            format_func=lambda n, lang=lang: f"{n} — {_family(entries[n].family, lang)}",
+                            help=t("app.zoo_help"))
         entry = entries[name]
-        sb.caption(entry.description)
+        sb.caption(translate_text(entry.description))
         seq = _seq_len_widget(entry.inputs.seq_len, entry.max_seq_len)
         return ui_state.LoadSpec(name, batch, seq, name, "zoo")
-    limit = f"Files up to {ui_files.MAX_UPLOAD_MB} MB."
+    limit = t("app.limit", mb=ui_files.MAX_UPLOAD_MB)
     if kind == "ONNX upload":
-        model_file = sb.file_uploader(f"ONNX model (.onnx or .zip with its .onnx.data). {limit}",
-                                      type=["onnx", "zip"], key="onnx_file")
-        data_file = sb.file_uploader("External data (optional, e.g. model.onnx.data)", key="onnx_data_file")
+        model_file = sb.file_uploader(t("app.onnx_file", limit=limit), type=["onnx", "zip"], key="onnx_file")
+        data_file = sb.file_uploader(t("app.onnx_data"), key="onnx_data_file")
         if model_file is None:
-            sb.info("Upload an .onnx file (or a .zip holding the model and its external data).")
+            sb.info(t("app.onnx_prompt"))
             return None
         files = [model_file] + ([data_file] if data_file is not None else [])
         path = _upload_path(files)
         seq = _seq_len_widget(active.seq_len if active and active.source == path else None, None)
         return ui_state.LoadSpec(path, batch, seq, model_file.name, "onnx")
     if kind == ".pt2 upload":
-        pt2 = sb.file_uploader(f"torch.export archive (.pt2). {limit}", type=["pt2"], key="pt2_file")
+        pt2 = sb.file_uploader(t("app.pt2_file", limit=limit), type=["pt2"], key="pt2_file")
         if pt2 is None:
-            sb.info("Upload a .pt2 saved with torch.export.save (its example inputs set the batch).")
+            sb.info(t("app.pt2_prompt"))
             return None
         path = _upload_path([pt2])
         return ui_state.LoadSpec(path, batch, None, pt2.name, "pt2")
-    folder = sb.text_input("Local Hugging Face folder (save_pretrained, safetensors)", key="hf_path",
-                           placeholder="/path/to/model").strip()
+    folder = sb.text_input(t("app.hf_folder"), key="hf_path", placeholder=t("app.hf_placeholder")).strip()
     if not folder:
         return None
     seq = _seq_len_widget(active.seq_len if active and active.source == folder else None, None)
     return ui_state.LoadSpec(folder, batch, seq, Path(folder).name or folder, "hf")
 
 
+def _family(family: str, lang: str) -> str:
+    """A zoo family's name in ``lang`` (a family the catalog does not know is shown as written)."""
+    key = f"app.family.{family}"
+    return t_in(lang, key) if key in i18n.catalog() else family
+
+
 def sidebar_settings(cuda: bool) -> None:
     sb = st.sidebar
-    sb.header("Settings")
-    sb.selectbox("dtype", DTYPES, key="dtype")
+    sb.header(t("app.settings"))
+    sb.selectbox(t("app.dtype"), DTYPES, key="dtype")
     devices = ("cuda", "cpu") if cuda else ("cpu",)
     if st.session_state.get("device") not in devices:
         st.session_state.device = devices[0]
-    sb.selectbox("Device", devices, key="device",
-                 help=None if cuda else "No CUDA device here: only the CPU can be measured")
-    sb.selectbox("Memory format", MEMORY_FORMATS, key="memory_format",
-                 help="channels_last often speeds up convolutions on tensor cores")
-    sb.checkbox("CUDA-graph replay", key="cuda_graphs", disabled=not cuda,
-                help="Replays the whole forward as one CUDA graph: removes launch overhead (GPU only)")
+    sb.selectbox(t("app.device"), devices, key="device", help=None if cuda else t("app.device_help"))
+    sb.selectbox(t("app.memory_format"), MEMORY_FORMATS, key="memory_format", help=t("app.memory_format_help"))
+    sb.checkbox(t("app.cuda_graphs"), key="cuda_graphs", disabled=not cuda, help=t("app.cuda_graphs_help"))
 
 
 def init_widget_defaults() -> None:
@@ -137,7 +148,9 @@ def init_widget_defaults() -> None:
 def main() -> None:
     # A local image: a ":material/...:" page icon makes the browser fetch the favicon from
     # fonts.gstatic.com, and the app makes no network request (docs/security.md).
-    st.set_page_config(page_title="Fusion Explorer", page_icon=str(HERE / "ui" / "icon.png"), layout="wide")
+    lang = st.session_state.get("lang") or st.query_params.get("lang")   # the switch is drawn below
+    st.set_page_config(page_title=t_in(lang if lang in i18n.LANGUAGES else i18n.DEFAULT, "app.name"),
+                       page_icon=str(HERE / "ui" / "icon.png"), layout="wide")
     ui_state.init_state()
     init_widget_defaults()
     # ?model=...&dtype=...&device=...&view=... opens that state (once per session)
@@ -159,33 +172,28 @@ def main() -> None:
         st.session_state.load_error = f"unexpected error ({type(exc).__name__}): {str(exc).splitlines()[0][:300] if str(exc) else ''}"
         requested = None
 
-    pages = [
-        st.Page(str(HERE / "ui" / "pages" / "graph.py"), title="Graph", url_path="graph", icon=":material/hub:", default=True),
-        st.Page(str(HERE / "ui" / "pages" / "fusions.py"), title="Fusions", url_path="fusions", icon=":material/checklist:"),
-        st.Page(str(HERE / "ui" / "pages" / "run.py"), title="Run", url_path="run", icon=":material/timer:"),
-        st.Page(str(HERE / "ui" / "pages" / "results.py"), title="Results", url_path="results", icon=":material/bar_chart:"),
-        st.Page(str(HERE / "ui" / "pages" / "learn.py"), title="Learn", url_path="learn", icon=":material/school:"),
-        st.Page(str(HERE / "ui" / "pages" / "export.py"), title="Export", url_path="export", icon=":material/download:"),
-    ]
+    icons = {"graph": ":material/hub:", "fusions": ":material/checklist:", "run": ":material/timer:",
+             "results": ":material/bar_chart:", "learn": ":material/school:", "export": ":material/download:"}
+    pages = [st.Page(str(HERE / "ui" / "pages" / f"{name}.py"), title=t(f"app.page.{name}"), url_path=name,
+                     icon=icon, default=name == "graph") for name, icon in icons.items()]
     nav = st.navigation(pages, position="top")
 
     ss = st.session_state
     error = ss.load_error
     if error and (requested is None or requested == ss.failed_spec):
-        st.error(f"Could not load the model: {ui_files.escape_markdown(error)}"
-                 + (f" — still showing {ui_files.escape_markdown(ss.active.label)}." if ss.active else ""))
+        st.error(t("app.load_error", error=ui_files.escape_markdown(message(error)))
+                 + (t("app.still_showing", label=ui_files.escape_markdown(ss.active.label)) if ss.active else ""))
     if not cuda:
-        st.warning("No GPU on this machine: every number the Run page measures is a CPU number, "
-                   "not what a fused GPU kernel would give.", icon=":material/warning:")
+        st.warning(t("app.no_gpu"), icon=":material/warning:")
     job = ss.run_job
     if job is not None and not job.done:
         with st.sidebar:  # redrawn every second on its own, so it never goes stale
             ui_state.live_progress("sidebar")
     if ss.active is not None:
-        st.sidebar.success(f"Loaded: {ss.active.label} · batch {ss.active.batch}"
-                           + (f" · seq {ss.active.seq_len}" if ss.active.seq_len else ""))
+        st.sidebar.success(t("app.loaded", label=ss.active.label, batch=ss.active.batch)
+                           + (t("app.loaded_seq", seq=ss.active.seq_len) if ss.active.seq_len else ""))
     for line in refused_link:
-        st.warning(f"Link ignored: {line}.")
+        st.warning(t("app.link_ignored", reason=line))
     links.sync_query_params()
     nav.run()
 

@@ -1,15 +1,21 @@
-"""Plotly figures and tables of a typed run report (``explorer.report.Report``).
+"""Plotly figures and tables of a typed run report (``explorer.report.Report``), in English or 中文.
 
-Every function here is pure: it takes the report and returns a
-``plotly.graph_objects.Figure`` or a list of row dicts. Missing numbers (peak
-memory on a CPU run, a chain that was not timed) are shown as "not measured",
-never as zero. Verdicts are read from the report's one field
+Every function here is pure: it takes the report and the language (``lang``,
+"en" or "zh"; English by default) and returns a ``plotly.graph_objects.Figure``
+or a list of row dicts whose headers, labels and notes are in that language
+(the catalog's ``chart.*`` keys, ``explorer/ui/locale/charts.py``; a note the
+runtime wrote in English through ``explorer.ui.i18n.message``). Missing numbers
+(peak memory on a CPU run, a chain that was not timed) are shown as "not
+measured", never as zero. Verdicts are read from the report's one field
 (``ChainResult.verdict``, ``Baseline.verdict``), never recomputed here.
 
     report.unfused/fused/baselines -> comparison_figure, summary_rows, baseline_rows
     report.chains                  -> chain_rows, chain_speedup_figure (bars coloured by verdict),
                                       chain_precision_figure
     report.stages                  -> stages_rows, stages_figure (the seed's staged table)
+
+In English a label the report carries (a baseline's, a stage's) is shown as the
+report wrote it; in Chinese the catalog's translation of a known one is shown.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from plotly.subplots import make_subplots
 
 from explorer.fusions import BY_NAME, color_of
 from explorer.report import (FASTER, GPU, HOST, NO_KERNEL, NOT_MEASURED, SAME, SLOWER, Latency, Measurement,
-                             Report)
+                             Report, Verdict)
+from explorer.ui.i18n import catalog, message, t_in, translate_text
 
 UNFUSED_COLOR = "#8c8c8c"
 FUSED_COLOR = "#1f77b4"
@@ -34,17 +41,72 @@ SLOWER_PATTERN = "x"
 NO_KERNEL_COLOR = "#d9d9d9"
 NO_KERNEL_PATTERN = "/"
 SAME_OPACITY = 0.4
-VERDICT_NAMES = {FASTER: "faster", SLOWER: "slower after fusion", SAME: "no significant difference",
-                 NO_KERNEL: "no fused kernel here", NOT_MEASURED: "not measured"}
+#: The catalog key of each verdict label (``explorer.report.VERDICTS``).
+VERDICT_KEYS = {FASTER: "chart.verdict.faster", SLOWER: "chart.verdict.slower", SAME: "chart.verdict.same",
+                NO_KERNEL: "chart.verdict.no_kernel", NOT_MEASURED: "chart.verdict.not_measured"}
+#: The legend's name of a verdict in the per-chain figure.
+LEGEND_KEYS = {SAME: "chart.legend.same", SLOWER: "chart.legend.slower"}
+VERDICT_NAMES = {v: t_in("en", k) for v, k in LEGEND_KEYS.items()}
 
 METRICS = (
-    # attribute of Measurement, title, unit, scale
-    ("latency", "Latency (median, p20-p80)", "ms", 1.0),
-    ("throughput", "Throughput", "items/s", 1.0),
-    ("peak_memory_bytes", "Peak memory", "MiB", 1 / 2**20),
-    ("kernel_launches", "Kernel launches", "count", 1.0),
-    ("bytes_moved", "Bytes moved (model)", "MiB", 1 / 2**20),
+    # attribute of Measurement, unit key, scale (titles: chart.metric.<attribute>, chart.row.<attribute>)
+    ("latency", "ms", 1.0),
+    ("throughput", "items_s", 1.0),
+    ("peak_memory_bytes", "mib", 1 / 2**20),
+    ("kernel_launches", "count", 1.0),
+    ("bytes_moved", "mib", 1 / 2**20),
 )
+STAGES = ("none", "conv_bn", "activation", "all")
+#: How a list and a run of notes are joined in each language (Chinese takes full-width punctuation).
+LIST_SEP = {"en": ", ", "zh": "，"}
+NOTE_SEP = {"en": "; ", "zh": "；"}
+COLON = {"en": ": ", "zh": "："}
+DASH = {"en": " — ", "zh": "——"}
+
+
+def verdict_label(label: str, lang: str = "en") -> str:
+    """A verdict label (``explorer.report.VERDICTS``) in ``lang``."""
+    key = VERDICT_KEYS.get(label)
+    return t_in(lang, key) if key else message(label, lang)
+
+
+def _known(lang: str, key: str, english: str) -> str:
+    """``english`` (the report's own text) in English; in Chinese the catalog's ``key`` when there is one,
+    else the text through the message rules."""
+    if lang == "en":
+        return english
+    return t_in(lang, key) if key in catalog() else message(english, lang)
+
+
+def variant_label(name: str, label: str, lang: str = "en") -> str:
+    """A whole-model variant's label: unfused, fused, or a baseline's (``explorer.runtime.baselines.LABELS``)."""
+    if name in ("unfused", "fused"):
+        return t_in(lang, f"chart.{name}")
+    return _known(lang, f"chart.baseline.{name}", label)
+
+
+def stage_label(stage: str, label: str, lang: str = "en") -> str:
+    """A stage's label (``explorer.runtime.stages.STAGE_LABELS``) in ``lang``."""
+    return _known(lang, f"chart.stage.{stage}", label)
+
+
+def status_label(status: str, lang: str = "en") -> str:
+    """What the plan did to a chain (fused, refused, failed, not applied) in ``lang``."""
+    return _known(lang, "chart.status." + status.replace(" ", "_"), status)
+
+
+def describe_verdict(v: Verdict, lang: str = "en") -> str:
+    """``Verdict.describe`` in ``lang``: ``slower: 0.91x (95% CI 0.88-0.94x), p=0.001, 60 rounds``."""
+    label = verdict_label(v.label, lang)
+    if v.ratio is None:
+        return t_in(lang, "chart.describe.note", label=label, note=message(v.note, lang)) if v.note else label
+    if v.n == 0 or v.ci_low is None or v.ci_high is None:
+        return t_in(lang, "chart.describe.untested", label=label, speedup=v.speedup,
+                    why=message(v.method or v.note, lang))
+    lo = f"{1 / v.ci_high:.2f}" if v.ci_high else "?"
+    hi = f"{1 / v.ci_low:.2f}" if v.ci_low else "?"
+    p = t_in(lang, "chart.describe.p", p=v.p_value) if v.p_value is not None else ""
+    return t_in(lang, "chart.describe.tested", label=label, speedup=v.speedup, lo=lo, hi=hi, p=p, n=v.n)
 
 
 def _value(m: Measurement | None, key: str, scale: float = 1.0) -> float | None:
@@ -56,42 +118,46 @@ def _value(m: Measurement | None, key: str, scale: float = 1.0) -> float | None:
     return None if v is None else float(v) * scale
 
 
-def device_caption(report: Report) -> str:
+def device_caption(report: Report, lang: str = "en") -> str:
     """One line: where these numbers come from."""
     env = report.environment
-    parts = [f"device: {env.device_name or env.device}"]
+    parts = [t_in(lang, "chart.caption.device", device=env.device_name or env.device)]
     if env.is_cpu:
-        parts.append("CPU numbers (no GPU here)")
+        parts.append(t_in(lang, "chart.caption.cpu"))
     for key in ("dtype", "batch", "seq_len"):
         if report.settings.get(key) is not None:
-            parts.append(f"{key} {report.settings[key]}")
+            parts.append(t_in(lang, f"chart.caption.{key}", value=report.settings[key]))
     if report.settings.get("quick"):
-        parts.append("quick mode")
+        parts.append(t_in(lang, "chart.caption.quick"))
     if env.torch:
         parts.append(f"torch {env.torch}")
     if env.note:
-        parts.append(env.note)
+        parts.append(message(env.note, lang))
     return " · ".join(parts)
 
 
-def compared(report: Report) -> list[tuple[str, Measurement, str]]:
+def compared(report: Report, lang: str = "en") -> list[tuple[str, Measurement, str]]:
     """(label, measurement, colour) of every whole-model variant: unfused, fused, then each measured baseline
     (eager, torch.compile modes, CUDA-graph variants) as bars of their own."""
-    out = [("unfused", report.unfused, UNFUSED_COLOR), ("fused", report.fused, FUSED_COLOR)]
+    out = [(t_in(lang, "chart.unfused"), report.unfused, UNFUSED_COLOR),
+           (t_in(lang, "chart.fused"), report.fused, FUSED_COLOR)]
     for b in report.baselines:
         if b.measurement is not None and b.method != "fused":
-            out.append((b.label, b.measurement, BASELINE_COLORS.get(b.method, "#999999")))
+            out.append((variant_label(b.name, b.label, lang), b.measurement,
+                        BASELINE_COLORS.get(b.method, "#999999")))
     graphs = report.baseline("fused_cuda_graphs")
     if graphs is not None and graphs.measurement is not None and not report.fused.cuda_graph:
-        out.append((graphs.label, graphs.measurement, "#0b3f66"))
+        out.append((variant_label(graphs.name, graphs.label, lang), graphs.measurement, "#0b3f66"))
     return out
 
 
-def comparison_figure(report: Report) -> go.Figure:
+def comparison_figure(report: Report, lang: str = "en") -> go.Figure:
     """Unfused, fused and every baseline side by side, one panel per metric (latency with p20-p80 bars)."""
-    fig = make_subplots(rows=1, cols=len(METRICS), subplot_titles=[m[1] for m in METRICS], horizontal_spacing=0.06)
-    bars = compared(report)
-    for col, (key, _title, unit, scale) in enumerate(METRICS, start=1):
+    fig = make_subplots(rows=1, cols=len(METRICS), subplot_titles=[t_in(lang, f"chart.metric.{m[0]}") for m in METRICS],
+                        horizontal_spacing=0.06)
+    bars = compared(report, lang)
+    for col, (key, unit_key, scale) in enumerate(METRICS, start=1):
+        unit = t_in(lang, f"chart.unit.{unit_key}")
         for name, meas, color in bars:
             err = None
             if key == "latency":
@@ -100,14 +166,15 @@ def comparison_figure(report: Report) -> go.Figure:
                 if lat is not None:
                     err = dict(type="data", symmetric=False, array=[max(lat.p80 - lat.median, 0)],
                                arrayminus=[max(lat.median - lat.p20, 0)], thickness=1.5, width=6)
-                hover = (f"{name}: median {lat.median:.3f} ms (p20 {lat.p20:.3f}, p80 {lat.p80:.3f})"
-                         if lat else f"{name}: not measured")
+                hover = (t_in(lang, "chart.hover.latency", name=name, median=lat.median, p20=lat.p20, p80=lat.p80)
+                         if lat else t_in(lang, "chart.hover.not_measured", name=name))
             else:
                 y = _value(meas, key, scale)
-                hover = f"{name}: {y:,.2f} {unit}" if y is not None else f"{name}: not measured"
+                hover = (f"{name}{COLON.get(lang, ': ')}{y:,.2f} {unit}" if y is not None
+                         else t_in(lang, "chart.hover.not_measured", name=name))
             fig.add_trace(go.Bar(x=[name], y=[y if y is not None else 0], marker_color=color, name=name,
                                  error_y=err, hovertext=[hover], hoverinfo="text",
-                                 text=["n/a" if y is None else _short(y)], textposition="outside",
+                                 text=[t_in(lang, "chart.na") if y is None else _short(y)], textposition="outside",
                                  showlegend=col == 1), row=1, col=col)
         fig.update_yaxes(title_text=unit, row=1, col=col, rangemode="tozero")
         fig.update_xaxes(showticklabels=False, row=1, col=col)
@@ -126,39 +193,50 @@ def _short(v: float) -> str:
     return f"{v:.3g}"
 
 
-def summary_rows(report: Report) -> list[dict[str, Any]]:
+def summary_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
     """Rows (metric, unfused, fused, fused / unfused) for the headline table, then the verdict."""
     rows = []
-    for key, title, unit, scale in METRICS:
+    for key, _unit, scale in METRICS:
         u, f = _value(report.unfused, key, scale), _value(report.fused, key, scale)
-        rows.append({"metric": f"{title.split(' (')[0]} ({unit})", "unfused": u, "fused": f,
-                     "fused / unfused": (f / u) if (u and f is not None) else None})
+        rows.append({t_in(lang, "chart.col.metric"): t_in(lang, f"chart.row.{key}"),
+                     t_in(lang, "chart.unfused"): u, t_in(lang, "chart.fused"): f,
+                     t_in(lang, "chart.ratio"): (f / u) if (u and f is not None) else None})
     return rows
 
 
-def verdict_text(report: Report) -> str:
+def verdict_text(report: Report, lang: str = "en") -> str:
     """The whole-model verdict in one line (a test over paired rounds)."""
-    return f"Fused against unfused: {report.verdict.describe()}" + (f" — {report.verdict.note}" if report.verdict.note else "")
+    v = report.verdict
+    return (t_in(lang, "chart.verdict_text", verdict=describe_verdict(v, lang))
+            + (DASH.get(lang, " — ") + message(v.note, lang) if v.note else ""))
 
 
-def baseline_rows(report: Report) -> list[dict[str, Any]]:
+def baseline_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
     """One row per way of running the model (fused entries and baselines), like with like: each baseline
     says which fused entry it is compared with and that comparison's verdict."""
+    col = lambda name: t_in(lang, f"chart.col.{name}")  # noqa: E731
+    names = {b.name: b for b in report.baselines}
     rows = []
     for b in report.baselines:
         m = b.measurement
         lat = m.latency if m else None
+        partner = names.get(b.pairs_with or "")
         rows.append({
-            "variant": b.label, "method": b.method, "mode": b.mode or "", "CUDA graphs": b.cuda_graphs,
-            "memory format": b.memory_format,
-            "median ms": lat.median if lat else None, "p20": lat.p20 if lat else None, "p80": lat.p80 if lat else None,
-            "kernels": m.kernel_launches if m else None,
-            "GPU busy ms": m.gpu_busy_ms if m else None,
-            "rel_l2 vs float64": m.precision.rel_l2 if m and m.precision else None,
-            "compile s": b.compile_s,
-            "compared with": b.pairs_with or "",
-            "fused speed-up": b.verdict.speedup if b.verdict else None,
-            "verdict (fused vs this)": b.verdict.label if b.verdict else (b.error or ""),
+            col("variant"): variant_label(b.name, b.label, lang),
+            col("method"): t_in(lang, "chart.fused") if b.method == "fused" else b.method,
+            col("mode"): b.mode or "", col("cuda_graphs"): b.cuda_graphs,
+            col("memory_format"): b.memory_format,
+            col("median_ms"): lat.median if lat else None, "p20": lat.p20 if lat else None,
+            "p80": lat.p80 if lat else None,
+            col("kernels"): m.kernel_launches if m else None,
+            col("gpu_busy_ms"): m.gpu_busy_ms if m else None,
+            col("rel_l2_f64"): m.precision.rel_l2 if m and m.precision else None,
+            col("compile_s"): b.compile_s,
+            col("compared_with"): (b.pairs_with or "") if lang == "en" or partner is None
+            else variant_label(partner.name, partner.label, lang),
+            col("fused_speedup"): b.verdict.speedup if b.verdict else None,
+            col("baseline_verdict"): verdict_label(b.verdict.label, lang) if b.verdict
+            else message(b.error or "", lang),
         })
     return rows
 
@@ -166,50 +244,53 @@ def baseline_rows(report: Report) -> list[dict[str, Any]]:
 PRECISION_KEYS = ("max_abs", "max_rel", "rel_l2", "cosine", "top1_agreement")
 
 
-def precision_rows(report: Report) -> list[dict[str, Any]]:
+def precision_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
     """Model-output errors: each model against float64, and the fused model against the unfused one.
     Where relative figures were refused (a degenerate reference), the row says why."""
     rows = []
-    for label, prec in (("unfused model vs float64 (its own rounding)", report.unfused.precision),
-                        ("fused model vs float64", report.fused.precision),
-                        ("fused vs unfused model", report.fused_vs_unfused)):
+    for key, prec in (("unfused", report.unfused.precision), ("fused", report.fused.precision),
+                      ("fused_vs_unfused", report.fused_vs_unfused)):
         if prec is None:
             continue
-        rows.append({"comparison": label, **{k: getattr(prec, k) for k in PRECISION_KEYS},
-                     "why no relative figures": prec.refused or ""})
+        rows.append({t_in(lang, "chart.col.comparison"): t_in(lang, f"chart.prec.{key}"),
+                     **{k: getattr(prec, k) for k in PRECISION_KEYS},
+                     t_in(lang, "chart.col.why_no_relative"): message(prec.refused or "", lang)})
     return rows
 
 
-def chain_rows(report: Report) -> list[dict[str, Any]]:
+def chain_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
     """Per-chain table rows, fastest speed-up first, each with its verdict (label, 95% interval, p-value).
 
     Reports measured on CUDA also time each chain replayed as a CUDA graph; their rows get that
     speed-up too ("speed-up, CUDA graph"). When the plan chose a kernel for some chain, a "kernel"
     column says which each chain ran.
     """
+    col = lambda name: t_in(lang, f"chart.col.{name}")  # noqa: E731
     graphs = any(c.graph_speedup is not None for c in report.chains)
     chosen = any(c.kernel != "auto" for c in report.chains)
     rows = []
-    for c in report.chains:
+    for c in sorted(report.chains, key=lambda c: -(c.speedup or 0)):
         v = c.verdict
-        row: dict[str, Any] = {"chain": c.title, "id": c.id,
-                               "pattern": BY_NAME[c.pattern].label if c.pattern in BY_NAME else c.pattern,
-                               "verdict": v.label}
+        row: dict[str, Any] = {col("chain"): c.title, "id": c.id,
+                               col("pattern"): translate_text(BY_NAME[c.pattern].label, lang) if c.pattern in BY_NAME
+                               else c.pattern,
+                               col("verdict"): verdict_label(v.label, lang)}
         if chosen:
-            row["kernel"] = c.kernel
-        row["speed-up"] = c.speedup
+            row[col("kernel")] = c.kernel
+        row[col("speedup")] = c.speedup
         if graphs:
-            row["speed-up, CUDA graph"] = c.graph_speedup
+            row[col("speedup_graph")] = c.graph_speedup
         row.update({
-            "95% CI": (f"{1 / v.ci_high:.2f}–{1 / v.ci_low:.2f}x" if v.ci_low and v.ci_high else ""),
-            "p": v.p_value, "rounds": v.n or None,
-            "limited by": c.limited_by or "",
-            "unfused ms": c.unfused.median if c.unfused else None, "fused ms": c.fused.median if c.fused else None,
-            "launches": f"{c.launches_unfused} → {c.launches_fused}" if c.launches_unfused is not None else "",
-            "max abs err": c.max_abs, "rel err": c.rel_err, "status": c.status,
-            "note": "; ".join(x for x in (v.note, c.reason) if x)})
+            col("ci"): (f"{1 / v.ci_high:.2f}–{1 / v.ci_low:.2f}x" if v.ci_low and v.ci_high else ""),
+            "p": v.p_value, col("rounds"): v.n or None,
+            col("limited_by"): t_in(lang, f"chart.limit.{c.limited_by}") if c.limited_by in (HOST, GPU)
+            else (c.limited_by or ""),
+            col("unfused_ms"): c.unfused.median if c.unfused else None,
+            col("fused_ms"): c.fused.median if c.fused else None,
+            col("launches"): f"{c.launches_unfused} → {c.launches_fused}" if c.launches_unfused is not None else "",
+            col("max_abs_err"): c.max_abs, col("rel_err"): c.rel_err, col("status"): status_label(c.status, lang),
+            col("note"): NOTE_SEP.get(lang, "; ").join(message(x, lang) for x in (v.note, c.reason) if x)})
         rows.append(row)
-    rows.sort(key=lambda r: -(r["speed-up"] or 0))
     return rows
 
 
@@ -236,91 +317,105 @@ def bar_style(verdict: str, pattern: str) -> tuple[str, str, float]:
     return color_of(pattern), "", SAME_OPACITY
 
 
-def chain_speedup_figure(report: Report) -> go.Figure:
+def _pattern_label(name: str, lang: str) -> str:
+    return translate_text(BY_NAME[name].label, lang) if name in BY_NAME else str(name)
+
+
+def chain_speedup_figure(report: Report, lang: str = "en") -> go.Figure:
     """Horizontal bars of per-chain speed-up (unfused/fused time), sorted, styled by verdict."""
     measured = sorted((c for c in report.chains if c.speedup is not None), key=lambda c: c.speedup)
     styles = [bar_style(c.verdict.label, c.pattern) for c in measured]
-    hover = [f"{c.title}<br>{c.id}<br>{BY_NAME[c.pattern].label if c.pattern in BY_NAME else c.pattern}: "
-             f"{c.unfused.median:.4f} ms → {c.fused.median:.4f} ms<br>{c.verdict.describe()}"
-             + (f"<br>as a CUDA graph {c.graph_speedup:.2f}x" if c.graph_speedup is not None else "")
+    hover = [f"{c.title}<br>{c.id}<br>{_pattern_label(c.pattern, lang)}: "
+             f"{c.unfused.median:.4f} ms → {c.fused.median:.4f} ms<br>{describe_verdict(c.verdict, lang)}"
+             + (t_in(lang, "chart.hover.graph", x=c.graph_speedup) if c.graph_speedup is not None else "")
              for c in measured]
     fig = go.Figure(go.Bar(x=[c.speedup for c in measured], y=[c.title for c in measured], orientation="h",
                            marker=dict(color=[s[0] for s in styles], pattern_shape=[s[1] for s in styles],
                                        opacity=[s[2] for s in styles]),
                            hovertext=hover, hoverinfo="text", showlegend=False))
-    fig.add_vline(x=1.0, line_dash="dash", line_color="#444", annotation_text="no change", annotation_position="top")
+    fig.add_vline(x=1.0, line_dash="dash", line_color="#444", annotation_text=t_in(lang, "chart.speedup.no_change"),
+                  annotation_position="top")
     for name in sorted({c.pattern for c in measured if c.verdict.label in (FASTER, SAME)}):
-        label = BY_NAME[name].label if name in BY_NAME else str(name)
-        fig.add_trace(go.Bar(x=[None], y=[None], marker_color=color_of(name), name=label))
+        fig.add_trace(go.Bar(x=[None], y=[None], marker_color=color_of(name), name=_pattern_label(name, lang)))
     for verdict in (SAME, SLOWER):
         if any(c.verdict.label == verdict for c in measured):
             color, shape, opacity = bar_style(verdict, "")
-            fig.add_trace(go.Bar(x=[None], y=[None], name=VERDICT_NAMES[verdict],
+            fig.add_trace(go.Bar(x=[None], y=[None], name=t_in(lang, LEGEND_KEYS[verdict]),
                                  marker=dict(color=color if verdict == SLOWER else "#888888",
                                              pattern_shape=shape, opacity=opacity)))
-    fig.update_layout(title="Per-chain speed-up (unfused time / fused time); colour = pattern, verdict by test",
-                      xaxis_title="speed-up (x)", height=max(300, 22 * len(measured) + 120),
+    fig.update_layout(title=t_in(lang, "chart.speedup.title"), xaxis_title=t_in(lang, "chart.speedup.x"),
+                      height=max(300, 22 * len(measured) + 120),
                       margin=dict(l=10, r=10, t=60, b=40), yaxis=dict(automargin=True),
                       legend=dict(orientation="h", y=-0.15 if measured else 0))
     if not measured:
-        fig.add_annotation(text="no per-chain timings in this report", showarrow=False, x=0.5, y=0.5,
+        fig.add_annotation(text=t_in(lang, "chart.speedup.empty"), showarrow=False, x=0.5, y=0.5,
                            xref="paper", yref="paper")
     return fig
 
 
-def chain_precision_figure(report: Report) -> go.Figure:
+def chain_precision_figure(report: Report, lang: str = "en") -> go.Figure:
     """Per-chain max abs error of the fused chain against float64 (log scale)."""
     chains = [c for c in report.chains if c.max_abs is not None]
     vals = [max(float(c.max_abs), 1e-12) for c in chains]
     fig = go.Figure(go.Bar(x=[c.title for c in chains], y=vals, marker_color=[color_of(c.pattern) for c in chains],
-                           hovertext=[f"{c.id}: max abs {c.max_abs}, rel {c.rel_err}" for c in chains],
+                           hovertext=[t_in(lang, "chart.precision.hover", id=c.id, max_abs=c.max_abs, rel=c.rel_err)
+                                      for c in chains],
                            hoverinfo="text"))
     # An explicit log range a decade either side of the data: plotly's autorange on a log axis
     # with one or two bars picks odd, unlabelled ticks.
     lo = math.floor(math.log10(min(vals))) - 1 if vals else -12
     hi = math.ceil(math.log10(max(vals))) + 1 if vals else 0
-    fig.update_layout(title="Per-chain max abs error (fused chain vs float64)",
+    fig.update_layout(title=t_in(lang, "chart.precision.title"),
                       yaxis=dict(type="log", range=[lo, hi], exponentformat="power", dtick=1),
-                      yaxis_title="max |fused - float64|", height=340, margin=dict(l=40, r=10, t=60, b=40),
+                      yaxis_title=t_in(lang, "chart.precision.y"), height=340, margin=dict(l=40, r=10, t=60, b=40),
                       xaxis=dict(showticklabels=len(chains) <= 30))
     return fig
 
 
-def stages_rows(report: Report) -> list[dict[str, Any]]:
-    """The seed's staged table, all four stages: latency, throughput, memory, speed-up over the original,
-    and how each stage's graph differs from the previous one (or which stage it is identical to)."""
+def _stage_values(report: Report, lang: str) -> list[dict[str, Any]]:
+    """The staged table's numbers by stage, with untranslated keys (the figure and the rows read them)."""
     first = next((s.latency for s in report.stages if s.latency is not None), None)
-    rows = []
+    out = []
     for s in report.stages:
         lat: Latency | None = s.latency
         mem = s.peak_memory_bytes
-        rows.append({"stage": s.label, "latency ms (median)": lat.median if lat else None,
-                     "p20": lat.p20 if lat else None, "p80": lat.p80 if lat else None,
-                     "throughput /s": s.throughput, "memory MiB": mem / 2**20 if mem is not None else None,
-                     "speed-up": (first.median / lat.median) if (first and lat) else None,
-                     "ops": s.graph_ops or None, "graph": s.differs})
-    return rows
+        out.append({"stage": stage_label(s.stage, s.label, lang), "latency": lat.median if lat else None,
+                    "p20": lat.p20 if lat else None, "p80": lat.p80 if lat else None,
+                    "throughput": s.throughput, "memory": mem / 2**20 if mem is not None else None,
+                    "speedup": (first.median / lat.median) if (first and lat) else None,
+                    "ops": s.graph_ops or None, "graph": message(s.differs, lang)})
+    return out
 
 
-def stages_figure(report: Report) -> go.Figure:
+def stages_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
+    """The seed's staged table, all four stages: latency, throughput, memory, speed-up over the original,
+    and how each stage's graph differs from the previous one (or which stage it is identical to)."""
+    col = lambda name: t_in(lang, f"chart.col.{name}")  # noqa: E731
+    return [{col("stage"): v["stage"], col("latency_median"): v["latency"], "p20": v["p20"], "p80": v["p80"],
+             col("throughput"): v["throughput"], col("memory_mib"): v["memory"], col("speedup"): v["speedup"],
+             col("ops"): v["ops"], col("graph"): v["graph"]} for v in _stage_values(report, lang)]
+
+
+def stages_figure(report: Report, lang: str = "en") -> go.Figure:
     """Latency per fusion level (bars with p20-p80) and throughput (line, right axis); stages whose graph
     is identical to an earlier one are named but not drawn as a new bar."""
-    rows = [r for r in stages_rows(report) if r["latency ms (median)"] is not None]
+    rows = [r for r in _stage_values(report, lang) if r["latency"] is not None]
     labels = [str(r["stage"]) for r in rows]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    med = [r["latency ms (median)"] for r in rows]
-    err = dict(type="data", symmetric=False, array=[r["p80"] - r["latency ms (median)"] for r in rows],
-               arrayminus=[r["latency ms (median)"] - r["p20"] for r in rows])
+    med = [r["latency"] for r in rows]
+    err = dict(type="data", symmetric=False, array=[r["p80"] - r["latency"] for r in rows],
+               arrayminus=[r["latency"] - r["p20"] for r in rows])
     palette = ["#8c8c8c", "#ff7f0e", "#2ca02c", "#1f77b4"]
-    fig.add_trace(go.Bar(x=labels, y=med, error_y=err, name="latency (ms)",
+    latency, throughput = t_in(lang, "chart.stages.latency"), t_in(lang, "chart.stages.throughput")
+    fig.add_trace(go.Bar(x=labels, y=med, error_y=err, name=latency,
                          marker_color=[palette[i % len(palette)] for i in range(len(rows))]), secondary_y=False)
-    fig.add_trace(go.Scatter(x=labels, y=[r["throughput /s"] for r in rows], name="throughput (/s)",
+    fig.add_trace(go.Scatter(x=labels, y=[r["throughput"] for r in rows], name=throughput,
                              mode="lines+markers", line=dict(color="#111111")), secondary_y=True)
-    fig.update_yaxes(title_text="latency (ms)", secondary_y=False, rangemode="tozero")
-    fig.update_yaxes(title_text="throughput (/s)", secondary_y=True, rangemode="tozero")
-    fig.update_layout(title="Staged fusion (the seed's table): original → Conv+BN folded → + epilogues → all accepted",
+    fig.update_yaxes(title_text=latency, secondary_y=False, rangemode="tozero")
+    fig.update_yaxes(title_text=throughput, secondary_y=True, rangemode="tozero")
+    fig.update_layout(title=t_in(lang, "chart.stages.title"),
                       height=380, margin=dict(l=40, r=40, t=60, b=40), legend=dict(orientation="h", y=-0.15))
     if not rows:
-        fig.add_annotation(text="no staged timings in this report", showarrow=False, x=0.5, y=0.5,
+        fig.add_annotation(text=t_in(lang, "chart.stages.empty"), showarrow=False, x=0.5, y=0.5,
                            xref="paper", yref="paper")
     return fig

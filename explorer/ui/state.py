@@ -14,12 +14,20 @@ State (``st.session_state``), initialised by ``init_state``:
     plan_error / plan_notice / plan_seen   plan upload feedback
     run_job         the RunJob in flight (None when idle)
     last_report     (run key, Report) of the latest finished run, or of an opened report file
-    report_error / report_notice   feedback of the report uploader (Results page)
-    run_error       one-line message of the latest failed run
+    results_teaching (file name, validated teaching report dict) opened on the Results page, or None
+    report_error / report_notice   feedback of the report uploader (Results page): the error in English
+                    (translated where it is shown), the notice as ("run" or "teaching", file name)
+    run_error       one-line message of the latest failed run (English, as the runner wrote it)
     run_cancelled   the latest run was cancelled by the user (not a failure)
     upload_paths    ``ui_files.UploadFolders``: {uploaded file ids: path on disk}; the folders of
                     uploads other than the active model's are removed when the model changes,
                     and all of them when the session's state is released
+
+State holds no text in a language: errors and the run's status are kept in
+English as the engine and the runner wrote them, and every text this module
+shows goes through ``explorer.ui.i18n`` (``t`` for its own, ``message`` for an
+English message) in the language of the moment, so that switching the language
+changes them too.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from typing import Any, Callable
 import streamlit as st
 
 from explorer.ui import files as ui_files
-from explorer.errors import ExplorerError, PlanError
+from explorer.ui.i18n import message, t
+from explorer.errors import ExplorerError, PlanError, ReportError
 from explorer.fusions.plan import Plan, make_plan
 from explorer.report import Report
 
@@ -50,6 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "run_job": None,
     "last_report": None,
     "last_report_cached": False,
+    "results_teaching": None,    # (file name, validated teaching report) opened on the Results page
     "report_error": None,
     "report_notice": None,
     "run_error": None,
@@ -110,10 +120,10 @@ def guarded(fn: Callable[[], None]) -> None:
     try:
         fn()
     except ExplorerError as exc:
-        st.error(str(exc))
+        st.error(message(str(exc)))
     except Exception as exc:  # the page boundary: the user gets one line, the app keeps going
         text = str(exc).strip().splitlines()
-        st.error(f"Unexpected error ({type(exc).__name__}): {text[0][:300] if text else ''}")
+        st.error(t("state.unexpected", type=type(exc).__name__, error=text[0][:300] if text else ""))
 
 
 # ------------------------------------------------------------------ models
@@ -134,7 +144,7 @@ def request_load(spec: LoadSpec) -> None:
     if spec == ss.failed_spec:
         return  # its error is still shown; do not retry on every rerun
     try:
-        with st.spinner(f"Loading {spec.label} (capture with torch.export, detect chains)…"):
+        with st.spinner(t("state.loading", label=spec.label)):
             model, graph, detection = load_analysis(spec.source, spec.batch, spec.seq_len)
     except ExplorerError as exc:
         ss.failed_spec, ss.load_error = spec, str(exc)
@@ -170,7 +180,7 @@ def current_or_prompt():
     """Like ``current``, but tells the user to choose a model when there is none."""
     cur = current()
     if cur is None:
-        st.info("Choose a model in the sidebar.")
+        st.info(t("state.choose_model"))
     return cur
 
 
@@ -257,20 +267,63 @@ def on_plan_upload() -> None:
                       f"(memory format {plan.memory_format}, CUDA graphs {'on' if plan.cuda_graphs else 'off'})")
 
 
+def _is_teaching_report(data: bytes) -> bool:
+    """Whether JSON bytes say they are a teaching report (``explorer.teaching.report``); bytes that do not
+    parse are not (the run report's loader then says why)."""
+    from explorer.jsonfile import parse_json
+    from explorer.teaching import report as teach_report
+
+    try:
+        parsed = parse_json(data, "report", ReportError, max_bytes=ui_files.MAX_REPORT_MB * 2**20, allow_nan=True)
+    except ReportError:
+        return False
+    return teach_report.is_teaching_report(parsed)
+
+
+def open_report(name: str, data: bytes, ident: str) -> None:
+    """Open a saved report on the Results page: a teaching report (validated by
+    ``explorer.teaching.report.load``) goes to ``results_teaching``, a run report (``ui_files.load_report``)
+    to ``last_report``; a file that is neither leaves both as they were and sets ``report_error``."""
+    from explorer.teaching import report as teach_report
+
+    ss = st.session_state
+    ss.report_error = ss.report_notice = None
+    try:
+        if _is_teaching_report(data):
+            ss.results_teaching = (name, teach_report.load(data, name))
+            ss.report_notice = ("teaching", name)
+            return
+        report = ui_files.load_report(name, data)
+    except ExplorerError as exc:
+        ss.report_error = str(exc)  # English; the page translates it and shows it as text, not markdown
+        return
+    ss.last_report, ss.last_report_cached = (ident, report), False
+    ss.results_teaching = None
+    ss.report_notice = ("run", name)
+
+
 def on_report_upload() -> None:
     """Callback of the Results page's uploader: show a saved report, or say why not."""
-    ss = st.session_state
-    uploaded = ss.get("report_file")
-    ss.report_error = ss.report_notice = None
+    uploaded = st.session_state.get("report_file")
     if uploaded is None:
+        st.session_state.report_error = st.session_state.report_notice = None
+        return
+    open_report(uploaded.name, uploaded.getvalue(), f"file:{uploaded.name}:{uploaded.file_id}")
+
+
+def on_open_committed(folder: Any) -> None:
+    """Callback of the Results page's "Open" button: the committed report chosen (``results_committed``)
+    in ``folder`` (``benchmarks/results``)."""
+    name = st.session_state.get("results_committed")
+    if not name:
         return
     try:
-        report = ui_files.load_report(uploaded.name, uploaded.getvalue())
-    except ExplorerError as exc:
-        ss.report_error = ui_files.escape_markdown(exc)  # shown by st.error: text from a file, not markdown
+        data = (folder / name).read_bytes()
+    except OSError as exc:
+        st.session_state.report_notice = None
+        st.session_state.report_error = f"cannot read {name}: {exc.strerror or exc}"
         return
-    ss.last_report, ss.last_report_cached = (f"file:{uploaded.name}:{uploaded.file_id}", report), False
-    ss.report_notice = f"showing {ui_files.escape_markdown(uploaded.name)}, a saved report (not a run of this session)"
+    open_report(name, data, f"committed:{name}")
 
 
 # ------------------------------------------------------------------ runs
@@ -381,9 +434,9 @@ def live_progress(where: str = "page") -> None:
     if job is None:
         return
     elapsed = time.time() - job.started
-    text = f"{job.message} · {elapsed:.0f} s elapsed"
+    text = t("state.progress", status=message(job.message), elapsed=elapsed)
     if where == "sidebar":
-        st.caption(f"Run in progress: {job.fraction:.0%}")
+        st.caption(t("state.in_progress", fraction=job.fraction))
     st.progress(job.fraction, text=text)
     if job.done:
         st.rerun(scope="app")

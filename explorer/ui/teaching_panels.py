@@ -10,7 +10,8 @@ three calls::
     stages_panel(entry["stages"], t("teach.stages.from_report"))
 
 Figures and rows come from ``explorer.ui.teaching_views``; every string from
-the catalog (``explorer.ui.i18n``).
+the catalog (``explorer.ui.i18n``). A text that comes from the report (a note, an
+error) is shown through ``escape_markdown``: a report file is data, never markdown.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.ui import teaching_views as views
+from explorer.ui.files import escape_markdown as plain
 from explorer.ui.i18n import message, t
 from explorer.units import human_bytes
 
@@ -26,7 +28,7 @@ def breakdown_panel(bd: dict, model_name: str = "", key: str = "chart_breakdown"
     """The time breakdown before and after fusion (a teaching report's or this session's), with how to read it."""
     st.markdown(f"#### {t('teach.bd.title')}")
     if "error" in bd:
-        st.error(t("teach.bd.failed", error=message(bd["error"])))
+        st.error(t("teach.bd.failed", error=plain(message(bd["error"]))))
         return
     if not bd:
         return
@@ -48,7 +50,7 @@ def breakdown_panel(bd: dict, model_name: str = "", key: str = "chart_breakdown"
         st.markdown(t("teach.bd.ridge", ridge=f"{ridge:.1f}") if ridge else t("teach.bd.no_ridge"))
         for variant, b in bd.items():
             for note in b.get("notes") or []:
-                st.caption(f"{t('teach.variant.' + variant)}: {message(note)}")
+                st.caption(f"{t('teach.variant.' + variant)}: {plain(message(note))}")
             top = b.get("top") or []
             if top:
                 st.markdown(f"**{t('teach.bd.top', variant=t('teach.variant.' + variant))}**")
@@ -75,7 +77,7 @@ def traffic_panel(traffic: dict, model_name: str = "", key: str = "chart_traffic
     for variant in ("unfused", "fused"):
         got = ncu.get(variant) or {}
         if "error" in got:
-            st.caption(t("teach.tr.ncu_failed", variant=t("teach.variant." + variant), error=message(got["error"])))
+            st.caption(t("teach.tr.ncu_failed", variant=t("teach.variant." + variant), error=plain(message(got["error"]))))
     for variant, ex in (traffic.get("explained") or {}).items():
         reasons = " ".join(t("teach.tr.reason." + r, l2=human_bytes(ex["l2_bytes"]) if ex.get("l2_bytes") else "?")
                            for r in ex["reasons"])

@@ -7,19 +7,23 @@ merges them; a key may be defined once). Keys are ``<module>.<what>``:
 ``app.*`` (the sidebar and the frame), ``graph.*`` and ``gv.*`` (the Graph
 page and the drawn graph of ``explorer.graph_view``), ``fusions.*`` and
 ``verdict.*`` (the Fusions page, a report's verdict labels), ``export.*``,
-``links.*``. A module may also define ``TEXTS = {english: chinese}``: the
+``links.*``, ``run.*``, ``results.*`` and ``chart.*`` (the Run and Results pages
+and the run report's figures and tables), ``state.*`` (loading, the page
+boundary's error line, a run's live progress). A module may also define ``TEXTS = {english: chinese}``: the
 translation memory for texts written in English elsewhere and looked up by
 that text (``patterns.py``: the patterns' teaching texts; ``zoo.py``: the zoo's
 descriptions; ``fusions.py``: the kernel choices). ``messages.py`` translates
 the engine's English messages by pattern (``RULES``) and the prose inside its
-implementation labels (``PHRASES``).
+implementation labels (``PHRASES``); ``runtime.py`` adds ``RULES`` (tried after
+those of ``messages.py``) for what the measurement runtime writes in English: its
+progress, run and report-file errors, upload errors, and the notes a run report
+carries.
 
 Chinese follows the seed document's terms (shared/seed/operator-fusion-overview.zh.txt):
 算子融合, 内核启动 (Kernel Launch), 访存, 中间结果, 显存, 寄存器压力, 折叠, 批归一化 (BN),
 层归一化 (LayerNorm), 残差, 算术强度, 带宽, 推理, 训练.
 
-Adding a page's strings (phase 2 of issue 14): create ``locale/<page>.py`` with its
-``STRINGS``, route every user-facing literal of the page through ``t("<page>.<what>")``,
-and remove the page from ``NOT_YET_TRANSLATED`` in ``tests/test_i18n.py``; the test then
-lists any literal left behind.
+Adding a page's strings: create ``locale/<page>.py`` with its ``STRINGS`` and route every
+user-facing literal of the page through ``t("<page>.<what>")``; ``tests/test_i18n.py`` lists
+any literal left behind (``NOT_YET_TRANSLATED`` is empty since phase 2 of issue 14).
 """

@@ -136,7 +136,7 @@ STRINGS = {
         "On the Run page tick *Quick* and press **Run**: the model is timed unfused and fused in a separate "
         "process. Look at the kernel launches (or ATen ops on a CPU) before and after, and at the precision "
         "against float64. This step is ticked when a run of this model is on screen.",
-        "在运行页面勾选 *Quick*，然后点 **Run**：模型会在独立进程里分别按未融合、融合计时。看融合前后的内核启动次数（CPU 上"
+        "在运行页勾选 *快速模式*，然后点击 **运行**：模型会在独立进程里分别按未融合、融合计时。看融合前后的内核启动次数（CPU 上"
         "是 ATen 算子数），以及相对 float64 的精度。屏幕上出现这个模型的测量结果后，这一步就打上勾。"),
     "tour.s4.link": ("Open the Run page", "打开运行页面"),
     "tour.s5.title": ("Read the breakdown", "读懂时间分解"),

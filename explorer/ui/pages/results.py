@@ -1,24 +1,47 @@
-"""Results page: the latest run report, or a saved one, as charts and tables (figures from ``explorer.charts``).
+"""Results page: the latest run report, or a saved one, as charts and tables (figures from ``explorer.ui.charts``);
+a saved teaching report as its time breakdown, traffic table and staged table per model.
 
-A report saved elsewhere (an H200 run's JSON, say) opens here without a GPU.
+A report saved elsewhere (an H200 run's JSON, say) opens here without a GPU: uploaded, or chosen among the
+reports committed in ``benchmarks/results``. A teaching report (``explorer.teaching.report``: schema
+"fusion-explorer-teaching-report", written by ``benchmarks/teach_reports.py`` on the GPU machine) is
+validated by that module's loader and drawn, model by model, with the Learn page's panels
+(``explorer.ui.teaching_panels``: ``breakdown_panel``, ``traffic_panel``, ``stages_panel``).
 Every string that comes from a report goes through ``ui_files.escape_markdown``
 before an element that renders markdown shows it: a report file is data, and its
 text is shown as written (no link, image, HTML or LaTeX from it is rendered).
 The report is the typed ``explorer.report.Report``: verdicts come from its one
 field (``ChainResult.verdict``), baselines are bars and table rows of their own.
-Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages; table: table_baselines;
-buttons: reject_slower, separate_gpu_slower; uploader: report_file.
+
+Every text is in the sidebar's language: the page's own from the catalog (``results.*``), the figures' and
+tables' from ``explorer.ui.charts`` (given the language), the runtime's notes and errors through
+``explorer.ui.i18n.message``.
+
+Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages, and per model of a
+teaching report chart_breakdown_<i>, chart_traffic_<i>; table: table_baselines; buttons: reject_slower,
+separate_gpu_slower, results_open_committed; select box: results_committed; uploader: report_file.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import streamlit as st
 
 from explorer.ui import charts
 from explorer.ui import state as ui_state
+from explorer.ui import teaching_panels as panels
 from explorer.ui.files import escape_markdown as plain
+from explorer.ui.i18n import current as current_language
+from explorer.ui.i18n import message, t
 from explorer.fusions.plan import gpu_slower_chains, slower_chains
 from explorer.report import Report
+
+RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
+
+
+def _committed_reports() -> list[str]:
+    """The run and teaching reports committed in ``benchmarks/results`` (file names)."""
+    return sorted(p.name for pattern in ("report_*.json", "teaching_*.json") for p in RESULTS.glob(pattern))
 
 
 def _detection_of(report: Report):
@@ -33,36 +56,40 @@ def _offer_reject_slower(report: Report) -> None:
     """A button that rejects, in the current choices, every chain this report found slower (its one verdict)."""
     detection = _detection_of(report)
     if detection is None:
-        st.caption(plain(f"This report was measured on '{report.model.name}', not on the model loaded here: "
-                         "load that model to act on its verdicts."))
+        st.caption(t("results.other_model", model=plain(report.model.name)))
         return
     slower = set(slower_chains(report, detection))
-    if st.button(f"Reject the {len(slower)} slower chain(s)", key="reject_slower"):
+    if st.button(t("results.reject_slower", n=len(slower)), key="reject_slower"):
         ui_state.set_accepted(detection, ui_state.accepted_ids(detection) - slower)
-        st.success(f"Rejected {len(slower)} chain(s); the plan on the Fusions page now leaves them unfused.")
+        st.success(t("results.rejected", n=len(slower)))
 
 
 def _open_saved_report() -> None:
-    """The uploader for a saved report (JSON from the Export page or ``fusion-explorer run --out``)."""
-    with st.expander("Open a saved report (.json)", expanded=st.session_state.last_report is None):
-        st.file_uploader("Report JSON, from the Export page or `fusion-explorer run --out`", type=["json"],
-                         key="report_file", on_change=ui_state.on_report_upload)
-    if st.session_state.report_error:
-        st.error(f"Report not opened: {plain(st.session_state.report_error)}")
-    elif st.session_state.report_notice:
-        st.success(plain(st.session_state.report_notice))
+    """The committed reports and the uploader for a saved one (a run report's JSON from the Export page or
+    ``fusion-explorer run --out``, or a teaching report)."""
+    ss = st.session_state
+    with st.expander(t("results.open_title"), expanded=ss.last_report is None and ss.get("results_teaching") is None):
+        committed = _committed_reports()
+        if committed:
+            c1, c2 = st.columns([3, 1])
+            c1.selectbox(t("results.committed"), committed, key="results_committed")
+            c2.button(t("results.open"), key="results_open_committed", on_click=ui_state.on_open_committed,
+                      args=(RESULTS,))
+        st.file_uploader(t("results.upload"), type=["json"], key="report_file", on_change=ui_state.on_report_upload)
+    if ss.report_error:
+        st.error(t("results.not_opened", error=plain(message(ss.report_error))))
+    elif ss.report_notice:
+        kind, name = ss.report_notice
+        st.success(t(f"results.opened.{kind}", name=plain(name)))
 
 
 def _explain_slower(report: Report) -> None:
     """Say what limits the chains that got slower: the host (launch overhead) or the GPU (decided by the runner)."""
     where = charts.slower_where(report)
     if where["host"]:
-        st.info(f"{len(where['host'])} chain(s) are slower only as plain calls: replayed as a CUDA graph "
-                "(no launch or host overhead) they are not. On this machine the host, issuing calls, limits "
-                "them, not the GPU; CUDA graphs (a plan option on the Run page) remove that cost.")
+        st.info(t("results.host_slower", n=len(where["host"])))
     if where["gpu"]:
-        st.info(f"{len(where['gpu'])} chain(s) are slower even as CUDA graphs: the fused kernel itself is "
-                "slower on the GPU than the ops it replaces ('speed-up, CUDA graph' column).")
+        st.info(t("results.gpu_slower", n=len(where["gpu"]), column=t("chart.col.speedup_graph")))
         _offer_separate_epilogue(report)
 
 
@@ -72,83 +99,120 @@ def _offer_separate_epilogue(report: Report) -> None:
     if detection is None:
         return
     ids = gpu_slower_chains(report, detection)
-    if ids and st.button(f"Use the separate epilogue for the {len(ids)} conv/linear chain(s) slower on the GPU",
-                         key="separate_gpu_slower"):
+    if ids and st.button(t("results.separate", n=len(ids)), key="separate_gpu_slower"):
         for cid in ids:
             ui_state.set_kernel(detection, cid, "separate_epilogue")
-        st.success(f"Kernel choice 'separate_epilogue' set for {len(ids)} chain(s): the next run times them "
-                   "with the conv or GEMM and its epilogue as separate kernels.")
+        st.success(t("results.separate_set", n=len(ids)))
+
+
+def _teaching_report(name: str, rep: dict) -> None:
+    """A teaching report, model by model: the time breakdown, the traffic table and the staged table."""
+    st.subheader(t("results.teach.title", name=plain(name)))
+    env = rep.get("environment") or {}
+    st.caption(t("teach.report.caption", device=plain(env.get("device_name") or env.get("device")),
+                 date=plain(rep["date_utc"][:10]), command=plain(rep["command"]), torch=plain(env.get("torch"))))
+    if env.get("is_cpu"):
+        st.warning(t("teach.report.cpu"))
+    st.markdown(t("results.teach.intro"))
+    for i, entry in enumerate(rep["models"]):
+        if "error" in entry:
+            st.markdown(f"### {plain(entry['name'])}")
+            st.error(t("teach.report.model_failed", error=plain(message(entry["error"]))))
+            continue
+        seq = t("results.teach.seq", seq=entry["seq_len"]) if entry.get("seq_len") else ""
+        st.markdown("### " + t("results.teach.model", name=plain(entry["name"]), batch=entry.get("batch"), seq=seq,
+                               dtype=plain(entry["dtype"]), format=plain(entry.get("memory_format") or "nchw"),
+                               fused=entry.get("chains_fused", "?")))
+        panels.breakdown_panel(entry.get("breakdown") or {}, entry["name"], key=f"chart_breakdown_{i}")
+        panels.traffic_panel(entry.get("traffic") or {}, entry["name"], key=f"chart_traffic_{i}")
+        panels.stages_panel(entry.get("stages") or [], t("teach.stages.from_report"))
+        notes = [n for n in entry.get("notes") or [] if isinstance(n, str)]
+        if notes:
+            with st.expander(t("results.teach.notes", name=plain(entry["name"]))):
+                for n in notes:
+                    st.markdown(f"- {plain(message(n))}")
+
+
+def _run_report(report: Report) -> None:
+    lang = current_language()
+    st.subheader(t("results.title", model=plain(report.model.name or t("results.model"))))
+    st.caption(plain(charts.device_caption(report, lang)))
+    if report.is_cpu:
+        st.warning(t("results.cpu"))
+
+    st.markdown("#### " + (t("results.compare_baselines") if report.baselines else t("results.compare")))
+    st.markdown(plain(charts.verdict_text(report, lang)))
+    st.plotly_chart(charts.comparison_figure(report, lang), key="chart_compare", width="stretch")
+    st.dataframe(charts.summary_rows(report, lang), hide_index=True, width="stretch")
+    for m in (report.unfused, report.fused):
+        notes = [message(x) for x in (m.memory_note, m.launches_kind, m.note) if x]
+        if m.bound in ("host", "gpu"):
+            notes.append(t("results.bound", bound=t(f"results.bound.{m.bound}"), ms=m.gpu_busy_ms or 0.0))
+        if notes:
+            st.caption(t("results.variant_notes", variant=t(f"chart.{m.name}") if m.name in ("unfused", "fused")
+                         else plain(m.name), notes=plain(charts.NOTE_SEP.get(lang, "; ").join(notes))))
+    if report.baselines:
+        st.markdown("#### " + t("results.baselines"))
+        st.dataframe(charts.baseline_rows(report, lang), hide_index=True, width="stretch", key="table_baselines")
+
+    st.markdown("#### " + t("results.precision"))
+    sci = {k: st.column_config.NumberColumn(format="%.2e")
+           for k in ("max_abs", "max_rel", "rel_l2", t("chart.col.max_abs_err"), t("chart.col.rel_err"), "p")}
+    sci["cosine"] = st.column_config.NumberColumn(format="%.9f")
+    st.dataframe(charts.precision_rows(report, lang), hide_index=True, width="stretch", column_config=sci)
+    if report.precision_note:
+        st.caption(plain(message(report.precision_note)))
+
+    st.markdown("#### " + t("results.per_chain"))
+    rows = charts.chain_rows(report, lang)
+    if any(c.speedup is not None for c in report.chains):
+        counts = report.verdict_counts()
+        st.markdown(plain(charts.LIST_SEP.get(lang, ", ").join(
+            t("results.count", n=n, label=charts.verdict_label(label, lang)) for label, n in counts.items() if n)))
+        slower = report.slower_chains
+        if slower:
+            st.warning(t("results.slower", n=len(slower)))
+            _offer_reject_slower(report)
+        _explain_slower(report)  # says nothing when no chain is slower either way
+        st.plotly_chart(charts.chain_speedup_figure(report, lang), key="chart_chain_speedup", width="stretch")
+        st.dataframe(rows, hide_index=True, width="stretch", column_config=sci)
+        st.plotly_chart(charts.chain_precision_figure(report, lang), key="chart_chain_precision", width="stretch")
+        if report.rotation_note:
+            st.caption(plain(message(report.rotation_note)))
+    elif rows:
+        st.caption(t("results.no_chain_timings"))
+        st.dataframe(rows, hide_index=True, width="stretch")
+    else:
+        st.caption(t("results.no_chains"))
+
+    st.markdown("#### " + t("results.stages"))
+    stage_rows = charts.stages_rows(report, lang)
+    if stage_rows:
+        st.dataframe(stage_rows, hide_index=True, width="stretch")
+        st.plotly_chart(charts.stages_figure(report, lang), key="chart_stages", width="stretch")
+    else:
+        st.caption(t("results.no_stages"))
+    notes = list(report.notes) + [n for n in (report.bytes_note, report.graph_calls_note) if n]
+    if notes:
+        with st.expander(t("results.notes")):
+            for n in notes:
+                st.markdown(f"- {plain(message(n))}")
 
 
 def page() -> None:
     _open_saved_report()
-    last = st.session_state.last_report
+    ss = st.session_state
+    teaching, last = ss.get("results_teaching"), ss.last_report
+    if teaching is not None:
+        _teaching_report(*teaching)
     if last is None:
-        st.info("No results yet: press Run on the Run page, or open a saved report above.")
+        if teaching is None:
+            st.info(t("results.none"))
         return
-    _key, report = last
-    st.subheader(f"Results: {plain(report.model.name or 'model')}")
-    st.caption(plain(charts.device_caption(report)))
-    if report.is_cpu:
-        st.warning("These are CPU numbers: the fused GPU kernels were not what was timed.")
-
-    st.markdown("#### Unfused vs fused" + (" and the baselines" if report.baselines else ""))
-    st.markdown(plain(charts.verdict_text(report)))
-    st.plotly_chart(charts.comparison_figure(report), key="chart_compare", width="stretch")
-    st.dataframe(charts.summary_rows(report), hide_index=True, width="stretch")
-    for m in (report.unfused, report.fused):
-        notes = [x for x in (m.memory_note, m.launches_kind, m.note) if x]
-        if m.bound:
-            notes.append(f"{m.bound}-bound: the GPU is busy {m.gpu_busy_ms:.3f} ms of each forward")
-        if notes:
-            st.caption(f"{m.name}: " + plain("; ".join(notes)))
-    if report.baselines:
-        st.markdown("#### Baselines (like with like: same memory format; CUDA graphs against reduce-overhead)")
-        st.dataframe(charts.baseline_rows(report), hide_index=True, width="stretch", key="table_baselines")
-
-    st.markdown("#### Precision of the model output")
-    sci = {k: st.column_config.NumberColumn(format="%.2e")
-           for k in ("max_abs", "max_rel", "rel_l2", "max abs err", "rel err", "p")}
-    sci["cosine"] = st.column_config.NumberColumn(format="%.9f")
-    st.dataframe(charts.precision_rows(report), hide_index=True, width="stretch", column_config=sci)
-    if report.precision_note:
-        st.caption(plain(report.precision_note))
-
-    st.markdown("#### Per chain")
-    rows = charts.chain_rows(report)
-    if any(r["speed-up"] is not None for r in rows):
-        counts = report.verdict_counts()
-        st.markdown(plain(", ".join(f"{n} {label}" for label, n in counts.items() if n)))
-        slower = report.slower_chains
-        if slower:
-            st.warning(f"{len(slower)} chain(s) got slower when fused (dark, cross-hatched bars): not every fusion "
-                       "pays. Reject them and run again.")
-            _offer_reject_slower(report)
-        _explain_slower(report)  # says nothing when no chain is slower either way
-        st.plotly_chart(charts.chain_speedup_figure(report), key="chart_chain_speedup", width="stretch")
-        st.dataframe(rows, hide_index=True, width="stretch", column_config=sci)
-        st.plotly_chart(charts.chain_precision_figure(report), key="chart_chain_precision", width="stretch")
-        if report.rotation_note:
-            st.caption(plain(report.rotation_note))
-    elif rows:
-        st.caption("No per-chain timings in this report (quick mode or per-chain timing off): verdicts below "
-                   "are only what the plan did.")
-        st.dataframe(rows, hide_index=True, width="stretch")
-    else:
-        st.caption("No accepted chains in this report.")
-
-    st.markdown("#### Staged fusion (the seed's table)")
-    stage_rows = charts.stages_rows(report)
-    if stage_rows:
-        st.dataframe(stage_rows, hide_index=True, width="stretch")
-        st.plotly_chart(charts.stages_figure(report), key="chart_stages", width="stretch")
-    else:
-        st.caption("No staged timings in this report (enable them on the Run page).")
-    notes = list(report.notes) + [n for n in (report.bytes_note, report.graph_calls_note) if n]
-    if notes:
-        with st.expander("Notes"):
-            for n in notes:
-                st.markdown(f"- {plain(n)}")
+    if teaching is not None:
+        st.divider()
+        st.markdown("### " + t("results.run_title"))
+    _run_report(last[1])
 
 
 ui_state.guarded(page)

@@ -6,6 +6,10 @@ elapsed) and offers Cancel, after which it says "cancelled", not "failed".
 Quick mode takes fewer repetitions and skips the per-chain timing. Reports are
 kept per (model, plan, settings): the same run twice is answered from the cache.
 
+Every text is the catalog's (``run.*``, ``explorer/ui/locale/run.py``) in the
+sidebar's language; the runner's progress and errors, written in English, are
+translated where they are shown (``explorer.ui.i18n.message``).
+
 Widget keys: run_per_chain, run_stages, run_compile_baseline, run_quick, run_start, run_cancel.
 """
 
@@ -16,6 +20,8 @@ import streamlit as st
 from explorer.ui import charts
 from explorer.ui import state as ui_state
 from explorer.ui.files import escape_markdown as plain
+from explorer.ui.i18n import current as current_language
+from explorer.ui.i18n import message, t
 
 
 def _settings(spec):
@@ -34,53 +40,55 @@ def page() -> None:
     spec, model, graph, detection = cur
     ss = st.session_state
     plan = ui_state.current_plan(detection)
-    st.subheader(f"Measure {model.name}")
-    st.markdown(f"Plan: **{len(plan.accepted)} of {len(detection.chains)}** chains accepted · device "
-                f"**{ss.get('device')}** · dtype **{ss.get('dtype')}** · batch **{spec.batch}**"
-                + (f" · sequence **{spec.seq_len}**" if spec.seq_len else "")
-                + f" · memory format **{plan.memory_format}** · CUDA graphs **{'on' if plan.cuda_graphs else 'off'}**")
+    lang = current_language()
+    st.subheader(t("run.title", model=model.name))
+    st.markdown(t("run.plan", accepted=len(plan.accepted), total=len(detection.chains), device=ss.get("device"),
+                  dtype=ss.get("dtype"), batch=spec.batch)
+                + (t("run.plan_seq", seq=spec.seq_len) if spec.seq_len else "")
+                + t("run.plan_format", format=plan.memory_format,
+                    graphs=t("run.on") if plan.cuda_graphs else t("run.off")))
     c = st.columns(4)
-    c[0].checkbox("Time every chain alone", key="run_per_chain")
-    c[1].checkbox("Staged table (none → Conv+BN → +act → all)", key="run_stages")
-    c[2].checkbox("torch.compile baseline", key="run_compile_baseline")
-    c[3].checkbox("Quick (fewer repetitions, no per-chain timing)", key="run_quick",
-                  help="A first look: ResNet-50 on a 2-core CPU in under a minute")
+    c[0].checkbox(t("run.per_chain"), key="run_per_chain", help=t("run.per_chain_help"))
+    c[1].checkbox(t("run.stages"), key="run_stages", help=t("run.stages_help"))
+    c[2].checkbox(t("run.compile_baseline"), key="run_compile_baseline", help=t("run.compile_baseline_help"))
+    c[3].checkbox(t("run.quick"), key="run_quick", help=t("run.quick_help"))
 
     try:
         settings = _settings(spec)
     except ImportError:
-        st.error("The measurement runner (explorer.gpu_runner) is not available in this installation.")
+        st.error(t("run.no_runner"))
         return
     job = ss.run_job
     busy = job is not None and not job.done
     b = st.columns([1, 1, 4])
-    b[0].button("Run", key="run_start", type="primary", disabled=busy,
+    b[0].button(t("run.start"), key="run_start", type="primary", disabled=busy,
                 on_click=ui_state.start_run, args=(spec, plan, settings))
-    b[1].button("Cancel", key="run_cancel", disabled=not busy, on_click=ui_state.cancel_run)
+    b[1].button(t("run.cancel"), key="run_cancel", disabled=not busy, on_click=ui_state.cancel_run)
     if busy:
-        st.caption("The estimate of the time left appears once the first forward is timed, and is revised "
-                   "as each phase ends.")
+        st.caption(t("run.estimate"))
         ui_state.live_progress("page")
         return
     if ss.get("run_cancelled"):
-        st.info("Run cancelled: nothing was measured; press Run to start again.")
+        st.info(t("run.cancelled"))
     elif ss.run_error:
-        st.error(f"Run failed: {plain(ss.run_error)}")
+        st.error(t("run.failed", error=plain(message(ss.run_error))))
     last = ss.last_report
     if last is None:
-        st.info("Press Run: the runner measures the model unfused and with your plan, in a separate process.")
+        st.info(t("run.press"))
         return
     key, report = last
     same = key == ui_state.run_key(spec, plan, settings)
-    st.success(("Results for the current plan and settings" if same else
-                "Results of the last run (for another plan or settings; press Run to measure this one)")
-               + (" (answered from the cache: same model, plan and settings)." if ss.get("last_report_cached") else "."))
-    st.caption(plain(charts.device_caption(report)))
-    st.markdown(plain(charts.verdict_text(report)))
+    cached = bool(ss.get("last_report_cached"))
+    if same:
+        st.success(t("run.results_current_cached") if cached else t("run.results_current"))
+    else:
+        st.success(t("run.results_other_cached") if cached else t("run.results_other"))
+    st.caption(plain(charts.device_caption(report, lang)))
+    st.markdown(plain(charts.verdict_text(report, lang)))
     if report.duration_s is not None:
-        st.caption(f"measured in {report.duration_s:.0f} s")
-    st.dataframe(charts.summary_rows(report), hide_index=True, width="stretch")
-    st.page_link("ui/pages/results.py", label="See every chart on the Results page", icon=":material/bar_chart:")
+        st.caption(t("run.duration", s=report.duration_s))
+    st.dataframe(charts.summary_rows(report, lang), hide_index=True, width="stretch")
+    st.page_link("ui/pages/results.py", label=t("run.to_results"), icon=":material/bar_chart:")
 
 
 ui_state.guarded(page)

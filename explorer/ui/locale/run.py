@@ -1,0 +1,59 @@
+"""Strings of the Run page (``run.*``, ``explorer/ui/pages/run.py``): the plan and settings measured, the options,
+Run and Cancel, the run's progress and outcome.
+
+Terms: measure 测量, plan 融合计划, per-chain timing 逐链计时, staged table 分阶段表, baseline 基线, quick mode
+快速模式, repetitions 重复次数, cache 缓存; the runner's own progress and errors are translated by the rules of
+``locale/runtime.py``.
+"""
+
+STRINGS = {
+    "run.title": ("Measure {model}", "测量 {model}"),
+    "run.plan": ("Plan: **{accepted} of {total}** chains accepted · device **{device}** · dtype **{dtype}** · "
+                 "batch **{batch}**",
+                 "融合计划：已接受 **{accepted} / {total}** 条链 · 设备 **{device}** · 数据类型 **{dtype}** · "
+                 "批大小 **{batch}**"),
+    "run.plan_seq": (" · sequence **{seq}**", " · 序列长度 **{seq}**"),
+    "run.plan_format": (" · memory format **{format}** · CUDA graphs **{graphs}**",
+                        " · 内存格式 **{format}** · CUDA graph 回放 **{graphs}**"),
+    "run.on": ("on", "开"),
+    "run.off": ("off", "关"),
+    "run.per_chain": ("Time every chain alone", "逐链单独计时"),
+    "run.per_chain_help": ("Each accepted chain timed on its own, unfused against fused, with its verdict",
+                           "每条已接受的链单独计时，融合前对比融合后，并给出结论"),
+    "run.stages": ("Staged table", "分阶段表"),
+    "run.stages_help": ("The seed's staged table: the model timed at four levels of fusion, none → Conv+BN folded → "
+                        "+ epilogues (activation, add) → all accepted",
+                        "种子文档中的分阶段表：按四个融合级别给模型计时，不融合 → Conv+BN 折叠 → + 尾处理（激活、残差相加）"
+                        " → 全部接受的融合"),
+    "run.compile_baseline": ("torch.compile baseline", "torch.compile 基线"),
+    "run.compile_baseline_help": ("The same model through torch.compile, compared like with like",
+                                  "同一个模型经 torch.compile 编译后测量，同类相比"),
+    "run.quick": ("Quick", "快速模式"),
+    "run.quick_help": ("Fewer repetitions, no per-chain timing: a first look, ResNet-50 on a 2-core CPU in under a "
+                       "minute",
+                       "重复次数更少，不做逐链计时：先粗看一眼，ResNet-50 在 2 核 CPU 上一分钟内测完"),
+    "run.no_runner": ("The measurement runner (explorer.gpu_runner) is not available in this installation.",
+                      "这个安装中没有测量程序（explorer.gpu_runner）。"),
+    "run.start": ("Run", "运行"),
+    "run.cancel": ("Cancel", "取消"),
+    "run.estimate": ("The estimate of the time left appears once the first forward is timed, and is revised as each "
+                     "phase ends.",
+                     "第一次前向计时完成后才会显示剩余时间的估计，每个阶段结束时再修正。"),
+    "run.cancelled": ("Run cancelled: nothing was measured; press Run to start again.",
+                      "运行已取消：没有测量任何东西；点击“运行”重新开始。"),
+    "run.failed": ("Run failed: {error}", "运行失败：{error}"),
+    "run.press": ("Press Run: the runner measures the model unfused and with your plan, in a separate process.",
+                  "点击“运行”：测量程序会在单独的进程中分别测量融合前的模型和按你的融合计划融合后的模型。"),
+    "run.results_current": ("Results for the current plan and settings.", "当前融合计划和设置的结果。"),
+    "run.results_current_cached": ("Results for the current plan and settings (answered from the cache: same model, "
+                                   "plan and settings).",
+                                   "当前融合计划和设置的结果（来自缓存：模型、融合计划和设置都相同）。"),
+    "run.results_other": ("Results of the last run (for another plan or settings; press Run to measure this one).",
+                          "上一次运行的结果（属于另一个融合计划或设置；点击“运行”测量当前的）。"),
+    "run.results_other_cached": ("Results of the last run (for another plan or settings; press Run to measure this "
+                                 "one) (answered from the cache: same model, plan and settings).",
+                                 "上一次运行的结果（属于另一个融合计划或设置；点击“运行”测量当前的），来自缓存"
+                                 "（模型、融合计划和设置都相同）。"),
+    "run.duration": ("measured in {s:.0f} s", "测量用时 {s:.0f} 秒"),
+    "run.to_results": ("See every chart on the Results page", "在结果页查看全部图表"),
+}
