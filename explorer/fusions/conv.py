@@ -834,6 +834,55 @@ def gemm_applies(a: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None =
                                                   and tuple(z.shape) == (a.shape[0], weight.shape[0]))))
 
 
+def cached_plan(key: tuple) -> _Plan | None:
+    """The plan kept for a call signature ``key`` (of this module's kernels or a caller's), or None."""
+    return _PLANS.get(key)
+
+
+def fallback_plan(key: tuple, label: str = "fallback") -> _Plan:
+    """Remember what calls of signature ``key`` do when no kernel launch is planned for them: ``label``
+    (``"fallback"``: their reference path)."""
+    return _remember(key, _Plan(out_shape=label))
+
+
+def gemm_plan(key: tuple, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
+              act: str, m: int, k: int, a_strides: tuple[int, int], z_strides: tuple[int, int] | None,
+              out_strides: tuple[int, int], tiles: tuple[int, int, int] | None = None) -> _Plan:
+    """The launch of ``gemm_epilogue``'s kernel for a call signature ``key`` (planned once, then reused).
+
+    ``a`` is read as an ``(m, k)`` matrix through ``a_strides`` (row, column), ``z`` (when given) and the
+    output as ``(m, N)`` through theirs: a channels_last ``(N, C, H, W)`` tensor is the ``(N·H·W, C)``
+    matrix with strides ``(C, 1)``, no view needed. ``weight``: ``(N, k)`` through its own strides.
+    """
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    check(act, CONV_ACTIVATIONS)
+    n = weight.shape[0]
+    block_m, block_n, block_k, warps, stages = gemm_config(m, n, k, a.element_size(), a.device)
+    if tiles is not None:
+        block_m, block_n, block_k = tiles
+    interpret = interpreting()
+    grid = (-(-m // block_m) * -(-n // block_n),)
+    return _remember(key, _Plan(_build_gemm_kernel(interpret), grid,
+                                (m, n, k, *a_strides, weight.stride(0), weight.stride(1),
+                                 *(z_strides if z is not None else (0, 0)), *out_strides),
+                                _gemm_constexprs(a.dtype, bias, z, act, block_m, block_n, block_k, interpret),
+                                warps, num_stages=stages))
+
+
+def gemm_launch(plan: _Plan, key: tuple, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                z: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+    """Launch a ``gemm_plan`` on these tensors (the ones its signature describes); returns ``out``."""
+    if plan.grid[0] == 0:
+        return out
+    pointers = (a, weight, a if bias is None else bias, a if z is None else z, out)
+    launch(plan.kernel, plan.grid, (*pointers, *plan.ints), plan.constexprs,
+           key=(key, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps,
+           num_stages=plan.num_stages)
+    return out
+
+
 def gemm_epilogue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
                   act: str = "none", out: torch.Tensor | None = None, *,
                   tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
@@ -845,7 +894,6 @@ def gemm_epilogue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     (``(M, N)``, any strides; default a new contiguous tensor) and returns it. Callers check
     ``gemm_applies``. ``tiles`` = (BLOCK_M, BLOCK_N, BLOCK_K) overrides ``gemm_config`` (tests).
     """
-    check(act, CONV_ACTIVATIONS)
     m, k = a.shape
     n = weight.shape[0]
     if out is None:
@@ -854,22 +902,9 @@ def gemm_epilogue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         return out
     key = ("gemm", a.dtype, m, n, k, a.stride(), weight.stride(), None if bias is None else (bias.dtype, bias.stride()),
            None if z is None else (z.dtype, z.stride()), out.stride(), act, a.device, tiles, interpreting())
-    plan = _PLANS.get(key)
-    if plan is None:
-        block_m, block_n, block_k, warps, stages = gemm_config(m, n, k, a.element_size(), a.device)
-        if tiles is not None:
-            block_m, block_n, block_k = tiles
-        interpret = interpreting()
-        grid = (-(-m // block_m) * -(-n // block_n),)
-        plan = _remember(key, _Plan(_build_gemm_kernel(interpret), grid, (m, n, k),
-                                    _gemm_constexprs(a.dtype, bias, z, act, block_m, block_n, block_k, interpret),
-                                    warps, num_stages=stages))
-    pointers = (a, weight, a if bias is None else bias, a if z is None else z, out)
-    zs = z.stride() if z is not None else (0, 0)
-    launch(plan.kernel, plan.grid, (*pointers, *plan.ints, *a.stride(), *weight.stride(), *zs, *out.stride()),
-           plan.constexprs, key=(key, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps,
-           num_stages=plan.num_stages)
-    return out
+    plan = gemm_plan(key, a, weight, bias, z, act, m, k, a.stride(), None if z is None else z.stride(), out.stride(),
+                     tiles)
+    return gemm_launch(plan, key, a, weight, bias, z, out)
 
 
 def is_pointwise_conv(weight_shape: Sequence[int], stride, padding, dilation, groups) -> bool:
@@ -889,25 +924,6 @@ def conv1x1_applies(x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | Non
             and weight.device == x.device)
 
 
-def _plan_conv1x1(x, weight, bias, z, act) -> _Plan:
-    """The GEMM launch of a 1×1 conv over the channels_last ``x`` (``conv1x1_applies``), or a fallback plan."""
-    check(act, CONV_ACTIVATIONS)
-    if not conv1x1_applies(x, weight, z) or weight.shape[1] != x.shape[1] or x.numel() == 0:
-        return _Plan(out_shape="fallback")
-    n, c, h, w = x.shape
-    c_out = weight.shape[0]
-    m = n * h * w
-    block_m, block_n, block_k, warps, stages = gemm_config(m, c_out, c, x.element_size(), x.device)
-    interpret = interpreting()
-    # x's element (n, c, h, w) sits at ((n·H + h)·W + w)·C + c: row m = (n, h, w) of stride C, column stride 1;
-    # z and the output alike with C_out. The weight (C_out, C_in, 1, 1) is read through its own strides.
-    return _Plan(_build_gemm_kernel(interpret), (-(-m // block_m) * -(-c_out // block_n),),
-                 (m, c_out, c, c, 1, weight.stride(0), weight.stride(1), c_out if z is not None else 0,
-                  1 if z is not None else 0, c_out, 1),
-                 _gemm_constexprs(x.dtype, bias, z, act, block_m, block_n, block_k, interpret), warps,
-                 num_stages=stages, out_shape=(n, c_out, h, w))
-
-
 def conv1x1_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
                      act: str) -> torch.Tensor:
     """``act(conv1x1(x) + bias (+ z))`` for a 1×1 conv (stride 1, no padding, one group): ONE Triton GEMM with
@@ -915,23 +931,26 @@ def conv1x1_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 
     ``x``: ``(N, C_in, H, W)``; ``weight``: ``(C_out, C_in, 1, 1)``; returns ``(N, C_out, H, W)`` in
     channels_last memory (the GEMM's output rows are the pixels). The decision and the launch are planned
-    once per call signature; the kernel reads the 4-D tensors through their strides (no views per call).
+    once per call signature; the kernel reads the 4-D tensors through their strides (no views per call):
+    x's element (n, c, h, w) sits at ((n·H + h)·W + w)·C + c, row m = (n, h, w) of stride C.
     """
     key = ("1x1", x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), weight.dtype, weight.device,
            None if bias is None else (bias.dtype, bias.device),
            None if z is None else (z.shape, z.stride(), z.dtype, z.device), act, interpreting())
+    n, c, h, w = x.shape
+    c_out = weight.shape[0]
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _remember(key, _plan_conv1x1(x, weight, bias, z, act))
+        if conv1x1_applies(x, weight, z) and weight.shape[1] == c and x.numel() > 0:
+            plan = gemm_plan(key, x, weight, bias, z, act, n * h * w, c, (c, 1), (c_out, 1), (c_out, 1))
+        else:
+            check(act, CONV_ACTIVATIONS)
+            plan = _remember(key, _Plan(out_shape="fallback"))
     if plan.out_shape == "fallback":
         y = torch.conv2d(x, weight, None, 1, 0, 1, 1)                       # (N, C_out, H, W)
         return bias_act_(y, bias, z, act)
-    out = torch.empty(plan.out_shape, dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
-    pointers = (x, weight, x if bias is None else bias, x if z is None else z, out)
-    launch(plan.kernel, plan.grid, (*pointers, *plan.ints), plan.constexprs,
-           key=(key, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps,
-           num_stages=plan.num_stages)
-    return out                                                               # (N, C_out, H, W) channels_last
+    out = torch.empty((n, c_out, h, w), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+    return gemm_launch(plan, key, x, weight, bias, z, out)                   # (N, C_out, H, W) channels_last
 
 
 # ====================================================================== kernel selection

@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from explorer.fusions import conv, edit, linear
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
-from explorer.fusions.triton_support import triton_runs_on
+from explorer.fusions.triton_support import interpreting, triton_runs_on
 from explorer.graph import aten
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -163,7 +163,13 @@ def depthwise_layer_norm(x: torch.Tensor, weight: torch.Tensor, packed: torch.Te
     on), reading the weight ``packed`` (``conv.pack_depthwise_weight``; ``weight`` itself works too,
     more slowly); otherwise cuDNN's conv, a permute and ``layer_norm``."""
     c = x.shape[1]
-    if conv.POLICY.depthwise_triton and c <= MAX_CHANNELS and conv.depthwise_applies(x, weight, weight.shape[0]):
+    key = ("convnext-dwln", x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.device,
+           conv.POLICY.depthwise_triton, interpreting())
+    decision = conv.cached_plan(key)
+    if decision is None:
+        use = conv.POLICY.depthwise_triton and c <= MAX_CHANNELS and conv.depthwise_applies(x, weight, weight.shape[0])
+        decision = conv.fallback_plan(key, "kernel" if use else "fallback")
+    if decision.out_shape == "kernel":
         y = conv.depthwise_conv(x, packed, bias, None, stride, padding, dilation, "none",
                                 norm=(ln_weight, ln_bias, eps))                  # (N, C, H', W') channels_last
         return y.permute(0, 2, 3, 1)                                             # (N, H', W', C) contiguous
@@ -177,27 +183,49 @@ def residual_add_(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def mlp_hidden(t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, act: str, gemm: bool) -> torch.Tensor:
-    """``act(t @ w1ᵀ + b1)`` for ``t`` ``(N, H, W, C)``, as ``(N·H·W, 4C)``: one Triton GEMM with the bias and the
-    activation in its epilogue (``gemm``, where ``conv.gemm_applies``), else as the linear family decides."""
-    rows = t.reshape(-1, t.shape[-1])                                               # (M, C), a view
-    if gemm and conv.gemm_applies(rows, w1):
-        return conv.gemm_epilogue(rows, w1, b1, None, act)                          # (M, 4C)
-    return linear.linear_act(rows, w1, b1, act)
+    """``act(t @ w1ᵀ + b1)`` for the contiguous ``t`` ``(N, H, W, C)``, as ``(N·H·W, 4C)``: one Triton GEMM with
+    the bias and the activation in its epilogue (``gemm``, where ``conv.gemm_applies``), else as the linear
+    family decides. Planned once per call signature."""
+    c = t.shape[-1]
+    key = ("convnext-fc1", t.shape, t.stride(), t.dtype, t.device, w1.shape, w1.stride(), w1.dtype,
+           None if b1 is None else b1.dtype, act, gemm, interpreting())
+    plan = conv.cached_plan(key)
+    if plan is None:
+        rows = t.reshape(-1, c)
+        if gemm and t.is_contiguous() and conv.gemm_applies(rows, w1) and rows.shape[0] > 0:
+            plan = conv.gemm_plan(key, t, w1, b1, None, act, rows.shape[0], c, (c, 1), None, (w1.shape[0], 1))
+        else:
+            plan = conv.fallback_plan(key)
+    if plan.out_shape == "fallback":
+        return linear.linear_act(t.reshape(-1, c), w1, b1, act)
+    out = torch.empty((t.numel() // c, w1.shape[0]), dtype=t.dtype, device=t.device)   # (M, 4C)
+    return conv.gemm_launch(plan, key, t, w1, b1, None, out)
 
 
 def project_residual(h: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None, x: torch.Tensor,
                      gemm: bool) -> torch.Tensor:
     """``x + (h @ w2ᵀ + b2)`` as ``(N, C, H, W)`` (channels_last memory): one Triton GEMM that adds the bias and
-    the residual in its epilogue where ``x`` is channels_last (its pixels are then rows, a view) and ``gemm``;
-    else the GEMM (or ``linear``) and ``residual_add_``."""
+    the residual in its epilogue where ``x`` is channels_last (its pixels are then rows of stride C) and ``gemm``;
+    else the GEMM (or ``linear``) and ``residual_add_``. Planned once per call signature."""
     n, c, hh, ww = x.shape
-    if gemm and conv.gemm_applies(h, w2):
-        x_rows = x.permute(0, 2, 3, 1).reshape(n * hh * ww, c) if conv.layout_of(x) == "nhwc" else None
-        y = conv.gemm_epilogue(h, w2, b2, x_rows, "none")                          # (M, C)
-        y = y.view(n, hh, ww, c).permute(0, 3, 1, 2)                                # (N, C, H, W)
-        return y if x_rows is not None else residual_add_(y, x)
-    y = F.linear(h, w2, b2).view(n, hh, ww, c).permute(0, 3, 1, 2)                  # (N, C, H, W)
-    return residual_add_(y, x)
+    key = ("convnext-fc2", h.shape, h.stride(), x.shape, x.stride(), x.dtype, x.device, w2.shape, w2.stride(),
+           w2.dtype, None if b2 is None else b2.dtype, gemm, interpreting())
+    plan = conv.cached_plan(key)
+    if plan is None:
+        if gemm and conv.gemm_applies(h, w2) and h.shape[0] == n * hh * ww > 0:
+            z = x if conv.layout_of(x) == "nhwc" else None      # the residual read in the epilogue, as rows of x
+            plan = conv.gemm_plan(key, h, w2, b2, z, "none", h.shape[0], h.shape[1], h.stride(),
+                                  None if z is None else (c, 1), (c, 1))
+            plan.out_shape = "residual in the epilogue" if z is not None else "residual pass"
+        else:
+            plan = conv.fallback_plan(key)
+    if plan.out_shape == "fallback":
+        y = F.linear(h, w2, b2).view(n, hh, ww, c).permute(0, 3, 1, 2)      # (N, C, H, W)
+        return residual_add_(y, x)
+    out = torch.empty((n, c, hh, ww), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+    if plan.out_shape == "residual in the epilogue":
+        return conv.gemm_launch(plan, key, h, w2, b2, x, out)
+    return residual_add_(conv.gemm_launch(plan, key, h, w2, b2, None, out), x)
 
 
 def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias, eps, w1, b1, act,
