@@ -564,7 +564,7 @@ def bench_kernels(args, device, log, deadline: float, checkpoint) -> dict:
         dwln = DWLN_SHAPES[:2] if args.quick else DWLN_SHAPES
         se_shapes = [s for s in SE_SHAPES if not args.quick or s[0] in QUICK_SE]
         gemm_shapes = [s for s in GEMM_SHAPES if not args.quick or s[0] in QUICK_GEMM]
-    by_name = {s.name: s for s in conv_shapes}
+    by_name = {s.name: s for s in (*CONV_SHAPES, *conv_shapes)}
     out: dict[str, Any] = dict(dtype=str(dtype).replace("torch.", ""), batch=batch, memory_format="channels_last",
                                l2_bytes=l2, copy=big_copy(device, args.smoke), rows=[], skipped_past_budget=[])
     log(f"kernels: 512 MiB copy {out['copy']['gbps']:.0f} GB/s")
@@ -876,8 +876,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "fp32, without Triton (proves the plumbing; the numbers are not measurements)")
     p.add_argument("--smoke-compile", action="store_true",
                    help="with --smoke: also run the torch.compile variants (inductor on the CPU: minutes)")
-    p.add_argument("--budget-s", type=float, default=480.0,
-                   help="no case, model or compile starts after this many seconds (default 480)")
+    p.add_argument("--budget-s", type=float, default=420.0,
+                   help="no case, model or compile starts after this many seconds (default 420)")
     p.add_argument("--out", default=None, help="JSON path (default $OUT/bench_cnn_fusions_<part>.json)")
     args = p.parse_args(argv)
     if args.smoke and not args.smoke_compile:
