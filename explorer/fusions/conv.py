@@ -43,8 +43,8 @@ report's label and the lean lowering (``LOWERINGS``) all ask it::
 
 Why the bias leaves the convolution on CUDA: ATen's cuDNN path adds a conv's bias
 as a separate broadcast ``add_`` over the output, which is not vectorised over a
-channels_last tensor; an H200 profile of fused MobileNetV2 (issue 13) spent 565 µs
-of 1240 µs in those 52 adds, and 35 more kernels on ReLU6. ``bias_act_`` reads
+channels_last tensor, and issue 13's H200 profile of fused MobileNetV2 found those
+adds (and the ReLU6 kernels after them) to be the largest share of its GPU time. ``bias_act_`` reads
 and writes the output once, in 16-byte vectors, whatever the layout (it reads
 the strides at run time: NCHW and channels_last both run as they are; the graph
 cannot say which, as it is captured in NCHW).
@@ -126,11 +126,11 @@ DEPTHWISE_TOLERANCES = {
 FOLD_TOLERANCE_F64 = 1e-10
 
 #: cuDNN's fused conv+bias+ReLU lost to the convolution followed by a separate ReLU for 1×1
-#: convolutions over large maps on the H200 (ResNet-50 fp16 channels_last, batch 32: the eight
-#: 1×1 convolutions at 56×56 and 28×28 ran 0.56–0.79× as fast as unfused, as CUDA graphs, while
-#: every 3×3 and every 1×1 at 14×14 or 7×7 was faster fused: ``chains`` of
+#: convolutions over large maps on the H200 (ResNet-50 fp16 channels_last, batch 32: slower than
+#: unfused, as CUDA graphs, for the eight 1×1 convolutions at 56×56 and 28×28, faster for every 3×3
+#: and every 1×1 at 14×14 or 7×7: ``chains`` of
 #: ``benchmarks/results/report_resnet50_fp16_channels_last_h200.json``). Above this many output
-#: pixels (N·H·W) a 1×1 conv + ReLU takes the Triton epilogue instead.
+#: pixels (N·H·W) a 1×1 conv + ReLU takes a Triton path instead.
 CUDNN_RELU_1X1_MAX_PIXELS = 16384
 
 TRAINING_REFUSAL = ("BatchNorm in training mode: its statistics change every step, "
