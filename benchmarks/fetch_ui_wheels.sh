@@ -30,7 +30,7 @@ NAMES=(streamlit altair blinker cachetools tenacity toml gitpython gitdb smmap t
        jsonschema jsonschema-specifications referencing rpds-py
        plotly pyvis jsonpickle ipython ipython-pygments-lexers decorator parso matplotlib-inline
        pexpect ptyprocess prompt-toolkit wcwidth stack-data asttokens executing pure-eval traitlets
-       igraph texttable)
+       igraph texttable starlette uvicorn python-multipart websockets itsdangerous)
 
 # One version each: the local .venv's where it has the package.
 declare -A HAVE
