@@ -608,7 +608,9 @@ def profile_forward(fn: Callable[[], Any], device: str, top: int = 15) -> dict:
     intervals), and the ``top`` kernels by total time. On the CPU: the top ATen ops by CPU time instead."""
     import torch
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
+
+    from explorer.runtime.measure import profiling
 
     cuda = device.startswith("cuda")
     try:
@@ -616,7 +618,7 @@ def profile_forward(fn: Callable[[], Any], device: str, top: int = 15) -> dict:
             fn()
             if cuda:
                 torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+            with profiling([ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
                 fn()
                 if cuda:
                     torch.cuda.synchronize()

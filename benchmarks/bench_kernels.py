@@ -142,10 +142,12 @@ def time_variants(variants: dict[str, Callable[[int], object]], reps: int, round
 def kernels_per_call(fn: Callable[[int], object]) -> int | None:
     """Number of GPU kernels (and memsets/copies) one call launches, from the profiler."""
     try:
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import ProfilerActivity
+
+        from explorer.runtime.measure import profiling
         fn(0)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profiling([ProfilerActivity.CUDA]) as prof:
             fn(1)
             torch.cuda.synchronize()
         return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)

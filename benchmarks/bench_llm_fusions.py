@@ -397,7 +397,9 @@ def profile_forward(fn: Callable[[], Any], device: str, top: int = 12) -> dict:
     intervals), and the ``top`` kernels by total time. On the CPU: the top-level op count only."""
     import torch
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
+
+    from explorer.runtime.measure import profiling
 
     cuda = device.startswith("cuda")
     try:
@@ -405,7 +407,7 @@ def profile_forward(fn: Callable[[], Any], device: str, top: int = 12) -> dict:
             fn()
             if cuda:
                 torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+            with profiling([ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
                 fn()
                 if cuda:
                     torch.cuda.synchronize()

@@ -353,12 +353,12 @@ def profile_kernels(fn: Callable[[], Any], device: str, costs: dict[str, tuple[f
 def _profile_once(fn: Callable[[], Any], device: str, costs: dict[str, tuple[float, float]]
                   ) -> tuple[list[KernelTime], float | None, list[str]]:
     """One profiled call of ``fn`` (see ``profile_kernels``)."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     cuda = device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch.inference_mode():
-        with profile(activities=activities) as prof:
+        with m.profiling(activities) as prof:
             fn()
             m.synchronize(device)
     return attribute_events(list(prof.events()), costs, cuda)

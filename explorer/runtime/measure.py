@@ -38,6 +38,7 @@ import copy
 import dataclasses
 import datetime
 import math
+import os
 import platform
 import shutil
 import statistics
@@ -464,11 +465,27 @@ def peak_memory(fn: Callable[[], Any], device: str, resident_bytes: int) -> dict
 
 # ------------------------------------------------------------------ launches
 
+#: Kineto leaves NVIDIA's profiling library (CUPTI) attached after a CUDA profile unless told to tear it
+#: down, and every later kernel launch then pays its callbacks: host-bound plain calls timed after a
+#: profile were measured up to several times slower, the more so the more kernels they launch
+#: (``benchmarks/results/check_timer_h200.json``, pytorch/pytorch#144455). Every profile is taken
+#: through ``profiling``, which asks for the teardown (unless the caller's environment says otherwise).
+CUPTI_TEARDOWN_ENV = ("TEARDOWN_CUPTI", "1")
+
+
+def profiling(activities: list) -> Any:
+    """``torch.profiler.profile(activities=...)`` that leaves no profiling library attached afterwards."""
+    from torch.profiler import profile
+
+    os.environ.setdefault(*CUPTI_TEARDOWN_ENV)
+    return profile(activities=activities)
+
+
 def count_launches(fn: Callable[[], Any], device: str) -> dict[str, Any]:
     """Kernels (CUDA) or top-level ATen ops (CPU) in one call of ``fn``; on CUDA also ``gpu_busy_ms``,
     the summed duration of those kernels (the GPU's own work per forward, from the profiler)."""
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     cuda = device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -476,7 +493,7 @@ def count_launches(fn: Callable[[], Any], device: str) -> dict[str, Any]:
         with torch.inference_mode():
             fn()  # make sure lazy initialisation is not profiled
             synchronize(device)
-            with profile(activities=activities) as prof:
+            with profiling(activities) as prof:
                 fn()
                 synchronize(device)
         events = prof.events()
