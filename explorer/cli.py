@@ -32,8 +32,6 @@ from explorer.report import summary_table
 from explorer.units import human_bytes
 
 EXIT_USAGE = 2
-MAX_PLAN_BYTES = 5 * 2**20
-MAX_REPORT_BYTES = 50 * 2**20
 # ANSI/VT escape sequences (CSI, OSC, and two-byte ESC forms), then any other control or
 # bidirectional-override character.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
@@ -178,7 +176,7 @@ def _check_out(path: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from explorer import gpu_runner
-    from explorer.fusions.plan import Plan
+    from explorer.fusions.plan import MAX_PLAN_BYTES, Plan
 
     from explorer import jsonfile
 

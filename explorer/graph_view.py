@@ -70,7 +70,6 @@ DEFAULT_MAX_NODES = 600
 DIRECTIONS = ("TB", "LR")
 
 FONT_PX = 14                 # label font size in graph units (on screen at zoom 1)
-LINE_PX = 17                 # one label line
 OP_WIDTH, OP_HEIGHT = 170, 44
 FUSED_HEIGHT = 60
 MODULE_WIDTH, MODULE_HEIGHT = 230, 64

@@ -123,10 +123,6 @@ class Measurement:
     note: str = ""
     memory_note: str = ""
 
-    @property
-    def median_ms(self) -> float | None:
-        return self.latency.median if self.latency else None
-
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:

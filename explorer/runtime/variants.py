@@ -29,7 +29,6 @@ class Variant:
     forward: Callable[[], Any]
     resident_bytes: int
     cuda_graph: bool = False
-    graph_pool_bytes: int | None = None
     note: str = ""
     keepalive: Any = None        # what must outlive the timed callable (a captured CUDA graph)
 
@@ -58,12 +57,10 @@ def make_variant(name: str, module: Any, inputs: tuple, device: str, cuda_graphs
                     forward()
             torch.cuda.current_stream().wait_stream(stream)
             torch.cuda.synchronize()
-            before = torch.cuda.memory_allocated()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 static_out = forward()
             torch.cuda.synchronize()
-            pool = torch.cuda.memory_allocated() - before
     except Exception as exc:
         torch.cuda.synchronize()
         return dataclasses.replace(variant, note=f"CUDA graph capture failed, plain calls instead: {m._one_line(exc)}")
@@ -72,7 +69,7 @@ def make_variant(name: str, module: Any, inputs: tuple, device: str, cuda_graphs
         graph.replay()
         return static_out
 
-    return dataclasses.replace(variant, timed=replay, cuda_graph=True, graph_pool_bytes=int(max(pool, 0)),
+    return dataclasses.replace(variant, timed=replay, cuda_graph=True,
                                note="timed as CUDA-graph replays of a forward captured on static inputs",
                                keepalive=graph)  # the graph (and its memory pool) lives as long as the variant
 

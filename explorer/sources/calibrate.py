@@ -95,8 +95,3 @@ def realistic_init(module: torch.nn.Module, make_inputs: Callable[[int], tuple[t
     reinit_zero_layers(module)
     calibrate_batch_norm(module, make_inputs, batches)
     return module.eval()
-
-
-def has_batch_norm(module: torch.nn.Module) -> bool:
-    """Whether calibration would run any forward (a model without BatchNorm needs no inputs)."""
-    return any(isinstance(m, _BATCH_NORMS) for m in module.modules())

@@ -54,7 +54,6 @@ class ImportedOnnx:
     input_names: list[str]
     input_shapes: list[tuple]  # declared dims; a str is a symbolic dim
     input_dtypes: list[torch.dtype]
-    output_names: list[str]
     opset: int
 
 
@@ -491,7 +490,6 @@ class _Builder:
             input_names=names,
             input_shapes=declared,
             input_dtypes=dtypes,
-            output_names=[o.name for o in graph.output],
             opset=self.opset,
         )
 

@@ -53,7 +53,6 @@ from explorer.errors import ModelLoadError
 from explorer.sources import limits
 
 ARCHIVE_VERSION = "0"
-MODEL_NAME = "model"
 MAX_MEMBERS = 100_000
 MAX_JSON_BYTES = 256 * 2**20
 MAX_JSON_DEPTH = 200

@@ -46,7 +46,6 @@ VERDICT_KEYS = {FASTER: "chart.verdict.faster", SLOWER: "chart.verdict.slower", 
                 NO_KERNEL: "chart.verdict.no_kernel", NOT_MEASURED: "chart.verdict.not_measured"}
 #: The legend's name of a verdict in the per-chain figure.
 LEGEND_KEYS = {SAME: "chart.legend.same", SLOWER: "chart.legend.slower"}
-VERDICT_NAMES = {v: t_in("en", k) for v, k in LEGEND_KEYS.items()}
 
 METRICS = (
     # attribute of Measurement, unit key, scale (titles: chart.metric.<attribute>, chart.row.<attribute>)

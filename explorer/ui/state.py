@@ -11,7 +11,7 @@ State (``st.session_state``), initialised by ``init_state``:
     accepted        {graph fingerprint: set of accepted chain ids} -- choices survive reloads
     kernels         {graph fingerprint: {chain id: kernel choice}} -- only choices other than "auto"
     editor_version  bumps to reset the chains table after a bulk change
-    plan_error / plan_notice / plan_seen   plan upload feedback
+    plan_error / plan_notice   plan upload feedback
     run_job         the RunJob in flight (None when idle)
     last_report     (run key, Report) of the latest finished run, or of an opened report file
     results_teaching (file name, validated teaching report dict) opened on the Results page, or None
@@ -55,7 +55,6 @@ DEFAULTS: dict[str, Any] = {
     "editor_version": 0,
     "plan_error": None,
     "plan_notice": None,
-    "plan_seen": None,
     "run_job": None,
     "last_report": None,
     "last_report_cached": False,
@@ -247,7 +246,6 @@ def on_plan_upload() -> None:
     ss.plan_error = ss.plan_notice = None
     if uploaded is None:
         return
-    ss.plan_seen = getattr(uploaded, "file_id", None)
     cur = current()
     if cur is None:
         ss.plan_error = "load a model before uploading a plan"
@@ -440,12 +438,3 @@ def live_progress(where: str = "page") -> None:
     st.progress(job.fraction, text=text)
     if job.done:
         st.rerun(scope="app")
-
-
-def wait_for_run(timeout_s: float = 600.0, poll_s: float = 0.25) -> bool:
-    """Block until the job in flight is done (for tests and scripts); True when it finished."""
-    job = st.session_state.get("run_job")
-    end = time.time() + timeout_s
-    while job is not None and not job.done and time.time() < end:
-        time.sleep(poll_s)
-    return job is None or job.done

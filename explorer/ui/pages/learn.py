@@ -52,10 +52,6 @@ TOUR_MODEL = "residual_block"
 
 # ====================================================================== helpers
 
-def _spec():
-    return st.session_state.get("active")
-
-
 @st.cache_data(show_spinner=False, max_entries=32)
 def _fold(source: str, batch: int, seq_len: int | None, chain_id: str | None, channel: int) -> dict | None:
     """The worked Conv+BN fold (cached per model, chain and channel)."""
