@@ -304,9 +304,37 @@ def test_alternated_timing_and_percentiles():
     calls: list[str] = []
     res = measure.time_alternated({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, "cpu",
                                   measure.TimingPlan(warmup=1, reps=4))
-    timed = calls[4:]  # after warm-up (1) and the first-time probe (1) of each variant
-    assert timed == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    rounds = calls[4:]  # after warm-up (1) and the first-time probe (1) of each variant
+    # Timed calls alternate ABBA; where the order switches variant, one untimed call of the new one
+    # runs first, so that every timed call follows one of its own (steady state, not the other's caches).
+    assert rounds == ["a", "a", "b", "b", "b", "a", "a", "a", "b", "b", "b", "a", "a"]
     assert res["a"]["reps"] == 4 and res["a"]["p20"] <= res["a"]["median"] <= res["a"]["p80"]
+
+
+def test_timed_calls_follow_their_own_variant(monkeypatch):
+    """Every timed call is preceded by a call of the same variant, whatever the number of variants."""
+    calls: list[tuple[str, bool]] = []
+    timing = {"on": False}
+
+    def make(name):
+        return lambda: calls.append((name, timing["on"]))
+
+    variants = {n: make(n) for n in "abc"}
+    orig = measure._timed_call
+
+    def spy(fn, device, before=None):
+        timing["on"] = True
+        try:
+            return orig(fn, device, before)
+        finally:
+            timing["on"] = False
+
+    monkeypatch.setattr(measure, "_timed_call", spy)
+    samples = measure.time_rounds(variants, "cpu", 5)
+    assert all(len(v) == 5 for v in samples.values())
+    timed_positions = [i for i, (_, timed) in enumerate(calls) if timed]
+    assert len(timed_positions) == 15
+    assert all(i > 0 and calls[i - 1][0] == calls[i][0] for i in timed_positions)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
