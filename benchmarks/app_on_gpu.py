@@ -26,10 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import datetime
 import io
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -38,6 +35,9 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import results_path, run_stamp, write_json, write_skipped  # noqa: E402
+
 APP = str(ROOT / "explorer" / "app.py")
 NOT_SHIPPED = ("pydeck", "jedi")
 
@@ -205,17 +205,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    out_path = Path(args.out) if args.out else (Path(os.environ["OUT"]) / "app_on_gpu.json" if os.environ.get("OUT")
-                                                 else ROOT / "benchmarks" / "results" / "app_on_gpu.json")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    doc: dict[str, Any] = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-                           "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    out_path = results_path(args.out, "app_on_gpu.json")
+    doc: dict[str, Any] = run_stamp()
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
-        doc["skipped"] = "no CUDA device here: run with --smoke for the CPU flow"
-        out_path.write_text(json.dumps(doc, indent=1))
-        print(f"app_on_gpu: skipped ({doc['skipped']}); wrote {out_path}")
-        return 0
+        return write_skipped(doc, out_path, "app_on_gpu", "flow")
     import streamlit
 
     from explorer.runtime import measure as m
@@ -224,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run_flow(args.model, args.batch or (2 if args.smoke else 8), device, "fp32" if args.smoke else "fp16",
                       not args.no_baselines, args.timeout_s)
     doc.update(result)
-    out_path.write_text(json.dumps(doc, indent=1, default=str))
+    write_json(out_path, doc)
     env = doc["environment"]
     print(f"app on {env.get('device_name')} (streamlit {env['streamlit']}, torch {env['torch']}, "
           f"driver {env.get('driver')}), {args.model} batch {result['batch']} {result['dtype']}")

@@ -22,7 +22,8 @@
              either side); fused + CUDA graphs <= reduce-overhead (CUDA graphs on both).
 
 Method. Kernels: each variant runs over enough input sets that one pass over them is at least 3x the L2
-(so no call finds its inputs there); on CUDA the calls over all sets are captured in one CUDA graph, and
+(so no call finds its inputs there); on CUDA the calls over all sets are captured in one CUDA graph (by the
+runner's own capture, ``explorer.runtime.variants.make_variant``), and
 ``explorer.runtime.measure.time_alternated`` times its replays (warm-up, CUDA events, variants alternated
 round after round, median with p20/p80), divided by the number of sets: GPU time per call without host gaps.
 Every variant is first checked against float64. GB/s from an explicit byte model (each input read once,
@@ -56,10 +57,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
 import dataclasses
-import datetime
-import json
+import functools
 import math
 import os
 import sys
@@ -72,9 +71,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import _common as common  # noqa: E402  (after the root is on sys.path)
+
 MODELS = ("mobilenet_v2", "efficientnet_b0", "convnext_tiny")
-COMPILE_MODES = (("compile_default", None), ("compile_reduce_overhead", "reduce-overhead"),
-                 ("compile_max_autotune_no_cudagraphs", "max-autotune-no-cudagraphs"))
 BATCH = 32
 #: An eager or compiled fp16 result rounds its intermediates too (conv output, bias add, pooled means):
 #: checked against float64 with this (~8u); ours with the kernel's own TOLERANCES.
@@ -431,31 +430,6 @@ def smoke_shapes():
 
 # ====================================================================== timing kernels
 
-def cuda_graph_replay(fn: Callable[[], Any]) -> tuple[Callable[[], Any], Any]:
-    """Capture ``fn`` (three warm-up calls on a side stream first) as a CUDA graph; returns ``(replay, graph)``.
-    Keep the graph alive as long as ``replay`` is used."""
-    import torch
-
-    with torch.inference_mode():
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = fn()
-        torch.cuda.synchronize()
-
-    def replay():
-        graph.replay()
-        return out
-
-    return replay, graph
-
-
 def check(out, ref64, tol: dict | None) -> str:
     """"ok", or what failed: ``|out - ref| <= atol + rtol·|ref|`` elementwise, NaN failing."""
     import torch
@@ -495,20 +469,17 @@ def run_case(case: Case, device, smoke: bool, compile_: bool, deadline: float, l
             case.notes.append(f"{label}: torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}")
     elif compile_:
         case.notes.append(f"{label}: skipped: past --budget-s")
-    timed, keep = {}, []
+    timed = {}                                   # each CUDA-graph replay keeps its graph alive
     for v, fn in case.variants.items():
         def every_set(fn=fn):
             for i in range(case.sets):
                 fn(i)
         if device.type == "cuda":
-            try:
-                replay, graph = cuda_graph_replay(every_set)
+            replay, why = common.cuda_graph_replay(every_set, str(device))
+            if replay is not None:
                 timed[v] = replay
-                keep.append(graph)
                 continue
-            except Exception as exc:  # recorded; the variant is timed as plain calls instead
-                torch.cuda.synchronize()
-                case.notes.append(f"{v}: CUDA graph capture failed, timed as plain calls: {type(exc).__name__}")
+            case.notes.append(f"{v}: {why}")         # recorded; the variant is timed as plain calls instead
         timed[v] = every_set
     plan = measure.TimingPlan.for_device(str(device), short=True, **({"warmup": 1, "reps": 2} if smoke else {}))
     latency = measure.time_alternated(timed, str(device), plan)
@@ -525,7 +496,7 @@ def run_case(case: Case, device, smoke: bool, compile_: bool, deadline: float, l
                          vs_copy_same_bytes=(copy_ms / lat["median"] if copy_ms and not v.startswith("copy") else None)))
     for r in rows:
         r["notes"] = case.notes
-    del keep
+    del timed
     log(f"  {case.section} {case.name}: " + ", ".join(f"{r['variant']} {r['ms_p50'] * 1e3:.1f} us" for r in rows))
     return rows
 
@@ -540,12 +511,12 @@ def big_copy(device, smoke: bool) -> dict:
     src = torch.empty(nbytes // 2, dtype=torch.float16, device=device).normal_()
     dst = torch.empty_like(src)
     fn = (lambda: dst.copy_(src))
-    keep = None
     if device.type == "cuda":
-        fn, keep = cuda_graph_replay(fn)
+        fn, why = common.cuda_graph_replay(fn, str(device))
+        if fn is None:
+            raise RuntimeError(f"512 MiB copy: {why}")
     plan = measure.TimingPlan.for_device(str(device), short=True, **({"warmup": 1, "reps": 2} if smoke else {}))
     lat = measure.time_alternated({"copy": fn}, str(device), plan)["copy"]
-    del keep
     return dict(bytes=2 * nbytes, ms=lat, gbps=2 * nbytes / (lat["median"] * 1e-3) / 1e9)
 
 
@@ -592,99 +563,8 @@ def bench_kernels(args, device, log, deadline: float, checkpoint) -> dict:
 
 # ====================================================================== models
 
-def _busy_ms(intervals: list[tuple[float, float]]) -> float:
-    """Length of the union of ``(start_us, end_us)`` intervals, in ms (overlapping kernels count once)."""
-    total, end = 0.0, float("-inf")
-    for s, e in sorted(intervals):
-        if e <= end:
-            continue
-        total += e - max(s, end)
-        end = e
-    return total / 1e3
-
-
-def profile_forward(fn: Callable[[], Any], device: str, top: int = 15) -> dict:
-    """One call of ``fn`` under ``torch.profiler``: device kernels, their GPU-busy time (the union of their
-    intervals), and the ``top`` kernels by total time. On the CPU: the top ATen ops by CPU time instead."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity
-
-    from explorer.runtime.measure import profiling
-
-    cuda = device.startswith("cuda")
-    try:
-        with torch.inference_mode():
-            fn()
-            if cuda:
-                torch.cuda.synchronize()
-            with profiling([ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
-                fn()
-                if cuda:
-                    torch.cuda.synchronize()
-        events = prof.events()
-    except Exception as exc:  # the profile is evidence, never a reason to fail the run
-        return dict(gpu_busy_ms=None, kernels=None, top_kernels=[], note=f"profiler failed: {exc}"[:200])
-    if cuda:
-        kernels = [e for e in events if e.device_type == DeviceType.CUDA]
-        note = "" if kernels else "the profiler saw no device kernels (a CUDA graph it cannot trace?)"
-    else:
-        kernels = [e for e in events if e.name.startswith("aten::") and (e.cpu_parent is None
-                                                                          or not e.cpu_parent.name.startswith("aten::"))]
-        note = "cpu: top-level ATen ops, CPU time (not a GPU measurement)"
-    by_name: dict[str, list[float]] = collections.defaultdict(list)
-    for e in kernels:
-        by_name[e.name].append(e.time_range.elapsed_us())
-    busy = _busy_ms([(e.time_range.start, e.time_range.end) for e in kernels]) if cuda else None
-    ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
-    total_us = sum(sum(v) for v in by_name.values()) or 1.0
-    return dict(gpu_busy_ms=busy, kernels=len(kernels),
-                top_kernels=[dict(name=name[:120], calls=len(v), total_us=round(sum(v), 1),
-                                  share=round(sum(v) / total_us, 3)) for name, v in ranked], note=note)
-
-
-def _errors(out, ref) -> dict:
-    """rel_l2, max_abs and top-1 agreement of ``out`` against the float64 ``ref``."""
-    a = out.detach().double().cpu()
-    r = ref.detach().double().cpu()
-    return dict(rel_l2=float((a - r).norm() / r.norm()), max_abs=float((a - r).abs().max()),
-                top1_agreement=float((a.argmax(-1) == r.argmax(-1)).double().mean()))
-
-
-def _compile(eager, mode, x, device: str) -> tuple[Callable[[], Any], Any, float]:
-    """``torch.compile`` of a copy of ``eager`` in ``mode``, called three times (reduce-overhead records its
-    CUDA graph on a later call); returns ``(call, the compiled copy, seconds)``."""
-    import torch
-
-    from explorer.runtime import measure
-
-    target = copy.deepcopy(eager)
-    compiled = torch.compile(target, mode=mode)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        for _ in range(3):
-            compiled(*x)
-    measure.synchronize(device)
-    return (lambda: compiled(*x)), target, round(time.perf_counter() - t0, 1)
-
-
-def _session(variants: dict[str, Callable[[], Any]], ref, device: str, smoke: bool, log, what: str) -> dict:
-    """Check each variant against float64, time them alternated, profile one forward of each: one row each."""
-    import torch
-
-    from explorer.runtime import measure
-
-    log(f"{what}: checking {len(variants)} variants against float64")
-    with torch.inference_mode():
-        precision = {v: _errors(fn().float(), ref) for v, fn in variants.items()}
-    log(f"{what}: timing {', '.join(variants)} alternated")
-    plan = measure.TimingPlan.for_device(device, **({"warmup": 1, "reps": 3} if smoke else {}))
-    latency = measure.time_alternated(variants, device, plan)
-    log(f"{what}: profiling one forward of each")
-    profiles = {v: profile_forward(fn, device) for v, fn in variants.items()}
-    return {v: dict(latency_ms=latency[v], precision=precision[v], gpu_busy_ms=profiles[v]["gpu_busy_ms"],
-                    kernels=profiles[v]["kernels"], top_kernels=profiles[v]["top_kernels"],
-                    profile_note=profiles[v]["note"]) for v in variants}
+#: One profiled forward per variant: the top 15 kernels; on the CPU the top-level ATen ops.
+profile_forward = functools.partial(common.profile_forward, top=15, cpu_ops=True)
 
 
 def bench_model(name: str, args, device: str, log, deadline: float, checkpoint) -> dict:
@@ -715,7 +595,6 @@ def bench_model(name: str, args, device: str, log, deadline: float, checkpoint) 
     del ref_gm
     notes: list[str] = []
     variants: dict[str, Callable[[], Any]] = {}
-    keep: list[Any] = []
     eager = measure.prepare_module(model.module, device, dtype, channels_last=True)
     variants["eager"] = lambda: eager(*x)
     fgm = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
@@ -726,95 +605,22 @@ def bench_model(name: str, args, device: str, log, deadline: float, checkpoint) 
     with conv.policy(gemm_triton=False):
         gemm_library = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
     variants["fused_gemms_on_cublas_cudnn"] = lambda: gemm_library(*x)
-    if device.startswith("cuda"):
-        try:
-            replay, cuda_graph = cuda_graph_replay(variants["fused"])
-            variants["fused_cuda_graphs"] = replay
-            keep.append(cuda_graph)
-        except Exception as exc:
-            notes.append(f"fused_cuda_graphs: capture failed: {type(exc).__name__}: {str(exc)[:160]}")
-    compile_s: dict[str, float] = {}
-    modes = [] if args.no_compile else [(label, mode) for label, mode in COMPILE_MODES
-                                        if device.startswith("cuda") or mode != "reduce-overhead"]
-    if args.no_compile:
-        notes.append("torch.compile variants skipped (--no-compile)")
-    elif args.quick:
-        notes.append("compile_max_autotune_no_cudagraphs: skipped (--quick)")
-        modes = [(label, mode) for label, mode in modes if mode != "max-autotune-no-cudagraphs"]
-    for label, mode in [(label, mode) for label, mode in modes if mode != "max-autotune-no-cudagraphs"]:
-        if time.perf_counter() > deadline:
-            notes.append(f"{label}: skipped: past --budget-s")
-            continue
-        log(f"[{name}] torch.compile mode={mode or 'default'}")
-        try:
-            variants[label], target, compile_s[label] = _compile(eager, mode, x, device)
-            keep.append(target)
-        except Exception as exc:  # a compile failure is a result, not a crash
-            notes.append(f"{label}: torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:200]}")
-    results = _session(variants, ref, device, args.smoke, log, f"[{name}] session 1")
-    for v, r in results.items():
-        r["compile_s"] = compile_s.get(v)
-    out = dict(model=name, batch=batch, dtype=str(dtype).replace("torch.", ""), memory_format="channels_last",
-               chains=dict(det.counts),
-               applied=[dict(pattern=p, status=s, implementation=i, chains=n) for (p, s, i), n in applied.items()],
-               variants=results, second_session=None, notes=notes)
-    out["verdicts"] = model_verdicts(results, None)
-    checkpoint(dict(out, wall_s=round(time.perf_counter() - t0, 1)))
-    for label, mode in [(label, mode) for label, mode in modes if mode == "max-autotune-no-cudagraphs"]:
-        if time.perf_counter() > deadline:
-            notes.append(f"{label}: skipped: past --budget-s")
-            continue
-        log(f"[{name}] torch.compile mode={mode} (session 2)")
-        try:
-            call, target, seconds = _compile(eager, mode, x, device)
-            keep.append(target)
-        except Exception as exc:
-            notes.append(f"{label}: torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:200]}")
-            continue
-        again = {v: variants[v] for v in ("fused", "compile_default") if v in variants}
-        second = _session({**again, label: call}, ref, device, args.smoke, log, f"[{name}] session 2")
-        second[label]["compile_s"] = seconds
-        results[label] = second[label]
-        out["second_session"] = {v: r["latency_ms"] for v, r in second.items()}
-    out["verdicts"] = model_verdicts(results, out["second_session"])
+    head = dict(model=name, batch=batch, dtype=str(dtype).replace("torch.", ""), memory_format="channels_last",
+                chains=dict(det.counts),
+                applied=[dict(pattern=p, status=s, implementation=i, chains=n) for (p, s, i), n in applied.items()])
+    out = common.sessions_against_compile(
+        variants, eager, x, ref, head, notes, device=device, args=args, deadline=deadline,
+        log=lambda msg: log(f"[{name}] {msg}"), profile=profile_forward,
+        checkpoint=lambda partial: checkpoint(dict(partial, wall_s=round(time.perf_counter() - t0, 1))))
+    results = out["variants"]
     eager_err = results["eager"]["precision"]["rel_l2"]
     out["precision_check"] = {v: ("ok" if results[v]["precision"]["rel_l2"] <= max(MODEL_ERROR_FACTOR * eager_err, 5e-3)
                                   else f"rel_l2 {results[v]['precision']['rel_l2']:.3g} > {MODEL_ERROR_FACTOR} x eager's "
                                        f"{eager_err:.3g}") for v in results if v.startswith("fused")}
-    del variants, keep, fgm, dw_cudnn, gemm_library, eager
+    del variants, fgm, dw_cudnn, gemm_library, eager
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return dict(out, wall_s=round(time.perf_counter() - t0, 1))
-
-
-def model_verdicts(results: dict, second_session: dict | None) -> list[dict]:
-    """The two targets, by median latency: fused vs the faster of compile default and
-    max-autotune-no-cudagraphs (from session 2, where the three were alternated, when it ran); fused +
-    CUDA graphs vs reduce-overhead (session 1). With each side's GPU-busy time beside it."""
-    def med(v, session=None):
-        return (session[v] if session is not None else results[v]["latency_ms"])["median"]
-
-    out = []
-    if second_session and "fused" in second_session:
-        compiled = [v for v in ("compile_default", "compile_max_autotune_no_cudagraphs") if v in second_session]
-        best = min(compiled, key=lambda v: med(v, second_session))
-        out.append(dict(target="fused <= faster of compile default / max-autotune-no-cudagraphs", fused="fused",
-                        baseline=best, fused_ms=med("fused", second_session),
-                        baseline_ms=med(best, second_session), session=2))
-    elif "fused" in results and "compile_default" in results:
-        out.append(dict(target="fused <= compile default (max-autotune-no-cudagraphs not measured)", fused="fused",
-                        baseline="compile_default", fused_ms=med("fused"), baseline_ms=med("compile_default"),
-                        session=1))
-    if "fused_cuda_graphs" in results and "compile_reduce_overhead" in results:
-        out.append(dict(target="fused + CUDA graphs <= reduce-overhead", fused="fused_cuda_graphs",
-                        baseline="compile_reduce_overhead", fused_ms=med("fused_cuda_graphs"),
-                        baseline_ms=med("compile_reduce_overhead"), session=1))
-    for v in out:
-        v["met"] = v["fused_ms"] <= v["baseline_ms"]
-        v["speedup"] = v["baseline_ms"] / v["fused_ms"] if v["fused_ms"] else None
-        v["fused_gpu_busy_ms"] = results[v["fused"]]["gpu_busy_ms"]
-        v["baseline_gpu_busy_ms"] = results[v["baseline"]]["gpu_busy_ms"]
-    return out
 
 
 # ====================================================================== report
@@ -837,28 +643,8 @@ def table(doc: dict) -> str:
     elif kernels:
         lines.append(f"kernels: FAILED: {kernels.get('error')}")
     for name in MODELS:
-        m = doc.get(name)
-        if not m:
-            continue
-        if "error" in m:
-            lines.append(f"{name}: FAILED: {m['error']}")
-            continue
-        lines.append("")
-        lines.append(f"{m['model']} {m['dtype']} batch {m['batch']} channels_last:")
-        lines.append(f"  {'variant':<36} {'median ms':>10} {'p20':>8} {'p80':>8} {'GPU busy ms':>12} "
-                     f"{'kernels':>8} {'rel_l2':>9} {'compile s':>10}")
-        for v, r in m["variants"].items():
-            lat, busy = r["latency_ms"], r["gpu_busy_ms"]
-            lines.append(f"  {v:<36} {lat['median']:>10.3f} {lat['p20']:>8.3f} {lat['p80']:>8.3f} "
-                         f"{(f'{busy:.3f}' if busy is not None else '-'):>12} {str(r['kernels'] or '-'):>8} "
-                         f"{r['precision']['rel_l2']:>9.2e} {str(r.get('compile_s') or '-'):>10}")
-        if m.get("second_session"):
-            lines.append("  session 2 (alternated again): " + ", ".join(
-                f"{v} {lat['median']:.3f} ms" for v, lat in m["second_session"].items()))
-        for v in m["verdicts"]:
-            lines.append(f"  target {v['target']}: {v['fused_ms']:.3f} vs {v['baseline']} {v['baseline_ms']:.3f} ms "
-                         f"({v['speedup']:.2f}x, session {v['session']}) {'MET' if v['met'] else 'MISSED'}")
-        top = m["variants"].get("fused", {}).get("top_kernels", [])[:8]
+        lines += common.model_table_lines(name, doc.get(name), "{model} {dtype} batch {batch} channels_last:")
+        top = (doc.get(name) or {}).get("variants", {}).get("fused", {}).get("top_kernels", [])[:8]
         if top:
             lines.append("  fused, top kernels of one forward: " + "; ".join(
                 f"{k['name'][:48]} x{k['calls']} {k['total_us']:.0f} us" for k in top))
@@ -892,13 +678,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _default_out(args) -> Path:
+def _default_name(args) -> str:
+    """The JSON's file name: bench_cnn_fusions_<parts>[_<models>][_smoke].json."""
     name = "bench_cnn_fusions_" + "_".join(args.parts)
     if "models" in args.parts and args.model_list != list(MODELS):
         name += "_" + "_".join(args.model_list)
     name += "_smoke" if args.smoke else ""
-    folder = Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "benchmarks" / "results"
-    return folder / f"{name}.json"
+    return f"{name}.json"
 
 
 def main(argv=None) -> int:
@@ -908,86 +694,44 @@ def main(argv=None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"        # before Triton is first imported: its library functions too
     import torch
 
-    cuda = torch.cuda.is_available()
-    if not cuda and not args.smoke:
-        print("bench_cnn_fusions.py: SKIPPED - no CUDA device here (torch.cuda.is_available() is False); nothing "
-              "was measured. Run it on a GPU machine, or pass --smoke for the CPU plumbing check.")
+    device = common.bench_device("bench_cnn_fusions.py", args.smoke)
+    if device is None:
         return 0
-    if cuda and not args.smoke and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        print("bench_cnn_fusions.py: SKIPPED - TRITON_INTERPRET is set; unset it to benchmark compiled kernels.")
-        return 0
-    device = "cpu" if args.smoke else "cuda"
-    if args.smoke:
-        os.environ.setdefault("EXPLORER_GENERIC_COMPILE", "0")
-    else:
+    if device == "cuda":
         torch.backends.cudnn.benchmark = True       # as a deployed model runs, for every variant alike
     from explorer.runtime import measure
 
-    out_path = Path(args.out) if args.out else _default_out(args)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    deadline = started + args.budget_s
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
     env = measure.environment(device)
-    if cuda and not args.smoke:
+    if device == "cuda":
         env.update(tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
                    tf32_cudnn=bool(torch.backends.cudnn.allow_tf32), cudnn_benchmark=True)
-    doc: dict[str, Any] = dict(
-        schema="bench_cnn_fusions/1", command=" ".join([os.path.basename(sys.executable), *sys.argv]),
-        date_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        label=("SMOKE run on the CPU: the numbers are not GPU numbers" if args.smoke else "GPU run"),
-        environment=env, settings=dict(parts=args.parts, models=args.model_list, batch=args.batch,
-                                       quick=args.quick, compile=not args.no_compile, budget_s=args.budget_s))
+    run = common.BenchRun(common.results_path(args.out, _default_name(args)), "bench_cnn_fusions/1", args.smoke,
+                          env, dict(parts=args.parts, models=args.model_list, batch=args.batch, quick=args.quick,
+                                    compile=not args.no_compile, budget_s=args.budget_s), args.budget_s)
+    log, doc, deadline = run.log, run.doc, run.deadline
 
-    def write() -> None:
-        doc["wall_s"] = round(time.perf_counter() - started, 1)
-        out_path.write_text(json.dumps(doc, indent=1, default=str))
+    def model_part(model: str):
+        def part(checkpoint):
+            if args.smoke:                       # the models at 224x224 would take minutes interpreted
+                os.environ["TRITON_INTERPRET"] = "0"
+            return bench_model(model, args, device, log, deadline, checkpoint)
+        return part
 
-    failed = False
-    jobs = ([("kernels", None)] if "kernels" in args.parts else []) + \
-        ([(m, m) for m in args.model_list] if "models" in args.parts else [])
-    for key, model in jobs:
-        if time.perf_counter() > deadline:
-            doc[key] = dict(error="skipped: past --budget-s")
-            continue
-
-        def checkpoint(partial: dict, key: str = key) -> None:
-            """Write what a part has measured so far (a run cut short keeps it)."""
-            doc[key] = dict(partial, incomplete=True)
-            write()
-
-        try:
-            if model is None:
-                doc[key] = bench_kernels(args, torch.device(device), log, deadline, checkpoint)
-            else:
-                if args.smoke:                       # the models at 224x224 would take minutes interpreted
-                    os.environ["TRITON_INTERPRET"] = "0"
-                doc[key] = bench_model(model, args, device, log, deadline, checkpoint)
-        except Exception as exc:  # one failed part must not lose the others
-            import traceback
-
-            traceback.print_exc()
-            doc[key] = dict(error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
-            failed = True
-            if cuda:
-                torch.cuda.empty_cache()
-        write()
-        log(f"[{key}] done; wrote {out_path}")
+    parts = ({"kernels": lambda checkpoint: bench_kernels(args, torch.device(device), log, deadline, checkpoint)}
+             if "kernels" in args.parts else {})
+    parts.update({m: model_part(m) for m in (args.model_list if "models" in args.parts else [])})
+    failed = run.run_parts(parts)
     bad_kernels = [r for r in (doc.get("kernels") or {}).get("rows", [])
                    if r["variant"].startswith("ours") and r["check"] not in ("ok", "n/a")]
     bad_models = [(m, v, c) for m in MODELS for v, c in (doc.get(m) or {}).get("precision_check", {}).items()
                   if c != "ok"]
-    print(f"{doc['label']}: {env.get('device_name')} torch {env.get('torch')} cuda {env.get('cuda')} "
-          f"cudnn {env.get('cudnn')} triton {env.get('triton')} driver {env.get('driver')} ({doc['date_utc']})")
+    print(run.environment_line(("torch", "cuda", "cudnn", "triton")))
     print(table(doc))
     for r in bad_kernels:
         print(f"CHECK FAILED: {r['section']} {r['case']} {r['variant']}: {r['check']}")
     for m, v, c in bad_models:
         print(f"PRECISION CHECK FAILED: {m} {v}: {c}")
-    print(f"wrote {out_path}")
+    print(f"wrote {run.path}")
     return 1 if failed or bad_kernels or bad_models else 0
 
 

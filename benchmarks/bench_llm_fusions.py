@@ -43,11 +43,9 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
 import dataclasses
-import datetime
+import functools
 import itertools
-import json
 import math
 import os
 import re
@@ -62,13 +60,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import _common as common  # noqa: E402  (after the root is on sys.path)
+
 #: The fused kernels that must reach this fraction of the copy's bandwidth.
 TARGET_FRACTION = 0.90
 TARGET_KERNELS = ("add_rms_norm", "silu_mul")
-#: torch.compile baselines (variant name, mode), in the order they are compiled: the slowest to compile last,
-#: so that ``--budget-s`` skips it rather than the CUDA-graph baseline.
-COMPILE_MODES = (("compile_default", None), ("compile_reduce_overhead", "reduce-overhead"),
-                 ("compile_max_autotune_no_cudagraphs", "max-autotune-no-cudagraphs"))
+#: torch.compile baselines of the kernels part (the model parts': ``common.COMPILE_MODES``).
 KERNEL_COMPILE_MODES = (("compile_default", None), ("compile_max_autotune_no_cudagraphs", "max-autotune-no-cudagraphs"))
 MODELS = {"prefill": "llama_decoder", "decode": "llama_decode_step"}
 #: Tiny decoder sizes of the CPU smoke run (the zoo's are too slow under the Triton interpreter).
@@ -356,87 +353,8 @@ def bench_kernels(args, device: str, log, deadline: float) -> dict:
 
 # ====================================================================== whole decoder
 
-def cuda_graph_replay(fn: Callable[[], Any]) -> tuple[Callable[[], Any], Any]:
-    """Capture ``fn`` (three warm-up calls on a side stream first) as a CUDA graph; returns ``(replay, graph)``.
-    Keep the graph alive as long as ``replay`` is used."""
-    import torch
-
-    with torch.inference_mode():
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = fn()
-        torch.cuda.synchronize()
-
-    def replay():
-        graph.replay()
-        return out
-
-    return replay, graph
-
-
-def _busy_ms(intervals: list[tuple[float, float]]) -> float:
-    """Length of the union of ``(start_us, end_us)`` intervals, in ms (overlapping kernels count once)."""
-    total, end = 0.0, float("-inf")
-    for s, e in sorted(intervals):
-        if e <= end:
-            continue
-        total += e - max(s, end)
-        end = e
-    return total / 1e3
-
-
-def profile_forward(fn: Callable[[], Any], device: str, top: int = 12) -> dict:
-    """One call of ``fn`` under ``torch.profiler``: device kernels, their GPU-busy time (the union of their
-    intervals), and the ``top`` kernels by total time. On the CPU: the top-level op count only."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity
-
-    from explorer.runtime.measure import profiling
-
-    cuda = device.startswith("cuda")
-    try:
-        with torch.inference_mode():
-            fn()
-            if cuda:
-                torch.cuda.synchronize()
-            with profiling([ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
-                fn()
-                if cuda:
-                    torch.cuda.synchronize()
-        events = prof.events()
-    except Exception as exc:  # the profile is evidence, never a reason to fail the run
-        return dict(gpu_busy_ms=None, kernels=None, top_kernels=[], note=f"profiler failed: {exc}"[:200])
-    if not cuda:
-        return dict(gpu_busy_ms=None, kernels=None, top_kernels=[], note="cpu: no device kernels")
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
-    by_name: dict[str, list[float]] = collections.defaultdict(list)
-    for e in kernels:
-        by_name[e.name].append(e.time_range.elapsed_us())
-    busy = _busy_ms([(e.time_range.start, e.time_range.end) for e in kernels])
-    ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
-    total_us = sum(sum(v) for v in by_name.values()) or 1.0
-    return dict(gpu_busy_ms=busy, kernels=len(kernels),
-                top_kernels=[dict(name=name[:120], calls=len(v), total_us=round(sum(v), 1),
-                                  share=round(sum(v) / total_us, 3)) for name, v in ranked],
-                note="" if kernels else "the profiler saw no device kernels (a CUDA graph it cannot trace?)")
-
-
-def _errors(out, ref) -> dict:
-    """rel_l2, max_abs and next-token top-1 agreement of ``out`` against the float64 ``ref``."""
-    import torch
-
-    a = out.detach().double().cpu()
-    r = ref.detach().double().cpu()
-    return dict(rel_l2=float((a - r).norm() / r.norm()), max_abs=float((a - r).abs().max()),
-                top1_agreement=float((a.argmax(-1) == r.argmax(-1)).double().mean()))
+#: One profiled forward per variant: the top 12 kernels; on the CPU nothing (a note).
+profile_forward = functools.partial(common.profile_forward, top=12, cpu_ops=False)
 
 
 def _smoke_analysis(batch: int, seq: int, decode: bool):
@@ -459,42 +377,6 @@ def _smoke_analysis(batch: int, seq: int, decode: bool):
                         task="classification", module=module, batch=batch, seq_len=seq)
     graph = build_graph(gm, model.name)
     return Analysis(model, graph, detect(graph))
-
-
-def _compile(eager, mode, x, device: str) -> tuple[Callable[[], Any], Any, float]:
-    """``torch.compile`` of a copy of ``eager`` in ``mode``, called three times (reduce-overhead records its
-    CUDA graph on a later call); returns ``(call, the compiled copy, seconds)``."""
-    import torch
-
-    from explorer.runtime import measure
-
-    target = copy.deepcopy(eager)
-    compiled = torch.compile(target, mode=mode)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        for _ in range(3):
-            compiled(*x)
-    measure.synchronize(device)
-    return (lambda: compiled(*x)), target, round(time.perf_counter() - t0, 1)
-
-
-def _session(variants: dict[str, Callable[[], Any]], ref, device: str, smoke: bool, log, what: str) -> dict:
-    """Check each variant against float64, time them alternated, profile one forward of each: one row each."""
-    import torch
-
-    from explorer.runtime import measure
-
-    log(f"{what}: checking {len(variants)} variants against float64")
-    with torch.inference_mode():
-        precision = {v: _errors(fn().float(), ref) for v, fn in variants.items()}
-    log(f"{what}: timing {', '.join(variants)} alternated")
-    plan = measure.TimingPlan.for_device(device, **({"warmup": 1, "reps": 3} if smoke else {}))
-    latency = measure.time_alternated(variants, device, plan)
-    log(f"{what}: profiling one forward of each")
-    profiles = {v: profile_forward(fn, device) for v, fn in variants.items()}
-    return {v: dict(latency_ms=latency[v], precision=precision[v], gpu_busy_ms=profiles[v]["gpu_busy_ms"],
-                    kernels=profiles[v]["kernels"], top_kernels=profiles[v]["top_kernels"],
-                    profile_note=profiles[v]["note"]) for v in variants}
 
 
 def bench_model(part: str, args, device: str, log, deadline: float,
@@ -532,101 +414,23 @@ def bench_model(part: str, args, device: str, log, deadline: float,
     del ref_gm
 
     variants: dict[str, Callable[[], Any]] = {}
-    keep: list[Any] = []                             # what must outlive the timing (CUDA graphs, compiled copies)
     eager = measure.prepare_module(model.module, device, dtype)
     variants["eager"] = lambda: eager(*x)
     graph = measure.prepare_graph(model.gm, device, dtype)
     variants["graph"] = lambda: graph(*x)
     fgm = measure.prepare_graph(fused.gm, device, dtype)
     variants["fused"] = lambda: fgm(*x)
-    if device.startswith("cuda"):
-        try:
-            replay, cuda_graph = cuda_graph_replay(variants["fused"])
-            variants["fused_cuda_graphs"] = replay
-            keep.append(cuda_graph)
-        except Exception as exc:
-            notes.append(f"fused_cuda_graphs: capture failed: {type(exc).__name__}: {str(exc)[:160]}")
-    compile_s: dict[str, float] = {}
-    modes = [] if args.no_compile else [(label, mode) for label, mode in COMPILE_MODES
-                                        if device.startswith("cuda") or mode != "reduce-overhead"]
-    if args.no_compile:
-        notes.append("torch.compile variants skipped (--no-compile)")
-    elif args.quick:
-        notes.append("compile_max_autotune_no_cudagraphs: skipped (--quick)")
-        modes = [(label, mode) for label, mode in modes if mode != "max-autotune-no-cudagraphs"]
-    first = [(label, mode) for label, mode in modes if mode != "max-autotune-no-cudagraphs"]
-    for label, mode in first:
-        log(f"[{part}] torch.compile mode={mode or 'default'}")
-        try:
-            variants[label], target, compile_s[label] = _compile(eager, mode, x, device)
-            keep.append(target)
-        except Exception as exc:  # a compile failure is a result, not a crash
-            notes.append(f"{label}: torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:200]}")
-
-    results = _session(variants, ref, device, args.smoke, log, f"[{part}] session 1")
-    out = dict(part=part, model=name, batch=batch, seq_len=seq, dtype=str(dtype).replace("torch.", ""),
-               tokens=batch * (1 if part == "decode" else seq), chains=dict(det.counts),
-               applied=[dict(pattern=p, status=s, implementation=i, chains=n) for (p, s, i), n in applied.items()],
-               variants=results, second_session=None, notes=notes)
-    for v, r in results.items():
-        r["compile_s"] = compile_s.get(v)
-    out["verdicts"] = model_verdicts(results, None)
-    checkpoint(dict(out, wall_s=round(time.perf_counter() - t0, 1)))
-
-    last = [(label, mode) for label, mode in modes if mode == "max-autotune-no-cudagraphs"]
-    for label, mode in last:
-        if time.perf_counter() > deadline:
-            notes.append(f"{label}: skipped: past --budget-s")
-            continue
-        log(f"[{part}] torch.compile mode={mode} (session 2)")
-        try:
-            call, target, seconds = _compile(eager, mode, x, device)
-            keep.append(target)
-        except Exception as exc:
-            notes.append(f"{label}: torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:200]}")
-            continue
-        again = {v: variants[v] for v in ("fused", "compile_default") if v in variants}
-        second = _session({**again, label: call}, ref, device, args.smoke, log, f"[{part}] session 2")
-        second[label]["compile_s"] = seconds
-        results[label] = second[label]
-        out["second_session"] = {v: r["latency_ms"] for v, r in second.items()}
-    out["verdicts"] = model_verdicts(results, out["second_session"])
-    del variants, keep, fgm, graph, eager
+    head = dict(part=part, model=name, batch=batch, seq_len=seq, dtype=str(dtype).replace("torch.", ""),
+                tokens=batch * (1 if part == "decode" else seq), chains=dict(det.counts),
+                applied=[dict(pattern=p, status=s, implementation=i, chains=n) for (p, s, i), n in applied.items()])
+    out = common.sessions_against_compile(
+        variants, eager, x, ref, head, notes, device=device, args=args, deadline=deadline,
+        log=lambda msg: log(f"[{part}] {msg}"), profile=profile_forward,
+        checkpoint=lambda partial: checkpoint(dict(partial, wall_s=round(time.perf_counter() - t0, 1))))
+    del variants, fgm, graph, eager
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return dict(out, wall_s=round(time.perf_counter() - t0, 1))
-
-
-def model_verdicts(results: dict, second_session: dict | None) -> list[dict]:
-    """The two targets, by median latency: fused vs the faster of compile default and
-    max-autotune-no-cudagraphs (from session 2, where the three were alternated, when it ran); fused +
-    CUDA graphs vs reduce-overhead (session 1). With each side's GPU-busy time beside it."""
-    def med(v, session=None):
-        if session is not None:
-            return session[v]["median"]
-        return results[v]["latency_ms"]["median"]
-
-    out = []
-    if second_session and "fused" in second_session:
-        compiled = [v for v in ("compile_default", "compile_max_autotune_no_cudagraphs") if v in second_session]
-        best = min(compiled, key=lambda v: med(v, second_session))
-        out.append(dict(target="fused <= faster of compile default / max-autotune-no-cudagraphs", fused="fused",
-                        baseline=best, fused_ms=med("fused", second_session),
-                        baseline_ms=med(best, second_session), session=2))
-    elif "fused" in results and "compile_default" in results:
-        out.append(dict(target="fused <= compile default (max-autotune-no-cudagraphs not measured)", fused="fused",
-                        baseline="compile_default", fused_ms=med("fused"), baseline_ms=med("compile_default"),
-                        session=1))
-    if "fused_cuda_graphs" in results and "compile_reduce_overhead" in results:
-        out.append(dict(target="fused + CUDA graphs <= reduce-overhead", fused="fused_cuda_graphs",
-                        baseline="compile_reduce_overhead", fused_ms=med("fused_cuda_graphs"),
-                        baseline_ms=med("compile_reduce_overhead"), session=1))
-    for v in out:
-        v["met"] = v["fused_ms"] <= v["baseline_ms"]
-        v["speedup"] = v["baseline_ms"] / v["fused_ms"] if v["fused_ms"] else None
-        v["fused_gpu_busy_ms"] = results[v["fused"]]["gpu_busy_ms"]
-        v["baseline_gpu_busy_ms"] = results[v["baseline"]]["gpu_busy_ms"]
-    return out
 
 
 # ====================================================================== sm_90 compilation without a GPU
@@ -742,28 +546,7 @@ def table(doc: dict) -> str:
         for s in kernels.get("skipped_past_budget", []):
             lines.append(f"skipped (past --budget-s): {s}")
     for part in ("prefill", "decode"):
-        m = doc.get(part)
-        if not m:
-            continue
-        if "error" in m:
-            lines.append(f"{part}: FAILED: {m['error']}")
-            continue
-        lines.append("")
-        lines.append(f"{m['model']} {m['dtype']} batch {m['batch']} seq {m['seq_len']}:")
-        lines.append(f"  {'variant':<36} {'median ms':>10} {'p20':>8} {'p80':>8} {'GPU busy ms':>12} "
-                     f"{'kernels':>8} {'rel_l2':>9} {'compile s':>10}")
-        for v, r in m["variants"].items():
-            lat = r["latency_ms"]
-            busy = r["gpu_busy_ms"]
-            lines.append(f"  {v:<36} {lat['median']:>10.3f} {lat['p20']:>8.3f} {lat['p80']:>8.3f} "
-                         f"{(f'{busy:.3f}' if busy is not None else '-'):>12} {str(r['kernels'] or '-'):>8} "
-                         f"{r['precision']['rel_l2']:>9.2e} {str(r.get('compile_s') or '-'):>10}")
-        if m.get("second_session"):
-            lines.append("  session 2 (alternated again): " + ", ".join(
-                f"{v} {lat['median']:.3f} ms" for v, lat in m["second_session"].items()))
-        for v in m["verdicts"]:
-            lines.append(f"  target {v['target']}: {v['fused_ms']:.3f} vs {v['baseline']} {v['baseline_ms']:.3f} ms "
-                         f"({v['speedup']:.2f}x, session {v['session']}) {'MET' if v['met'] else 'MISSED'}")
+        lines += common.model_table_lines(part, doc.get(part), "{model} {dtype} batch {batch} seq {seq_len}:")
     return "\n".join(lines)
 
 
@@ -812,69 +595,27 @@ def main(argv=None) -> int:
         return aot_check(args.arch)
     import torch
 
-    cuda = torch.cuda.is_available()
-    if not cuda and not args.smoke:
-        print("bench_llm_fusions.py: SKIPPED - no CUDA device here (torch.cuda.is_available() is False); nothing "
-              "was measured. Run it on a GPU machine, or pass --smoke for the CPU plumbing check.")
+    device = common.bench_device("bench_llm_fusions.py", args.smoke)
+    if device is None:
         return 0
-    if cuda and not args.smoke and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        print("bench_llm_fusions.py: SKIPPED - TRITON_INTERPRET is set; unset it to benchmark compiled kernels.")
-        return 0
-    device = "cpu" if args.smoke else "cuda"
-    if args.smoke:
-        os.environ.setdefault("EXPLORER_GENERIC_COMPILE", "0")
     from explorer.runtime import measure
 
-    out_path = Path(args.out) if args.out else (
-        Path(os.environ["OUT"]) / "bench_llm_fusions.json" if os.environ.get("OUT")
-        else ROOT / "benchmarks" / "results" / "bench_llm_fusions.json")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    deadline = started + args.budget_s
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
     env = measure.environment(device)
-    if cuda and not args.smoke:
+    if device == "cuda":
         env["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
-    doc: dict[str, Any] = dict(
-        schema="bench_llm_fusions/1", command=" ".join([os.path.basename(sys.executable), *sys.argv]),
-        date_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        label=("SMOKE run on the CPU: the numbers are not GPU numbers" if args.smoke else "GPU run"),
-        environment=env, settings=dict(parts=args.parts, batch=args.batch, seq_len=args.seq_len, quick=args.quick,
-                                       compile=not args.no_compile, budget_s=args.budget_s))
-    failed = False
-    for part in args.parts:
-        if time.perf_counter() > deadline:
-            doc[part] = dict(error="skipped: past --budget-s")
-            continue
-        def checkpoint(partial: dict, part: str = part) -> None:
-            """Write what a part has measured so far (a run cut short keeps it)."""
-            doc[part] = dict(partial, incomplete=True)
-            out_path.write_text(json.dumps(doc, indent=1, default=str))
-
-        try:
-            doc[part] = (bench_kernels(args, device, log, deadline) if part == "kernels"
-                         else bench_model(part, args, device, log, deadline, checkpoint))
-        except Exception as exc:  # one failed part must not lose the others
-            import traceback
-
-            traceback.print_exc()
-            doc[part] = dict(error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
-            failed = True
-            if cuda:
-                torch.cuda.empty_cache()
-        doc["wall_s"] = round(time.perf_counter() - started, 1)
-        out_path.write_text(json.dumps(doc, indent=1, default=str))
-        log(f"[{part}] done; wrote {out_path}")
+    run = common.BenchRun(common.results_path(args.out, "bench_llm_fusions.json"), "bench_llm_fusions/1", args.smoke,
+                          env, dict(parts=args.parts, batch=args.batch, seq_len=args.seq_len, quick=args.quick,
+                                    compile=not args.no_compile, budget_s=args.budget_s), args.budget_s)
+    log, doc, deadline = run.log, run.doc, run.deadline
+    failed = run.run_parts({part: (lambda checkpoint: bench_kernels(args, device, log, deadline)) if part == "kernels"
+                            else functools.partial(bench_model, part, args, device, log, deadline)
+                            for part in args.parts})
     checks = [r for r in (doc.get("kernels") or {}).get("rows", []) if r["check"] not in ("ok", "n/a")]
-    print(f"{doc['label']}: {env.get('device_name')} torch {env.get('torch')} cuda {env.get('cuda')} "
-          f"triton {env.get('triton')} driver {env.get('driver')} ({doc['date_utc']})")
+    print(run.environment_line())
     print(table(doc))
     for r in checks:
         print(f"CHECK FAILED: {r['case']} {r['variant']}: {r['check']}")
-    print(f"wrote {out_path}")
+    print(f"wrote {run.path}")
     return 1 if failed or checks else 0
 
 

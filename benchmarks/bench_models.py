@@ -40,9 +40,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -52,33 +49,24 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import (ModelCase, elapsed_logger, results_path, run_stamp, write_json,  # noqa: E402
+                                 write_skipped)
 
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One model at one size and dtype; ``cnn`` cases use the layout chosen by ``--layout``."""
-
-    key: str
-    model: str
-    batch: int
-    seq_len: int | None
-    dtype: str
-    cnn: bool
-
-
+#: The CNN cases are channels_last unless ``--layout nchw`` says otherwise; the others are "nchw" (plain).
 CASES = (
-    Case("resnet50_fp16", "resnet50", 32, None, "fp16", True),
-    Case("bert_base_fp16", "bert_base", 32, 128, "fp16", False),
-    Case("mobilenet_v2_fp16", "mobilenet_v2", 32, None, "fp16", True),
-    Case("resnet50_fp32", "resnet50", 32, None, "fp32", True),
+    ModelCase("resnet50_fp16", "resnet50", 32, None, "fp16", "channels_last"),
+    ModelCase("bert_base_fp16", "bert_base", 32, 128, "fp16", "nchw"),
+    ModelCase("mobilenet_v2_fp16", "mobilenet_v2", 32, None, "fp16", "channels_last"),
+    ModelCase("resnet50_fp32", "resnet50", 32, None, "fp32", "channels_last"),
 )
 DEFAULT_CASES = ("resnet50_fp16", "bert_base_fp16", "mobilenet_v2_fp16")
 SMOKE_CASES = (
-    Case("residual_block_fp32", "residual_block", 2, None, "fp32", True),
-    Case("transformer_block_fp32", "transformer_block", 2, 16, "fp32", False),
+    ModelCase("residual_block_fp32", "residual_block", 2, None, "fp32", "channels_last"),
+    ModelCase("transformer_block_fp32", "transformer_block", 2, 16, "fp32", "nchw"),
 )
 
 
-def bench_case(case: Case, device: str, layout: str, modes: tuple[str, ...], target_s: float | None,
+def bench_case(case: ModelCase, device: str, layout: str, modes: tuple[str, ...], target_s: float | None,
                log) -> dict[str, Any]:
     """Measure one case with the runner's baselines; returns its JSON-able result."""
     import torch
@@ -92,7 +80,7 @@ def bench_case(case: Case, device: str, layout: str, modes: tuple[str, ...], tar
 
     t0 = time.perf_counter()
     dtype = m.torch_dtype(case.dtype)
-    channels_last = case.cnn and layout == "channels_last"
+    channels_last = case.memory_format == "channels_last" and layout == "channels_last"
     log(f"[{case.key}] loading")
     analysis = analyze(case.model, batch=case.batch, seq_len=case.seq_len)
     model, _graph, det = analysis
@@ -164,22 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     from explorer.runtime import measure as m
     from explorer.runtime.settings import DEFAULT_COMPILE_MODES
 
-    out_path = Path(args.out) if args.out else (Path(os.environ["OUT"]) / "bench_models.json" if os.environ.get("OUT")
-                                                 else ROOT / "benchmarks" / "results" / "bench_models.json")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    doc: dict[str, Any] = {
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "cases": [],
-    }
+    out_path = results_path(args.out, "bench_models.json")
+    doc: dict[str, Any] = {**run_stamp(), "cases": []}
     import torch
 
     device = args.device or ("cpu" if args.smoke else "cuda")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        doc["skipped"] = "no CUDA device here: run with --smoke for the CPU path"
-        out_path.write_text(json.dumps(doc, indent=1))
-        print(f"bench_models: skipped ({doc['skipped']}); wrote {out_path}")
-        return 0
+        return write_skipped(doc, out_path, "bench_models")
     device = m.resolve_device(device)
     by_key = {c.key: c for c in CASES + SMOKE_CASES}
     wanted = [k.strip() for k in args.models.split(",") if k.strip()] or \
@@ -206,10 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                    "one forward (torch.profiler); precision against the unfused graph in float64"),
     })
     started = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
+    log = elapsed_logger(started)
     for key in wanted:
         if time.perf_counter() - started > args.budget_s:
             doc["cases"].append({"case": key, "error": f"not started: the {args.budget_s:.0f} s budget was spent"})
@@ -223,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             result = {"case": key, "error": m._one_line(exc), "variants": []}
         doc["cases"].append(result)
         doc["wall_s"] = round(time.perf_counter() - started, 1)
-        out_path.write_text(json.dumps(doc, indent=1, default=str))
+        write_json(out_path, doc)
         log(f"[{key}] done in {result.get('wall_s', '?')} s; wrote {out_path}")
         if device.startswith("cuda"):
             torch.cuda.empty_cache()

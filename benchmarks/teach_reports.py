@@ -37,11 +37,8 @@ Learn page opens it), and prints a short table last.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -51,26 +48,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One model measured: zoo name, batch, sequence length, dtype, memory format."""
-
-    key: str
-    model: str
-    batch: int
-    seq_len: int | None
-    dtype: str
-    memory_format: str
-
+from benchmarks._common import ModelCase, elapsed_logger, results_path, run_stamp  # noqa: E402
 
 CASES = (
-    Case("resnet50_fp16", "resnet50", 32, None, "fp16", "channels_last"),
-    Case("bert_base_fp16", "bert_base", 32, 128, "fp16", "nchw"),
+    ModelCase("resnet50_fp16", "resnet50", 32, None, "fp16", "channels_last"),
+    ModelCase("bert_base_fp16", "bert_base", 32, 128, "fp16", "nchw"),
 )
 QUICK_CASES = (
-    Case("residual_block_fp32", "residual_block", 2, None, "fp32", "nchw"),
-    Case("transformer_block_fp32", "transformer_block", 2, 32, "fp32", "nchw"),
+    ModelCase("residual_block_fp32", "residual_block", 2, None, "fp32", "nchw"),
+    ModelCase("transformer_block_fp32", "transformer_block", 2, 32, "fp32", "nchw"),
 )
 
 
@@ -100,7 +86,7 @@ class Budget:
         return self.end - time.perf_counter()
 
 
-def run_case(case: Case, device: str, ceilings: Any, args: argparse.Namespace, budget: Budget, log) -> dict:
+def run_case(case: ModelCase, device: str, ceilings: Any, args: argparse.Namespace, budget: Budget, log) -> dict:
     """Measure one case; returns its model entry of the teaching report."""
     import torch
 
@@ -274,17 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}")
     cases = [by_key[k] for k in wanted] if wanted else list(QUICK_CASES if args.quick else CASES)
-    out_path = Path(args.out) if args.out else (
-        Path(os.environ["OUT"]) / "teaching_report.json" if os.environ.get("OUT")
-        else ROOT / "benchmarks" / "results" / "teaching_report.json")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path = results_path(args.out, "teaching_report.json")
     budget = Budget(args.budget_s)
     started = time.perf_counter()
     invalid = None
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
+    log = elapsed_logger(started)
     env = m.environment(device)
     env["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
     env["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)
@@ -300,9 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     log("measuring the device's ceilings (copy bandwidth, matrix rate, launch cost)")
     ceilings = measure_ceilings(device, tuple(sorted({c.dtype for c in cases})), quick=args.quick)
     doc: dict[str, Any] = {
-        "schema": SCHEMA, "version": VERSION,
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "schema": SCHEMA, "version": VERSION, **run_stamp(),
         "label": "CPU run: numbers are CPU numbers, not GPU numbers" if env["is_cpu"] else "GPU run",
         "environment": env, "ceilings": ceilings.to_dict(), "models": [],
         "notes": [] if ncu or not args.ncu or not device.startswith("cuda") else

@@ -292,7 +292,9 @@ def rescale_to_node_times(kernels: list[KernelTime], node_us: dict[str, float]) 
     return out
 
 
-def _interval_union_us(intervals: list[tuple[float, float]]) -> float:
+def interval_union_us(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of ``(start_us, end_us)`` intervals, in µs: overlapping kernels count once (a
+    device's busy time; the benchmarks' profiles use it too)."""
     total, end = 0.0, float("-inf")
     for s, e in sorted(intervals):
         if e <= end:
@@ -382,7 +384,7 @@ def attribute_events(events: list, costs: dict[str, tuple[float, float]], cuda: 
         # kernels, memcpy and memset; not the GPU-timeline copies of our fx:: ranges (user annotations)
         device_events = [e for e in events if e.device_type == DeviceType.CUDA and not _is_label(e)
                          and not getattr(e, "is_user_annotation", False)]
-        busy_us = _interval_union_us([(e.time_range.start, e.time_range.end) for e in device_events])
+        busy_us = interval_union_us([(e.time_range.start, e.time_range.end) for e in device_events])
         attributed: dict[tuple[str, float], list[str]] = {}
         for e in events:
             if e.device_type != DeviceType.CPU:
