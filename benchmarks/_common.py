@@ -268,9 +268,9 @@ def compile_copy(eager, mode: str | None, x: tuple, device: str) -> tuple[Callab
 
 def session(variants: dict[str, Callable[[], Any]], ref, device: str, smoke: bool, log, what: str,
             profile: Callable[[Callable[[], Any], str], dict]) -> dict:
-    """Check each variant against float64, time them alternated (``measure.time_alternated``), ``profile``
-    one forward of each: one row each (latency_ms, precision, gpu_busy_ms, kernels, top_kernels,
-    profile_note)."""
+    """Check each variant against float64, time them alternated (``measure.time_rounds``: round ``i`` of
+    every variant is one paired round), ``profile`` one forward of each: one row each (latency_ms,
+    precision, gpu_busy_ms, kernels, top_kernels, profile_note, samples_ms: every round's time)."""
     import torch
 
     from explorer.runtime import measure
@@ -280,12 +280,14 @@ def session(variants: dict[str, Callable[[], Any]], ref, device: str, smoke: boo
         precision = {v: errors(fn().float(), ref) for v, fn in variants.items()}
     log(f"{what}: timing {', '.join(variants)} alternated")
     plan = measure.TimingPlan.for_device(device, **({"warmup": 1, "reps": 3} if smoke else {}))
-    latency = measure.time_alternated(variants, device, plan)
+    first = measure.warm_up(variants, device, plan)
+    samples = measure.time_rounds(variants, device, measure.planned_reps(plan, first))
     log(f"{what}: profiling one forward of each")
     profiles = {v: profile(fn, device) for v, fn in variants.items()}
-    return {v: dict(latency_ms=latency[v], precision=precision[v], gpu_busy_ms=profiles[v]["gpu_busy_ms"],
-                    kernels=profiles[v]["kernels"], top_kernels=profiles[v]["top_kernels"],
-                    profile_note=profiles[v]["note"]) for v in variants}
+    return {v: dict(latency_ms=measure.summarize(samples[v]), precision=precision[v],
+                    gpu_busy_ms=profiles[v]["gpu_busy_ms"], kernels=profiles[v]["kernels"],
+                    top_kernels=profiles[v]["top_kernels"], profile_note=profiles[v]["note"],
+                    samples_ms=[round(t, 5) for t in samples[v]]) for v in variants}
 
 
 def sessions_against_compile(variants: dict[str, Callable[[], Any]], eager, x: tuple, ref, head: dict,
@@ -350,34 +352,48 @@ def sessions_against_compile(variants: dict[str, Callable[[], Any]], eager, x: t
         second[label]["compile_s"] = seconds
         results[label] = second[label]
         out["second_session"] = {v: r["latency_ms"] for v, r in second.items()}
-    out["verdicts"] = model_verdicts(results, out["second_session"])
+        out["second_session_samples_ms"] = {v: r["samples_ms"] for v, r in second.items()}
+    out["verdicts"] = model_verdicts(results, out.get("second_session_samples_ms"))
     return out
 
 
 def model_verdicts(results: dict, second_session: dict | None) -> list[dict]:
-    """The two targets, by median latency: fused vs the faster of compile default and
-    max-autotune-no-cudagraphs (from session 2, where the three were alternated, when it ran); fused +
-    CUDA graphs vs reduce-overhead (session 1). With each side's GPU-busy time beside it."""
-    def med(v, session=None):
-        return (session[v] if session is not None else results[v]["latency_ms"])["median"]
+    """The two targets: fused vs the faster of compile default and max-autotune-no-cudagraphs (from
+    session 2, where the three were alternated, when it ran); fused + CUDA graphs vs reduce-overhead
+    (session 1). ``second_session``: session 2's samples per variant. Each verdict is
+    ``explorer.stats.compare`` over the paired rounds (Wilcoxon signed-rank, 3% minimum effect): a
+    target is met unless the fused side is significantly slower; its medians and GPU-busy times
+    stand beside it."""
+    import dataclasses
+    import statistics
+
+    from explorer import stats
+
+    def samples(v, session=None):
+        return (session or {}).get(v) if session is not None else results[v].get("samples_ms")
 
     out = []
     if second_session and "fused" in second_session:
         compiled = [v for v in ("compile_default", "compile_max_autotune_no_cudagraphs") if v in second_session]
-        best = min(compiled, key=lambda v: med(v, second_session))
+        best = min(compiled, key=lambda v: statistics.median(second_session[v]))
         out.append(dict(target="fused <= faster of compile default / max-autotune-no-cudagraphs", fused="fused",
-                        baseline=best, fused_ms=med("fused", second_session),
-                        baseline_ms=med(best, second_session), session=2))
+                        baseline=best, session=2, fused_samples=second_session["fused"],
+                        baseline_samples=second_session[best]))
     elif "fused" in results and "compile_default" in results:
         out.append(dict(target="fused <= compile default (max-autotune-no-cudagraphs not measured)", fused="fused",
-                        baseline="compile_default", fused_ms=med("fused"), baseline_ms=med("compile_default"),
-                        session=1))
+                        baseline="compile_default", session=1, fused_samples=samples("fused"),
+                        baseline_samples=samples("compile_default")))
     if "fused_cuda_graphs" in results and "compile_reduce_overhead" in results:
         out.append(dict(target="fused + CUDA graphs <= reduce-overhead", fused="fused_cuda_graphs",
-                        baseline="compile_reduce_overhead", fused_ms=med("fused_cuda_graphs"),
-                        baseline_ms=med("compile_reduce_overhead"), session=1))
+                        baseline="compile_reduce_overhead", session=1, fused_samples=samples("fused_cuda_graphs"),
+                        baseline_samples=samples("compile_reduce_overhead")))
     for v in out:
-        v["met"] = v["fused_ms"] <= v["baseline_ms"]
+        fused_s, base_s = v.pop("fused_samples"), v.pop("baseline_samples")
+        v["fused_ms"], v["baseline_ms"] = statistics.median(fused_s), statistics.median(base_s)
+        test = stats.compare(base_s, fused_s, basis=f"session {v['session']}, paired rounds")
+        v["verdict"] = test.label
+        v["test"] = dataclasses.asdict(test)
+        v["met"] = test.label != stats.SLOWER
         v["speedup"] = v["baseline_ms"] / v["fused_ms"] if v["fused_ms"] else None
         v["fused_gpu_busy_ms"] = results[v["fused"]]["gpu_busy_ms"]
         v["baseline_gpu_busy_ms"] = results[v["baseline"]]["gpu_busy_ms"]
@@ -403,6 +419,10 @@ def model_table_lines(key: str, m: dict | None, title: str) -> list[str]:
         lines.append("  session 2 (alternated again): " + ", ".join(
             f"{v} {lat['median']:.3f} ms" for v, lat in m["second_session"].items()))
     for v in m["verdicts"]:
+        t = v["test"]
+        ci = f", 95% CI of fused/baseline [{t['ci_low']:.3f}, {t['ci_high']:.3f}]" if t.get("ci_low") is not None else ""
+        p_value = f"p={t['p_value']:.2g}" if t.get("p_value") is not None else "no test"
         lines.append(f"  target {v['target']}: {v['fused_ms']:.3f} vs {v['baseline']} {v['baseline_ms']:.3f} ms "
-                     f"({v['speedup']:.2f}x, session {v['session']}) {'MET' if v['met'] else 'MISSED'}")
+                     f"({v['speedup']:.2f}x, session {v['session']}): fused {v['verdict']} "
+                     f"(Wilcoxon {p_value}, n={t['n']}{ci}) {'MET' if v['met'] else 'MISSED'}")
     return lines
