@@ -297,7 +297,8 @@ class ModelInfo:
 
 @dataclasses.dataclass(frozen=True)
 class PlanInfo:
-    """The plan measured (``explorer.fusions.plan.Plan.to_dict``)."""
+    """The plan measured: the fields of a fusion plan, declared here once (``explorer.fusions.plan.Plan``
+    extends this class with its checks and its JSON form)."""
 
     model: str
     fingerprint: str

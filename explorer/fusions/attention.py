@@ -36,8 +36,8 @@ import torch.fx
 from explorer.fusions import edit
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
-from explorer.fusions.triton_support import (import_triton, interpreting, launch, library_reductions_usable,
-                                             triton_runs_on)
+from explorer.fusions.triton_support import (cdiv, import_triton, interpreting, jit_helpers, launch,
+                                             library_reductions_usable, next_power_of_2, triton_runs_on)
 from explorer.graph import aten
 
 MAX_FUSED_N = 1024
@@ -114,10 +114,10 @@ def select_for_tensors(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | No
 
 def launch_config(n: int, k: int, elem_size: int) -> dict:
     """Block sizes and warps for rows of ``n`` scores and a reduction depth ``k``."""
-    block_n = max(16, 1 << max(n - 1, 0).bit_length())
+    block_n = max(16, next_power_of_2(n))
     block_m = 64 if block_n <= 128 else 32 if block_n <= 512 else 16
     # keep one (BLOCK_K, BLOCK_N) tile of b at <= 64 KiB of shared memory per pipeline stage
-    block_k = max(16, min(64, 1 << max(k - 1, 0).bit_length(), 65536 // (block_n * elem_size)))
+    block_k = max(16, min(64, next_power_of_2(k), 65536 // (block_n * elem_size)))
     num_warps = 4 if block_m * block_n <= 8192 else 8
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=2)
 
@@ -134,15 +134,12 @@ def _build_kernel(interpret: bool):
     As in ``add_layernorm``: defined lazily because ``triton.jit`` reads TRITON_INTERPRET
     when it decorates; the names it uses are module globals; ``LIBRARY_REDUCE`` picks
     ``tl.max``/``tl.sum`` (always when compiled) or ``tl.reduce`` with our own combine
-    functions (interpretable whatever the order of imports).
+    functions (``_add`` from ``triton_support.jit_helpers``, ``_max``: interpretable
+    whatever the order of imports).
     """
     global tl, _add, _max
-    del interpret  # cache key only
     triton, tl = import_triton()
-
-    @triton.jit
-    def _add(a, b):
-        return a + b
+    _add = jit_helpers(interpret).add
 
     @triton.jit
     def _max(a, b):
@@ -244,7 +241,7 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
     o4 = _as_4d(out, batch, (m, n))
     cfg = launch_config(n, k, a.element_size())
     b0, b1 = a4.shape[0], a4.shape[1]
-    grid = (b0 * b1, _cdiv(m, cfg["BLOCK_M"]))
+    grid = (b0 * b1, cdiv(m, cfg["BLOCK_M"]))
     mk = mask4 if mask4 is not None else a4
     upcast = interpreting() and a.dtype == torch.bfloat16
     kernel = _build_kernel(interpreting())
@@ -259,10 +256,6 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
         **options,
     )
     return out
-
-
-def _cdiv(x: int, y: int) -> int:
-    return (x + y - 1) // y
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,

@@ -91,8 +91,9 @@ from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import (EPILOGUE_TOLERANCES, TRITON_ACTIVATIONS, apply_activation,
                                        apply_activation_, check, in_place_node, triton_activation,
                                        triton_round_bf16)
-from explorer.fusions.triton_support import import_triton, interpreting, launch, library_reductions_usable, \
-    triton_runs_on
+from explorer.fusions.triton_support import (import_triton, interpreting, jit_helpers, launch,
+                                             library_reductions_usable, next_power_of_2, operand_key, planned,
+                                             remember, triton_runs_on)
 from explorer.graph import aten
 from explorer.vocab import ACTIVATIONS
 
@@ -390,11 +391,8 @@ def _build_depthwise_kernel(interpret: bool):
     """Define the depthwise convolution kernel with its epilogue (imports Triton); cached per interpreter mode."""
     global tl, _activation, _round_for, _add
     _activation, _round_for = triton_activation(interpret), triton_round_bf16(interpret)
+    _add = jit_helpers(interpret).add
     triton, tl = import_triton()
-
-    @triton.jit
-    def _add(a, b):
-        return a + b
 
     @triton.jit
     def _depthwise_kernel(
@@ -490,16 +488,8 @@ class _Plan:
 
 
 #: ``_Plan`` by call signature (dtypes, shapes, strides, devices, 16-byte alignment, options): a
-#: model calls the same signatures on every forward. Bounded: the oldest plan goes first.
+#: model calls the same signatures on every forward. Bounded (``triton_support.remember``).
 _PLANS: dict[tuple, _Plan] = {}
-MAX_PLANS = 1024
-
-
-def _remember(key: tuple, plan: _Plan) -> _Plan:
-    _PLANS[key] = plan
-    if len(_PLANS) > MAX_PLANS:
-        del _PLANS[next(iter(_PLANS))]
-    return plan
 
 
 def _check_epilogue_operands(y: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None) -> None:
@@ -573,13 +563,8 @@ def bias_act_(y: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None
     and reused: a model makes the same calls on every forward.
     """
     check(act, CONV_ACTIVATIONS)
-    key = (y.dtype, y.shape, y.stride(), y.device, y.data_ptr() & 15 == 0,
-           None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device, bias.data_ptr() & 15 == 0),
-           None if z is None else (z.dtype, z.shape, z.stride(), z.device, z.data_ptr() & 15 == 0),
-           act, block, num_warps, interpreting())
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _remember(key, _plan_bias_act(y, bias, z, act, block, num_warps))
+    key = (operand_key(y), operand_key(bias), operand_key(z), act, block, num_warps, interpreting())
+    plan = planned(_PLANS, key, _plan_bias_act, y, bias, z, act, block, num_warps)
     if plan.kernel is None:
         _check_epilogue_operands(y, bias, z)
         return _bias_act_torch_(y, bias, z, act)
@@ -594,10 +579,6 @@ def bias_act_(y: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None
 
 # ====================================================================== the depthwise kernel
 
-def _pow2(v: int) -> int:
-    return 1 << max(int(v) - 1, 0).bit_length()
-
-
 def depthwise_tiles(channels: int, norm: bool) -> tuple[int, int, int]:
     """``(BLOCK_P, BLOCK_C, num_warps)`` of the depthwise kernel's (output pixels × channels) tile.
 
@@ -609,10 +590,10 @@ def depthwise_tiles(channels: int, norm: bool) -> tuple[int, int, int]:
     tile of about 2048 fp32 accumulators (4096 with 8 warps for a LayerNorm over wide rows).
     """
     if norm:
-        block_c = _pow2(channels)
+        block_c = next_power_of_2(channels)
         budget, warps = (4096, 8) if block_c >= 512 else (2048, 4)
         return max(1, budget // block_c), block_c, warps
-    block_c = next((b for b in (64, 32, 16, 8) if channels % b == 0), min(128, _pow2(channels)))
+    block_c = next((b for b in (64, 32, 16, 8) if channels % b == 0), min(128, next_power_of_2(channels)))
     return max(1, 2048 // block_c), block_c, 4
 
 
@@ -653,8 +634,8 @@ def _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, ti
     interpret = interpreting()
     block_p, block_c, warps = tiles or depthwise_tiles(c, norm is not None)
     if x.device.type != "cuda" and tiles is None:       # the interpreter's cost is per program: few, large ones
-        block_c = _pow2(c) if norm is not None else min(_pow2(c), 256)
-        block_p = min(_pow2(h_out * w_out), max(1, 65536 // block_c))
+        block_c = next_power_of_2(c) if norm is not None else min(next_power_of_2(c), 256)
+        block_p = min(next_power_of_2(h_out * w_out), max(1, 65536 // block_c))
     if norm is not None and block_c < c:
         raise ValueError(f"a LayerNorm epilogue needs every channel in one tile: BLOCK_C {block_c} < C {c}")
     constexprs = dict(KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, HAS_BIAS=bias is not None,
@@ -711,9 +692,7 @@ def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     A call signature is checked and planned once.
     """
     key = ("dw", *_depthwise_key(x, weight, bias, z, stride, padding, dilation, act, norm, tiles))
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _remember(key, _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, tiles))
+    plan = planned(_PLANS, key, _plan_depthwise, x, weight, bias, z, stride, padding, dilation, act, norm, tiles)
     return _run_depthwise(plan, key, x, weight, bias, z, norm)
 
 
@@ -738,8 +717,8 @@ def depthwise_conv_epilogue(x: torch.Tensor, weight: torch.Tensor, packed: torch
     key = ("dw-epilogue", *_depthwise_key(x, packed, bias, z, stride, padding, dilation, act, None, None))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _remember(key, _plan_depthwise(x, packed, bias, z, stride, padding, dilation, act, None, None)
-                         if depthwise_applies(x, weight, weight.shape[0], z) else _Plan(out_shape="fallback"))
+        plan = remember(_PLANS, key, _plan_depthwise(x, packed, bias, z, stride, padding, dilation, act, None, None)
+                        if depthwise_applies(x, weight, weight.shape[0], z) else _Plan(out_shape="fallback"))
     if plan.out_shape != "fallback":
         return _run_depthwise(plan, key, x, packed, bias, z, None)
     y = torch.conv2d(x, weight, None, stride, padding, dilation, weight.shape[0])   # (N, C, H', W')
@@ -809,9 +788,10 @@ def gemm_config(m: int, n: int, k: int, element_size: int, device: torch.device)
     per operation, the tiles are as large as the matrices allow (up to 512 × 1024 × 256).
     """
     if device.type != "cuda":
-        return min(512, max(16, _pow2(m))), min(1024, max(16, _pow2(n))), min(256, max(16, _pow2(k))), 4, 1
-    block_n = min(128, max(16, _pow2(n)))
-    block_k = min(64 if element_size <= 2 else 32, max(16, _pow2(k)))
+        return (min(512, max(16, next_power_of_2(m))), min(1024, max(16, next_power_of_2(n))),
+                min(256, max(16, next_power_of_2(k))), 4, 1)
+    block_n = min(128, max(16, next_power_of_2(n)))
+    block_k = min(64 if element_size <= 2 else 32, max(16, next_power_of_2(k)))
     block_m = 128 if m >= 4096 else 64
     warps = 8 if block_m * block_n >= 128 * 128 else 4
     return block_m, block_n, block_k, warps, 3
@@ -842,7 +822,7 @@ def cached_plan(key: tuple) -> _Plan | None:
 def fallback_plan(key: tuple, label: str = "fallback") -> _Plan:
     """Remember what calls of signature ``key`` do when no kernel launch is planned for them: ``label``
     (``"fallback"``: their reference path)."""
-    return _remember(key, _Plan(out_shape=label))
+    return remember(_PLANS, key, _Plan(out_shape=label))
 
 
 def gemm_plan(key: tuple, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
@@ -864,11 +844,12 @@ def gemm_plan(key: tuple, a: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
         block_m, block_n, block_k = tiles
     interpret = interpreting()
     grid = (-(-m // block_m) * -(-n // block_n),)
-    return _remember(key, _Plan(_build_gemm_kernel(interpret), grid,
-                                (m, n, k, *a_strides, weight.stride(0), weight.stride(1),
-                                 *(z_strides if z is not None else (0, 0)), *out_strides),
-                                _gemm_constexprs(a.dtype, bias, z, act, block_m, block_n, block_k, interpret),
-                                warps, num_stages=stages))
+    plan = _Plan(_build_gemm_kernel(interpret), grid,
+                 (m, n, k, *a_strides, weight.stride(0), weight.stride(1),
+                  *(z_strides if z is not None else (0, 0)), *out_strides),
+                 _gemm_constexprs(a.dtype, bias, z, act, block_m, block_n, block_k, interpret),
+                 warps, num_stages=stages)
+    return remember(_PLANS, key, plan)
 
 
 def gemm_launch(plan: _Plan, key: tuple, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -945,7 +926,7 @@ def conv1x1_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
             plan = gemm_plan(key, x, weight, bias, z, act, n * h * w, c, (c, 1), (c_out, 1), (c_out, 1))
         else:
             check(act, CONV_ACTIVATIONS)
-            plan = _remember(key, _Plan(out_shape="fallback"))
+            plan = remember(_PLANS, key, _Plan(out_shape="fallback"))
     if plan.out_shape == "fallback":
         y = torch.conv2d(x, weight, None, 1, 0, 1, 1)                       # (N, C_out, H, W)
         return bias_act_(y, bias, z, act)

@@ -41,8 +41,9 @@ import torch.fx
 from explorer.fusions import edit
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
-from explorer.fusions.triton_support import (import_triton, interpreting, launch, library_reductions_usable,
-                                             triton_runs_on)
+from explorer.fusions.triton_support import (Launch, cdiv, contiguous_key, import_triton, interpreting,
+                                             jit_helpers, launch, library_reductions_usable, next_power_of_2,
+                                             planned, row_warps, triton_runs_on)
 from explorer.graph import aten
 
 MAX_HIDDEN = 16384
@@ -91,16 +92,8 @@ def select_add_layer_norm(device: torch.device | str, hidden: int | None = None,
 
 def launch_config(hidden: int) -> tuple[int, int]:
     """``(BLOCK, num_warps)`` for a row of ``hidden`` elements (BLOCK = next power of two)."""
-    block = 1 << max(hidden - 1, 0).bit_length()
-    if block >= 8192:
-        num_warps = 16
-    elif block >= 2048:
-        num_warps = 8
-    elif block >= 512:
-        num_warps = 4
-    else:
-        num_warps = 2 if block >= 128 else 1
-    return block, num_warps
+    block = next_power_of_2(hidden)
+    return block, row_warps(block)
 
 
 #: Rows per program. Packing several rows per program (less than 16 KB of each input in
@@ -126,19 +119,15 @@ def _build_kernel(interpret: bool):
     """Define the Triton kernel (imports Triton); cached per interpreter mode.
 
     ``triton.jit`` reads TRITON_INTERPRET when it decorates, hence the lazy definition.
-    Names the kernel uses (``tl``, ``_add``) are module globals, not closure variables,
-    which every Triton version resolves. ``LIBRARY_REDUCE`` picks ``tl.sum`` (always
-    when compiled) or ``tl.reduce`` with our own combine function: Triton decorates its
-    library functions when first imported, so in a process that imported Triton before
-    setting TRITON_INTERPRET only the latter can be interpreted.
+    Names the kernel uses (``tl``, ``_add``: ``triton_support.jit_helpers``) are module
+    globals, not closure variables, which every Triton version resolves. ``LIBRARY_REDUCE``
+    picks ``tl.sum`` (always when compiled) or ``tl.reduce`` with that combine function:
+    Triton decorates its library functions when first imported, so in a process that
+    imported Triton before setting TRITON_INTERPRET only the latter can be interpreted.
     """
     global tl, _add
-    del interpret  # part of the cache key only
     triton, tl = import_triton()
-
-    @triton.jit
-    def _add(a, b):
-        return a + b
+    _add = jit_helpers(interpret).add
 
     @triton.jit
     def _add_layernorm_fwd(
@@ -201,21 +190,10 @@ def leading_broadcast(r_shape, x_shape) -> bool:
     return 0 < len(r_shape) <= len(x_shape) and x_shape[len(x_shape) - len(r_shape):] == r_shape
 
 
-class _Launch:
-    """Everything about one call signature that does not change from call to call."""
-
-    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps")
-
-    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0) -> None:
-        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
-        self.num_warps = num_warps
-
-
-#: ``_Launch`` by call signature (see ``_signature``): the decisions and launch arguments
-#: are worked out once per signature, so that a repeated call costs the host little more
-#: than two allocations and the launch itself. Bounded: the oldest plan goes first.
-_LAUNCHES: dict[tuple, _Launch] = {}
-MAX_PLANS = 1024
+#: ``Launch`` by call signature (see ``_signature``): the decisions and launch arguments
+#: are worked out once per signature (``triton_support.planned``), so that a repeated call
+#: costs the host little more than two allocations and the launch itself. Bounded.
+_LAUNCHES: dict[tuple, Launch] = {}
 
 
 def _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum=True) -> tuple | None:
@@ -225,20 +203,10 @@ def _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_su
     hence every integer argument; which pointers are 16-byte aligned), the device (and
     on the CPU whether Triton is interpreting) and the tuning overrides.
     """
-    if not (x.is_contiguous() and residual.is_contiguous()):
+    operands = contiguous_key(x, residual, weight, bias)
+    if operands is None:
         return None
-    w = b = None
-    if weight is not None:
-        if not weight.is_contiguous():
-            return None
-        w = (weight.dtype, weight.shape, weight.device, weight.data_ptr() & 15 == 0)
-    if bias is not None:
-        if not bias.is_contiguous():
-            return None
-        b = (bias.dtype, bias.shape, bias.device, bias.data_ptr() & 15 == 0)
-    return (x.dtype, x.shape, x.device, x.data_ptr() & 15 == 0,
-            residual.dtype, residual.shape, residual.device, residual.data_ptr() & 15 == 0,
-            w, b, float(eps), num_warps, rows_per_prog, keep_sum, x.is_cuda or interpreting())
+    return (operands, float(eps), num_warps, rows_per_prog, keep_sum, x.is_cuda or interpreting())
 
 
 def _kernel_applies(x, residual, weight, bias, residual_shape_ok: bool) -> bool:
@@ -249,10 +217,10 @@ def _kernel_applies(x, residual, weight, bias, residual_shape_ok: bool) -> bool:
             and all(t is None or t.device == x.device for t in (weight, bias)))
 
 
-def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) -> _Launch:
+def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) -> Launch:
     """Decide, for contiguous inputs, whether the kernel runs, and prepare its launch."""
     if not _kernel_applies(x, residual, weight, bias, leading_broadcast(residual.shape, x.shape)):
-        return _Launch()                                                      # kernel None: the reference
+        return Launch()                                                       # kernel None: the reference
     n = x.shape[-1]
     interpret = interpreting()
     rows = x.numel() // n                                                     # rows of N, row stride N
@@ -262,8 +230,8 @@ def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) 
     constexprs = dict(HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block,
                       BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
                       LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum)
-    return _Launch(_build_kernel(interpret), (triton_cdiv(rows, per_program),), (n, n, n, n, rows, n, r_rows),
-                   constexprs, num_warps or warps)
+    return Launch(_build_kernel(interpret), (cdiv(rows, per_program),), (n, n, n, n, rows, n, r_rows),
+                  constexprs, num_warps or warps)
 
 
 def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
@@ -289,11 +257,7 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
     key = _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum)
     if key is None:
         return _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum)
-    plan = _LAUNCHES.get(key)
-    if plan is None:
-        plan = _LAUNCHES[key] = _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum)
-        if len(_LAUNCHES) > MAX_PLANS:
-            del _LAUNCHES[next(iter(_LAUNCHES))]
+    plan = planned(_LAUNCHES, key, _plan_launch, x, residual, weight, bias, num_warps, rows_per_prog, keep_sum)
     if plan.kernel is None:
         s, y = add_layernorm_reference(x, residual, weight, bias, eps)
         return (s if keep_sum else None), y
@@ -327,7 +291,7 @@ def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_p
     per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
     kernel = _build_kernel(interpreting())
     launch(
-        kernel, (triton_cdiv(rows, per_program),),
+        kernel, (cdiv(rows, per_program),),
         (x2, r2, w if w is not None else x2, b if b is not None else x2, s, y,
          x2.stride(0), r2.stride(0), s.stride(0), y.stride(0), rows, n, rows, eps),
         dict(HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
@@ -336,10 +300,6 @@ def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_p
         num_warps=warps,
     )
     return (s.view(x.shape) if keep_sum else None), y.view(x.shape)
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
 
 
 # ====================================================================== fused call targets
@@ -356,13 +316,12 @@ def fused_add_layer_norm_normed(x, residual, weight, bias, eps):
 
 # ====================================================================== rewrite
 
-def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
-    """add → layer_norm as one kernel call, writing the sum too where something else reads it."""
-    edit.only_identity_views(ctx, chain)
-    add, ln_node = ctx.node(chain, "add"), ctx.node(chain, "layer_norm")
-    ln = aten.layer_norm_args(ln_node)
-    if ln is None or aten.aten_name(ln_node) != "layer_norm" or aten.aten_name(add) != "add":
-        raise UseGeneric(f"{aten.aten_name(add)} → {aten.aten_name(ln_node)} is not add → layer_norm")
+def residual_add_operands(add: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, torch.Tensor]:
+    """``(x, residual, sum)`` of the residual add before a row-wise norm, for its fused kernel: ``x``
+    the operand of the sum's shape, ``residual`` the other, which may broadcast over ``x``'s leading
+    dims only (``leading_broadcast``), and ``sum`` the add's value (shape and dtype). Raises
+    ``UseGeneric`` for an add the kernels do not take (alpha, a constant, mixed dtypes, another broadcast).
+    """
     edit.check_alpha(add)
     x, residual = add.args[0], add.args[1]
     if not all(isinstance(t, torch.fx.Node) for t in (x, residual)):
@@ -374,6 +333,17 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         x, residual, xs, rs = residual, x, rs, xs
     if xs.shape != out.shape or not leading_broadcast(rs.shape, xs.shape):
         raise UseGeneric("the add broadcasts other than over leading dims")
+    return x, residual, out
+
+
+def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """add → layer_norm as one kernel call, writing the sum too where something else reads it."""
+    edit.only_identity_views(ctx, chain)
+    add, ln_node = ctx.node(chain, "add"), ctx.node(chain, "layer_norm")
+    ln = aten.layer_norm_args(ln_node)
+    if ln is None or aten.aten_name(ln_node) != "layer_norm" or aten.aten_name(add) != "add":
+        raise UseGeneric(f"{aten.aten_name(add)} → {aten.aten_name(ln_node)} is not add → layer_norm")
+    x, residual, out = residual_add_operands(add)
     if ln.input is not add:
         raise UseGeneric("a view between the add and the LayerNorm")
     if list(ln.normalized_shape) != [out.shape[-1]]:

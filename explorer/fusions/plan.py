@@ -17,7 +17,7 @@ from explorer.errors import PlanError
 from explorer.jsonfile import parse_json
 from explorer.fusions import BY_NAME
 from explorer.fusions.base import Detection
-from explorer.report import GPU, Report
+from explorer.report import GPU, PlanInfo, Report
 
 PLAN_VERSION = 1
 MEMORY_FORMATS = ("nchw", "channels_last")
@@ -28,17 +28,16 @@ MAX_CHAINS = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
-    """Accepted chains and global options for one model."""
+class Plan(PlanInfo):
+    """Accepted chains and global options for one model.
 
-    model: str
-    fingerprint: str
-    accepted: tuple[str, ...] = ()
-    kernels: dict[str, str] = dataclasses.field(default_factory=dict)
-    memory_format: str = "nchw"
-    cuda_graphs: bool = False
+    Its fields are the report's ``PlanInfo`` (the plan a run measured), declared there once; a
+    ``Plan`` adds the checks and the JSON round trip.
+    """
 
     def __post_init__(self) -> None:
+        if self.version != PLAN_VERSION:
+            raise PlanError(f"plan version {str(self.version)[:20]} is not supported (expected {PLAN_VERSION})")
         if self.memory_format not in MEMORY_FORMATS:
             raise PlanError(f"memory_format must be one of {', '.join(MEMORY_FORMATS)}, got '{self.memory_format}'")
 

@@ -59,10 +59,10 @@ import torch.fx
 from explorer.fusions import edit
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
-from explorer.fusions.norm import leading_broadcast
-from explorer.fusions.triton_support import (cdiv, import_triton, interpreting, jit_helpers, launch,
-                                             library_reductions_usable, needs_autograd, next_power_of_2,
-                                             refusal_for_device)
+from explorer.fusions.norm import leading_broadcast, residual_add_operands
+from explorer.fusions.triton_support import (Launch, cdiv, contiguous_key, import_triton, interpreting, jit_helpers,
+                                             launch, library_reductions_usable, needs_autograd, next_power_of_2,
+                                             planned, refusal_for_device, row_warps)
 from explorer.graph import aten
 
 MAX_HIDDEN = 16384
@@ -164,16 +164,7 @@ def launch_config(hidden: int) -> tuple[int, int, int]:
     """
     block = next_power_of_2(hidden)
     rows = max(1, min(16, 1024 // block))
-    tile = block * rows
-    if tile >= 8192:
-        num_warps = 16
-    elif tile >= 2048:
-        num_warps = 8
-    elif tile >= 512:
-        num_warps = 4
-    else:
-        num_warps = 2 if tile >= 128 else 1
-    return block, rows, num_warps
+    return block, rows, row_warps(block * rows)
 
 
 def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -237,22 +228,10 @@ def _build_kernel(interpret: bool):
     return _add_rms_norm_fwd
 
 
-class _Launch:
-    """Everything about one call signature that does not change from call to call."""
-
-    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "out_dtype")
-
-    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0, out_dtype=None) -> None:
-        """A plan: the kernel (None: run the reference), its grid, integer arguments, constexprs, warps."""
-        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
-        self.num_warps, self.out_dtype = num_warps, out_dtype
-
-
-#: ``_Launch`` by call signature (see ``_signature``): decisions and launch arguments are worked out
-#: once per signature, so that a repeated call costs the host two allocations and the launch.
-#: Bounded: the oldest plan goes first.
-_LAUNCHES: dict[tuple, _Launch] = {}
-MAX_PLANS = 1024
+#: ``Launch`` by call signature (see ``_signature``): decisions and launch arguments are worked out
+#: once per signature (``triton_support.planned``), so that a repeated call costs the host two
+#: allocations and the launch. Bounded.
+_LAUNCHES: dict[tuple, Launch] = {}
 
 
 def _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps) -> tuple | None:
@@ -262,19 +241,10 @@ def _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps) -> 
     every integer argument; which pointers are 16-byte aligned), the devices (and on the CPU
     whether Triton is interpreting) and the tuning overrides.
     """
-    if not x.is_contiguous():
+    operands = contiguous_key(x, residual, weight)
+    if operands is None:
         return None
-    r = w = None
-    if residual is not None:
-        if not residual.is_contiguous():
-            return None
-        r = (residual.dtype, residual.shape, residual.device, residual.data_ptr() & 15 == 0)
-    if weight is not None:
-        if not weight.is_contiguous():
-            return None
-        w = (weight.dtype, weight.shape, weight.device, weight.data_ptr() & 15 == 0)
-    return (x.dtype, x.shape, x.device, x.data_ptr() & 15 == 0, r, w, float(eps), keep_sum,
-            rows_per_prog, num_warps, x.is_cuda or interpreting())
+    return (operands, float(eps), keep_sum, rows_per_prog, num_warps, x.is_cuda or interpreting())
 
 
 def _operands_choice(x, residual, weight, keep_sum) -> Choice:
@@ -306,19 +276,19 @@ def _out_dtype(x, weight) -> torch.dtype:
     return x.dtype if weight is None else torch.promote_types(weight.dtype, x.dtype)
 
 
-def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps) -> _Launch:
+def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps) -> Launch:
     """Decide, for contiguous operands, whether the kernel runs, and prepare its launch."""
     if not _operands_choice(x, residual, weight, keep_sum).fused:
-        return _Launch()
+        return Launch()
     n = x.shape[-1]
     interpret = interpreting()
     m = x.numel() // n                                                      # rows of N, row stride N
     r_rows = m if residual is None else residual.numel() // n               # < m when it broadcasts
     block, rows, warps = launch_config(n)
     rows = rows_per_prog or rows
-    return _Launch(_build_kernel(interpret), (cdiv(m, rows),), (n, n, n, n, m, n, r_rows),
-                   _constexprs(residual, weight, keep_sum, block, rows, interpret),
-                   num_warps or warps, _out_dtype(x, weight))
+    return Launch(_build_kernel(interpret), (cdiv(m, rows),), (n, n, n, n, m, n, r_rows),
+                  _constexprs(residual, weight, keep_sum, block, rows, interpret),
+                  num_warps or warps, _out_dtype(x, weight))
 
 
 def _reference(x, residual, weight, eps, keep_sum):
@@ -346,11 +316,7 @@ def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps):
     key = _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps)
     if key is None:
         return _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps)
-    plan = _LAUNCHES.get(key)
-    if plan is None:
-        plan = _LAUNCHES[key] = _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps)
-        if len(_LAUNCHES) > MAX_PLANS:
-            del _LAUNCHES[next(iter(_LAUNCHES))]
+    plan = planned(_LAUNCHES, key, _plan_launch, x, residual, weight, keep_sum, rows_per_prog, num_warps)
     if plan.kernel is None:
         return _reference(x, residual, weight, eps, keep_sum)
     write_sum = plan.constexprs["WRITE_SUM"]
@@ -598,17 +564,7 @@ def _norm_args(ctx: RewriteContext, chain, x: torch.fx.Node) -> tuple:
 def rewrite_add_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     """add → RMSNorm as one kernel call, writing the sum too where something else reads it."""
     add = ctx.node(chain, "add")
-    edit.check_alpha(add)
-    x, residual = add.args[0], add.args[1]
-    if not all(isinstance(t, torch.fx.Node) for t in (x, residual)):
-        raise UseGeneric("add of a constant")
-    xs, rs, out = aten.node_val(x), aten.node_val(residual), aten.node_val(add)
-    if not all(isinstance(t, torch.Tensor) for t in (xs, rs, out)) or xs.dtype != rs.dtype:
-        raise UseGeneric("the add mixes dtypes")
-    if xs.shape != out.shape and rs.shape == out.shape:     # the add is commutative: the full operand first
-        x, residual, xs, rs = residual, x, rs, xs
-    if xs.shape != out.shape or not leading_broadcast(rs.shape, xs.shape):
-        raise UseGeneric("the add broadcasts other than over leading dims")
+    x, residual, out = residual_add_operands(add)
     weight, eps, hidden = _norm_args(ctx, chain, add)
     if len(chain.extra_outputs) > 1:
         raise Refuse("the sum leaves the chain from more than one node")

@@ -44,8 +44,8 @@ import torch.fx
 from explorer.fusions import edit
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import RewriteContext, UseGeneric
-from explorer.fusions.triton_support import (import_triton, interpreting, jit_helpers, launch, needs_autograd,
-                                             next_power_of_2, refusal_for_device)
+from explorer.fusions.triton_support import (Launch, import_triton, interpreting, jit_helpers, launch, needs_autograd,
+                                             next_power_of_2, operand_key, planned, refusal_for_device)
 from explorer.graph import aten
 
 MAX_HEAD_DIM = 1024
@@ -207,36 +207,19 @@ def _build_kernel(interpret: bool):
     return _rotary_fwd
 
 
-class _Launch:
-    """Everything about one call signature that does not change from call to call."""
-
-    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "out_dtype")
-
-    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0, out_dtype=None) -> None:
-        """A plan: the kernel (None: run the reference), its grid, integer arguments, constexprs, warps."""
-        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
-        self.num_warps, self.out_dtype = num_warps, out_dtype
+#: ``Launch`` by call signature: planned once (``triton_support.planned``), so that a repeated call
+#: costs two allocations and the launch. Bounded.
+_LAUNCHES: dict[tuple, Launch] = {}
 
 
-#: ``_Launch`` by call signature: planned once, so that a repeated call costs two allocations and the
-#: launch. Bounded: the oldest plan goes first.
-_LAUNCHES: dict[tuple, _Launch] = {}
-MAX_PLANS = 1024
-
-
-def _meta(t: torch.Tensor) -> tuple:
-    """What a plan depends on for one operand: shape, strides, dtype, device, 16-byte alignment."""
-    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15 == 0)
-
-
-def _plan(q, k, cos, sin, tuning) -> _Launch:
+def _plan(q, k, cos, sin, tuning) -> Launch:
     """Decide whether the kernel runs for these (B, H, S, D) operands and prepare its launch (not output strides)."""
     choice = select_rotary(q.device, q.dtype, q.shape[-1] if q.dim() else None, k_dtype=k.dtype,
                            cos_dtype=cos.dtype, q_shape=q.shape, k_shape=k.shape, cos_shape=cos.shape,
                            sin_shape=sin.shape)
     if (not choice.fused or sin.dtype != cos.dtype or any(t.device != q.device for t in (k, cos, sin))
             or q.numel() == 0 or any(t.stride(-1) != 1 for t in (q, k, cos, sin))):
-        return _Launch()
+        return Launch()
     interpret = interpreting()
     b, hq, s, d = q.shape
     hkv = k.shape[1]
@@ -248,9 +231,9 @@ def _plan(q, k, cos, sin, tuning) -> _Launch:
     sin_b = sin.stride(0) if sin.shape[0] > 1 else 0
     ints = (s, hq, hkv, q_blocks, d // 2, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
             k.stride(2), cos_b, cos.stride(1), sin_b, sin.stride(1))
-    return _Launch(_build_kernel(interpret), (b * s, q_blocks + k_blocks), ints,
-                   dict(BLOCK_H=block_h, BLOCK_HALF=block_half, BF16_RTNE_BY_HAND=interpret),
-                   tuning[1] or warps, torch.promote_types(q.dtype, cos.dtype))
+    return Launch(_build_kernel(interpret), (b * s, q_blocks + k_blocks), ints,
+                  dict(BLOCK_H=block_h, BLOCK_HALF=block_half, BF16_RTNE_BY_HAND=interpret),
+                  tuning[1] or warps, torch.promote_types(q.dtype, cos.dtype))
 
 
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1, *,
@@ -270,12 +253,9 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
     if block_h is not None and (block_h < 1 or block_h & (block_h - 1)):
         raise ValueError(f"block_h must be a power of two, got {block_h}")
-    key = (_meta(q), _meta(k), _meta(cos), _meta(sin), block_h, num_warps, q.is_cuda or interpreting())
-    plan = _LAUNCHES.get(key)
-    if plan is None:
-        plan = _LAUNCHES[key] = _plan(q, k, cos, sin, (block_h, num_warps))
-        if len(_LAUNCHES) > MAX_PLANS:
-            del _LAUNCHES[next(iter(_LAUNCHES))]
+    key = (operand_key(q), operand_key(k), operand_key(cos), operand_key(sin), block_h, num_warps,
+           q.is_cuda or interpreting())
+    plan = planned(_LAUNCHES, key, _plan, q, k, cos, sin, (block_h, num_warps))
     if plan.kernel is None:
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
     qo = _new_output_like(q, plan.out_dtype)                                      # (B, Hq, S, D), q's layout

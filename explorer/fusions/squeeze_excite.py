@@ -57,8 +57,8 @@ from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.conv import LAYOUTS, conv_nd, layout_of, sm_count
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import TRITON_ACTIVATIONS, apply_activation, check, in_place_node, triton_activation
-from explorer.fusions.triton_support import (import_triton, interpreting, launch, library_reductions_usable,
-                                             triton_runs_on)
+from explorer.fusions.triton_support import (import_triton, interpreting, jit_helpers, launch,
+                                             library_reductions_usable, next_power_of_2, planned, triton_runs_on)
 from explorer.graph import aten
 
 #: Activations between the two FC layers (any the Triton helper computes) and the gates.
@@ -153,17 +153,13 @@ def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor
 def _build_kernels(interpret: bool):
     """Define both SE kernels (imports Triton); cached per interpreter mode.
 
-    Names the kernels use are module globals (``tl``, ``_activation``, ``_sum``).
-    ``LIBRARY_REDUCE`` picks ``tl.sum`` or ``tl.reduce`` with our own combine function
-    (``triton_support.library_reductions_usable``).
+    Names the kernels use are module globals (``tl``, ``_activation``, ``_add``, ``_sum``).
+    ``LIBRARY_REDUCE`` picks ``tl.sum`` or ``tl.reduce`` with the combine function ``_add``
+    of ``triton_support.jit_helpers`` (``triton_support.library_reductions_usable``).
     """
     global tl, _activation, _add, _sum
-    _activation = triton_activation(interpret)
+    _activation, _add = triton_activation(interpret), jit_helpers(interpret).add
     triton, tl = import_triton()
-
-    @triton.jit
-    def _add(a, b):
-        return a + b
 
     @triton.jit
     def _sum(v, AXIS: tl.constexpr, LIBRARY_REDUCE: tl.constexpr):
@@ -256,10 +252,6 @@ def _build_kernels(interpret: bool):
     return _se_squeeze, _se_excite
 
 
-def _pow2(v: int) -> int:
-    return 1 << max(int(v) - 1, 0).bit_length()
-
-
 def tile_config(c: int, hw: int, layout: str, element_size: int) -> tuple[int, int]:
     """``(BLOCK_C, BLOCK_S)`` for a ``(spatial, channel)`` tile of about 4096 elements (2048 for fp32).
 
@@ -269,11 +261,11 @@ def tile_config(c: int, hw: int, layout: str, element_size: int) -> tuple[int, i
     """
     budget = 4096 if element_size <= 2 else 2048
     if layout == "nhwc":
-        block_c = min(128, _pow2(c))
-        block_s = min(_pow2(hw), max(1, budget // block_c))
+        block_c = min(128, next_power_of_2(c))
+        block_s = min(next_power_of_2(hw), max(1, budget // block_c))
     else:
-        block_s = min(128, _pow2(hw))
-        block_c = min(_pow2(c), max(1, budget // block_s))
+        block_s = min(128, next_power_of_2(hw))
+        block_c = min(next_power_of_2(c), max(1, budget // block_s))
     return block_c, block_s
 
 
@@ -296,9 +288,8 @@ class _Plan:
             setattr(self, name, fields.get(name))
 
 
-#: ``_Plan`` by call signature; bounded, the oldest plan goes first.
+#: ``_Plan`` by call signature (``triton_support.planned``); bounded.
 _PLANS: dict[tuple, _Plan] = {}
-MAX_PLANS = 1024
 
 
 def _check_operands(x, w1, b1, w2, b2, act, gate) -> None:
@@ -334,9 +325,9 @@ def _plan(x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key) -> _Plan:
             for t, rows, cols in ((w1, cr, c), (w2, c, cr)))
     block_c, block_s = tiles or tile_config(c, hw, layout, x.element_size())
     if x.device.type != "cuda" and tiles is None:       # the interpreter's cost is per program: few, large ones
-        block_c = min(_pow2(c), 256)
-        block_s = min(_pow2(hw), max(1, 65536 // block_c))
-    block_r = min(32, _pow2(cr))
+        block_c = min(next_power_of_2(c), 256)
+        block_s = min(next_power_of_2(hw), max(1, 65536 // block_c))
+    block_r = min(32, next_power_of_2(cr))
     n_blocks = -(-c // block_c)
     row_blocks = -(-hw // block_s)
     s1, s2 = splits or (_splits(n * n_blocks, row_blocks, x.device, MAX_SQUEEZE_SPLITS),
@@ -356,7 +347,7 @@ def _plan(x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key) -> _Plan:
         ints2=(c, hw, cr, s1 * n_blocks, rows2, *sx, *sx),
         const1=dict(BLOCK_C=block_c, BLOCK_S=block_s, BLOCK_R=block_r, LIBRARY_REDUCE=reduce_lib),
         const2=dict(ACT=act, GATE=gate, HAS_B1=b1 is not None, HAS_B2=b2 is not None, BLOCK_C=block_c,
-                    BLOCK_S=block_s, BLOCK_R=block_r, BLOCK_P=min(16, _pow2(s1 * n_blocks)),
+                    BLOCK_S=block_s, BLOCK_R=block_r, BLOCK_P=min(16, next_power_of_2(s1 * n_blocks)),
                     BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16, LIBRARY_REDUCE=reduce_lib),
         warps=num_warps or (4 if block_c * block_s <= 2048 else 8), partials=(n, s1 * n_blocks, cr),
         key1=("squeeze", key), key2=("excite", key))
@@ -382,11 +373,7 @@ def squeeze_excite(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w
     key = (x.shape, x.stride(), x.dtype, x.device, w1.shape, w1.stride(), w1.dtype, w1.device, w2.shape, w2.stride(),
            w2.dtype, None if b1 is None else (b1.shape, b1.stride(), b1.dtype), None if b2 is None else
            (b2.shape, b2.stride(), b2.dtype), act, gate, splits, tiles, num_warps, interpreting())
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = _plan(x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key)
-        if len(_PLANS) > MAX_PLANS:
-            del _PLANS[next(iter(_PLANS))]
+    plan = planned(_PLANS, key, _plan, x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key)
     if plan.reference:
         return squeeze_excite_reference(x, w1, b1, w2, b2, act, gate)
     if plan.copy_x:

@@ -48,8 +48,9 @@ from explorer.fusions import edit
 from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.siblings import concat_weights
-from explorer.fusions.triton_support import (cdiv, import_triton, interpreting, jit_helpers, launch, needs_autograd,
-                                             next_power_of_2, refusal_for_device)
+from explorer.fusions.triton_support import (Launch, cdiv, import_triton, interpreting, jit_helpers, launch,
+                                             needs_autograd, next_power_of_2, operand_key, planned,
+                                             refusal_for_device)
 from explorer.graph import aten
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -185,21 +186,9 @@ def _build_kernel(interpret: bool):
     return _silu_mul_fwd
 
 
-class _Launch:
-    """Everything about one call signature that does not change from call to call."""
-
-    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "out_shape")
-
-    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0, out_shape=()) -> None:
-        """A plan: the kernel (None: run the reference), its grid, integer arguments, constexprs, warps."""
-        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
-        self.num_warps, self.out_shape = num_warps, out_shape
-
-
-#: ``_Launch`` by call signature: planned once, so that a repeated call costs one allocation and the
-#: launch. Bounded: the oldest plan goes first.
-_LAUNCHES: dict[tuple, _Launch] = {}
-MAX_PLANS = 1024
+#: ``Launch`` by call signature: planned once (``triton_support.planned``), so that a repeated call
+#: costs one allocation and the launch. Bounded.
+_LAUNCHES: dict[tuple, Launch] = {}
 
 
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -223,12 +212,10 @@ def _fits(t: torch.Tensor) -> bool:
 
 def _signature(kind: str, gate: torch.Tensor, up: torch.Tensor, tuning: tuple) -> tuple:
     """Hashable call signature: what the plan depends on (shapes, strides, dtypes, alignment, device, mode)."""
-    return (kind, gate.shape, gate.stride(), gate.dtype, gate.device, gate.data_ptr() & 15 == 0,
-            up.shape, up.stride(), up.dtype, up.device, up.data_ptr() & 15 == 0, tuning,
-            gate.is_cuda or interpreting())
+    return (kind, operand_key(gate), operand_key(up), tuning, gate.is_cuda or interpreting())
 
 
-def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple) -> _Launch:
+def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple) -> Launch:
     """Decide whether the kernel runs for these operands and prepare its launch.
 
     ``packed_i``: None for separate gate/up tensors; ``I`` when ``gate`` is the packed ``(..., 2I)``
@@ -243,7 +230,7 @@ def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tu
         fused = select_swiglu(gate.device, gate.dtype).fused
         out_shape = tuple(gate.shape[:-1]) + (packed_i,)
     if not fused or gate.numel() == 0:
-        return _Launch(out_shape=out_shape)
+        return Launch(out_shape=out_shape)
     block_m_override, block_n_override, warps_override = tuning
     if packed_i is None and gate.is_contiguous() and up.is_contiguous():
         m, n, sg, su, up_off = 1, gate.numel(), 0, 0, 0                          # one long row
@@ -263,19 +250,15 @@ def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tu
     n_blocks = cdiv(n, block_n)
     so = n if m > 1 else 0                                                        # output rows are contiguous
     interpret = interpreting()
-    return _Launch(_build_kernel(interpret), (cdiv(m, block_m) * n_blocks,), (up_off, sg, su, so, m, n, n_blocks),
-                   dict(BLOCK_M=block_m, BLOCK_N=block_n, BF16_RTNE_BY_HAND=interpret),
-                   warps_override or warps, out_shape)
+    return Launch(_build_kernel(interpret), (cdiv(m, block_m) * n_blocks,), (up_off, sg, su, so, m, n, n_blocks),
+                  dict(BLOCK_M=block_m, BLOCK_N=block_n, BF16_RTNE_BY_HAND=interpret),
+                  warps_override or warps, out_shape=out_shape)
 
 
 def _run(kind: str, gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple) -> torch.Tensor:
     """Plan (once per signature) and launch; the reference where the plan says so."""
     key = _signature(kind, gate, up, tuning)
-    plan = _LAUNCHES.get(key)
-    if plan is None:
-        plan = _LAUNCHES[key] = _plan(gate, up, packed_i, tuning)
-        if len(_LAUNCHES) > MAX_PLANS:
-            del _LAUNCHES[next(iter(_LAUNCHES))]
+    plan = planned(_LAUNCHES, key, _plan, gate, up, packed_i, tuning)
     if plan.kernel is None:
         if packed_i is None:
             return silu_mul_reference(gate, up)

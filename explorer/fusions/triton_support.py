@@ -19,7 +19,7 @@ import collections
 import functools
 import os
 import types
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -105,12 +105,24 @@ def needs_autograd(*tensors: torch.Tensor | None) -> bool:
 
 def next_power_of_2(n: int) -> int:
     """Smallest power of two >= ``n`` (1 for n <= 1)."""
-    return 1 << max(n - 1, 0).bit_length()
+    return 1 << max(int(n) - 1, 0).bit_length()
 
 
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers."""
     return (a + b - 1) // b
+
+
+def row_warps(elements: int) -> int:
+    """``num_warps`` for a program holding ``elements`` elements of rows (a power of two): enough warps
+    that each thread holds a few 16-byte vectors (the row-wise norms' heuristic)."""
+    if elements >= 8192:
+        return 16
+    if elements >= 2048:
+        return 8
+    if elements >= 512:
+        return 4
+    return 2 if elements >= 128 else 1
 
 
 @functools.lru_cache(maxsize=2)
@@ -146,6 +158,69 @@ def jit_helpers(interpret: bool) -> types.SimpleNamespace:
         return a + b
 
     return types.SimpleNamespace(round_to=round_to, add=add)
+
+
+# ------------------------------------------------------------------ planning launches
+
+class Launch:
+    """One call signature's launch, worked out once (see ``planned``): the kernel (None: the call runs
+    its reference instead), its grid, the integer arguments, the constexprs and the warps, and where the
+    family plans it, the output a call allocates (``out_dtype``, ``out_shape``)."""
+
+    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "out_dtype", "out_shape")
+
+    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=0, out_dtype=None,
+                 out_shape=()) -> None:
+        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
+        self.num_warps, self.out_dtype, self.out_shape = num_warps, out_dtype, out_shape
+
+
+#: How many plans a family keeps (``remember``): a process that sees ever new call signatures plans
+#: again for the oldest instead of growing without end.
+MAX_PLANS = 1024
+
+
+def remember(plans: dict, key: Any, plan: Any) -> Any:
+    """Keep ``plan`` under ``key`` in a family's plan cache, dropping the oldest beyond ``MAX_PLANS``;
+    returns ``plan``."""
+    plans[key] = plan
+    if len(plans) > MAX_PLANS:
+        del plans[next(iter(plans))]
+    return plan
+
+
+def planned(plans: dict, key: Any, make: Callable[..., Any], *args: Any) -> Any:
+    """The plan kept under ``key``, or ``make(*args)`` kept there first (``remember``).
+
+    A family plans a call signature once (its decisions, grid and launch arguments) so that a model's
+    repeated calls cost the host little more than the allocations and the launch itself.
+    """
+    plan = plans.get(key)
+    if plan is None:
+        plan = remember(plans, key, make(*args))
+    return plan
+
+
+def operand_key(t: torch.Tensor | None) -> tuple | None:
+    """What a plan depends on for one operand (None for none): shape, strides, dtype, device and
+    whether its pointer is 16-byte aligned (Triton specialises on that)."""
+    if t is None:
+        return None
+    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15 == 0)
+
+
+def contiguous_key(*tensors: torch.Tensor | None) -> tuple | None:
+    """``operand_key`` without the strides, for a fast path that takes contiguous operands only
+    (the shape then fixes the strides); None where one of them is not contiguous."""
+    out = []
+    for t in tensors:
+        if t is None:
+            out.append(None)
+        elif not t.is_contiguous():
+            return None
+        else:
+            out.append((t.dtype, t.shape, t.device, t.data_ptr() & 15 == 0))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------ launching

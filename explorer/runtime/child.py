@@ -11,7 +11,8 @@ so an out-of-memory error, a CUDA fault or a hard crash ends the child, not the
 caller: every failure reaches the caller as ``RunError`` with one line (for a
 crash, the exit status and the last line of the child's stderr). ``cancel``
 (a ``threading.Event``) and the timeout kill the child's whole process group
-(torch.compile starts workers).
+(torch.compile starts workers). Starting, killing and the child's stdout are
+``explorer.childproc``'s, shared with the isolated loader.
 
 Test hook (a real code path, kept on purpose): with the environment variable
 ``FUSION_EXPLORER_CHILD_CRASH_TEST=1`` the child writes one line to stderr and
@@ -31,9 +32,9 @@ import tempfile
 import threading
 import time
 import traceback
-from pathlib import Path
 from typing import Any, Callable
 
+from explorer.childproc import child_env, kill, parse_message, signal_name, start, take_stdout
 from explorer.errors import ExplorerError, RunError
 
 CRASH_TEST_ENV = "FUSION_EXPLORER_CHILD_CRASH_TEST"
@@ -49,15 +50,11 @@ def run_child(module: str, payload: dict, timeout_s: float,
     ``RunError("cancelled")`` when ``cancel`` is set and a timeout.
     """
     payload = json.dumps(payload)
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = child_env()
     env.setdefault("PYTHONUNBUFFERED", "1")
     stderr_file = tempfile.TemporaryFile(mode="w+b")
     try:
-        proc = subprocess.Popen([sys.executable, "-m", module, "--child"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file,
-                                env=env, start_new_session=True)
+        proc = start(["-m", module, "--child"], env, stderr_file)
     except OSError as exc:
         stderr_file.close()
         raise RunError(f"could not start the measurement process: {exc}") from None
@@ -84,10 +81,10 @@ def run_child(module: str, payload: dict, timeout_s: float,
         eof = False
         while not eof:
             if cancel is not None and cancel.is_set():
-                _kill(proc)
+                kill(proc)
                 raise RunError("cancelled")
             if time.monotonic() > deadline:
-                _kill(proc)
+                kill(proc)
                 raise RunError(f"the measurement timed out after {timeout_s:g} s and was stopped")
             try:
                 raw = lines.get(timeout=0.1)
@@ -96,7 +93,7 @@ def run_child(module: str, payload: dict, timeout_s: float,
             if raw is None:
                 eof = True
                 break
-            message = _parse_line(raw)
+            message = parse_message(raw)
             if message is None:
                 continue
             if "progress" in message and progress is not None:
@@ -109,7 +106,7 @@ def run_child(module: str, payload: dict, timeout_s: float,
         try:
             code = proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            _kill(proc)
+            kill(proc)
             code = proc.wait()
         if error is not None:
             raise RunError(error)
@@ -118,31 +115,8 @@ def run_child(module: str, payload: dict, timeout_s: float,
         raise RunError(_crash_message(code, _last_stderr_line(stderr_file)))
     finally:
         if proc.poll() is None:
-            _kill(proc)
+            kill(proc)
         stderr_file.close()
-
-
-def _parse_line(raw: bytes) -> dict | None:
-    try:
-        message = json.loads(raw.decode("utf-8", "replace"))
-    except ValueError:
-        return None
-    return message if isinstance(message, dict) else None
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Kill the child and its process group (its own session, started by us), then reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        try:
-            proc.kill()
-        except OSError:
-            pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _last_stderr_line(f: Any) -> str:
@@ -159,11 +133,7 @@ def _last_stderr_line(f: Any) -> str:
 
 def _crash_message(code: int | None, last: str) -> str:
     if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        why = f"the measurement process was killed by {name}"
+        why = f"the measurement process was killed by {signal_name(-code)}"
         if -code == signal.SIGKILL:
             why += " (often: out of host memory)"
     elif code == 0:
@@ -184,14 +154,7 @@ def child_main(work: Callable[[dict, Callable[[float, str], None]], dict]) -> in
         sys.stderr.write(f"{CRASH_TEST_ENV}=1: simulated crash, exiting with status 3\n")
         sys.stderr.flush()
         os._exit(3)
-    # The protocol owns the real stdout; anything else printing to fd 1 goes to stderr.
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    def send(message: dict) -> None:
-        proto.write(json.dumps(message, default=_json_default, allow_nan=True) + "\n")
-        proto.flush()
+    send = take_stdout(default=_json_default)    # anything else printing to fd 1 goes to stderr
 
     def emit(fraction: float, status: str) -> None:
         send({"progress": round(float(min(max(fraction, 0.0), 1.0)), 4), "status": status})
@@ -207,8 +170,6 @@ def child_main(work: Callable[[dict, Callable[[float, str], None]], dict]) -> in
         traceback.print_exc()
         send({"error": _describe_failure(exc)})
         return 0
-    finally:
-        proto.flush()
 
 
 def _describe_failure(exc: BaseException) -> str:

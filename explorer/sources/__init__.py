@@ -23,10 +23,11 @@ Trust rules, because users hand us files (``docs/security.md`` says why each hol
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.fx
@@ -88,6 +89,21 @@ def _first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
+@contextlib.contextmanager
+def _file_failures(path: Path, doing: str, verb: str) -> Iterator[None]:
+    """Any failure while ``doing`` (``"loading"``) the file at ``path`` is the file's: it becomes one
+    ``ModelLoadError`` line, "out of memory while loading it" or "could not ``verb`` it" with the
+    error's type and first line. The explorer's own errors pass as they are."""
+    try:
+        yield
+    except ExplorerError:
+        raise
+    except MemoryError:
+        raise ModelLoadError(f"{path.name}: out of memory while {doing} it") from None
+    except (Exception, RecursionError) as exc:
+        raise ModelLoadError(f"{path.name}: could not {verb} it: {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
 # ------------------------------------------------------------------ dispatch
 
 def load_model(source: str, batch: int | None = None, seq_len: int | None = None,
@@ -101,14 +117,8 @@ def load_model(source: str, batch: int | None = None, seq_len: int | None = None
     if source in zoo.ZOO:
         return load_zoo(source, batch, seq_len)
     path = check_source(source, batch, seq_len, data_path)
-    try:
+    with _file_failures(path, "loading", "load"):
         return _load_path(path, batch, seq_len, data_path)
-    except ExplorerError:
-        raise
-    except MemoryError:
-        raise ModelLoadError(f"{path.name}: out of memory while loading it") from None
-    except (Exception, RecursionError) as exc:
-        raise ModelLoadError(f"{path.name}: could not load it: {type(exc).__name__}: {_first_line(exc)}") from exc
 
 
 def check_source(source: str, batch: int | None = None, seq_len: int | None = None,
@@ -127,14 +137,8 @@ def check_source(source: str, batch: int | None = None, seq_len: int | None = No
     if not path.is_dir():
         _check_kind(path)
     limits.force_weights_only()
-    try:
+    with _file_failures(path, "checking", "read"):
         precheck(path, batch, seq_len, data_path)
-    except ExplorerError:
-        raise
-    except MemoryError:
-        raise ModelLoadError(f"{path.name}: out of memory while checking it") from None
-    except (Exception, RecursionError) as exc:
-        raise ModelLoadError(f"{path.name}: could not read it: {type(exc).__name__}: {_first_line(exc)}") from exc
     isolate.probe(source, batch, seq_len, data_path)
     return path
 

@@ -27,7 +27,8 @@ the probe protects the caller's memory and time, not its integrity, which is
 what the loaders' refusal to run code from a file is for.
 
 The probe child sets ``CHILD_ENV`` so that its own ``load_model`` does not
-probe again.
+probe again. Starting and killing the child and its stdout protocol are
+``explorer.childproc``'s, shared with the runner's child.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +43,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from explorer.childproc import child_env, kill, parse_message, signal_name, start, take_stdout
 from explorer.errors import ExplorerError, ModelLoadError
 from explorer.sources import limits
 
@@ -103,9 +104,7 @@ def probe(source: str, batch: int | None = None, seq_len: int | None = None,
         return
     name = Path(source).name or source
     payload = json.dumps({"source": source, "batch": batch, "seq_len": seq_len, "data_path": data_path})
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = child_env()
     env[CHILD_ENV] = "1"
     env[limits.WEIGHTS_ONLY_ENV] = "1"
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
@@ -113,19 +112,18 @@ def probe(source: str, batch: int | None = None, seq_len: int | None = None,
     timeout = limits.load_timeout_s()
     with tempfile.TemporaryFile() as err_file:
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "explorer.sources.isolate"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=err_file, env=env, start_new_session=True)
+            proc = start(["-m", "explorer.sources.isolate"], env, err_file)
         except OSError as exc:
             raise ModelLoadError(f"{name}: could not start the isolated loader: {exc.strerror}") from None
         try:
             out, _ = proc.communicate(payload.encode(), timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill(proc)
+            kill(proc)
             raise ModelLoadError(f"{name}: loading took longer than {timeout:g} s and was stopped "
                                  f"(set {limits.LOAD_TIMEOUT_ENV} to allow more)") from None
         finally:
             if proc.poll() is None:
-                _kill(proc)
+                kill(proc)
         message = _last_message(out)
         if message.get("ok") is True and proc.returncode == 0:
             _remember(key)
@@ -136,12 +134,10 @@ def probe(source: str, batch: int | None = None, seq_len: int | None = None,
 
 
 def _last_message(out: bytes) -> dict:
+    """The child's last message on ``out`` (its stdout), or ``{}``."""
     for raw in reversed(out.splitlines()):
-        try:
-            message = json.loads(raw.decode("utf-8", "replace"))
-        except ValueError:
-            continue
-        if isinstance(message, dict):
+        message = parse_message(raw)
+        if message is not None:
             return message
     return {}
 
@@ -149,27 +145,9 @@ def _last_message(out: bytes) -> dict:
 def _crash_line(name: str, code: int | None) -> str:
     budget = limits.gib(limits.memory_budget() * HEADROOM)
     if code is not None and code < 0:
-        try:
-            signame = signal.Signals(-code).name
-        except ValueError:
-            signame = f"signal {-code}"
-        return (f"{name}: the isolated loader was killed by {signame} (limit {budget} of memory beyond its "
+        return (f"{name}: the isolated loader was killed by {signal_name(-code)} (limit {budget} of memory beyond its "
                 "libraries); the file needs more than it declares, or is malformed")
     return f"{name}: the isolated loader failed with exit status {code} (limit {budget} of memory beyond its libraries)"
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        try:
-            proc.kill()
-        except OSError:
-            pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _vm_size() -> int:
@@ -221,14 +199,7 @@ def _import_for(source: str) -> None:
 
 def child_main() -> int:
     """``python -m explorer.sources.isolate``: one request on stdin, one JSON line on stdout."""
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    def send(message: dict) -> None:
-        proto.write(json.dumps(message) + "\n")
-        proto.flush()
-
+    send = take_stdout()
     request: dict = {}
     try:
         request = json.loads(sys.stdin.read() or "{}")
