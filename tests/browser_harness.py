@@ -1,7 +1,8 @@
 """Start the app with ``streamlit run`` and read its drawn graphs out of headless Chromium.
 
-Shared by ``tests/test_browser.py`` and ``benchmarks/bench_app_startup.py``. Uses Debian's
-chromium through Playwright (never ``playwright install``).
+Shared by the browser tests (``tests/test_browser.py``, ``tests/test_browser_offline.py``; their app
+comes from the ``app_url`` fixture of ``tests/conftest.py``) and ``benchmarks/bench_app_startup.py``.
+Uses Debian's chromium through Playwright (never ``playwright install``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ def running_app() -> Iterator[str]:
             proc.kill()
         if log is not subprocess.DEVNULL:
             log.close()
+
+
+def wait_idle(page, timeout_ms: int = 30_000) -> None:
+    """Wait until Streamlit has finished its current script run (its status widget is gone)."""
+    page.wait_for_timeout(300)
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=timeout_ms)
 
 
 # Reads what vis-network drew in one graph iframe: every node's box (graph units), the edge
@@ -152,7 +159,8 @@ def overlaps(geometry: dict) -> list[tuple[str, str]]:
 
 def _segment_hits_box(p, q, box) -> bool:
     """Whether segment p-q passes through the inside of box (left, top, right, bottom): Liang-Barsky.
-    (Written here again, not imported from the app: the test must not trust the code it checks.)"""
+    (Written here again on purpose, not imported from the app: the layout routes edges around nodes
+    with ``explorer.graph_view.segment_hits_box``, so a check that used it would share its mistakes.)"""
     (x0, y0), (x1, y1) = p, q
     dx, dy = x1 - x0, y1 - y0
     t0, t1 = 0.0, 1.0

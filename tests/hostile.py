@@ -188,13 +188,16 @@ def escape_named_model() -> onnx.ModelProto:
 
 # ------------------------------------------------------------------ Hugging Face
 
-def tiny_bert(folder: Path) -> Path:
-    """A one-layer BERT saved with ``save_pretrained`` (safetensors) into ``folder``."""
+def tiny_bert(folder: Path, layers: int = 1, hidden: int = 32, heads: int = 2, vocab: int = 100,
+              positions: int = 32) -> Path:
+    """A BERT of ``layers`` layers (width ``hidden``, ``heads`` heads, an MLP twice as wide, ``vocab`` words,
+    at most ``positions`` tokens; one layer by default), its weights drawn from seed 0, saved with
+    ``save_pretrained`` (safetensors) into ``folder``."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    config = BertConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64,
-                        vocab_size=100, max_position_embeddings=32)
+    config = BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                        intermediate_size=2 * hidden, vocab_size=vocab, max_position_embeddings=positions)
     BertModel(config, add_pooling_layer=False).save_pretrained(str(folder))
     return folder
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from browser_harness import (ARGS, CHROMIUM, ROOT, graph_frames, hidden_edges, label_px,
-                             logical_edges, overlaps, read_geometry, running_app)
+from browser_harness import (ARGS, CHROMIUM, ROOT, graph_frames, hidden_edges, label_px, logical_edges, overlaps,
+                             read_geometry, wait_idle)
 
 pytestmark = pytest.mark.browser
 
@@ -34,15 +34,6 @@ ASSETS = ROOT / "assets" if os.environ.get("FUSION_EXPLORER_UPDATE_SCREENSHOTS")
 
 
 @pytest.fixture(scope="module")
-def app_url():
-    if CHROMIUM is None:
-        pytest.skip("no chromium found")
-    pytest.importorskip("playwright.sync_api")
-    with running_app() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
 
@@ -50,12 +41,6 @@ def browser():
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield b
         b.close()
-
-
-def _wait_idle(page, timeout_ms: int = 30_000) -> None:
-    """Wait until Streamlit has finished its current script run (its status widget is gone)."""
-    page.wait_for_timeout(300)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=timeout_ms)
 
 
 def _select(page, label: str, option: str) -> None:
@@ -163,7 +148,7 @@ def test_fusions_run_and_results_in_chromium(app_url, browser):
         # Fusions: reject one chain
         page.get_by_role("link", name="Fusions", exact=True).first.click()
         page.get_by_text("One chain: details, accept or reject").click()
-        _wait_idle(page)
+        wait_idle(page)
         # Rejecting is idempotent, so a click lost while Streamlit re-renders (seen in CI on a
         # loaded machine) is simply repeated.
         rejected = page.get_by_text("1 of 2 accepted")
@@ -173,7 +158,7 @@ def test_fusions_run_and_results_in_chromium(app_url, browser):
                 rejected.wait_for(timeout=20_000)
                 break
             except PlaywrightTimeout:
-                _wait_idle(page)
+                wait_idle(page)
         rejected.wait_for(timeout=10_000)
         page.get_by_text("Kernel for this chain").wait_for(timeout=10_000)   # the chain's kernel choice
         page.wait_for_timeout(500)
@@ -186,7 +171,7 @@ def test_fusions_run_and_results_in_chromium(app_url, browser):
         quick = quick_box.get_by_role("checkbox")
         quick_box.locator("label").first.click()
         page.wait_for_function("el => el.checked", arg=quick.element_handle(), timeout=30_000)
-        _wait_idle(page)
+        wait_idle(page)
         # A click that lands while Streamlit is still re-rendering after the checkbox can be lost
         # (seen once in CI on a loaded machine): click until the run visibly starts.
         started = page.locator('[data-testid="stProgress"]').or_(
@@ -197,7 +182,7 @@ def test_fusions_run_and_results_in_chromium(app_url, browser):
                 started.first.wait_for(timeout=20_000)
                 break
             except PlaywrightTimeout:
-                _wait_idle(page)
+                wait_idle(page)
         page.get_by_text("Results for the current plan and settings").wait_for(timeout=300_000)
 
         # Results: plotly charts drawn
@@ -216,7 +201,7 @@ def test_fusions_run_and_results_in_chromium(app_url, browser):
         page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(H200_REPORT))
         page.get_by_text("Results: resnet50").wait_for(timeout=60_000)
         page.get_by_text("slower even as CUDA graphs").first.wait_for(timeout=30_000)
-        _wait_idle(page)
+        wait_idle(page)
         page.wait_for_timeout(1500)
         assert page.locator(".js-plotly-plot").count() >= 3
         assert page.get_by_text("NVIDIA H200").count() >= 1

@@ -1,6 +1,6 @@
 """Issue 9: the app makes no network request at all, seen from a real browser.
 
-Starts ``streamlit run explorer/app.py`` once for the module (``browser_harness.running_app``) and
+Starts ``streamlit run explorer/app.py`` once for the module (``app_url`` of ``conftest.py``) and
 drives Debian's headless chromium with Playwright (never ``playwright install``; chromium runs with
 ``--disable-background-networking``, so what is recorded is the page's own traffic). Every request
 the page and its frames make (``BrowserContext.on("request")``, iframes and workers included) and
@@ -20,30 +20,16 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from browser_harness import ARGS, CHROMIUM, ROOT, running_app
+from browser_harness import ARGS, CHROMIUM, ROOT, wait_idle
 
 pytestmark = pytest.mark.browser
 
 H200_REPORT = ROOT / "benchmarks" / "results" / "report_resnet50_fp16_channels_last_h200.json"
 LOCAL_SCHEMES = {"data", "blob", "about"}
+IDLE_MS = 60_000  # how long a page may take to finish its script run (the whole path is walked)
 #: (link in the top navigation, a text the page shows once it is drawn)
 PAGES = [("Fusions", "Near misses"), ("Run", "Press Run"), ("Results", "Open a saved report"),
          ("Learn", "Operator fusion, taught on your model"), ("Export", "Export residual_block")]
-
-
-@pytest.fixture(scope="module")
-def app_url():
-    if CHROMIUM is None:
-        pytest.skip("no chromium found")
-    pytest.importorskip("playwright.sync_api")
-    with running_app() as url:
-        yield url
-
-
-def _wait_idle(page, timeout_ms: int = 60_000) -> None:
-    """Wait until Streamlit has finished its current script run (its status widget is gone)."""
-    page.wait_for_timeout(300)
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=timeout_ms)
 
 
 def foreign(urls: list[str], origin: str) -> list[str]:
@@ -82,12 +68,12 @@ def test_no_request_leaves_the_local_server(app_url):
             page.goto(app_url + "/?model=residual_block")
             page.get_by_text("Loaded: residual_block").wait_for(timeout=120_000)
             page.locator("iframe").first.wait_for(timeout=60_000)  # the graph's frame
-            _wait_idle(page)
+            wait_idle(page, IDLE_MS)
             page.wait_for_timeout(1500)
             for link, text in PAGES:
                 page.get_by_role("link", name=link, exact=True).first.click()
                 page.get_by_text(text).first.wait_for(timeout=120_000)
-                _wait_idle(page)
+                wait_idle(page, IDLE_MS)
                 if link == "Fusions":
                     page.get_by_text("One chain: details, accept or reject").click()
                     page.get_by_text("Kernel for this chain").wait_for(timeout=60_000)
@@ -95,7 +81,7 @@ def test_no_request_leaves_the_local_server(app_url):
                     page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(H200_REPORT))
                     page.get_by_text("Results: resnet50").wait_for(timeout=60_000)
                     page.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=60_000)
-                    _wait_idle(page)
+                    wait_idle(page, IDLE_MS)
                 page.wait_for_timeout(1500)  # fonts, images and frames the page asks for late
             context.close()
         finally:

@@ -10,48 +10,30 @@ Detection counts are derived here from each architecture as torchvision builds i
   its input (Conv+BN+Add), else Conv+BN.
 - ConvNeXt-Tiny: one ConvNeXt block chain per ``CNBlock``, nothing else.
 
-Importing torchvision imports Triton: it is imported here first, in interpreter mode
-(as the kernel test modules do), so that Triton's library functions can be
-interpreted in this process.
+Importing torchvision imports Triton: ``triton_testing`` is imported first, which imports
+Triton in interpreter mode (as in the kernel test modules), so that Triton's library
+functions can be interpreted in this process.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
-import sys
 import warnings
 
 import pytest
 import torch
+from triton_testing import INTERPRET, fusion_benchmark
 
-if not torch.cuda.is_available() and "triton" not in sys.modules:
-    # Triton decorates its library functions (tl.sum, tl.zeros, ...) when first imported: import it in
-    # interpreter mode so interpreted kernels can call them. The variable itself is set per test.
-    _before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        import triton.language  # noqa: F401
-    except Exception:  # no usable Triton: the Triton test skips
-        pass
-    finally:
-        if _before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = _before
-
-from explorer.fusion_engine import detect  # noqa: E402
-from explorer.fusions import PATTERNS  # noqa: E402
-from explorer.fusions.plan import make_plan  # noqa: E402
-from explorer.fusions.rewrite import apply_plan  # noqa: E402
-from explorer.fusions.triton_support import triton_available  # noqa: E402
-from explorer.graph.build import build_graph  # noqa: E402
-from explorer.sources import capture, load_model  # noqa: E402
-from explorer.sources.zoo import get_entry  # noqa: E402
+from explorer.fusion_engine import detect
+from explorer.fusions import PATTERNS
+from explorer.fusions.plan import make_plan
+from explorer.fusions.rewrite import apply_plan
+from explorer.graph.build import build_graph
+from explorer.sources import capture, load_model
+from explorer.sources.zoo import get_entry
 
 MODELS = ("mobilenet_v2", "efficientnet_b0", "convnext_tiny")
-INTERPRET = not torch.cuda.is_available() and triton_available()
 
 
 @functools.lru_cache(maxsize=None)
@@ -210,16 +192,8 @@ def test_onnx_import_matches_onnxruntime_and_detects(name, exporter, tmp_path, a
 # ---------------------------------------------------------------------- the benchmark script
 
 def _bench():
-    """``benchmarks/bench_cnn_fusions.py`` as a module (the benchmarks folder is not a package)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_cnn_fusions.py"
-    spec = importlib.util.spec_from_file_location("bench_cnn_fusions", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module                      # dataclasses look their module up while it executes
-    spec.loader.exec_module(module)
-    return module
+    """``benchmarks/bench_cnn_fusions.py`` as a module."""
+    return fusion_benchmark("bench_cnn_fusions")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the benchmark would run for real")

@@ -3,8 +3,8 @@
 Kernels are checked against float64 on awkward shapes (odd channel counts, ragged
 tiles, strides, dilation) in every dtype they take and in both layouts (NCHW and
 channels_last). Without a GPU the Triton kernels run in Triton's interpreter
-(``TRITON_INTERPRET=1``, set per test by an autouse fixture; Triton itself is
-first imported with it set, so that ``tl.sum`` can be interpreted); with CUDA the
+(``TRITON_INTERPRET=1``, set per test by ``triton_testing``'s autouse fixture; Triton
+itself is first imported with it set, so that ``tl.sum`` can be interpreted); with CUDA the
 same tests run the compiled kernels, and the ``gpu``-marked ones the cuDNN paths.
 
 Tolerances: ``|out - ref64| <= atol + rtol·|ref64|``, ``ref64`` the unfused
@@ -20,59 +20,27 @@ that every one meets every dtype and layout somewhere without the full product.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
+from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, assert_close64, compile_for_sm90, fused_matches,
+                            needs_backend, triton_interpreter, up64)
 
-if not torch.cuda.is_available() and "triton" not in sys.modules:
-    # Triton decorates its library functions (tl.sum, ...) when first imported: import it in
-    # interpreter mode so interpreted kernels can call them. The variable itself is set per test.
-    _before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        import triton.language  # noqa: F401
-    except Exception:  # no usable Triton: the Triton tests skip
-        pass
-    finally:
-        if _before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = _before
+from explorer.fusion_engine import detect
+from explorer.fusions import conv
+from explorer.fusions.plan import make_plan
+from explorer.fusions.rewrite import apply_plan
+from explorer.fusions.triton_support import triton_available
+from explorer.graph.build import build_graph
+from explorer.runtime import lean, measure
+from explorer.sources import capture
 
-from explorer.fusion_engine import detect  # noqa: E402
-from explorer.fusions import conv  # noqa: E402
-from explorer.fusions.plan import make_plan  # noqa: E402
-from explorer.fusions.rewrite import apply_plan  # noqa: E402
-from explorer.fusions.triton_support import triton_available  # noqa: E402
-from explorer.graph.build import build_graph  # noqa: E402
-from explorer.runtime import lean, measure  # noqa: E402
-from explorer.sources import capture  # noqa: E402
-
-HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
-#: Without CUDA, the Triton kernels of this module run in Triton's interpreter.
-INTERPRET = not HAS_CUDA and triton_available()
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-needs_triton = pytest.mark.skipif(not (HAS_CUDA or INTERPRET), reason="Triton runs neither compiled nor interpreted")
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-DTYPE_IDS = ["fp32", "fp16", "bf16"]
 LAYOUTS = ["nchw", "nhwc"]
 ACTS = list(conv.CONV_ACTIVATIONS)
-
-
-@pytest.fixture(autouse=True)
-def triton_interpreter(monkeypatch):
-    """TRITON_INTERPRET=1 for each test of this module only (never leaking into other modules)."""
-    if INTERPRET:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)
@@ -91,22 +59,9 @@ def poisoned(monkeypatch):
         shape, float("nan"), dtype=dtype, device=device).contiguous(memory_format=torch.channels_last))
 
 
-def assert_close64(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> None:
-    """``out`` (any dtype) equals the float64 ``ref64`` within ``tol``; NaN never passes."""
-    assert out.shape == ref64.shape, (out.shape, ref64.shape)
-    out64 = out.detach().double().cpu()
-    assert not torch.isnan(out64).any(), "output contains NaN (an unwritten or poisoned element)"
-    torch.testing.assert_close(out64, ref64.detach().double().cpu(), equal_nan=False, **tol)
-
-
 def rand(shape, dtype, gen, scale=1.0, device=DEVICE):
     """Normal samples drawn in float64 on the CPU (same values on any device), then cast."""
     return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
-
-
-def up(t):
-    """``t`` in float64 on the CPU (None stays None): the reference's inputs."""
-    return None if t is None else t.detach().double().cpu()
 
 
 def strided(t: torch.Tensor) -> torch.Tensor:
@@ -240,7 +195,7 @@ def _epilogue_inputs(shape, dtype, layout, residual, gen):
 def _check_bias_act(shape, dtype, layout, residual, act, seed):
     gen = torch.Generator().manual_seed(seed)
     y, b, z = _epilogue_inputs(shape, dtype, layout, residual, gen)
-    ref64 = conv.bias_act_reference(up(y), up(b), up(z), act)
+    ref64 = conv.bias_act_reference(up64(y), up64(b), up64(z), act)
     z_before = None if z is None else z.clone()
     strides = y.stride()
     out = conv.bias_act_(y, b, z, act)
@@ -250,7 +205,7 @@ def _check_bias_act(shape, dtype, layout, residual, act, seed):
         assert torch.equal(z, z_before), "the residual must not be modified"
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("i, shape, dtype, layout, residual",
                          grid(EPI_SHAPES, _DT, _LAY, [(r, r) for r in RESIDUALS]))
 def test_bias_act_matches_float64(i, shape, dtype, layout, residual):
@@ -258,20 +213,20 @@ def test_bias_act_matches_float64(i, shape, dtype, layout, residual):
     _check_bias_act(shape, dtype, layout, residual, ACTS[i % len(ACTS)], seed=10 + i)
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_bias_act_every_activation(dtype, act):
     _check_bias_act((3, 37, 13, 13), dtype, "nhwc", "other", act, seed=9)
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("i, shape, dtype, layout", grid([((3, 5, 11), "3d"), ((2, 6, 3, 4, 5), "5d")], _DT, _LAY))
 def test_bias_act_other_ranks(i, shape, dtype, layout):
     _check_bias_act(shape, dtype, layout, ("other", "none")[i % 2], ("hardswish", "gelu_tanh", "tanh")[i % 3], 11)
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("i, shape, dtype, layout",
                          grid(EPI_SHAPES + [((3, 5, 11), "3d")], _DT, _LAY))
 def test_bias_act_writes_every_element_and_nothing_else(i, shape, dtype, layout):
@@ -289,7 +244,7 @@ def test_bias_act_writes_every_element_and_nothing_else(i, shape, dtype, layout)
     assert torch.isnan(buf[:guard]).all() and torch.isnan(buf[guard + numel:]).all(), "wrote outside y"
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_bias_act_rounds_to_nearest_even(dtype, layout):
@@ -298,29 +253,29 @@ def test_bias_act_rounds_to_nearest_even(dtype, layout):
     gen = torch.Generator().manual_seed(15)
     y = make_layout(rand((3, 37, 13, 13), dtype, gen), layout)
     b = rand(37, dtype, gen, scale=1e-2)                  # small: many sums fall between two 16-bit values
-    expected = conv.bias_act_reference(up(y), up(b), None, "none").to(dtype)
+    expected = conv.bias_act_reference(up64(y), up64(b), None, "none").to(dtype)
     assert torch.equal(conv.bias_act_(y, b, None, "none").cpu(), expected)
 
 
-@needs_triton
+@needs_backend
 def test_bias_act_without_bias_and_small_blocks():
     """No bias, and a block far smaller than the tensor: many programs and a ragged tail."""
     gen = torch.Generator().manual_seed(13)
     y = make_layout(rand((3, 37, 13, 13), torch.float16, gen), "nhwc")
     z = rand((3, 37, 13, 13), torch.float16, gen)
-    ref64 = conv.bias_act_reference(up(y), None, up(z), "gelu")
+    ref64 = conv.bias_act_reference(up64(y), None, up64(z), "gelu")
     assert_close64(conv.bias_act_(y, None, z, "gelu", block=512, num_warps=2), ref64,
                    conv.BIAS_ACT_TOLERANCES[torch.float16])
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("act", ACTS)
 def test_bias_act_propagates_nan_like_torch(act):
     gen = torch.Generator().manual_seed(14)
     y = rand((2, 24, 3, 5), torch.float32, gen, scale=4.0).to(memory_format=torch.channels_last)
     y.masked_fill_(torch.arange(y.numel(), device=DEVICE).view(y.shape) % 7 == 0, float("nan"))
     b = rand(24, torch.float32, gen)
-    expected_nan = torch.isnan(conv.bias_act_reference(up(y), up(b), None, act))
+    expected_nan = torch.isnan(conv.bias_act_reference(up64(y), up64(b), None, act))
     out = conv.bias_act_(y, b, None, act)
     assert torch.equal(torch.isnan(out).cpu(), expected_nan)
 
@@ -341,7 +296,7 @@ def test_bias_act_without_triton_is_torch_in_place(monkeypatch):
     gen = torch.Generator().manual_seed(0)
     y = torch.randn(2, 5, 3, 4, generator=gen).to(memory_format=torch.channels_last)
     b, z = torch.randn(5, generator=gen), torch.randn(2, 5, 3, 4, generator=gen)
-    ref64 = conv.bias_act_reference(up(y), up(b), up(z), "silu")
+    ref64 = conv.bias_act_reference(up64(y), up64(b), up64(z), "silu")
     out = conv.bias_act_(y, b, z, "silu")
     assert out is y
     assert_close64(out, ref64, conv.BIAS_ACT_TOLERANCES[torch.float32])
@@ -370,7 +325,7 @@ def _dw_inputs(case, dtype, layout, with_z, gen):
     return x, w, b, z, (stride, padding, dilation)
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("i, case, dtype, layout", grid(DW_CASES, _DT, _LAY))
 def test_depthwise_matches_float64(i, case, dtype, layout, poisoned):
     """Every geometry, dtype and input layout; the activation rotates, a residual every other case;
@@ -378,25 +333,25 @@ def test_depthwise_matches_float64(i, case, dtype, layout, poisoned):
     gen = torch.Generator().manual_seed(20 + i)
     act = ACTS[(3 * i) % len(ACTS)]
     x, w, b, z, args = _dw_inputs(case, dtype, layout, i % 2 == 1, gen)
-    ref64 = conv.conv_epilogue_reference(up(x), up(w), up(b), up(z), *args, groups=x.shape[1], act=act)
+    ref64 = conv.conv_epilogue_reference(up64(x), up64(w), up64(b), up64(z), *args, groups=x.shape[1], act=act)
     weight = conv.pack_depthwise_weight(w) if i % 3 else w
     out = conv.depthwise_conv(x, weight, b, z, *args, act=act)
     assert conv.layout_of(out) == "nhwc" or out.shape[2] * out.shape[3] == 1
     assert_close64(out, ref64, conv.DEPTHWISE_TOLERANCES[dtype])
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("tiles", [(16, 16, 4), (8, 64, 4)], ids=["16x16", "8x64"])
 def test_depthwise_ragged_tiles(tiles, poisoned):
     """Tiles that do not divide the pixels or the channels: many programs, masked tails on both sides."""
     gen = torch.Generator().manual_seed(25)
     x, w, b, z, args = _dw_inputs(((2, 37, 9, 7), 3, 2, 1, 1), torch.float16, "nhwc", True, gen)
-    ref64 = conv.conv_epilogue_reference(up(x), up(w), up(b), up(z), *args, groups=37, act="relu6")
+    ref64 = conv.conv_epilogue_reference(up64(x), up64(w), up64(b), up64(z), *args, groups=37, act="relu6")
     out = conv.depthwise_conv(x, conv.pack_depthwise_weight(w), b, z, *args, act="relu6", tiles=tiles)
     assert_close64(out, ref64, conv.DEPTHWISE_TOLERANCES[torch.float16])
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("i, channels, dtype", grid([(48, "C48"), (100, "C100")], _DT))
 def test_depthwise_layer_norm_epilogue(i, channels, dtype, poisoned):
     """ConvNeXt's epilogue: LayerNorm over the channels of each pixel after the bias (C = 100: masked lanes
@@ -407,8 +362,8 @@ def test_depthwise_layer_norm_epilogue(i, channels, dtype, poisoned):
     affine = i % 2 == 0
     lw = rand(channels, dtype, gen, scale=0.2) + 1 if affine else None
     lb = rand(channels, dtype, gen, scale=0.2) if affine else None
-    y64 = conv.conv_nd(up(x), up(w), up(b), 1, 3, 1, channels).permute(0, 2, 3, 1)
-    ref64 = torch.nn.functional.layer_norm(y64, (channels,), up(lw), up(lb), 1e-6)
+    y64 = conv.conv_nd(up64(x), up64(w), up64(b), 1, 3, 1, channels).permute(0, 2, 3, 1)
+    ref64 = torch.nn.functional.layer_norm(y64, (channels,), up64(lw), up64(lb), 1e-6)
     out = conv.depthwise_conv(x, conv.pack_depthwise_weight(w), b, None, 1, 3, 1, "none", norm=(lw, lb, 1e-6))
     # the conv's own rounding (TOLERANCES' error model) divided by σ ~ 1 of the normalised row
     assert_close64(out.permute(0, 2, 3, 1), ref64, conv.DEPTHWISE_TOLERANCES[dtype])
@@ -428,7 +383,7 @@ def test_depthwise_rejects_what_it_does_not_compute():
 GEMM_CASES = [((100, 37, 24), "100x37->24"), ((77, 16, 100), "77x16->100"), ((130, 144, 40), "130x144->40")]
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("i, case, dtype", grid(GEMM_CASES, _DT))
 def test_gemm_epilogue_matches_float64(i, case, dtype):
     """M, N, K that no tile divides; a bias every case but one, a residual every other case (transposed, so not
@@ -443,11 +398,12 @@ def test_gemm_epilogue_matches_float64(i, case, dtype):
     act = ACTS[(3 * i + 1) % len(ACTS)]
     assert conv.gemm_applies(a, w, z)
     out = conv.gemm_epilogue(a, w, b, z, act)
-    ref64 = conv.apply_activation(up(a) @ up(w).t() + (0 if b is None else up(b)) + (0 if z is None else up(z)), act)
+    ref64 = conv.apply_activation(up64(a) @ up64(w).t() + (0 if b is None else up64(b))
+                                  + (0 if z is None else up64(z)), act)
     assert_close64(out, ref64, conv.TOLERANCES[dtype])
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_gemm_epilogue_small_tiles(dtype):
     """Tiles that divide nothing: 5 row tiles in a group of 8 (the grouped order's ragged last group), 3 column
@@ -457,11 +413,11 @@ def test_gemm_epilogue_small_tiles(dtype):
     b, z = rand(40, dtype, gen), rand((130, 40), dtype, gen)
     out = torch.full((40, 130), float("nan"), dtype=dtype, device=DEVICE).t()                  # (M, N), strided
     conv.gemm_epilogue(a, w, b, z, "hardswish", out, tiles=(32, 16, 32))
-    ref64 = conv.apply_activation(up(a) @ up(w).t() + up(b) + up(z), "hardswish")
+    ref64 = conv.apply_activation(up64(a) @ up64(w).t() + up64(b) + up64(z), "hardswish")
     assert_close64(out, ref64, conv.TOLERANCES[dtype])
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_conv1x1_as_a_gemm(dtype, layout):
@@ -473,7 +429,7 @@ def test_conv1x1_as_a_gemm(dtype, layout):
     b, z = rand(40, dtype, gen), make_layout(rand((2, 40, 7, 9), dtype, gen), layout)
     assert conv.conv1x1_applies(x, w, z) == (layout == "nhwc")
     out = conv.conv1x1_epilogue(x, w, b, z, "relu6")
-    ref64 = conv.conv_epilogue_reference(up(x), up(w), up(b), up(z), act="relu6")
+    ref64 = conv.conv_epilogue_reference(up64(x), up64(w), up64(b), up64(z), act="relu6")
     assert conv.layout_of(out) == layout
     assert_close64(out, ref64, conv.TOLERANCES[dtype])
     assert conv.is_pointwise_conv((40, 24, 1, 1), 1, 0, 1, 1) and not conv.is_pointwise_conv((40, 24, 1, 1), 2, 0, 1, 1)
@@ -512,7 +468,7 @@ def test_conv_epilogue_matches_float64(i, case, dtype, layout):
     x, w, b, z, args = _conv_inputs(case, dtype, gen, layout, with_z=i % 2 == 0)
     z_before = None if z is None else z.clone()
     out = conv.conv_epilogue(x, w, b, z, *args, act=act)
-    ref64 = conv.conv_epilogue_reference(up(x), up(w), up(b), up(z), *args, act=act)
+    ref64 = conv.conv_epilogue_reference(up64(x), up64(w), up64(b), up64(z), *args, act=act)
     assert_close64(out, ref64, conv.TOLERANCES[dtype])
     if z is not None:
         assert torch.equal(z, z_before), "the residual input must not be modified"
@@ -527,7 +483,7 @@ def test_conv_epilogue_torch_path(i, case, dtype, monkeypatch):
     x, w, b, z, args = _conv_inputs(case, dtype, gen, with_z=i % 2 == 1, device="cpu")
     assert conv.select_conv_epilogue("cpu", dtype, act, residual=z is not None).impl == "separate"
     out = conv.conv_epilogue(x, w, b, z, *args, act=act)
-    ref64 = conv.conv_epilogue_reference(up(x), up(w), up(b), up(z), *args, act=act)
+    ref64 = conv.conv_epilogue_reference(up64(x), up64(w), up64(b), up64(z), *args, act=act)
     assert_close64(out, ref64, conv.TOLERANCES[dtype])
 
 
@@ -573,7 +529,7 @@ def test_selection_on_cuda(monkeypatch):
     assert select("relu6", depthwise=True).impl == "triton_depthwise", "the policy comes back after the block"
 
 
-@needs_triton
+@needs_backend
 def test_selection_under_the_interpreter():
     if HAS_CUDA:
         pytest.skip("the interpreter runs without CUDA")
@@ -599,30 +555,14 @@ def test_cudnn_fused_conv_relu_gpu(case, dtype, with_add, channels_last):
         w = w.to(memory_format=torch.channels_last)
     assert conv.select_conv_epilogue("cuda", dtype, "relu", residual=with_add).label.startswith("cudnn")
     out = conv.conv_epilogue(x, w, b, z, *args, act="relu")
-    ref64 = conv.conv_epilogue_reference(up(x), up(w), up(b), up(z), *args, act="relu")
+    ref64 = conv.conv_epilogue_reference(up64(x), up64(w), up64(b), up64(z), *args, act="relu")
     assert_close64(out, ref64, conv.TOLERANCES[dtype])
 
 
 # ===================================================================== the kernels compile for sm_90
 
 _COMPILE_FOR_SM90 = r'''
-import json, os, re, subprocess, tempfile
-os.environ.pop("TRITON_INTERPRET", None)
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from explorer.fusions import conv
-
-target = GPUTarget("cuda", 90, 32)
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-
-def local_bytes(compiled):
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(compiled.asm["cubin"])
-    usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    m = re.search(r"LOCAL:(\d+)", usage)
-    return int(m.group(1)) if m else None
 
 def loads(compiled):
     found = re.findall(r"ld\.global[^;]*;", compiled.asm["ptx"])
@@ -687,16 +627,7 @@ def test_conv_kernels_compile_for_sm90_without_gpu():
     not check what only the compiler does. On channels_last tensors with 16-byte aligned rows every load of the
     epilogue pass is a 128-bit vector, the depthwise kernel's loads are mostly vectors, the GEMM runs on the
     tensor cores (wgmma), and nothing spills."""
-    pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget  # noqa: F401  (a Triton with the NVIDIA backend)
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[1], env=env, timeout=300)
-    if proc.returncode and ("ptxas" in proc.stderr and "not found" in proc.stderr):
-        pytest.skip("Triton's ptxas is not available")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = compile_for_sm90(_COMPILE_FOR_SM90)
     assert len(results) == 10
     for r in results:
         assert r["local"] in (0, None), f"register spills: {r}"
@@ -760,19 +691,6 @@ def _detect(module: nn.Module, x: torch.Tensor):
     return gm, detect(build_graph(gm, type(module).__name__))
 
 
-def _fused_matches(gm, det, x, rtol, layout="nchw"):
-    fused = apply_plan(gm, det, make_plan(det), DEVICE)
-    assert all(a.status == "fused" for a in fused.applied), fused.applied
-    fgm = fused.gm
-    if layout == "nhwc":
-        gm, fgm, x = (gm.to(memory_format=torch.channels_last), fgm.to(memory_format=torch.channels_last),
-                      x.contiguous(memory_format=torch.channels_last))
-    with torch.no_grad():
-        ref, out = gm(x), fgm(x)
-    assert (out - ref).abs().max().item() <= rtol * ref.abs().max().item()
-    return fused
-
-
 def test_linear_bottleneck_chains():
     """1 expand + 1 depthwise (Conv+BN+ReLU6) and the projection with its residual (Conv+BN+Add, no activation)."""
     _, det = _detect(_seeded(_LinearBottleneck()), torch.randn(2, 12, 9, 7))
@@ -827,17 +745,17 @@ def test_rewrites_match_unfused_without_triton(monkeypatch):
         module = module.double()
         gm, det = _detect(module, torch.randn(shape, dtype=torch.float64))
         x = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-        fused = _fused_matches(gm, det, x, 1e-12)
+        fused = fused_matches(gm, det, x, 1e-12)
         assert all("conv+bias" in a.implementation for a in fused.applied if a.pattern != "conv_bn")
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_rewrites_match_unfused_through_triton(layout):
     """The Triton paths (compiled, or interpreted on the CPU), both layouts; the labels name them."""
     x = torch.randn(2, 12, 9, 7, generator=torch.Generator().manual_seed(2), device=DEVICE)
     gm, det = _detect(_seeded(_LinearBottleneck()).to(DEVICE), x)
-    fused = _fused_matches(gm, det, x, 1e-5, layout)
+    fused = fused_matches(gm, det, x, 1e-5, layout)
     labels = {a.chain_id.split("@")[1]: a.implementation for a in fused.applied}
     assert "triton depthwise" in labels["conv2d_1"] and "GEMM + bias + add" in labels["conv2d_2"]
 
@@ -855,7 +773,7 @@ def test_separate_epilogue_choice_covers_the_add_without_activation(monkeypatch)
         torch.testing.assert_close(fused.gm(x), gm(x), rtol=1e-5, atol=1e-5)
 
 
-@needs_triton
+@needs_backend
 def test_lean_graph_calls_the_kernels_directly():
     """A lean graph (``measure.prepare_graph``) names ``conv1x1_epilogue`` and ``depthwise_conv_epilogue`` where
     the selection takes Triton, reads the depthwise weight packed, and computes what the plain graph does."""

@@ -10,64 +10,23 @@ Triton's interpreter (``TRITON_INTERPRET=1`` per test). Tolerances:
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
 from torch import nn
+from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, assert_close64, fused_matches, needs_backend,
+                            triton_interpreter, up64)
 
-if not torch.cuda.is_available() and "triton" not in sys.modules:
-    # Triton decorates its library functions (tl.sum, tl.zeros, ...) when first imported: import it in
-    # interpreter mode so interpreted kernels can call them. The variable itself is set per test.
-    _before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        import triton.language  # noqa: F401
-    except Exception:  # no usable Triton: the Triton tests skip
-        pass
-    finally:
-        if _before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = _before
+import torchvision  # after triton_testing: importing torchvision imports Triton
 
-import torchvision  # noqa: E402  (after Triton: importing torchvision imports Triton)
+from explorer.fusion_engine import detect
+from explorer.fusions import conv, convnext, triton_support
+from explorer.fusions.plan import make_plan
+from explorer.fusions.rewrite import apply_plan
+from explorer.graph.build import build_graph
+from explorer.runtime import measure
+from explorer.sources import capture
 
-from explorer.fusion_engine import detect  # noqa: E402
-from explorer.fusions import conv, convnext, triton_support  # noqa: E402
-from explorer.fusions.plan import make_plan  # noqa: E402
-from explorer.fusions.rewrite import apply_plan  # noqa: E402
-from explorer.graph.build import build_graph  # noqa: E402
-from explorer.runtime import measure  # noqa: E402
-from explorer.sources import capture  # noqa: E402
-
-HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
-INTERPRET = not HAS_CUDA and triton_support.triton_available()
-needs_triton = pytest.mark.skipif(not (HAS_CUDA or INTERPRET), reason="Triton runs neither compiled nor interpreted")
-
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-DTYPE_IDS = ["fp32", "fp16", "bf16"]
-
-
-@pytest.fixture(autouse=True)
-def triton_interpreter(monkeypatch):
-    """TRITON_INTERPRET=1 for each test of this module only (never leaking into other modules)."""
-    if INTERPRET:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-def assert_close64(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> None:
-    """``out`` (any dtype) equals the float64 ``ref64`` within ``tol``; NaN never passes."""
-    assert out.shape == ref64.shape, (out.shape, ref64.shape)
-    out64 = out.detach().double().cpu()
-    assert not torch.isnan(out64).any(), "output contains NaN (an unwritten or poisoned element)"
-    torch.testing.assert_close(out64, ref64.detach().double().cpu(), equal_nan=False, **tol)
-
-
-def up(t):
-    return None if t is None else t.detach().double().cpu()
 
 
 def block(dim: int, seed: int = 0) -> nn.Module:
@@ -129,7 +88,7 @@ def _grid():
     return params
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("i, channels, dtype, layout", _grid())
 def test_fused_block_matches_float64(i, channels, dtype, layout):
     module = block(channels, seed=i)
@@ -137,13 +96,13 @@ def test_fused_block_matches_float64(i, channels, dtype, layout):
     if layout == "nhwc":
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
-        ref64 = module.double()(up(x))                                          # torchvision's block, float64
+        ref64 = module.double()(up64(x))                                          # torchvision's block, float64
         out = convnext.convnext_block(x, *_params(module, dtype))
     assert out.dtype == dtype and conv.layout_of(out) == "nhwc", "channels_last, as the unfused block's output"
     assert_close64(out, ref64, convnext.TOLERANCES[dtype])
 
 
-@needs_triton
+@needs_backend
 def test_block_reference_is_the_unfused_block():
     module = block(24)
     x = torch.randn(2, 24, 5, 6, dtype=torch.float64)
@@ -200,14 +159,8 @@ def test_near_miss_for_a_dense_convolution():
 
 def _check_rewrite(module, x, rtol, layout="nchw"):
     gm, det = _detect(module.to(DEVICE), x.to(DEVICE))
-    fused = apply_plan(gm, det, make_plan(det), DEVICE)
-    assert [a.status for a in fused.applied] == ["fused"] * len(det.chains) and det.chains
-    fgm, x = fused.gm, x.to(DEVICE)
-    if layout == "nhwc":
-        gm, fgm, x = (m.to(memory_format=torch.channels_last) for m in (gm, fgm, x))
-    with torch.no_grad():
-        ref, out = gm(x), fgm(x)
-    assert (out - ref).abs().max().item() <= rtol * ref.abs().max().item()
+    fused = fused_matches(gm, det, x.to(DEVICE), rtol, layout, DEVICE)
+    assert len(fused.applied) == len(det.chains) and det.chains
     return fused
 
 
@@ -219,7 +172,7 @@ def test_rewrite_without_triton_is_exact_in_float64(monkeypatch):
     assert "layer_scale" not in fused.gm.code and "mul" not in fused.gm.code, "the layer scale is folded away"
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_rewrite_through_triton(layout):
     x = torch.randn(2, 40, 7, 6, generator=torch.Generator().manual_seed(2))

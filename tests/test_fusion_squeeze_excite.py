@@ -13,54 +13,26 @@ rotate over the (shape, dtype, layout) grid.
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
 from torch import nn
+from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, assert_close64, fused_matches, needs_backend,
+                            triton_interpreter, up64)
 
-if not torch.cuda.is_available() and "triton" not in sys.modules:
-    # Triton decorates its library functions (tl.sum, ...) when first imported: import it in
-    # interpreter mode so interpreted kernels can call them. The variable itself is set per test.
-    _before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        import triton.language  # noqa: F401
-    except Exception:  # no usable Triton: the Triton tests skip
-        pass
-    finally:
-        if _before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = _before
+import torchvision  # after triton_testing: importing torchvision imports Triton
 
-import torchvision  # noqa: E402  (after Triton: importing torchvision imports Triton)
+from explorer.fusion_engine import detect
+from explorer.fusions import squeeze_excite as se
+from explorer.fusions import triton_support
+from explorer.fusions.plan import make_plan
+from explorer.fusions.rewrite import apply_plan
+from explorer.graph.build import build_graph
+from explorer.runtime import measure
+from explorer.sources import capture
 
-from explorer.fusion_engine import detect  # noqa: E402
-from explorer.fusions import squeeze_excite as se  # noqa: E402
-from explorer.fusions import triton_support  # noqa: E402
-from explorer.fusions.plan import make_plan  # noqa: E402
-from explorer.fusions.rewrite import apply_plan  # noqa: E402
-from explorer.graph.build import build_graph  # noqa: E402
-from explorer.runtime import measure  # noqa: E402
-from explorer.sources import capture  # noqa: E402
-
-HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
-INTERPRET = not HAS_CUDA and triton_support.triton_available()
-needs_triton = pytest.mark.skipif(not (HAS_CUDA or INTERPRET), reason="Triton runs neither compiled nor interpreted")
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-DTYPE_IDS = ["fp32", "fp16", "bf16"]
 FLAVOURS = [("silu", "sigmoid"), ("relu", "hardsigmoid")]                # EfficientNet, MobileNetV3
-
-
-@pytest.fixture(autouse=True)
-def triton_interpreter(monkeypatch):
-    """TRITON_INTERPRET=1 for each test of this module only (never leaking into other modules)."""
-    if INTERPRET:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture
@@ -71,20 +43,8 @@ def poisoned(monkeypatch):
         shape, float("nan"), dtype=dtype, device=device))
 
 
-def assert_close64(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> None:
-    """``out`` (any dtype) equals the float64 ``ref64`` within ``tol``; NaN never passes."""
-    assert out.shape == ref64.shape, (out.shape, ref64.shape)
-    out64 = out.detach().double().cpu()
-    assert not torch.isnan(out64).any(), "output contains NaN (an unwritten or poisoned element)"
-    torch.testing.assert_close(out64, ref64.detach().double().cpu(), equal_nan=False, **tol)
-
-
 def rand(shape, dtype, gen, scale=1.0):
     return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype=dtype, device=DEVICE)
-
-
-def up(t):
-    return None if t is None else t.detach().double().cpu()
 
 
 def to_layout(t, layout):
@@ -119,14 +79,14 @@ def _grid():
     return params
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("i, shape, dtype, layout", _grid())
 def test_squeeze_excite_matches_float64(i, shape, dtype, layout, poisoned):
     gen = torch.Generator().manual_seed(30 + i)
     x, w1, b1, w2, b2 = _inputs(shape, dtype, layout, gen)
     act, gate = FLAVOURS[i % 2]
     splits, tiles = CONFIGS[(i // 2) % 2] or (None, None)
-    ref64 = se.squeeze_excite_reference(up(x), up(w1), up(b1), up(w2), up(b2), act, gate)
+    ref64 = se.squeeze_excite_reference(up64(x), up64(w1), up64(b1), up64(w2), up64(b2), act, gate)
     y = se.squeeze_excite(x, w1, b1, w2, b2, act, gate, splits=splits, tiles=tiles)
     assert y.stride() == x.stride(), "the output keeps x's layout"
     assert_close64(y, ref64, se.TOLERANCES[dtype])
@@ -137,11 +97,12 @@ def test_inputs_exercise_the_gate_range():
     gen = torch.Generator().manual_seed(30)
     x, w1, b1, w2, b2 = _inputs(SHAPES[1][0], torch.float32, "nchw", gen)
     for act, gate in FLAVOURS:
-        g = (se.squeeze_excite_reference(up(x), up(w1), up(b1), up(w2), up(b2), act, gate) / up(x))[:, :, 0, 0]
+        g = (se.squeeze_excite_reference(up64(x), up64(w1), up64(b1), up64(w2), up64(b2), act, gate)
+             / up64(x))[:, :, 0, 0]
         assert ((g > 0.05) & (g < 0.95)).float().mean() > 0.5, g
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("case", ["no-bias", "fp32-weights", "3d", "5d", "strided-x", "linear-weights"])
 def test_squeeze_excite_variants(case, poisoned):
     gen = torch.Generator().manual_seed(31)
@@ -158,18 +119,18 @@ def test_squeeze_excite_variants(case, poisoned):
         x = x[..., ::2]
     elif case == "linear-weights":
         w1, w2 = w1.flatten(1), w2.flatten(1)                                    # (Cr, C), (C, Cr)
-    ref64 = se.squeeze_excite_reference(up(x), up(w1), up(b1), up(w2), up(b2), "silu", "sigmoid")
+    ref64 = se.squeeze_excite_reference(up64(x), up64(w1), up64(b1), up64(w2), up64(b2), "silu", "sigmoid")
     y = se.squeeze_excite(x, w1, b1, w2, b2, "silu", "sigmoid", splits=(2, 2), tiles=(8, 4))
     assert_close64(y, ref64, se.TOLERANCES[dtype])
 
 
-@needs_triton
+@needs_backend
 def test_squeeze_excite_without_library_reductions(monkeypatch, poisoned):
     """The ``tl.reduce`` path taken when Triton was imported before TRITON_INTERPRET was set."""
     monkeypatch.setattr(se, "library_reductions_usable", lambda: False)
     gen = torch.Generator().manual_seed(32)
     x, w1, b1, w2, b2 = _inputs((2, 24, 6, 5, 7), torch.float16, "nchw", gen)
-    ref64 = se.squeeze_excite_reference(up(x), up(w1), up(b1), up(w2), up(b2), "relu", "hardsigmoid")
+    ref64 = se.squeeze_excite_reference(up64(x), up64(w1), up64(b1), up64(w2), up64(b2), "relu", "hardsigmoid")
     y = se.squeeze_excite(x, w1, b1, w2, b2, "relu", "hardsigmoid", splits=(2, 1), tiles=(16, 8))
     assert_close64(y, ref64, se.TOLERANCES[torch.float16])
 
@@ -292,15 +253,7 @@ def test_near_miss_when_the_gate_scales_another_tensor():
 
 def _check_rewrite(module, x, rtol, layout="nchw"):
     gm, det = _detect(module.to(DEVICE), x.to(DEVICE))
-    fused = apply_plan(gm, det, make_plan(det), DEVICE)
-    assert all(a.status == "fused" for a in fused.applied), fused.applied
-    fgm, x = fused.gm, x.to(DEVICE)
-    if layout == "nhwc":
-        gm, fgm, x = (m.to(memory_format=torch.channels_last) for m in (gm, fgm, x))
-    with torch.no_grad():
-        ref, out = gm(x), fgm(x)
-    assert (out - ref).abs().max().item() <= rtol * ref.abs().max().item()
-    return fused
+    return fused_matches(gm, det, x.to(DEVICE), rtol, layout, DEVICE)
 
 
 def test_rewrite_without_triton_is_the_reference(monkeypatch):
@@ -312,7 +265,7 @@ def test_rewrite_without_triton_is_the_reference(monkeypatch):
         assert applied.impl == "reference" and "cpu" in applied.implementation
 
 
-@needs_triton
+@needs_backend
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_rewrite_through_triton(layout):
     x = torch.randn(2, 24, 7, 9, generator=torch.Generator().manual_seed(2))

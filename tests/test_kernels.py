@@ -19,50 +19,13 @@ element a kernel forgets to write fails the test.
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
-
-if not torch.cuda.is_available() and "triton" not in sys.modules:
-    # Triton decorates its own library functions (tl.sum, tl.max, ...) when first imported:
-    # import it in interpreter mode so the interpreted kernels can use them (they fall back to
-    # slower, equivalent reductions otherwise). The variable itself is set per test, below.
-    _before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        import triton.language  # noqa: F401
-    except Exception:  # no usable Triton: the Triton tests skip
-        pass
-    finally:
-        if _before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = _before
+from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, assert_close64, compile_for_sm90, device_params,
+                            triton_interpreter, up64)
 
 from explorer.fusions import attention, linear, norm, siblings
-from explorer.fusions.triton_support import triton_available
 
-#: Without CUDA, the Triton kernels of this module run in Triton's interpreter.
-INTERPRET = not torch.cuda.is_available() and triton_available()
-
-
-@pytest.fixture(autouse=True)
-def triton_interpreter(monkeypatch):
-    """TRITON_INTERPRET=1 for each test of this module only, never leaking into other modules.
-
-    ``triton.jit`` reads it when it decorates; our kernels are decorated at first call,
-    in a cache keyed by the interpreter mode, and call only Triton's core builtins, so a
-    per-test setting works whatever imported Triton first.
-    """
-    if INTERPRET:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-DTYPE_IDS = ["fp32", "fp16", "bf16"]
-HAS_CUDA = torch.cuda.is_available()
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 
@@ -71,14 +34,6 @@ TOL_ADD_LAYERNORM = norm.TOLERANCES
 TOL_MATMUL_SOFTMAX = attention.TOLERANCES
 TOL_LINEAR = linear.TOLERANCES
 TOL_ATTENTION = attention.ATTENTION_TOLERANCES
-
-
-def assert_close64(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> None:
-    """``out`` (any dtype, any device) equals the float64 ``ref64`` within ``tol``; NaN never passes."""
-    assert out.shape == ref64.shape, (out.shape, ref64.shape)
-    out64 = out.detach().double().cpu()
-    assert not torch.isnan(out64).any(), "output contains NaN (an unwritten or poisoned element)"
-    torch.testing.assert_close(out64, ref64.detach().double().cpu(), equal_nan=False, **tol)
 
 
 def poison(monkeypatch, module) -> None:
@@ -90,21 +45,8 @@ def poison(monkeypatch, module) -> None:
         monkeypatch.setattr(module, "_new_output_like", lambda t: nan_output(t.shape, t.dtype, t.device))
 
 
-def device_params():
-    """CPU (Triton interpreter, when active) and CUDA (compiled, gpu-marked)."""
-    return [
-        pytest.param("cpu", marks=pytest.mark.skipif(
-            not INTERPRET, reason="CPU Triton runs only in Triton's interpreter, without CUDA")),
-        pytest.param("cuda", marks=[gpu, needs_cuda]),
-    ]
-
-
 def rand(shape, dtype, device, gen, scale=1.0):
     return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
-
-
-def _up(t):
-    return None if t is None else t.detach().double().cpu()
 
 
 @pytest.fixture
@@ -141,7 +83,7 @@ def _check_add_layernorm(rows, hidden, dtype, device, monkeypatch, affine=True):
     assert s.dtype == dtype and y.dtype == dtype
     # the sum is one rounded fp32 add, exactly what torch's add does
     assert torch.equal(s, x + r)
-    s64, y64 = norm.add_layernorm_reference(_up(x), _up(r), _up(w), _up(b), 1e-5)
+    s64, y64 = norm.add_layernorm_reference(up64(x), up64(r), up64(w), up64(b), 1e-5)
     assert_close64(s, s64, TOL_ADD_LAYERNORM[dtype])
     assert_close64(y, y64, TOL_ADD_LAYERNORM[dtype])
 
@@ -170,7 +112,7 @@ def test_add_layernorm_without_affine_and_strided_3d(device, monkeypatch):
     r = rand((2, 5, 1000), torch.float32, device, gen)
     s, y = norm.add_layernorm(x, r, None, None, 1e-6)
     assert s.shape == (2, 5, 1000)
-    s64, y64 = norm.add_layernorm_reference(_up(x), _up(r), None, None, 1e-6)
+    s64, y64 = norm.add_layernorm_reference(up64(x), up64(r), None, None, 1e-6)
     assert_close64(s, s64, TOL_ADD_LAYERNORM[torch.float32])
     assert_close64(y, y64, TOL_ADD_LAYERNORM[torch.float32])
 
@@ -203,7 +145,7 @@ def test_add_layernorm_row_tails(per_program, device, monkeypatch):
     poison(monkeypatch, norm)
     s, y = norm.add_layernorm(x, r, w, b, 1e-5, rows_per_prog=per_program)
     assert torch.equal(s, x + r)
-    _, y64 = norm.add_layernorm_reference(_up(x), _up(r), _up(w), _up(b), 1e-5)
+    _, y64 = norm.add_layernorm_reference(up64(x), up64(r), up64(w), up64(b), 1e-5)
     assert_close64(y, y64, TOL_ADD_LAYERNORM[torch.float32])
 
 
@@ -248,7 +190,7 @@ def test_matmul_softmax(case, dtype, device, monkeypatch):
     poison(monkeypatch, attention)
     p = attention.matmul_softmax(a, b, scale, mask)
     assert p.dtype == dtype
-    ref64 = attention.matmul_softmax_reference(_up(a), _up(b), scale, _up(mask))
+    ref64 = attention.matmul_softmax_reference(up64(a), up64(b), scale, up64(mask))
     assert_close64(p, ref64, TOL_MATMUL_SOFTMAX[dtype])
     if mask is not None:
         assert (p[..., -3:] == 0).all(), "masked keys must get probability 0"
@@ -263,7 +205,7 @@ def test_matmul_softmax_gpu_long_rows(n, dtype, monkeypatch, no_tf32):
     a, b, mask = _mms_inputs(((3, 4, 77, 64), (3, 4, 64, n), (3, 1, 1, n)), dtype, "cuda", gen)
     poison(monkeypatch, attention)
     p = attention.matmul_softmax(a, b, 0.125, mask)
-    ref64 = attention.matmul_softmax_reference(_up(a), _up(b), 0.125, _up(mask))
+    ref64 = attention.matmul_softmax_reference(up64(a), up64(b), 0.125, up64(mask))
     assert_close64(p, ref64, TOL_MATMUL_SOFTMAX[dtype])
 
 
@@ -275,7 +217,7 @@ def test_matmul_softmax_bool_mask(device, monkeypatch):
     keep[1, :, 7:] = False
     poison(monkeypatch, attention)
     p = attention.matmul_softmax(a, b, 0.5, keep)
-    ref64 = attention.matmul_softmax_reference(_up(a), _up(b), 0.5, keep.cpu())
+    ref64 = attention.matmul_softmax_reference(up64(a), up64(b), 0.5, keep.cpu())
     assert_close64(p, ref64, TOL_MATMUL_SOFTMAX[torch.float32])
     assert (p[1, :, 7:] == 0).all()
 
@@ -306,7 +248,7 @@ def test_attention_matches_explicit_reference(dtype, device, no_tf32):
     v = rand((2, 3, 11, 8), dtype, device, gen)
     mask = rand((2, 1, 1, 11), dtype, device, gen)
     out = attention.attention(q, k, v, 0.25, mask)
-    ref64 = attention.attention_reference(_up(q), _up(k), _up(v), 0.25, _up(mask))
+    ref64 = attention.attention_reference(up64(q), up64(k), up64(v), 0.25, up64(mask))
     assert_close64(out, ref64, TOL_ATTENTION[dtype])
     # the unfused reference in the same dtype is within the same tolerance
     assert_close64(attention.attention_reference(q, k, v, 0.25, mask), ref64, TOL_ATTENTION[dtype])
@@ -326,7 +268,7 @@ def test_linear_act_cpu(x_shape, out_features, dtype, act):
     w = rand((out_features, x_shape[-1]), dtype, "cpu", gen, scale=x_shape[-1] ** -0.5)
     b = rand(out_features, dtype, "cpu", gen)
     out = linear.linear_act(x, w, b, act)
-    ref64 = linear.linear_act_reference(_up(x), _up(w), _up(b), act)
+    ref64 = linear.linear_act_reference(up64(x), up64(w), up64(b), act)
     assert_close64(out, ref64, TOL_LINEAR[dtype])
     assert "cuBLASLt" not in linear.select_linear_act("cpu", dtype, act).label
 
@@ -369,7 +311,7 @@ def test_linear_act_gpu(x_shape, out_features, dtype, act, no_tf32):
     assert variant in ("gelu", "gelu_tanh")
     assert label.startswith("cuBLASLt") == (act == "relu" or act == variant)
     out = linear.linear_act(x, w, b, act)
-    ref64 = linear.linear_act_reference(_up(x), _up(w), _up(b), act)
+    ref64 = linear.linear_act_reference(up64(x), up64(w), up64(b), act)
     assert_close64(out, ref64, TOL_LINEAR[dtype])
 
 
@@ -391,7 +333,7 @@ def _check_siblings(x_shape, sizes, bias, dtype, device):
     weight, b, got_sizes = siblings.concat_weights(ws, bs)
     assert got_sizes == list(sizes) and weight.shape == (sum(sizes), x_shape[-1])
     outs = siblings.linear_siblings(x, weight, b, got_sizes)
-    refs = siblings.linear_siblings_reference(_up(x), [_up(w) for w in ws], [_up(t) for t in bs])
+    refs = siblings.linear_siblings_reference(up64(x), [up64(w) for w in ws], [up64(t) for t in bs])
     assert len(outs) == len(sizes)
     base = outs[0].untyped_storage().data_ptr()
     for out, ref in zip(outs, refs):
@@ -427,23 +369,7 @@ def test_concat_weights_refuses_mismatches():
 # ------------------------------------------------------------------- compiled code (no GPU needed)
 
 _COMPILE_FOR_SM90 = r'''
-import json, os, re, subprocess, sys, tempfile
-os.environ.pop("TRITON_INTERPRET", None)
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from explorer.fusions import attention, norm
-
-target = GPUTarget("cuda", 90, 32)
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-
-def local_bytes(compiled):
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(compiled.asm["cubin"])
-    usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    m = re.search(r"LOCAL:(\d+)", usage)
-    return int(m.group(1)) if m else None
 
 def aligned(kernel, names):  # what Triton's launcher assumes for 16-aligned pointers and ints
     return {(list(kernel.arg_names).index(n),): [["tt.divisibility", 16]] for n in names}
@@ -481,21 +407,7 @@ def test_triton_kernels_compile_for_sm90_without_gpu():
     """Compile (not run) both Triton kernels for an H100/H200 (sm_90): the interpreter does not
     check what only the compiler does. On 16-byte aligned rows the add+LayerNorm kernel must
     use only 128-bit loads, and no kernel may spill registers to local memory."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget  # noqa: F401  (a Triton with the NVIDIA backend)
-
-    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_FOR_SM90], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[1], env=env, timeout=300)
-    if proc.returncode and ("ptxas" in proc.stderr and "not found" in proc.stderr):
-        pytest.skip("Triton's ptxas is not available")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = compile_for_sm90(_COMPILE_FOR_SM90)
     for r in results:
         assert r["local"] in (0, None), f"register spills: {r}"
         if r["kernel"] == "add_layernorm" and r["hidden"] % 16 == 0:
@@ -548,7 +460,7 @@ def test_add_layernorm_fast_path_is_planned_once_and_stays_right(device, monkeyp
             s, y = norm.add_layernorm(x, r, w, b, 1e-5)
             assert s.shape == y.shape == (3, 7, 96)
             assert torch.equal(s, x + r)
-            _, y64 = norm.add_layernorm_reference(_up(x), _up(r), _up(w), _up(b), 1e-5)
+            _, y64 = norm.add_layernorm_reference(up64(x), up64(r), up64(w), up64(b), 1e-5)
             assert_close64(y, y64, TOL_ADD_LAYERNORM[dtype])
             assert len(norm._LAUNCHES) == before + 1, "one plan per signature, reused by later calls"
         key = norm._signature(x, r, w, b, 1e-5, None, None)
@@ -576,7 +488,7 @@ def test_add_layernorm_without_the_sum(dtype, device, contiguous, monkeypatch):
         monkeypatch.setattr(norm, name, lambda *a, inner=inner: allocations.append(1) or inner(*a))
     s, y = norm.add_layernorm(x, r, w, b, 1e-5, keep_sum=False)
     assert s is None and len(allocations) == 1
-    _, y64 = norm.add_layernorm_reference(_up(x), _up(r), _up(w), _up(b), 1e-5)
+    _, y64 = norm.add_layernorm_reference(up64(x), up64(r), up64(w), up64(b), 1e-5)
     assert_close64(y, y64, TOL_ADD_LAYERNORM[dtype])
     _, y_both = norm.add_layernorm(x, r, w, b, 1e-5)
     assert torch.equal(y, y_both)      # the sum is rounded to the dtype before normalising either way
@@ -597,7 +509,7 @@ def test_add_layernorm_residual_broadcast_over_leading_dims(r_shape, dtype, devi
     s, y = norm.add_layernorm(x, r, w, b, 1e-5)
     assert s.shape == y.shape == x.shape
     assert torch.equal(s, x + r)
-    _, y64 = norm.add_layernorm_reference(_up(x), _up(r), _up(w), _up(b), 1e-5)
+    _, y64 = norm.add_layernorm_reference(up64(x), up64(r), up64(w), up64(b), 1e-5)
     assert_close64(y, y64, TOL_ADD_LAYERNORM[dtype])
 
 

@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 import torch
-from triton_testing import INTERPRET, detect_module, fuse_all
+from triton_testing import INTERPRET, detect_module, fuse_all, fusion_benchmark
 
 from explorer.fusions import PATTERNS
 from explorer.runtime import measure
@@ -188,16 +188,8 @@ def test_through_onnx(tmp_path):
 # ====================================================================== the benchmark script
 
 def _bench():
-    """``benchmarks/bench_llm_fusions.py`` as a module (the benchmarks folder is not a package)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_llm_fusions.py"
-    spec = importlib.util.spec_from_file_location("bench_llm_fusions", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module                      # dataclasses look their module up while it executes
-    spec.loader.exec_module(module)
-    return module
+    """``benchmarks/bench_llm_fusions.py`` as a module."""
+    return fusion_benchmark("bench_llm_fusions")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the benchmark would run for real")

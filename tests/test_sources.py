@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hostile import tiny_bert
 
 from explorer.sources import zoo
 from explorer.errors import ModelLoadError
@@ -129,13 +130,8 @@ def test_unknown_file_kinds(tmp_path):
 
 
 def _tiny_bert_folder(path: Path) -> Path:
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    config = BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
-                        vocab_size=500, max_position_embeddings=64)
-    BertModel(config, add_pooling_layer=False).save_pretrained(str(path))
-    return path
+    """Two layers (five Add+LayerNorm chains, two attention ones), at most 64 tokens."""
+    return tiny_bert(path, layers=2, hidden=64, heads=4, vocab=500, positions=64)
 
 
 def test_hugging_face_folder_loads_offline(tmp_path):

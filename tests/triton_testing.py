@@ -1,21 +1,30 @@
-"""What the Triton kernel tests of the decoder families share (``test_fusion_rms_norm/swiglu/rotary.py``).
+"""What the Triton kernel tests share: the CNN families' (``test_kernels.py``, ``test_fusion_conv.py``,
+``test_fusion_squeeze_excite.py``, ``test_fusion_convnext.py``, ``test_cnn_models.py``) and the decoder
+families' (``test_fusion_rms_norm/swiglu/rotary.py``, ``test_llama.py``).
 
 Without a GPU the Triton kernels run in Triton's interpreter: ``triton_interpreter`` (an autouse
 fixture once imported into a test module) sets ``TRITON_INTERPRET=1`` for each test of that module
 only. Triton decorates its library functions (``tl.sum``) when first imported, so this module
-imports it in interpreter mode when nothing has imported it yet; the kernels fall back to
+imports it in interpreter mode when nothing has imported it yet (a test module imports this one
+before anything that imports Triton, torchvision included); the kernels fall back to
 ``tl.reduce`` otherwise (the same result, more slowly).
 
 Tolerances: ``|out - ref64| <= atol + rtol·|ref64|`` where ``ref64`` is the family's ``*_reference``
 on the same inputs upcast to float64. NaN never passes (an explicit check, then
 ``equal_nan=False``), and outputs are allocated full of NaN ("poisoned") so that an element a
 kernel forgets to write fails.
+
+``compile_for_sm90`` compiles (never runs) kernels for an H100/H200 in a fresh process, for what
+only the compiler checks; ``fusion_benchmark`` loads a family's benchmark script as a module.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -35,6 +44,8 @@ if not torch.cuda.is_available() and "triton" not in sys.modules:
 
 from explorer.fusions.triton_support import triton_available  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
+
 HAS_CUDA = torch.cuda.is_available()
 #: Without CUDA, the Triton kernels run in Triton's interpreter.
 INTERPRET = not HAS_CUDA and triton_available()
@@ -47,7 +58,12 @@ needs_backend = pytest.mark.skipif(not (HAS_CUDA or INTERPRET), reason="no Trito
 
 @pytest.fixture(autouse=True)
 def triton_interpreter(monkeypatch):
-    """TRITON_INTERPRET=1 for each test of the importing module only (the kernels are decorated lazily, per mode)."""
+    """TRITON_INTERPRET=1 for each test of the importing module only, never leaking into other modules.
+
+    ``triton.jit`` reads it when it decorates; our kernels are decorated at first call, in a cache
+    keyed by the interpreter mode, and call only Triton's core builtins, so a per-test setting works
+    whatever imported Triton first.
+    """
     if INTERPRET:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
 
@@ -134,3 +150,71 @@ def fuse_all(gm, detection, device: str = "cpu"):
     from explorer.fusions.rewrite import apply_plan
 
     return apply_plan(gm, detection, make_plan(detection, "all"), device, level="all")
+
+
+def fused_matches(gm, detection, x: torch.Tensor, rtol: float, layout: str = "nchw", device: str = KERNEL_DEVICE):
+    """``gm`` rewritten on ``device`` with the default plan (every chain accepted, ``apply_plan`` at its default
+    level); asserts that every chain is fused and that the fused graph computes what ``gm`` does on ``x`` (both run
+    channels_last when ``layout`` is "nhwc") within ``rtol`` of the largest output. Returns the rewrite."""
+    from explorer.fusions.plan import make_plan
+    from explorer.fusions.rewrite import apply_plan
+
+    fused = apply_plan(gm, detection, make_plan(detection), device)
+    assert all(a.status == "fused" for a in fused.applied), fused.applied
+    fgm = fused.gm
+    if layout == "nhwc":
+        gm, fgm, x = (m.to(memory_format=torch.channels_last) for m in (gm, fgm, x))
+    with torch.no_grad():
+        ref, out = gm(x), fgm(x)
+    assert (out - ref).abs().max().item() <= rtol * ref.abs().max().item()
+    return fused
+
+
+#: The start of every ``compile_for_sm90`` script: Triton compiled (interpreter off) for sm_90, and
+#: ``local_bytes(compiled)``, the local memory (register spills) a compiled kernel uses.
+SM90_PRELUDE = r'''
+import json, os, re, subprocess, sys, tempfile
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+target = GPUTarget("cuda", 90, 32)
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+def local_bytes(compiled):
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(compiled.asm["cubin"])
+    usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    m = re.search(r"LOCAL:(\d+)", usage)
+    return int(m.group(1)) if m else None
+'''
+
+
+def compile_for_sm90(body: str) -> list:
+    """Run ``SM90_PRELUDE`` + ``body`` in a fresh Python at the repository root, with ``TRITON_INTERPRET``
+    unset (the interpreter does not check what only the compiler does); ``body`` prints a JSON list last,
+    which is returned. Skips without Triton or without its ``ptxas``; needs Triton's NVIDIA backend."""
+    pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget  # noqa: F401  (a Triton with the NVIDIA backend)
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", SM90_PRELUDE + body], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    if proc.returncode and ("ptxas" in proc.stderr and "not found" in proc.stderr):
+        pytest.skip("Triton's ptxas is not available")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def fusion_benchmark(name: str):
+    """``benchmarks/<name>.py`` (``bench_cnn_fusions``, ``bench_llm_fusions``) as a module, freshly executed
+    (the benchmarks folder is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module                      # dataclasses look their module up while it executes
+    spec.loader.exec_module(module)
+    return module

@@ -33,6 +33,7 @@ changes them too.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -181,6 +182,20 @@ def current_or_prompt():
     if cur is None:
         st.info(t("state.choose_model"))
     return cur
+
+
+def needs_model(body: Callable[..., None]) -> Callable[[], None]:
+    """Decorator: the page of a body that needs the active model. The page tells the user to choose a
+    model when there is none (``current_or_prompt``), else calls ``body(spec, model, graph, detection)``;
+    it is run through ``guarded`` like any page, which also catches a failed load."""
+
+    @functools.wraps(body)
+    def page() -> None:
+        cur = current_or_prompt()
+        if cur is not None:
+            body(*cur)
+
+    return page
 
 
 # ------------------------------------------------------------------ choices and plans

@@ -23,11 +23,8 @@ def _fused_bytes(fmt: str, model_key: tuple, plan_json: str, _model, _detection,
     return ui_files.fused_onnx_bytes(_model, _detection, _plan)
 
 
-def page() -> None:
-    cur = ui_state.current_or_prompt()
-    if cur is None:
-        return
-    spec, model, graph, detection = cur
+@ui_state.needs_model
+def page(spec, model, graph, detection) -> None:
     ss = st.session_state
     plan = ui_state.current_plan(detection)
     st.subheader(t("export.title", model=ui_files.escape_markdown(model.name)))

@@ -152,11 +152,8 @@ def _apply_edits(detection, shown, accepted, edited: pd.DataFrame) -> list[str]:
     return refused
 
 
-def page() -> None:
-    cur = ui_state.current_or_prompt()
-    if cur is None:
-        return
-    spec, model, graph, detection = cur
+@ui_state.needs_model
+def page(spec, model, graph, detection) -> None:
     ss = st.session_state
     accepted = ui_state.accepted_ids(detection)
     st.subheader(t("fusions.title", model=ui_files.escape_markdown(model.name)))

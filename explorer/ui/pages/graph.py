@@ -98,11 +98,8 @@ def _chain_label(detection, cid: str, lang: str = "en") -> str:
     return f"{graph_view.chain_name(chain)} · {pattern}"
 
 
-def page() -> None:
-    cur = ui_state.current_or_prompt()
-    if cur is None:
-        return
-    spec, model, graph, detection = cur
+@ui_state.needs_model
+def page(spec, model, graph, detection) -> None:
     ss = st.session_state
     lang = current_language()
     accepted = ui_state.accepted_ids(detection)

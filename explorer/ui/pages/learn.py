@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import streamlit as st
 
@@ -542,37 +542,59 @@ def _ceilings_box(c: Ceilings, dtype: str) -> None:
             st.caption(message(c.sources["note"]))
 
 
-def _sweep(cur) -> None:
-    st.markdown(t("sweep.intro"))
+def _task_panel(name: str, cur, intro: str, start_label: str, settings: Callable[..., tuple[tuple, bool]],
+                start: Callable[..., None], show: Callable[[Any, Any], None]) -> None:
+    """A tab that runs one background task (``tasks``: "sweep", "bisect") on the loaded model's accepted chains.
+
+    ``intro``; with a model that has accepted chains, the task's own widgets, drawn by
+    ``settings(spec, detection, ids)``, which returns the arguments of ``start`` (the Start button's
+    callback) and whether Start may be pressed; Start (``<name>_start``, labelled ``start_label``) and
+    Cancel (``<name>_cancel``); the task's progress while it runs; once it has ended, its error or
+    ``show(job, detection)``."""
+    st.markdown(intro)
     if cur is None:
         st.info(t("learn.need_model"))
         return
     spec, model, graph, detection = cur
-    ss = st.session_state
     ids = [c.id for c in detection.chains if c.id in ui_state.accepted_ids(detection)]
     if not ids:
         st.caption(t("sweep.no_chains"))
         return
-    chain_id = st.selectbox(t("sweep.chain"), ids, key="sweep_chain", format_func=lambda c: detection.chain(c).title)
-    low, high = st.select_slider(t("sweep.batches"), options=BATCHES, value=(1, 16), key="sweep_batches")
-    dtypes = st.multiselect(t("sweep.dtypes"), DTYPES, default=[ss.get("dtype", "fp32")], key="sweep_dtypes")
-    batches = [b for b in BATCHES if low <= b <= high]
-    device = ss.get("device", "cpu")
-    st.caption(t("sweep.what", n=len(batches) * len(dtypes), device=device))
-    job = tasks.get("sweep")
+    args, ready = settings(spec, detection, ids)
+    job = tasks.get(name)
     busy = job is not None and job.running
     c1, c2 = st.columns([1, 4])
-    c1.button(t("sweep.start"), key="sweep_start", type="primary", disabled=busy or not dtypes,
-              on_click=_start_sweep, args=(spec, chain_id, batches, list(dtypes), device))
-    c2.button(t("learn.task.cancel"), key="sweep_cancel", disabled=not busy, on_click=tasks.cancel, args=("sweep",))
+    c1.button(start_label, key=f"{name}_start", type="primary", disabled=busy or not ready, on_click=start,
+              args=args)
+    c2.button(t("learn.task.cancel"), key=f"{name}_cancel", disabled=not busy, on_click=tasks.cancel, args=(name,))
     if busy:
-        _poll("sweep")
+        _poll(name)
         return
     if job is None:
         return
     if job.error:
         st.error(t("learn.task.failed", error=message(job.error)))
         return
+    show(job, detection)
+
+
+def _sweep(cur) -> None:
+    """When a fusion stops paying: one chain swept over batch sizes and dtypes, in the background."""
+    _task_panel("sweep", cur, t("sweep.intro"), t("sweep.start"), _sweep_settings, _start_sweep, _sweep_result)
+
+
+def _sweep_settings(spec, detection, ids: list[str]) -> tuple[tuple, bool]:
+    ss = st.session_state
+    chain_id = st.selectbox(t("sweep.chain"), ids, key="sweep_chain", format_func=lambda c: detection.chain(c).title)
+    low, high = st.select_slider(t("sweep.batches"), options=BATCHES, value=(1, 16), key="sweep_batches")
+    dtypes = st.multiselect(t("sweep.dtypes"), DTYPES, default=[ss.get("dtype", "fp32")], key="sweep_dtypes")
+    batches = [b for b in BATCHES if low <= b <= high]
+    device = ss.get("device", "cpu")
+    st.caption(t("sweep.what", n=len(batches) * len(dtypes), device=device))
+    return (spec, chain_id, batches, list(dtypes), device), bool(dtypes)
+
+
+def _sweep_result(job, detection) -> None:
     points = [p.to_dict() for p in job.result or []]
     chain_title = detection.chain(json.loads(job.key)[1]).title if json.loads(job.key)[1] in \
         {c.id for c in detection.chains} else json.loads(job.key)[1]
@@ -602,35 +624,21 @@ def _start_sweep(spec, chain_id: str, batches: list[int], dtypes: list[str], dev
 
 
 def _bisect(cur) -> None:
-    st.markdown(t("bisect.intro"))
-    if cur is None:
-        st.info(t("learn.need_model"))
-        return
-    spec, model, graph, detection = cur
+    """The precision bisect: which accepted chain makes the fused model drift, in the background."""
+    _task_panel("bisect", cur, t("bisect.intro"), t("bisect.start"), _bisect_settings, _start_bisect,
+                _bisect_result)
+
+
+def _bisect_settings(spec, detection, ids: list[str]) -> tuple[tuple, bool]:
     ss = st.session_state
-    ids = [c.id for c in detection.chains if c.id in ui_state.accepted_ids(detection)]
-    if not ids:
-        st.caption(t("sweep.no_chains"))
-        return
     mode = st.radio(t("bisect.mode"), ("both", "one_at_a_time", "bisect"), key="bisect_mode", horizontal=True,
                     format_func=lambda m, lang=current_language(): t_in(lang, f"bisect.mode.{m}"))
     device, dtype = ss.get("device", "cpu"), ss.get("dtype", "fp32")
     st.caption(t("bisect.what", n=len(ids), device=device, dtype=dtype))
-    job = tasks.get("bisect")
-    busy = job is not None and job.running
-    c1, c2 = st.columns([1, 4])
-    c1.button(t("bisect.start"), key="bisect_start", type="primary", disabled=busy,
-              on_click=_start_bisect, args=(spec, ids, device, dtype, mode,
-                                            dict(ss.kernels.get(detection.fingerprint, {}))))
-    c2.button(t("learn.task.cancel"), key="bisect_cancel", disabled=not busy, on_click=tasks.cancel, args=("bisect",))
-    if busy:
-        _poll("bisect")
-        return
-    if job is None:
-        return
-    if job.error:
-        st.error(t("learn.task.failed", error=message(job.error)))
-        return
+    return (spec, ids, device, dtype, mode, dict(ss.kernels.get(detection.fingerprint, {}))), True
+
+
+def _bisect_result(job, detection) -> None:
     r = job.result.to_dict()
     if r["cancelled"]:
         st.warning(t("learn.task.cancelled"))

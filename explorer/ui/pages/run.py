@@ -33,11 +33,8 @@ def _settings(spec):
                        compile_baseline=bool(ss.run_compile_baseline), quick=bool(ss.run_quick))
 
 
-def page() -> None:
-    cur = ui_state.current_or_prompt()
-    if cur is None:
-        return
-    spec, model, graph, detection = cur
+@ui_state.needs_model
+def page(spec, model, graph, detection) -> None:
     ss = st.session_state
     plan = ui_state.current_plan(detection)
     lang = current_language()
