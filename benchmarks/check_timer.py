@@ -44,9 +44,6 @@ verdict; prints a table last. Exit status 1 when the check fails on CUDA; withou
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
 import statistics
 import sys
 import time
@@ -57,12 +54,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import ModelCase, elapsed_logger, results_path, run_stamp, write_json, write_skipped  # noqa: E402
+
 TOLERANCE = 0.05
 BLOCK = 20
-CASES = (("resnet50_fp16", "resnet50", 32, None, "fp16", "channels_last"),
-         ("bert_base_fp16", "bert_base", 32, 128, "fp16", "nchw"))
-SMOKE_CASES = (("residual_block_fp32", "residual_block", 2, None, "fp32", "channels_last"),
-               ("transformer_block_fp32", "transformer_block", 2, 16, "fp32", "nchw"))
+CASES = (ModelCase("resnet50_fp16", "resnet50", 32, None, "fp16", "channels_last"),
+         ModelCase("bert_base_fp16", "bert_base", 32, 128, "fp16", "nchw"))
+SMOKE_CASES = (ModelCase("residual_block_fp32", "residual_block", 2, None, "fp32", "channels_last"),
+               ModelCase("transformer_block_fp32", "transformer_block", 2, 16, "fp32", "nchw"))
 
 
 def _block(fn: Callable[[], Any], device: str, block: int = BLOCK) -> float:
@@ -151,9 +150,8 @@ def interleaved(variants: dict[str, Callable[[], Any]], device: str, rounds: int
     return out
 
 
-def check_case(key: str, model_name: str, batch: int, seq_len: int | None, dtype_name: str, layout: str,
-               device: str, graphs: bool, rounds: int, runner_calls: int, rep_ms: float, smoke: bool,
-               log) -> dict[str, Any]:
+def check_case(case: ModelCase, device: str, graphs: bool, rounds: int, runner_calls: int, rep_ms: float,
+               smoke: bool, log) -> dict[str, Any]:
     """The runner's medians for one case and one lever setting, then every timer interleaved on the same graphs."""
     import torch
 
@@ -164,6 +162,8 @@ def check_case(key: str, model_name: str, batch: int, seq_len: int | None, dtype
     from explorer.runtime.settings import RunSettings
     from explorer.runtime.variants import make_variant
 
+    key, model_name, batch, seq_len = case.key, case.model, case.batch, case.seq_len
+    dtype_name, layout = case.dtype, case.memory_format
     analysis = analyze(model_name, batch=batch, seq_len=seq_len)
     model, _graph, det = analysis
     plan = make_plan(det, "all", memory_format=layout, cuda_graphs=graphs)
@@ -235,27 +235,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from explorer.runtime import measure as m
 
-    out_path = Path(args.out) if args.out else (Path(os.environ["OUT"]) / "check_timer.json" if os.environ.get("OUT")
-                                                 else ROOT / "benchmarks" / "results" / "check_timer.json")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    doc: dict[str, Any] = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-                           "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                           "tolerance": TOLERANCE, "results": []}
+    out_path = results_path(args.out, "check_timer.json")
+    doc: dict[str, Any] = {**run_stamp(), "tolerance": TOLERANCE, "results": []}
     device = args.device or ("cpu" if args.smoke else "cuda")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        doc["skipped"] = "no CUDA device here: run with --smoke for the CPU path"
-        out_path.write_text(json.dumps(doc, indent=1))
-        print(f"check_timer: skipped ({doc['skipped']}); wrote {out_path}")
-        return 0
+        return write_skipped(doc, out_path, "check_timer")
     device = m.resolve_device(device)
     doc["environment"] = m.environment(device)
     rounds = max(3, args.rounds // (3 if args.smoke else 1))
     doc["settings"] = {"graphs": args.graphs, "rounds": rounds, "runner_calls": args.runner_calls,
                        "rep_ms": args.rep_ms, "block": BLOCK, "smoke": args.smoke, "interleaved": True}
     started = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    log = elapsed_logger(started)
 
     levers = {"both": (False, True), "plain": (False,), "cuda_graphs": (True,)}[args.graphs]
     if not device.startswith("cuda"):
@@ -263,23 +254,23 @@ def main(argv: list[str] | None = None) -> int:
     for case in (SMOKE_CASES if args.smoke else CASES):
         for graphs in levers:
             if time.perf_counter() - started > args.budget_s:
-                doc["results"].append({"case": case[0], "cuda_graphs": graphs,
+                doc["results"].append({"case": case.key, "cuda_graphs": graphs,
                                        "error": f"not started: the {args.budget_s:.0f} s budget was spent"})
                 continue
             try:
-                doc["results"].append(check_case(*case, device, graphs, rounds, args.runner_calls, args.rep_ms,
+                doc["results"].append(check_case(case, device, graphs, rounds, args.runner_calls, args.rep_ms,
                                                  args.smoke, log))
             except Exception as exc:
                 import traceback
 
                 traceback.print_exc()
-                doc["results"].append({"case": case[0], "cuda_graphs": graphs, "error": m._one_line(exc)})
-            out_path.write_text(json.dumps(doc, indent=1, default=str))
+                doc["results"].append({"case": case.key, "cuda_graphs": graphs, "error": m._one_line(exc)})
+            write_json(out_path, doc)
     done = [r for r in doc["results"] if "error" not in r]
     doc["agrees"] = bool(done) and all(r["agrees"] for r in done) and len(done) == len(doc["results"])
     doc["do_bench_agrees"] = bool(done) and all(r["do_bench_agrees"] for r in done)
     doc["wall_s"] = round(time.perf_counter() - started, 1)
-    out_path.write_text(json.dumps(doc, indent=1, default=str))
+    write_json(out_path, doc)
 
     env = doc["environment"]
     print(f"{env.get('device_name')} torch {env['torch']} triton {env['triton']} driver {env.get('driver')} "

@@ -430,3 +430,34 @@ def test_progress_says_the_time_left_and_never_goes_back():
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     assert all("left" in s for _, s in seen[:-1]) and seen[-1][1].startswith("done in")
     assert format_seconds(200) == "3 min 20 s" and format_seconds(42.4) == "42 s"
+
+
+def test_check_timer_smoke_interleaves_every_timer(tmp_path):
+    """``benchmarks/check_timer.py --smoke``: every case lands in the JSON with the runner's loop, the wall
+    clock and the blocks timed in the same rounds (sample counts follow the rounds), deviations computed
+    against the runner's loop, and the upfront run beside it as drift."""
+    from triton_testing import fusion_benchmark
+
+    check_timer = fusion_benchmark("check_timer")
+    out = tmp_path / "check_timer.json"
+    assert check_timer.main(["--smoke", "--rounds", "3", "--runner-calls", "4", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["command"] and doc["environment"]["torch"] and doc["settings"]["interleaved"] is True
+    assert [r["case"] for r in doc["results"]] == [c.key for c in check_timer.SMOKE_CASES]
+    for result in doc["results"]:
+        assert set(result["variants"]) == {"unfused", "fused"}
+        for v in result["variants"].values():
+            assert v["runner"]["n"] == 3 * 4 and v["wall"]["n"] == 3 * 4 and v["blocks"]["n"] == 3
+            assert v["do_bench"] is None                    # no CUDA here: said, not faked
+            assert v["deviation"] == pytest.approx(v["wall"]["median"] / v["runner"]["median"] - 1)
+            assert v["drift"] == pytest.approx(v["runner_upfront"]["median"] / v["runner"]["median"] - 1)
+            assert v["agrees"] == (abs(v["deviation"]) <= check_timer.TOLERANCE)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA this would run the whole check")
+def test_check_timer_without_cuda_says_so(tmp_path, capsys):
+    from triton_testing import fusion_benchmark
+
+    out = tmp_path / "check_timer.json"
+    assert fusion_benchmark("check_timer").main(["--out", str(out)]) == 0
+    assert "no CUDA device" in capsys.readouterr().out and "skipped" in out.read_text()
