@@ -164,8 +164,9 @@ def _onnx_export(model, exporter: str, path: str):
 @pytest.mark.parametrize("name", ["efficientnet_b0", "convnext_tiny"])
 def test_onnx_import_matches_onnxruntime_and_detects(name, exporter, tmp_path, analyze_cached):
     """The ONNX graph imports, runs as onnxruntime does, and its chains are found. Exporters fold BatchNorm
-    into the convolutions, so EfficientNet's projections with a residual are Conv+Add (one per residual
-    block); ConvNeXt's blocks are found whole."""
+    into the convolutions and write SiLU as ``x·sigmoid(x)`` (imported back as ``silu``), so EfficientNet's
+    Conv+BN+SiLU chains are Conv+SiLU, its projections with a residual Conv+Add, and its squeeze-excite
+    blocks are found as in the PyTorch capture; ConvNeXt's blocks are found whole."""
     ort = pytest.importorskip("onnxruntime")
     import numpy as np
     from torchvision.models.efficientnet import MBConv
@@ -186,7 +187,10 @@ def test_onnx_import_matches_onnxruntime_and_detects(name, exporter, tmp_path, a
         assert det.counts["convnext_block"] == expected_counts(name)["convnext_block"]
     else:
         blocks = [m for m in _architecture(name).modules() if isinstance(m, MBConv)]
-        assert det.counts["conv_add"] == sum(b.use_res_connect for b in blocks)
+        want = expected_counts(name)
+        assert det.counts["conv_add"] == sum(b.use_res_connect for b in blocks) == want["conv_bn_add"]
+        assert det.counts["conv_act"] == want["conv_bn_act"]
+        assert det.counts["squeeze_excite"] == want["squeeze_excite"]
 
 
 # ---------------------------------------------------------------------- the benchmark script

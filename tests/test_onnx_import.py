@@ -467,3 +467,34 @@ def test_matmul_plus_bias_becomes_linear(exported, exporter):
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert targets.count(torch.ops.aten.linear.default) == 4  # qkv, proj, fc1, fc2
     assert targets.count(torch.ops.aten.matmul.default) == 2  # q @ k^T and probs @ v
+
+
+def test_mul_of_sigmoid_of_itself_becomes_silu(tmp_path):
+    """``x * sigmoid(x)``, in either operand order, imports as ``aten.silu`` (as torch.export keeps
+    ``nn.SiLU``); a gate ``x * sigmoid(y)`` stays a multiply, and a sigmoid something else reads stays."""
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["sx"]),
+        helper.make_node("Mul", ["x", "sx"], ["silu_a"]),              # x * sigmoid(x)
+        helper.make_node("Sigmoid", ["silu_a"], ["sa"]),
+        helper.make_node("Mul", ["sa", "silu_a"], ["silu_b"]),         # sigmoid(a) * a
+        helper.make_node("Sigmoid", ["y"], ["sy"]),
+        helper.make_node("Mul", ["silu_b", "sy"], ["gated"]),          # a gate: x * sigmoid(y)
+        helper.make_node("Sigmoid", ["gated"], ["sg"]),
+        helper.make_node("Mul", ["gated", "sg"], ["silu_c"]),          # silu, but its sigmoid is an output too
+    ]
+    path = _save(
+        tmp_path, nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("silu_c", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("sg", TensorProto.FLOAT, None)],
+    )
+    imported = import_onnx(path)
+    targets = [n.target for n in imported.gm.graph.nodes if n.op == "call_function"]
+    aten = torch.ops.aten
+    assert targets.count(aten.silu.default) == 3
+    assert targets.count(aten.mul.Tensor) == 1                       # the gate
+    assert targets.count(aten.sigmoid.default) == 2                  # the gate's, and the one read as an output
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(2, 3, 4, generator=gen) * 4, torch.randn(2, 3, 4, generator=gen)
+    _assert_close(imported.gm(x, y), _run_ort(path, ["x", "y"], [x, y]))

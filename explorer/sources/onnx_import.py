@@ -483,6 +483,7 @@ class _Builder:
                     raise ModelLoadError(f"{a.op_type} output '{a.name}' is not supported")
         self.graph.eliminate_dead_code()
         _canonicalize_linear(self.graph, self.root)
+        _canonicalize_silu(self.graph)
         gm = torch.fx.GraphModule(self.root, self.graph, class_name="OnnxModel")
         gm.graph.lint()
         return ImportedOnnx(
@@ -538,6 +539,34 @@ def _canonicalize_linear(graph: torch.fx.Graph, root: torch.nn.Module) -> None:
         graph.erase_node(tail)
         if tail is not node:
             graph.erase_node(node)
+    graph.eliminate_dead_code()
+
+
+def _canonicalize_silu(graph: torch.fx.Graph) -> None:
+    """Rewrite ``Mul(x, Sigmoid(x))`` (either operand order) as ``aten.silu(x)``.
+
+    ONNX has had no SiLU operator, so exporters write ``nn.SiLU`` as Sigmoid and Mul;
+    torch.export keeps ``aten.silu``. Mapping back makes Conv+SiLU, squeeze-excite and
+    SwiGLU chains look the same from both sources. Only the exact form is taken (the
+    product's two operands are ``x`` and the sigmoid of that same ``x``); a gate
+    ``x * sigmoid(y)``, as squeeze-excite ends, stays a multiply. The sigmoid goes
+    when nothing else reads it. ``silu`` rounds once where the pair rounded twice:
+    the imported graph may differ from the file's arithmetic by an fp32 ulp.
+    """
+    aten = torch.ops.aten
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.mul.Tensor or node.kwargs or len(node.args) != 2:
+            continue
+        a, b = node.args
+        for x, sig in ((a, b), (b, a)):
+            if (_is_node(sig) and sig.op == "call_function" and sig.target is aten.sigmoid.default
+                    and len(sig.args) == 1 and sig.args[0] is x and _is_node(x)):
+                with graph.inserting_before(node):
+                    silu = graph.call_function(aten.silu.default, (x,))
+                silu.meta.update(node.meta)
+                node.replace_all_uses_with(silu)
+                graph.erase_node(node)
+                break
     graph.eliminate_dead_code()
 
 
