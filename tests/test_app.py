@@ -567,3 +567,26 @@ def test_app_help_is_this_apps_own():
     assert out.returncode == 0, out.stderr
     assert "usage: fusion-explorer app" in out.stdout and "--port" in out.stdout and "?model=" in out.stdout
     assert "server.fileWatcherType" not in out.stdout and "Usage: streamlit" not in out.stdout
+
+
+def test_one_chain_panel_shows_the_patterns_caveats_in_both_languages():
+    """Where a chain is accepted or rejected, its pattern's warnings stand beside the buttons: BatchNorm
+    folding holds only for inference, fusion changes numerics (the seed's warnings), in English and 中文."""
+    from explorer.fusions import BY_NAME
+    from explorer.ui.i18n import pattern_text
+
+    at = _app("residual_block")
+    _, _, det = analyze("residual_block")
+    conv = next(c for c in det.chains if c.pattern == "conv_bn_act")
+    at.switch_page("ui/pages/fusions.py").run()
+    at.selectbox(key="chain_pick").set_value(conv.id).run()
+    shown = "\n".join(m.value for m in at.markdown)
+    caveats = BY_NAME["conv_bn_act"].caveats
+    assert any("only for inference" in c for c in caveats)
+    assert all(f"- {c}" in shown for c in caveats), shown
+    at.radio(key="lang").set_value("zh").run()
+    assert not at.exception
+    shown = "\n".join(m.value for m in at.markdown)
+    zh = pattern_text(BY_NAME["conv_bn_act"], "caveats", "zh")
+    assert zh != caveats and all(f"- {c}" in shown for c in zh), shown
+    assert "接受之前" in shown

@@ -69,6 +69,7 @@ STRINGS = {
         "{bytes} 访存量"),
     "fusions.one.extra": ("  \nextra outputs kept: {outputs}", "  \n保留的额外输出：{outputs}"),
     "fusions.one.measured": ("  \nmeasured: {speedup:.2f}× ({verdict})", "  \n实测：{speedup:.2f}×（{verdict}）"),
+    "fusions.one.caveats": ("**Before you accept:**", "**接受之前：**"),
     "fusions.one.accept": ("Accept this chain", "接受这条链"),
     "fusions.one.reject": ("Reject this chain", "拒绝这条链"),
     "fusions.one.kernel": ("Kernel for this chain (the plan's kernel choice)", "这条链的内核（融合计划中的内核选择）"),

@@ -27,7 +27,7 @@ from explorer.report import FASTER, NO_KERNEL, NOT_MEASURED, SAME, SLOWER
 from explorer.ui import files as ui_files
 from explorer.ui import state as ui_state
 from explorer.ui.i18n import current as current_language
-from explorer.ui.i18n import message, t, t_in, translate_text
+from explorer.ui.i18n import message, pattern_text, t, t_in, translate_text
 
 #: A verdict label of a report -> its catalog key.
 VERDICT_KEYS = {FASTER: "verdict.faster", SLOWER: "verdict.slower", SAME: "verdict.same",
@@ -246,6 +246,9 @@ def _chains_section(detection, accepted) -> None:
                     + (t("fusions.one.extra", outputs=", ".join(chain.extra_outputs)) if chain.extra_outputs else "")
                     + (t("fusions.one.measured", speedup=speedup, verdict=verdict_text(verdict))
                        if speedup is not None else ""))
+        caveats = pattern_text(BY_NAME[chain.pattern], "caveats") if chain.pattern in BY_NAME else ()
+        if caveats:  # the seed's warnings (numerics, inference only, not every fusion pays) where the choice is made
+            st.markdown(t("fusions.one.caveats") + "\n" + "\n".join(f"- {c}" for c in caveats))
         c = st.columns(2)
         c[0].button(t("fusions.one.accept"), key="chain_accept", on_click=_one, args=(detection, cid, True))
         c[1].button(t("fusions.one.reject"), key="chain_reject", on_click=_one, args=(detection, cid, False))
