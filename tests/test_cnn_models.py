@@ -17,6 +17,7 @@ functions can be interpreted in this process.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import warnings
@@ -128,7 +129,9 @@ def test_fused_model_through_the_triton_interpreter(name, monkeypatch, analyze_c
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     if not triton_support.library_reductions_usable():
         pytest.skip("Triton was first imported without TRITON_INTERPRET: its library functions cannot be interpreted")
-    module = analyze_cached(name)[0].module
+    # A copy: the capture shares its parameters, and moving it to channels_last below would change the
+    # cached model's weights' layout under every later test (torch's ONNX exporter then writes another graph).
+    module = copy.deepcopy(analyze_cached(name)[0].module)
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     gm = capture(module, (x,), name)
     det = detect(build_graph(gm, name))
