@@ -369,8 +369,8 @@ def model_verdicts(results: dict, second_session: dict | None) -> list[dict]:
 
     from explorer import stats
 
-    def samples(v, session=None):
-        return (session or {}).get(v) if session is not None else results[v].get("samples_ms")
+    def samples(v):
+        return results[v]["samples_ms"]
 
     out = []
     if second_session and "fused" in second_session:
