@@ -73,8 +73,8 @@ TOLERANCES = {
 CAVEAT = ("Folding the layer scale into the second linear rounds γ·W₂ to the weights' dtype once, "
           "as BatchNorm folding does; valid in inference and training alike (it is exact algebra).")
 #: Not every fusion pays, and this one did not where it was measured: said where the user chooses.
-CAVEAT_MEASURED = ("Measured slower than what it replaces on an H200 (ConvNeXt-Tiny, fp16, batch 32): the depthwise "
-                   "7x7 + LayerNorm kernel and the GEMM epilogues lose to cuDNN and cuBLAS there, and the fused model "
+CAVEAT_MEASURED = ("Slower than what it replaces by the medians of one H200 run (ConvNeXt-Tiny, fp16, "
+                   "batch 32): the depthwise 7x7 + LayerNorm kernel and the GEMM epilogues lose to cuDNN and cuBLAS there, and the fused model "
                    "ran slower than eager and torch.compile "
                    "(benchmarks/results/bench_cnn_fusions_autotune_convnext_tiny_h200.json). Time these chains on "
                    "your GPU before accepting them, or give them the inductor kernel.")

@@ -93,11 +93,11 @@ TEXTS: dict[str, str] = {
          "内核完成"),
     "gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2   (per output channel)":
         "gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2（逐输出通道）",
-    ("Measured slower than what it replaces on an H200 (ConvNeXt-Tiny, fp16, batch 32): the depthwise 7x7 + LayerNorm "
+    ("Slower than what it replaces by the medians of one H200 run (ConvNeXt-Tiny, fp16, batch 32): the depthwise 7x7 + LayerNorm "
      "kernel and the GEMM epilogues lose to cuDNN and cuBLAS there, and the fused model ran slower than eager and "
      "torch.compile (benchmarks/results/bench_cnn_fusions_autotune_convnext_tiny_h200.json). Time these chains on your "
      "GPU before accepting them, or give them the inductor kernel."):
-        ("在 H200 上实测比它替换的算子更慢（ConvNeXt-Tiny，fp16，batch 32）：深度可分离 7x7 卷积 + LayerNorm 内核和 GEMM 尾处理"
+        ("在 H200 上一次实测的中位数比它替换的算子更慢（ConvNeXt-Tiny，fp16，batch 32）：深度可分离 7x7 卷积 + LayerNorm 内核和 GEMM 尾处理"
          "都不如 cuDNN 和 cuBLAS，融合后的模型比 eager 和 torch.compile 都慢"
          "（benchmarks/results/bench_cnn_fusions_autotune_convnext_tiny_h200.json）。接受这些链之前，先在你的 GPU 上给它们计时，"
          "或者为它们选择 inductor 内核。"),
