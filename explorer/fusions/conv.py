@@ -413,6 +413,10 @@ def _build_depthwise_kernel(interpret: bool):
         oh = p // W_OUT
         ow = p % W_OUT
         x_base = X + n * sxn + cols[None, :] * sxc
+        # the tap's weights as a (BP, BC) tile of one repeated row: loaded in x's layout (a (BC,) load takes
+        # a layout of its own, and converting it costs a trip through shared memory and a barrier per tap)
+        w_tile = tl.broadcast_to(WEIGHT + cols[None, :] * swc, (BLOCK_P, BLOCK_C))
+        c_tile = tl.broadcast_to(c_live[None, :], (BLOCK_P, BLOCK_C))
         acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
         for kh in range(KH):                                                # a loop: unrolling it holds every
             ih = oh * SH - PH + kh * DH                                     # tap's load in registers at once
@@ -422,9 +426,9 @@ def _build_depthwise_kernel(interpret: bool):
                 ok = h_ok & (iw >= 0) & (iw < W)
                 xv = tl.load(x_base + (ih * sxh + iw * sxw)[:, None], mask=ok[:, None] & c_live[None, :],
                              other=0.0)                                     # (BP, BC)
-                wv = tl.load(WEIGHT + cols * swc + kh * swh + kw * sww, mask=c_live, other=0.0,
-                             eviction_policy="evict_last")                  # (BC,) weight[c, 0, kh, kw]
-                acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
+                wv = tl.load(w_tile + (kh * swh + kw * sww), mask=c_tile, other=0.0,
+                             eviction_policy="evict_last")                  # (BP, BC) rows of weight[c, 0, kh, kw]
+                acc += xv.to(tl.float32) * wv.to(tl.float32)
         if HAS_BIAS:
             acc += tl.load(BIAS + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
         live = p_live[:, None] & c_live[None, :]
@@ -827,7 +831,7 @@ def fallback_plan(key: tuple, label: str = "fallback") -> _Plan:
 
 def gemm_plan(key: tuple, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
               act: str, m: int, k: int, a_strides: tuple[int, int], z_strides: tuple[int, int] | None,
-              out_strides: tuple[int, int], tiles: tuple[int, int, int] | None = None) -> _Plan:
+              out_strides: tuple[int, int], tiles: tuple[int, ...] | None = None) -> _Plan:
     """The launch of ``gemm_epilogue``'s kernel for a call signature ``key`` (planned once, then reused).
 
     ``a`` is read as an ``(m, k)`` matrix through ``a_strides`` (row, column), ``z`` (when given) and the
@@ -840,8 +844,10 @@ def gemm_plan(key: tuple, a: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     check(act, CONV_ACTIVATIONS)
     n = weight.shape[0]
     block_m, block_n, block_k, warps, stages = gemm_config(m, n, k, a.element_size(), a.device)
-    if tiles is not None:
-        block_m, block_n, block_k = tiles
+    if tiles is not None:                       # (BLOCK_M, BLOCK_N, BLOCK_K[, num_warps, num_stages])
+        block_m, block_n, block_k = tiles[:3]
+        if len(tiles) == 5:
+            warps, stages = tiles[3:]
     interpret = interpreting()
     grid = (-(-m // block_m) * -(-n // block_n),)
     plan = _Plan(_build_gemm_kernel(interpret), grid,
@@ -866,14 +872,15 @@ def gemm_launch(plan: _Plan, key: tuple, a: torch.Tensor, weight: torch.Tensor, 
 
 def gemm_epilogue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
                   act: str = "none", out: torch.Tensor | None = None, *,
-                  tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
+                  tiles: tuple[int, ...] | None = None) -> torch.Tensor:
     """``act(a @ weightᵀ + bias (+ z))`` as ONE Triton kernel: the GEMM and its whole epilogue.
 
     ``a``: ``(M, K)`` (any strides); ``weight``: ``(N, K)`` (a linear's weight, or a 1×1 conv's as
     ``(C_out, C_in)``); ``bias``: ``(N,)`` or None; ``z``: ``(M, N)`` or None, any strides and float
     dtype. fp32 accumulation (fp32 inputs without TF32), one rounding of the result. Writes ``out``
     (``(M, N)``, any strides; default a new contiguous tensor) and returns it. Callers check
-    ``gemm_applies``. ``tiles`` = (BLOCK_M, BLOCK_N, BLOCK_K) overrides ``gemm_config`` (tests).
+    ``gemm_applies``. ``tiles`` = (BLOCK_M, BLOCK_N, BLOCK_K[, num_warps, num_stages]) overrides
+    ``gemm_config`` (tests, benchmarks).
     """
     m, k = a.shape
     n = weight.shape[0]

@@ -1,0 +1,225 @@
+"""ConvNeXt-Tiny's three block kernels, stage by stage, against what they replace (CUDA only).
+
+::
+
+    dwln  depthwise 7×7 + bias + LayerNorm over C, (N=32, C, H, W) fp16 channels_last, C/H = 96/56, 192/28,
+          384/14, 768/7: the tap-by-tap kernel (conv.depthwise_conv with its LayerNorm epilogue) | the
+          row kernel (convnext.depthwise7_layer_norm) at its default tile and a sweep of tiles | cuDNN's
+          conv + permute + layer_norm (eager) | torch.compile of that (default mode)
+    fc1   (N·H·W, C) @ (4C, C)ᵀ + b, exact GELU: our Triton GEMM with the epilogue at its default config and
+          a sweep of configs | cuBLAS linear + GELU (eager) | torch.compile (default)
+    fc2   (N·H·W, 4C) @ (C, 4C)ᵀ + b + the block input (residual): the same variants
+
+Every variant is first checked against float64 (``convnext.TOLERANCES`` for the GEMMs,
+``conv.DEPTHWISE_TOLERANCES`` for dwln) on a poisoned output, then timed with CUDA events
+around every call, rounds alternating the variants, inputs rotated past the L2 cache
+(``bench_kernels.time_variants``): median with p20/p80. Bytes are the fewest a pass must move
+(inputs once, output once); the table prints each stage's best tile beside the default.
+
+Usage::
+
+    python benchmarks/bench_convnext_kernels.py [--out PATH] [--stages 0,1,2,3] [--no-sweep] [--no-compile]
+
+Without CUDA nothing is timed: it says so and writes ``measured: false``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import bench_kernels as bk  # noqa: E402
+from benchmarks._common import results_path, run_stamp, write_json, write_skipped  # noqa: E402
+from explorer.fusions import conv, convnext  # noqa: E402
+
+#: ConvNeXt-Tiny's four stages at 224×224: (channels, height = width).
+STAGES = ((96, 56), (192, 28), (384, 14), (768, 7))
+BATCH = 32
+#: Calls timed back to back between two events (the time per call is the burst's over BURST): the GPU
+#: time of a kernel, not the host's launch rate, even where one kernel is shorter than its launch.
+BURST = 10
+DTYPE = torch.float16
+#: Tiles of the row kernel tried per stage (BLOCK_W, ROWS, num_warps), kept where 7 accumulators fit.
+ROW_TILES = [(bw, rows, w) for bw in (2, 4, 8, 16) for rows in (7, 14, 28) for w in (4, 8) if bw > 2 or rows < 28]
+#: Kernels per section, for ``--only``.
+KINDS = ("dwln", "fc1", "fc2")
+#: GEMM configs tried (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages).
+GEMM_CONFIGS = [(128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 128, 64, 4, 4),
+                (128, 64, 64, 4, 4), (64, 256, 64, 8, 3), (128, 128, 32, 4, 5)]
+
+
+def _rand(shape, gen, scale=1.0):
+    return (torch.randn(shape, generator=gen) * scale).to(DTYPE).cuda()
+
+
+def _check(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> dict:
+    return bk.error_vs(out.float(), ref64, tol)
+
+
+def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS) -> list[dict]:
+    """Every variant of the three kernels at one stage: checked, timed, summarised."""
+    gen = torch.Generator().manual_seed(c)
+    m = BATCH * hw * hw
+    x_bytes = m * c * 2
+    sets = bk.rotation(x_bytes * 6, torch.cuda.get_device_properties(0).L2_cache_size, cap=8)
+    xs = [_rand((BATCH, c, hw, hw), gen, 2.0).to(memory_format=torch.channels_last) for _ in range(sets)]
+    w = _rand((c, 1, 7, 7), gen, 1 / 7)
+    packed = conv.pack_depthwise_weight(w)
+    packed32 = packed.float()                     # the same layout in fp32: no conversion per multiply-add
+    b, lw, lb = _rand(c, gen, 0.5), _rand(c, gen, 0.2) + 1, _rand(c, gen, 0.2)
+    eps = 1e-6
+    w1, b1 = _rand((4 * c, c), gen, c ** -0.5), _rand(4 * c, gen, 0.1)
+    w2, b2 = _rand((c, 4 * c), gen, (4 * c) ** -0.5), _rand(c, gen, 0.1)
+    ts = [F.layer_norm(x.permute(0, 2, 3, 1), (c,), lw, lb, eps).contiguous() for x in xs]   # (N, H, W, C)
+    hs = [_rand((m, 4 * c), gen, 1.0) for _ in range(sets)]
+    rows_of = [x.permute(0, 2, 3, 1).reshape(m, c) for x in xs]                               # views: (M, C)
+
+    # float64 references from set 0
+    y64 = F.conv2d(xs[0].double(), w.double(), b.double(), 1, 3, 1, c).permute(0, 2, 3, 1)
+    dwln64 = F.layer_norm(y64, (c,), lw.double(), lb.double(), eps)
+    fc1_64 = F.gelu(F.linear(ts[0].reshape(m, c).double(), w1.double(), b1.double()))
+    fc2_64 = F.linear(hs[0].double(), w2.double(), b2.double()) + rows_of[0].double()
+    rows: list[dict] = []
+
+    def run(kind: str, variants: dict, ref64, tol, bytes_moved, flops=None):
+        checks = {}
+        for name, fn in variants.items():
+            torch.cuda.synchronize()
+            try:
+                out = fn(0)
+                torch.cuda.synchronize()
+                checks[name] = _check(out.reshape(ref64.shape), ref64, tol)
+            except Exception as exc:                                       # a config that does not compile
+                checks[name] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        good = {n: f for n, f in variants.items() if checks[n].get("ok")}
+        for n in variants:
+            if n not in good:
+                log(f"  {kind} C={c}: {n} excluded: {checks[n]}")
+        burst = {n: (lambda i, f=f: [f(BURST * i + j) for j in range(BURST)][-1]) for n, f in good.items()}
+        timing = {n: {k: (v / BURST if k != "n" else v) for k, v in t.items()}
+                  for n, t in bk.time_variants(burst, reps=10, rounds=6, warmup_s=0.1).items()}
+        for n, t in timing.items():
+            row = bk.summarize(n, t, bytes_moved, None, flops)
+            row.update(kind=kind, channels=c, hw=hw, check=checks[n])
+            rows.append(row)
+        best = min(timing, key=lambda n: timing[n]["median"])
+        log(f"  {kind} C={c}: best {best} {timing[best]['median'] * 1e3:.1f} us")
+
+    # ---- depthwise 7×7 + bias + LayerNorm
+    dw = {} if "dwln" not in kinds else {
+        "tap_kernel": lambda i: conv.depthwise_conv(xs[i % sets], packed, b, None, 1, 3, 1, "none",
+                                                    norm=(lw, lb, eps)).permute(0, 2, 3, 1),
+        "rows_kernel": lambda i: convnext.depthwise7_layer_norm(xs[i % sets], packed, b, 3, lw, lb, eps),
+        "rows_kernel_fp32_weight": lambda i: convnext.depthwise7_layer_norm(xs[i % sets], packed32, b, 3, lw, lb,
+                                                                            eps),
+        "tap_kernel_fp32_weight": lambda i: conv.depthwise_conv(xs[i % sets], packed32, b, None, 1, 3, 1, "none",
+                                                                norm=(lw, lb, eps)).permute(0, 2, 3, 1),
+        "cudnn_conv+layer_norm": lambda i: F.layer_norm(
+            F.conv2d(xs[i % sets], w, b, 1, 3, 1, c).permute(0, 2, 3, 1), (c,), lw, lb, eps),
+    }
+    if sweep and dw:
+        block_c = 1 << (c - 1).bit_length()
+        for bw, r, warps in ROW_TILES:
+            if r > hw or bw > 1 << (hw - 1).bit_length() or bw * block_c > 1024 * warps // 2:
+                continue
+            for wname, wt in (("", packed), ("_fp32w", packed32)):
+                dw[f"rows_{bw}x{r}_w{warps}{wname}"] = (lambda i, t=(bw, r, warps), wt=wt:
+                                                        convnext.depthwise7_layer_norm(xs[i % sets], wt, b, 3, lw, lb,
+                                                                                       eps, tiles=t))
+    if compile_ and dw:
+        fn = torch.compile(lambda x: F.layer_norm(F.conv2d(x, w, b, 1, 3, 1, c).permute(0, 2, 3, 1), (c,), lw, lb,
+                                                  eps))
+        dw["torch_compile"] = lambda i: fn(xs[i % sets])
+    dwln_tol = conv.DEPTHWISE_TOLERANCES[DTYPE]
+    if dw:
+        run("dwln", dw, dwln64, dwln_tol, 2 * x_bytes, 2 * 49 * m * c)
+
+    # ---- fc1: GEMM + bias + GELU
+    f1 = {} if "fc1" not in kinds else {
+        "triton_gemm": lambda i: conv.gemm_epilogue(ts[i % sets].reshape(m, c), w1, b1, None, "gelu"),
+        "cublas_linear+gelu": lambda i: F.gelu(F.linear(ts[i % sets].reshape(m, c), w1, b1)),
+    }
+    if sweep and f1:
+        for cfg in GEMM_CONFIGS:
+            f1["gemm_" + "x".join(map(str, cfg))] = (lambda i, t=cfg: conv.gemm_epilogue(
+                ts[i % sets].reshape(m, c), w1, b1, None, "gelu", tiles=t))
+    if compile_ and f1:
+        g1 = torch.compile(lambda t: F.gelu(F.linear(t, w1, b1)))
+        f1["torch_compile"] = lambda i: g1(ts[i % sets].reshape(m, c))
+    if f1:
+        run("fc1", f1, fc1_64, convnext.TOLERANCES[DTYPE], (m * c + 4 * c * c + 4 * m * c) * 2, 2 * m * c * 4 * c)
+
+    # ---- fc2: GEMM + bias + residual
+    f2 = {} if "fc2" not in kinds else {
+        "triton_gemm": lambda i: conv.gemm_epilogue(hs[i % sets], w2, b2, rows_of[i % sets], "none"),
+        "cublas_linear+add": lambda i: F.linear(hs[i % sets], w2, b2).add_(rows_of[i % sets]),
+        "cublas_addmm_residual+bias": lambda i: torch.addmm(rows_of[i % sets], hs[i % sets], w2.t()).add_(b2),
+    }
+    if sweep and f2:
+        for cfg in GEMM_CONFIGS:
+            f2["gemm_" + "x".join(map(str, cfg))] = (lambda i, t=cfg: conv.gemm_epilogue(
+                hs[i % sets], w2, b2, rows_of[i % sets], "none", tiles=t))
+    if compile_ and f2:
+        g2 = torch.compile(lambda h, r: F.linear(h, w2, b2) + r)
+        f2["torch_compile"] = lambda i: g2(hs[i % sets], rows_of[i % sets])
+    if f2:
+        run("fc2", f2, fc2_64, convnext.TOLERANCES[DTYPE], (m * 4 * c + 4 * c * c + 2 * m * c) * 2, 2 * m * c * 4 * c)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--stages", default="0,1,2,3")
+    parser.add_argument("--no-sweep", action="store_true", help="only the default tiles and the libraries")
+    parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    parser.add_argument("--only", default=",".join(KINDS), help="kernels to time: dwln,fc1,fc2")
+    args = parser.parse_args(argv)
+    path = results_path(args.out, "bench_convnext_kernels.json")
+    doc = {"schema": "bench_convnext_kernels/1", **run_stamp()}
+    if not torch.cuda.is_available():
+        return write_skipped(doc, path, "bench_convnext_kernels.py", "kernels")
+    doc["environment"] = bk.environment()
+    torch.backends.cudnn.benchmark = True            # as the model benchmarks run cuDNN
+    doc["environment"]["cudnn_benchmark"] = True
+    started = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - started:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    rows = []
+    for s in (int(v) for v in args.stages.split(",")):
+        c, hw = STAGES[s]
+        log(f"stage {s}: C={c} {hw}x{hw}")
+        rows += stage_rows(c, hw, not args.no_sweep, not args.no_compile, log, args.only.split(","))
+        doc["rows"] = rows
+        write_json(path, doc)
+    doc["wall_s"] = round(time.perf_counter() - started, 1)
+    write_json(path, doc)
+    print(f"{'kind':5} {'C':>4} {'variant':32} {'median us':>10} {'p20':>8} {'p80':>8} {'GB/s':>7}")
+    for kind in ("dwln", "fc1", "fc2"):
+        for c, hw in STAGES:
+            mine = [r for r in rows if r["kind"] == kind and r["channels"] == c]
+            if not mine:
+                continue
+            best = min(mine, key=lambda r: r["ms"]["median"])
+            show = {r["variant"]: r for r in mine if not r["variant"][5:6].isdigit()}
+            show[best["variant"]] = best
+            for name, r in sorted(show.items(), key=lambda kv: kv[1]["ms"]["median"]):
+                t = r["ms"]
+                print(f"{kind:5} {c:4} {name + (' *' if r is best else ''):32} {t['median'] * 1e3:10.1f} "
+                      f"{t['p20'] * 1e3:8.1f} {t['p80'] * 1e3:8.1f} {r.get('gbps', 0):7.0f}")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
