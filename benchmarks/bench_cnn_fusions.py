@@ -16,8 +16,9 @@
              se         squeeze-and-excitation: eager (6 ops) | 2 Triton kernels | torch.compile
     models   mobilenet_v2, efficientnet_b0, convnext_tiny in fp16, batch 32, channels_last for every variant:
              eager | fused | fused + CUDA graphs | fused with the depthwise convs on cuDNN | fused with the 1x1
-             convs and linears on cuDNN/cuBLAS (conv.POLICY switches: what each Triton path buys) | torch.compile
-             default | reduce-overhead | max-autotune-no-cudagraphs.
+             convs and linears on cuDNN/cuBLAS (conv.POLICY switches: what each Triton path buys) | with
+             ConvNeXt's linears as Triton GEMMs with their epilogues (``mlp_gemm_triton``, off by default; models
+             with ConvNeXt blocks only) | torch.compile default | reduce-overhead | max-autotune-no-cudagraphs.
              Targets: fused <= the faster of compile default and max-autotune-no-cudagraphs (no CUDA graphs on
              either side); fused + CUDA graphs <= reduce-overhead (CUDA graphs on both).
 
@@ -605,6 +606,11 @@ def bench_model(name: str, args, device: str, log, deadline: float, checkpoint) 
     with conv.policy(gemm_triton=False):
         gemm_library = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
     variants["fused_gemms_on_cublas_cudnn"] = lambda: gemm_library(*x)
+    mlp_triton = None
+    if det.counts.get("convnext_block"):
+        with conv.policy(mlp_gemm_triton=True):
+            mlp_triton = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
+        variants["fused_mlp_on_triton_gemms"] = lambda: mlp_triton(*x)
     head = dict(model=name, batch=batch, dtype=str(dtype).replace("torch.", ""), memory_format="channels_last",
                 chains=dict(det.counts),
                 applied=[dict(pattern=p, status=s, implementation=i, chains=n) for (p, s, i), n in applied.items()])
@@ -617,7 +623,7 @@ def bench_model(name: str, args, device: str, log, deadline: float, checkpoint) 
     out["precision_check"] = {v: ("ok" if results[v]["precision"]["rel_l2"] <= max(MODEL_ERROR_FACTOR * eager_err, 5e-3)
                                   else f"rel_l2 {results[v]['precision']['rel_l2']:.3g} > {MODEL_ERROR_FACTOR} x eager's "
                                        f"{eager_err:.3g}") for v in results if v.startswith("fused")}
-    del variants, fgm, dw_cudnn, gemm_library, eager
+    del variants, fgm, dw_cudnn, gemm_library, mlp_triton, eager
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return dict(out, wall_s=round(time.perf_counter() - t0, 1))

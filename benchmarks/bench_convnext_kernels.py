@@ -3,9 +3,9 @@
 ::
 
     dwln  depthwise 7×7 + bias + LayerNorm over C, (N=32, C, H, W) fp16 channels_last, C/H = 96/56, 192/28,
-          384/14, 768/7: the tap-by-tap kernel (conv.depthwise_conv with its LayerNorm epilogue) | the
-          row kernel (convnext.depthwise7_layer_norm) at its default tile and a sweep of tiles | cuDNN's
-          conv + permute + layer_norm (eager) | torch.compile of that (default mode)
+          384/14, 768/7: the depthwise kernel with its LayerNorm epilogue (conv.depthwise_conv) at its
+          default tile (three chunks of C/3 channels), at the power-of-two tile it had before, and a
+          sweep of tiles | cuDNN's conv + permute + layer_norm (eager) | torch.compile of that (default)
     fc1   (N·H·W, C) @ (4C, C)ᵀ + b, exact GELU: our Triton GEMM with the epilogue at its default config and
           a sweep of configs | cuBLAS linear + GELU (eager) | torch.compile (default)
     fc2   (N·H·W, 4C) @ (C, 4C)ᵀ + b + the block input (residual): the same variants
@@ -47,8 +47,8 @@ BATCH = 32
 #: time of a kernel, not the host's launch rate, even where one kernel is shorter than its launch.
 BURST = 10
 DTYPE = torch.float16
-#: Tiles of the row kernel tried per stage (BLOCK_W, ROWS, num_warps), kept where 7 accumulators fit.
-ROW_TILES = [(bw, rows, w) for bw in (2, 4, 8, 16) for rows in (7, 14, 28) for w in (4, 8) if bw > 2 or rows < 28]
+#: Tiles of the depthwise kernel tried per stage: (BLOCK_P, num_warps), BLOCK_C = C/3 (three chunks).
+TAP_TILES = [(bp, w) for bp in (4, 8, 16, 32, 64) for w in (2, 4, 8)]
 #: Kernels per section, for ``--only``.
 KINDS = ("dwln", "fc1", "fc2")
 #: GEMM configs tried (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages).
@@ -73,7 +73,8 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS) -
     xs = [_rand((BATCH, c, hw, hw), gen, 2.0).to(memory_format=torch.channels_last) for _ in range(sets)]
     w = _rand((c, 1, 7, 7), gen, 1 / 7)
     packed = conv.pack_depthwise_weight(w)
-    packed32 = packed.float()                     # the same layout in fp32: no conversion per multiply-add
+    block_c = 1 << (c - 1).bit_length()                              # the tile before the three-chunk split
+    pow2_tile = ((2048 if block_c < 512 else 4096) // block_c, block_c, 4 if block_c < 512 else 8)
     b, lw, lb = _rand(c, gen, 0.5), _rand(c, gen, 0.2) + 1, _rand(c, gen, 0.2)
     eps = 1e-6
     w1, b1 = _rand((4 * c, c), gen, c ** -0.5), _rand(4 * c, gen, 0.1)
@@ -117,23 +118,17 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS) -
     dw = {} if "dwln" not in kinds else {
         "tap_kernel": lambda i: conv.depthwise_conv(xs[i % sets], packed, b, None, 1, 3, 1, "none",
                                                     norm=(lw, lb, eps)).permute(0, 2, 3, 1),
-        "rows_kernel": lambda i: convnext.depthwise7_layer_norm(xs[i % sets], packed, b, 3, lw, lb, eps),
-        "rows_kernel_fp32_weight": lambda i: convnext.depthwise7_layer_norm(xs[i % sets], packed32, b, 3, lw, lb,
-                                                                            eps),
-        "tap_kernel_fp32_weight": lambda i: conv.depthwise_conv(xs[i % sets], packed32, b, None, 1, 3, 1, "none",
-                                                                norm=(lw, lb, eps)).permute(0, 2, 3, 1),
+        "tap_kernel_pow2_tile": lambda i: conv.depthwise_conv(xs[i % sets], packed, b, None, 1, 3, 1, "none",
+                                                              norm=(lw, lb, eps), tiles=pow2_tile).permute(0, 2, 3, 1),
         "cudnn_conv+layer_norm": lambda i: F.layer_norm(
             F.conv2d(xs[i % sets], w, b, 1, 3, 1, c).permute(0, 2, 3, 1), (c,), lw, lb, eps),
     }
     if sweep and dw:
-        block_c = 1 << (c - 1).bit_length()
-        for bw, r, warps in ROW_TILES:
-            if r > hw or bw > 1 << (hw - 1).bit_length() or bw * block_c > 1024 * warps // 2:
+        for bp, warps in TAP_TILES:
+            if bp * (c // 3) < 32 * warps:                 # fewer channel-pixels than threads
                 continue
-            for wname, wt in (("", packed), ("_fp32w", packed32)):
-                dw[f"rows_{bw}x{r}_w{warps}{wname}"] = (lambda i, t=(bw, r, warps), wt=wt:
-                                                        convnext.depthwise7_layer_norm(xs[i % sets], wt, b, 3, lw, lb,
-                                                                                       eps, tiles=t))
+            dw[f"tap_{bp}x{c // 3}x3_w{warps}"] = (lambda i, t=(bp, c // 3, warps): conv.depthwise_conv(
+                xs[i % sets], packed, b, None, 1, 3, 1, "none", norm=(lw, lb, eps), tiles=t).permute(0, 2, 3, 1))
     if compile_ and dw:
         fn = torch.compile(lambda x: F.layer_norm(F.conv2d(x, w, b, 1, 3, 1, c).permute(0, 2, 3, 1), (c,), lw, lb,
                                                   eps))

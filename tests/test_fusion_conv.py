@@ -369,6 +369,16 @@ def test_depthwise_layer_norm_epilogue(i, channels, dtype, poisoned):
     assert_close64(out.permute(0, 2, 3, 1), ref64, conv.DEPTHWISE_TOLERANCES[dtype])
 
 
+def test_depthwise_layer_norm_tiles_split_three_times_a_power_of_two():
+    """ConvNeXt's widths (3·2^k) take three power-of-two chunks instead of a tile padded by a third."""
+    for c in (48, 96, 192, 384, 768):
+        bp, bc, warps = conv.depthwise_tiles(c, True)
+        assert conv.depthwise_split(c, True) == 3 and bc * 3 == c and bp & (bp - 1) == 0, (c, bp, bc)
+    for c in (100, 72, 12, 64):
+        assert conv.depthwise_split(c, True) == 1 and conv.depthwise_tiles(c, True)[1] >= c
+    assert conv.depthwise_split(96, False) == 1
+
+
 def test_depthwise_rejects_what_it_does_not_compute():
     x = torch.zeros(1, 8, 5, 5, device=DEVICE)
     with pytest.raises(ValueError, match="not a depthwise"):
@@ -588,7 +598,7 @@ for dt, kk, s, c_, norm in (("fp16", 3, 1, 96, False), ("fp16", 3, 2, 192, False
     bp, bc, warps = conv.depthwise_tiles(c_, norm)
     const = dict(KH=kk, KW=kk, SH=s, SW=s, PH=kk // 2, PW=kk // 2, DH=1, DW=1, HAS_BIAS=True, HAS_Z=False,
                  ACT="none" if norm else "relu6", NORM=norm, NORM_AFFINE=norm, BLOCK_P=bp, BLOCK_C=bc,
-                 BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True)
+                 SPLIT=conv.depthwise_split(c_, norm), BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True)
     sig = {a: "i32" for a in k.arg_names}
     sig.update({p: "*" + dt for p in ("X", "WEIGHT", "BIAS", "Z", "Y", "NORM_W", "NORM_B")}, eps="fp32")
     for unit in ("sxc", "syc", "szc", "swc"):       # channels_last tensors and the packed weight: stride 1
@@ -637,6 +647,8 @@ def test_conv_kernels_compile_for_sm90_without_gpu():
             assert r["loads"] == r["vector_loads"] > 0, f"scalar loads in a channels_last epilogue: {r}"
         elif r["channels"] % 8 == 0 and not r["norm"]:
             assert r["vector_loads"] >= r["loads"] - 1 > 0, f"scalar loads in the depthwise kernel: {r}"
+        else:   # a LayerNorm over 768 = 3·256 channels: three chunks, the input and weight loads all vectors
+            assert r["vector_loads"] >= 3 * 7 * 2, f"scalar loads in the depthwise kernel's taps: {r}"
 
 
 # ===================================================================== patterns and rewrites

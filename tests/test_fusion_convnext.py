@@ -91,11 +91,12 @@ def _grid():
 @needs_backend
 @pytest.mark.parametrize("i, channels, dtype, layout", _grid())
 def test_fused_block_matches_float64(i, channels, dtype, layout):
+    """Every other case with the MLP's linears as Triton GEMMs with their epilogues (``mlp_gemm_triton``)."""
     module = block(channels, seed=i)
     x = torch.randn(2, channels, 7, 9, generator=torch.Generator().manual_seed(i)).to(dtype=dtype, device=DEVICE)
     if layout == "nhwc":
         x = x.contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
+    with torch.no_grad(), conv.policy(mlp_gemm_triton=i % 2 == 0):
         ref64 = module.double()(up64(x))                                          # torchvision's block, float64
         out = convnext.convnext_block(x, *_params(module, dtype))
     assert out.dtype == dtype and conv.layout_of(out) == "nhwc", "channels_last, as the unfused block's output"
@@ -121,6 +122,10 @@ def test_selection_says_why(monkeypatch):
     if triton_support.triton_available():
         cuda = convnext.select_convnext_block("cuda", torch.float16, 96)
         assert cuda.impl == "triton" and cuda.label.startswith("triton dwconv+bias+LayerNorm (1 kernel")
+        assert "linear+gelu" in cuda.label and "triton GEMM" not in cuda.label, "cuBLAS measured faster"
+        with conv.policy(mlp_gemm_triton=True):
+            gemm = convnext.select_convnext_block("cuda", torch.float16, 96)
+        assert "triton GEMM+bias+gelu (1 kernel)" in gemm.label
         assert convnext.select_convnext_block("cuda", torch.float16, 4096).impl == "reference"
         assert convnext.select_convnext_block("cuda", torch.float16, 96, layout="nchw").impl == "reference"
 
@@ -180,10 +185,12 @@ def test_rewrite_through_triton(layout):
     assert all(a.impl == "triton" and "LayerNorm (1 kernel" in a.implementation for a in fused.applied)
 
 
-@pytest.mark.parametrize("triton", [False, True], ids=["reference", "triton"])
-def test_lowering(triton, monkeypatch):
-    """A lean graph names ``depthwise_layer_norm`` and the GEMM with the GELU epilogue where Triton runs, the library
-    calls and the linear family's lowering of the GELU linear otherwise; it computes what the plain graph does."""
+@pytest.mark.parametrize("triton, mlp_gemm", [(False, False), (True, False), (True, True)],
+                         ids=["reference", "triton", "triton-mlp-gemm"])
+def test_lowering(triton, mlp_gemm, monkeypatch):
+    """A lean graph names ``depthwise_layer_norm`` where Triton runs, and the GEMM with the GELU epilogue where
+    ``mlp_gemm_triton`` is on too; the library calls and the linear family's lowering of the GELU linear otherwise;
+    it computes what the plain graph does."""
     if triton and not (HAS_CUDA or INTERPRET):
         pytest.skip("Triton runs neither compiled nor interpreted")
     if not triton:
@@ -192,10 +199,12 @@ def test_lowering(triton, monkeypatch):
     gm, det = _detect(block(24).to(DEVICE), x)
     fused = apply_plan(gm, det, make_plan(det), DEVICE)
     plain = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True, lean=False)
-    lean_gm = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True)
+    with conv.policy(mlp_gemm_triton=mlp_gemm):
+        lean_gm = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True)
     targets = [n.target for n in lean_gm.graph.nodes if n.op == "call_function"]
     assert convnext.fused_convnext_block not in targets
-    assert (convnext.depthwise_layer_norm in targets) == triton == (convnext.mlp_hidden in targets)
+    assert (convnext.depthwise_layer_norm in targets) == triton
+    assert (convnext.mlp_hidden in targets) == mlp_gemm
     assert (torch.layer_norm in targets) != triton and convnext.project_residual in targets
     x = x.contiguous(memory_format=torch.channels_last)
     with torch.inference_mode():

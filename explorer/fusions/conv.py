@@ -156,6 +156,10 @@ class ConvPolicy:
     cudnn_relu: bool = True         # cuDNN's fused conv+bias(+add)+ReLU
     depthwise_triton: bool = True   # depthwise convs (channels_last) as one Triton kernel with their epilogue
     gemm_triton: bool = True        # 1×1 convs (channels_last) and ConvNeXt's linears as one Triton GEMM + epilogue
+    #: ConvNeXt's two linears as Triton GEMMs with their epilogues (needs ``gemm_triton`` too). Off: cuBLAS
+    #: plus one pass each (GELU; the residual) measured faster at all four stages of ConvNeXt-Tiny on the H200
+    #: (benchmarks/results/bench_convnext_kernels_split_h200.json); the benchmark times both.
+    mlp_gemm_triton: bool = False
     triton_epilogue: bool = True    # conv without bias, then one Triton pass (else: the separate torch path)
 
 
@@ -389,33 +393,20 @@ def _build_bias_act_kernel(interpret: bool):
 @functools.lru_cache(maxsize=2)
 def _build_depthwise_kernel(interpret: bool):
     """Define the depthwise convolution kernel with its epilogue (imports Triton); cached per interpreter mode."""
-    global tl, _activation, _round_for, _add
+    global tl, _activation, _round_for, _add, _dw_taps, _dw_rowsum, _dw_finish
     _activation, _round_for = triton_activation(interpret), triton_round_bf16(interpret)
     _add = jit_helpers(interpret).add
     triton, tl = import_triton()
 
     @triton.jit
-    def _depthwise_kernel(
-        X, WEIGHT, BIAS, Z, Y, NORM_W, NORM_B,    # unused pointers alias X
-        H, W, H_OUT, W_OUT, C, eps,
-        sxn, sxc, sxh, sxw, syn, syc, syh, syw, szn, szc, szh, szw, swc, swh, sww,
-        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
-        PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
-        HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, NORM: tl.constexpr,
-        NORM_AFFINE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
-        BF16_RTNE_BY_HAND: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
-    ):
-        p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)             # (BP,) output pixels
-        n = tl.program_id(1).to(tl.int64)                                   # (grid dims 1, 2: at most 65535)
-        cols = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)          # (BC,) channels
-        p_live = p < H_OUT * W_OUT
-        c_live = cols < C
-        oh = p // W_OUT
-        ow = p % W_OUT
-        x_base = X + n * sxn + cols[None, :] * sxc
+    def _dw_taps(x_base, w_base, c_live, oh, ow, p_live, H, W, sxh, sxw, swh, sww,
+                 KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr,
+                 PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, BLOCK_P: tl.constexpr,
+                 BLOCK_C: tl.constexpr):
+        """The (BP, BC) fp32 sums over the taps for the channels of ``x_base``/``w_base`` ((1, BC) pointers)."""
         # the tap's weights as a (BP, BC) tile of one repeated row: loaded in x's layout (a (BC,) load takes
         # a layout of its own, and converting it costs a trip through shared memory and a barrier per tap)
-        w_tile = tl.broadcast_to(WEIGHT + cols[None, :] * swc, (BLOCK_P, BLOCK_C))
+        w_tile = tl.broadcast_to(w_base, (BLOCK_P, BLOCK_C))
         c_tile = tl.broadcast_to(c_live[None, :], (BLOCK_P, BLOCK_C))
         acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
         for kh in range(KH):                                                # a loop: unrolling it holds every
@@ -429,21 +420,24 @@ def _build_depthwise_kernel(interpret: bool):
                 wv = tl.load(w_tile + (kh * swh + kw * sww), mask=c_tile, other=0.0,
                              eviction_policy="evict_last")                  # (BP, BC) rows of weight[c, 0, kh, kw]
                 acc += xv.to(tl.float32) * wv.to(tl.float32)
-        if HAS_BIAS:
-            acc += tl.load(BIAS + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
+        return acc
+
+    @triton.jit
+    def _dw_rowsum(v, LIBRARY_REDUCE: tl.constexpr):
+        """The sum of each row of ``v``."""
+        if LIBRARY_REDUCE:
+            return tl.sum(v, axis=1)
+        else:
+            return tl.reduce(v, 1, _add)
+
+    @triton.jit
+    def _dw_finish(acc, cols, c_live, rstd, n, oh, ow, p_live, NORM_W, NORM_B, Z, Y, szn, szc, szh, szw,
+                   syn, syc, syh, syw, HAS_Z: tl.constexpr, ACT: tl.constexpr, NORM: tl.constexpr,
+                   NORM_AFFINE: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr):
+        """Scale by ``rstd`` and apply γ, β (a LayerNorm: ``acc`` is centred), add z, activate, store."""
         live = p_live[:, None] & c_live[None, :]
-        if NORM:                                                            # LayerNorm over the C channels
-            acc = tl.where(live, acc, 0.0)
-            if LIBRARY_REDUCE:
-                mean = tl.sum(acc, axis=1) / C                              # (BP,)
-            else:
-                mean = tl.reduce(acc, 1, _add) / C
-            d = tl.where(c_live[None, :], acc - mean[:, None], 0.0)
-            if LIBRARY_REDUCE:
-                var = tl.sum(d * d, axis=1) / C
-            else:
-                var = tl.reduce(d * d, 1, _add) / C
-            acc = d * (1.0 / tl.sqrt(var + eps))[:, None]
+        if NORM:
+            acc = acc * rstd[:, None]
             if NORM_AFFINE:
                 acc = acc * tl.load(NORM_W + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
                 acc += tl.load(NORM_B + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
@@ -453,6 +447,65 @@ def _build_depthwise_kernel(interpret: bool):
         acc = _round_for(_activation(acc, ACT), BF16_RTNE_BY_HAND)
         tl.store(Y + n * syn + (oh * syh + ow * syw)[:, None] + cols[None, :] * syc,
                  acc.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
+
+    @triton.jit
+    def _depthwise_kernel(
+        X, WEIGHT, BIAS, Z, Y, NORM_W, NORM_B,    # unused pointers alias X
+        H, W, H_OUT, W_OUT, C, eps,
+        sxn, sxc, sxh, sxw, syn, syc, syh, syw, szn, szc, szh, szw, swc, swh, sww,
+        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+        PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+        HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, NORM: tl.constexpr,
+        NORM_AFFINE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, SPLIT: tl.constexpr,
+        BF16_RTNE_BY_HAND: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
+    ):
+        # A program: BLOCK_P output pixels × SPLIT chunks of BLOCK_C channels (SPLIT 3: C = 3·2^k, as in
+        # ConvNeXt, without the quarter of dead lanes a power-of-two tile of the whole row would carry).
+        p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)             # (BP,) output pixels
+        n = tl.program_id(1).to(tl.int64)                                   # (grid dims 1, 2: at most 65535)
+        cols = tl.program_id(2) * (SPLIT * BLOCK_C) + tl.arange(0, BLOCK_C)  # (BC,) channels of chunk 0
+        p_live = p < H_OUT * W_OUT
+        c_live = cols < C
+        oh = p // W_OUT
+        ow = p % W_OUT
+        x_n = X + n * sxn
+        acc = _dw_taps(x_n + cols[None, :] * sxc, WEIGHT + cols[None, :] * swc, c_live, oh, ow, p_live, H, W,
+                       sxh, sxw, swh, sww, KH, KW, SH, SW, PH, PW, DH, DW, BLOCK_P, BLOCK_C)
+        if HAS_BIAS:
+            acc += tl.load(BIAS + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
+        if SPLIT == 3:
+            cols1, cols2 = cols + BLOCK_C, cols + 2 * BLOCK_C
+            c1, c2 = cols1 < C, cols2 < C
+            acc1 = _dw_taps(x_n + cols1[None, :] * sxc, WEIGHT + cols1[None, :] * swc, c1, oh, ow, p_live, H, W,
+                            sxh, sxw, swh, sww, KH, KW, SH, SW, PH, PW, DH, DW, BLOCK_P, BLOCK_C)
+            acc2 = _dw_taps(x_n + cols2[None, :] * sxc, WEIGHT + cols2[None, :] * swc, c2, oh, ow, p_live, H, W,
+                            sxh, sxw, swh, sww, KH, KW, SH, SW, PH, PW, DH, DW, BLOCK_P, BLOCK_C)
+            if HAS_BIAS:
+                acc1 += tl.load(BIAS + cols1, mask=c1, other=0.0).to(tl.float32)[None, :]
+                acc2 += tl.load(BIAS + cols2, mask=c2, other=0.0).to(tl.float32)[None, :]
+        rstd = tl.zeros((BLOCK_P,), dtype=tl.float32)
+        if NORM:                                                            # LayerNorm over the C channels
+            acc = tl.where(c_live[None, :], acc, 0.0)
+            total = _dw_rowsum(acc, LIBRARY_REDUCE)
+            if SPLIT == 3:
+                acc1 = tl.where(c1[None, :], acc1, 0.0)
+                acc2 = tl.where(c2[None, :], acc2, 0.0)
+                total += _dw_rowsum(acc1, LIBRARY_REDUCE) + _dw_rowsum(acc2, LIBRARY_REDUCE)
+            mean = total / C                                                # (BP,)
+            acc = tl.where(c_live[None, :], acc - mean[:, None], 0.0)
+            squares = _dw_rowsum(acc * acc, LIBRARY_REDUCE)
+            if SPLIT == 3:
+                acc1 = tl.where(c1[None, :], acc1 - mean[:, None], 0.0)
+                acc2 = tl.where(c2[None, :], acc2 - mean[:, None], 0.0)
+                squares += _dw_rowsum(acc1 * acc1, LIBRARY_REDUCE) + _dw_rowsum(acc2 * acc2, LIBRARY_REDUCE)
+            rstd = 1.0 / tl.sqrt(squares / C + eps)
+        _dw_finish(acc, cols, c_live, rstd, n, oh, ow, p_live, NORM_W, NORM_B, Z, Y, szn, szc, szh, szw,
+                   syn, syc, syh, syw, HAS_Z, ACT, NORM, NORM_AFFINE, BF16_RTNE_BY_HAND)
+        if SPLIT == 3:
+            _dw_finish(acc1, cols1, c1, rstd, n, oh, ow, p_live, NORM_W, NORM_B, Z, Y, szn, szc, szh, szw,
+                       syn, syc, syh, syw, HAS_Z, ACT, NORM, NORM_AFFINE, BF16_RTNE_BY_HAND)
+            _dw_finish(acc2, cols2, c2, rstd, n, oh, ow, p_live, NORM_W, NORM_B, Z, Y, szn, szc, szh, szw,
+                       syn, syc, syh, syw, HAS_Z, ACT, NORM, NORM_AFFINE, BF16_RTNE_BY_HAND)
 
     return _depthwise_kernel
 
@@ -590,15 +643,38 @@ def depthwise_tiles(channels: int, norm: bool) -> tuple[int, int, int]:
     64, 32, 16, 8 that divides C (whole rows of 16-byte vectors and no masked channel lanes,
     so that the per-channel weight and bias loads vectorise too: with a masked tail the
     compiler issues them one element at a time), else the next power of two up to 128.
-    With a LayerNorm epilogue one program holds every channel (BLOCK_C ≥ C). BLOCK_P fills a
-    tile of about 2048 fp32 accumulators (4096 with 8 warps for a LayerNorm over wide rows).
+    With a LayerNorm epilogue one program holds every channel: BLOCK_C ≥ C, or three chunks
+    of C/3 channels where C is three times a power of two (``depthwise_split``: ConvNeXt's
+    96…768, which a power-of-two tile would pad by a third). The chunked tiles are the
+    fastest or within 4% of the fastest of a sweep on the H200 at ConvNeXt-Tiny's four
+    stages (``benchmarks/results/bench_convnext_kernels_split_h200.json``): 2 warps and 16
+    channel-pixels per thread for chunks of up to 64 channels, 8 warps and 8 for 128, 4 and
+    16 beyond. Otherwise BLOCK_P fills a tile of about 2048 fp32 accumulators (4096 with 8
+    warps for a LayerNorm over wide rows).
     """
     if norm:
-        block_c = next_power_of_2(channels)
+        split = depthwise_split(channels, norm)
+        block_c = channels // 3 if split == 3 else next_power_of_2(channels)
+        if split == 3:
+            warps = 2 if block_c <= 64 else 8 if block_c <= 128 else 4
+            per_thread = 8 if warps == 8 else 16            # channel-pixels per thread and chunk
+            return max(1, per_thread * 32 * warps // block_c), block_c, warps
         budget, warps = (4096, 8) if block_c >= 512 else (2048, 4)
-        return max(1, budget // block_c), block_c, warps
+        return _floor_power_of_2(budget // block_c), block_c, warps
     block_c = next((b for b in (64, 32, 16, 8) if channels % b == 0), min(128, next_power_of_2(channels)))
     return max(1, 2048 // block_c), block_c, 4
+
+
+def _floor_power_of_2(n: int) -> int:
+    """The largest power of two <= ``n`` (1 for n <= 1): a tile dimension (Triton's ranges are powers of two)."""
+    return 1 << max(int(n).bit_length() - 1, 0)
+
+
+def depthwise_split(channels: int, norm: bool) -> int:
+    """How many chunks of channels one program of the depthwise kernel holds: 3 with a LayerNorm epilogue
+    over C = 3·2^k channels (k ≥ 3), else 1."""
+    third = channels // 3
+    return 3 if norm and channels % 3 == 0 and third >= 8 and third & (third - 1) == 0 else 1
 
 
 def _geometry_key(value):
@@ -637,17 +713,19 @@ def _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, ti
         raise ValueError(f"batch {n} exceeds the depthwise kernel's grid (65535)")
     interpret = interpreting()
     block_p, block_c, warps = tiles or depthwise_tiles(c, norm is not None)
+    split = depthwise_split(c, norm is not None) if block_c * 3 == c else 1
     if x.device.type != "cuda" and tiles is None:       # the interpreter's cost is per program: few, large ones
-        block_c = next_power_of_2(c) if norm is not None else min(next_power_of_2(c), 256)
-        block_p = min(next_power_of_2(h_out * w_out), max(1, 65536 // block_c))
-    if norm is not None and block_c < c:
+        if norm is None:
+            block_c = min(next_power_of_2(c), 256)
+        block_p = min(next_power_of_2(h_out * w_out), _floor_power_of_2(65536 // (block_c * split)))
+    if norm is not None and block_c * split < c:
         raise ValueError(f"a LayerNorm epilogue needs every channel in one tile: BLOCK_C {block_c} < C {c}")
     constexprs = dict(KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, HAS_BIAS=bias is not None,
                       HAS_Z=z is not None, ACT=act, NORM=norm is not None,
                       NORM_AFFINE=norm is not None and norm[0] is not None, BLOCK_P=block_p, BLOCK_C=block_c,
-                      BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
+                      SPLIT=split, BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
                       LIBRARY_REDUCE=library_reductions_usable())
-    grid = (-(-(h_out * w_out) // block_p), n, -(-c // block_c))
+    grid = (-(-(h_out * w_out) // block_p), n, -(-c // (block_c * split)))
     sw_ = weight.stride()
     eps = float(norm[2]) if norm is not None else 0.0
     return _Plan(_build_depthwise_kernel(interpret), grid, (h, w, h_out, w_out, c, eps, *x.stride()), constexprs,

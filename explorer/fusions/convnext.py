@@ -1,4 +1,4 @@
-"""The ConvNeXt block in three kernels: depthwise conv + LayerNorm, GEMM + GELU, GEMM + layer scale + residual.
+"""The ConvNeXt block: depthwise conv + LayerNorm in one kernel, the layer scale folded, the residual in one pass.
 
 ::
 
@@ -7,44 +7,45 @@
        │    (cuDNN)   (bias kernel)        (1 kernel)      (cuBLASLt)    (1 kernel)  (cuBLASLt)               (1)  (1)
        └──────────────────────────────────────────────────────────────────────────────────────────────────────────┘
 
-    fused (3 kernels where Triton runs and the input is channels_last)
-    x ─┬─► depthwise_conv(x, w, b, norm=LN) ─► t (M=N·H·W, C) ─► GEMM+b₁+GELU ─► h (M, 4C) ─► GEMM(γ·W₂)+γ·b₂+x ─► y
-       │      ONE Triton kernel: conv, bias and            ONE Triton kernel:         ONE Triton kernel: the
-       │      the LayerNorm over the C channels            GELU in the epilogue       residual read in the epilogue
-       └───────────────────────────────────────────────────────────────────────────────────────────────▲ (x's rows)
+    fused, as selected by default where Triton runs and the input is channels_last (5 kernels)
+    x ─┬─► depthwise_conv(x, w, b, norm=LN) ─► t (M=N·H·W, C) ─► linear+b₁ ─► GELU ─► linear(γ·W₂)+γ·b₂ ─► +x ─► y
+       │      ONE Triton kernel: conv, bias and              (cuBLASLt)   (1 pass)  (cuBLASLt)         (1 pass)
+       │      the LayerNorm over the C channels
+       └───────────────────────────────────────────────────────────────────────────────────────────────▲
+
+    with conv.POLICY.mlp_gemm_triton (3 kernels): each linear ONE Triton GEMM with its epilogue, the
+    first with the bias and GELU, the second with the bias and the residual (x's rows) read in it
 
 What each step buys, and why it is this way:
 
 - **Depthwise conv + bias + LayerNorm, one kernel** (``conv.depthwise_conv`` with a
   LayerNorm epilogue): the conv output is never written and read back three times
   (bias add, LayerNorm, and in NCHW the copy of the permuted tensor). One program
-  holds every channel of a few output pixels (``conv.depthwise_tiles``), so the
-  mean and variance are a reduction over its tile; the output is channels_last,
-  i.e. exactly the contiguous ``(N·H·W, C)`` matrix the first linear reads. It needs
-  Triton (CUDA, or the interpreter on the CPU) and a channels_last input; otherwise
-  cuDNN's conv, then ``layer_norm``.
-- **Linear + GELU, one kernel** (``conv.gemm_epilogue``): the exact (erf) GELU in the
-  GEMM's epilogue, on the fp32 accumulator. cuBLASLt's GELU epilogue is the tanh
-  approximation (``linear.gelu_epilogue_variant`` probes it), so without our GEMM the
-  widest tensor of the block (4C) is written, read and written again by a GELU pass.
-  Without Triton: the linear family decides.
+  holds every channel of a few output pixels (``conv.depthwise_tiles``; ConvNeXt's
+  C = 3·2^k channels as three power-of-two chunks), so the mean and variance are a
+  reduction over its tile; the output is channels_last, i.e. exactly the contiguous
+  ``(N·H·W, C)`` matrix the first linear reads. It needs Triton (CUDA, or the
+  interpreter on the CPU) and a channels_last input; otherwise cuDNN's conv, then
+  ``layer_norm``.
 - **Layer scale folded into the second linear**: ``γ · (h W₂ᵀ + b₂) = h (γW₂)ᵀ + γb₂``
   per output channel, exact algebra done once in float64 like the BatchNorm fold
   (``fold_layer_scale``): the multiply disappears.
-- **Residual in the second GEMM's epilogue**: over a channels_last input the block input's
-  pixels are the rows of a ``(N·H·W, C)`` view, read once in the epilogue; any other layout
-  takes one vectorised ``bias_act_`` pass after the GEMM (eager runs the multiply and the
-  add as two passes).
+- **The residual as one pass** (``residual_add_``); eager runs the multiply by γ and the
+  add as two.
+- **The linears stay on cuBLAS by default.** cuBLASLt's GELU epilogue is the tanh
+  approximation (``linear.gelu_epilogue_variant`` probes it), so the exact GELU is a pass
+  of its own there. Our Triton GEMM with the exact GELU (and the second with the residual)
+  in its epilogue saves those passes, and still measured slower than cuBLAS plus the pass
+  at every stage of ConvNeXt-Tiny on the H200 (fp16, batch 32:
+  ``benchmarks/results/bench_convnext_kernels_split_h200.json``), so it is behind
+  ``conv.POLICY.mlp_gemm_triton``, which the model benchmark switches on beside the default.
 
-Whether our GEMMs beat cuBLAS plus the separate passes is measured, not assumed:
-``benchmarks/bench_cnn_fusions.py`` times the fused model with ``conv.POLICY``'s
-``gemm_triton`` and ``depthwise_triton`` switched off beside it. ``select_convnext_block``
-is the one decision the runtime call, the label and the lowering ask.
+Whether the whole block pays is measured, not assumed: ``benchmarks/bench_cnn_fusions.py``
+times the fused model with ``conv.POLICY``'s switches flipped beside it.
+``select_convnext_block`` is the one decision the runtime call, the label and the lowering ask.
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import torch.fx
@@ -53,10 +54,7 @@ import torch.nn.functional as F
 from explorer.fusions import conv, edit, linear
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
-from explorer.fusions.epilogue import triton_round_bf16
-from explorer.fusions.triton_support import (import_triton, interpreting, jit_helpers, launch,
-                                             library_reductions_usable, next_power_of_2, planned,
-                                             triton_runs_on)
+from explorer.fusions.triton_support import interpreting, triton_runs_on
 from explorer.graph import aten
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -120,8 +118,10 @@ def convnext_block_reference(x, dw_weight, dw_bias, ln_weight, ln_bias, eps, w1,
 
 def uses_gemm(device: torch.device | str, dtype: torch.dtype) -> bool:
     """Whether the block's two linears run as Triton GEMMs with their epilogues (``conv.gemm_epilogue``):
-    where Triton runs, in fp32/fp16/bf16, unless ``conv.POLICY`` switches ``gemm_triton`` off."""
-    return conv.POLICY.gemm_triton and triton_runs_on(device) and dtype in SUPPORTED_DTYPES
+    where ``conv.POLICY`` switches ``gemm_triton`` and ``mlp_gemm_triton`` on (the second is off by default:
+    cuBLAS and one pass measured faster) and Triton runs, in fp32/fp16/bf16."""
+    return (conv.POLICY.gemm_triton and conv.POLICY.mlp_gemm_triton and triton_runs_on(device)
+            and dtype in SUPPORTED_DTYPES)
 
 
 def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channels: int | None = None,
@@ -134,7 +134,8 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
     linear is one Triton GEMM with its epilogue (the first adds the bias and applies ``act``,
     the second adds the bias and the residual where the input is channels_last); otherwise
     the linear family's choice, ``linear`` and the residual as one pass. ``conv.POLICY``'s
-    ``depthwise_triton`` and ``gemm_triton`` switches turn the Triton steps off. The label
+    ``depthwise_triton`` and ``gemm_triton`` switches turn the Triton steps off, and
+    ``mlp_gemm_triton`` (off by default, see ``uses_gemm``) the Triton GEMMs on. The label
     names every kernel.
     """
     device = torch.device(device)
@@ -163,167 +164,6 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
     else:
         why = "the input is not channels_last"
     return Choice("reference", f"dwconv+bias + layer_norm + {mlp} ({why}){where}", fused)
-
-
-# ====================================================================== the 7×7 depthwise + LayerNorm kernel, row by row
-
-#: The one kernel size the row kernel computes (ConvNeXt's depthwise convolution), at stride 1, dilation 1.
-ROWS_K = 7
-
-
-@functools.lru_cache(maxsize=2)
-def _build_rows_kernel(interpret: bool):
-    """Define the row-rolling 7×7 depthwise conv + bias + LayerNorm kernel (imports Triton); cached per
-    interpreter mode. Why row by row: see ``depthwise7_layer_norm``."""
-    global tl, _add, _round_for
-    _add, _round_for = jit_helpers(interpret).add, triton_round_bf16(interpret)
-    triton, tl = import_triton()
-
-    @triton.jit
-    def _dwln_rows_kernel(
-        X, WEIGHT, BIAS, Y, NORM_W, NORM_B,        # unused pointers alias X
-        H, W, H_OUT, W_OUT, C, eps,
-        sxn, sxh, sxw, syn, syh, syw, swh, sww,   # channels (x, y and the packed weight): stride 1
-        PH: tl.constexpr, PW: tl.constexpr, HAS_BIAS: tl.constexpr, NORM_AFFINE: tl.constexpr,
-        ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
-        BF16_RTNE_BY_HAND: tl.constexpr,
-    ):
-        ow = tl.program_id(0) * BLOCK_W + tl.arange(0, BLOCK_W)             # (BW,) output columns
-        oh0 = tl.program_id(1) * ROWS                                         # first output row of the band
-        n = tl.program_id(2).to(tl.int64)
-        cols = tl.arange(0, BLOCK_C)
-        c_live = cols < C
-        x_base = X + n * sxn + cols[None, :]
-        # the weights as (BW, BC) tiles of one row repeated: loaded in x's layout, 16-byte vectors (a (BC,)
-        # load gets one element per thread, then a shuffle through shared memory into x's layout)
-        c_2d = tl.broadcast_to(c_live[None, :], (BLOCK_W, BLOCK_C))
-        w_base = tl.broadcast_to(WEIGHT + cols[None, :], (BLOCK_W, BLOCK_C))
-        # a_j: the partial sums of output row oh0 - 6 + i + j while input row oh0 - PH + i is read
-        a0 = tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32)
-        a1, a2, a3, a4, a5, a6 = a0, a0, a0, a0, a0, a0
-        for i in range(0, ROWS + 6):
-            ih = oh0 - PH + i
-            row_ok = (ih >= 0) & (ih < H)
-            for kw in range(7):                  # a loop, not unrolled: the weights stay loads, not 49 registers
-                iw = ow - PW + kw
-                ok = row_ok & (iw >= 0) & (iw < W)
-                xv = tl.load(x_base + (ih * sxh + iw * sxw)[:, None], mask=ok[:, None] & c_live[None, :],
-                             other=0.0).to(tl.float32)                        # (BW, BC): read once per row
-                wp = w_base + kw * sww                                        # weight[c, 0, kh, kw] at wp + kh·swh
-                a0 += xv * tl.load(wp + 6 * swh, mask=c_2d, other=0.0).to(tl.float32)
-                a1 += xv * tl.load(wp + 5 * swh, mask=c_2d, other=0.0).to(tl.float32)
-                a2 += xv * tl.load(wp + 4 * swh, mask=c_2d, other=0.0).to(tl.float32)
-                a3 += xv * tl.load(wp + 3 * swh, mask=c_2d, other=0.0).to(tl.float32)
-                a4 += xv * tl.load(wp + 2 * swh, mask=c_2d, other=0.0).to(tl.float32)
-                a5 += xv * tl.load(wp + 1 * swh, mask=c_2d, other=0.0).to(tl.float32)
-                a6 += xv * tl.load(wp, mask=c_2d, other=0.0).to(tl.float32)
-            oh = oh0 - 6 + i                                                  # a0's row: complete now
-            if (i >= 6) & (oh < H_OUT):
-                acc = a0
-                if HAS_BIAS:
-                    acc += tl.load(BIAS + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
-                acc = tl.where(c_live[None, :], acc, 0.0)                     # LayerNorm over the C channels
-                if LIBRARY_REDUCE:
-                    mean = tl.sum(acc, axis=1) / C
-                else:
-                    mean = tl.reduce(acc, 1, _add) / C
-                d = tl.where(c_live[None, :], acc - mean[:, None], 0.0)
-                if LIBRARY_REDUCE:
-                    var = tl.sum(d * d, axis=1) / C
-                else:
-                    var = tl.reduce(d * d, 1, _add) / C
-                acc = d * (1.0 / tl.sqrt(var + eps))[:, None]
-                if NORM_AFFINE:
-                    acc = acc * tl.load(NORM_W + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
-                    acc += tl.load(NORM_B + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
-                acc = _round_for(acc, BF16_RTNE_BY_HAND)
-                tl.store(Y + n * syn + oh * syh + (ow * syw)[:, None] + cols[None, :],
-                         acc.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"),
-                         mask=(ow < W_OUT)[:, None] & c_live[None, :])
-            a0, a1, a2, a3, a4, a5 = a1, a2, a3, a4, a5, a6
-            a6 = tl.zeros((BLOCK_W, BLOCK_C), dtype=tl.float32)
-
-    return _dwln_rows_kernel
-
-
-def rows_tiles(channels: int, h_out: int, w_out: int) -> tuple[int, int, int]:
-    """``(BLOCK_W, ROWS, num_warps)`` of the row kernel: a strip of BLOCK_W output columns × every channel
-    (``BLOCK_C``, the next power of two of C) walking down ROWS output rows.
-
-    Seven accumulators of BLOCK_W × BLOCK_C fp32 live in registers: BLOCK_W × BLOCK_C is kept near 1024
-    per 4 warps (8 warps from 512 channels). ROWS covers the whole height up to 32 rows (each band
-    re-reads 6 rows of halo and spends 6/(ROWS+6) of its multiply-adds on rows other bands finish),
-    halved while the grid would leave most of the GPU's 132 SMs idle.
-    """
-    block_c = next_power_of_2(channels)
-    warps = 8 if block_c >= 512 else 4
-    block_w = max(1, min(next_power_of_2(w_out), (1024 * warps // 4) // block_c, 16))
-    rows = min(h_out, 32)
-    while rows > 4 and -(-w_out // block_w) * -(-h_out // rows) < 8:
-        rows = -(-rows // 2)
-    return block_w, rows, warps
-
-
-def rows_applies(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation) -> bool:
-    """Whether the row kernel computes this depthwise conv: 7×7, stride 1, dilation 1, padding up to 6, a
-    channels_last input whose channels have stride 1 (the depthwise kernel's other conditions too)."""
-    lists = edit.int_lists(2, stride, padding, dilation)
-    return (lists is not None and lists[0] == [1, 1] and lists[2] == [1, 1] and all(0 <= p <= 6 for p in lists[1])
-            and tuple(weight.shape[2:]) == (ROWS_K, ROWS_K) and conv.depthwise_applies(x, weight, weight.shape[0])
-            and x.stride(1) == 1 and weight.stride(0) == 1 and x.shape[1] <= MAX_CHANNELS)
-
-
-def _plan_rows(x, weight, bias, padding, norm, tiles) -> conv._Plan:
-    n, c, h, w = x.shape
-    ph, pw = edit.int_lists(2, 1, padding, 1)[1]
-    h_out, w_out = h + 2 * ph - 6, w + 2 * pw - 6
-    shape = (n, c, h_out, w_out)
-    if h_out <= 0 or w_out <= 0 or x.numel() == 0:
-        return conv._Plan(out_shape=shape)
-    if n > 65535:
-        raise ValueError(f"batch {n} exceeds the row kernel's grid (65535)")
-    interpret = interpreting()
-    block_c = next_power_of_2(c)
-    block_w, rows, warps = tiles or rows_tiles(c, h_out, w_out)
-    if x.device.type != "cuda" and tiles is None:        # the interpreter's cost is per operation: whole rows
-        block_w, rows = next_power_of_2(w_out), h_out
-    constexprs = dict(PH=ph, PW=pw, HAS_BIAS=bias is not None, NORM_AFFINE=norm[0] is not None, ROWS=rows,
-                      BLOCK_W=block_w, BLOCK_C=block_c, LIBRARY_REDUCE=library_reductions_usable(),
-                      BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16)
-    grid = (-(-w_out // block_w), -(-h_out // rows), n)
-    return conv._Plan(_build_rows_kernel(interpret), grid,
-                      (h, w, h_out, w_out, c, float(norm[2]), x.stride(0), x.stride(2), x.stride(3)), constexprs,
-                      warps, tail=(weight.stride(2), weight.stride(3)), out_shape=shape)
-
-
-def depthwise7_layer_norm(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, padding,
-                          ln_weight: torch.Tensor | None, ln_bias: torch.Tensor | None, eps: float, *,
-                          tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
-    """``layer_norm(dwconv7×7(x) + b)`` over the channels, as a contiguous ``(N, H', W', C)``: ONE Triton kernel.
-
-    ``x``: channels_last ``(N, C, H, W)``; ``packed``: the weight ``(C, 1, 7, 7)`` as
-    ``conv.pack_depthwise_weight`` stores it (channels innermost); stride 1, dilation 1 (callers
-    check ``rows_applies``). Each program owns a strip of output columns with every channel and
-    walks down its rows: each input row is loaded once (as 7 shifted tiles, served by L1) and
-    added into the seven output rows it touches, held as seven rolling accumulators; a row is
-    normalised and stored the moment its seventh input row is in. The tap-by-tap kernel
-    (``conv.depthwise_conv``) loads every input pixel 49 times. ``tiles`` = (BLOCK_W, ROWS,
-    num_warps) overrides ``rows_tiles`` (tests). Planned once per call signature.
-    """
-    key = ("dwln-rows", x.shape, x.stride(), x.dtype, x.device, packed.shape, packed.stride(), packed.dtype,
-           None if bias is None else bias.dtype, None if ln_weight is None else ln_weight.dtype,
-           None if ln_bias is None else ln_bias.dtype, conv._geometry_key(padding), float(eps), tiles,
-           interpreting())
-    plan = planned(conv._PLANS, key, _plan_rows, x, packed, bias, padding, (ln_weight, ln_bias, eps), tiles)
-    n, c, h_out, w_out = plan.out_shape
-    out = torch.empty((n, h_out, w_out, c), dtype=x.dtype, device=x.device)          # (N, H', W', C)
-    if plan.kernel is None:
-        return out
-    pointers = (x, packed, x if bias is None else bias, out, x if ln_weight is None else ln_weight,
-                x if ln_bias is None else ln_bias)
-    launch(plan.kernel, plan.grid, (*pointers, *plan.ints, *out.stride()[:3], *plan.tail), plan.constexprs,
-           key=(key, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps)
-    return out
 
 
 # ====================================================================== the block
@@ -408,7 +248,7 @@ def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, 
     ``(C, 4C)``. Returns ``x + block(x)``, ``(N, C, H, W)`` in channels_last memory (as the
     unfused block's output is, whatever the input's layout).
     """
-    gemm = conv.POLICY.gemm_triton
+    gemm = uses_gemm(x.device, x.dtype)
     t = depthwise_layer_norm(x, dw_weight, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias,
                              eps)                                                  # (N, H, W, C)
     h = mlp_hidden(t, w1, b1, act, gemm)                                           # (N·H·W, 4C)
