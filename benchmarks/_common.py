@@ -266,11 +266,35 @@ def compile_copy(eager, mode: str | None, x: tuple, device: str) -> tuple[Callab
     return (lambda: compiled(*x)), target, round(time.perf_counter() - t0, 1)
 
 
+def _cpu_times() -> list[int] | None:
+    """The aggregate ``cpu`` line of ``/proc/stat`` (user nice system idle iowait irq softirq steal ...), or None."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def host_activity(before: list[int] | None, after: list[int] | None) -> dict | None:
+    """What the host's CPUs did between two ``_cpu_times``: the busy and stolen shares of all CPUs' time and the
+    load average. Plain calls of a host-bound model slow down when other work shares the host (seen on the
+    lent H200 machine: the same variants 1.5-2x slower minutes apart, GPU-busy time unchanged); this puts that
+    beside the numbers."""
+    if not before or not after or len(before) < 8 or len(after) < 8:
+        return None
+    d = [a - b for a, b in zip(after, before)]
+    total = sum(d[:8]) or 1
+    idle = d[3] + d[4]
+    return {"busy_share": round(1 - idle / total, 4), "steal_share": round(d[7] / total, 4),
+            "loadavg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
+
+
 def session(variants: dict[str, Callable[[], Any]], ref, device: str, smoke: bool, log, what: str,
             profile: Callable[[Callable[[], Any], str], dict]) -> dict:
     """Check each variant against float64, time them alternated (``measure.time_rounds``: round ``i`` of
     every variant is one paired round), ``profile`` one forward of each: one row each (latency_ms,
-    precision, gpu_busy_ms, kernels, top_kernels, profile_note, samples_ms: every round's time)."""
+    precision, gpu_busy_ms, kernels, top_kernels, profile_note, samples_ms: every round's time, host:
+    ``host_activity`` during the timing)."""
     import torch
 
     from explorer.runtime import measure
@@ -281,13 +305,18 @@ def session(variants: dict[str, Callable[[], Any]], ref, device: str, smoke: boo
     log(f"{what}: timing {', '.join(variants)} alternated")
     plan = measure.TimingPlan.for_device(device, **({"warmup": 1, "reps": 3} if smoke else {}))
     first = measure.warm_up(variants, device, plan)
+    cpu_before = _cpu_times()
     samples = measure.time_rounds(variants, device, measure.planned_reps(plan, first))
+    host = host_activity(cpu_before, _cpu_times())
+    if host:
+        log(f"{what}: host during timing: {host['busy_share']:.0%} of {host['cpus']} CPUs busy, "
+            f"{host['steal_share']:.1%} stolen, load {host['loadavg_1m']}")
     log(f"{what}: profiling one forward of each")
     profiles = {v: profile(fn, device) for v, fn in variants.items()}
     return {v: dict(latency_ms=measure.summarize(samples[v]), precision=precision[v],
                     gpu_busy_ms=profiles[v]["gpu_busy_ms"], kernels=profiles[v]["kernels"],
                     top_kernels=profiles[v]["top_kernels"], profile_note=profiles[v]["note"],
-                    samples_ms=[round(t, 5) for t in samples[v]]) for v in variants}
+                    samples_ms=[round(t, 5) for t in samples[v]], host=host) for v in variants}
 
 
 def sessions_against_compile(variants: dict[str, Callable[[], Any]], eager, x: tuple, ref, head: dict,
