@@ -93,14 +93,18 @@ TEXTS: dict[str, str] = {
          "内核完成"),
     "gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2   (per output channel)":
         "gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2（逐输出通道）",
-    ("Slower than what it replaces by the medians of one H200 run (ConvNeXt-Tiny, fp16, batch 32): the depthwise 7x7 + LayerNorm "
-     "kernel and the GEMM epilogues lose to cuDNN and cuBLAS there, and the fused model ran slower than eager and "
-     "torch.compile (benchmarks/results/bench_cnn_fusions_autotune_convnext_tiny_h200.json). Time these chains on your "
-     "GPU before accepting them, or give them the inductor kernel."):
-        ("在 H200 上一次实测的中位数比它替换的算子更慢（ConvNeXt-Tiny，fp16，batch 32）：深度可分离 7x7 卷积 + LayerNorm 内核和 GEMM 尾处理"
-         "都不如 cuDNN 和 cuBLAS，融合后的模型比 eager 和 torch.compile 都慢"
-         "（benchmarks/results/bench_cnn_fusions_autotune_convnext_tiny_h200.json）。接受这些链之前，先在你的 GPU 上给它们计时，"
-         "或者为它们选择 inductor 内核。"),
+    ("Slower than torch.compile where it was measured (ConvNeXt-Tiny, fp16, batch 32, H200): "
+     "faster than eager (0.95x of its time) but 1.18x the time of torch.compile's default mode "
+     "and, with CUDA graphs, 1.20x that of reduce-overhead; the depthwise 7x7 + LayerNorm kernel "
+     "takes more GPU time than cuDNN's conv with inductor's LayerNorm "
+     "(benchmarks/results/bench_cnn_fusions_convnext_tiny_quick_h200.json). Time these chains on "
+     "your GPU before accepting them, or give them the inductor kernel."):
+        ("在实测中比 torch.compile 慢（ConvNeXt-Tiny，fp16，batch 32，H200）：比 ea"
+         "ger 快（耗时为其 0.95 倍），但耗时是 torch.compile 默认模式的 1.18 倍，使用 CUDA g"
+         "raph 时是 reduce-overhead 的 1.20 倍；深度可分离 7x7 卷积 + LayerNorm 内核"
+         "占用的 GPU 时间多于 cuDNN 卷积加 inductor 的 LayerNorm（benchmarks/resul"
+         "ts/bench_cnn_fusions_convnext_tiny_quick_h200.json）。接受这些链之前，"
+         "先在你的 GPU 上给它们计时，或者为它们选择 inductor 内核。"),
     ("Folding the layer scale into the second linear rounds γ·W₂ to the weights' dtype once, as BatchNorm folding does; "
      "valid in inference and training alike (it is exact algebra)."):
         "把 layer scale 折叠进第二个线性层时，γ·W₂ 会按权重的数据类型舍入一次，和 BN 折叠一样；推理和训练都成立（这是精确的代数变换）。",
