@@ -19,8 +19,13 @@ around every call, rounds alternating the variants, inputs rotated past the L2 c
 Usage::
 
     python benchmarks/bench_convnext_kernels.py [--out PATH] [--stages 0,1,2,3] [--no-sweep] [--no-compile]
+                                                [--only dwln,fc1,fc2]
+    TRITON_INTERPRET=1 python benchmarks/bench_convnext_kernels.py --smoke    # no GPU: checks only
 
-Without CUDA nothing is timed: it says so and writes ``measured: false``.
+Without CUDA (and without ``--smoke``) nothing is timed: it says so and writes why. Beside
+``bench_cnn_fusions.py --part kernels`` (which times our kernel against eager and inductor at
+these shapes, captured in CUDA graphs): this one sweeps our kernels' tiles and GEMM configs and
+times the library alternatives the selections choose between, call bursts between two events.
 """
 
 from __future__ import annotations
@@ -56,21 +61,32 @@ GEMM_CONFIGS = [(128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3)
                 (128, 64, 64, 4, 4), (64, 256, 64, 8, 3), (128, 128, 32, 4, 5)]
 
 
-def _rand(shape, gen, scale=1.0):
-    return (torch.randn(shape, generator=gen) * scale).to(DTYPE).cuda()
+#: ``--smoke``: one tiny stage on the CPU, Triton interpreted, in fp32; every variant checked, nothing timed.
+SMOKE_STAGE, SMOKE_BATCH, SMOKE_TAP_TILES, SMOKE_GEMM_CONFIGS = (24, 8), 1, [(8, 2)], [(32, 32, 32, 4, 1)]
+
+
+def random_tensor(shape, gen, scale, device, dtype):
+    """Seeded normal values times ``scale``, drawn on the CPU (the same on every device), in ``dtype`` on ``device``."""
+    return (torch.randn(shape, generator=gen) * scale).to(dtype).to(device)
 
 
 def _check(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> dict:
     return bk.error_vs(out.float(), ref64, tol)
 
 
-def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS) -> list[dict]:
-    """Every variant of the three kernels at one stage: checked, timed, summarised."""
+def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS, smoke: bool = False) -> list[dict]:
+    """Every variant of the three kernels at one stage: checked, timed (not with ``smoke``), summarised."""
+    device, dtype, batch = ("cpu", torch.float32, SMOKE_BATCH) if smoke else ("cuda", DTYPE, BATCH)
+    tap_tiles, gemm_configs = (SMOKE_TAP_TILES, SMOKE_GEMM_CONFIGS) if smoke else (TAP_TILES, GEMM_CONFIGS)
     gen = torch.Generator().manual_seed(c)
-    m = BATCH * hw * hw
+    m = batch * hw * hw
     x_bytes = m * c * 2
-    sets = bk.rotation(x_bytes * 6, torch.cuda.get_device_properties(0).L2_cache_size, cap=8)
-    xs = [_rand((BATCH, c, hw, hw), gen, 2.0).to(memory_format=torch.channels_last) for _ in range(sets)]
+    sets = 2 if smoke else bk.rotation(x_bytes * 6, torch.cuda.get_device_properties(0).L2_cache_size, cap=8)
+
+    def _rand(shape, gen, scale=1.0):
+        return random_tensor(shape, gen, scale, device, dtype)
+
+    xs = [_rand((batch, c, hw, hw), gen, 2.0).to(memory_format=torch.channels_last) for _ in range(sets)]
     w = _rand((c, 1, 7, 7), gen, 1 / 7)
     packed = conv.pack_depthwise_weight(w)
     block_c = 1 << (c - 1).bit_length()                              # the tile before the three-chunk split
@@ -93,10 +109,8 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS) -
     def run(kind: str, variants: dict, ref64, tol, bytes_moved, flops=None):
         checks = {}
         for name, fn in variants.items():
-            torch.cuda.synchronize()
             try:
                 out = fn(0)
-                torch.cuda.synchronize()
                 checks[name] = _check(out.reshape(ref64.shape), ref64, tol)
             except Exception as exc:                                       # a config that does not compile
                 checks[name] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
@@ -104,6 +118,9 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS) -
         for n in variants:
             if n not in good:
                 log(f"  {kind} C={c}: {n} excluded: {checks[n]}")
+        if smoke:                                                          # checked, not timed
+            rows.extend(dict(variant=n, kind=kind, channels=c, hw=hw, check=checks[n], ms=None) for n in variants)
+            return
         burst = {n: (lambda i, f=f: [f(BURST * i + j) for j in range(BURST)][-1]) for n, f in good.items()}
         timing = {n: {k: (v / BURST if k != "n" else v) for k, v in t.items()}
                   for n, t in bk.time_variants(burst, reps=10, rounds=6, warmup_s=0.1).items()}
@@ -124,7 +141,7 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS) -
             F.conv2d(xs[i % sets], w, b, 1, 3, 1, c).permute(0, 2, 3, 1), (c,), lw, lb, eps),
     }
     if sweep and dw:
-        for bp, warps in TAP_TILES:
+        for bp, warps in tap_tiles:
             if bp * (c // 3) < 32 * warps:                 # fewer channel-pixels than threads
                 continue
             dw[f"tap_{bp}x{c // 3}x3_w{warps}"] = (lambda i, t=(bp, c // 3, warps): conv.depthwise_conv(
@@ -133,7 +150,7 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS) -
         fn = torch.compile(lambda x: F.layer_norm(F.conv2d(x, w, b, 1, 3, 1, c).permute(0, 2, 3, 1), (c,), lw, lb,
                                                   eps))
         dw["torch_compile"] = lambda i: fn(xs[i % sets])
-    dwln_tol = conv.DEPTHWISE_TOLERANCES[DTYPE]
+    dwln_tol = conv.DEPTHWISE_TOLERANCES[dtype]
     if dw:
         run("dwln", dw, dwln64, dwln_tol, 2 * x_bytes, 2 * 49 * m * c)
 
@@ -143,14 +160,14 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS) -
         "cublas_linear+gelu": lambda i: F.gelu(F.linear(ts[i % sets].reshape(m, c), w1, b1)),
     }
     if sweep and f1:
-        for cfg in GEMM_CONFIGS:
+        for cfg in gemm_configs:
             f1["gemm_" + "x".join(map(str, cfg))] = (lambda i, t=cfg: conv.gemm_epilogue(
                 ts[i % sets].reshape(m, c), w1, b1, None, "gelu", tiles=t))
     if compile_ and f1:
         g1 = torch.compile(lambda t: F.gelu(F.linear(t, w1, b1)))
         f1["torch_compile"] = lambda i: g1(ts[i % sets].reshape(m, c))
     if f1:
-        run("fc1", f1, fc1_64, convnext.TOLERANCES[DTYPE], (m * c + 4 * c * c + 4 * m * c) * 2, 2 * m * c * 4 * c)
+        run("fc1", f1, fc1_64, convnext.TOLERANCES[dtype], (m * c + 4 * c * c + 4 * m * c) * 2, 2 * m * c * 4 * c)
 
     # ---- fc2: GEMM + bias + residual
     f2 = {} if "fc2" not in kinds else {
@@ -159,14 +176,14 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS) -
         "cublas_addmm_residual+bias": lambda i: torch.addmm(rows_of[i % sets], hs[i % sets], w2.t()).add_(b2),
     }
     if sweep and f2:
-        for cfg in GEMM_CONFIGS:
+        for cfg in gemm_configs:
             f2["gemm_" + "x".join(map(str, cfg))] = (lambda i, t=cfg: conv.gemm_epilogue(
                 hs[i % sets], w2, b2, rows_of[i % sets], "none", tiles=t))
     if compile_ and f2:
         g2 = torch.compile(lambda h, r: F.linear(h, w2, b2) + r)
         f2["torch_compile"] = lambda i: g2(hs[i % sets], rows_of[i % sets])
     if f2:
-        run("fc2", f2, fc2_64, convnext.TOLERANCES[DTYPE], (m * 4 * c + 4 * c * c + 2 * m * c) * 2, 2 * m * c * 4 * c)
+        run("fc2", f2, fc2_64, convnext.TOLERANCES[dtype], (m * 4 * c + 4 * c * c + 2 * m * c) * 2, 2 * m * c * 4 * c)
     return rows
 
 
@@ -177,9 +194,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sweep", action="store_true", help="only the default tiles and the libraries")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     parser.add_argument("--only", default=",".join(KINDS), help="kernels to time: dwln,fc1,fc2")
+    parser.add_argument("--smoke", action="store_true",
+                        help="no GPU: one tiny stage on the CPU, Triton interpreted (set TRITON_INTERPRET=1 "
+                             "before Python starts), every variant checked against float64, nothing timed")
     args = parser.parse_args(argv)
     path = results_path(args.out, "bench_convnext_kernels.json")
     doc = {"schema": "bench_convnext_kernels/1", **run_stamp()}
+    if args.smoke:
+        rows = stage_rows(*SMOKE_STAGE, True, False, print, args.only.split(","), smoke=True)
+        doc.update(label="SMOKE: CPU, Triton interpreted, fp32, not timed", rows=rows)
+        write_json(path, doc)
+        failed = [f"{r['kind']} {r['variant']}: {r['check']}" for r in rows if not r["check"].get("ok")]
+        print("\n".join(failed) or f"smoke: {len(rows)} variants match float64; wrote {path}")
+        return 1 if failed else 0
     if not torch.cuda.is_available():
         return write_skipped(doc, path, "bench_convnext_kernels.py", "kernels")
     doc["environment"] = bk.environment()

@@ -10,11 +10,13 @@ Triton's interpreter (``TRITON_INTERPRET=1`` per test). Tolerances:
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
-from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, assert_close64, fused_matches, needs_backend,
-                            triton_interpreter, up64)
+from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, assert_close64, fused_matches, fusion_benchmark,
+                            needs_backend, triton_interpreter, up64)
 
 import torchvision  # after triton_testing: importing torchvision imports Triton
 
@@ -209,3 +211,23 @@ def test_lowering(triton, mlp_gemm, monkeypatch):
     x = x.contiguous(memory_format=torch.channels_last)
     with torch.inference_mode():
         torch.testing.assert_close(lean_gm(x), plain(x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs Triton's interpreter (no CUDA here)")
+def test_kernel_benchmark_smoke_checks_every_variant(tmp_path, monkeypatch):
+    """``bench_convnext_kernels.py --smoke``: every variant the GPU run sweeps (our depthwise kernel's tiles,
+    the GEMM configs, the library paths) computes the stage's three kernels within tolerance of float64, and a
+    broken variant fails the run."""
+    from explorer.fusions import triton_support
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if not triton_support.library_reductions_usable():
+        pytest.skip("Triton was first imported without TRITON_INTERPRET: its library functions cannot be interpreted")
+    bench = fusion_benchmark("bench_convnext_kernels")
+    out = tmp_path / "smoke.json"
+    assert bench.main(["--smoke", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["kind"] for r in rows} == {"dwln", "fc1", "fc2"} and all(r["check"]["ok"] for r in rows)
+    assert any(r["variant"].startswith("tap_") and r["variant"][4].isdigit() for r in rows), "the tile sweep ran"
+    monkeypatch.setattr(convnext, "TOLERANCES", {k: dict(rtol=0.0, atol=0.0) for k in convnext.TOLERANCES})
+    assert bench.main(["--smoke", "--only", "fc1", "--out", str(out)]) == 1
