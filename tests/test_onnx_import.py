@@ -17,6 +17,7 @@ import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
+from torch import nn
 
 from explorer.errors import ModelLoadError, UnsupportedOpError
 from explorer.sources.onnx_import import SUPPORTED_OPS, import_onnx
@@ -498,3 +499,53 @@ def test_mul_of_sigmoid_of_itself_becomes_silu(tmp_path):
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(2, 3, 4, generator=gen) * 4, torch.randn(2, 3, 4, generator=gen)
     _assert_close(imported.gm(x, y), _run_ort(path, ["x", "y"], [x, y]))
+
+
+def test_gather_of_every_index_in_order_is_a_reshape(tmp_path):
+    """``Reshape(-1) + Gather(0, 1, ..., n-1)`` (how torch's dynamo exporter writes the channels_last
+    ``as_strided`` of a pooled ``(N, C, 1, 1)`` tensor) imports as a reshape; a permutation stays an
+    ``index_select``. Both compute what onnxruntime does."""
+    n, c = 2, 6
+    nodes = [
+        helper.make_node("ReduceMean", ["x", "axes"], ["pooled"], keepdims=1),       # (N, C, 1, 1)
+        helper.make_node("Reshape", ["pooled", "flat"], ["flat_pooled"]),            # (N·C,)
+        helper.make_node("Gather", ["flat_pooled", "in_order"], ["same"], axis=0),   # (N, C, 1, 1)
+        helper.make_node("Gather", ["flat_pooled", "reversed"], ["permuted"], axis=0),
+    ]
+    inits = [numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "axes"),
+             numpy_helper.from_array(np.array([-1], dtype=np.int64), "flat"),
+             numpy_helper.from_array(np.arange(n * c, dtype=np.int64).reshape(n, c, 1, 1), "in_order"),
+             numpy_helper.from_array(np.arange(n * c, dtype=np.int64)[::-1].copy().reshape(n, c, 1, 1), "reversed")]
+    path = _save(
+        tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, 5, 4])],
+        [helper.make_tensor_value_info("same", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("permuted", TensorProto.FLOAT, None)], inits)
+    imported = import_onnx(path)
+    targets = [t.target for t in imported.gm.graph.nodes if t.op == "call_function"]
+    assert targets.count(torch.ops.aten.index_select.default) == 1, "only the permutation is a gather"
+    x = torch.randn(n, c, 5, 4, generator=torch.Generator().manual_seed(0))
+    _assert_close(imported.gm(x), _run_ort(path, ["x"], [x]))
+
+
+def test_channels_last_squeeze_excite_through_the_dynamo_exporter(tmp_path):
+    """A squeeze-excite block exported by the dynamo exporter from channels_last weights and input (its pooled
+    tensor goes through ``Reshape + Gather``) is found as one chain, as from the contiguous export."""
+    from torchvision.ops import SqueezeExcitation
+
+    from explorer.fusion_engine import detect
+    from explorer.graph.build import build_graph
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(8, 16, 1), nn.SiLU(), SqueezeExcitation(16, 4, nn.SiLU)).eval()
+    x = torch.randn(2, 8, 6, 6)
+    counts = {}
+    for layout in ("contiguous", "channels_last"):
+        fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+        path = str(tmp_path / f"se_{layout}.onnx")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(block.to(memory_format=fmt), (x.to(memory_format=fmt),), path, dynamo=True)
+        imported = import_onnx(path)
+        counts[layout] = detect(build_graph(imported.gm, layout)).counts["squeeze_excite"]
+        _assert_close(imported.gm(x), _run_ort(path, imported.input_names, [x]))
+    assert counts == {"contiguous": 1, "channels_last": 1}

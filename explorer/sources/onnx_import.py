@@ -20,6 +20,12 @@ chains, ``Constant`` nodes, weight transposes) are computed at import time, so
 shapes; symbolic dims become 1 (first dim) or 128 (others) unless the caller
 passes ``input_shapes={"input_ids": (1, 16)}``.
 
+Exporters spell some ops differently from ``torch.export``; the importer maps
+them back so that one pattern finds a chain from either source: ``MatMul`` +
+``Add`` with constant weights is ``linear``, ``x * Sigmoid(x)`` is ``silu``, and a
+``Gather`` of every index in order (the dynamo exporter's channels_last
+``as_strided`` of a pooled tensor) is a ``reshape``.
+
 Every ``call_function`` node carries ``meta["onnx_name"]`` (the ONNX node it
 came from) and ``meta["val"]`` (a meta-device tensor with its shape and dtype).
 """
@@ -1150,6 +1156,11 @@ def _gather(b, ins, attrs):
         idx = torch.where(idx < 0, idx + shape[axis], idx)
         if idx.dim() == 0:
             return b.call(aten.select.int, data, axis, int(idx))
+        if idx.numel() == shape[axis] and torch.equal(idx.flatten(), torch.arange(shape[axis], dtype=idx.dtype)):
+            # every element once and in order: a reshape (torch's dynamo exporter writes the channels_last
+            # as_strided of a pooled (N, C, 1, 1) tensor as Reshape(-1) + Gather(0, 1, ..., N·C-1); seen as an
+            # index_select, it would hide squeeze-and-excitation behind an op no pattern passes)
+            return b.call(aten.reshape.default, data, shape[:axis] + list(idx.shape) + shape[axis + 1:])
     if isinstance(data, torch.Tensor) and _is_node(idx) and axis == 0 and len(shape) == 2 and data.is_floating_point():
         return b.call(aten.embedding.default, data, idx)
     idx_shape = _shape(idx)
