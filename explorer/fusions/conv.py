@@ -157,8 +157,8 @@ class ConvPolicy:
     depthwise_triton: bool = True   # depthwise convs (channels_last) as one Triton kernel with their epilogue
     gemm_triton: bool = True        # 1×1 convs (channels_last) and ConvNeXt's linears as one Triton GEMM + epilogue
     #: ConvNeXt's two linears as Triton GEMMs with their epilogues (needs ``gemm_triton`` too). Off: cuBLAS
-    #: plus one pass each (GELU; the residual) measured faster at all four stages of ConvNeXt-Tiny on the H200
-    #: (benchmarks/results/bench_convnext_kernels_split_h200.json); the benchmark times both.
+    #: plus one pass each (GELU; the residual) measured faster or level at all four stages of ConvNeXt-Tiny on
+    #: the H200 and in the model's GPU time (convnext.py says where); the benchmark times both.
     mlp_gemm_triton: bool = False
     triton_epilogue: bool = True    # conv without bias, then one Triton pass (else: the separate torch path)
 
@@ -645,12 +645,13 @@ def depthwise_tiles(channels: int, norm: bool) -> tuple[int, int, int]:
     compiler issues them one element at a time), else the next power of two up to 128.
     With a LayerNorm epilogue one program holds every channel: BLOCK_C ≥ C, or three chunks
     of C/3 channels where C is three times a power of two (``depthwise_split``: ConvNeXt's
-    96…768, which a power-of-two tile would pad by a third). The chunked tiles are the
-    fastest or within 4% of the fastest of a sweep on the H200 at ConvNeXt-Tiny's four
-    stages (``benchmarks/results/bench_convnext_kernels_split_h200.json``): 2 warps and 16
+    96…768, which a power-of-two tile would pad by a third). The chunked tiles come from a
+    sweep on the H200 at ConvNeXt-Tiny's four stages, each within 5% of the fastest tile
+    there (``benchmarks/results/bench_convnext_kernels_split_h200.json``): 2 warps and 16
     channel-pixels per thread for chunks of up to 64 channels, 8 warps and 8 for 128, 4 and
-    16 beyond. Otherwise BLOCK_P fills a tile of about 2048 fp32 accumulators (4096 with 8
-    warps for a LayerNorm over wide rows).
+    16 beyond. Against the power-of-two tile the chunks measured within the runs' noise
+    (``docs/kernel-notes.md``). Otherwise BLOCK_P fills a tile of about 2048 fp32
+    accumulators (4096 with 8 warps for a LayerNorm over wide rows).
     """
     if norm:
         split = depthwise_split(channels, norm)
