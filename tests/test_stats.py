@@ -93,3 +93,31 @@ def test_a_chain_without_a_fused_kernel_is_never_slower():
     entry = chain_entry(chain, applied, graph, torch.float32)
     assert entry.verdict.label == NO_KERNEL and not entry.slower
     assert entry.title == chain.title
+
+
+def _verdicts_script():
+    """``benchmarks/verdicts.py`` as a module (the benchmarks folder is not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "verdicts.py"
+    spec = importlib.util.spec_from_file_location("verdicts", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, path.parent / "results"
+
+
+def test_verdicts_script_tests_any_pair_of_a_committed_run(capsys):
+    """The README's extra ConvNeXt verdicts come from this script over the committed rounds: fused against
+    eager is faster, against compile default slower; a missing file, model or variant is one line, exit 2."""
+    script, results = _verdicts_script()
+    run = str(results / "bench_cnn_fusions_convnext_tiny_quick_h200.json")
+    assert script.main([run, "fused", "eager"]) == 0
+    assert "fused / eager = 0.947 [0.946, 0.948]: faster" in capsys.readouterr().out
+    assert script.main([run, "fused", "compile_default"]) == 0
+    assert ": slower" in capsys.readouterr().out
+    for argv in ([run, "fused", "nosuch"], [run, "fused", "eager", "--model", "resnet"],
+                 [str(results / "no_such_run.json"), "fused", "eager"]):
+        assert script.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("verdicts.py: ") and err.count("\n") == 1 and "Traceback" not in err
