@@ -11,10 +11,12 @@
     fc2   (N·H·W, 4C) @ (C, 4C)ᵀ + b + the block input (residual): the same variants
 
 Every variant is first checked against float64 (``convnext.TOLERANCES`` for the GEMMs,
-``conv.DEPTHWISE_TOLERANCES`` for dwln) on a poisoned output, then timed with CUDA events
-around every call, rounds alternating the variants, inputs rotated past the L2 cache
-(``bench_kernels.time_variants``): median with p20/p80. Bytes are the fewest a pass must move
-(inputs once, output once); the table prints each stage's best tile beside the default.
+``conv.DEPTHWISE_TOLERANCES`` for dwln; a variant that fails, or does not compile, is left out
+and said), then timed in bursts of ``BURST`` calls between two CUDA events, rounds alternating
+the variants, inputs rotated past the L2 cache (``bench_kernels.time_variants``): median with
+p20/p80 per call. (The first committed run, ``bench_convnext_kernels_h200.json``, put the events
+around every call.) Bytes are the fewest a pass must move (inputs once, output once); the table
+prints each stage's best tile beside the default.
 
 Usage::
 
