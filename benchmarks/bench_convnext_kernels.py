@@ -72,10 +72,6 @@ def random_tensor(shape, gen, scale, device, dtype):
     return (torch.randn(shape, generator=gen) * scale).to(dtype).to(device)
 
 
-def _check(out: torch.Tensor, ref64: torch.Tensor, tol: dict) -> dict:
-    return bk.error_vs(out.float(), ref64, tol)
-
-
 def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS, smoke: bool = False) -> list[dict]:
     """Every variant of the three kernels at one stage: checked, timed (not with ``smoke``), summarised."""
     device, dtype, batch = ("cpu", torch.float32, SMOKE_BATCH) if smoke else ("cuda", DTYPE, BATCH)
@@ -113,7 +109,7 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS, s
         for name, fn in variants.items():
             try:
                 out = fn(0)
-                checks[name] = _check(out.reshape(ref64.shape), ref64, tol)
+                checks[name] = bk.error_vs(out.reshape(ref64.shape).float(), ref64, tol)
             except Exception as exc:                                       # a config that does not compile
                 checks[name] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         good = {n: f for n, f in variants.items() if checks[n].get("ok")}

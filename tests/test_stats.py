@@ -6,6 +6,7 @@ right tail), paired by round as the runner's alternated timing pairs them.
 
 from __future__ import annotations
 
+import benchmark_scripts
 import numpy as np
 import pytest
 
@@ -95,22 +96,10 @@ def test_a_chain_without_a_fused_kernel_is_never_slower():
     assert entry.title == chain.title
 
 
-def _verdicts_script():
-    """``benchmarks/verdicts.py`` as a module (the benchmarks folder is not a package)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "verdicts.py"
-    spec = importlib.util.spec_from_file_location("verdicts", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, path.parent / "results"
-
-
 def test_verdicts_script_tests_any_pair_of_a_committed_run(capsys):
     """The README's extra ConvNeXt verdicts come from this script over the committed rounds: fused against
     eager is faster, against compile default slower; a missing file, model or variant is one line, exit 2."""
-    script, results = _verdicts_script()
+    script, results = benchmark_scripts.load("verdicts"), benchmark_scripts.ROOT / "benchmarks" / "results"
     run = str(results / "bench_cnn_fusions_convnext_tiny_quick_h200.json")
     assert script.main([run, "fused", "eager"]) == 0
     assert "fused / eager = 0.947 [0.946, 0.948]: faster" in capsys.readouterr().out

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -394,12 +393,9 @@ def test_add_layer_norm_bytes_each_version_reads_and_writes(transformer):
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory):
     """The GPU script's CPU path, in process: one tiny model, no chains, no stages."""
-    import importlib.util
+    import benchmark_scripts
 
-    spec = importlib.util.spec_from_file_location("teach_reports", ROOT / "benchmarks" / "teach_reports.py")
-    script = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = script  # its dataclasses look their module up there
-    spec.loader.exec_module(script)
+    script = benchmark_scripts.load("teach_reports")
     out = tmp_path_factory.mktemp("teach") / "teaching_report.json"
     rc = script.main(["--quick", "--models", "residual_block_fp32", "--no-chains", "--no-stages", "--out", str(out)])
     return rc, out, script

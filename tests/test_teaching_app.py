@@ -3,12 +3,11 @@ tour's fold by hand, the background profile, sweep and bisect, and a teaching re
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 import time
 from pathlib import Path
 
+import benchmark_scripts
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,10 +130,7 @@ def test_profile_sweep_and_bisect_run_in_the_background():
 
 @pytest.fixture(scope="module")
 def teaching_report(tmp_path_factory) -> Path:
-    spec = importlib.util.spec_from_file_location("teach_reports_app", ROOT / "benchmarks" / "teach_reports.py")
-    script = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = script
-    spec.loader.exec_module(script)
+    script = benchmark_scripts.load("teach_reports", "teach_reports_app")
     out = tmp_path_factory.mktemp("teach_app") / "teaching_report.json"
     assert script.main(["--quick", "--models", "residual_block_fp32", "--no-chains", "--out", str(out)]) == 0
     return out

@@ -209,12 +209,8 @@ def compile_for_sm90(body: str) -> list:
 
 
 def fusion_benchmark(name: str):
-    """``benchmarks/<name>.py`` (``bench_cnn_fusions``, ``bench_llm_fusions``) as a module, freshly executed
-    (the benchmarks folder is not a package)."""
-    import importlib.util
+    """``benchmarks/<name>.py`` (``bench_cnn_fusions``, ``bench_llm_fusions``...) as a module, freshly executed
+    (``benchmark_scripts.load``), after this module has set Triton up for the interpreter."""
+    import benchmark_scripts
 
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module                      # dataclasses look their module up while it executes
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_scripts.load(name)
