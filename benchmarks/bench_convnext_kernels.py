@@ -185,13 +185,32 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS, s
     return rows
 
 
+def _stage_list(text: str) -> list[int]:
+    """``--stages``: indices into ``STAGES``, comma-separated (argparse says what is wrong in one line)."""
+    try:
+        stages = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of stage numbers: {text!r}") from None
+    if not stages or any(not 0 <= s < len(STAGES) for s in stages):
+        raise argparse.ArgumentTypeError(f"stages are 0..{len(STAGES) - 1}, got {text!r}")
+    return stages
+
+
+def _kind_list(text: str) -> list[str]:
+    """``--only``: some of ``KINDS``, comma-separated."""
+    kinds = text.split(",")
+    if not kinds or any(k not in KINDS for k in kinds):
+        raise argparse.ArgumentTypeError(f"kernels are {','.join(KINDS)}, got {text!r}")
+    return kinds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None)
-    parser.add_argument("--stages", default="0,1,2,3")
+    parser.add_argument("--stages", default="0,1,2,3", type=_stage_list, help="of 0,1,2,3 (C = 96...768)")
     parser.add_argument("--no-sweep", action="store_true", help="only the default tiles and the libraries")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
-    parser.add_argument("--only", default=",".join(KINDS), help="kernels to time: dwln,fc1,fc2")
+    parser.add_argument("--only", default=",".join(KINDS), type=_kind_list, help="kernels to time: dwln,fc1,fc2")
     parser.add_argument("--smoke", action="store_true",
                         help="no GPU: one tiny stage on the CPU, Triton interpreted (set TRITON_INTERPRET=1 "
                              "before Python starts), every variant checked against float64, nothing timed")
@@ -199,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     path = results_path(args.out, "bench_convnext_kernels.json")
     doc = {"schema": "bench_convnext_kernels/1", **run_stamp()}
     if args.smoke:
-        rows = stage_rows(*SMOKE_STAGE, True, False, print, args.only.split(","), smoke=True)
+        rows = stage_rows(*SMOKE_STAGE, True, False, print, args.only, smoke=True)
         doc.update(label="SMOKE: CPU, Triton interpreted, fp32, not timed", rows=rows)
         write_json(path, doc)
         failed = [f"{r['kind']} {r['variant']}: {r['check']}" for r in rows if not r["check"].get("ok")]
@@ -216,10 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
     rows = []
-    for s in (int(v) for v in args.stages.split(",")):
+    for s in args.stages:
         c, hw = STAGES[s]
         log(f"stage {s}: C={c} {hw}x{hw}")
-        rows += stage_rows(c, hw, not args.no_sweep, not args.no_compile, log, args.only.split(","))
+        rows += stage_rows(c, hw, not args.no_sweep, not args.no_compile, log, args.only)
         doc["rows"] = rows
         write_json(path, doc)
     doc["wall_s"] = round(time.perf_counter() - started, 1)

@@ -157,8 +157,9 @@ class ConvPolicy:
     depthwise_triton: bool = True   # depthwise convs (channels_last) as one Triton kernel with their epilogue
     gemm_triton: bool = True        # 1×1 convs (channels_last) and ConvNeXt's linears as one Triton GEMM + epilogue
     #: ConvNeXt's two linears as Triton GEMMs with their epilogues (needs ``gemm_triton`` too). Off: cuBLAS
-    #: plus one pass each (GELU; the residual) measured faster or level at all four stages of ConvNeXt-Tiny on
-    #: the H200 and in the model's GPU time (convnext.py says where); the benchmark times both.
+    #: plus one pass each (GELU; the residual) had the lower or level medians at all four stages of
+    #: ConvNeXt-Tiny on the H200 and the lower profiled GPU time in the model (convnext.py says where); the
+    #: benchmark times both.
     mlp_gemm_triton: bool = False
     triton_epilogue: bool = True    # conv without bias, then one Triton pass (else: the separate torch path)
 

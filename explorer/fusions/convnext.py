@@ -35,11 +35,12 @@ What each step buys, and why it is this way:
 - **The linears stay on cuBLAS by default.** cuBLASLt's GELU epilogue is the tanh
   approximation (``linear.gelu_epilogue_variant`` probes it), so the exact GELU is a pass
   of its own there. Our Triton GEMM with the exact GELU (and the second with the residual)
-  in its epilogue saves those passes, and still measured slower than cuBLAS plus the pass,
-  or level within 2%, at every stage of ConvNeXt-Tiny on the H200 with its default tiles
+  in its epilogue saves those passes, and still its medians were above cuBLAS plus the pass,
+  or within 2%, at every stage of ConvNeXt-Tiny on the H200 with its default tiles
   (fp16, batch 32: ``benchmarks/results/bench_convnext_kernels_split_h200.json``; one swept
   config beat cuBLAS on the first stage's second linear, 41 against 48 µs, and per-shape
-  tiles are not chosen yet), and the model's GPU time grew with it (3.42 against 3.07 ms).
+  tiles are not chosen yet), and the model's profiled GPU time grew with it (3.42 against 3.07
+  ms, one profiled forward each).
   So it is behind ``conv.POLICY.mlp_gemm_triton``, which the model benchmark switches on
   beside the default.
 
