@@ -10,8 +10,9 @@ every precision figure is measured against.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -58,8 +59,9 @@ def make_variant(name: str, module: Any, inputs: tuple, device: str, cuda_graphs
             torch.cuda.current_stream().wait_stream(stream)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static_out = forward()
+            with _own_cublas_workspace():
+                with torch.cuda.graph(graph):
+                    static_out = forward()
             torch.cuda.synchronize()
     except Exception as exc:
         torch.cuda.synchronize()
@@ -72,6 +74,27 @@ def make_variant(name: str, module: Any, inputs: tuple, device: str, cuda_graphs
     return dataclasses.replace(variant, timed=replay, cuda_graph=True,
                                note="timed as CUDA-graph replays of a forward captured on static inputs",
                                keepalive=graph)  # the graph (and its memory pool) lives as long as the variant
+
+
+@contextlib.contextmanager
+def _own_cublas_workspace() -> Iterator[None]:
+    """Make a capture allocate its cuBLAS workspace in its own graph's pool, and keep no pointer to it.
+
+    cuBLAS keeps one workspace per (handle, stream), and every ``torch.cuda.graph`` capture runs on
+    one shared capture stream. Without this, the first capture allocates that stream's workspace in
+    its private pool and every later capture bakes the same pointer into its kernels. Once the first
+    graph is gone (a per-chain benchmark) and the workspace is dropped (``torch.compile``'s
+    reduce-overhead mode clears cuBLAS workspaces before it records), the pool's memory is released
+    and the later graph's replay faults: "CUDA error: unspecified launch failure" at Llama-3-8B layer
+    sizes (issue 20; reproduced and fixed on the H200, ``tests/test_gpu_graphs.py``). Clearing before
+    the capture gives it a workspace of its own, inside its own pool; clearing after it keeps later
+    work from sharing that one. torch.compile's CUDA-graph trees do the same around their records.
+    """
+    torch._C._cuda_clearCublasWorkspaces()
+    try:
+        yield
+    finally:
+        torch._C._cuda_clearCublasWorkspaces()
 
 
 def latency_of(samples_ms: list[float]) -> Latency:
