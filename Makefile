@@ -18,8 +18,11 @@ setup: $(BIN)/fusion-explorer
 app: setup
 	$(BIN)/fusion-explorer app
 
+# Chromium for the browser tests, and a CJK font: without one, Debian's chromium draws every Chinese
+# string of the 中文 view as empty boxes (issue 26).
 browser:
-	@command -v chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium)
+	@(command -v chromium >/dev/null 2>&1 && fc-list :lang=zh 2>/dev/null | grep -q .) || \
+		(apt-get update -q && apt-get install -y -q chromium fonts-noto-cjk)
 
 test: setup browser
 	$(BIN)/python -m pytest -q
