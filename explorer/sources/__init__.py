@@ -215,12 +215,9 @@ def guess_task(inputs: tuple[torch.Tensor, ...], gm: torch.fx.GraphModule) -> st
 
 def load_pt2(path: Path) -> LoadedModel:
     """A ``.pt2`` read by ``explorer.sources.pt2`` (never ``torch.export.load``), unlifted to a graph."""
-    from explorer.sources import limits, pt2
+    from explorer.sources import pt2
 
-    program, inputs = pt2.load_program(path)
-    gm = _unlift(program)
-    pt2.check_graph_targets(gm, path.name)
-    limits.check_graph_fits(gm, path.name)
+    gm, inputs = pt2.load_graph(path)  # operators allowlisted, shapes derived and within the budget
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     b = inputs[0].shape[0] if inputs[0].dim() else 1
     return LoadedModel(

@@ -53,11 +53,20 @@ def memory_budget() -> int:
 
 
 def load_timeout_s() -> float:
-    """Seconds an isolated load may take (``FUSION_EXPLORER_LOAD_TIMEOUT``, default 180)."""
-    try:
-        return max(float(os.environ.get(LOAD_TIMEOUT_ENV, DEFAULT_LOAD_TIMEOUT_S)), 1.0)
-    except ValueError:
+    """Seconds an isolated load may take (``FUSION_EXPLORER_LOAD_TIMEOUT``, default 180).
+
+    A value that is not a finite positive number of seconds (``nan``, ``inf``, ``-5``, ``abc``) is
+    refused in one line: a timeout that cannot be reached is no timeout."""
+    text = os.environ.get(LOAD_TIMEOUT_ENV, "").strip()
+    if not text:
         return DEFAULT_LOAD_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ModelLoadError(f"{LOAD_TIMEOUT_ENV}={text[:40]!r} is not a finite positive number of seconds")
+    return max(value, 1.0)
 
 
 def gib(nbytes: float) -> str:
