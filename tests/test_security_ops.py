@@ -179,7 +179,14 @@ def test_zoo_operators_are_allowed(analyze_cached, name):
     # the keys other tests use (test_engine), so that a full run captures each model once
     seq = 32 if zoo.ZOO[name].inputs.seq_len else None
     model = analyze_cached("bert_large", 1, 32)[0] if name == "bert_large" else analyze_cached(name, None, seq)[0]
-    pure_ops.check_graph_ops(model.gm, name)
+    calls = [n for n in model.gm.graph.nodes if n.op == "call_function"]
+    assert calls and not [pure_ops.key_of(n.target) for n in calls
+                          if pure_ops.key_of(n.target) not in pure_ops.PURE_ATEN | set(pure_ops.PURE_PYTHON)]
+    if name == "llama_decode_step":  # it writes the new key/value into the cache it is given: from a file,
+        with pytest.raises(ModelLoadError, match=r"index_copy_.* into an input"):  # that is a side effect
+            pure_ops.check_graph_ops(model.gm, name)
+    else:
+        pure_ops.check_graph_ops(model.gm, name)
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v3_small", "shufflenet_v2_x0_5", "swin_t"])

@@ -82,6 +82,25 @@ def check_budget(nbytes: int, what: str) -> None:
                              f"(set {MEMORY_BUDGET_ENV} to allow more)")
 
 
+#: What parsing JSON costs in Python objects, per byte of text that opens one: a dict ``{`` (a small
+#: dict is about 200 bytes, with its key strings), a list ``[``, and each further element or value
+#: (``,`` and ``:``, a pointer and usually a small object). Counted over the raw bytes, strings
+#: included, so it can only overestimate. ``[{"":{}},...]`` costs about 45 bytes per byte of text.
+JSON_COST_PER = {b"{": 240, b"[": 72, b",": 48, b":": 16}
+
+
+def json_parse_bytes(data: bytes | str) -> int:
+    """An upper estimate of the memory ``json.loads`` takes for ``data``: one linear count, no parsing."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "replace")
+    return 3 * len(data) + sum(data.count(ch) * cost for ch, cost in JSON_COST_PER.items())
+
+
+def check_json_cost(data: bytes | str, what: str) -> None:
+    """Refuse, before parsing, JSON whose Python objects would take more than the memory budget."""
+    check_budget(json_parse_bytes(data), f"{what} (parsed)")
+
+
 def numel(shape: Iterable[Any], what: str) -> int:
     """The element count of a declared shape; refuses negative or non-integer dims (one line)."""
     count = 1

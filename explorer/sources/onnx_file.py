@@ -47,6 +47,15 @@ def _parse(path: Path):
         raise ModelLoadError(f"{path.name} is not a valid ONNX file ({type(err).__name__})") from None
 
 
+def check_header(path: Path) -> None:
+    """What the caller checks before the isolated loader, without parsing: a regular file within the
+    memory budget. The protobuf is parsed only in the isolated loader's child first."""
+    from explorer import jsonfile
+
+    with jsonfile.open_regular_file(path, path.name, ModelLoadError) as handle:
+        limits.check_budget(os.fstat(handle.fileno()).st_size, path.name)
+
+
 def input_shapes(model, batch: int | None, seq_len: int | None) -> dict[str, tuple[int, ...]]:
     """Concrete shapes for an ONNX model's inputs: dim 0 is the batch, dim 1 of an integer input is
     the sequence; other symbolic dims become 128 (and the batch 1) unless given."""

@@ -140,19 +140,36 @@ def _members(archive: zipfile.ZipFile, name: str) -> dict[str, zipfile.ZipInfo]:
     missing = sorted(REQUIRED_MEMBERS - set(out))
     if missing:
         raise _refuse(name, f"not a torch.export archive of one program: no {', '.join(missing)}")
+    # the sample inputs are read as bytes, then unpickled into tensors: both are alive at once
+    total += out["data/sample_inputs/model.pt"].file_size
     limits.check_budget(total, f"{name} (its members, unpacked)")
     return out
 
 
-def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> bytes:
+def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, into: bool = False) -> bytes | bytearray:
+    """A member's bytes, exactly its declared size; ``into`` reads into one ``bytearray`` (no second copy)."""
+    member_name = info.filename.partition('/')[2]
     try:
         with archive.open(info) as member:
+            if into:
+                data: bytes | bytearray = bytearray(info.file_size)
+                view = memoryview(data)
+                got = 0
+                while got < info.file_size:
+                    n = member.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+                extra = member.read(1)
+                view.release()
+                if got != info.file_size or extra:
+                    raise _refuse(name, f"archive member '{member_name}' is not the size it declares")
+                return data
             data = member.read(info.file_size + 1)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError) as exc:
-        raise _refuse(name, f"archive member '{info.filename.partition('/')[2]}' cannot be read "
-                            f"({type(exc).__name__})") from None
+        raise _refuse(name, f"archive member '{member_name}' cannot be read ({type(exc).__name__})") from None
     if len(data) != info.file_size:
-        raise _refuse(name, f"archive member '{info.filename.partition('/')[2]}' is not the size it declares")
+        raise _refuse(name, f"archive member '{member_name}' is not the size it declares")
     return data
 
 
@@ -190,8 +207,9 @@ def _tensors(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], conf
     import torch
     from torch._export.serde.serialize import _SERIALIZE_TO_TORCH_DTYPE
 
-    config = jsonfile.parse_json(_read(archive, members[config_member], name), f"{name}: {config_member}",
-                                 ModelLoadError, MAX_JSON_BYTES, 16)
+    text = _read(archive, members[config_member], name)
+    limits.check_json_cost(text, f"{name}: {config_member}")
+    config = jsonfile.parse_json(text, f"{name}: {config_member}", ModelLoadError, MAX_JSON_BYTES, 16)
     entries = config.get("config") if isinstance(config, dict) else None
     if not isinstance(entries, dict):
         raise _refuse(name, f"{config_member} has no 'config' object")
@@ -232,9 +250,8 @@ def _tensors(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], conf
             if info.file_size % dtype.itemsize:
                 raise _refuse(name, f"payload '{member}' is not a whole number of {dtype} elements")
             if payloads:
-                data = _read(archive, info, name)
-                storages[member] = torch.frombuffer(bytearray(data), dtype=dtype) if data else \
-                    torch.empty(0, dtype=dtype)
+                data = _read(archive, info, name, into=True)
+                storages[member] = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
             else:
                 storages[member] = torch.empty(info.file_size // dtype.itemsize, dtype=dtype, device="meta")
         storage = storages[member]
@@ -522,6 +539,21 @@ def check_program_json(program: Any, name: str) -> None:
             stack.extend(value)
 
 
+def check_header(path: str | os.PathLike) -> None:
+    """What the caller checks before the isolated loader, reading only the file's first bytes: a regular
+    file, within the memory budget, that starts as a zip does (a pickle is named as one)."""
+    path = Path(path)
+    name = path.name
+    with jsonfile.open_regular_file(path, name, ModelLoadError) as handle:
+        limits.check_budget(os.fstat(handle.fileno()).st_size, name)
+        head = handle.read(4)
+    if head[:1] == b"\x80":
+        raise _refuse(name, "this is a pickle, not a torch.export archive; pickles are refused "
+                            "because they can run arbitrary code")
+    if head != b"PK\x03\x04":
+        raise _refuse(name, "not a torch.export archive (not a zip file)")
+
+
 def read_archive(path: str | os.PathLike, payloads: bool = True) -> Archive:
     """Open and validate a ``.pt2``; returns its program JSON, tensors and sample inputs.
 
@@ -546,8 +578,11 @@ def read_archive(path: str | os.PathLike, payloads: bool = True) -> Archive:
                                 f"({ARCHIVE_VERSION}); re-save with torch.export.save")
         if "byteorder" in members and _read(archive, members["byteorder"], name) != b"little":
             raise _refuse(name, "the archive's tensors are not little-endian")
-        program = jsonfile.parse_json(_read(archive, members["models/model.json"], name),
-                                      f"{name}: models/model.json", ModelLoadError, MAX_JSON_BYTES, MAX_JSON_DEPTH)
+        text = _read(archive, members["models/model.json"], name)
+        limits.check_json_cost(text, f"{name}: models/model.json")
+        program = jsonfile.parse_json(text, f"{name}: models/model.json", ModelLoadError, MAX_JSON_BYTES,
+                                      MAX_JSON_DEPTH)
+        del text
         check_program_json(program, name)
         state_dict = _tensors(archive, members, "data/weights/model_weights_config.json", "data/weights/",
                               WEIGHT_MEMBER, name, params=True, payloads=payloads)
