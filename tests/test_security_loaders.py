@@ -251,16 +251,18 @@ def _counts(analysis) -> dict:
 def test_regnet_y_1_6gf_saved_by_torch_export_loads_and_detects(tmp_path):
     import torchvision
 
-    from explorer.fusion_engine import build_graph, detect, analyze
-    from explorer.sources import capture
+    from explorer.fusion_engine import analyze, build_graph, detect
+    from explorer.sources import _unlift
 
     torch.manual_seed(0)
     module = torchvision.models.regnet_y_1_6gf(weights=None).eval()
-    inputs = (torch.randn(1, 3, 64, 64),)
-    path = _save(module, inputs, tmp_path / "regnet_y_1_6gf.pt2")
+    with torch.no_grad():
+        program = torch.export.export(module, (torch.randn(1, 3, 64, 64),))
+    path = tmp_path / "regnet_y_1_6gf.pt2"
+    torch.export.save(program, path)
     analysis = analyze(str(path))
     assert any("block1-0" in str(n.target) for n in analysis.model.gm.graph.nodes if n.op == "get_attr")
-    direct = detect(build_graph(capture(module, inputs, "regnet"), "regnet"))
+    direct = detect(build_graph(_unlift(program), "regnet"))  # the same program, never saved
     assert _counts(analysis) == {k: v for k, v in direct.counts.items() if v} and analysis.detection.chains
 
 

@@ -26,15 +26,21 @@ checks the declared sizes against the memory budget before reading; reads
 weights and constants as raw bytes itself (``torch.frombuffer``), refusing any
 entry marked as a pickle or custom object; reads the sample inputs with the
 weights-only unpickler (with PyTorch's process-wide weights-only switch on as
-well); and validates the program JSON (node targets must be ATen operators or
-``operator.getitem``, symbolic expressions must match a small arithmetic
-grammar, ``guards_code`` must be empty, no custom objects) before torch's
-deserializer sees it, with ready tensors, so nothing in torch loads a payload.
-The deserialized graph is checked again (every call is an ATen op or
-``getitem``) before it is returned.
+well); and validates the program JSON (its parse cost estimated first; node
+targets must be on the operator allowlist, ``pure_ops``; symbolic expressions
+must pass a strict, bounded grammar, ``_Expr``; ``guards_code`` must be empty;
+no custom objects) before torch's deserializer sees it, with ready tensors,
+so nothing in torch loads a payload. The deserialized graph is checked again
+against the allowlist (with its rules on in-place writes and seeded
+operators), and ``derive_shapes`` recomputes every node's shape on fake
+tensors, refusing recorded metadata that disagrees and checking the memory
+budget against the derived sizes. The caller's process reads only the
+file's first bytes (``check_header``); everything else is parsed first in
+the isolated loader's child (``isolate``).
 
-``load_program(path) -> (ExportedProgram, example inputs)`` is what
-``explorer.sources.load_pt2`` calls.
+``load_graph(path) -> (GraphModule, example inputs)`` is what
+``explorer.sources.load_pt2`` calls;
+``load_program(path) -> (ExportedProgram, example inputs)`` is the step before unlifting.
 """
 
 from __future__ import annotations
@@ -502,8 +508,10 @@ def check_program_json(program: Any, name: str) -> None:
     """Refuse a program JSON that would make torch's deserializer or the graph run code.
 
     Walks the whole document without recursion. Node targets and operator
-    arguments must be ATen operators (``torch.ops.aten.NAME.OVERLOAD``) or
-    ``operator.getitem``; every ``expr_str`` must pass ``_check_expr``;
+    arguments must be on the allowlist (``pure_ops.json_target_refusal``:
+    ``torch.ops.aten.NAME.OVERLOAD`` of a pure operator, or a pure Python size
+    operator; a higher-order operator is refused by name); every ``expr_str``
+    must pass ``check_expr``;
     ``guards_code`` must be empty; custom objects, tokens and extension
     operators are refused.
     """
