@@ -8,8 +8,9 @@ library loop. ``probe(source, batch, seq_len, data_path)`` runs
 ``python -m explorer.sources.isolate`` with the request as JSON on stdin; the
 child imports what the source kind needs, then lowers its own address-space
 limit (``RLIMIT_AS``) to its size at that moment (the interpreter and its
-libraries) plus the memory budget, plus the source's bytes on disk once (the
-parser's copy of what it reads) and ``LIMIT_SLACK`` for allocator arenas and
+libraries) plus the memory budget, plus twice the source's bytes on disk
+(``PARSE_COPIES``: the bytes a parser read and the message it parsed from
+them, alive together) and ``LIMIT_SLACK`` for allocator arenas and
 thread stacks, and loads the source with the same ``load_model`` the caller
 uses. It parses what the caller never parses: the caller reads only
 fixed-size headers (``sources.precheck``); the ``.pt2`` zip directory and
@@ -56,6 +57,7 @@ from explorer.sources import limits
 
 CHILD_ENV = "FUSION_EXPLORER_LOAD_CHILD"
 PROBED_ENV = "FUSION_EXPLORER_LOADS_PROBED"  # digests of probed (file, size, mtime, ...) keys, for child processes
+PARSE_COPIES = 2  # a parser holds the bytes it read and what it parsed from them (an ONNX message) at once
 LIMIT_SLACK = 256 * 2**20  # beyond the budget and the file's bytes: malloc arenas and thread stacks
 ARENAS_ENV = "MALLOC_ARENA_MAX"  # glibc reserves 64 MiB of address space per arena; the child needs two
 _probed: set[tuple] = set()
@@ -234,7 +236,7 @@ def child_main() -> int:
 
         torch.set_num_threads(1)  # a load computes little; each thread costs a stack and an arena
         budget = limits.memory_budget()
-        limit_address_space(budget + min(source_bytes(source), budget) + LIMIT_SLACK)
+        limit_address_space(budget + PARSE_COPIES * min(source_bytes(source), budget) + LIMIT_SLACK)
         from explorer.sources import load_model
 
         load_model(source, batch=request.get("batch"), seq_len=request.get("seq_len"),
