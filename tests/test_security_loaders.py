@@ -13,8 +13,9 @@
   positive=True, integer=True)`` (what this torch writes for a dynamic batch) is read.
 - ``FUSION_EXPLORER_LOAD_TIMEOUT`` that is not a finite positive number is one line, exit 2.
 - No false refusal: torchvision's RegNet-Y 1.6GF (module paths such as ``block1-0``) and a
-  dynamic-batch export load through the ``.pt2`` source and detect the chains their captured
-  modules show; an autocast region (``wrap_with_autocast``) is refused by name.
+  dynamic-batch export load through the ``.pt2`` source (``sources.load_pt2``; the isolated probe
+  in front of it is ``test_security_ops``'s and ``test_security``'s) and detect the chains their
+  programs show; an autocast region (``wrap_with_autocast``) is refused by name.
 """
 
 from __future__ import annotations
@@ -244,14 +245,24 @@ def test_an_unusable_load_timeout_is_one_line(tmp_path, monkeypatch, capfd, valu
 
 # ------------------------------------------------------------------ no false refusals (issue 20)
 
-def _counts(analysis) -> dict:
-    return {k: v for k, v in analysis.detection.counts.items() if v}
+def _counts(detection) -> dict:
+    return {k: v for k, v in detection.counts.items() if v}
+
+
+def _load_and_detect(path: Path):
+    """The ``.pt2`` source itself (``sources.load_pt2``, what ``load_model`` runs after the isolated
+    probe), then the graph and its chains."""
+    from explorer.fusion_engine import build_graph, detect
+    from explorer.sources import load_pt2
+
+    model = load_pt2(path)
+    return model, detect(build_graph(model.gm, model.name))
 
 
 def test_regnet_y_1_6gf_saved_by_torch_export_loads_and_detects(tmp_path):
     import torchvision
 
-    from explorer.fusion_engine import analyze, build_graph, detect
+    from explorer.fusion_engine import build_graph, detect
     from explorer.sources import _unlift
 
     torch.manual_seed(0)
@@ -260,24 +271,22 @@ def test_regnet_y_1_6gf_saved_by_torch_export_loads_and_detects(tmp_path):
         program = torch.export.export(module, (torch.randn(1, 3, 64, 64),))
     path = tmp_path / "regnet_y_1_6gf.pt2"
     torch.export.save(program, path)
-    analysis = analyze(str(path))
-    assert any("block1-0" in str(n.target) for n in analysis.model.gm.graph.nodes if n.op == "get_attr")
+    model, detection = _load_and_detect(path)
+    assert any("block1-0" in str(n.target) for n in model.gm.graph.nodes if n.op == "get_attr")
     direct = detect(build_graph(_unlift(program), "regnet"))  # the same program, never saved
-    assert _counts(analysis) == {k: v for k, v in direct.counts.items() if v} and analysis.detection.chains
+    assert _counts(detection) == _counts(direct) and detection.chains
 
 
 def test_a_dynamic_batch_export_loads_and_detects(tmp_path):
-    from explorer.fusion_engine import analyze
-
     torch.manual_seed(0)
     batch = torch.export.Dim("batch", min=1, max=64)
     path = _save(_ConvBnRelu(), (torch.randn(3, 3, 16, 16),), tmp_path / "dynamic.pt2",
                  dynamic_shapes=({0: batch},))
     assert b"Symbol('s" in zipfile.ZipFile(path).read(next(
         n for n in zipfile.ZipFile(path).namelist() if n.endswith("models/model.json")))
-    analysis = analyze(str(path))
-    assert analysis.model.example_inputs[0].shape[0] == 3
-    assert len(analysis.detection.chains) == 1 and sum(analysis.detection.counts.values()) == 1
+    model, detection = _load_and_detect(path)
+    assert model.example_inputs[0].shape[0] == 3
+    assert len(detection.chains) == 1 and sum(detection.counts.values()) == 1
 
 
 def test_an_autocast_region_is_refused_by_name(tmp_path):
