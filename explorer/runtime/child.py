@@ -14,6 +14,17 @@ crash, the exit status and the last line of the child's stderr). ``cancel``
 (torch.compile starts workers). Starting, killing and the child's stdout are
 ``explorer.childproc``'s, shared with the isolated loader.
 
+Memory: when the model is a file (not a zoo name) and the run is on the CPU,
+the child lowers its own address-space limit (``RLIMIT_AS``) before the work
+starts (``limit_host_memory``): its size after importing torch plus
+``HOST_BUDGETS`` times the memory budget an untrusted source is held to
+(``sources.limits``: the runner keeps the graph, its fused copy, their inputs
+and outputs and the compiled baselines), plus ``HOST_SLACK``. A file that
+slipped past the loaders' derived sizes ends this child with one line, not
+the machine. A CUDA run gets no such limit: the CUDA driver reserves far
+more address space than it uses, and fails to start under ``RLIMIT_AS``; its
+host memory is bounded by the loaders' derived sizes alone.
+
 Test hook (a real code path, kept on purpose): with the environment variable
 ``FUSION_EXPLORER_CHILD_CRASH_TEST=1`` the child writes one line to stderr and
 exits with status 3 before doing anything, so tests can prove that a crashing
@@ -38,6 +49,29 @@ from explorer.childproc import child_env, kill, parse_message, signal_name, star
 from explorer.errors import ExplorerError, RunError
 
 CRASH_TEST_ENV = "FUSION_EXPLORER_CHILD_CRASH_TEST"
+HOST_BUDGETS = 4
+HOST_SLACK = 2**30
+
+
+def _runs_on_cpu(payload: dict) -> bool:
+    settings = payload.get("settings") if isinstance(payload.get("settings"), dict) else {}
+    device = str(settings.get("device", "auto"))
+    if device == "cpu":
+        return True
+    return device == "auto" and not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd"))
+
+
+def limit_host_memory(payload: dict) -> int:
+    """Lower this child's ``RLIMIT_AS`` for a CPU run of a file source (see the module docstring);
+    returns the limit set, or 0 when none is (a zoo model, a CUDA run, no ``RLIMIT_AS``)."""
+    source = payload.get("source")
+    if not isinstance(source, str) or not os.path.exists(source) or not _runs_on_cpu(payload):
+        return 0
+    import torch  # noqa: F401  (the interpreter's baseline includes torch)
+
+    from explorer.sources import isolate, limits
+
+    return isolate.limit_address_space(HOST_BUDGETS * limits.memory_budget() + HOST_SLACK)
 
 
 def run_child(module: str, payload: dict, timeout_s: float,
@@ -160,7 +194,9 @@ def child_main(work: Callable[[dict, Callable[[float, str], None]], dict]) -> in
         send({"progress": round(float(min(max(fraction, 0.0), 1.0)), 4), "status": status})
 
     try:
-        report = work(json.loads(sys.stdin.read() or "{}"), emit)
+        payload = json.loads(sys.stdin.read() or "{}")
+        limit_host_memory(payload if isinstance(payload, dict) else {})
+        report = work(payload, emit)
         send({"report": _jsonable(report)})
         return 0
     except ExplorerError as exc:

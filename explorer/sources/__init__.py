@@ -158,20 +158,32 @@ def _check_kind(path: Path) -> None:
 
 def precheck(path: Path, batch: int | None = None, seq_len: int | None = None,
              data_path: str | None = None) -> None:
-    """The static checks of a file source (declared sizes, paths, member lists, configs), run in this
-    process before the isolated load: most hostile files are refused here, without a child."""
+    """The static checks of a file source (declared sizes, paths, member lists, configs).
+
+    In the caller's process only fixed-size headers are read (``check_header``: the file's kind, size and
+    first bytes; a safetensors file's 8-byte length); the JSON, protobuf and zip directory are parsed
+    first in the isolated loader's child (``isolate``), under its memory limit and timeout, which runs
+    the full checks below before it loads."""
+    from explorer.sources import isolate
+
     if path.is_dir():
-        from explorer.sources.hf import check_folder
+        from explorer.sources import hf
 
-        check_folder(path, batch, seq_len)
+        if not isolate.in_child():
+            return hf.check_headers(path)
+        hf.check_folder(path, batch, seq_len)
     elif path.suffix.lower() == ".onnx":
-        from explorer.sources.onnx_file import precheck as onnx_precheck
+        from explorer.sources import onnx_file
 
-        onnx_precheck(path, batch, seq_len, data_path)
+        if not isolate.in_child():
+            return onnx_file.check_header(path)
+        onnx_file.precheck(path, batch, seq_len, data_path)
     else:
-        from explorer.sources.pt2 import read_archive
+        from explorer.sources import pt2
 
-        read_archive(path, payloads=False)
+        pt2.check_header(path)
+        if isolate.in_child():
+            pt2.read_archive(path, payloads=False)
 
 
 def _load_path(path: Path, batch: int | None, seq_len: int | None, data_path: str | None) -> LoadedModel:
@@ -215,12 +227,9 @@ def guess_task(inputs: tuple[torch.Tensor, ...], gm: torch.fx.GraphModule) -> st
 
 def load_pt2(path: Path) -> LoadedModel:
     """A ``.pt2`` read by ``explorer.sources.pt2`` (never ``torch.export.load``), unlifted to a graph."""
-    from explorer.sources import limits, pt2
+    from explorer.sources import pt2
 
-    program, inputs = pt2.load_program(path)
-    gm = _unlift(program)
-    pt2.check_graph_targets(gm, path.name)
-    limits.check_graph_fits(gm, path.name)
+    gm, inputs = pt2.load_graph(path)  # operators allowlisted, shapes derived and within the budget
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     b = inputs[0].shape[0] if inputs[0].dim() else 1
     return LoadedModel(

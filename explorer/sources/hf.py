@@ -111,10 +111,41 @@ def estimate_bytes(config: dict, batch: int, seq_len: int, where: str) -> int:
     return total
 
 
+def _read_json(real: Path, where: str, max_bytes: int, max_depth: int):
+    """A JSON file of the folder: a regular file, at most ``max_bytes``, its parse cost within the budget."""
+    with jsonfile.open_regular_file(real, where, ModelLoadError) as handle:
+        data = handle.read(max_bytes + 1)
+    limits.check_json_cost(data, where)
+    return jsonfile.parse_json(data, where, ModelLoadError, max_bytes, max_depth)
+
+
+def check_headers(path: Path) -> None:
+    """What the caller checks before the isolated loader, reading no JSON: a folder with a config, whose
+    ``.safetensors`` files resolve inside it, are regular, and declare (in their fixed 8-byte header) a
+    header length their size can hold. The JSON (config, index, safetensors headers) is parsed only in
+    the isolated loader's child first."""
+    folder = Path(os.path.realpath(path))
+    if not folder.is_dir():
+        raise ModelLoadError(f"{path}: not a folder")
+    if not (folder / "config.json").exists() and not (folder / "config.json").is_symlink():
+        raise ModelLoadError(f"{path}: not a Hugging Face model folder (no config.json)")
+    limits.resolve_inside(folder, "config.json", "config.json")
+    for name in sorted(p.name for p in folder.iterdir() if p.name.endswith(".safetensors"))[:10_000]:
+        real = limits.resolve_inside(folder, name, "weight file")
+        with jsonfile.open_regular_file(real, name, ModelLoadError) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            head = handle.read(8)
+        if len(head) != 8:
+            raise ModelLoadError(f"{name} is not a safetensors file (too short)")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(MAX_HEADER_BYTES, size - 8):
+            raise ModelLoadError(f"{name} declares a header of {length} bytes, more than the file or the limit")
+
+
 def _read_config(folder: Path) -> dict:
     where = f"{folder.name}/config.json"
     real = limits.resolve_inside(folder, "config.json", "config.json")
-    config = jsonfile.read_json_file(real, where, ModelLoadError, MAX_CONFIG_BYTES, 32)
+    config = _read_json(real, where, MAX_CONFIG_BYTES, 32)
     if not isinstance(config, dict):
         raise ModelLoadError(f"{where} is not a JSON object")
     if config.get("auto_map") or config.get("trust_remote_code"):
@@ -135,7 +166,10 @@ def _safetensors_bytes(path: Path, shown: str) -> int:
         (length,) = struct.unpack("<Q", head)
         if length > min(MAX_HEADER_BYTES, size - 8):
             raise ModelLoadError(f"{shown} declares a header of {length} bytes, more than the file or the limit")
-        header = jsonfile.parse_json(handle.read(length), shown, ModelLoadError, MAX_HEADER_BYTES, 8)
+        text = handle.read(length)
+        limits.check_json_cost(text, f"{shown}: its header")
+        header = jsonfile.parse_json(text, shown, ModelLoadError, MAX_HEADER_BYTES, 8)
+        del text
     if not isinstance(header, dict):
         raise ModelLoadError(f"{shown} has no safetensors header object")
     data_size = size - 8 - length
@@ -162,7 +196,7 @@ def _weight_files(folder: Path) -> tuple[list[tuple[str, Path]], dict | None]:
     index = None
     if (folder / INDEX_NAME).exists() or (folder / INDEX_NAME).is_symlink():
         real = limits.resolve_inside(folder, INDEX_NAME, INDEX_NAME)
-        index = jsonfile.read_json_file(real, f"{folder.name}/{INDEX_NAME}", ModelLoadError, MAX_INDEX_BYTES, 8)
+        index = _read_json(real, f"{folder.name}/{INDEX_NAME}", MAX_INDEX_BYTES, 8)
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise ModelLoadError(f"{INDEX_NAME} has no 'weight_map' object")

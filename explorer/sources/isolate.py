@@ -7,9 +7,17 @@ whose size the metadata understates, a pathological file that makes a
 library loop. ``probe(source, batch, seq_len, data_path)`` runs
 ``python -m explorer.sources.isolate`` with the request as JSON on stdin; the
 child imports what the source kind needs, then lowers its own address-space
-limit (``RLIMIT_AS``) to its size at that moment plus ``HEADROOM`` times the
-memory budget, and loads the source with the same ``load_model`` the caller
-uses. It answers one JSON line on its stdout: ``{"ok": true}`` or
+limit (``RLIMIT_AS``) to its size at that moment (the interpreter and its
+libraries) plus the memory budget, plus twice the source's bytes on disk
+(``PARSE_COPIES``: the bytes a parser read and the message it parsed from
+them, alive together) and ``LIMIT_SLACK`` for allocator arenas and
+thread stacks, and loads the source with the same ``load_model`` the caller
+uses. It parses what the caller never parses: the caller reads only
+fixed-size headers (``sources.precheck``); the ``.pt2`` zip directory and
+program JSON, the ONNX protobuf, the Hugging Face configs and safetensors
+headers are parsed here first, so a file whose parse amplifies (a 160 KB
+archive holding 96 MiB of ``[{"":{}},...]``) costs the child its limit, never
+the caller its memory. It answers one JSON line on its stdout: ``{"ok": true}`` or
 ``{"error": "one line"}``. The caller kills the child's process group at the
 load timeout (``limits.load_timeout_s``). Any failure, a crash or a kill
 included, becomes one ``ModelLoadError`` line; only after the child succeeded
@@ -49,7 +57,9 @@ from explorer.sources import limits
 
 CHILD_ENV = "FUSION_EXPLORER_LOAD_CHILD"
 PROBED_ENV = "FUSION_EXPLORER_LOADS_PROBED"  # digests of probed (file, size, mtime, ...) keys, for child processes
-HEADROOM = 3  # the child's address space: its size after imports plus HEADROOM × the memory budget
+PARSE_COPIES = 2  # a parser holds the bytes it read and what it parsed from them (an ONNX message) at once
+LIMIT_SLACK = 256 * 2**20  # beyond the budget and the file's bytes: malloc arenas and thread stacks
+ARENAS_ENV = "MALLOC_ARENA_MAX"  # glibc reserves 64 MiB of address space per arena; the child needs two
 _probed: set[tuple] = set()
 _probed_lock = threading.Lock()
 
@@ -109,6 +119,7 @@ def probe(source: str, batch: int | None = None, seq_len: int | None = None,
     env[limits.WEIGHTS_ONLY_ENV] = "1"
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
     env.setdefault("PYTHONWARNINGS", "ignore")
+    env[ARENAS_ENV] = "2"
     timeout = limits.load_timeout_s()
     with tempfile.TemporaryFile() as err_file:
         try:
@@ -143,9 +154,9 @@ def _last_message(out: bytes) -> dict:
 
 
 def _crash_line(name: str, code: int | None) -> str:
-    budget = limits.gib(limits.memory_budget() * HEADROOM)
+    budget = limits.gib(limits.memory_budget())
     if code is not None and code < 0:
-        return (f"{name}: the isolated loader was killed by {signal_name(-code)} (limit {budget} of memory beyond its "
+        return (f"{name}: the isolated loader was killed by {signal_name(-code)} (limit: the memory budget of {budget} beyond its "
                 "libraries); the file needs more than it declares, or is malformed")
     return f"{name}: the isolated loader failed with exit status {code} (limit {budget} of memory beyond its libraries)"
 
@@ -195,6 +206,21 @@ def _import_for(source: str) -> None:
         import numpy  # noqa: F401
     elif path.suffix.lower() == ".pt2":
         from torch._export.serde import serialize  # noqa: F401
+        from torch._subclasses import fake_tensor  # noqa: F401
+        from torch.fx.experimental import symbolic_shapes  # noqa: F401
+
+        from explorer.sources import pt2, pure_ops  # noqa: F401
+
+
+def source_bytes(source: str) -> int:
+    """Bytes of the source on disk: the file, or a folder's files (not followed below it)."""
+    path = Path(source)
+    try:
+        if not path.is_dir():
+            return os.stat(path).st_size
+        return sum(os.stat(f).st_size for f in list(path.iterdir())[:10_000] if f.is_file())
+    except OSError:
+        return 0
 
 
 def child_main() -> int:
@@ -206,7 +232,11 @@ def child_main() -> int:
         source = str(request["source"])
         _import_for(source)
         limits.force_weights_only()
-        limit_address_space(HEADROOM * limits.memory_budget())
+        import torch
+
+        torch.set_num_threads(1)  # a load computes little; each thread costs a stack and an arena
+        budget = limits.memory_budget()
+        limit_address_space(budget + PARSE_COPIES * min(source_bytes(source), budget) + LIMIT_SLACK)
         from explorer.sources import load_model
 
         load_model(source, batch=request.get("batch"), seq_len=request.get("seq_len"),

@@ -53,11 +53,20 @@ def memory_budget() -> int:
 
 
 def load_timeout_s() -> float:
-    """Seconds an isolated load may take (``FUSION_EXPLORER_LOAD_TIMEOUT``, default 180)."""
-    try:
-        return max(float(os.environ.get(LOAD_TIMEOUT_ENV, DEFAULT_LOAD_TIMEOUT_S)), 1.0)
-    except ValueError:
+    """Seconds an isolated load may take (``FUSION_EXPLORER_LOAD_TIMEOUT``, default 180).
+
+    A value that is not a finite positive number of seconds (``nan``, ``inf``, ``-5``, ``abc``) is
+    refused in one line: a timeout that cannot be reached is no timeout."""
+    text = os.environ.get(LOAD_TIMEOUT_ENV, "").strip()
+    if not text:
         return DEFAULT_LOAD_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ModelLoadError(f"{LOAD_TIMEOUT_ENV}={text[:40]!r} is not a finite positive number of seconds")
+    return max(value, 1.0)
 
 
 def gib(nbytes: float) -> str:
@@ -71,6 +80,25 @@ def check_budget(nbytes: int, what: str) -> None:
     if nbytes > budget:
         raise ModelLoadError(f"{what} would need {gib(nbytes)}, over the memory budget of {gib(budget)} "
                              f"(set {MEMORY_BUDGET_ENV} to allow more)")
+
+
+#: What parsing JSON costs in Python objects, per byte of text that opens one: a dict ``{`` (a small
+#: dict is about 200 bytes, with its key strings), a list ``[``, and each further element or value
+#: (``,`` and ``:``, a pointer and usually a small object). Counted over the raw bytes, strings
+#: included, so it can only overestimate. ``[{"":{}},...]`` costs about 45 bytes per byte of text.
+JSON_COST_PER = {b"{": 240, b"[": 72, b",": 48, b":": 16}
+
+
+def json_parse_bytes(data: bytes | str) -> int:
+    """An upper estimate of the memory ``json.loads`` takes for ``data``: one linear count, no parsing."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "replace")
+    return 3 * len(data) + sum(data.count(ch) * cost for ch, cost in JSON_COST_PER.items())
+
+
+def check_json_cost(data: bytes | str, what: str) -> None:
+    """Refuse, before parsing, JSON whose Python objects would take more than the memory budget."""
+    check_budget(json_parse_bytes(data), f"{what} (parsed)")
 
 
 def numel(shape: Iterable[Any], what: str) -> int:

@@ -12,7 +12,7 @@ budget (``limits.memory_budget``):
 2. weights and every value folded at import time (``onnx_import`` reserves
    each one from its shape on the meta device before computing it), and
    external data extents against the real files;
-3. the imported graph: weights plus the largest set of intermediate values
+3. the imported graph: only operators on the allowlist (``pure_ops``), weights plus the largest set of intermediate values
    alive at once in one forward (``limits.forward_peak_bytes``), before the
    example inputs are made or shapes are propagated.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from explorer.errors import ModelLoadError
-from explorer.sources import limits
+from explorer.sources import limits, pure_ops
 
 INT_TYPES = (6, 7)  # INT32, INT64: dim 1 of such an input is the sequence
 
@@ -45,6 +45,15 @@ def _parse(path: Path):
         return onnx.load_model_from_string(data)
     except Exception as err:  # protobuf raises DecodeError and friends
         raise ModelLoadError(f"{path.name} is not a valid ONNX file ({type(err).__name__})") from None
+
+
+def check_header(path: Path) -> None:
+    """What the caller checks before the isolated loader, without parsing: a regular file within the
+    memory budget. The protobuf is parsed only in the isolated loader's child first."""
+    from explorer import jsonfile
+
+    with jsonfile.open_regular_file(path, path.name, ModelLoadError) as handle:
+        limits.check_budget(os.fstat(handle.fileno()).st_size, path.name)
 
 
 def input_shapes(model, batch: int | None, seq_len: int | None) -> dict[str, tuple[int, ...]]:
@@ -128,6 +137,7 @@ def load_onnx(path: Path, batch: int | None = None, seq_len: int | None = None,
     imported = onnx_import.import_onnx(path, data_path=data_path,
                                        input_shapes=None if batch is None and seq_len is None else shapes)
     gm = imported.gm
+    pure_ops.check_graph_ops(gm, path.name)  # the importer's translations: pure operators only
     limits.check_graph_fits(gm, path.name)
     concrete = [tuple(n.meta["val"].shape) for n in gm.graph.nodes if n.op == "placeholder"]
     inputs = make_inputs(concrete, imported.input_dtypes, path.name)

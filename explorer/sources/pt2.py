@@ -26,15 +26,21 @@ checks the declared sizes against the memory budget before reading; reads
 weights and constants as raw bytes itself (``torch.frombuffer``), refusing any
 entry marked as a pickle or custom object; reads the sample inputs with the
 weights-only unpickler (with PyTorch's process-wide weights-only switch on as
-well); and validates the program JSON (node targets must be ATen operators or
-``operator.getitem``, symbolic expressions must match a small arithmetic
-grammar, ``guards_code`` must be empty, no custom objects) before torch's
-deserializer sees it, with ready tensors, so nothing in torch loads a payload.
-The deserialized graph is checked again (every call is an ATen op or
-``getitem``) before it is returned.
+well); and validates the program JSON (its parse cost estimated first; node
+targets must be on the operator allowlist, ``pure_ops``; symbolic expressions
+must pass a strict, bounded grammar, ``_Expr``; ``guards_code`` must be empty;
+no custom objects) before torch's deserializer sees it, with ready tensors,
+so nothing in torch loads a payload. The deserialized graph is checked again
+against the allowlist (with its rules on in-place writes and seeded
+operators), and ``derive_shapes`` recomputes every node's shape on fake
+tensors, refusing recorded metadata that disagrees and checking the memory
+budget against the derived sizes. The caller's process reads only the
+file's first bytes (``check_header``); everything else is parsed first in
+the isolated loader's child (``isolate``).
 
-``load_program(path) -> (ExportedProgram, example inputs)`` is what
-``explorer.sources.load_pt2`` calls.
+``load_graph(path) -> (GraphModule, example inputs)`` is what
+``explorer.sources.load_pt2`` calls;
+``load_program(path) -> (ExportedProgram, example inputs)`` is the step before unlifting.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from typing import Any
 
 from explorer import jsonfile
 from explorer.errors import ModelLoadError
-from explorer.sources import limits
+from explorer.sources import limits, pure_ops
 
 ARCHIVE_VERSION = "0"
 MAX_MEMBERS = 100_000
@@ -68,23 +74,12 @@ REQUIRED_MEMBERS = FIXED_MEMBERS - {".data/version", ".data/serialization_id", "
 WEIGHT_MEMBER = re.compile(r"data/weights/weight_[0-9]{1,9}")
 CONSTANT_MEMBER = re.compile(r"data/constants/tensor_[0-9]{1,9}")
 MEMBER_NAME = re.compile(r"[A-Za-z0-9_.\-/]{1,300}")
-FQN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,200}(\.[A-Za-z0-9_]{1,200}){0,64}")
+#: A module path as ``torch.export.save`` writes it: dotted parts of letters, digits, ``_`` and ``-``
+#: (torchvision's RegNet names blocks ``block1-0``); ``_module_path_ok`` refuses dunder parts and parts
+#: that name an attribute every ``nn.Module`` has (``forward``, ``_parameters``), which torch would overwrite.
+FQN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,200}(\.[A-Za-z0-9_][A-Za-z0-9_\-]{0,200}){0,64}")
 ATEN_TARGET = re.compile(r"torch\.ops\.aten\.[A-Za-z0-9_]{1,100}\.[A-Za-z0-9_]{1,100}")
-OTHER_TARGETS = {"_operator.getitem"}
 STRIDED_LAYOUT = 7
-#: Identifiers a symbolic size may use besides symbols (``s0``, ``u3``): the functions torch's
-#: deserializer offers and sympy's relational and min/max names.
-SYMPY_NAMES = {
-    "FloorDiv", "ModularIndexing", "Where", "PythonMod", "Mod", "CleanDiv", "CeilToInt", "FloorToInt",
-    "CeilDiv", "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv", "IntTrueDiv",
-    "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt", "RoundToInt", "RoundDecimal",
-    "ToFloat", "Identity", "Max", "Min", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not",
-    "True", "False", "oo", "Abs",
-}
-SYMBOL = re.compile(r"[a-z]{1,8}[0-9]{1,9}")
-EXPR_CHARS = re.compile(r"[A-Za-z0-9_ +\-*/%(),<>=!]*")
-
-
 @dataclasses.dataclass
 class Archive:
     """The validated members of a ``.pt2``: the program JSON, tensors built from raw bytes, and inputs."""
@@ -151,19 +146,36 @@ def _members(archive: zipfile.ZipFile, name: str) -> dict[str, zipfile.ZipInfo]:
     missing = sorted(REQUIRED_MEMBERS - set(out))
     if missing:
         raise _refuse(name, f"not a torch.export archive of one program: no {', '.join(missing)}")
+    # the sample inputs are read as bytes, then unpickled into tensors: both are alive at once
+    total += out["data/sample_inputs/model.pt"].file_size
     limits.check_budget(total, f"{name} (its members, unpacked)")
     return out
 
 
-def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> bytes:
+def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, into: bool = False) -> bytes | bytearray:
+    """A member's bytes, exactly its declared size; ``into`` reads into one ``bytearray`` (no second copy)."""
+    member_name = info.filename.partition('/')[2]
     try:
         with archive.open(info) as member:
+            if into:
+                data: bytes | bytearray = bytearray(info.file_size)
+                view = memoryview(data)
+                got = 0
+                while got < info.file_size:
+                    n = member.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+                extra = member.read(1)
+                view.release()
+                if got != info.file_size or extra:
+                    raise _refuse(name, f"archive member '{member_name}' is not the size it declares")
+                return data
             data = member.read(info.file_size + 1)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError) as exc:
-        raise _refuse(name, f"archive member '{info.filename.partition('/')[2]}' cannot be read "
-                            f"({type(exc).__name__})") from None
+        raise _refuse(name, f"archive member '{member_name}' cannot be read ({type(exc).__name__})") from None
     if len(data) != info.file_size:
-        raise _refuse(name, f"archive member '{info.filename.partition('/')[2]}' is not the size it declares")
+        raise _refuse(name, f"archive member '{member_name}' is not the size it declares")
     return data
 
 
@@ -175,6 +187,25 @@ def _int_of(value: Any, what: str, name: str) -> int:
     return value
 
 
+def _module_path_ok(fqn: Any) -> bool:
+    """Whether ``fqn`` is a module path that names only fresh attributes (see ``FQN``)."""
+    import torch
+
+    if not isinstance(fqn, str) or not FQN.fullmatch(fqn):
+        return False
+    reserved = _module_attributes(torch.nn.Module)
+    return not any(part.startswith("__") or part in reserved for part in fqn.split("."))
+
+
+_RESERVED: dict[type, frozenset[str]] = {}
+
+
+def _module_attributes(cls: type) -> frozenset[str]:
+    if cls not in _RESERVED:
+        _RESERVED[cls] = frozenset(dir(cls())) | frozenset(dir(cls))
+    return _RESERVED[cls]
+
+
 def _tensors(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], config_member: str,
              folder: str, pattern: re.Pattern, name: str, params: bool, payloads: bool = True) -> dict[str, Any]:
     """Weights or constants from their payload config, built from raw bytes (never unpickled).
@@ -182,8 +213,9 @@ def _tensors(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], conf
     import torch
     from torch._export.serde.serialize import _SERIALIZE_TO_TORCH_DTYPE
 
-    config = jsonfile.parse_json(_read(archive, members[config_member], name), f"{name}: {config_member}",
-                                 ModelLoadError, MAX_JSON_BYTES, 16)
+    text = _read(archive, members[config_member], name)
+    limits.check_json_cost(text, f"{name}: {config_member}")
+    config = jsonfile.parse_json(text, f"{name}: {config_member}", ModelLoadError, MAX_JSON_BYTES, 16)
     entries = config.get("config") if isinstance(config, dict) else None
     if not isinstance(entries, dict):
         raise _refuse(name, f"{config_member} has no 'config' object")
@@ -191,7 +223,7 @@ def _tensors(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], conf
     storages: dict[str, Any] = {}
     out: dict[str, Any] = {}
     for fqn, meta in entries.items():
-        if not isinstance(fqn, str) or not FQN.fullmatch(fqn) or any(p.startswith("__") for p in fqn.split(".")):
+        if not _module_path_ok(fqn):
             raise _refuse(name, f"{config_member} names a tensor {str(fqn)[:80]!r} that is not a module path")
         if not isinstance(meta, dict):
             raise _refuse(name, f"{config_member}: entry '{fqn}' is not an object")
@@ -224,9 +256,8 @@ def _tensors(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], conf
             if info.file_size % dtype.itemsize:
                 raise _refuse(name, f"payload '{member}' is not a whole number of {dtype} elements")
             if payloads:
-                data = _read(archive, info, name)
-                storages[member] = torch.frombuffer(bytearray(data), dtype=dtype) if data else \
-                    torch.empty(0, dtype=dtype)
+                data = _read(archive, info, name, into=True)
+                storages[member] = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
             else:
                 storages[member] = torch.empty(info.file_size // dtype.itemsize, dtype=dtype, device="meta")
         storage = storages[member]
@@ -270,24 +301,217 @@ def _sample_inputs(data: bytes, name: str) -> tuple[tuple[Any, ...], dict[str, A
     return args, kwargs
 
 
-def _check_expr(expr: Any, name: str) -> None:
-    """A symbolic size torch would hand to ``sympy.sympify`` (which evaluates Python): only
-    arithmetic on symbols and integers, and the few function names torch itself uses."""
-    if not isinstance(expr, str) or len(expr) > MAX_EXPR_CHARS or not EXPR_CHARS.fullmatch(expr):
-        raise _refuse(name, f"symbolic size {str(expr)[:60]!r} is not plain arithmetic; refused")
-    for ident in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr):
-        if ident not in SYMPY_NAMES and not SYMBOL.fullmatch(ident):
-            raise _refuse(name, f"symbolic size {expr[:60]!r} uses the name '{ident[:40]}'; refused")
-    if re.search(r"\*\*\s*(?![0-9]\b)", expr) or re.search(r"[0-9]{19,}", expr):
-        raise _refuse(name, f"symbolic size {expr[:60]!r} has a power or a number too large; refused")
+# ------------------------------------------------------------------ symbolic sizes
+
+#: Functions a symbolic size may call: sympy's constructors as ``srepr`` writes them (this torch saves
+#: ``Mul(Integer(2), Symbol('s77', positive=True, integer=True))``) and the functions torch's
+#: deserializer offers. ``Symbol`` and ``Pow`` take their arguments under stricter rules (``_Expr``).
+EXPR_FUNCTIONS = {
+    "Integer", "Mul", "Add", "Rational", "Max", "Min", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or",
+    "Not", "Abs", "FloorDiv", "ModularIndexing", "Where", "PythonMod", "Mod", "CleanDiv", "CeilToInt",
+    "FloorToInt", "CeilDiv", "IntTrueDiv", "IsNonOverlappingAndDenseIndicator",
+    "TruncToInt", "RoundToInt", "Identity", "StrictLessThan", "StrictGreaterThan", "LessThan",
+    "GreaterThan", "Equality", "Unequality",
+}
+EXPR_CONSTANTS = {"True", "False", "oo", "int_oo"}
+#: Assumptions ``Symbol(name, ...)`` may carry, each ``True`` or ``False``.
+SYMBOL_ASSUMPTIONS = {"positive", "integer", "nonnegative", "negative", "nonpositive", "real", "finite",
+                      "zero", "nonzero", "even", "odd", "rational", "extended_real"}
+SYMBOL = re.compile(r"[a-z]{1,8}[0-9]{1,9}")
+MAX_EXPR_TOKENS = 400
+MAX_EXPR_DEPTH = 32
+MAX_POWER = 8  # the largest exponent |k| of a power; a power's base may hold no power
+MAX_DIGITS = 19
+_EXPR_TOKEN = re.compile(r"\s*(?:(?P<int>[0-9]+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<str>'[^']{0,40}')"
+                         r"|(?P<op>\*\*|//|<=|>=|==|!=|[-+*/%(),=<>]))")
+
+
+class _ExprError(Exception):
+    pass
+
+
+class _Expr:
+    """A recursive-descent reader of one symbolic size, bounded in tokens, depth and powers.
+
+    It accepts exactly: integers of at most ``MAX_DIGITS`` digits; symbols ``s0``/``u3`` (bare, or as
+    ``Symbol('s0', positive=True, integer=True)`` with known assumptions); calls of ``EXPR_FUNCTIONS``;
+    ``+ - * / // % < <= > >= == !=``, unary minus, parentheses; and powers whose exponent is an integer
+    literal of magnitude at most ``MAX_POWER`` and whose base holds no power (``s77**9**9**9`` and
+    ``Pow(Pow(9, 8), 8)`` are refused: sympy would evaluate them to numbers of millions of digits).
+    Nothing is evaluated; the text is handed to torch's deserializer only once this accepted it.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.tokens: list[tuple[str, str]] = []
+        pos = 0
+        while pos < len(text):
+            if text[pos:].strip() == "":
+                break
+            match = _EXPR_TOKEN.match(text, pos)
+            if not match:
+                raise _ExprError(f"unexpected character {text[pos]!r}")
+            kind = match.lastgroup or "op"
+            self.tokens.append((kind, match.group(kind)))
+            if len(self.tokens) > MAX_EXPR_TOKENS:
+                raise _ExprError(f"more than {MAX_EXPR_TOKENS} tokens")
+            pos = match.end()
+        self.at = 0
+
+    def peek(self) -> tuple[str, str]:
+        return self.tokens[self.at] if self.at < len(self.tokens) else ("end", "")
+
+    def take(self, value: str | None = None, kind: str | None = None) -> str:
+        tok_kind, tok = self.peek()
+        if (value is not None and tok != value) or (kind is not None and tok_kind != kind) or tok_kind == "end":
+            raise _ExprError(f"expected {value or kind}, found {tok or 'the end'!r}")
+        self.at += 1
+        return tok
+
+    def parse(self) -> None:
+        self.expr(0)
+        if self.peek()[0] != "end":
+            raise _ExprError(f"unexpected {self.peek()[1]!r}")
+
+    # Each level returns whether its value holds a power.
+    def expr(self, depth: int) -> bool:
+        if depth > MAX_EXPR_DEPTH:
+            raise _ExprError("nested too deep")
+        powered = self.sum(depth)
+        if self.peek()[1] in ("<", "<=", ">", ">=", "==", "!="):
+            self.take()
+            powered |= self.sum(depth)
+        return powered
+
+    def sum(self, depth: int) -> bool:
+        powered = self.term(depth)
+        while self.peek()[1] in ("+", "-"):
+            self.take()
+            powered |= self.term(depth)
+        return powered
+
+    def term(self, depth: int) -> bool:
+        powered = self.unary(depth)
+        while self.peek()[1] in ("*", "/", "//", "%"):
+            self.take()
+            powered |= self.unary(depth)
+        return powered
+
+    def unary(self, depth: int) -> bool:
+        if self.peek()[1] == "-":
+            self.take()
+            return self.unary(depth + 1)
+        base_powered = self.atom(depth)
+        if self.peek()[1] == "**":
+            self.take()
+            self.exponent()
+            if base_powered:
+                raise _ExprError("a power of a power")
+            if self.peek()[1] == "**":
+                raise _ExprError("a power of a power")
+            return True
+        return base_powered
+
+    def exponent(self) -> None:
+        negative = self.peek()[1] == "-"
+        if negative:
+            self.take()
+        if self.peek()[1] == "Integer":
+            self.take()
+            self.take("(")
+            self.exponent()
+            self.take(")")
+            return
+        digits = self.take(kind="int")
+        if int(digits) > MAX_POWER:
+            raise _ExprError(f"an exponent of {digits}, more than {MAX_POWER}")
+
+    def integer(self) -> None:
+        digits = self.take(kind="int")
+        if len(digits) > MAX_DIGITS:
+            raise _ExprError(f"an integer of {len(digits)} digits")
+
+    def atom(self, depth: int) -> bool:
+        kind, tok = self.peek()
+        if kind == "int":
+            self.integer()
+            return False
+        if tok == "(":
+            self.take()
+            powered = self.expr(depth + 1)
+            self.take(")")
+            return powered
+        if kind != "name":
+            raise _ExprError(f"unexpected {tok or 'end'!r}")
+        self.take()
+        if tok in EXPR_CONSTANTS or SYMBOL.fullmatch(tok):
+            return False
+        if self.peek()[1] != "(":
+            raise _ExprError(f"the name {tok[:40]!r}")
+        if tok == "Symbol":
+            self.symbol()
+            return False
+        if tok == "Integer":
+            self.take("(")
+            if self.peek()[1] == "-":
+                self.take()
+            self.integer()
+            self.take(")")
+            return False
+        if tok == "Pow":
+            self.take("(")
+            if self.expr(depth + 1):
+                raise _ExprError("a power of a power")
+            self.take(",")
+            self.exponent()
+            self.take(")")
+            return True
+        if tok not in EXPR_FUNCTIONS:
+            raise _ExprError(f"the name {tok[:40]!r}")
+        self.take("(")
+        powered = False
+        if self.peek()[1] != ")":
+            powered |= self.expr(depth + 1)
+            while self.peek()[1] == ",":
+                self.take()
+                powered |= self.expr(depth + 1)
+        self.take(")")
+        return powered
+
+    def symbol(self) -> None:
+        self.take("(")
+        name = self.take(kind="str")[1:-1]
+        if not SYMBOL.fullmatch(name):
+            raise _ExprError(f"the symbol name {name[:40]!r}")
+        while self.peek()[1] == ",":
+            self.take()
+            key = self.take(kind="name")
+            if key not in SYMBOL_ASSUMPTIONS:
+                raise _ExprError(f"the assumption {key[:40]!r}")
+            self.take("=")
+            if self.take(kind="name") not in ("True", "False"):
+                raise _ExprError("an assumption that is not True or False")
+        self.take(")")
+
+
+def check_expr(expr: Any, name: str) -> None:
+    """Refuse, in one line and without evaluating it, a symbolic size torch would hand to
+    ``sympy.sympify`` (which evaluates Python) unless ``_Expr`` accepts it."""
+    if not isinstance(expr, str) or len(expr) > MAX_EXPR_CHARS:
+        raise _refuse(name, f"symbolic size {str(expr)[:60]!r} is not a bounded expression; refused")
+    try:
+        _Expr(expr).parse()
+    except _ExprError as exc:
+        raise _refuse(name, f"symbolic size {expr[:60]!r} is refused: {exc}") from None
 
 
 def check_program_json(program: Any, name: str) -> None:
     """Refuse a program JSON that would make torch's deserializer or the graph run code.
 
     Walks the whole document without recursion. Node targets and operator
-    arguments must be ATen operators (``torch.ops.aten.NAME.OVERLOAD``) or
-    ``operator.getitem``; every ``expr_str`` must pass ``_check_expr``;
+    arguments must be on the allowlist (``pure_ops.json_target_refusal``:
+    ``torch.ops.aten.NAME.OVERLOAD`` of a pure operator, or a pure Python size
+    operator; a higher-order operator is refused by name); every ``expr_str``
+    must pass ``check_expr``;
     ``guards_code`` must be empty; custom objects, tokens and extension
     operators are refused.
     """
@@ -300,24 +524,42 @@ def check_program_json(program: Any, name: str) -> None:
         raise _refuse(name, "models/model.json has no node list, or too many nodes")
     for node in nodes:
         target = node.get("target") if isinstance(node, dict) else None
-        if not isinstance(target, str) or not (ATEN_TARGET.fullmatch(target) or target in OTHER_TARGETS):
-            raise _refuse(name, f"node target {str(target)[:80]!r} is not an ATen operator; refused")
+        if not isinstance(target, str):
+            raise _refuse(name, "a node has no operator name; refused")
+        why = pure_ops.json_target_refusal(target)
+        if why:
+            raise _refuse(name, why)
     stack: list[Any] = [program]
     while stack:
         value = stack.pop()
         if isinstance(value, dict):
             for key, item in value.items():
                 if key == "expr_str":
-                    _check_expr(item, name)
+                    check_expr(item, name)
                 elif key in ("as_custom_obj", "custom_obj", "token", "as_graph", "as_graphs"):
                     raise _refuse(name, f"the program uses '{key}' values, which are refused")
                 elif key in ("as_operator", "as_operators"):
                     for op in item if isinstance(item, list) else [item]:
-                        if not isinstance(op, str) or not ATEN_TARGET.fullmatch(op):
+                        if not isinstance(op, str) or pure_ops.json_target_refusal(op) or not ATEN_TARGET.fullmatch(op):
                             raise _refuse(name, f"operator argument {str(op)[:80]!r} is not an ATen operator")
                 stack.append(item)
         elif isinstance(value, list):
             stack.extend(value)
+
+
+def check_header(path: str | os.PathLike) -> None:
+    """What the caller checks before the isolated loader, reading only the file's first bytes: a regular
+    file, within the memory budget, that starts as a zip does (a pickle is named as one)."""
+    path = Path(path)
+    name = path.name
+    with jsonfile.open_regular_file(path, name, ModelLoadError) as handle:
+        limits.check_budget(os.fstat(handle.fileno()).st_size, name)
+        head = handle.read(4)
+    if head[:1] == b"\x80":
+        raise _refuse(name, "this is a pickle, not a torch.export archive; pickles are refused "
+                            "because they can run arbitrary code")
+    if head != b"PK\x03\x04":
+        raise _refuse(name, "not a torch.export archive (not a zip file)")
 
 
 def read_archive(path: str | os.PathLike, payloads: bool = True) -> Archive:
@@ -344,8 +586,11 @@ def read_archive(path: str | os.PathLike, payloads: bool = True) -> Archive:
                                 f"({ARCHIVE_VERSION}); re-save with torch.export.save")
         if "byteorder" in members and _read(archive, members["byteorder"], name) != b"little":
             raise _refuse(name, "the archive's tensors are not little-endian")
-        program = jsonfile.parse_json(_read(archive, members["models/model.json"], name),
-                                      f"{name}: models/model.json", ModelLoadError, MAX_JSON_BYTES, MAX_JSON_DEPTH)
+        text = _read(archive, members["models/model.json"], name)
+        limits.check_json_cost(text, f"{name}: models/model.json")
+        program = jsonfile.parse_json(text, f"{name}: models/model.json", ModelLoadError, MAX_JSON_BYTES,
+                                      MAX_JSON_DEPTH)
+        del text
         check_program_json(program, name)
         state_dict = _tensors(archive, members, "data/weights/model_weights_config.json", "data/weights/",
                               WEIGHT_MEMBER, name, params=True, payloads=payloads)
@@ -357,18 +602,125 @@ def read_archive(path: str | os.PathLike, payloads: bool = True) -> Archive:
 
 
 def check_graph_targets(gm: Any, name: str) -> None:
-    """Every call in a deserialized graph is an ATen operator or ``getitem``; nothing else may run."""
+    """Every node of a deserialized graph is on the allowlist (``pure_ops.check_graph_ops``): nothing else runs."""
+    pure_ops.check_graph_ops(gm, name)
+
+
+def _tensor_bytes(value: Any) -> int:
     import torch
 
-    for node in gm.graph.nodes:
-        if node.op in ("call_module", "call_method"):
-            raise _refuse(name, f"the program calls {node.op} '{node.target}', which is refused")
-        if node.op == "call_function":
-            target = node.target
-            ok = target is operator.getitem or (
-                isinstance(target, torch._ops.OpOverload) and target.namespace == "aten")
-            if not ok:
-                raise _refuse(name, f"the program calls {str(target)[:80]}, which is not an ATen operator")
+    if isinstance(value, torch.Tensor):
+        return limits.tensor_bytes(value.shape, value.element_size(), "a value")
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
+
+
+def _disagreement(recorded: Any, derived: Any) -> str | None:
+    """How a node's recorded ``meta['val']`` differs from the value derived from its inputs, or None.
+    A symbolic recorded size is compared by its number of dimensions only (its value is the input's)."""
+    import torch
+
+    if isinstance(recorded, torch.Tensor):
+        if not isinstance(derived, torch.Tensor):
+            return f"a tensor is recorded where {type(derived).__name__} is computed"
+        if recorded.dtype != derived.dtype:
+            return f"dtype {recorded.dtype} is recorded, {derived.dtype} is computed"
+        if recorded.dim() != derived.dim() or any(
+                isinstance(r, int) and r != d for r, d in zip(recorded.shape, derived.shape)):
+            return f"shape {list(recorded.shape)[:8]} is recorded, {list(derived.shape)[:8]} is computed"
+        return None
+    if isinstance(recorded, (list, tuple)):
+        if not isinstance(derived, (list, tuple)) or len(recorded) != len(derived):
+            return "a different number of outputs is recorded"
+        for r, d in zip(recorded, derived):
+            why = _disagreement(r, d)
+            if why:
+                return why
+    return None
+
+
+def derive_shapes(gm: Any, inputs: tuple[Any, ...], name: str) -> int:
+    """Recompute every node's output shape and dtype from the example inputs on fake tensors, refuse a
+    graph whose recorded metadata disagrees, and replace the recorded values by the derived ones.
+
+    Nothing is allocated: ``FakeTensorMode`` runs each operator's meta function (the graph's operators
+    were allowlisted first, ``check_graph_targets``). Returns the derived peak bytes of one forward:
+    the weights and constants the graph reads, plus the largest set of values alive at once (the
+    example inputs included, each value freed after its last use), all from derived sizes, so that a
+    file that records ``[4, 4]`` for an ``aten.full([35000, 35000])`` cannot hide it.
+    Raises ``ModelLoadError`` (one line).
+    """
+    import torch
+    import torch.fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    if len(placeholders) != len(inputs):
+        raise _refuse(name, f"the graph takes {len(placeholders)} inputs but the archive holds {len(inputs)}")
+    weights = 0
+    seen: set[int] = set()
+    for node in nodes:
+        if node.op == "get_attr":
+            value = gm
+            for part in str(node.target).split("."):
+                value = getattr(value, part, None)
+            if isinstance(value, torch.Tensor) and id(value) not in seen:
+                seen.add(id(value))
+                weights += _tensor_bytes(value)
+    last_use: dict[Any, int] = {}
+    for i, node in enumerate(nodes):
+        for inp in node.all_input_nodes:
+            last_use[inp] = i
+    state = {"live": 0, "peak": 0, "sizes": {}, "index": {n: i for i, n in enumerate(nodes)}}
+
+    class Derive(torch.fx.Interpreter):
+        def run_node(self, node):
+            out = super().run_node(node)
+            if node.op in ("placeholder", "call_function"):
+                recorded = node.meta.get("val")
+                why = _disagreement(recorded, out) if recorded is not None else None
+                if why:
+                    raise _refuse(name, f"node '{str(node.name)[:60]}' ({str(node.target)[:60]}): its recorded "
+                                        f"metadata disagrees with what its inputs give ({why}); refused")
+                node.meta["val"] = out
+                size = _tensor_bytes(out)
+                state["sizes"][node] = size
+                state["live"] += size
+                state["peak"] = max(state["peak"], state["live"])
+                limits.check_budget(weights + state["peak"], f"{name} (weights and one forward, derived)")
+            i = state["index"][node]
+            for inp in node.all_input_nodes:
+                if last_use.get(inp) == i:
+                    state["live"] -= state["sizes"].pop(inp, 0)
+            return out
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        with mode:
+            fake = [mode.from_tensor(t) for t in inputs]
+            Derive(gm).run(*fake)
+    except ModelLoadError:
+        raise
+    except (Exception, RecursionError) as exc:
+        text = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise _refuse(name, f"its shapes could not be derived from its inputs ({type(exc).__name__}: {text})") \
+            from None
+    return weights + state["peak"]
+
+
+def load_graph(path: str | os.PathLike) -> tuple[Any, tuple[Any, ...]]:
+    """The unlifted fx graph of a validated ``.pt2`` (operators allowlisted, shapes derived and within the
+    memory budget) and its example inputs. Raises ``ModelLoadError`` (one line)."""
+    from explorer.sources import _unlift
+
+    name = Path(path).name
+    program, inputs = load_program(path)
+    gm = _unlift(program)
+    check_graph_targets(gm, name)
+    derive_shapes(gm, inputs, name)
+    return gm, inputs
 
 
 def load_program(path: str | os.PathLike) -> tuple[Any, tuple[Any, ...]]:
