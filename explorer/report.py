@@ -699,7 +699,9 @@ def upgrade_v1(data: dict, name: str = "report") -> dict:
     v = _V1(name)
     for key in ("unfused", "fused"):
         part = v.obj(data, key, key)
-        if part is None or not isinstance(part.get("latency_ms"), dict):
+        if part is None:
+            raise v.bad(key, "an object", None)
+        if not isinstance(part.get("latency_ms"), dict):
             raise ReportError(f"{name} is not a run report: no '{key}' object with latency_ms")
     model = v.obj(data, "model", "model") or {}
     plan = v.obj(data, "plan", "plan") or {}
