@@ -16,7 +16,7 @@ No Streamlit here (the app calls these; the tests call them directly).
   reads one back from JSON (``explorer.jsonfile``: bounded size and nesting,
   data only, never run) and checks the types of the fields the app reads.
 - ``escape_markdown(text)`` makes a string from a file safe to pass to a
-  Streamlit element that renders markdown (no links, images or HTML).
+  Streamlit element that renders markdown (``explorer.ui.safe_text.markdown``).
 - ``fused_pt2_bytes`` / ``fused_onnx_bytes`` export the model a plan makes
   (``explorer.rewrite.apply_plan``) with ``torch.export.save`` / ``torch.onnx.export``.
 """
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from explorer import report as run_report
+from explorer.ui import safe_text
 from explorer.errors import ExplorerError, ModelLoadError, ReportError
 from explorer.report import Report
 
@@ -256,17 +257,10 @@ def load_report(name: str, data: bytes) -> Report:
         raise ReportError(str(exc).replace(f"{name} is not valid JSON", f"{name} is not a JSON report")) from None
 
 
-# What makes Streamlit's markdown fetch, link or interpret: images and links ([ ] ( ) !), autolinks and
-# HTML (< >), LaTeX ($, where KaTeX's \includegraphics fetches), code spans (`), icon and emoji
-# shortcodes and colour directives (:), and the backslash itself. Emphasis (* _) only changes the look
-# and is kept, so that identifiers such as conv_bn_relu read as written in messages.
-_MARKDOWN_SPECIAL = re.compile(r"([\\`\[\]()<>!$:|])")
-
-
 def escape_markdown(text: Any) -> str:
-    """``text`` on one line with every character that could make Streamlit's markdown fetch a URL,
-    draw a link or an image, run LaTeX or show an icon backslash-escaped: it is shown as written."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    """``explorer.ui.safe_text.markdown``: ``text`` on one line, shown as written by an element that renders
+    markdown (no link, image, autolink, HTML, LaTeX or icon from it)."""
+    return safe_text.markdown(text)
 
 
 def _one_line(exc: BaseException) -> str:
