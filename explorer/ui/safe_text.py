@@ -8,8 +8,9 @@ renders markdown with CommonMark and remark-gfm, whose autolink literals are
 found in the text *after* backslash escapes are resolved (``http\\://x`` is a
 link there), so escaping alone does not stop a bare URL from becoming a link.
 
-- ``markdown(text)``: one line; every character that starts markdown syntax
-  backslash-escaped, and every autolink literal (``http://``, ``https://``,
+- ``markdown(text)``: one line (control and bidi characters as visible
+  escapes, ``explorer.terminal.visible``, so no override reorders what a
+  reader sees); every character that starts markdown syntax backslash-escaped, and every autolink literal (``http://``, ``https://``,
   ``www.``, ``mailto:``, ``xmpp:``, ``name@host.tld``) broken by an invisible
   U+2060 WORD JOINER after its scheme or before its ``@``, so it reads the same
   and links nowhere.
@@ -28,6 +29,8 @@ from __future__ import annotations
 import html as html_lib
 import re
 from typing import Any
+
+from explorer.terminal import visible
 
 WORD_JOINER = "\u2060"
 
@@ -49,14 +52,14 @@ def one_line(text: Any) -> str:
 
 def markdown(text: Any) -> str:
     """``text`` on one line, shown as written by a markdown element: nothing in it is markup or a link."""
-    escaped = _MARKDOWN_SPECIAL.sub(r"\\\1", one_line(text))
+    escaped = _MARKDOWN_SPECIAL.sub(r"\\\1", visible(one_line(text)))
     escaped = _SCHEME.sub(lambda m: m.group(1) + WORD_JOINER, escaped)
     return _AT.sub(WORD_JOINER + "@", escaped)
 
 
 def code(text: Any) -> str:
     """``text`` on one line as an inline code span whose content is exactly ``text``."""
-    content = one_line(text)
+    content = visible(one_line(text))
     longest = max((len(run) for run in re.findall(r"`+", content)), default=0)
     fence = "`" * (longest + 1)
     return f"{fence} {content} {fence}"
