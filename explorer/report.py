@@ -527,8 +527,8 @@ _ONE_OF = {(Verdict, "label"): VERDICTS, (ChainResult, "limited_by"): (HOST, GPU
 
 def _in_range(cls: type, fname: str, value: Any, where: str) -> Any:
     """``value`` of field ``cls.fname`` when it is in the field's range; raises ``_Invalid`` otherwise:
-    finite floats (but errors of non-finite outputs), no negative counts, sizes or times, a p-value
-    within 0-1, a verdict label of ``VERDICTS``."""
+    finite floats (but errors of non-finite outputs), no negative counts, sizes or times, a positive
+    median latency, a p-value within 0-1, a verdict label of ``VERDICTS``."""
     numbers = value if isinstance(value, tuple) else (value,)
     for number in numbers:
         if isinstance(number, float) and not math.isfinite(number) \
@@ -537,6 +537,8 @@ def _in_range(cls: type, fname: str, value: Any, where: str) -> Any:
         if isinstance(number, (int, float)) and not isinstance(number, bool) and number < 0 \
                 and (fname in _NON_NEGATIVE[None] or fname in _NON_NEGATIVE.get(cls, ())):
             raise _Invalid(f"'{where}' must not be negative, got {number:.6g}")
+    if cls is Latency and fname == "median" and not value > 0:  # readers divide by it
+        raise _Invalid(f"'{where}' must be a positive time, got {value:.6g}")
     if cls is Verdict and fname == "p_value" and value is not None and value > 1:
         raise _Invalid(f"'{where}' must be a probability (0 to 1), got {value:.6g}")
     allowed = _ONE_OF.get((cls, fname))
