@@ -261,7 +261,7 @@ def _read_teaching_report(rep: dict, figures: bool = True) -> None:
     from explorer.runtime.ceilings import Ceilings
     from explorer.ui import teaching_views as views
 
-    ceilings = Ceilings.from_dict(rep["ceilings"])
+    ceilings = Ceilings.from_dict({"device_name": "?", **rep["ceilings"]})  # as the Learn page builds them
     for entry in rep["models"]:
         if "error" in entry:
             continue

@@ -186,7 +186,7 @@ def _stage(row: dict, where: str) -> None:
     _need(row, "latency_ms", "num", where, optional=True, minimum=0)
     for key in ("p20", "p80", "throughput"):
         _need(row, key, "num", where, optional=True, minimum=0)
-    _need(row, "peak_memory_bytes", "int", where, optional=True, minimum=0)
+    _need(row, "peak_memory_bytes", "num", where, optional=True, minimum=0)
 
 
 def _comparison(row: dict, where: str) -> None:
@@ -257,7 +257,7 @@ def _environment(env: dict) -> None:
 
 
 def _ceilings(c: dict) -> None:
-    _need(c, "device_name", "str", "ceilings")
+    _need(c, "device_name", "str", "ceilings", optional=True)  # {} records no ceilings
     _need(c, "bandwidth", "num", "ceilings", optional=True, minimum=0)
     _need(c, "l2_bytes", "int", "ceilings", optional=True, minimum=0)
     _need(c, "launch_us", "num", "ceilings", optional=True, minimum=0)

@@ -478,7 +478,7 @@ def _predicted(cur) -> None:
     if ss.get("teach_source") == "report" and ss.get("teach_report"):
         entry = teach_report.model_entry(ss.teach_report[1], ss.get("teach_model") or "")
     if entry is not None and "error" not in entry:
-        ceilings = Ceilings.from_dict(ss.teach_report[1]["ceilings"])
+        ceilings = Ceilings.from_dict({"device_name": "?", **ss.teach_report[1]["ceilings"]})  # {}: none recorded
         dtype = entry["dtype"]
         rows = entry.get("comparison") or []
         predictions = entry.get("predictions") or []
