@@ -8,6 +8,10 @@ text from the file escaped), the zoo model must still be the active one with its
 rejected, and no payload may have touched its marker file. The inputs are built by the tests
 (``tests/hostile.py``); ``docs/security.md`` maps them to their defences.
 
+Issue 19 adds two flows: names from files (an ONNX's node names, an upload's file name, a plan's
+file name, a report's and a teaching report's strings) render as text on every page they reach,
+and a renamed upload or a report with out-of-range fields is one line.
+
 The app runs through ``streamlit.testing.v1.AppTest`` (the real script, pages and state; the
 engine and the isolated loader are real too). Also here: the upload temporaries are removed when
 the model changes and when the session's state is released, and the pages work for a model with no
