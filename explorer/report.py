@@ -705,6 +705,10 @@ def upgrade_v1(data: dict, name: str = "report") -> dict:
             raise v.bad(key, "an object", None)
         if not isinstance(part.get("latency_ms"), dict):
             raise ReportError(f"{name} is not a run report: no '{key}' object with latency_ms")
+    for key, kind in (("chains", list), ("stages", list), ("environment", dict), ("plan", dict),
+                      ("model", dict)):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise ReportError(f"{name} is not a run report: '{key}' is not a {kind.__name__}")
     model = v.obj(data, "model", "model") or {}
     plan = v.obj(data, "plan", "plan") or {}
     env = v.obj(data, "environment", "environment") or {}

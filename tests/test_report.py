@@ -125,7 +125,7 @@ def test_a_broken_version_1_report_is_refused():
     raw = json.loads(V1_REPORTS[0].read_text())
     broken = copy.deepcopy(raw)
     broken["chains"] = {"a": 1}
-    with pytest.raises(ReportError, match="'chains' must be a list, got object"):
+    with pytest.raises(ReportError, match="'chains' is not a list"):
         R.Report.from_dict(broken, "old.json")
     broken = copy.deepcopy(raw)
     broken["chains"][0]["max_abs"] = "big"

@@ -277,7 +277,7 @@ def on_plan_upload() -> None:
     ss.memory_format = plan.memory_format
     ss.cuda_graphs = plan.cuda_graphs
     ss.plan_notice = (f"restored {len(plan.accepted)} accepted chain(s) and {len(plan.kernels)} kernel "
-                      f"choice(s) from {uploaded.name} "
+                      f"choice(s) from {ui_files.escape_markdown(uploaded.name)} "  # the page shows it as markdown
                       f"(memory format {plan.memory_format}, CUDA graphs {'on' if plan.cuda_graphs else 'off'})")
 
 

@@ -284,8 +284,8 @@ def _plan_section(model, detection) -> None:
                        on_change=ui_state.on_plan_upload)
     if ss.plan_error:  # text from a file (the plan's, its name): translated, then shown as written
         st.error(t("fusions.plan.error", error=plain(message(str(ss.plan_error)))))
-    elif ss.plan_notice:  # quotes the uploaded file's name
-        st.success(plain(message(ss.plan_notice)))
+    elif ss.plan_notice:  # our sentence; the uploaded file's name in it is escaped (ui_state.on_plan_upload)
+        st.success(message(ss.plan_notice))
 
 
 ui_state.guarded(page)
