@@ -53,14 +53,17 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _upload_path(files: list) -> str:
-    """Path on disk of the uploaded file(s), written once per upload."""
+def _upload_path(files: list, kind: str) -> str:
+    """Path on disk of the uploaded file(s), written once per upload; the model file's name and first
+    bytes are checked first (``ui_files.check_upload``: a renamed file is one line, not Streamlit's
+    exception, which its own extension check would raise)."""
     ss = st.session_state
     ident = tuple(getattr(f, "file_id", f.name) for f in files)
     if ident not in ss.upload_paths:
         first, rest = files[0], files[1:]
         for f in files:
             ui_files.check_size(f.name, f.size)
+        ui_files.check_upload(first.name, first.getvalue(), kind)
         ui_state.keep_uploads(set())  # a new upload: earlier ones, but the active model's, are removed
         ss.upload_paths[ident] = ui_files.store_upload(
             first.name, first.getvalue(), tuple((f.name, f.getvalue()) for f in rest))
@@ -96,21 +99,21 @@ def sidebar_model() -> ui_state.LoadSpec | None:
         return ui_state.LoadSpec(name, batch, seq, name, "zoo")
     limit = t("app.limit", mb=ui_files.MAX_UPLOAD_MB)
     if kind == "ONNX upload":
-        model_file = sb.file_uploader(t("app.onnx_file", limit=limit), type=["onnx", "zip"], key="onnx_file")
+        model_file = sb.file_uploader(t("app.onnx_file", limit=limit), key="onnx_file")
         data_file = sb.file_uploader(t("app.onnx_data"), key="onnx_data_file")
         if model_file is None:
             sb.info(t("app.onnx_prompt"))
             return None
         files = [model_file] + ([data_file] if data_file is not None else [])
-        path = _upload_path(files)
+        path = _upload_path(files, "onnx")
         seq = _seq_len_widget(active.seq_len if active and active.source == path else None, None)
         return ui_state.LoadSpec(path, batch, seq, model_file.name, "onnx")
     if kind == ".pt2 upload":
-        pt2 = sb.file_uploader(t("app.pt2_file", limit=limit), type=["pt2"], key="pt2_file")
+        pt2 = sb.file_uploader(t("app.pt2_file", limit=limit), key="pt2_file")
         if pt2 is None:
             sb.info(t("app.pt2_prompt"))
             return None
-        path = _upload_path([pt2])
+        path = _upload_path([pt2], "pt2")
         return ui_state.LoadSpec(path, batch, None, pt2.name, "pt2")
     folder = sb.text_input(t("app.hf_folder"), key="hf_path", placeholder=t("app.hf_placeholder")).strip()
     if not folder:
@@ -190,10 +193,10 @@ def main() -> None:
         with st.sidebar:  # redrawn every second on its own, so it never goes stale
             ui_state.live_progress("sidebar")
     if ss.active is not None:
-        st.sidebar.success(t("app.loaded", label=ss.active.label, batch=ss.active.batch)
+        st.sidebar.success(t("app.loaded", label=ui_files.escape_markdown(ss.active.label), batch=ss.active.batch)
                            + (t("app.loaded_seq", seq=ss.active.seq_len) if ss.active.seq_len else ""))
     for line in refused_link:
-        st.warning(t("app.link_ignored", reason=line))
+        st.warning(t("app.link_ignored", reason=ui_files.escape_markdown(line)))
     links.sync_query_params()
     nav.run()
 

@@ -13,8 +13,10 @@
 MODEL is a zoo name or a path (.onnx, .pt2, a Hugging Face folder). Every
 user error, argument errors included, prints one line on stderr and exits with
 status 2; nothing prints a traceback. Text that comes from a file (node and
-model names, messages quoting them) goes through ``clean`` before it reaches
-the terminal, so a name cannot carry escape sequences.
+model names, messages quoting them) goes through ``clean``
+(``explorer.terminal.visible``) before it reaches the terminal: a control or
+bidi character shows as a visible escape, so a name can neither carry escape
+sequences nor forge a line or a column of a table.
 """
 
 from __future__ import annotations
@@ -22,26 +24,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from explorer.errors import ExplorerError, PlanError, ReportError
 from explorer.report import summary_table
+from explorer.terminal import visible, visible_lines
 from explorer.units import human_bytes
 
 EXIT_USAGE = 2
-# ANSI/VT escape sequences (CSI, OSC, and two-byte ESC forms), then any other control or
-# bidirectional-override character.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def clean(text: object) -> str:
-    """``text`` made safe for a terminal: escape sequences removed, other control characters shown
-    as ``?``. Every string the CLI prints that may come from a file goes through here."""
-    return _CONTROLS.sub("?", _ESCAPES.sub("", str(text)))
+    """``text`` made safe for a terminal (``explorer.terminal.visible``): every control and bidi
+    character, escape sequences' ESC included, shown as a visible escape on one line. Every string
+    the CLI prints that may come from a file goes through here."""
+    return visible(text)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -87,7 +86,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
     t = det.totals
-    print(f"{clean(model.name)} ({model.source}): {t.get('nodes', 0)} nodes, {t.get('ops', 0)} ops, "
+    print(f"{clean(model.name)} ({clean(model.source)}): {t.get('nodes', 0)} nodes, {t.get('ops', 0)} ops, "
           f"{t.get('params', 0) / 1e6:.1f} M params, {t.get('flops', 0) / 1e9:.2f} GFLOP, "
           f"{human_bytes(t.get('bytes', 0))} moved unfused")
     print()
@@ -205,7 +204,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ExplorerError(f"cannot write the report to {args.out}: {exc.strerror}") from None
     else:
         print(text)
-    print(clean(summary_table(report)), file=sys.stderr)
+    print(visible_lines(summary_table(report)), file=sys.stderr)
     return 0
 
 

@@ -1105,10 +1105,27 @@ _EXTRA_JS = r"""
 """
 
 
+def _inert_title(title: str) -> str:
+    """A tooltip as pyvis shows text: vis-network sets a string title with ``innerText``, but pyvis
+    switches every tooltip to ``innerHTML`` when any node's title holds "href". A word joiner
+    (U+2060, invisible) inside each "href" of a title from a file keeps the text and the text path."""
+    return re.sub(r"(?i)(hre)(f)", "\\1\u2060\\2", title)
+
+
+def _script_json(value: object) -> str:
+    """JSON for inside a ``<script>`` element: ``<``, ``>`` and ``&`` as ``\\u`` escapes, so a string
+    from a file (a chain's title) cannot close the script or open a tag."""
+    text = json.dumps(value)
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                    ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return text
+
+
 def _node_dict(vn: ViewNode) -> dict:
     border_width = 4 if vn.highlighted else (2.5 if vn.dashed or vn.members > 1 or vn.kind == "fused" else 1.5)
     return {
-        "id": vn.id, "label": vn.label, "title": vn.title, "shape": "box", "x": vn.x, "y": vn.y,
+        "id": vn.id, "label": vn.label, "title": _inert_title(vn.title), "shape": "box", "x": vn.x, "y": vn.y,
         "physics": False, "fixed": True,
         "color": {"background": vn.fill, "border": HIGHLIGHT_BORDER if vn.highlighted else vn.border,
                   "highlight": {"background": vn.fill, "border": "#000000"},
@@ -1145,7 +1162,7 @@ def render_html(view: GraphView, options: RenderOptions | int = RenderOptions())
         for x, y in e.points:
             wid = f"{WAYPOINT_PREFIX}{waypoints}"
             waypoints += 1
-            nodes.append({"id": wid, "label": " ", "title": e.title, "shape": "dot", "size": 0.5,
+            nodes.append({"id": wid, "label": " ", "title": _inert_title(e.title), "shape": "dot", "size": 0.5,
                           "x": x, "y": y, "physics": False, "fixed": True, "borderWidth": 0,
                           "color": {"background": "rgba(0,0,0,0)", "border": "rgba(0,0,0,0)"},
                           "chosen": False, "font": {"size": 1}})
@@ -1173,7 +1190,7 @@ def render_html(view: GraphView, options: RenderOptions | int = RenderOptions())
     html = html.replace("float: left;", "")
     html = html.replace("<head>", "<head><style>body{margin:0} .vis-tooltip{white-space:pre !important;"
                         "font-family:monospace;font-size:12px}</style>", 1)
-    html = html.replace("</body>", f"<script>window.FE = {json.dumps(_extra(view, options))};"
+    html = html.replace("</body>", f"<script>window.FE = {_script_json(_extra(view, options))};"
                         f"{_EXTRA_JS}</script></body>", 1)
     return html
 

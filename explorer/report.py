@@ -21,11 +21,13 @@ plan helpers and the CSV export only read those fields: a chain is slower when
 ``chain.verdict.label == SLOWER``, nowhere else.
 
 ``Report.to_dict()`` gives plain JSON values; ``load(data_or_path, name)`` and
-``Report.from_dict`` read one back, checking every field's type, refusing
-unknown and missing fields, and raising ``ReportError`` with one line naming the
-file and the field. Size and nesting are bounded by ``explorer.jsonfile``.
+``Report.from_dict`` read one back, checking every field's type and range
+(integers within 64 bits, floats within float range and finite but for the
+errors of non-finite outputs, no negative count, size or time, a verdict label
+of ``VERDICTS``), refusing unknown and missing fields, and raising
+``ReportError`` with one line naming the file and the field. Size and nesting are bounded by ``explorer.jsonfile``.
 Version 1 reports (an untyped dict, before this module) are upgraded on load
-(``upgrade_v1``): their per-chain verdicts were the old spread rule, not a test,
+(``upgrade_v1``, each field's type checked before it is converted): their per-chain verdicts were the old spread rule, not a test,
 and their verdicts say so.
 
 Layer 0: no torch, no networkx.
@@ -44,10 +46,13 @@ from typing import Any, Union
 
 from explorer.errors import ReportError
 from explorer.jsonfile import parse_json, read_json_file
+from explorer.terminal import visible
 
 REPORT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 MAX_REPORT_BYTES = 50 * 2**20
+#: The largest integer a report may hold (a 64-bit signed integer, as JSON readers elsewhere take it).
+MAX_INT = 2**63 - 1
 
 # Verdict labels: the one vocabulary of "faster / slower" in the project.
 FASTER = "faster"
@@ -496,8 +501,51 @@ def _build(cls: type, data: Any, path: str) -> Any:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise _Invalid(f"missing field '{where}'")
             continue
-        values[fname] = _check(data[fname], hints[fname], where)
+        values[fname] = _in_range(cls, fname, _check(data[fname], hints[fname], where), where)
     return cls(**values)
+
+
+#: Fields whose numbers (every item, for a shape) are never negative, by class and field name;
+#: ``None`` for every class.
+_NON_NEGATIVE = {
+    None: {"median", "p20", "p80", "reps", "throughput", "peak_memory_bytes", "activation_peak_bytes",
+           "resident_bytes", "kernel_launches", "graph_launches", "bytes_moved", "gpu_busy_ms", "n",
+           "rounds_needed", "min_effect", "bytes_unfused", "bytes_fused", "launches_unfused", "launches_fused",
+           "graph_ops", "fused_calls", "batch_norms", "chains_fused", "chains_folded", "compile_s", "shape",
+           "batch", "seq_len", "chains_detected", "ops", "params", "flops", "cudnn", "duration_s", "version",
+           "upgraded_from"},
+    Verdict: {"ratio", "ci_low", "ci_high", "p_value"},
+}
+#: Float fields that may hold NaN or infinity (errors of outputs that were not finite); every
+#: other float is finite.
+_MAY_BE_NON_FINITE = {Precision: {"max_abs", "max_rel", "rel_l2", "cosine", "top1_agreement"},
+                      ChainResult: {"max_abs", "rel_err", "rel_err_unfused"}}
+#: Text fields that hold one word of a fixed vocabulary.
+_ONE_OF = {(Verdict, "label"): VERDICTS, (ChainResult, "limited_by"): (HOST, GPU, None),
+           (Measurement, "bound"): (HOST, GPU, None)}
+
+
+def _in_range(cls: type, fname: str, value: Any, where: str) -> Any:
+    """``value`` of field ``cls.fname`` when it is in the field's range; raises ``_Invalid`` otherwise:
+    finite floats (but errors of non-finite outputs), no negative counts, sizes or times, a positive
+    median latency, a p-value within 0-1, a verdict label of ``VERDICTS``."""
+    numbers = value if isinstance(value, tuple) else (value,)
+    for number in numbers:
+        if isinstance(number, float) and not math.isfinite(number) \
+                and fname not in _MAY_BE_NON_FINITE.get(cls, ()):
+            raise _Invalid(f"'{where}' must be a finite number, got {number}")
+        if isinstance(number, (int, float)) and not isinstance(number, bool) and number < 0 \
+                and (fname in _NON_NEGATIVE[None] or fname in _NON_NEGATIVE.get(cls, ())):
+            raise _Invalid(f"'{where}' must not be negative, got {number:.6g}")
+    if cls is Latency and fname == "median" and not value > 0:  # readers divide by it
+        raise _Invalid(f"'{where}' must be a positive time, got {value:.6g}")
+    if cls is Verdict and fname == "p_value" and value is not None and value > 1:
+        raise _Invalid(f"'{where}' must be a probability (0 to 1), got {value:.6g}")
+    allowed = _ONE_OF.get((cls, fname))
+    if allowed is not None and value not in allowed:
+        words = ", ".join(repr(a) if a is not None else "null" for a in allowed)
+        raise _Invalid(f"'{where}' must be one of {words}, got {str(value)[:60]!r}")
+    return value
 
 
 def _join(path: str, name: str) -> str:
@@ -529,10 +577,16 @@ def _check(value: Any, tp: Any, path: str) -> Any:
             return value
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if not -MAX_INT <= value <= MAX_INT:
+                raise _Invalid(f"'{path}' must be an integer of at most {len(str(MAX_INT))} digits")
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:
+                raise _Invalid(f"'{path}' must be a number of float range, got an integer of "
+                               f"{len(str(abs(value)))} digits") from None
     elif tp is str:
         if isinstance(value, str):
             return value
@@ -568,177 +622,281 @@ def _ratio(before: Latency | None, after: Latency | None) -> float | None:
 V1_RULE = "version 1 rule: fused p20 above unfused p80 (a spread rule, no statistical test)"
 
 
+class _V1:
+    """Typed reads of a version-1 dict: each returns the value when it has the expected type (None
+    when absent or null) and raises ``ReportError`` (one line naming the file and the field)
+    otherwise, so that nothing is converted (``int``, ``float``, a comparison) that was not checked."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def bad(self, where: str, expected: str, value: Any) -> ReportError:
+        return ReportError(f"{self.name} is not a valid run report (version 1): '{where}' must be {expected}, "
+                           f"got {_json_type(value)}")
+
+    def obj(self, d: dict, key: str, where: str) -> dict | None:
+        value = d.get(key)
+        if value is None or isinstance(value, dict):
+            return value
+        raise self.bad(where, "an object", value)
+
+    def items(self, d: dict, key: str, where: str) -> list:
+        value = d.get(key)
+        if value is None:
+            return []
+        if isinstance(value, list):
+            return value
+        raise self.bad(where, "a list", value)
+
+    def num(self, d: dict, key: str, where: str, minimum: float | None = None) -> float | None:
+        value = d.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.bad(where, "a number", value)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise self.bad(where, "a number of float range", value) from None
+        if minimum is not None and not number >= minimum:  # NaN fails too
+            raise self.bad(where, f"a number of at least {minimum:g}", value)
+        return number
+
+    def int_(self, d: dict, key: str, where: str) -> int | None:
+        value = d.get(key)
+        if value is None:
+            return None
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+            raise self.bad(where, f"an integer from 0 to {MAX_INT}", value)
+        return value
+
+    def text(self, d: dict, key: str, where: str) -> str | None:
+        value = d.get(key)
+        if value is None or isinstance(value, str):
+            return value
+        raise self.bad(where, "a string", value)
+
+    def flag(self, d: dict, key: str, where: str) -> bool | None:
+        value = d.get(key)
+        if value is None or isinstance(value, bool):
+            return value
+        raise self.bad(where, "true or false", value)
+
+
 def upgrade_v1(data: dict, name: str = "report") -> dict:
     """A version-1 report (the untyped dict the runner wrote before this module) as a version-2 dict.
 
-    Numbers are carried over as they are. What version 1 did not record is left
-    empty (chain titles fall back to ids; whether a chain had a fused kernel is
-    taken from its status). Its per-chain verdicts came from a spread rule, not a
-    test: they are carried over with ``method = V1_RULE`` and no p-value, and a
-    note says so. Raises ``ReportError`` when the dict lacks what every version-1
-    report has.
+    Numbers are carried over as they are, each read with its type checked first
+    (``_V1``: a number where a number is read, an integer in range where an
+    integer is, an object or a list where one is); the result is then validated
+    as any version-2 report. What version 1 did not record is left empty (chain
+    titles fall back to ids; whether a chain had a fused kernel is taken from its
+    status). Its per-chain verdicts came from a spread rule, not a test: they are
+    carried over with ``method = V1_RULE`` and no p-value, and a note says so.
+    Raises ``ReportError`` (one line) for a field of the wrong type, or when the
+    dict lacks what every version-1 report has.
     """
-    def obj(value: Any, where: str) -> dict:
-        if not isinstance(value, dict):
-            raise ReportError(f"{name} is not a valid run report (version 1): '{where}' must be an object")
-        return value
-
+    v = _V1(name)
     for key in ("unfused", "fused"):
-        if not isinstance(obj(data.get(key), key).get("latency_ms"), dict):
+        part = v.obj(data, key, key)
+        if part is None:
+            raise v.bad(key, "an object", None)
+        if not isinstance(part.get("latency_ms"), dict):
             raise ReportError(f"{name} is not a run report: no '{key}' object with latency_ms")
     for key, kind in (("chains", list), ("stages", list), ("environment", dict), ("plan", dict),
                       ("model", dict)):
         if data.get(key) is not None and not isinstance(data[key], kind):
             raise ReportError(f"{name} is not a run report: '{key}' is not a {kind.__name__}")
-    model = data.get("model") or {}
-    plan = data.get("plan") or {}
-    env = dict(data.get("environment") or {})
-    graphs = bool(plan.get("cuda_graphs"))
+    model = v.obj(data, "model", "model") or {}
+    plan = v.obj(data, "plan", "plan") or {}
+    env = v.obj(data, "environment", "environment") or {}
+    reference = v.obj(data, "reference", "reference") or {}
+    settings = v.obj(data, "settings", "settings") or {}
+    graphs = bool(v.flag(plan, "cuda_graphs", "plan.cuda_graphs"))
     known_env = {f.name for f in dataclasses.fields(Environment)} - {"extra"}
     environment = {k: env.get(k) for k in known_env if k in env}
-    environment.setdefault("device", str(env.get("device", "?")))
+    environment["device"] = v.text(env, "device", "environment.device") or "?"
     environment.setdefault("device_name", None)
-    environment.setdefault("is_cpu", bool(env.get("is_cpu", False)))
-    if environment.get("cudnn") is not None and not isinstance(environment["cudnn"], int):
+    environment["is_cpu"] = bool(v.flag(env, "is_cpu", "environment.is_cpu"))
+    if environment.get("cudnn") is not None and (isinstance(environment["cudnn"], bool)
+                                                 or not isinstance(environment["cudnn"], int)):
         environment["cudnn"] = None
-    environment["extra"] = {k: v for k, v in env.items() if k not in known_env
-                            and (v is None or isinstance(v, (str, int, float, bool)))}
+    environment["extra"] = {k: val for k, val in env.items() if k not in known_env
+                            and (val is None or isinstance(val, (str, int, float, bool)))}
     unfused, fused = data["unfused"], data["fused"]
-    chains = [_v1_chain(c, graphs) for c in data.get("chains") or [] if isinstance(c, dict)]
-    notes = [str(n) for n in data.get("notes") or []]
+    chains = [_v1_chain(v, c, graphs, f"chains[{i}]")
+              for i, c in enumerate(v.items(data, "chains", "chains")) if isinstance(c, dict)]
+    notes = [v.text({"n": n}, "n", f"notes[{i}]") or "" for i, n in enumerate(v.items(data, "notes", "notes"))]
     notes.append("Upgraded from report version 1: per-chain verdicts are the old spread rule (fused p20 above "
                  "unfused p80), not a statistical test; re-measure for tested verdicts.")
     model_info = {k: model.get(k) for k in ("name", "source", "fingerprint", "batch", "seq_len", "path",
                                             "task", "description", "chains_detected", "ops", "params", "flops")
                   if k in model}
-    model_info.setdefault("name", str(plan.get("model", "?")))
+    model_info.setdefault("name", v.text(plan, "model", "plan.model") or "?")
     model_info.setdefault("source", "?")
-    model_info.setdefault("fingerprint", str(plan.get("fingerprint", "")))
-    model_info["inputs"] = [i for i in model.get("inputs") or [] if isinstance(i, dict)]
-    stages = [_v1_stage(s) for s in data.get("stages") or [] if isinstance(s, dict)]
-    stages += [{"stage": str(s.get("stage")), "label": str(s.get("label") or s.get("stage")),
-                "differs": f"not timed in version 1: {s.get('reason', '')}", "graph_ops": 0, "fused_calls": 0,
-                "batch_norms": 0, "chains_fused": 0, "chains_folded": 0}
-               for s in data.get("stages_skipped") or [] if isinstance(s, dict)]
+    model_info.setdefault("fingerprint", v.text(plan, "fingerprint", "plan.fingerprint") or "")
+    model_info["inputs"] = [i for i in v.items(model, "inputs", "model.inputs") if isinstance(i, dict)]
+    stages = [_v1_stage(v, s, f"stages[{i}]") for i, s in enumerate(v.items(data, "stages", "stages"))
+              if isinstance(s, dict)]
+    for i, s in enumerate(v.items(data, "stages_skipped", "stages_skipped")):
+        if not isinstance(s, dict):
+            continue
+        where = f"stages_skipped[{i}]"
+        stage = v.text(s, "stage", f"{where}.stage") or "?"
+        stages.append({"stage": stage, "label": v.text(s, "label", f"{where}.label") or stage,
+                       "differs": f"not timed in version 1: {v.text(s, 'reason', f'{where}.reason') or ''}",
+                       "graph_ops": 0, "fused_calls": 0, "batch_norms": 0, "chains_fused": 0, "chains_folded": 0})
     order = {"none": 0, "conv_bn": 1, "activation": 2, "all": 3}
     stages.sort(key=lambda s: order.get(s["stage"], 9))
-    speedup = data.get("speedup")
-    ratio = 1.0 / speedup if isinstance(speedup, (int, float)) and speedup else None
+    speedup = v.num(data, "speedup", "speedup", minimum=0.0)
+    ratio = 1.0 / speedup if speedup else None
     return {
         "version": REPORT_VERSION, "upgraded_from": 1,
         "model": model_info, "plan": {k: plan[k] for k in ("model", "fingerprint", "accepted", "kernels",
                                                            "memory_format", "cuda_graphs", "version") if k in plan},
-        "settings": {k: v for k, v in (data.get("settings") or {}).items()
-                     if v is None or isinstance(v, (str, int, float, bool))},
+        "settings": {k: val for k, val in settings.items()
+                     if val is None or isinstance(val, (str, int, float, bool))},
         "environment": environment,
-        "unfused": _v1_measurement("unfused", unfused),
-        "fused": _v1_measurement("fused", fused),
+        "unfused": _v1_measurement(v, "unfused", unfused, "unfused"),
+        "fused": _v1_measurement(v, "fused", fused, "fused"),
         "verdict": {"label": NOT_MEASURED, "ratio": ratio, "method": V1_RULE,
                     "note": "version 1 recorded no paired samples for the whole model"},
-        "fused_vs_unfused": _v1_precision(fused.get("precision_vs_unfused")),
-        "reference": str((data.get("reference") or {}).get("what", "")),
-        "fused_worse": (data.get("reference") or {}).get("fused_worse"),
-        "chains": chains, "stages": stages, "baselines": _v1_baselines(data.get("baselines"), plan),
+        "fused_vs_unfused": _v1_precision(v, fused, "precision_vs_unfused", "fused.precision_vs_unfused"),
+        "reference": v.text(reference, "what", "reference.what") or "",
+        "fused_worse": v.flag(reference, "fused_worse", "reference.fused_worse"),
+        "chains": chains, "stages": stages, "baselines": _v1_baselines(v, data, plan),
         "notes": notes,
-        "precision_note": str(data.get("precision_note", "")), "bytes_note": str(data.get("bytes_note", "")),
-        "graph_calls_note": str(data.get("graph_calls_note", "")),
+        "precision_note": v.text(data, "precision_note", "precision_note") or "",
+        "bytes_note": v.text(data, "bytes_note", "bytes_note") or "",
+        "graph_calls_note": v.text(data, "graph_calls_note", "graph_calls_note") or "",
         "rotation_note": "version 1: chain inputs were the same tensors every call (cache-resident), not rotated",
-        "duration_s": data.get("duration_s"),
+        "duration_s": v.num(data, "duration_s", "duration_s"),
     }
 
 
-def _v1_latency(lat: Any) -> dict | None:
-    if not isinstance(lat, dict) or lat.get("median") is None:
+def _v1_latency(v: _V1, lat: Any, where: str) -> dict | None:
+    if lat is None:
         return None
-    return {"median": lat.get("median"), "p20": lat.get("p20", lat.get("median")),
-            "p80": lat.get("p80", lat.get("median")), "reps": int(lat.get("reps") or 0)}
+    if not isinstance(lat, dict):
+        raise v.bad(where, "an object", lat)
+    median = v.num(lat, "median", f"{where}.median", minimum=0.0)
+    if median is None:
+        return None
+    p20 = v.num(lat, "p20", f"{where}.p20", minimum=0.0)
+    p80 = v.num(lat, "p80", f"{where}.p80", minimum=0.0)
+    return {"median": median, "p20": median if p20 is None else p20, "p80": median if p80 is None else p80,
+            "reps": v.int_(lat, "reps", f"{where}.reps") or 0}
 
 
-def _v1_precision(p: Any) -> dict | None:
-    if not isinstance(p, dict):
+def _v1_precision(v: _V1, d: dict, key: str, where: str) -> dict | None:
+    p = v.obj(d, key, where)
+    if p is None:
         return None
     keys = {f.name for f in dataclasses.fields(Precision)}
-    return {k: v for k, v in p.items() if k in keys}
+    return {k: val for k, val in p.items() if k in keys}
 
 
-def _v1_measurement(name: str, d: dict) -> dict:
-    return {"name": name, "latency": _v1_latency(d.get("latency_ms")), "throughput": d.get("throughput"),
+def _v1_measurement(v: _V1, name: str, d: dict, where: str) -> dict:
+    return {"name": name, "latency": _v1_latency(v, d.get("latency_ms"), f"{where}.latency_ms"),
+            "throughput": d.get("throughput"),
             "peak_memory_bytes": d.get("peak_memory_bytes"), "activation_peak_bytes": d.get("activation_peak_bytes"),
             "resident_bytes": d.get("resident_bytes"), "kernel_launches": d.get("kernel_launches"),
-            "launches_kind": str(d.get("kernel_launches_kind") or ""), "graph_launches": d.get("graph_launches"),
-            "bytes_moved": d.get("bytes_moved"), "precision": _v1_precision(d.get("precision")),
-            "cuda_graph": bool(d.get("cuda_graph", False)), "note": str(d.get("note") or ""),
-            "memory_note": str(d.get("memory_note") or "")}
+            "launches_kind": v.text(d, "kernel_launches_kind", f"{where}.kernel_launches_kind") or "",
+            "graph_launches": d.get("graph_launches"), "bytes_moved": d.get("bytes_moved"),
+            "precision": _v1_precision(v, d, "precision", f"{where}.precision"),
+            "cuda_graph": bool(v.flag(d, "cuda_graph", f"{where}.cuda_graph")),
+            "note": v.text(d, "note", f"{where}.note") or "",
+            "memory_note": v.text(d, "memory_note", f"{where}.memory_note") or ""}
 
 
-def _v1_verdict(slower: Any, faster: bool, speedup: Any, basis: str) -> dict:
+def _v1_verdict(slower: bool | None, faster: bool, speedup: float | None, basis: str) -> dict:
     label = SLOWER if slower else (FASTER if faster else SAME)
-    ratio = 1.0 / speedup if isinstance(speedup, (int, float)) and speedup else None
+    ratio = 1.0 / speedup if speedup else None
     return {"label": label, "ratio": ratio, "basis": basis, "method": V1_RULE, "decided": bool(slower or faster)}
 
 
-def _v1_chain(c: dict, graphs: bool) -> dict:
-    status = str(c.get("status", ""))
-    measured = c.get("speedup") is not None
-    has_graph = c.get("graph_speedup") is not None
-    plain = _v1_verdict(c.get("slower"), c.get("verdict") == "faster", c.get("speedup"), "synchronised calls") \
-        if measured else None
-    graph = _v1_verdict(c.get("slower_in_graph"), False, c.get("graph_speedup"), "CUDA-graph replays") \
-        if has_graph else None
-    if graph is not None and graph["label"] == SAME and c.get("graph_speedup") and c.get("graph_speedup") > 1 \
-            and not c.get("slower_in_graph"):
-        graph["label"] = SAME  # version 1 did not say "faster" for graph replays
+def _v1_chain(v: _V1, c: dict, graphs: bool, where: str) -> dict:
+    def at(key: str) -> str:
+        return f"{where}.{key}"
+
+    status = v.text(c, "status", at("status")) or ""
+    speedup = v.num(c, "speedup", at("speedup"), minimum=0.0)
+    graph_speedup = v.num(c, "graph_speedup", at("graph_speedup"), minimum=0.0)
+    slower = v.flag(c, "slower", at("slower"))
+    slower_in_graph = v.flag(c, "slower_in_graph", at("slower_in_graph"))
+    verdict = c.get("verdict")
+    plain = _v1_verdict(slower, verdict == "faster", speedup, "synchronised calls") if speedup is not None else None
+    # version 1 did not say "faster" for graph replays
+    graph = _v1_verdict(slower_in_graph, False, graph_speedup, "CUDA-graph replays") \
+        if graph_speedup is not None else None
     decision = (graph if graphs and graph is not None else plain) or {"label": NOT_MEASURED, "basis": ""}
     limited = None
-    if c.get("slower_in_graph"):
+    if slower_in_graph:
         limited = GPU
-    elif c.get("slower") and has_graph:
+    elif slower and graph_speedup is not None:
         limited = HOST
+    chain_id = v.text(c, "id", at("id"))
+    if chain_id is None:
+        raise v.bad(at("id"), "a string", None)
+
+    def timing(latency_key: str, ms_key: str) -> dict | None:
+        if c.get(latency_key) is not None:
+            return _v1_latency(v, c[latency_key], at(latency_key))
+        ms = v.num(c, ms_key, at(ms_key), minimum=0.0)
+        return {"median": ms, "p20": ms, "p80": ms, "reps": 0} if ms is not None else None
+
+    def graph_timing(key: str) -> dict | None:
+        ms = v.num(c, key, at(key), minimum=0.0)
+        return {"median": ms, "p20": ms, "p80": ms, "reps": 0} if ms else None
+
     return {
-        "id": str(c.get("id")), "title": str(c.get("title") or c.get("id")), "pattern": str(c.get("pattern")),
-        "status": status, "reason": str(c.get("reason") or ""), "implementation": str(c.get("implementation") or ""),
-        "kernel": str(c.get("kernel") or "auto"), "fused_kernel": status == "fused",
+        "id": chain_id, "title": v.text(c, "title", at("title")) or chain_id,
+        "pattern": v.text(c, "pattern", at("pattern")) or "?",
+        "status": status, "reason": v.text(c, "reason", at("reason")) or "",
+        "implementation": v.text(c, "implementation", at("implementation")) or "",
+        "kernel": v.text(c, "kernel", at("kernel")) or "auto", "fused_kernel": status == "fused",
         "verdict": decision, "plain": plain, "graph": graph, "limited_by": limited,
         "bytes_unfused": c.get("bytes_unfused"), "bytes_fused": c.get("bytes_fused"),
-        "graph_launches_saved": int(c.get("graph_launches_saved") or 0),
+        "graph_launches_saved": v.int_(c, "graph_launches_saved", at("graph_launches_saved")) or 0,
         "launches_unfused": c.get("launches_unfused"), "launches_fused": c.get("launches_fused"),
-        "launches_kind": str(c.get("launches_kind") or ""),
-        "unfused": _v1_latency(c.get("unfused_latency_ms") or ({"median": c.get("unfused_ms")}
-                                                               if c.get("unfused_ms") is not None else None)),
-        "fused": _v1_latency(c.get("fused_latency_ms") or ({"median": c.get("fused_ms")}
-                                                           if c.get("fused_ms") is not None else None)),
-        "unfused_graph": _v1_latency({"median": c["unfused_graph_ms"]}) if c.get("unfused_graph_ms") else None,
-        "fused_graph": _v1_latency({"median": c["fused_graph_ms"]}) if c.get("fused_graph_ms") else None,
+        "launches_kind": v.text(c, "launches_kind", at("launches_kind")) or "",
+        "unfused": timing("unfused_latency_ms", "unfused_ms"), "fused": timing("fused_latency_ms", "fused_ms"),
+        "unfused_graph": graph_timing("unfused_graph_ms"), "fused_graph": graph_timing("fused_graph_ms"),
         "max_abs": c.get("max_abs"), "rel_err": c.get("rel_err"), "rel_err_unfused": c.get("rel_err_unfused"),
         "rotation": "not rotated (version 1)",
     }
 
 
-def _v1_stage(s: dict) -> dict:
-    return {"stage": str(s.get("stage")), "label": str(s.get("label") or s.get("stage")),
+def _v1_stage(v: _V1, s: dict, where: str) -> dict:
+    stage = v.text(s, "stage", f"{where}.stage") or "?"
+    return {"stage": stage, "label": v.text(s, "label", f"{where}.label") or stage,
             "differs": "version 1 did not record how this stage's graph differs",
             "graph_ops": 0, "fused_calls": 0, "batch_norms": 0,
-            "chains_fused": int(s.get("chains_fused") or 0), "chains_folded": 0,
-            "latency": _v1_latency(s.get("latency_ms")), "throughput": s.get("throughput"),
+            "chains_fused": v.int_(s, "chains_fused", f"{where}.chains_fused") or 0, "chains_folded": 0,
+            "latency": _v1_latency(v, s.get("latency_ms"), f"{where}.latency_ms"), "throughput": s.get("throughput"),
             "peak_memory_bytes": s.get("peak_memory_bytes"), "activation_peak_bytes": s.get("activation_peak_bytes")}
 
 
-def _v1_baselines(value: Any, plan: dict) -> list[dict]:
+def _v1_baselines(v: _V1, data: dict, plan: dict) -> list[dict]:
+    value = data.get("baselines")
     if not isinstance(value, dict):
         return []
     out = []
-    fmt = str(plan.get("memory_format", "nchw"))
-    graphs = bool(plan.get("cuda_graphs"))
+    fmt = v.text(plan, "memory_format", "plan.memory_format") or "nchw"
+    graphs = bool(v.flag(plan, "cuda_graphs", "plan.cuda_graphs"))
     for key, d in value.items():
         if not isinstance(d, dict):
             continue
+        where = f"baselines.{key}"
         method = "torch.compile" if key.startswith("torch_compile") else ("fused" if key.startswith("fused") else "eager")
-        entry = {"name": str(key), "label": str(key).replace("_", " "), "method": method,
+        entry = {"name": key, "label": key.replace("_", " "), "method": method,
                  "mode": d.get("mode") if isinstance(d.get("mode"), str) else None, "cuda_graphs": graphs,
                  "memory_format": fmt, "error": d.get("error") if isinstance(d.get("error"), str) else None,
                  "compile_s": d.get("compile_s")}
         if "latency_ms" in d:
-            entry["measurement"] = _v1_measurement(str(key), d)
+            entry["measurement"] = _v1_measurement(v, key, d, where)
         out.append(entry)
     return out
 
@@ -746,7 +904,8 @@ def _v1_baselines(value: Any, plan: dict) -> list[dict]:
 # ====================================================================== text
 
 def summary_table(report: Report) -> str:
-    """A compact plain-text table of a report (for the command line)."""
+    """A compact plain-text table of a report (for the command line); the text of every line is shown
+    through ``explorer.terminal.visible`` (a control or bidi character as a visible escape)."""
     env = report.environment
     lines = [f"{report.model.name} on {env.device_name} ({report.settings.get('dtype')}, batch {report.model.batch})"
              + (f"  [{env.note}]" if env.is_cpu else "")]
@@ -785,7 +944,7 @@ def summary_table(report: Report) -> str:
                      + (f" (slower: {', '.join(slower[:5])}{' ...' if len(slower) > 5 else ''})" if slower else ""))
     if report.speedup:
         lines.append(f"speed-up fused vs unfused: {report.speedup:.3f}x")
-    return "\n".join(lines)
+    return "\n".join(visible(line) for line in lines)  # a name holding a newline cannot add a line
 
 
 def _fmt(x: Any, digits: int = 3) -> str:

@@ -8,6 +8,10 @@ text from the file escaped), the zoo model must still be the active one with its
 rejected, and no payload may have touched its marker file. The inputs are built by the tests
 (``tests/hostile.py``); ``docs/security.md`` maps them to their defences.
 
+Issue 19 adds two flows: names from files (an ONNX's node names, an upload's file name, a plan's
+file name, a report's and a teaching report's strings) render as text on every page they reach,
+and a renamed upload or a report with out-of-range fields is one line.
+
 The app runs through ``streamlit.testing.v1.AppTest`` (the real script, pages and state; the
 engine and the isolated loader are real too). Also here: the upload temporaries are removed when
 the model changes and when the session's state is released, and the pages work for a model with no
@@ -285,3 +289,122 @@ def test_upload_folders_are_removed_when_the_process_exits(tmp_path):
     path = Path(proc.stdout.strip())
     assert path.name == "m.onnx" and path.parent.name.startswith("fusion-explorer-upload-")
     assert not path.parent.exists(), "the upload folder outlived the process"
+
+
+# ------------------------------------------------------------------ issue 19: text from files is text
+
+def _texts(at) -> list[str]:
+    """Every string the app hands to an element that renders markdown: text elements, alerts,
+    headings, expander labels and radio options (Streamlit renders markdown in those too)."""
+    out = []
+    for kind in ("markdown", "caption", "success", "error", "warning", "info", "subheader", "header", "title"):
+        # the app's own HTML (the graph legend: registry labels, html-escaped) is not file text
+        out += [e.value for e in getattr(at, kind) if not getattr(e.proto, "allow_html", False)]
+    out += [e.label for e in at.expander]
+    for radio in at.radio:
+        out += list(radio.options)
+    return [str(t) for t in out]
+
+
+def _assert_text_is_text(at, *payloads: str) -> None:
+    """No element holds markup from a file (``test_security_text.hazards``: no link, image, tag or
+    autolink), and each payload is shown as written (escapes and code spans resolved)."""
+    from test_security_text import hazards, shown
+
+    assert not at.exception, at.exception
+    texts = _texts(at)
+    bad = {t: hazards(t) for t in texts if hazards(t)}
+    assert not bad, bad
+    seen = " | ".join(shown(t) for t in texts)
+    for payload in payloads:
+        assert " ".join(payload.split()) in seen, (payload, seen[:2000])
+
+
+HOSTILE_FILE = "![x](http://evil.invalid/x.png) `a` www.evil.invalid.onnx"
+HOSTILE_PLAN = "[a](http://evil.invalid) `x` <img src=http://evil.invalid/p.png>.json"
+HOSTILE_NOTE = "see http://evil.invalid/report and [a](http://evil.invalid) `tick`"
+
+
+def test_names_from_files_render_as_text_on_every_page():
+    """Issue 19: an uploaded ONNX whose node names and file name are markdown (backticks, an image,
+    a link, a tag, bare URLs) shows them as written in the sidebar ("Loaded: ..."), on the Fusions
+    page (the chain's origin in its code span; "restored ... from {plan file name}") and on the Results
+    page (a report's model name and notes, a teaching report's command, device and error); nothing
+    is drawn from them."""
+    from streamlit.testing.v1 import AppTest
+    from report_samples import sample_report
+    from test_security_text import hostile_onnx
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["model_kind"] = "ONNX upload"  # no zoo model first: the upload is the only load
+    at.switch_page("ui/pages/fusions.py").run()
+    feed(at, "onnx", (HOSTILE_FILE, hostile_onnx()))
+    assert not at.error, [e.value for e in at.error]
+    assert at.session_state["active"].label == HOSTILE_FILE
+    _assert_text_is_text(at, f"Loaded: {HOSTILE_FILE}")
+
+    at.switch_page("ui/pages/fusions.py").run()
+    assert not at.error, [e.value for e in at.error]
+    _assert_text_is_text(at, "</script><img src=x onerror=alert(1)> `x` ![x](http://evil.invalid/x.png)",
+                         "<a href=http://evil.invalid>x</a> [a](http://evil.invalid) www.evil.invalid a@evil.invalid")
+    detection = at.session_state["active"]
+    from explorer.ui import state as ui_state
+
+    det = ui_state.load_analysis(detection.source, detection.batch, detection.seq_len).detection
+    plan = {"version": 1, "model": det.model, "fingerprint": det.fingerprint, "accepted": [det.chains[0].id],
+            "kernels": {}, "memory_format": "nchw", "cuda_graphs": False}
+    feed(at, "plan", (HOSTILE_PLAN, json.dumps(plan).encode()))
+    assert not at.error and at.success, [e.value for e in at.error]
+    _assert_text_is_text(at, f"from {HOSTILE_PLAN}")
+
+    report = dataclasses.replace(sample_report(), notes=(HOSTILE_NOTE,), precision_note=HOSTILE_NOTE)
+    report = dataclasses.replace(report, model=dataclasses.replace(report.model, name=HOSTILE_FILE))
+    feed(at, "report", (HOSTILE_PLAN, report.to_json().encode()))
+    assert not at.error, [e.value for e in at.error]
+    _assert_text_is_text(at, HOSTILE_NOTE, HOSTILE_FILE)
+
+    teaching = json.loads((ROOT / "benchmarks" / "results" / "teaching_report_h200.json").read_text())
+    teaching["command"] = HOSTILE_NOTE
+    teaching["environment"]["device_name"] = HOSTILE_FILE
+    teaching["models"][1] = {"name": HOSTILE_FILE, "error": HOSTILE_NOTE}
+    at.file_uploader(key="report_file").set_value(("t.json", json.dumps(teaching).encode(), "application/json")).run()
+    assert at.session_state["results_teaching"] is not None
+    _assert_text_is_text(at, HOSTILE_NOTE, HOSTILE_FILE)
+
+
+def _renamed_and_broken_reports() -> list[tuple[str, bytes, str]]:
+    from test_security_text import CRASHERS, _crasher
+
+    picked = [c for c in CRASHERS if c[0] in ("v2-400-digit-float", "v1-int-abc", "v1-int-inf", "v1-reference-list",
+                                              "v1-string-vs-number")]
+    teaching = json.loads((ROOT / "benchmarks" / "results" / "teaching_report_h200.json").read_text())
+    teaching["models"][0]["breakdown"]["unfused"]["wall_ms"] = 10 ** 400
+    return ([(f"{name}.json", _crasher(kind, path, value).encode(), "report") for name, kind, path, value in picked]
+            + [("teach-400-digits.json", json.dumps(teaching).encode(), "teaching report")])
+
+
+def test_renamed_uploads_and_broken_reports_are_one_line():
+    """Issue 19: an ONNX renamed .pt (either uploader) and a .pt2 renamed .onnx are one line saying
+    what the content is, not Streamlit's extension exception; a report or teaching report with a
+    400-digit number, int('abc'), int(inf), a list for an object or a string for a number is one
+    line on the Results page; the zoo model stays loaded throughout."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["zoo_name"] = ZOO_MODEL
+    at.run()
+    onnx = _onnx_bytes(H.relu_model([1, 4]))
+    for how, name, data, needle in (("onnx", "model.pt", onnx, "content is an ONNX model"),
+                                    ("pt2", "model.pt", onnx, "content is an ONNX model"),
+                                    ("onnx", "model.onnx", H.zip_bytes({"a": b"x"}), "zip archive")):
+        feed(at, how, (name, data))
+        assert not at.exception, at.exception
+        errors = [e.value for e in at.error]
+        assert len(errors) == 1 and needle in errors[0] and "\n" not in errors[0], errors
+        assert at.session_state["active"].source == ZOO_MODEL
+    at.radio(key="model_kind").set_value("Zoo").run()
+    for name, data, what in _renamed_and_broken_reports():
+        feed(at, "report", (name, data))
+        assert not at.exception, at.exception
+        errors = [e.value for e in at.error]
+        assert len(errors) == 1 and "\n" not in errors[0] and what in errors[0], (name, errors)

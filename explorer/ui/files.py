@@ -9,6 +9,9 @@ No Streamlit here (the app calls these; the tests call them directly).
   ``MAX_EXTRACT_BYTES`` or a member inflating more than ``MAX_INFLATION``
   times are refused before a byte is written, every member is streamed
   through a byte counter, and a failed extraction leaves no folder behind.
+- ``check_upload(name, data, kind)`` refuses a file the uploader does not take
+  by name, or whose first bytes contradict its name (``sniff``: a fixed-size
+  look at the header), in one line saying what the content is.
 - ``UploadFolders`` remembers one session's upload folders and removes them
   when the session's state is dropped (or the process exits);
   ``remove_upload(path)`` removes one (only folders this module made).
@@ -16,7 +19,7 @@ No Streamlit here (the app calls these; the tests call them directly).
   reads one back from JSON (``explorer.jsonfile``: bounded size and nesting,
   data only, never run) and checks the types of the fields the app reads.
 - ``escape_markdown(text)`` makes a string from a file safe to pass to a
-  Streamlit element that renders markdown (no links, images or HTML).
+  Streamlit element that renders markdown (``explorer.ui.safe_text.markdown``).
 - ``fused_pt2_bytes`` / ``fused_onnx_bytes`` export the model a plan makes
   (``explorer.rewrite.apply_plan``) with ``torch.export.save`` / ``torch.onnx.export``.
 """
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from explorer import report as run_report
+from explorer.ui import safe_text
 from explorer.errors import ExplorerError, ModelLoadError, ReportError
 from explorer.report import Report
 
@@ -60,6 +64,49 @@ def _safe_name(name: str) -> str:
 def check_size(name: str, size: int) -> None:
     if size > MAX_UPLOAD_BYTES:
         raise ModelLoadError(f"{name}: {size / 2**20:.0f} MB is over the upload limit of {MAX_UPLOAD_MB} MB")
+
+
+#: The file names each model uploader takes.
+UPLOAD_SUFFIXES = {"onnx": (".onnx", ".zip"), "pt2": (".pt2",)}
+_CONTENT = {"zip": "a zip archive (as a .pt2, a .zip or a torch.save checkpoint is)",
+            "pickle": "a Python pickle (never loaded here)", "onnx": "an ONNX model", "json": "JSON text",
+            "empty": "empty", "unknown": "not a format the explorer reads"}
+
+
+def sniff(data: bytes) -> str:
+    """What the first bytes of ``data`` say it is: zip, pickle, onnx, json, empty or unknown (a fixed-size
+    look at the header; nothing is parsed). An ONNX model (a protobuf ModelProto) starts with its
+    ``ir_version`` field: tag 0x08, then a small version number."""
+    head = data[:8]
+    if not head:
+        return "empty"
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+        return "zip"
+    if head[0] == 0x80 and len(head) > 1 and 2 <= head[1] <= 5 and data[-1:] == b".":  # PROTO ... STOP
+        return "pickle"
+    if head[0] == 0x08 and len(head) > 1 and 1 <= head[1] <= 0x20:
+        return "onnx"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "json"
+    return "unknown"
+
+
+def check_upload(name: str, data: bytes, kind: str) -> None:
+    """Refuse, in one line, an upload whose name the ``kind`` uploader ("onnx" or "pt2") does not take,
+    or whose first bytes contradict its name (a renamed file): the message says what the content is."""
+    shown = safe_text.one_line(os.path.basename(name.replace("\\", "/")))[:120] or "the upload"
+    allowed = UPLOAD_SUFFIXES[kind]
+    suffix = os.path.splitext(shown)[1].lower()
+    found = sniff(data)
+    if suffix not in allowed:
+        hint = f"; if it is one, name it {os.path.splitext(shown)[0]}.onnx" if found == "onnx" else ""
+        raise ModelLoadError(f"{shown}: this uploader takes {' or '.join(allowed)} files, and this one's content "
+                             f"is {_CONTENT[found]}{hint}")
+    if suffix == ".onnx" and found in ("zip", "pickle"):  # the ONNX loader says what else is wrong
+        raise ModelLoadError(f"{shown}: its name ends in .onnx but its content is {_CONTENT[found]}, not ONNX")
+    if suffix in (".zip", ".pt2") and found != "zip":
+        raise ModelLoadError(f"{shown}: its name ends in {suffix} but its content is {_CONTENT[found]}, "
+                             f"not a zip archive (a {suffix} file is one)")
 
 
 def _fresh_dir(digest: str) -> Path:
@@ -256,17 +303,10 @@ def load_report(name: str, data: bytes) -> Report:
         raise ReportError(str(exc).replace(f"{name} is not valid JSON", f"{name} is not a JSON report")) from None
 
 
-# What makes Streamlit's markdown fetch, link or interpret: images and links ([ ] ( ) !), autolinks and
-# HTML (< >), LaTeX ($, where KaTeX's \includegraphics fetches), code spans (`), icon and emoji
-# shortcodes and colour directives (:), and the backslash itself. Emphasis (* _) only changes the look
-# and is kept, so that identifiers such as conv_bn_relu read as written in messages.
-_MARKDOWN_SPECIAL = re.compile(r"([\\`\[\]()<>!$:|])")
-
-
 def escape_markdown(text: Any) -> str:
-    """``text`` on one line with every character that could make Streamlit's markdown fetch a URL,
-    draw a link or an image, run LaTeX or show an icon backslash-escaped: it is shown as written."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    """``explorer.ui.safe_text.markdown``: ``text`` on one line, shown as written by an element that renders
+    markdown (no link, image, autolink, HTML, LaTeX or icon from it)."""
+    return safe_text.markdown(text)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -120,10 +120,11 @@ def guarded(fn: Callable[[], None]) -> None:
     try:
         fn()
     except ExplorerError as exc:
-        st.error(message(str(exc)))
+        st.error(ui_files.escape_markdown(message(str(exc))))  # it may quote a file: shown as written
     except Exception as exc:  # the page boundary: the user gets one line, the app keeps going
         text = str(exc).strip().splitlines()
-        st.error(t("state.unexpected", type=type(exc).__name__, error=text[0][:300] if text else ""))
+        st.error(t("state.unexpected", type=type(exc).__name__,
+                   error=ui_files.escape_markdown(text[0][:300] if text else "")))
 
 
 # ------------------------------------------------------------------ models
@@ -144,7 +145,7 @@ def request_load(spec: LoadSpec) -> None:
     if spec == ss.failed_spec:
         return  # its error is still shown; do not retry on every rerun
     try:
-        with st.spinner(t("state.loading", label=spec.label)):
+        with st.spinner(t("state.loading", label=ui_files.escape_markdown(spec.label))):
             model, graph, detection = load_analysis(spec.source, spec.batch, spec.seq_len)
     except ExplorerError as exc:
         ss.failed_spec, ss.load_error = spec, str(exc)
@@ -271,12 +272,12 @@ def on_plan_upload() -> None:
             raise PlanError(f"{uploaded.name}: a plan file over 5 MB is not a plan")
         plan = apply_plan_text(data, cur[3])
     except ExplorerError as exc:
-        ss.plan_error = ui_files.escape_markdown(exc)  # shown by st.error: text from a file, not markdown
+        ss.plan_error = str(exc)  # the Fusions page shows it escaped (text from a file, not markdown)
         return
     ss.memory_format = plan.memory_format
     ss.cuda_graphs = plan.cuda_graphs
     ss.plan_notice = (f"restored {len(plan.accepted)} accepted chain(s) and {len(plan.kernels)} kernel "
-                      f"choice(s) from {uploaded.name} "
+                      f"choice(s) from {ui_files.escape_markdown(uploaded.name)} "  # the page shows it as markdown
                       f"(memory format {plan.memory_format}, CUDA graphs {'on' if plan.cuda_graphs else 'off'})")
 
 

@@ -63,9 +63,9 @@ STRINGS = {
     "fusions.one.accepted": ("accepted", "已接受"),
     "fusions.one.rejected": ("rejected", "已拒绝"),
     "fusions.one.details": (
-        "**{pattern}** — {state}  \nid: `{id}`  \nops: `{ops}`  \norigin: `{origin}`  \nsaves {launches} launch(es) "
+        "**{pattern}** — {state}  \nid: {id}  \nops: {ops}  \norigin: {origin}  \nsaves {launches} launch(es) "
         "and {bytes}",
-        "**{pattern}** — {state}  \n编号：`{id}`  \n算子：`{ops}`  \n来源：`{origin}`  \n省下 {launches} 次内核启动和 "
+        "**{pattern}** — {state}  \n编号：{id}  \n算子：{ops}  \n来源：{origin}  \n省下 {launches} 次内核启动和 "
         "{bytes} 访存量"),
     "fusions.one.extra": ("  \nextra outputs kept: {outputs}", "  \n保留的额外输出：{outputs}"),
     "fusions.one.measured": ("  \nmeasured: {speedup:.2f}× ({verdict})", "  \n实测：{speedup:.2f}×（{verdict}）"),

@@ -111,10 +111,10 @@ STRINGS = {
     "tour.s1.button": ("Load residual_block", "加载 residual_block"),
     "tour.s2.title": ("See the chain", "看清这条链"),
     "tour.s2.body": (
-        "The first chain is **{chain}** (`{ops}`). Unfused it is three kernels, and two intermediate results go to "
+        "The first chain is **{chain}** ({ops}). Unfused it is three kernels, and two intermediate results go to "
         "device memory and come back (red below). Fused it is one kernel and they stay in registers. On the Graph "
         "page the chain has one colour: hover its nodes for their shapes and bytes.",
-        "第一条链是 **{chain}**（`{ops}`）。不融合时是 3 个内核，2 个中间结果要写回显存再读回（下图红色）；融合后是 1 个内核，"
+        "第一条链是 **{chain}**（{ops}）。不融合时是 3 个内核，2 个中间结果要写回显存再读回（下图红色）；融合后是 1 个内核，"
         "中间结果留在寄存器里。在计算图页面上这条链是同一种颜色：把鼠标悬停在节点上，可以看到形状和字节数。"),
     "tour.s2.link": ("Open the Graph page", "打开计算图页面"),
     "tour.s2.check": ("I found the chain on the Graph page", "我在计算图页面上找到了这条链"),

@@ -87,8 +87,8 @@ STRINGS = {
     "teach.report.upload": ("Or upload one (JSON)", "或者上传一份（JSON）"),
     "teach.report.error": ("Report not opened: {error}", "报告未打开：{error}"),
     "teach.report.model": ("Model in the report", "报告中的模型"),
-    "teach.report.caption": ("Measured on {device}, {date}, torch {torch}: `{command}`",
-                             "测量于 {device}，{date}，torch {torch}：`{command}`"),
+    "teach.report.caption": ("Measured on {device}, {date}, torch {torch}: {command}",
+                             "测量于 {device}，{date}，torch {torch}：{command}"),
     "teach.report.cpu": ("This report was measured on a CPU: these are CPU numbers, not GPU numbers.",
                          "这份报告是在 CPU 上测得的：这些是 CPU 的数字，不是 GPU 的。"),
     "teach.report.model_failed": ("This model failed in the report: {error}", "报告中这个模型测量失败：{error}"),
@@ -343,9 +343,9 @@ STRINGS = {
                       "fused {fused:.3e}; {n} fused model(s) built.",
                       "相对 float64 的输出误差（{dtype}，{device}）：未融合 {unfused:.3e}，全部已接受的链融合后 {fused:.3e}；"
                       "共构建了 {n} 个融合模型。"),
-    "bisect.culprit": ("The fused model drifts, and the chain responsible is **{chain}** (`{id}`). Reject it on the "
+    "bisect.culprit": ("The fused model drifts, and the chain responsible is **{chain}** ({id}). Reject it on the "
                        "Fusions page, or give it another kernel.",
-                       "融合后的模型偏离了参照，造成偏离的是 **{chain}**（`{id}`）。请在融合页面拒绝它，或者给它换一个内核。"),
+                       "融合后的模型偏离了参照，造成偏离的是 **{chain}**（{id}）。请在融合页面拒绝它，或者给它换一个内核。"),
     "bisect.no_drift": ("The fused model does not drift: its error is within twice the unfused model's. The ranking "
                         "below still shows what each chain adds.",
                         "融合后的模型没有偏离：误差不超过未融合模型的两倍。下面的排序仍然列出了每条链带来的误差。"),

@@ -15,8 +15,6 @@ translated by ``i18n.message``; pattern labels and kernel choices by ``i18n.tran
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 import streamlit as st
 
@@ -26,13 +24,13 @@ from explorer.graph_view import chain_name, human_bytes
 from explorer.report import FASTER, NO_KERNEL, NOT_MEASURED, SAME, SLOWER
 from explorer.ui import files as ui_files
 from explorer.ui import state as ui_state
+from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, pattern_text, t, t_in, translate_text
 
 #: A verdict label of a report -> its catalog key.
 VERDICT_KEYS = {FASTER: "verdict.faster", SLOWER: "verdict.slower", SAME: "verdict.same",
                 NO_KERNEL: "verdict.no_kernel", NOT_MEASURED: "verdict.not_measured"}
-_ESCAPED = re.compile(r"\\([\\`\[\]()<>!$:|])")   # what ui_files.escape_markdown escaped
 
 
 def _label(pattern: str, lang: str | None = None) -> str:
@@ -241,10 +239,11 @@ def _chains_section(detection, accepted) -> None:
         speedup, verdict = results.get(cid, (None, ""))
         st.markdown(t("fusions.one.details", pattern=_label(chain.pattern),
                       state=t("fusions.one.accepted") if cid in accepted else t("fusions.one.rejected"),
-                      id=chain.id, ops=chain.ops_text, origin=", ".join(chain.names),
+                      id=code(chain.id), ops=code(chain.ops_text), origin=code(", ".join(chain.names)),
                       launches=chain.launches_saved, bytes=human_bytes(chain.bytes_saved))
-                    + (t("fusions.one.extra", outputs=", ".join(chain.extra_outputs)) if chain.extra_outputs else "")
-                    + (t("fusions.one.measured", speedup=speedup, verdict=verdict_text(verdict))
+                    + (t("fusions.one.extra", outputs=plain(", ".join(chain.extra_outputs))) if chain.extra_outputs
+                       else "")
+                    + (t("fusions.one.measured", speedup=speedup, verdict=plain(verdict_text(verdict)))
                        if speedup is not None else ""))
         caveats = pattern_text(BY_NAME[chain.pattern], "caveats") if chain.pattern in BY_NAME else ()
         if caveats:  # the seed's warnings (numerics, inference only, not every fusion pays) where the choice is made
@@ -281,13 +280,11 @@ def _plan_section(model, detection) -> None:
     c = st.columns([1, 2])
     c[0].download_button(t("fusions.plan.download"), plan.to_json(), file_name=f"{model.name}.plan.json",
                          mime="application/json", key="plan_download")
-    c[1].file_uploader(t("fusions.plan.upload"), type=["json"], key="plan_file",
+    c[1].file_uploader(t("fusions.plan.upload"), key="plan_file",
                        on_change=ui_state.on_plan_upload)
-    if ss.plan_error:
-        # the state keeps it markdown-escaped (text from a file): translated unescaped, escaped again
-        error = _ESCAPED.sub(r"\1", str(ss.plan_error))
-        st.error(t("fusions.plan.error", error=ui_files.escape_markdown(message(error))))
-    elif ss.plan_notice:
+    if ss.plan_error:  # text from a file (the plan's, its name): translated, then shown as written
+        st.error(t("fusions.plan.error", error=plain(message(str(ss.plan_error)))))
+    elif ss.plan_notice:  # our sentence; the uploaded file's name in it is escaped (ui_state.on_plan_upload)
         st.success(message(ss.plan_notice))
 
 

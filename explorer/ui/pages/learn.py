@@ -37,6 +37,7 @@ from explorer.teaching import predict as teach_predict
 from explorer.teaching import readers
 from explorer.teaching import report as teach_report
 from explorer.ui import diagrams, tasks
+from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui import teaching_panels as panels
 from explorer.ui import state as ui_state
 from explorer.ui import teaching_views as views
@@ -222,7 +223,7 @@ def _tour(cur) -> None:
 
     seen = "seen" in done
     step(2, seen, t("tour.s2.title"))
-    st.markdown(t("tour.s2.body", chain=chain.title, ops=chain.ops_text))
+    st.markdown(t("tour.s2.body", chain=plain(chain.title), ops=code(chain.ops_text)))
     ex = teach_examples.traffic_example(graph, chain, "fp32")
     _before_after(diagrams.spec_for_example(ex, BY_NAME[chain.pattern].color))
     st.page_link("ui/pages/graph.py", label=t("tour.s2.link"), icon=":material/hub:")
@@ -306,7 +307,7 @@ def _patterns(cur) -> None:
             if misses:
                 st.markdown(f"**{t('learn.pattern.near_misses')}**")
                 for m in misses[:8]:
-                    st.markdown(f"- `{', '.join(m.nodes[:4])}`: {message(m.reason)}")
+                    st.markdown(f"- {code(', '.join(m.nodes[:4]))}: {plain(message(m.reason))}")
 
 
 def _steps_text(p) -> str:
@@ -325,7 +326,7 @@ def _examples(cur) -> None:
     st.markdown(f"### {t('ex.fold.title')}")
     bn = teach_examples.bn_chains(detection)
     if not bn:
-        st.caption(t("ex.fold.none", model=model.name))
+        st.caption(t("ex.fold.none", model=plain(model.name)))
     else:
         c1, c2 = st.columns([3, 1])
         chain_id = c1.selectbox(t("ex.fold.chain"), [c.id for c in bn], key="ex_fold_chain",
@@ -334,7 +335,7 @@ def _examples(cur) -> None:
         channel = int(c2.number_input(t("ex.fold.channel"), min_value=0, max_value=channels - 1, value=0, step=1,
                                       key="ex_fold_channel"))
         fold = _fold(spec.source, spec.batch, spec.seq_len, chain_id, channel)
-        st.markdown(t("ex.fold.values", chain=fold["title"], channel=channel, channels=channels))
+        st.markdown(t("ex.fold.values", chain=plain(fold["title"]), channel=channel, channels=channels))
         st.dataframe([
             {t("ex.col.symbol"): "γ", t("ex.col.meaning"): t("ex.sym.gamma"), t("ex.col.value"): f"{fold['gamma']:.6g}"},
             {t("ex.col.symbol"): "β", t("ex.col.meaning"): t("ex.sym.beta"), t("ex.col.value"): f"{fold['beta']:.6g}"},
@@ -362,7 +363,7 @@ def _examples(cur) -> None:
     if not found:
         st.caption(t("ex.bytes.none"))
     for family, ex in found.items():
-        st.markdown(f"#### {t('ex.bytes.family', family=t('family.' + family))} · `{ex.title}`")
+        st.markdown(f"#### {t('ex.bytes.family', family=t('family.' + family))} · {code(ex.title)}")
         rows = [{t("ex.col.version"): f"{o['kind']} ({o['origin']})", t("ex.col.reads"): human_bytes(o["reads"]),
                  t("ex.col.writes"): human_bytes(o["writes"])} for o in ex.ops]
         rows.append({t("ex.col.version"): t("ex.bytes.unfused_total", n=len(ex.ops)),
@@ -390,25 +391,25 @@ def _source_picker() -> tuple[str, dict | None]:
             c2.button(t("teach.report.open"), key="teach_open_committed", on_click=_on_open_committed)
         else:
             st.caption(t("teach.report.none_committed"))
-        st.file_uploader(t("teach.report.upload"), type=["json"], key="teach_report_file",
+        st.file_uploader(t("teach.report.upload"), key="teach_report_file",
                          on_change=_on_teaching_upload)
     if ss.get("teach_report_error"):
-        st.error(t("teach.report.error", error=ss.teach_report_error))
+        st.error(t("teach.report.error", error=plain(ss.teach_report_error)))
     opened = ss.get("teach_report")
     options = ["now"] + (["report"] if opened else [])
     if ss.get("teach_source") not in options:
         ss.teach_source = options[-1]
     source = st.radio(t("teach.source"), options, key="teach_source", horizontal=True,
                       format_func=lambda o, lang=current_language(): t_in(lang, "teach.source.now") if o == "now"
-                      else t_in(lang, "teach.source.report", name=opened[0]))
+                      else t_in(lang, "teach.source.report", name=plain(opened[0])))
     if source == "report" and opened:
         name, rep = opened
         models = [m["name"] for m in rep["models"]]
         chosen = st.selectbox(t("teach.report.model"), models, key="teach_model")
         entry = teach_report.model_entry(rep, chosen)
         env = rep.get("environment") or {}
-        st.caption(t("teach.report.caption", device=env.get("device_name") or env.get("device"),
-                     date=rep["date_utc"][:10], command=rep["command"], torch=env.get("torch")))
+        st.caption(t("teach.report.caption", device=plain(env.get("device_name") or env.get("device")),
+                     date=plain(rep["date_utc"][:10]), command=code(rep["command"]), torch=plain(env.get("torch"))))
         if env.get("is_cpu"):
             st.warning(t("teach.report.cpu"))
         return "report", entry
@@ -419,7 +420,7 @@ def _where_time_goes(cur) -> None:
     source, entry = _source_picker()
     if source == "report":
         if entry is None or "error" in entry:
-            st.error(t("teach.report.model_failed", error=(entry or {}).get("error", "")))
+            st.error(t("teach.report.model_failed", error=plain(message((entry or {}).get("error", "")))))
             return
         panels.breakdown_panel(entry.get("breakdown") or {}, entry["name"])
         panels.traffic_panel(entry.get("traffic") or {}, entry["name"])
@@ -440,7 +441,7 @@ def _where_time_goes(cur) -> None:
     if busy:
         _poll("profile")
     elif job is not None and job.error:
-        st.error(t("learn.task.failed", error=message(job.error)))
+        st.error(t("learn.task.failed", error=plain(message(job.error))))
     elif job is not None and job.result is not None:
         if job.key != key:
             st.caption(t("teach.bd.stale"))
@@ -477,11 +478,11 @@ def _predicted(cur) -> None:
     if ss.get("teach_source") == "report" and ss.get("teach_report"):
         entry = teach_report.model_entry(ss.teach_report[1], ss.get("teach_model") or "")
     if entry is not None and "error" not in entry:
-        ceilings = Ceilings.from_dict(ss.teach_report[1]["ceilings"])
+        ceilings = Ceilings.from_dict({"device_name": "?", **ss.teach_report[1]["ceilings"]})  # {}: none recorded
         dtype = entry["dtype"]
         rows = entry.get("comparison") or []
         predictions = entry.get("predictions") or []
-        st.caption(t("pred.from_report", model=entry["name"], name=ss.teach_report[0]))
+        st.caption(t("pred.from_report", model=plain(entry["name"]), name=plain(ss.teach_report[0])))
     else:
         if cur is None:
             st.info(t("learn.need_model"))
@@ -518,7 +519,7 @@ def _x(value: float | None) -> str:
 
 
 def _ceilings_box(c: Ceilings, dtype: str) -> None:
-    with st.expander(t("pred.ceilings.title", device=c.device_name), expanded=True):
+    with st.expander(t("pred.ceilings.title", device=plain(c.device_name)), expanded=True):
         peak, ridge = c.peak_flops(dtype), c.ridge(dtype)
         rows = [
             {t("pred.col.what"): t("pred.ceil.bandwidth"),
@@ -539,7 +540,7 @@ def _ceilings_box(c: Ceilings, dtype: str) -> None:
         st.dataframe(rows, hide_index=True, width="stretch")
         st.markdown(t("pred.model"))
         if c.sources.get("note"):
-            st.caption(message(c.sources["note"]))
+            st.caption(plain(message(c.sources["note"])))
 
 
 def _task_panel(name: str, cur, intro: str, start_label: str, settings: Callable[..., tuple[tuple, bool]],
@@ -573,7 +574,7 @@ def _task_panel(name: str, cur, intro: str, start_label: str, settings: Callable
     if job is None:
         return
     if job.error:
-        st.error(t("learn.task.failed", error=message(job.error)))
+        st.error(t("learn.task.failed", error=plain(message(job.error))))
         return
     show(job, detection)
 
@@ -645,8 +646,8 @@ def _bisect_result(job, detection) -> None:
     st.markdown(t("bisect.errors", unfused=r["unfused_rel_l2"] or 0.0, fused=r["fused_rel_l2"] or 0.0,
                   dtype=r["dtype"], device=r["device"], n=r["fused_models"]))
     if r["drifts"] and r["culprit"]:
-        st.error(t("bisect.culprit", chain=detection.chain(r["culprit"]).title if r["culprit"] in
-                   {c.id for c in detection.chains} else r["culprit"], id=r["culprit"]))
+        st.error(t("bisect.culprit", chain=plain(detection.chain(r["culprit"]).title if r["culprit"] in
+                   {c.id for c in detection.chains} else r["culprit"]), id=code(r["culprit"])))
     else:
         st.success(t("bisect.no_drift"))
     if r["ranked"]:
@@ -684,10 +685,10 @@ def page() -> None:
             try:
                 section(cur)
             except ExplorerError as exc:
-                st.error(message(str(exc)))
+                st.error(plain(message(str(exc))))
             except Exception as exc:  # one tab failing leaves the others usable
                 text = str(exc).strip().splitlines()
-                st.error(t("learn.tab_failed", error=f"{type(exc).__name__}: {text[0][:300] if text else ''}"))
+                st.error(t("learn.tab_failed", error=plain(f"{type(exc).__name__}: {text[0][:300] if text else ''}")))
 
 
 ui_state.guarded(page)

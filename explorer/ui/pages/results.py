@@ -30,7 +30,7 @@ import streamlit as st
 from explorer.ui import charts
 from explorer.ui import state as ui_state
 from explorer.ui import teaching_panels as panels
-from explorer.ui.files import escape_markdown as plain
+from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t
 from explorer.fusions.plan import gpu_slower_chains, slower_chains
@@ -75,7 +75,7 @@ def _open_saved_report() -> None:
             c1.selectbox(t("results.committed"), committed, key="results_committed")
             c2.button(t("results.open"), key="results_open_committed", on_click=ui_state.on_open_committed,
                       args=(RESULTS,))
-        st.file_uploader(t("results.upload"), type=["json"], key="report_file", on_change=ui_state.on_report_upload)
+        st.file_uploader(t("results.upload"), key="report_file", on_change=ui_state.on_report_upload)
     if ss.report_error:
         st.error(t("results.not_opened", error=plain(message(ss.report_error))))
     elif ss.report_notice:
@@ -110,7 +110,7 @@ def _teaching_report(name: str, rep: dict) -> None:
     st.subheader(t("results.teach.title", name=plain(name)))
     env = rep.get("environment") or {}
     st.caption(t("teach.report.caption", device=plain(env.get("device_name") or env.get("device")),
-                 date=plain(rep["date_utc"][:10]), command=plain(rep["command"]), torch=plain(env.get("torch"))))
+                 date=plain(rep["date_utc"][:10]), command=code(rep["command"]), torch=plain(env.get("torch"))))
     if env.get("is_cpu"):
         st.warning(t("teach.report.cpu"))
     st.markdown(t("results.teach.intro"))

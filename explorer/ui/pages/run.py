@@ -38,7 +38,7 @@ def page(spec, model, graph, detection) -> None:
     ss = st.session_state
     plan = ui_state.current_plan(detection)
     lang = current_language()
-    st.subheader(t("run.title", model=model.name))
+    st.subheader(t("run.title", model=plain(model.name)))
     st.markdown(t("run.plan", accepted=len(plan.accepted), total=len(detection.chains), device=ss.get("device"),
                   dtype=ss.get("dtype"), batch=spec.batch)
                 + (t("run.plan_seq", seq=spec.seq_len) if spec.seq_len else "")
