@@ -549,3 +549,196 @@ def test_channels_last_squeeze_excite_through_the_dynamo_exporter(tmp_path):
         counts[layout] = detect(build_graph(imported.gm, layout)).counts["squeeze_excite"]
         _assert_close(imported.gm(x), _run_ort(path, imported.input_names, [x]))
     assert counts == {"contiguous": 1, "channels_last": 1}
+
+
+# ---------------------------------------------------------------- ops real exports contain (issue 20)
+
+
+def _assert_same(ours, ref) -> None:
+    """Float outputs within RTOL of onnxruntime's; integer and boolean outputs equal."""
+    assert len(ours) == len(ref)
+    for got, want in zip(ours, ref):
+        if np.issubdtype(want.dtype, np.floating):
+            _assert_close([got], [want])
+        else:
+            assert got.detach().numpy().dtype == want.dtype
+            np.testing.assert_array_equal(got.detach().numpy(), want)
+
+
+def _check_against_ort(tmp_path, nodes, inputs: dict, outputs, inits=(), opset=18, name="model.onnx"):
+    """Save the graph, import it, run both on ``inputs`` (name -> array) and compare every output
+    (``outputs``: names of float outputs, or (name, TensorProto type) pairs)."""
+    infos = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+             for k, v in inputs.items()]
+    outs = [helper.make_tensor_value_info(*((o, TensorProto.FLOAT) if isinstance(o, str) else o), None)
+            for o in outputs]
+    path = _save(tmp_path, nodes, infos, outs, inits, opset=opset, name=name)
+    imported = import_onnx(path)
+    tensors = [torch.from_numpy(v) for v in inputs.values()]
+    with torch.no_grad():
+        ours = imported.gm(*tensors)
+    _assert_same(ours, _run_ort(path, list(inputs), tensors))
+    return imported
+
+
+def _targets(imported) -> list:
+    return [n.target for n in imported.gm.graph.nodes if n.op == "call_function"]
+
+
+BIG_INT = 2**63 - 1
+
+
+@pytest.mark.parametrize("case", [
+    # (starts, ends, axes, steps) on a (5, 7, 3) input: negative steps with out-of-range and negative bounds
+    ([-1], [-BIG_INT], [1], [-1]),                    # reverse the whole axis (torch's x.flip as GPT-style exports write it)
+    ([BIG_INT], [-BIG_INT], [0], [-2]),               # start past the end clamps to size-1
+    ([5], [1], [1], [-3]),                            # stops before index 1
+    ([-2, 6], [0, -9], [-1, 1], [-1, -2]),            # two axes, a negative axis, an end below -size
+    ([0], [3], [2], [-1]),                            # start below end with a negative step: empty
+    ([4, 1], [-BIG_INT, 6], [0, 1], [-1, 2]),         # a negative and a positive step together
+])
+def test_slice_with_negative_steps_matches_onnxruntime(tmp_path, case):
+    starts, ends, axes, steps = case
+    x = np.random.default_rng(1).standard_normal((5, 7, 3)).astype(np.float32)
+    inits = [_c("st", np.array(starts, np.int64)), _c("en", np.array(ends, np.int64)),
+             _c("ax", np.array(axes, np.int64)), _c("sp", np.array(steps, np.int64))]
+    nodes = [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"]),
+             helper.make_node("Add", ["y", "y"], ["z"])]  # an output that is not empty-by-construction
+    if case[0] == [0]:  # the empty result: compare shapes, the values are vacuous
+        imported = import_onnx(_save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                     [5, 7, 3])],
+                                     [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits))
+        (ours,) = imported.gm(torch.from_numpy(x))
+        (ref,) = _run_ort(imported_path := str(tmp_path / "model.onnx"), ["x"], [torch.from_numpy(x)])
+        assert imported_path and tuple(ours.shape) == ref.shape == (5, 7, 0)
+        return
+    imported = _check_against_ort(tmp_path, nodes, {"x": x}, ["z"], inits)
+    assert torch.ops.aten.flip.default in _targets(imported)
+
+
+def test_slice_with_a_zero_step_is_refused(tmp_path):
+    inits = [_c("st", np.array([0], np.int64)), _c("en", np.array([3], np.int64)),
+             _c("ax", np.array([0], np.int64)), _c("sp", np.array([0], np.int64))]
+    path = _save(tmp_path, [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    with pytest.raises(ModelLoadError, match="step of 0"):
+        import_onnx(path)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("axis", [1, -1])
+def test_cumsum_matches_onnxruntime(tmp_path, dtype, exclusive, reverse, axis):
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((3, 5, 4)) * 10).astype(dtype)
+    imported = _check_against_ort(
+        tmp_path, [helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)],
+        {"x": x}, [("y", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))], [_c("axis", np.array(axis, np.int64))])
+    assert torch.ops.aten.cumsum.default in _targets(imported)
+
+
+def test_isnan_and_isinf_match_onnxruntime(tmp_path):
+    x = np.random.default_rng(3).standard_normal((3, 7)).astype(np.float32)
+    x[0, 1], x[1, 2], x[2, 3], x[2, 6] = np.nan, np.inf, -np.inf, np.nan
+    nodes = [helper.make_node("IsNaN", ["x"], ["nan"]),
+             helper.make_node("IsInf", ["x"], ["inf"]),
+             helper.make_node("IsInf", ["x"], ["pos"], detect_negative=0),
+             helper.make_node("IsInf", ["x"], ["neg"], detect_positive=0),
+             helper.make_node("IsInf", ["x"], ["none"], detect_positive=0, detect_negative=0)]
+    imported = _check_against_ort(tmp_path, nodes, {"x": x},
+                                  [(n, TensorProto.BOOL) for n in ("nan", "inf", "pos", "neg", "none")], opset=20)
+    assert torch.ops.aten.isnan.default in _targets(imported)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_nd_matches_onnxruntime(tmp_path, reduction):
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal((5, 4, 3)).astype(np.float32)
+    rows = np.array([[3], [-1]], np.int64)                              # whole (4, 3) slabs; a negative index
+    cells = np.array([[0, 2], [4, 1], [0, 2] if reduction == "add" else [2, 3]], np.int64)  # duplicates add up
+    nodes = [helper.make_node("ScatterND", ["x", "rows", "u1"], ["a"], reduction=reduction),
+             helper.make_node("ScatterND", ["a", "cells", "u2"], ["b"], reduction=reduction),
+             helper.make_node("ScatterND", ["b", "ids", "u3"], ["c"], reduction=reduction)]  # indices from the graph
+    ids = np.array([[1, 0, 2], [2, 3, 1]], np.int64)
+    inits = [_c("rows", rows), _c("u1", rng.standard_normal((2, 4, 3)).astype(np.float32)),
+             _c("cells", cells), _c("u2", rng.standard_normal((3, 3)).astype(np.float32)),
+             _c("u3", rng.standard_normal(2).astype(np.float32))]
+    imported = _check_against_ort(tmp_path, nodes, {"x": data, "ids": ids}, ["c"], inits)
+    assert _targets(imported).count(torch.ops.aten.index_put.default) == 3
+
+
+def test_scatter_nd_with_other_reductions_is_refused(tmp_path):
+    path = _save(tmp_path, [helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction="mul")],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                 [_c("i", np.array([[1]], np.int64)), _c("u", np.ones((1, 2), np.float32))])
+    with pytest.raises(ModelLoadError, match="reduction='mul'"):
+        import_onnx(path)
+
+
+@pytest.mark.parametrize("op", ["ReduceL2", "ReduceL1", "ReduceSumSquare"])
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_norm_reductions_match_onnxruntime(tmp_path, op, opset, keepdims):
+    x = np.random.default_rng(5).standard_normal((2, 5, 3, 7)).astype(np.float32)
+    axes = [1, -1]
+    if opset >= 18:
+        node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+        inits = [_c("axes", np.array(axes, np.int64))]
+    else:
+        node = helper.make_node(op, ["x"], ["y"], keepdims=keepdims, axes=axes)
+        inits = []
+    all_axes = helper.make_node(op, ["x"], ["whole"], keepdims=keepdims)
+    imported = _check_against_ort(tmp_path, [node, all_axes], {"x": x}, ["y", "whole"], inits, opset=opset)
+    if op != "ReduceSumSquare":
+        assert torch.ops.aten.linalg_vector_norm.default in _targets(imported)
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 7), (2, 3, 6, 7)]),         # attention scores as MaxViT writes them
+    ("...ij, jk -> ...ik", [(2, 3, 5, 4), (4, 6)]),           # an ellipsis, and spaces
+    ("ij->ji", [(5, 3)]),
+    ("bij,bjk", [(2, 3, 4), (2, 4, 5)]),                      # implicit output
+])
+def test_einsum_matches_onnxruntime(tmp_path, equation, shapes):
+    rng = np.random.default_rng(6)
+    names = [f"x{i}" for i in range(len(shapes))]
+    inputs = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes)}
+    imported = _check_against_ort(tmp_path, [helper.make_node("Einsum", names, ["y"], equation=equation)],
+                                  inputs, ["y"], opset=12)
+    assert torch.ops.aten.einsum.default in _targets(imported)
+
+
+def test_einsum_with_an_odd_equation_is_refused(tmp_path):
+    path = _save(tmp_path, [helper.make_node("Einsum", ["x"], ["y"], equation="ij->j\ni")],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], opset=12)
+    with pytest.raises(ModelLoadError, match="Einsum equation"):
+        import_onnx(path)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 4, 9), (2, 3, 2, 3, 5)])
+def test_instance_normalization_matches_onnxruntime(tmp_path, shape):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    c = shape[1]
+    inits = [_c("s", rng.standard_normal(c).astype(np.float32)), _c("b", rng.standard_normal(c).astype(np.float32))]
+    imported = _check_against_ort(
+        tmp_path, [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-3)],
+        {"x": x}, ["y"], inits)
+    assert torch.ops.aten.instance_norm.default in _targets(imported)
+
+
+def test_folded_weight_transposes_keep_their_own_weights(tmp_path):
+    """Each ``Gemm(x, W)`` with ``transB=0`` folds ``W^T`` at import time; a folded temporary must never be
+    taken for another one whose memory it reuses (an ``id`` reused by CPython gave a later Gemm an earlier
+    Gemm's weight: same shape, wrong values, silently)."""
+    rng = np.random.default_rng(8)
+    nodes, inits, prev = [], [], "x"
+    for i in range(6):
+        nodes.append(helper.make_node("Gemm", [prev, f"w{i}"], [f"h{i}"]))
+        inits.append(_c(f"w{i}", rng.standard_normal((5, 5)).astype(np.float32)))
+        prev = f"h{i}"
+    _check_against_ort(tmp_path, nodes, {"x": rng.standard_normal((3, 5)).astype(np.float32)}, [prev], inits)
