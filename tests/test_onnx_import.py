@@ -856,3 +856,56 @@ def test_a_long_int_list_constant_is_sized_before_it_is_converted(tmp_path, monk
     assert peak_refused < 30 * n, f"refused at {peak_refused / MiB:.0f} MiB for {n} ints (the parse alone)"
     x = torch.zeros(n)
     assert torch.equal(imported.gm(x)[0][:5], torch.arange(5.0))
+
+
+# ---------------------------------------------------------------- module paths from the file (issue 26)
+
+
+def _node_with_metadata(props: dict) -> onnx.NodeProto:
+    node = helper.make_node("Relu", ["x"], ["y"], name="node_relu_7")
+    for key, value in props.items():
+        entry = node.metadata_props.add()
+        entry.key, entry.value = key, value
+    return node
+
+
+def test_module_stack_reads_the_dynamo_exporters_name_scopes():
+    from explorer.sources.onnx_import import module_stack
+
+    node = _node_with_metadata({
+        "pkg.torch.onnx.name_scopes": "['', 'layer1', 'layer1.0', 'layer1.0.relu', 'relu_1']",
+        "pkg.torch.onnx.class_hierarchy": "['ResNet', 'Sequential', 'BasicBlock', 'ReLU', 'aten.relu.default']",
+    })
+    assert module_stack(node) == {"layer1": ("layer1", "Sequential"), "layer1.0": ("layer1.0", "BasicBlock"),
+                                  "layer1.0.relu": ("layer1.0.relu", "ReLU")}
+    # an op of the root module has no module path: the node keeps its ONNX name
+    assert module_stack(_node_with_metadata({"pkg.torch.onnx.name_scopes": "['', 'add']"})) is None
+
+
+@pytest.mark.parametrize("text", [
+    "__import__('os').system('touch /tmp/pwned')",     # code is not a literal
+    "['a', ['b']]", "['a', 3]", "{'a': 1}", "'a'",    # not a list of strings
+    "[" + "'x', " * 100 + "'y']",                       # too many scopes
+    "['" + "a" * 600 + "', 'op']",                      # a name too long
+    "['', 'a." + "b" * 20000 + "', 'op']",              # a value too long to read
+    "[" * 150 + "]" * 150,                               # deep nesting
+    "['unterminated",
+])
+def test_module_stack_ignores_metadata_that_is_not_a_short_list_of_names(text):
+    from explorer.sources.onnx_import import module_stack
+
+    assert module_stack(_node_with_metadata({"pkg.torch.onnx.name_scopes": text})) is None
+
+
+def test_module_paths_from_metadata_name_the_graph_nodes(tmp_path):
+    """A node's recorded module path becomes its origin (and its control characters stay as data); a node
+    without one keeps its ONNX name."""
+    from explorer.graph.build import build_graph
+
+    named = _node_with_metadata({"pkg.torch.onnx.name_scopes": "['', 'blocks.0', 'blocks.0.act\\n](x)', 'relu']"})
+    plain = helper.make_node("Sigmoid", ["y"], ["z"], name="node_sigmoid_3")
+    path = _save(tmp_path, [named, plain], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                 [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    g = build_graph(import_onnx(path).gm, "m")
+    origins = sorted(a["origin"] for _, a in g.nodes(data=True) if a["kind"] in ("relu", "sigmoid"))
+    assert origins == ["blocks.0.act\n](x)", "node_sigmoid_3"]

@@ -27,7 +27,15 @@ them back so that one pattern finds a chain from either source: ``MatMul`` +
 ``as_strided`` of a pooled tensor) is a ``reshape``.
 
 Every ``call_function`` node carries ``meta["onnx_name"]`` (the ONNX node it
-came from) and ``meta["val"]`` (a meta-device tensor with its shape and dtype).
+came from) and ``meta["val"]`` (a meta-device tensor with its shape and dtype);
+where the file records the module an ONNX node came from (torch's dynamo exporter
+writes ``pkg.torch.onnx.name_scopes``), also ``meta["nn_module_stack"]`` in
+torch.export's form, so chains are named by module paths from either source.
+
+Every value made at import time (a folded constant, a ``Range``, a list attribute)
+is sized from its declaration and reserved against the memory budget
+(``sources/limits.py``) before it is allocated; output counts (``Split``) are
+checked against the node's own outputs before any list of that length is made.
 """
 
 from __future__ import annotations
@@ -342,6 +350,7 @@ class _Builder:
         self.attr_nodes: dict[int, tuple[torch.Tensor, torch.fx.Node]] = {}
         self.buffer_names: set[str] = set()
         self.onnx_name = ""
+        self.module_stack: dict[str, tuple[str, str]] | None = None  # the current node's, from its metadata
         self.current_outputs = 0
         self.constant_bytes = 0  # weights and every value folded at import time, kept in self.env
 
@@ -408,12 +417,16 @@ class _Builder:
         node = self.graph.call_function(target, tuple(args), kwargs)
         node.meta["val"] = val
         node.meta["onnx_name"] = self.onnx_name
+        if self.module_stack:
+            node.meta["nn_module_stack"] = dict(self.module_stack)
         if isinstance(val, (list, tuple)):
             items = []
             for i, v in enumerate(val):
                 item = self.graph.call_function(operator.getitem, (node, i))
                 item.meta["val"] = v
                 item.meta["onnx_name"] = self.onnx_name
+                if self.module_stack:
+                    item.meta["nn_module_stack"] = dict(self.module_stack)
                 items.append(item)
             return items
         return node
@@ -460,6 +473,7 @@ class _Builder:
 
         for node in graph.node:
             self.onnx_name = node.name or f"{node.op_type}:{node.output[0] if node.output else ''}"
+            self.module_stack = module_stack(node)
             ins = [self.env[n] if n else None for n in node.input]
             attrs = _attributes(node, self)
             self.current_outputs = len(node.output)
@@ -506,6 +520,51 @@ class _Builder:
             input_dtypes=dtypes,
             opset=self.opset,
         )
+
+
+NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
+_METADATA_TEXT_MAX = 16384  # characters of one metadata value read; a longer one is ignored
+_SCOPE_MAX, _SCOPE_NAME_MAX = 64, 512
+
+
+def _string_list(text: str | None) -> list[str] | None:
+    """A metadata value written as a Python list of strings (``"['', 'layer1', 'layer1.0']"``), or None.
+
+    The text comes from the file: it is read only when short, by ``ast.literal_eval`` (literals, never
+    code), and kept only if it is a short list of short strings. The strings stay data (any character,
+    escaped where they are shown)."""
+    import ast
+
+    if not isinstance(text, str) or len(text) > _METADATA_TEXT_MAX:
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    if (not isinstance(value, list) or len(value) > _SCOPE_MAX
+            or not all(isinstance(v, str) and len(v) <= _SCOPE_NAME_MAX for v in value)):
+        return None
+    return value
+
+
+def module_stack(node) -> dict[str, tuple[str, str]] | None:
+    """The module path an ONNX node came from, in the form of torch.export's ``nn_module_stack``
+    (``{path: (path, class name)}``, outermost first), when the file records it; else None.
+
+    torch's dynamo exporter writes ``pkg.torch.onnx.name_scopes`` on each node: the module paths from the
+    root (``''``) inwards, then the op's own name (``['', 'layer1', 'layer1.0', 'layer1.0.conv1',
+    'conv2d_1']``), and ``pkg.torch.onnx.class_hierarchy`` beside it with each scope's class. With it,
+    chains from an ONNX file are named as on the torch side (``layer1.0: conv1 → bn1 → relu``), not by
+    node ids (``node_Conv_786``)."""
+    props = {p.key: p.value for p in node.metadata_props if p.key in (NAME_SCOPES_KEY, CLASS_HIERARCHY_KEY)}
+    scopes = _string_list(props.get(NAME_SCOPES_KEY))
+    if not scopes or len(scopes) < 2:
+        return None
+    classes = _string_list(props.get(CLASS_HIERARCHY_KEY)) or []
+    stack = {path: (path, classes[i] if i < len(classes) else "")
+             for i, path in enumerate(scopes[:-1]) if path}
+    return stack or None
 
 
 def _canonicalize_linear(graph: torch.fx.Graph, root: torch.nn.Module) -> None:
