@@ -851,6 +851,11 @@ def _variadic(b, ins, target):
 @_op("Div")
 def _div(b, ins, attrs):
     x, y = ins
+    if (isinstance(x, torch.Tensor) and x.numel() == 1 and x.dtype == _dtype(y) and x.is_floating_point()
+            and _is_node(y) and x.dim() <= len(_shape(y)) and float(x.reshape(-1)[0]) == 1.0):
+        # 1 / y is how the TorchScript exporter writes torch.rsqrt's reciprocal (Div(1, Sqrt(v))); ATen's
+        # reciprocal is the same division, and RMSNorm's pattern reads reciprocal(sqrt) as rsqrt
+        return b.call(aten.reciprocal.default, y)
     if _dtype(x).is_floating_point:
         return b.call(aten.div.Tensor, x, _scalar_or(y, x))
     return b.call(aten.div.Tensor_mode, x, y, rounding_mode="trunc")
