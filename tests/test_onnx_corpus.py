@@ -226,3 +226,77 @@ def test_resnet18_chains_from_the_dynamo_exporter_are_named_by_module_paths(tmp_
     (ref,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {imported.input_names[0]:
                                                                                       x.numpy()})
     np.testing.assert_allclose(ours.numpy(), ref, rtol=RTOL, atol=RTOL * float(np.abs(ref).max()))
+
+
+# ---------------------------------------------------------------- torchvision's Swin, Swin-V2 and MaxViT, small
+
+
+def _swin(v2: bool = False):
+    from torchvision.models import swin_transformer as S
+
+    extra = dict(block=S.SwinTransformerBlockV2, downsample_layer=S.PatchMergingV2) if v2 else {}
+    return S.SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[4, 4],
+                             num_classes=10, **extra)
+
+
+def _maxvit():
+    from torchvision.models import maxvit
+
+    return maxvit.MaxVit(input_size=(64, 64), stem_channels=8, partition_size=4, block_channels=[16, 32],
+                         block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10)
+
+
+STAGES = 2  # every model below: two stages of one layer (MaxViT) or of two blocks, plain then shifted (Swin)
+VISION = {
+    # Swin: per block an MLP Linear+GELU and the attention sum into norm2; the MLP sum into the next block's
+    # norm1 within a stage, and into the final norm after the last (the patch merging's cat comes between
+    # otherwise): 3 per stage, one more at the end. A plain block's scores are MatMul+Softmax; a shifted
+    # block's bias and mask make two adds, an elementwise chain (the attention form issue 20 lists as missed).
+    # The ScatterND writes the shifted windows' mask.
+    "swin": (lambda: _swin(), "ScatterND",
+             {"add_layer_norm": 3 * STAGES + 1, "linear_act": 2 * STAGES, "matmul_softmax": STAGES,
+              "elementwise_chain": STAGES}, {}),
+    # Swin-V2 is post-norm (no Add+LayerNorm but the last stage's final norm) and normalises q and k
+    # (ReduceL2). Its continuous position-bias MLP and logit scale read only parameters: the importer folds
+    # them into constants, so no Linear+ReLU of cpb_mlp is left, and every block's scores (scaled by that
+    # constant) are MatMul+Softmax, the shifted ones followed by an elementwise bias+mask chain; the
+    # normalisations are elementwise chains too. (torch.export keeps both computations; not compared here.)
+    "swin_v2": (lambda: _swin(v2=True), "ReduceL2",
+                {"add_layer_norm": 1, "linear_act": 2 * STAGES, "matmul_softmax": STAGES,
+                 "elementwise_chain": 5 * STAGES}, None),
+    # MaxViT: the stem's Conv+BN+GELU, per layer MBConv's two Conv+BN+GELU, its squeeze-excite and its
+    # projection + residual (Conv+Add), then block and grid attention, each an Add+LayerNorm and an MLP
+    # Linear+GELU, and the head's Linear+Tanh. The exporter folds BatchNorm into the convolutions (torch.export
+    # keeps it: conv_bn_act there). Its attention is an Einsum: no MatMul+Softmax (a gap issue 20 lists).
+    "maxvit": (_maxvit, "Einsum",
+               {"conv_act": 1 + 2 * STAGES, "squeeze_excite": STAGES, "conv_add": STAGES,
+                "add_layer_norm": 2 * STAGES, "linear_act": 2 * STAGES + 1},
+               {"conv_act": -(1 + 2 * STAGES), "conv_bn_act": 1 + 2 * STAGES}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VISION))
+def test_torchvision_window_attention_models_import_and_detect(tmp_path, name):
+    """Through the TorchScript exporter (the dynamo exporter writes the same ops, at ten times the export
+    time on this machine): the op each was refused for, a match with onnxruntime, the pinned counts, and
+    torch.export's where stated."""
+    build, op, expected, torch_differs = VISION[name]
+    torch.manual_seed(0)
+    model = build().eval()
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    path = str(tmp_path / f"{name}.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), path, dynamo=False)
+    assert op in {n.op_type for n in onnx.load(path).graph.node}
+    imported = import_onnx(path)
+    with torch.no_grad():
+        (ours,) = imported.gm(x)
+    (ref,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {imported.input_names[0]:
+                                                                                      x.numpy()})
+    np.testing.assert_allclose(ours.numpy(), ref, rtol=RTOL, atol=RTOL * float(np.abs(ref).max()))
+    assert _nonzero(detect(build_graph(imported.gm, name)).counts) == expected
+    if torch_differs is not None:
+        captured = torch.export.export(model, (x,)).module()
+        want = _nonzero({k: expected.get(k, 0) + torch_differs.get(k, 0) for k in set(expected) | set(torch_differs)})
+        assert _nonzero(detect(build_graph(captured, name)).counts) == want
