@@ -909,3 +909,24 @@ def test_module_paths_from_metadata_name_the_graph_nodes(tmp_path):
     g = build_graph(import_onnx(path).gm, "m")
     origins = sorted(a["origin"] for _, a in g.nodes(data=True) if a["kind"] in ("relu", "sigmoid"))
     assert origins == ["blocks.0.act\n](x)", "node_sigmoid_3"]
+
+
+def test_group_norm_through_the_torchscript_exporter_matches_onnxruntime(tmp_path):
+    """The TorchScript exporter writes ``nn.GroupNorm`` (PoolFormer's norm) as Reshape + InstanceNormalization
+    + Reshape + Mul + Add; imported, it computes what onnxruntime does."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 6, 3), nn.GroupNorm(1, 6), nn.GroupNorm(3, 6)).eval()
+    with torch.no_grad():
+        for norm in model[1:]:
+            norm.weight.normal_()
+            norm.bias.normal_()
+    x = torch.randn(2, 3, 7, 9)
+    path = str(tmp_path / "group_norm.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), path, dynamo=False)
+    assert "InstanceNormalization" in {n.op_type for n in onnx.load(path).graph.node}
+    imported = import_onnx(path)
+    assert torch.ops.aten.instance_norm.default in _targets(imported)
+    with torch.no_grad():
+        _assert_close(imported.gm(x), _run_ort(path, imported.input_names, [x]))

@@ -1369,9 +1369,9 @@ def _gather(b, ins, attrs):
 
 def _in_order(idx: torch.Tensor, count: int, chunk: int = 1 << 16) -> bool:
     """Whether ``idx`` holds 0, 1, ..., count-1 in order, compared a chunk at a time (no full-size copy)."""
-    if idx.numel() != count:
+    if idx.numel() != count or not idx.is_contiguous():  # (a non-contiguous one would be copied whole)
         return False
-    flat = idx.reshape(-1)
+    flat = idx.view(-1)
     for start in range(0, count, chunk):
         part = flat[start:start + chunk]
         if not torch.equal(part, torch.arange(start, start + part.numel(), dtype=idx.dtype)):
