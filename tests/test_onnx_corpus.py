@@ -9,7 +9,8 @@ seeded random weights, exported with ``torch.onnx.export`` (the dynamo exporter,
 - detection finds the chains the architecture has, derived from its layer count ``L`` below, from
   either exporter, and the same chains as on the model's ``torch.export`` capture except where the
   two captures differ for a stated reason (``TORCH_DIFFERS``);
-- chains from a dynamo-exported file are named by the module paths it records, as on the torch side.
+- chains from an exported file are named by module paths, as on the torch side (from the dynamo
+  exporter's metadata, or the TorchScript exporter's scoped node names).
 
 Default (SDPA) attention, as a user exports it: the dynamo exporter writes it with ``IsNaN`` guards,
 RoBERTa's position ids with ``CumSum`` (the ops the importer refused before).
@@ -177,9 +178,8 @@ def test_public_transformers_import_compute_and_detect_as_their_architecture_say
         np.testing.assert_allclose(ours.numpy(), ref, rtol=RTOL, atol=RTOL * scale, err_msg=f"{name} {exporter}")
         det = detect(build_graph(imported.gm, name))
         assert _nonzero(det.counts) == expected, f"{name} through the {exporter} exporter"
-        if exporter == "dynamo":  # named by the module paths the file records, never by node ids
-            names = [chain_name(c) for c in det.chains]
-            assert not [n for n in names if "node_" in n], names
+        names = [chain_name(c) for c in det.chains]  # by module paths, never by node ids or scoped names
+        assert not [n for n in names if "node_" in n or "/" in n], names
     captured = torch.export.export(model, args).module()
     torch_counts = _nonzero(detect(build_graph(captured, name)).counts)
     want = _nonzero({k: expected.get(k, 0) + spec.torch_differs.get(k, 0)
@@ -197,7 +197,7 @@ def test_the_ops_the_importer_refused_are_in_these_exports(corpus):
     assert {"CumSum", "IsNaN"} <= ops("roberta", "dynamo") and "CumSum" in ops("roberta", "torchscript")
 
 
-def test_resnet18_chains_from_the_dynamo_exporter_are_named_by_module_paths(tmp_path):
+def test_resnet18_chains_from_both_exporters_are_named_by_module_paths(tmp_path):
     """ResNet-18 through the dynamo exporter: its chains read as on the torch side ("layer1.0: bn2 → add →
     relu"), not by node ids. The exporter's optimiser folds each BatchNorm into its convolution and the
     folded Conv keeps the BatchNorm's path (the file records no other), so where torch.export names
@@ -218,9 +218,16 @@ def test_resnet18_chains_from_the_dynamo_exporter_are_named_by_module_paths(tmp_
     assert onnx_names == sorted(["bn1 → relu"] + [f"{b}: bn1 → relu" for b in blocks]
                                 + [f"{b}: bn2 → add → relu" for b in blocks])
     torch_chains = detect(build_graph(torch.export.export(model, (x,)).module(), "resnet18")).chains
-    from_torch = sorted(chain_name(c).replace("conv1 → ", "").replace("conv2 → ", "")
-                        for c in torch_chains if c.pattern in ("conv_bn_act", "conv_bn_add_act"))
-    assert from_torch == onnx_names
+    torch_names = [chain_name(c) for c in torch_chains if c.pattern in ("conv_bn_act", "conv_bn_add_act")]
+    assert sorted(n.replace("conv1 → ", "").replace("conv2 → ", "") for n in torch_names) == onnx_names
+    # the TorchScript exporter records no metadata; its node names (/layer1/layer1.0/conv2/Conv) give the
+    # paths, and its folded Conv keeps the convolution's name: "layer1.0: conv2 → add → relu"
+    script_path = str(tmp_path / "resnet18_ts.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), script_path, dynamo=False)
+    script_names = sorted(chain_name(c) for c in detect(build_graph(import_onnx(script_path).gm, "r")).chains)
+    assert script_names == sorted(n.replace(" → bn1", "").replace(" → bn2", "") for n in torch_names)
     with torch.no_grad():
         (ours,) = imported.gm(x)
     (ref,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {imported.input_names[0]:

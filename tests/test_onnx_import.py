@@ -930,3 +930,20 @@ def test_group_norm_through_the_torchscript_exporter_matches_onnxruntime(tmp_pat
     assert torch.ops.aten.instance_norm.default in _targets(imported)
     with torch.no_grad():
         _assert_close(imported.gm(x), _run_ort(path, imported.input_names, [x]))
+
+
+@pytest.mark.parametrize("name, seen, path", [
+    ("/model/encoder/layer.0/attention/self/query/MatMul", set(), "model.encoder.layer.0.attention.self.query"),
+    ("/layer1/layer1.0/conv1/Conv", set(), "layer1.0.conv1"),                 # a container's child: "<container>.<i>"
+    ("/features/features.1/features.1.0/attn/MatMul_1", set(), "features.1.0.attn"),
+    ("/layer1/layer1.0/relu_1/Relu", {"layer1.0.relu"}, "layer1.0.relu"),     # the second call of layer1.0.relu
+    ("/layer1/layer1.0/relu_1/Relu", set(), "layer1.0.relu_1"),               # no first call seen: kept as written
+    ("/conv1/Conv", set(), "conv1"),
+    ("/Add", set(), None), ("Identity_30", set(), None), ("node_Conv_786", set(), None),
+    ("//Add", set(), None), ("/a//b/Add", set(), None),
+])
+def test_torchscript_node_names_give_module_paths(name, seen, path):
+    from explorer.sources.onnx_import import module_stack
+
+    stack = module_stack(helper.make_node("Relu", ["x"], ["y"], name=name), set(seen))
+    assert (list(stack)[-1] if stack else None) == path

@@ -29,7 +29,8 @@ them back so that one pattern finds a chain from either source: ``MatMul`` +
 Every ``call_function`` node carries ``meta["onnx_name"]`` (the ONNX node it
 came from) and ``meta["val"]`` (a meta-device tensor with its shape and dtype);
 where the file records the module an ONNX node came from (torch's dynamo exporter
-writes ``pkg.torch.onnx.name_scopes``), also ``meta["nn_module_stack"]`` in
+writes ``pkg.torch.onnx.name_scopes``; the TorchScript exporter's node names are
+scoped, ``/layer1/layer1.0/conv1/Conv``), also ``meta["nn_module_stack"]`` in
 torch.export's form, so chains are named by module paths from either source.
 
 Every value made at import time (a folded constant, a ``Range``, a list attribute)
@@ -351,6 +352,7 @@ class _Builder:
         self.buffer_names: set[str] = set()
         self.onnx_name = ""
         self.module_stack: dict[str, tuple[str, str]] | None = None  # the current node's, from its metadata
+        self.scopes: set[str] = set()  # module paths read from TorchScript-style node names so far
         self.current_outputs = 0
         self.constant_bytes = 0  # weights and every value folded at import time, kept in self.env
 
@@ -473,7 +475,7 @@ class _Builder:
 
         for node in graph.node:
             self.onnx_name = node.name or f"{node.op_type}:{node.output[0] if node.output else ''}"
-            self.module_stack = module_stack(node)
+            self.module_stack = module_stack(node, self.scopes)
             ins = [self.env[n] if n else None for n in node.input]
             attrs = _attributes(node, self)
             self.current_outputs = len(node.output)
@@ -548,7 +550,7 @@ def _string_list(text: str | None) -> list[str] | None:
     return value
 
 
-def module_stack(node) -> dict[str, tuple[str, str]] | None:
+def module_stack(node, scopes: set[str] | None = None) -> dict[str, tuple[str, str]] | None:
     """The module path an ONNX node came from, in the form of torch.export's ``nn_module_stack``
     (``{path: (path, class name)}``, outermost first), when the file records it; else None.
 
@@ -556,15 +558,50 @@ def module_stack(node) -> dict[str, tuple[str, str]] | None:
     root (``''``) inwards, then the op's own name (``['', 'layer1', 'layer1.0', 'layer1.0.conv1',
     'conv2d_1']``), and ``pkg.torch.onnx.class_hierarchy`` beside it with each scope's class. With it,
     chains from an ONNX file are named as on the torch side (``layer1.0: conv1 → bn1 → relu``), not by
-    node ids (``node_Conv_786``)."""
+    node ids (``node_Conv_786``). Without it, a TorchScript-exporter node name is read (``scopes``: the
+    paths read so far, see ``_scoped_name``)."""
     props = {p.key: p.value for p in node.metadata_props if p.key in (NAME_SCOPES_KEY, CLASS_HIERARCHY_KEY)}
-    scopes = _string_list(props.get(NAME_SCOPES_KEY))
-    if not scopes or len(scopes) < 2:
+    scopes_meta = _string_list(props.get(NAME_SCOPES_KEY))
+    if not scopes_meta:
+        return _scoped_name(node.name, scopes) if scopes is not None else None
+    if len(scopes_meta) < 2:
         return None
     classes = _string_list(props.get(CLASS_HIERARCHY_KEY)) or []
     stack = {path: (path, classes[i] if i < len(classes) else "")
-             for i, path in enumerate(scopes[:-1]) if path}
+             for i, path in enumerate(scopes_meta[:-1]) if path}
     return stack or None
+
+
+_SCOPED_NAME = re.compile(r"(?:/[^/]+){2,64}")
+
+
+def _scoped_name(name: str, scopes: set[str]) -> dict[str, tuple[str, str]] | None:
+    """The module path in a TorchScript-exporter node name: ``/model/encoder/layer.0/attention/self/query/
+    MatMul`` is ``model.encoder.layer.0.attention.self.query``, ``/layer1/layer1.0/conv1/Conv`` is
+    ``layer1.0.conv1`` (a container's child is written ``<container>.<index>``, so a segment that starts
+    with the one before it and a dot adds only its tail).
+
+    The exporter names a module's second call ``relu_1``: a last segment ``<name>_<n>`` whose ``<name>``
+    was already read under the same parent is that module. Paths read are added to ``scopes``."""
+    if len(name) > _METADATA_TEXT_MAX or not _SCOPED_NAME.fullmatch(name):
+        return None
+    segments = name.split("/")[1:-1]
+    parts: list[str] = []
+    for i, seg in enumerate(segments):
+        prev = segments[i - 1] if i else None
+        if prev is not None and seg.startswith(prev + ".") and len(seg) > len(prev) + 1:
+            parts.append(seg[len(prev) + 1:])
+        else:
+            parts.append(seg)
+    repeat = re.fullmatch(r"(.+)_\d+", parts[-1])
+    if repeat and ".".join(parts[:-1] + [repeat.group(1)]) in scopes:
+        parts[-1] = repeat.group(1)
+    stack: dict[str, tuple[str, str]] = {}
+    for i in range(len(parts)):
+        path = ".".join(parts[: i + 1])
+        stack[path] = (path, "")
+        scopes.add(path)
+    return stack
 
 
 def _canonicalize_linear(graph: torch.fx.Graph, root: torch.nn.Module) -> None:
