@@ -48,15 +48,16 @@ def ensure_shapes(gm: torch.fx.GraphModule, example_inputs: Iterable[torch.Tenso
 
 
 def origin_of(node: torch.fx.Node) -> str:
-    """Where a node came from: the innermost module path, an ONNX node name, or its own name."""
-    if "onnx_name" in node.meta and node.meta["onnx_name"]:
-        return str(node.meta["onnx_name"])
+    """Where a node came from: the innermost module path (torch.export's, or the one an ONNX file
+    records), else an ONNX node name, else its own name."""
     stack = node.meta.get("nn_module_stack")
     if stack:
         path = list(stack.values())[-1][0]
         path = str(path).replace("L['self'].", "").replace("L__self__.", "")
         if path:
             return path
+    if "onnx_name" in node.meta and node.meta["onnx_name"]:
+        return str(node.meta["onnx_name"])
     return node.name
 
 

@@ -27,7 +27,16 @@ them back so that one pattern finds a chain from either source: ``MatMul`` +
 ``as_strided`` of a pooled tensor) is a ``reshape``.
 
 Every ``call_function`` node carries ``meta["onnx_name"]`` (the ONNX node it
-came from) and ``meta["val"]`` (a meta-device tensor with its shape and dtype).
+came from) and ``meta["val"]`` (a meta-device tensor with its shape and dtype);
+where the file records the module an ONNX node came from (torch's dynamo exporter
+writes ``pkg.torch.onnx.name_scopes``; the TorchScript exporter's node names are
+scoped, ``/layer1/layer1.0/conv1/Conv``), also ``meta["nn_module_stack"]`` in
+torch.export's form, so chains are named by module paths from either source.
+
+Every value made at import time (a folded constant, a ``Range``, a list attribute)
+is sized from its declaration and reserved against the memory budget
+(``sources/limits.py``) before it is allocated; output counts (``Split``) are
+checked against the node's own outputs before any list of that length is made.
 """
 
 from __future__ import annotations
@@ -337,9 +346,13 @@ class _Builder:
         self.root = torch.nn.Module()
         self.env: dict[str, Value] = {}
         self.const_names: dict[int, str] = {}  # id(constant tensor) -> ONNX value name
-        self.attr_nodes: dict[int, torch.fx.Node] = {}
+        # id(constant) -> (the constant, its get_attr node); the constant is held so that its id cannot be
+        # reused by a later temporary (a folded weight transpose) while the entry exists
+        self.attr_nodes: dict[int, tuple[torch.Tensor, torch.fx.Node]] = {}
         self.buffer_names: set[str] = set()
         self.onnx_name = ""
+        self.module_stack: dict[str, tuple[str, str]] | None = None  # the current node's, from its metadata
+        self.scopes: set[str] = set()  # module paths read from TorchScript-style node names so far
         self.current_outputs = 0
         self.constant_bytes = 0  # weights and every value folded at import time, kept in self.env
 
@@ -348,6 +361,11 @@ class _Builder:
         self.constant_bytes += int(nbytes)
         limits.check_budget(self.constant_bytes, f"{os.path.basename(self.path)}: {what} (with the weights "
                                                  "and the values folded before it)")
+
+    def fits(self, nbytes: int, what: str) -> None:
+        """Refuse if ``nbytes`` more (held only for a moment) would pass the memory budget."""
+        limits.check_budget(self.constant_bytes + int(nbytes), f"{os.path.basename(self.path)}: {what} (with "
+                                                                "the weights and the values folded before it)")
 
     def _reserve_eager(self, target, args, kwargs) -> None:
         """Before folding ``target`` on constants, compute its output on the meta device (no data)
@@ -374,7 +392,7 @@ class _Builder:
     def get_attr(self, t: torch.Tensor) -> torch.fx.Node:
         key = id(t)
         if key in self.attr_nodes:
-            return self.attr_nodes[key]
+            return self.attr_nodes[key][1]
         base = _sanitize(self.const_names.get(key, "const"))
         name, i = base, 1
         while name in self.buffer_names or hasattr(self.root, name):
@@ -383,7 +401,7 @@ class _Builder:
         self.root.register_buffer(name, t.contiguous())
         node = self.graph.get_attr(name)
         node.meta["val"] = t.to("meta")
-        self.attr_nodes[key] = node
+        self.attr_nodes[key] = (t, node)
         return node
 
     def call(self, target, *args, **kwargs):
@@ -401,12 +419,16 @@ class _Builder:
         node = self.graph.call_function(target, tuple(args), kwargs)
         node.meta["val"] = val
         node.meta["onnx_name"] = self.onnx_name
+        if self.module_stack:
+            node.meta["nn_module_stack"] = dict(self.module_stack)
         if isinstance(val, (list, tuple)):
             items = []
             for i, v in enumerate(val):
                 item = self.graph.call_function(operator.getitem, (node, i))
                 item.meta["val"] = v
                 item.meta["onnx_name"] = self.onnx_name
+                if self.module_stack:
+                    item.meta["nn_module_stack"] = dict(self.module_stack)
                 items.append(item)
             return items
         return node
@@ -453,8 +475,9 @@ class _Builder:
 
         for node in graph.node:
             self.onnx_name = node.name or f"{node.op_type}:{node.output[0] if node.output else ''}"
+            self.module_stack = module_stack(node, self.scopes)
             ins = [self.env[n] if n else None for n in node.input]
-            attrs = _attributes(node)
+            attrs = _attributes(node, self)
             self.current_outputs = len(node.output)
             try:
                 outs = _HANDLERS[node.op_type](self, ins, attrs)
@@ -499,6 +522,86 @@ class _Builder:
             input_dtypes=dtypes,
             opset=self.opset,
         )
+
+
+NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
+_METADATA_TEXT_MAX = 16384  # characters of one metadata value read; a longer one is ignored
+_SCOPE_MAX, _SCOPE_NAME_MAX = 64, 512
+
+
+def _string_list(text: str | None) -> list[str] | None:
+    """A metadata value written as a Python list of strings (``"['', 'layer1', 'layer1.0']"``), or None.
+
+    The text comes from the file: it is read only when short, by ``ast.literal_eval`` (literals, never
+    code), and kept only if it is a short list of short strings. The strings stay data (any character,
+    escaped where they are shown)."""
+    import ast
+
+    if not isinstance(text, str) or len(text) > _METADATA_TEXT_MAX:
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    if (not isinstance(value, list) or len(value) > _SCOPE_MAX
+            or not all(isinstance(v, str) and len(v) <= _SCOPE_NAME_MAX for v in value)):
+        return None
+    return value
+
+
+def module_stack(node, scopes: set[str] | None = None) -> dict[str, tuple[str, str]] | None:
+    """The module path an ONNX node came from, in the form of torch.export's ``nn_module_stack``
+    (``{path: (path, class name)}``, outermost first), when the file records it; else None.
+
+    torch's dynamo exporter writes ``pkg.torch.onnx.name_scopes`` on each node: the module paths from the
+    root (``''``) inwards, then the op's own name (``['', 'layer1', 'layer1.0', 'layer1.0.conv1',
+    'conv2d_1']``), and ``pkg.torch.onnx.class_hierarchy`` beside it with each scope's class. With it,
+    chains from an ONNX file are named as on the torch side (``layer1.0: conv1 → bn1 → relu``), not by
+    node ids (``node_Conv_786``). Without it, a TorchScript-exporter node name is read (``scopes``: the
+    paths read so far, see ``_scoped_name``)."""
+    props = {p.key: p.value for p in node.metadata_props if p.key in (NAME_SCOPES_KEY, CLASS_HIERARCHY_KEY)}
+    scopes_meta = _string_list(props.get(NAME_SCOPES_KEY))
+    if not scopes_meta:
+        return _scoped_name(node.name, scopes) if scopes is not None else None
+    if len(scopes_meta) < 2:
+        return None
+    classes = _string_list(props.get(CLASS_HIERARCHY_KEY)) or []
+    stack = {path: (path, classes[i] if i < len(classes) else "")
+             for i, path in enumerate(scopes_meta[:-1]) if path}
+    return stack or None
+
+
+_SCOPED_NAME = re.compile(r"(?:/[^/]+){2,64}")
+
+
+def _scoped_name(name: str, scopes: set[str]) -> dict[str, tuple[str, str]] | None:
+    """The module path in a TorchScript-exporter node name: ``/model/encoder/layer.0/attention/self/query/
+    MatMul`` is ``model.encoder.layer.0.attention.self.query``, ``/layer1/layer1.0/conv1/Conv`` is
+    ``layer1.0.conv1`` (a container's child is written ``<container>.<index>``, so a segment that starts
+    with the one before it and a dot adds only its tail).
+
+    The exporter names a module's second call ``relu_1``: a last segment ``<name>_<n>`` whose ``<name>``
+    was already read under the same parent is that module. Paths read are added to ``scopes``."""
+    if len(name) > _METADATA_TEXT_MAX or not _SCOPED_NAME.fullmatch(name):
+        return None
+    segments = name.split("/")[1:-1]
+    parts: list[str] = []
+    for i, seg in enumerate(segments):
+        prev = segments[i - 1] if i else None
+        if prev is not None and seg.startswith(prev + ".") and len(seg) > len(prev) + 1:
+            parts.append(seg[len(prev) + 1:])
+        else:
+            parts.append(seg)
+    repeat = re.fullmatch(r"(.+)_\d+", parts[-1])
+    if repeat and ".".join(parts[:-1] + [repeat.group(1)]) in scopes:
+        parts[-1] = repeat.group(1)
+    stack: dict[str, tuple[str, str]] = {}
+    for i in range(len(parts)):
+        path = ".".join(parts[: i + 1])
+        stack[path] = (path, "")
+        scopes.add(path)
+    return stack
 
 
 def _canonicalize_linear(graph: torch.fx.Graph, root: torch.nn.Module) -> None:
@@ -624,14 +727,40 @@ def _input_type(inp, path: str) -> tuple[tuple, torch.dtype]:
     return dims, _onnx_dtype(tt.elem_type)
 
 
-def _attributes(node) -> dict[str, Any]:
+_LIST_ATTR_MAX = 1 << 16  # longer INTS/FLOATS attributes stay numpy arrays (a Constant's value_ints)
+
+
+def _attributes(node, builder: "_Builder | None" = None) -> dict[str, Any]:
+    """A node's attributes as Python values; tensors as torch tensors.
+
+    With ``builder``, every tensor or list attribute is sized from its protobuf field
+    (dims and type, or the repeated field's length) and reserved against the memory
+    budget before it is converted, the conversion's transient copy included; lists are
+    converted through numpy (8 bytes an element), never through a Python list of ints.
+    """
+    import numpy as np
     import onnx
     from onnx import numpy_helper
 
+    def size_first(nbytes: int, what: str) -> None:
+        if builder is not None:
+            builder.fits(2 * nbytes, what)  # the conversion holds a second copy for a moment
+            builder.reserve(nbytes, what)
+
     out = {}
     for a in node.attribute:
+        what = f"attribute '{a.name[:40]}' of node '{(node.name or node.op_type)[:80]}'"
         if a.type == onnx.AttributeProto.TENSOR:
+            size_first(declared_bytes(a.t, what), what)
             out[a.name] = _to_torch(numpy_helper.to_array(a.t))
+        elif a.type in (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS):
+            field, dtype = (a.ints, np.int64) if a.type == onnx.AttributeProto.INTS else (a.floats, np.float32)
+            size_first(len(field) * np.dtype(dtype).itemsize, what)
+            arr = np.array(field, dtype=dtype)
+            out[a.name] = arr.tolist() if arr.size <= _LIST_ATTR_MAX else arr
+        elif a.type == onnx.AttributeProto.TENSORS:
+            size_first(sum(declared_bytes(t, what) for t in a.tensors), what)
+            out[a.name] = [_to_torch(numpy_helper.to_array(t)) for t in a.tensors]
         else:
             v = onnx.helper.get_attribute_value(a)
             out[a.name] = v.decode() if isinstance(v, bytes) else v
@@ -719,8 +848,9 @@ def _constant(b, ins, attrs):
         if key in attrs:
             return torch.tensor(attrs[key], dtype=dtype)
     for key, dtype in (("value_floats", torch.float32), ("value_ints", torch.int64)):
-        if key in attrs:
-            return torch.tensor(list(attrs[key]), dtype=dtype)
+        if key in attrs:  # a list, or a numpy array when long (sized and reserved as it was read)
+            value = attrs[key]
+            return torch.from_numpy(value) if hasattr(value, "dtype") else torch.tensor(value, dtype=dtype)
     raise ModelLoadError(f"Constant with attributes {sorted(attrs)} is not supported")
 
 
@@ -758,6 +888,11 @@ def _variadic(b, ins, target):
 @_op("Div")
 def _div(b, ins, attrs):
     x, y = ins
+    if (isinstance(x, torch.Tensor) and x.numel() == 1 and x.dtype == _dtype(y) and x.is_floating_point()
+            and _is_node(y) and x.dim() <= len(_shape(y)) and float(x.reshape(-1)[0]) == 1.0):
+        # 1 / y is how the TorchScript exporter writes torch.rsqrt's reciprocal (Div(1, Sqrt(v))); ATen's
+        # reciprocal is the same division, and RMSNorm's pattern reads reciprocal(sqrt) as rsqrt
+        return b.call(aten.reciprocal.default, y)
     if _dtype(x).is_floating_point:
         return b.call(aten.div.Tensor, x, _scalar_or(y, x))
     return b.call(aten.div.Tensor_mode, x, y, rounding_mode="trunc")
@@ -781,6 +916,84 @@ def _pow(b, ins, attrs):
 @_op("Where")
 def _where(b, ins, attrs):
     return b.call(aten.where.self, *ins)
+
+
+@_op("IsNaN")
+def _is_nan(b, ins, attrs):
+    return b.call(aten.isnan.default, ins[0])
+
+
+@_op("IsInf")
+def _is_inf(b, ins, attrs):
+    pos, neg = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)
+    if pos and neg:
+        return b.call(aten.isinf.default, ins[0])
+    if pos:
+        return b.call(aten.isposinf.default, ins[0])
+    if neg:
+        return b.call(aten.isneginf.default, ins[0])
+    return b.call(aten.zeros_like.default, ins[0], dtype=torch.bool)  # detects nothing: all False
+
+
+@_op("CumSum")
+def _cumsum(b, ins, attrs):
+    """``CumSum(x, axis)``: ``reverse`` sums from the end (flip, sum, flip back); ``exclusive`` leaves
+    each element out of its own sum (the inclusive sum shifted one along the axis, a zero first),
+    exactly, not as ``sum - x``. The sum keeps x's dtype (ATen would widen int32 to int64)."""
+    x = ins[0]
+    rank = len(_shape(x))
+    axis = _axis(_ints(ins[1], "CumSum axis")[0], rank)
+    if not 0 <= axis < rank:
+        raise ModelLoadError(f"CumSum axis {axis} is outside a rank-{rank} input")
+    reverse, exclusive = bool(attrs.get("reverse", 0)), bool(attrs.get("exclusive", 0))
+    if reverse:
+        x = b.call(aten.flip.default, x, [axis])
+    y = b.call(aten.cumsum.default, x, axis, dtype=_dtype(x))
+    if exclusive:
+        size = _shape(y)[axis]
+        pads = [0, 0] * (rank - 1 - axis) + [1, 0]  # constant_pad_nd's pairs run from the last dim
+        y = b.call(aten.slice.Tensor, b.call(aten.constant_pad_nd.default, y, pads, 0), axis, 0, size)
+    if reverse:
+        y = b.call(aten.flip.default, y, [axis])
+    return y
+
+
+@_op("ScatterND")
+def _scatter_nd(b, ins, attrs):
+    """``ScatterND(data, indices, updates)``: ``data`` with ``data[indices[i]] = updates[i]`` as
+    ``aten.index_put`` (``reduction="add"``: accumulated). The last dim of ``indices`` indexes the first
+    dims of ``data``; negative indices count from the end. Other reductions are refused by name."""
+    data, idx, updates = ins
+    reduction = attrs.get("reduction", "none")
+    if reduction not in ("none", "add"):
+        raise ModelLoadError(f"ScatterND with reduction='{str(reduction)[:20]}' is not supported")
+    depth = _shape(idx)[-1]
+    shape = _shape(data)
+    if depth > len(shape):
+        raise ModelLoadError(f"ScatterND indices of depth {depth} on a rank-{len(shape)} tensor")
+    if isinstance(idx, torch.Tensor):
+        columns = []
+        for k in range(depth):
+            col = idx[..., k]
+            columns.append(torch.where(col < 0, col + shape[k], col).contiguous())
+    else:
+        columns = [b.call(aten.select.int, idx, -1, k) for k in range(depth)]
+    return b.call(aten.index_put.default, data, columns, updates, reduction == "add")
+
+
+@_op("Einsum")
+def _einsum(b, ins, attrs):
+    equation = str(attrs.get("equation", "")).replace(" ", "")
+    if not re.fullmatch(r"[A-Za-z.,]*(->[A-Za-z.]*)?", equation) or len(equation) > 200:
+        raise ModelLoadError(f"Einsum equation {equation[:60]!r} is not one the importer reads")
+    return b.call(aten.einsum.default, equation, list(ins))
+
+
+@_op("InstanceNormalization")
+def _instance_norm(b, ins, attrs):
+    x, scale, bias = ins[:3]
+    return b.call(aten.instance_norm.default, x, scale, bias, None, None, True, 0.1,
+                  attrs.get("epsilon", 1e-5), True)
 
 
 @_op("MatMul")
@@ -1093,7 +1306,6 @@ def _squeeze(b, ins, attrs):
 @_op("Slice")
 def _slice(b, ins, attrs):
     x = ins[0]
-    shape = _shape(x)
     if b.opset < 10 and "starts" in attrs:
         starts, ends = list(attrs["starts"]), list(attrs["ends"])
         axes = list(attrs.get("axes", range(len(starts))))
@@ -1102,13 +1314,24 @@ def _slice(b, ins, attrs):
         starts, ends = _ints(ins[1], "Slice starts"), _ints(ins[2], "Slice ends")
         axes = _ints(ins[3], "Slice axes") if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
         steps = _ints(ins[4], "Slice steps") if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ModelLoadError("Slice starts, ends, axes and steps differ in length")
     for start, end, axis, step in zip(starts, ends, axes, steps):
-        axis = _axis(axis, len(shape))
-        size = shape[axis]
-        if step <= 0:
-            raise ModelLoadError("Slice with a non-positive step is not supported")
-        start = min(max(start + size if start < 0 else start, 0), size)
-        end = min(max(end + size if end < 0 else end, 0), size)
+        axis = _axis(axis, len(_shape(x)))
+        size = _shape(x)[axis]
+        if step == 0:
+            raise ModelLoadError("Slice with a step of 0 is not valid ONNX")
+        start = start + size if start < 0 else start
+        end = end + size if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), size), min(max(end, 0), size)
+        else:
+            # ONNX clamps a negative-step start into [0, size-1] and its end into [-1, size-1]; the
+            # elements are x[start], x[start+step], ... while > end. On the flipped axis (index i is
+            # size-1-i there) that is an ordinary slice from size-1-start to size-1-end with step -step.
+            start, end = min(max(start, 0), size - 1), min(max(end, -1), size - 1)
+            x = b.call(aten.flip.default, x, [axis])
+            start, end, step = size - 1 - start, size - 1 - end, -step
         end = max(end, start)
         if start == 0 and end == size and step == 1:
             continue
@@ -1135,15 +1358,23 @@ def _split(b, ins, attrs):
     x = ins[0]
     shape = _shape(x)
     axis = _axis(attrs.get("axis", 0), len(shape))
+    outputs = b.current_outputs  # the node's own output list: already parsed, so already bounded
     sizes = None
     if "split" in attrs:
         sizes = list(attrs["split"])
     elif len(ins) > 1 and ins[1] is not None:
         sizes = _ints(ins[1], "Split sizes")
     if sizes is None:
-        parts = attrs.get("num_outputs") or b.current_outputs
+        parts = attrs.get("num_outputs", outputs)
+        if parts != outputs:  # checked before any list of that length is made
+            raise ModelLoadError(f"Split num_outputs={str(parts)[:20]} but the node has {outputs} outputs")
+        if parts < 1:
+            raise ModelLoadError("Split into no outputs")
         chunk = -(-shape[axis] // parts)
-        sizes = [min(chunk, shape[axis] - i * chunk) for i in range(parts)]
+        sizes = [max(min(chunk, shape[axis] - i * chunk), 0) for i in range(parts)]
+    if len(sizes) != outputs or any(s < 0 for s in sizes) or sum(sizes) != shape[axis]:
+        raise ModelLoadError(f"Split sizes {sizes[:8]} do not split a dimension of {shape[axis]} into "
+                             f"{outputs} outputs")
     return b.call(aten.split_with_sizes.default, x, sizes, axis)
 
 
@@ -1153,10 +1384,12 @@ def _gather(b, ins, attrs):
     shape = _shape(data)
     axis = _axis(attrs.get("axis", 0), len(shape))
     if isinstance(idx, torch.Tensor):
-        idx = torch.where(idx < 0, idx + shape[axis], idx)
+        if idx.numel() and int(idx.min()) < 0:
+            b.reserve(idx.numel() * idx.element_size(), f"Gather '{b.onnx_name[:80]}' indices made non-negative")
+            idx = torch.where(idx < 0, idx + shape[axis], idx)
         if idx.dim() == 0:
             return b.call(aten.select.int, data, axis, int(idx))
-        if idx.numel() == shape[axis] and torch.equal(idx.flatten(), torch.arange(shape[axis], dtype=idx.dtype)):
+        if _in_order(idx, shape[axis]):
             # every element once and in order: a reshape (torch's dynamo exporter writes the channels_last
             # as_strided of a pooled (N, C, 1, 1) tensor as Reshape(-1) + Gather(0, 1, ..., N·C-1); seen as an
             # index_select, it would hide squeeze-and-excitation behind an op no pattern passes)
@@ -1169,6 +1402,18 @@ def _gather(b, ins, attrs):
     if len(idx_shape) == 1:
         return out
     return b.call(aten.reshape.default, out, shape[:axis] + idx_shape + shape[axis + 1:])
+
+
+def _in_order(idx: torch.Tensor, count: int, chunk: int = 1 << 16) -> bool:
+    """Whether ``idx`` holds 0, 1, ..., count-1 in order, compared a chunk at a time (no full-size copy)."""
+    if idx.numel() != count or not idx.is_contiguous():  # (a non-contiguous one would be copied whole)
+        return False
+    flat = idx.view(-1)
+    for start in range(0, count, chunk):
+        part = flat[start:start + chunk]
+        if not torch.equal(part, torch.arange(start, start + part.numel(), dtype=idx.dtype)):
+            return False
+    return True
 
 
 @_op("GatherElements")
@@ -1224,6 +1469,35 @@ def _reduce(target, axes_input_since: int) -> Handler:
     return handler
 
 
+def _reduce_norm(kind: str) -> Handler:
+    """ReduceL2 (``linalg_vector_norm``, as ``torch.norm(x, 2, dim)`` exports), ReduceL1 and
+    ReduceSumSquare, on the axes the ONNX reductions share (attribute before opset 18, input after)."""
+    name = {"l2": "ReduceL2", "l1": "ReduceL1", "sumsquare": "ReduceSumSquare"}[kind]
+
+    def handler(b, ins, attrs):
+        x = ins[0]
+        rank = len(_shape(x))
+        axes = list(attrs["axes"]) if "axes" in attrs else None
+        if axes is None and b.opset >= 18 and len(ins) > 1 and ins[1] is not None:
+            axes = _ints(ins[1], "reduction axes")
+        if not axes:
+            if attrs.get("noop_with_empty_axes", 0):  # runtimes disagree on what this returns
+                raise ModelLoadError(f"{name} with noop_with_empty_axes=1 and no axes is not supported")
+            axes = list(range(rank))
+        axes = [_axis(a, rank) for a in axes]
+        keep = bool(attrs.get("keepdims", 1))
+        if not _dtype(x).is_floating_point:
+            raise ModelLoadError(f"{name} of an integer tensor is not supported")
+        if kind == "sumsquare":
+            return b.call(aten.sum.dim_IntList, b.call(aten.mul.Tensor, x, x), axes, keep)
+        return b.call(aten.linalg_vector_norm.default, x, 2 if kind == "l2" else 1, axes, keep)
+
+    return handler
+
+
+_HANDLERS["ReduceL2"] = _reduce_norm("l2")
+_HANDLERS["ReduceL1"] = _reduce_norm("l1")
+_HANDLERS["ReduceSumSquare"] = _reduce_norm("sumsquare")
 _HANDLERS["ReduceMean"] = _reduce(aten.mean.dim, 18)
 _HANDLERS["ReduceSum"] = _reduce(aten.sum.dim_IntList, 13)
 _HANDLERS["ReduceMax"] = _reduce(aten.amax.default, 18)
