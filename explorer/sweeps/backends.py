@@ -11,7 +11,9 @@ Both give the scheduler (``explorer.sweeps.runner``) the same four calls, one ta
 **Local**: one process per visible GPU (``CUDA_VISIBLE_DEVICES`` set to that GPU before the worker starts, so the
 runner's child sees it alone), or ``cpu_workers`` processes on the CPU (one by default: on a CPU, two measurements
 at once would time each other). Processes are started with ``spawn``: a worker holds no state of the parent. A
-worker whose process ends while it holds a task is reported dead, with its exit status, and restarted.
+worker whose process ends while it holds a task is reported dead, with its exit status, and restarted. A worker's
+measurement runs in a child of its own session (``runtime.child``), which a killed worker would leave running: the
+backend notes each worker's children as it polls (``/proc``) and kills their process groups when the worker dies.
 
 **Ray**: one actor per GPU of the cluster, each created with ``num_gpus=1`` (Ray sets ``CUDA_VISIBLE_DEVICES``
 for it and never gives one GPU to two actors), or ``cpu_workers`` actors with ``num_cpus`` each when the cluster
@@ -30,6 +32,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import queue
+import signal
 import time
 from typing import Any
 
@@ -72,6 +75,30 @@ def _local_main(worker_id: int, gpu: str | None, tasks: Any, events: Any, simula
         events.put(("result", worker_id, task_id, worker.handle(task, progress)))
 
 
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux ``/proc``; [] elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+            return [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _kill_orphan(pid: int) -> None:
+    """Kill the process group of a dead worker's measurement child, if ``pid`` is still that child."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return
+    if b"explorer.gpu_runner" not in cmdline:
+        return   # gone, or the number was reused by another process
+    try:
+        os.killpg(pid, signal.SIGKILL)   # the child leads a session of its own (childproc.start)
+    except OSError:
+        pass
+
+
 class LocalBackend:
     """Worker processes of this host (module docstring)."""
 
@@ -85,6 +112,7 @@ class LocalBackend:
         self._procs: dict[int, Any] = {}
         self._tasks: dict[int, Any] = {}
         self._busy: dict[int, int] = {}        # worker -> task id in flight
+        self._kids: dict[int, list[int]] = {}  # worker -> its child processes when last polled
         self.environments: dict[int, dict] = {}
 
     def _spawn(self, w: int) -> None:
@@ -128,6 +156,9 @@ class LocalBackend:
     def poll(self, timeout_s: float = 0.2) -> list[Event]:
         out: list[Event] = []
         alive = {w: p.is_alive() for w, p in self._procs.items()}   # before draining: a result already sent wins
+        for w, proc in self._procs.items():
+            if alive[w] and w in self._busy:
+                self._kids[w] = _children(proc.pid)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -145,6 +176,8 @@ class LocalBackend:
             if not alive.get(w, True):
                 code = self._procs[w].exitcode
                 del self._busy[w]
+                for child in self._kids.pop(w, []):
+                    _kill_orphan(child)
                 out.append(Event("died", w, tid, {"reason": f"worker {w} died (exit status {code})"}))
         return out
 
@@ -162,12 +195,17 @@ class LocalBackend:
         return {w: p.pid for w, p in self._procs.items()}
 
     def stop(self) -> None:
+        """End every worker; a measurement still in flight (a cancelled sweep) is killed with its process group."""
+        in_flight = [c for w, p in self._procs.items() if w in self._busy
+                     for c in (_children(p.pid) if p.is_alive() else self._kids.get(w, []))]
         for w, q in self._tasks.items():
             if self._procs[w].is_alive():
                 try:
                     q.put(None)
                 except (OSError, ValueError):
                     pass
+        for child in in_flight:
+            _kill_orphan(child)
         end = time.monotonic() + 5
         for proc in self._procs.values():
             proc.join(timeout=max(0.1, end - time.monotonic()))

@@ -15,8 +15,9 @@ not load) is an answer with ``status`` "failed" and the one-line ``reason``. A w
 host memory) is the backend's to replace.
 
 ``simulate_s`` (benchmarks only, ``benchmarks/bench_sweep.py``): a ``measure`` task sleeps that long and answers
-``status`` "simulated" without measuring, so the scheduler's own cost per point can be timed; no test or sweep
-command uses it.
+``status`` "simulated" without measuring, and a ``resolve`` task answers made-up fingerprints without loading the
+model (``simulated_resolve``), so that the scheduler's own cost per point can be timed with many light workers; no
+test or sweep command uses it.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Worker:
                 self.environment = {**sweep_env.probe(self.gpu), "worker": self.worker_id}
                 return {"status": "ok", "environment": self.environment}
             if kind == "resolve":
-                return resolve(task)
+                return simulated_resolve(task) if self.simulate_s is not None else resolve(task)
             if kind == "measure":
                 return self.measure(task, progress, cancel)
             return {"status": "failed", "reason": f"unknown task kind {str(kind)[:40]}"}
@@ -119,6 +120,18 @@ def resolve(task: dict) -> dict:
     del model
     return {"status": "ok", "model_fingerprint": detection.fingerprint, "chains": len(detection.chains),
             "plans": plans}
+
+
+def simulated_resolve(task: dict) -> dict:
+    """``resolve``'s answer without loading anything (benchmarks of the scheduler only: ``simulate_s``)."""
+    import hashlib
+
+    ident = f"{task['model']}|{task['batch']}|{task['seq_len']}"
+    fingerprint = "simulated-" + hashlib.sha256(ident.encode()).hexdigest()[:16]
+    plans = {plan_slot(spec["label"], fmt, graphs): {"simulated": spec["label"], "memory_format": fmt,
+                                                      "cuda_graphs": bool(graphs), "fingerprint": fingerprint}
+             for spec in task["plans"] for fmt, graphs in task["levers"]}
+    return {"status": "ok", "model_fingerprint": fingerprint, "chains": 0, "plans": plans}
 
 
 def plan_slot(label: str, memory_format: str, cuda_graphs: bool) -> str:
