@@ -3,8 +3,10 @@
 Every point is a real ``gpu_runner.run`` (its child process, its report, its paired test), kept tiny (quick mode,
 one warm-up, eight rounds). The two backends must give the same result set (the same points, each with the same
 status; timings differ). The local sweep has its worker killed after its first point (the worker is replaced and
-every point still measured); the Ray sweep is cancelled after a few points and resumed (only the rest measured).
-Ray starts once for the module (a local Ray with CPU actors). Timings are never asserted on.
+every point still measured); the Ray sweep is cancelled after a few points and resumed with points that cannot
+load added (only the rest measured, the others recorded as failed); the command line then forces the grid again
+with a timeout no point can meet (each recorded as failed, the sweep goes on). Ray starts once for the module (a
+local Ray with CPU actors). Timings are never asserted on.
 """
 
 from __future__ import annotations
@@ -77,41 +79,40 @@ def test_local_sweep_measures_every_point_after_its_worker_is_killed(local_sweep
     assert json.loads((folder / st.PROGRESS).read_text())["status"] == "done"
 
 
-def test_ray_sweep_resumes_and_equals_the_local_one(local_sweep, ray_session, tmp_path):
+def test_ray_sweep_resumes_records_failures_and_equals_the_local_one(local_sweep, ray_session, tmp_path):
+    """Cancelled after three points, then resumed with a batch that does not fit in memory added: only the points
+    not measured yet are measured, the oversized ones are recorded as failed with their reason, and the points
+    both sweeps share have the same keys and statuses as on the local backend."""
     cancel = threading.Event()
     first = run_sweep(GRID, tmp_path, "ray", cpu_workers=2,
                       progress=lambda p: cancel.set() if p.done >= 3 else None, cancel=cancel)
     assert first.progress.status == "cancelled" and 3 <= first.progress.done < 8
     measured_first = {r["key"] for r in first.records if r["status"] == "ok"}
-    second = run_sweep(GRID, tmp_path, "ray", cpu_workers=2)
+    wider = S.from_flags(["conv_bn_relu", "residual_block"], ["all", "none"], [1, 2, 10**7], ["fp32"],
+                         settings=SETTINGS)
+    second = run_sweep(wider, tmp_path, "ray", cpu_workers=2)
     assert second.progress.status == "done"
     assert second.progress.cached == len(measured_first) and second.progress.done == 8 - len(measured_first)
-    assert _outcome(second.records) == _outcome(local_sweep[1].records)       # same points, same statuses
-    assert {r["key"] for r in second.records} == {r["key"] for r in local_sweep[1].records}
-    assert {r["worker"] for r in second.records} <= {0, 1}
+    failed = [r for r in second.records if r["status"] == "failed"]
+    assert len(failed) == 4 and {r["batch"] for r in failed} == {10**7} and second.progress.failed == 4
+    assert all("do not fit in memory" in r["reason"] and "\n" not in r["reason"] for r in failed)
+    shared = [r for r in second.records if r["batch"] != 10**7]
+    assert _outcome(shared) == _outcome(local_sweep[1].records)            # same points, same statuses
+    assert {r["key"] for r in shared} == {r["key"] for r in local_sweep[1].records}
+    assert {r["worker"] for r in shared} <= {0, 1}
 
 
-def test_a_rerun_skips_measured_points_and_force_measures_again(local_sweep, tmp_path, capsys):
+def test_the_cli_forces_a_remeasure_and_records_timeouts(local_sweep, capsys):
+    """``--force`` measures the grid again; with a timeout no point can meet, each is recorded as failed with
+    the runner's one-line reason, and the sweep still ends (exit 0)."""
     folder = local_sweep[0]
-    sweep_file = tmp_path / "grid.toml"
-    sweep_file.write_text('models = ["conv_bn_relu", "residual_block"]\nplans = ["all", "none"]\nbatches = [1, 2]\n'
-                          'dtypes = ["fp32"]\n[settings]\ndevice = "cpu"\nquick = true\nwarmup = 1\nreps = 8\n')
-    assert main(["sweep", str(sweep_file), "--out", str(folder)]) == 0
+    assert main(["sweep", "--models", "conv_bn_relu,residual_block", "--batches", "1,2", "--plan", "all",
+                 "--plan", "none", "--device", "cpu", "--quick", "--warmup", "1", "--reps", "8", "--timeout-s", "0.5",
+                 "--force", "--out", str(folder)]) == 0
     captured = capsys.readouterr()
-    assert "8 cached" in captured.err and captured.out.count("\n") == 8
-    # --force on one point, with a timeout it cannot meet: measured again, and recorded as failed
-    assert main(["sweep", "--models", "conv_bn_relu", "--batches", "1", "--plan", "all", "--device", "cpu",
-                 "--quick", "--warmup", "1", "--reps", "8", "--timeout-s", "0.5", "--force", "--out", str(folder)]) == 0
-    out = capsys.readouterr().out
-    assert "failed: the measurement timed out after 0.5 s" in out
-
-
-def test_a_failing_point_is_recorded_and_the_rest_finish(tmp_path):
-    spec = S.from_flags(["conv_bn_relu"], ["all"], [10**7, 1], ["fp32"], settings=SETTINGS)
-    summary = run_sweep(spec, tmp_path)
-    by_batch = {r["batch"]: r for r in summary.records}
-    assert summary.progress.status == "done" and summary.progress.failed == 1 and summary.progress.done == 1
-    assert by_batch[1]["status"] == "ok" and by_batch[1]["verdict"] in run_report.VERDICTS
-    failed = by_batch[10**7]
-    assert failed["status"] == "failed" and "do not fit in memory" in failed["reason"]
-    assert "\n" not in failed["reason"] and not failed["has_report"]
+    lines = captured.out.strip().splitlines()
+    assert len(lines) == 8 and all("failed: the measurement timed out after 0.5 s" in line for line in lines)
+    assert "8 failed, 0 cached" in captured.err
+    records = st.SweepStore(folder).results()
+    assert {r["key"] for r in records} == {r["key"] for r in local_sweep[1].records}   # the timeout is not in the key
+    assert all(r["status"] == "failed" for r in records)

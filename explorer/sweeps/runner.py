@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -149,6 +151,14 @@ def run_sweep(spec: SweepSpec, folder: str | Path, backend: str | Any = "local",
     return scheduler.run()
 
 
+def _command() -> str:
+    """The command line that ran this sweep (``fusion-explorer sweep ...`` when it was the CLI)."""
+    name = os.path.basename(sys.argv[0] or "python")
+    if name in ("cli.py", "fusion-explorer", "__main__.py"):
+        name = "fusion-explorer"
+    return " ".join([name, *sys.argv[1:]])
+
+
 class _Scheduler:
     def __init__(self, spec: SweepSpec, store: SweepStore, points: list[Point], backend: Any, force: bool,
                  retries: int, progress: Callable[[SweepProgress], None] | None,
@@ -184,6 +194,7 @@ class _Scheduler:
             self.envs = {e.get("worker", i): e for i, e in enumerate(envs)}
             check_workers(envs, self.spec.settings.allow_mixed_gpus)
             self.store.write_spec({"spec": self.spec.to_dict(), "backend": self.backend.name, "workers": envs,
+                                   "command": _command(),
                                    "points": len(self.points),
                                    "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             self._emit(force=True)
