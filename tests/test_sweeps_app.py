@@ -114,7 +114,7 @@ def test_the_sweeps_page_in_both_languages(lang, tmp_path, monkeypatch):
     assert _has(_texts(at), lang, "results.opened.run")
 
 
-def test_a_folder_that_is_not_under_the_root_is_not_offered(tmp_path, monkeypatch):
+def test_an_empty_root_says_how_to_make_a_sweep(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     monkeypatch.setenv("FUSION_EXPLORER_SWEEPS_ROOT", str(tmp_path / "empty"))
@@ -123,3 +123,22 @@ def test_a_folder_that_is_not_under_the_root_is_not_offered(tmp_path, monkeypatc
     at.run()
     assert not at.exception
     assert _has(_texts(at), "en", "sweeps.no_folders")
+
+
+def test_the_sweep_messages_have_their_chinese():
+    """Each rule of locale/sweeps.py makes Chinese of its example and no earlier rule takes it; the progress line a
+    sweep writes (with the runner's "about N s left") is translated whole."""
+    from explorer.sweeps.runner import SweepProgress
+    from explorer.ui.locale import sweeps as sweep_locale
+
+    cjk = re.compile(r"[\u3400-\u9fff]")
+    rules = i18n._message_rules()
+    for rx, _zh, example in sweep_locale.EXAMPLES:
+        assert re.fullmatch(rx, example), rx
+        assert next(r for r, _ in rules if r.fullmatch(example)).pattern == rx, example
+        out = i18n.message(example, "zh")
+        assert cjk.search(out) and i18n.UNTRANSLATED not in out, (example, out)
+    for state in (SweepProgress(8, 3, 1, 1, 1, left_s=125.0), SweepProgress(8, 3, 1, 1, 1, restarts=2),
+                  SweepProgress(8, 8, status="done", elapsed_s=61)):
+        out = i18n.message(state.line(), "zh")
+        assert i18n.UNTRANSLATED not in out and "points" not in out, (state.line(), out)

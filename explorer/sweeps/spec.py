@@ -4,7 +4,7 @@ A sweep file (TOML; YAML when PyYAML is installed) names the axes of a grid::
 
     name = "cnn-dtypes"                      # optional
     models = ["resnet50", "mobilenet_v2"]    # zoo names, or paths (relative to the file's folder)
-    plans = ["all", "none"]                  # all | none | pattern[,pattern...] | a plan .json file
+    plans = ["all", "none"]                  # all | none | pattern[,pattern...] | chain:ID | a plan .json file
     batches = [1, 8, 32]
     seq_lens = [128, 1024]                   # optional: only models that take a sequence use it
     dtypes = ["fp16", "bf16"]
@@ -259,6 +259,8 @@ def _plan(text: str, base: Path, where: str) -> PlanSpec:
 
     if text in ("all", "none"):
         return PlanSpec(text, accept=text)
+    if text.startswith("chain:") and len(text) > len("chain:"):
+        return PlanSpec(text, accept=text)   # one chain alone, by its id (worker.one_chain_plan)
     if text.endswith(".json") or os.sep in text:
         path = Path(text) if os.path.isabs(text) else base / text
         data = parse_json(read_regular_file(path, f"{where}: plan {text[:200]}", SweepError, MAX_PLAN_BYTES),

@@ -288,6 +288,7 @@ def _atomic_write(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)   # mkstemp's 0600 would make a shared sweep folder unreadable to others
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -389,6 +390,7 @@ class SweepStore:
         os.close(fd)
         try:
             pq.write_table(table, tmp)
+            os.chmod(tmp, 0o644)
             os.replace(tmp, self.folder / TABLE)
         except BaseException:
             try:

@@ -112,6 +112,8 @@ def resolve(task: dict) -> dict:
                     plan = Plan.from_dict(spec["data"])
                     plan.check_for(detection)
                     plan = dataclasses.replace(plan, memory_format=fmt, cuda_graphs=bool(graphs))
+                elif str(spec["accept"]).startswith(CHAIN_PREFIX):
+                    plan = one_chain_plan(detection, spec["accept"][len(CHAIN_PREFIX):], fmt, bool(graphs))
                 else:
                     plan = make_plan(detection, spec["accept"], memory_format=fmt, cuda_graphs=bool(graphs))
                 plans[name] = plan.to_dict()
@@ -120,6 +122,24 @@ def resolve(task: dict) -> dict:
     del model
     return {"status": "ok", "model_fingerprint": detection.fingerprint, "chains": len(detection.chains),
             "plans": plans}
+
+
+#: A plan that accepts one chain alone: ``chain:<chain id>`` (the Learn page's "when does it stop paying?").
+CHAIN_PREFIX = "chain:"
+
+
+def one_chain_plan(detection, chain_id: str, memory_format: str, cuda_graphs: bool):
+    """The plan that accepts chain ``chain_id`` alone (the same id at every batch size: fx node names do not
+    depend on the batch); a one-line ``PlanError`` when the graph has no such chain."""
+    from explorer.errors import PlanError
+    from explorer.fusions.plan import make_plan
+
+    try:
+        chain = detection.chain(chain_id)
+    except KeyError:
+        raise PlanError(f"chain {chain_id} is not detected in this model at this shape") from None
+    others = [c.id for c in detection.chains if c.pattern == chain.pattern and c.id != chain_id]
+    return make_plan(detection, [chain.pattern], reject=others, memory_format=memory_format, cuda_graphs=cuda_graphs)
 
 
 def simulated_resolve(task: dict) -> dict:

@@ -83,7 +83,7 @@ def _speedup_figure(records: list[dict], x: str, lang: str, prefix: str, title_k
             marker={"size": 10, "color": [VERDICT_COLOURS.get(r.get(verdict), "#d1d5db") for r in rows],
                     "line": {"width": 1, "color": "#111827"}},
             customdata=[[r["key"], verdict_label(r.get(verdict) or NOT_MEASURED, lang)] for r in rows],
-            hovertemplate=t_in(lang, "sweeps.hover", x=t_in(lang, f"sweeps.axis.{x}")) + "<extra></extra>"))
+            hovertemplate=t_in(lang, f"sweeps.axis.{x}") + " " + t_in(lang, "sweeps.hover") + "<extra></extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#dc2626", annotation_text=t_in(lang, "sweeps.break_even"))
     fig.update_layout(title=t_in(lang, title_key), xaxis={"type": "log", "title": t_in(lang, f"sweeps.axis.{x}")},
                       yaxis={"title": t_in(lang, y_key)}, height=460, legend={"orientation": "h", "y": -0.2},

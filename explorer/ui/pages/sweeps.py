@@ -32,7 +32,7 @@ from explorer.ui import state as ui_state
 from explorer.ui import sweep_views as views
 from explorer.ui.files import escape_markdown as plain
 from explorer.ui.i18n import current as current_language
-from explorer.ui.i18n import message, t
+from explorer.ui.i18n import message, t, t_in
 
 ROOT_ENV = "FUSION_EXPLORER_SWEEPS_ROOT"
 DEFAULT_ROOT = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "sweeps"
@@ -49,7 +49,7 @@ def _choose() -> tuple[list[dict] | None, sweep_store.SweepStore | None]:
     """The records to show and the folder they come from (None for an upload)."""
     lang = current_language()
     source = st.radio(t("sweeps.source"), SOURCES, key="sweeps_source", horizontal=True,
-                      format_func=lambda s, lang=lang: t(f"sweeps.source.{s}"))
+                      format_func=lambda s, lang=lang: t_in(lang, f"sweeps.source.{s}"))
     if source == "upload":
         uploaded = st.file_uploader(t("sweeps.upload"), type=["jsonl", "parquet"], key="sweeps_upload")
         if uploaded is None:
@@ -144,7 +144,7 @@ def _charts(records: list[dict], store: sweep_store.SweepStore | None) -> None:
         return
     axes = views.x_options(measured)
     x = st.radio(t("sweeps.x"), axes, key="sweeps_x", horizontal=True,
-                 format_func=lambda a, lang=lang: t(f"sweeps.axis.{a}"))
+                 format_func=lambda a, lang=lang: t_in(lang, f"sweeps.axis.{a}"))
     clickable = {"on_select": "rerun", "selection_mode": "points"} if store is not None else {}
     st.markdown("#### " + t("sweeps.h.speedup"))
     st.caption(t("sweeps.speedup_caption"))
