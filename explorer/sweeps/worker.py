@@ -64,9 +64,6 @@ class Worker:
             return {"status": "failed", "reason": _one_line(exc)}
 
     def measure(self, task: dict, progress: Progress | None, cancel: threading.Event | None) -> dict:
-        from explorer import gpu_runner
-        from explorer.fusions.plan import Plan
-
         before = sweep_env.clocks(self.gpu)
         load = sweep_env.HostLoad()
         load.start()
@@ -76,6 +73,9 @@ class Worker:
             time.sleep(self.simulate_s)
             out.update(status="simulated", reason="simulated point (benchmark of the scheduler)")
         else:
+            from explorer import gpu_runner
+            from explorer.fusions.plan import Plan   # imports torch: not in a simulated worker
+
             try:
                 settings = gpu_runner.RunSettings.from_dict(task["settings"])
                 report = gpu_runner.run(task["point"]["model"], Plan.from_dict(task["plan"]), settings,
