@@ -142,3 +142,12 @@ def test_the_sweep_messages_have_their_chinese():
                   SweepProgress(8, 8, status="done", elapsed_s=61)):
         out = i18n.message(state.line(), "zh")
         assert i18n.UNTRANSLATED not in out and "points" not in out, (state.line(), out)
+
+
+def test_names_from_a_results_file_are_not_rendered_as_html():
+    records = st.SweepStore.open(FOLDER, root=COMMITTED).results()
+    hostile = [dict(r, model_label="<a href='http://x'>m</a>", plan="<b>all</b>") for r in views.ok(records)]
+    fig = views.speedup_figure(hostile, "batch", "en")
+    assert all("<a" not in tr.name and "&lt;a href" in tr.name and "&lt;b&gt;" in tr.name for tr in fig.data)
+    heat = views.heatmap_figure(hostile, "en", "fp32", 1)
+    assert list(heat.data[0].y) == ["&lt;a href='http://x'&gt;m&lt;/a&gt;"]

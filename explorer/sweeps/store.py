@@ -43,6 +43,8 @@ OURS = {SPEC_FILE, JOURNAL, TABLE, PROGRESS, REPORTS}
 MAX_JOURNAL_BYTES = 256 * 2**20
 MAX_LINE_BYTES = 1 * 2**20
 MAX_REPORT_BYTES = 50 * 2**20
+MAX_TABLE_ROWS = 100_000
+MAX_TABLE_BYTES = 256 * 2**20
 KEY_RE = re.compile(r"^[0-9a-f]{32}$")
 STATUSES = ("ok", "failed", "simulated")
 #: Baselines whose verdict against the fused model gets columns of its own (``runtime.baselines`` names).
@@ -211,11 +213,18 @@ def parse_table(data: bytes, where: str) -> list[dict]:
         raise SweepError(f"{where}: reading Parquet needs pyarrow (pip install pyarrow); results.jsonl needs nothing") \
             from None
     try:
-        table = pq.read_table(io.BytesIO(data))
+        meta = pq.ParquetFile(io.BytesIO(data)).metadata   # the footer only: sizes before anything is decoded
+        rows = meta.num_rows
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     except Exception as exc:  # pyarrow's errors: a file that is not Parquet, a corrupt footer
         raise SweepError(f"{where}: not a readable Parquet file ({' '.join(str(exc).split())[:160]})") from None
-    if table.num_rows > 10 * 100_000:
-        raise SweepError(f"{where}: {table.num_rows} rows, more than a sweep holds")
+    if rows > MAX_TABLE_ROWS or size > MAX_TABLE_BYTES:
+        raise SweepError(f"{where}: {rows} rows, {size} bytes decoded: more than a sweep's table holds "
+                         f"({MAX_TABLE_ROWS} rows, {MAX_TABLE_BYTES // 2**20} MiB)")
+    try:
+        table = pq.read_table(io.BytesIO(data), columns=[c for c in SCHEMA if c in meta.schema.names])
+    except Exception as exc:
+        raise SweepError(f"{where}: not a readable Parquet file ({' '.join(str(exc).split())[:160]})") from None
     return [check_record(row, f"{where} row {i + 1}") for i, row in enumerate(table.to_pylist())]
 
 

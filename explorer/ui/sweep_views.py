@@ -5,12 +5,15 @@ The speed-ups and intervals are the records' (each from its report's paired test
 marker is coloured by its verdict, never by comparing medians. Where a fusion stops paying
 (``stops_paying``) reads the same verdicts along each series of batch sizes (or sequence lengths).
 
-A point's marker carries its key (``customdata``), so a click on it opens its report (the Sweeps page).
+A point's marker carries its key (``customdata``), so a click on it opens its report (the Sweeps page). Text that
+comes from a results file (model and plan names, point labels) is HTML-escaped before plotly draws it: plotly
+renders tags such as ``<a href>`` in names and labels, and a results file is data.
 """
 
 from __future__ import annotations
 
 import collections
+import html
 import math
 from typing import Any, Iterable
 
@@ -23,6 +26,11 @@ from explorer.ui.i18n import t_in
 VERDICT_COLOURS = {FASTER: "#16a34a", SLOWER: "#dc2626", SAME: "#6b7280", NO_KERNEL: "#9ca3af",
                    NOT_MEASURED: "#d1d5db"}
 SERIES = ("model_label", "plan", "dtype", "memory_format", "cuda_graphs", "seq_len", "batch")
+
+
+def _esc(text: Any) -> str:
+    """A string from a results file, shown by plotly as written (no tag of it rendered)."""
+    return html.escape(str(text), quote=False)
 
 
 def ok(records: Iterable[dict]) -> list[dict]:
@@ -52,7 +60,7 @@ def _series_name(key: tuple, x: str, lang: str) -> str:
     other = "seq_len" if x == "batch" else "batch"
     if fields.get(other) is not None:
         parts.append(t_in(lang, f"sweeps.short.{other}", n=fields[other]))
-    return " · ".join(parts)
+    return _esc(" · ".join(parts))
 
 
 def _series(records: list[dict], x: str) -> dict[tuple, list[dict]]:
@@ -132,7 +140,7 @@ def heatmap_figure(records: list[dict], lang: str, dtype: str, batch: int) -> go
             t_row.append(f"{gm:.2f}×<br>" + ", ".join(f"{n} {v}" for v, n in counts.items()))
         z.append(z_row)
         text.append(t_row)
-    fig = go.Figure(go.Heatmap(z=z, x=plans, y=models, text=text, texttemplate="%{text}", zmid=1.0,
+    fig = go.Figure(go.Heatmap(z=z, x=[_esc(p) for p in plans], y=[_esc(m) for m in models], text=text, texttemplate="%{text}", zmid=1.0,
                                colorscale=[[0, "#dc2626"], [0.5, "#f9fafb"], [1, "#16a34a"]],
                                colorbar={"title": t_in(lang, "sweeps.axis.speedup_short")},
                                hovertemplate=t_in(lang, "sweeps.heat_hover") + "<extra></extra>"))
@@ -149,7 +157,7 @@ def has_memory(records: list[dict]) -> bool:
 def memory_figure(records: list[dict], lang: str) -> go.Figure:
     """Peak device memory, unfused and fused, per point (CUDA runs only: the CPU has no peak counter)."""
     rows = [r for r in records if r["status"] == "ok" and r.get("peak_fused_bytes") is not None]
-    labels = [r["point"] for r in rows]
+    labels = [_esc(r["point"]) for r in rows]
     fig = go.Figure()
     for side, colour in (("unfused", "#9ca3af"), ("fused", "#2563eb")):
         fig.add_trace(go.Bar(x=labels, y=[(r.get(f"peak_{side}_bytes") or 0) / 2**20 for r in rows],
