@@ -14,6 +14,7 @@ import pytest
 
 from explorer.cli import main
 from explorer.sweeps import backends, spec as S, store as st
+from explorer.sweeps import env as sweep_env
 from explorer.sweeps.worker import plan_slot, resolve
 
 GOOD = """
@@ -204,3 +205,23 @@ def test_without_ray_the_ray_backend_says_how_to_install_it(monkeypatch):
     with pytest.raises(S.SweepError) as err:
         backends.import_ray()
     assert str(err.value) == backends.RAY_INSTALL and "pip install 'fusion-explorer[ray]'" in str(err.value)
+
+
+def test_the_multi_gpu_benchmark_matches_points_by_key_and_charts_its_runs():
+    """bench_sweep_gpus.py (issue 25, needs several GPUs) compares the same point across runs by its key; its
+    arithmetic and its chart are checked here on two made-up runs, and without GPUs it refuses in one line."""
+    import benchmark_scripts
+
+    bench = benchmark_scripts.load("bench_sweep_gpus", "bench_sweep_gpus_test")
+    one = {"records": {"k1": {"point": "p1", "speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1, "gpu_uuid": "A"},
+                       "k2": {"point": "p2", "speedup": 1.0, "speedup_low": 0.99, "speedup_high": 1.01, "gpu_uuid": "A"}}}
+    two = {"records": {"k1": {"point": "p1", "speedup": 2.2, "speedup_low": 2.15, "speedup_high": 2.3, "gpu_uuid": "B"},
+                       "k2": {"point": "p2", "speedup": 1.0, "speedup_low": 0.98, "speedup_high": 1.02, "gpu_uuid": "A"}}}
+    rows = {r["point"]: r for r in bench.agreement(one, two)}
+    assert rows["p1"]["ratio"] == 1.1 and rows["p1"]["intervals_overlap"] is False and rows["p1"]["gpu_n"] == "B"
+    assert rows["p2"]["ratio"] == 1.0 and rows["p2"]["intervals_overlap"] is True
+    chart = bench.svg([{"backend": "ray", "gpus": 1, "points_per_min": 2.0}, {"backend": "ray", "gpus": 2,
+                                                                               "points_per_min": 3.9}])
+    assert chart.startswith("<svg") and "ray x2" in chart and "3.90" in chart
+    if not sweep_env.visible_gpus():
+        assert bench.main(["--gpus", "1,2"]) == 2
