@@ -93,7 +93,9 @@ def _speedup_figure(records: list[dict], x: str, lang: str, prefix: str, title_k
             customdata=[[r["key"], verdict_label(r.get(verdict) or NOT_MEASURED, lang)] for r in rows],
             hovertemplate=t_in(lang, f"sweeps.axis.{x}") + " " + t_in(lang, "sweeps.hover") + "<extra></extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#dc2626", annotation_text=t_in(lang, "sweeps.break_even"))
-    fig.update_layout(title=t_in(lang, title_key), xaxis={"type": "log", "title": t_in(lang, f"sweeps.axis.{x}")},
+    values = sorted({r[x] for r in records if r.get(x) is not None})
+    fig.update_layout(title=t_in(lang, title_key), xaxis={"type": "log", "title": t_in(lang, f"sweeps.axis.{x}"),
+                                                          "tickvals": values, "ticktext": [str(v) for v in values]},
                       yaxis={"title": t_in(lang, y_key)}, height=460, legend={"orientation": "h", "y": -0.2},
                       margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig
@@ -140,9 +142,14 @@ def heatmap_figure(records: list[dict], lang: str, dtype: str, batch: int) -> go
             t_row.append(f"{gm:.2f}×<br>" + ", ".join(f"{n} {v}" for v, n in counts.items()))
         z.append(z_row)
         text.append(t_row)
-    fig = go.Figure(go.Heatmap(z=z, x=[_esc(p) for p in plans], y=[_esc(m) for m in models], text=text, texttemplate="%{text}", zmid=1.0,
+    # colour: log2 of the speed-up between 0.5x and 2x, so that 0.9x is pale and not as red as 0.5x
+    zlog = [[None if v is None else max(-1.0, min(1.0, math.log2(v))) for v in row] for row in z]
+    fig = go.Figure(go.Heatmap(z=zlog, customdata=z, x=[_esc(p) for p in plans], y=[_esc(m) for m in models],
+                               text=text, texttemplate="%{text}", zmin=-1.0, zmax=1.0,
                                colorscale=[[0, "#dc2626"], [0.5, "#f9fafb"], [1, "#16a34a"]],
-                               colorbar={"title": t_in(lang, "sweeps.axis.speedup_short")},
+                               colorbar={"title": t_in(lang, "sweeps.axis.speedup_short"),
+                                         "tickvals": [-1, -0.5, 0, 0.5, 1],
+                                         "ticktext": ["0.5×", "0.71×", "1×", "1.41×", "2×"]},
                                hovertemplate=t_in(lang, "sweeps.heat_hover") + "<extra></extra>"))
     fig.update_layout(title=t_in(lang, "sweeps.fig.heatmap", dtype=dtype, batch=batch),
                       xaxis={"title": t_in(lang, "sweeps.axis.plan")}, yaxis={"title": t_in(lang, "sweeps.axis.model")},

@@ -60,7 +60,7 @@ STRINGS = {
     "sweeps.graphs": ("CUDA graphs", "CUDA 图"),
     "sweeps.break_even": ("break-even", "收支平衡"),
     "sweeps.hover": ("%{x}: speed-up %{y:.2f}× · %{customdata[1]}", "%{x}：加速比 %{y:.2f}× · %{customdata[1]}"),
-    "sweeps.heat_hover": ("%{y} · %{x}: speed-up %{z:.2f}×", "%{y} · %{x}：加速比 %{z:.2f}×"),
+    "sweeps.heat_hover": ("%{y} · %{x}: speed-up %{customdata:.2f}×", "%{y} · %{x}：加速比 %{customdata:.2f}×"),
     "sweeps.fig.speedup": ("Fused against unfused", "融合后与融合前"),
     "sweeps.fig.compile": ("Fused against torch.compile (default)", "融合后与 torch.compile（默认模式）"),
     "sweeps.fig.heatmap": ("Models × plans, {dtype}, batch {batch}", "模型 × 方案，{dtype}，批大小 {batch}"),
