@@ -137,6 +137,11 @@ def test_the_cache_key_follows_the_plan_the_shape_and_the_device():
             != S.cache_key(base), field
     assert S.cache_key(base) == S.cache_key(S.key_fields(point, "fp", "plan", {**env, "load_avg_1m": 9.0},
                                                          S.run_settings(spec, point)))
+    # points that failed before their fingerprints were known keep keys of their own
+    unresolved = {S.cache_key(S.key_fields(S.Point(m, p, 10**7, None, "fp32", "nchw", False, False), None, None, env,
+                                           S.run_settings(spec, point)))
+                  for m in ("conv_bn_relu", "residual_block") for p in ("all", "none")}
+    assert len(unresolved) == 4
 
 
 def test_a_plan_file_made_for_another_model_fails_its_points_only(tmp_path):

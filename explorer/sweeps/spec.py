@@ -421,10 +421,16 @@ def key_fields(point: Point, model_fingerprint: str, plan_fp: str, environment: 
     measured = settings.to_dict()
     for axis in ("dtype", "batch", "seq_len", "compile_baseline", "timeout_s"):
         measured.pop(axis, None)   # the axes are fields of their own; the timeout does not change a number
-    return {"version": KEY_VERSION, "model_fingerprint": model_fingerprint, "plan_fingerprint": plan_fp,
-            "batch": point.batch, "seq_len": point.seq_len, "dtype": point.dtype,
-            "memory_format": point.memory_format, "cuda_graphs": point.cuda_graphs, "baselines": point.baselines,
-            **{k: environment.get(k) for k in KEY_ENVIRONMENT}, "settings": measured}
+    fields = {"version": KEY_VERSION, "model_fingerprint": model_fingerprint, "plan_fingerprint": plan_fp,
+              "batch": point.batch, "seq_len": point.seq_len, "dtype": point.dtype,
+              "memory_format": point.memory_format, "cuda_graphs": point.cuda_graphs, "baselines": point.baselines,
+              **{k: environment.get(k) for k in KEY_ENVIRONMENT}, "settings": measured}
+    # A point that failed before its fingerprints were known is named by what the sweep says instead
+    if model_fingerprint is None:
+        fields["model"] = point.model
+    if plan_fp is None:
+        fields["plan"] = point.plan
+    return fields
 
 
 def cache_key(fields: dict[str, Any]) -> str:
