@@ -176,7 +176,8 @@ def main() -> None:
         requested = None
 
     icons = {"graph": ":material/hub:", "fusions": ":material/checklist:", "run": ":material/timer:",
-             "results": ":material/bar_chart:", "learn": ":material/school:", "export": ":material/download:"}
+             "results": ":material/bar_chart:", "sweeps": ":material/stacked_line_chart:", "learn": ":material/school:",
+             "export": ":material/download:"}
     pages = [st.Page(str(HERE / "ui" / "pages" / f"{name}.py"), title=t(f"app.page.{name}"), url_path=name,
                      icon=icon, default=name == "graph") for name, icon in icons.items()]
     nav = st.navigation(pages, position="top")

@@ -8,6 +8,8 @@
     fusion-explorer run MODEL --plan plan.json [--device cuda|cpu] [--dtype fp32|fp16|bf16]
                               [--batch N] [--seq-len N] [--quick] [--baselines]
                               [--compile-modes default,reduce-overhead,...] --out report.json
+    fusion-explorer sweep [SWEEP.toml] --out DIR [--models M,M --plan P ... --batches N,N --dtypes D,D ...]
+                          [--backend local|ray] [--ray-address ADDR] [--workers N] [--force]
     fusion-explorer app [--port N] [--address HOST] [--headless] [STREAMLIT ARGS...]
 
 MODEL is a zoo name or a path (.onnx, .pt2, a Hugging Face folder). Every
@@ -208,6 +210,91 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _csv(text: str | None, convert=str, what: str = "value") -> list:
+    """``a,b`` as a list (empty for None); a value ``convert`` refuses is one line."""
+    out = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(convert(item))
+        except (ValueError, argparse.ArgumentTypeError):
+            raise ExplorerError(f"--{what} takes values separated by commas; '{item[:80]}' is not one") from None
+    return out
+
+
+def _on_off(text: str) -> bool:
+    if text in ("on", "true", "yes"):
+        return True
+    if text in ("off", "false", "no"):
+        return False
+    raise ValueError(text)
+
+
+#: The sweep's axis and setting flags (``fusion-explorer sweep``): with a sweep file, none of them may be given.
+SWEEP_FLAGS = ("models", "plans", "batches", "seq_lens", "dtypes", "memory_formats", "cuda_graphs_axis",
+               "baselines_axis", "device", "quick", "per_chain", "stages", "timeout_s", "cpu_threads",
+               "warmup", "reps")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from explorer.sweeps import runner, spec as sweep_spec
+
+    given = [f for f in SWEEP_FLAGS if getattr(args, f) not in (None, False, [])]
+    if args.sweep_file:
+        if given:
+            raise ExplorerError(f"give a sweep file or the flags of a sweep, not both (--{given[0].replace('_', '-')})")
+        spec = sweep_spec.load_spec(args.sweep_file)
+    else:
+        if not args.models:
+            raise ExplorerError("a sweep needs a sweep file (.toml, .yaml) or --models, --batches and --dtypes")
+        settings = {k: v for k, v in (("device", args.device), ("timeout_s", args.timeout_s),
+                                      ("cpu_threads", args.cpu_threads), ("warmup", args.warmup),
+                                      ("reps", args.reps)) if v is not None}
+        settings.update({k: True for k in ("quick", "per_chain", "stages") if getattr(args, k)})
+        spec = sweep_spec.from_flags(
+            _csv(args.models, what="models"), args.plans or ["all"], _csv(args.batches, int, "batches") or [1],
+            _csv(args.dtypes, what="dtypes") or ["fp32"], _csv(args.seq_lens, int, "seq-lens"),
+            _csv(args.memory_formats, what="memory-formats") or ["nchw"],
+            _csv(args.cuda_graphs_axis, _on_off, "cuda-graphs") or [False],
+            _csv(args.baselines_axis, _on_off, "baselines") or [False], settings)
+    if args.allow_mixed_gpus:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, allow_mixed_gpus=True))
+    if args.ray_address and args.backend != "ray":
+        raise ExplorerError("--ray-address needs --backend ray")
+    tty = sys.stderr.isatty()
+    last = {"line": "", "t": 0.0}
+
+    def progress(p) -> None:
+        import time
+
+        line = p.line()
+        counts = line.split(" · ")[0]
+        if tty:
+            print(f"\r\x1b[2K[{p.fraction * 100:5.1f}%] {clean(line)}", end="", file=sys.stderr, flush=True)
+        elif counts != last["line"] or time.monotonic() - last["t"] > 30 or p.status != "running":
+            print(f"[{p.fraction * 100:5.1f}%] {clean(line)}", file=sys.stderr, flush=True)
+            last.update(line=counts, t=time.monotonic())
+
+    summary = runner.run_sweep(spec, args.out, args.backend, ray_address=args.ray_address,
+                               cpu_workers=args.workers or 1, force=args.force, progress=progress)
+    if tty:
+        print(file=sys.stderr)
+    for rec in summary.records:
+        if rec["status"] == "ok":
+            ci = (f" [{rec['speedup_low']:.2f}, {rec['speedup_high']:.2f}]"
+                  if rec["speedup_low"] is not None and rec["speedup_high"] is not None else "")
+            what = f"{rec['verdict']}: {rec['speedup']:.2f}x{ci}" if rec["speedup"] is not None else str(rec["verdict"])
+        else:
+            what = f"{rec['status']}: {rec['reason']}"
+        print(clean(f"{rec['point']}  {what}"))
+    print(clean(f"sweep folder: {summary.folder} ({summary.progress.line()})"), file=sys.stderr)
+    return 0 if summary.progress.status == "done" else 1
+
+
 def _check_source(source: str, batch: int | None, seq_len: int | None) -> None:
     """Before a run: a zoo name must exist and its inputs fit; a file must load in the isolated
     loader (one line when not), so that a bad model fails before the runner starts."""
@@ -300,6 +387,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch.compile modes to compare with, separated by commas (implies --baselines): "
                         "default, reduce-overhead, max-autotune-no-cudagraphs")
 
+    p = sub.add_parser("sweep", help="measure many models x plans x shapes x dtypes, on one GPU or many")
+    p.add_argument("sweep_file", nargs="?", help="a sweep file (.toml, .yaml): docs/sweeps.md; or use the flags")
+    p.add_argument("--out", required=True, help="the sweep folder (results.jsonl, results.parquet, reports/)")
+    p.add_argument("--models", help="zoo names or paths, separated by commas")
+    p.add_argument("--plan", action="append", dest="plans", metavar="PLAN",
+                   help="all, none, pattern[,pattern...] or a plan .json; repeat for more plans (default all)")
+    p.add_argument("--batches", help="batch sizes, separated by commas (default 1)")
+    p.add_argument("--seq-lens", dest="seq_lens", help="sequence lengths, for the models that take one")
+    p.add_argument("--dtypes", help="fp32, fp16, bf16, separated by commas (default fp32)")
+    p.add_argument("--memory-formats", dest="memory_formats", help="nchw, channels_last (default nchw)")
+    p.add_argument("--cuda-graphs", dest="cuda_graphs_axis", metavar="on,off", help="CUDA graphs: on, off or on,off")
+    p.add_argument("--baselines", dest="baselines_axis", metavar="on,off",
+                   help="eager and torch.compile baselines: on, off or on,off")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--quick", action="store_true", help="fewer repetitions per point")
+    p.add_argument("--per-chain", action="store_true", dest="per_chain", help="also time each chain alone")
+    p.add_argument("--stages", action="store_true", help="also measure the staged table")
+    p.add_argument("--timeout-s", type=float, dest="timeout_s", help="per point (default 900)")
+    p.add_argument("--cpu-threads", type=_positive, dest="cpu_threads")
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--reps", type=_positive)
+    p.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="local: one worker process per GPU (or one on the CPU); ray: one Ray actor per GPU")
+    p.add_argument("--ray-address", dest="ray_address", help="join this Ray cluster (default: start a local Ray)")
+    p.add_argument("--workers", type=_positive, help="workers on the CPU when there is no GPU (default 1)")
+    p.add_argument("--force", action="store_true", help="measure again the points the folder holds already")
+    p.add_argument("--allow-mixed-gpus", action="store_true", dest="allow_mixed_gpus",
+                   help="let workers on different GPU models, drivers or versions share one sweep")
+
     sub.add_parser("app", help="start the Streamlit app (fusion-explorer app --help for its options)",
                    add_help=False)
     return parser
@@ -312,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, extra = build_app_parser().parse_known_args(argv[1:])
         return cmd_app(args, extra)
     args = parser.parse_args(argv)
-    handlers = {"models": cmd_models, "detect": cmd_detect, "plan": cmd_plan, "run": cmd_run}
+    handlers = {"models": cmd_models, "detect": cmd_detect, "plan": cmd_plan, "run": cmd_run, "sweep": cmd_sweep}
     try:
         return handlers[args.command](args)
     except ExplorerError as exc:

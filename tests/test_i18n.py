@@ -108,6 +108,12 @@ def test_keys_built_from_parts_exist():
     wanted += [f"app.page.{p.stem}" for p in (ROOT / "explorer" / "ui" / "pages").glob("[!_]*.py")]
     wanted += [f"results.opened.{k}" for k in ("run", "teaching")] + [f"results.bound.{b}" for b in ("host", "gpu")]
     wanted += [f"chart.{v}" for v in ("unfused", "fused")]
+    from explorer.sweeps.store import STATUSES
+
+    wanted += [f"sweeps.run_status.{s}" for s in ("done", "cancelled", "interrupted")]
+    wanted += [f"sweeps.status.{s}" for s in STATUSES] + [f"sweeps.source.{s}" for s in ("folder", "upload")]
+    wanted += [f"sweeps.axis.{a}" for a in ("batch", "seq_len")] + [f"sweeps.short.{a}" for a in ("batch", "seq_len")]
+    wanted += [f"sweeps.{v}" for v in ("unfused", "fused")]
     missing = [k for k in wanted if k not in i18n.catalog()]
     assert not missing, missing
     # f-string keys in the pages are one of the families above

@@ -7,7 +7,7 @@ Layers, lowest first (``docs/design.md`` draws them)::
     1  graph       graph.*                                                  (reading ATen fx graphs)
     2  sources     sources.*           fusions.*                            (peers: neither imports the other)
     3  engine      fusion_engine                                            (detect; load → detect → fuse)
-    4  runtime     runtime.*, gpu_runner, teaching.*                        (measuring, in a child process;
+    4  runtime     runtime.*, gpu_runner, teaching.*, sweeps.*              (measuring, in a child process;
                                                                              teaching: predictions, worked examples)
     5  views       ui.*, app, graph_view, cli                               (Streamlit, plotly, pyvis)
 
@@ -44,6 +44,7 @@ def layer_of(module: str) -> tuple[int, str]:
         ("explorer.runtime", 4, "runtime"),
         ("explorer.teaching", 4, "teaching"),
         ("explorer.gpu_runner", 4, "runtime"),
+        ("explorer.sweeps", 4, "runtime"),
         ("explorer.ui", 5, "views"),
         ("explorer.app", 5, "views"),
         ("explorer.graph_view", 5, "views"),

@@ -43,6 +43,7 @@ class SweepPoint:
     bytes_unfused: int | None = None
     bytes_fused: int | None = None
     error: str | None = None
+    verdict: str | None = None   # the paired test's label when the point comes from a run report (explorer.sweeps.chain)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

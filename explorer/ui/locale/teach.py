@@ -299,9 +299,11 @@ STRINGS = {
     "sweep.chain": ("Chain", "链"),
     "sweep.batches": ("Batch sizes", "批大小"),
     "sweep.dtypes": ("dtypes", "数据类型"),
-    "sweep.what": ("{n} point(s) on {device}; each loads the model at that batch and times the chain alone, unfused "
-                   "and fused, alternated.",
-                   "在 {device} 上共 {n} 个点；每个点按该批大小加载模型，单独给这条链计时，融合前后交替进行。"),
+    "sweep.what": ("{n} point(s) on {device}, measured as a sweep (`fusion-explorer sweep`, docs/sweeps.md) in a worker "
+                   "process: each loads the model at that batch with this chain alone accepted and times the chain "
+                   "alone, unfused and fused, alternated; slower means the report's paired test says so.",
+                   "在 {device} 上共 {n} 个点，作为一次扫描（`fusion-explorer sweep`，见 docs/sweeps.md）在工作进程中测量："
+                   "每个点按该批大小加载模型、只接受这条链，单独给这条链计时，融合前后交替进行；“更慢”由报告的配对检验判定。"),
     "sweep.start": ("Run the sweep", "开始扫描"),
     "sweep.fig_title": ("Speed-up of {chain} as the shape grows", "{chain} 的加速比随形状的变化"),
     "teach.sweep.x": ("batch size", "批大小"),
@@ -314,8 +316,8 @@ STRINGS = {
     "sweep.read_all_win": ("The fused chain is at least as fast at every point measured.",
                            "在所有测量点上，融合后的链都不慢。"),
     "sweep.why": ("Timings in a shared machine's CPU are noisy; the GPU is where the seed's warning is sharpest. "
-                  "Times are medians of alternated calls (measure.time_alternated).",
-                  "共享机器上的 CPU 计时噪声较大；种子文档的提醒在 GPU 上最明显。时间是交替调用的中位数（measure.time_alternated）。"),
+                  "Times are medians of alternated calls; each point's verdict is its run report's paired test.",
+                  "共享机器上的 CPU 计时噪声较大；种子文档的提醒在 GPU 上最明显。时间是交替调用的中位数；每个点的结论来自其运行报告的配对检验。"),
     "sweep.col.batch": ("batch", "批大小"),
     "sweep.col.dtype": ("dtype", "数据类型"),
     "sweep.col.unfused": ("unfused ms", "融合前 ms"),

@@ -5,7 +5,8 @@ diagram; worked examples computed from the model (a Conv+BN fold by hand, the
 bytes each version of a chain reads and writes); the seed's tables regenerated
 (where one forward's time goes, memory traffic, the staged table) from this
 session or from a teaching report; predicted against measured gain per chain;
-when a fusion stops paying (a sweep over batch and dtype, in the background);
+when a fusion stops paying (that chain alone swept over batch and dtype by ``explorer.sweeps.chain``: the
+sweep machinery, in worker processes, never in the app's);
 and the precision bisect (in the background). All numbers come from the
 engine or from committed results, never from this page's text.
 
@@ -29,6 +30,7 @@ import streamlit as st
 
 from explorer.errors import ExplorerError, ReportError
 from explorer.fusions import BY_NAME, PATTERNS
+from explorer.report import SLOWER
 from explorer.runtime.ceilings import Ceilings, known_ceilings
 from explorer.runtime.measure import torch_dtype
 from explorer.runtime.traffic import traffic_table
@@ -605,7 +607,8 @@ def _sweep_result(job, detection) -> None:
     if good:
         st.plotly_chart(views.sweep_figure(good, t("sweep.fig_title", chain=chain_title)), key="chart_sweep",
                         width="stretch")
-        losing = [p for p in good if p["speedup"] < 1]
+        # the report's paired test where the point has one (a sweep point), else the medians (an older result)
+        losing = [p for p in good if (p["verdict"] == SLOWER if p.get("verdict") else p["speedup"] < 1)]
         st.markdown(t("sweep.read_losing", n=len(losing), batches=", ".join(str(p["batch"]) for p in losing))
                     if losing else t("sweep.read_all_win"))
     st.dataframe([{t("sweep.col.batch"): p["batch"], t("sweep.col.dtype"): p["dtype"],
@@ -618,7 +621,9 @@ def _sweep_result(job, detection) -> None:
 
 
 def _start_sweep(spec, chain_id: str, batches: list[int], dtypes: list[str], device: str) -> None:
-    from explorer.runtime.sweep import sweep_chain
+    """The chain's sweep in the background: a ``fusion-explorer sweep`` of that chain alone
+    (``explorer.sweeps.chain``), measured in worker processes by the runner, never in the app's process."""
+    from explorer.sweeps.chain import sweep_chain
 
     key = json.dumps([spec.source, chain_id, batches, dtypes, device])
     tasks.start("sweep", key, sweep_chain, spec.source, chain_id, batches, dtypes, device, spec.seq_len)

@@ -1,0 +1,361 @@
+"""The scheduler: a sweep's points to its workers, one at a time each, their answers into the sweep folder.
+
+``run_sweep(spec, folder, backend=...)``:
+
+1. opens the sweep folder (``store.SweepStore``) and starts the workers (``backends``), each of which probes its
+   device; workers with different GPUs, drivers or library versions are refused unless the sweep allows it
+   (``allow_mixed_gpus``), and two workers on one GPU always are;
+2. asks a worker to **resolve** each (model, batch, sequence length) once: the graph fingerprint and every plan
+   the sweep names, made for that graph (``worker.resolve``);
+3. gives each free worker the next point: its cache key (``spec.cache_key``: fingerprints, shape, dtype, levers,
+   that worker's device, driver, torch and Triton) is looked up first, and a point measured already is counted
+   as cached and skipped (``force`` measures it again); otherwise the worker **measures** it with
+   ``gpu_runner.run``, and the answer becomes one record and one report in the folder as soon as it arrives;
+4. a point that fails (crash, timeout, out of memory, a model that does not load) is a record with its one-line
+   reason, and the sweep goes on; a worker that dies is replaced (``backend.restart``) and its point is tried
+   once more before it is recorded as failed;
+5. at the end (also when cancelled or interrupted) writes ``results.parquet`` and the final progress.
+
+Progress (``SweepProgress``: points done, failed, cached, running, restarts, and the time left: the mean wall time
+of the points measured so far times those left, over the workers) goes to the ``progress`` callback and to the
+folder's ``progress.json`` about once a second, which the app's Sweeps page shows live.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from explorer.runtime.progress import format_seconds
+from explorer.sweeps import backends as sweep_backends
+from explorer.sweeps import env as sweep_env
+from explorer.sweeps.spec import (Point, SweepError, SweepSpec, cache_key, expand, key_fields, plan_by_label,
+                                  plan_fingerprint, run_settings)
+from explorer.sweeps.store import SweepStore, make_record
+from explorer.sweeps.worker import plan_slot
+
+BACKENDS = ("local", "ray")
+PROGRESS_EVERY_S = 1.0
+
+
+@dataclasses.dataclass
+class SweepProgress:
+    """Where a sweep stands (module docstring); ``status`` is running, done, cancelled or interrupted."""
+
+    total: int
+    done: int = 0
+    failed: int = 0
+    cached: int = 0
+    running: int = 0
+    restarts: int = 0
+    elapsed_s: float = 0.0
+    left_s: float | None = None
+    status: str = "running"
+    message: str = ""
+
+    @property
+    def finished(self) -> int:
+        return self.done + self.failed + self.cached
+
+    @property
+    def fraction(self) -> float:
+        return self.finished / self.total if self.total else 1.0
+
+    def line(self) -> str:
+        """``5/8 points: 3 measured, 1 failed, 1 cached, 1 running · about 40 s left``."""
+        text = (f"{self.finished}/{self.total} points: {self.done} measured, {self.failed} failed, "
+                f"{self.cached} cached, {self.running} running")
+        if self.restarts:
+            text += f", {self.restarts} worker restart(s)"
+        if self.status != "running":
+            return f"{text} · {self.status} in {format_seconds(self.elapsed_s)}"
+        left = "estimating the time left" if self.left_s is None else f"about {format_seconds(self.left_s)} left"
+        return f"{text} · {left}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "fraction": round(self.fraction, 4), "line": self.line(),
+                "updated_unix": time.time()}
+
+
+@dataclasses.dataclass
+class SweepSummary:
+    """What ``run_sweep`` returns: the folder, the final progress, the workers' environments, the records."""
+
+    folder: Path
+    progress: SweepProgress
+    workers: list[dict]
+    backend: str
+    records: list[dict]
+
+
+def check_workers(environments: list[dict], allow_mixed: bool) -> None:
+    """Refuse (one line) two workers on one GPU, and workers on different devices or versions unless allowed."""
+    seen: dict[str, int] = {}
+    for env in environments:
+        uuid = env.get("gpu_uuid")
+        if env.get("device_kind") == "cuda" and uuid:
+            if uuid in seen:
+                raise SweepError(f"workers {seen[uuid]} and {env.get('worker')} were given the same GPU {uuid}: "
+                                 "each worker needs a GPU of its own")
+            seen[uuid] = env.get("worker")
+    if allow_mixed:
+        return
+    kinds = collections.OrderedDict()
+    for env in environments:
+        what = (env.get("device_name"), env.get("driver"), env.get("torch"), env.get("triton"))
+        kinds.setdefault(what, env.get("worker"))
+    if len(kinds) > 1:
+        (a, wa), (b, wb) = list(kinds.items())[:2]
+        raise SweepError(f"workers differ: {_describe(a)} on worker {wa}, {_describe(b)} on worker {wb}; "
+                         "their numbers would not compare: set allow_mixed_gpus (--allow-mixed-gpus) to sweep anyway")
+
+
+def _describe(what: tuple) -> str:
+    name, driver, torch_v, triton_v = what
+    return f"{name} (driver {driver}, torch {torch_v}, Triton {triton_v})"
+
+
+def make_backend(name: str, spec: SweepSpec, ray_address: str | None = None, cpu_workers: int = 1,
+                 simulate_s: float | None = None) -> Any:
+    """The backend ``name`` ("local" or "ray") for ``spec``'s device setting."""
+    device = spec.settings.device
+    if name == "local":
+        gpus = [] if device == "cpu" else sweep_env.visible_gpus()
+        if device == "cuda" and not gpus:
+            raise SweepError("device cuda was asked for, but no GPU is visible (nvidia-smi lists none)")
+        return sweep_backends.LocalBackend(gpus, cpu_workers=cpu_workers, simulate_s=simulate_s)
+    if name == "ray":
+        if device == "cuda" and ray_address is None and not sweep_env.visible_gpus():
+            raise SweepError("device cuda was asked for, but no GPU is visible (nvidia-smi lists none)")
+        return sweep_backends.RayBackend(address=ray_address, cpu_workers=cpu_workers, simulate_s=simulate_s,
+                                         use_gpus=device != "cpu")
+    raise SweepError(f"unknown backend '{name[:40]}': choose local or ray")
+
+
+def run_sweep(spec: SweepSpec, folder: str | Path, backend: str | Any = "local", *, ray_address: str | None = None,
+              cpu_workers: int = 1, force: bool = False, retries: int = 1,
+              progress: Callable[[SweepProgress], None] | None = None, cancel: threading.Event | None = None,
+              simulate_s: float | None = None) -> SweepSummary:
+    """Measure every point of ``spec`` into ``folder`` (module docstring). ``backend`` is "local", "ray" or a
+    backend object (not started). Raises ``SweepError`` (one line) for a folder or workers it refuses."""
+    store = SweepStore.create(folder)
+    points = expand(spec)
+    be = make_backend(backend, spec, ray_address, cpu_workers, simulate_s) if isinstance(backend, str) else backend
+    scheduler = _Scheduler(spec, store, points, be, force, retries, progress, cancel)
+    return scheduler.run()
+
+
+def _command() -> str:
+    """The command line that ran this sweep (``fusion-explorer sweep ...`` when it was the CLI)."""
+    name = os.path.basename(sys.argv[0] or "python")
+    if name in ("cli.py", "fusion-explorer", "__main__.py"):
+        name = "fusion-explorer"
+    return " ".join([name, *sys.argv[1:]])
+
+
+class _Scheduler:
+    def __init__(self, spec: SweepSpec, store: SweepStore, points: list[Point], backend: Any, force: bool,
+                 retries: int, progress: Callable[[SweepProgress], None] | None,
+                 cancel: threading.Event | None) -> None:
+        self.spec, self.store, self.points, self.backend = spec, store, points, backend
+        self.force, self.retries = force, max(0, int(retries))
+        self.callback, self.cancel = progress, cancel
+        self.state = SweepProgress(total=len(points))
+        self.started = time.monotonic()
+        self._shown = 0.0
+        self.cache = {} if force else store.measured()
+        self.keys_this_run: set[str] = set()
+        self.levers = sorted({(p.memory_format, p.cuda_graphs) for p in points})
+        self.resolved: dict[tuple, dict] = {}
+        self.to_resolve = collections.deque(dict.fromkeys(p.shape_key for p in points))
+        self.waiting: dict[tuple, list[int]] = collections.defaultdict(list)
+        for i, p in enumerate(points):
+            self.waiting[p.shape_key].append(i)
+        self.ready: collections.deque[int] = collections.deque()
+        self.attempts: collections.Counter = collections.Counter()
+        self.inflight: dict[int, tuple[str, Any, float, str]] = {}   # worker -> (kind, shape or point index, start, key)
+        self.resolve_attempts: collections.Counter = collections.Counter()
+        self.walls: list[float] = []
+        self.messages: dict[int, str] = {}
+        self.envs: dict[int, dict] = {}
+        self._task_id = 0
+
+    # ------------------------------------------------------------ the loop
+    def run(self) -> SweepSummary:
+        status = "interrupted"
+        try:
+            envs = self.backend.start()
+            self.envs = {e.get("worker", i): e for i, e in enumerate(envs)}
+            check_workers(envs, self.spec.settings.allow_mixed_gpus)
+            self.store.write_spec({"spec": self.spec.to_dict(), "backend": self.backend.name, "workers": envs,
+                                   "command": _command(),
+                                   "points": len(self.points),
+                                   "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            self._emit(force=True)
+            while self._work_left():
+                if self.cancel is not None and self.cancel.is_set():
+                    status = "cancelled"
+                    break
+                self._assign()
+                for event in self.backend.poll(0.2):
+                    self._on_event(event)
+                self._emit()
+            else:
+                status = "done"
+        finally:
+            self.state.running = 0
+            self.state.status = status
+            try:
+                self.backend.stop()
+            finally:
+                self.store.write_table()
+                self._emit(force=True)
+        return SweepSummary(self.store.folder, self.state, list(self.envs.values()), self.backend.name,
+                            self.store.results())
+
+    def _work_left(self) -> bool:
+        return bool(self.to_resolve or self.ready or self.inflight)
+
+    def _next_id(self) -> int:
+        self._task_id += 1
+        return self._task_id
+
+    def _assign(self) -> None:
+        for w in self.backend.workers:
+            if w in self.inflight:
+                continue
+            if self.to_resolve:
+                shape = self.to_resolve.popleft()
+                model, batch, seq = shape
+                task = {"kind": "resolve", "id": self._next_id(), "model": model, "batch": batch, "seq_len": seq,
+                        "plans": [p.to_dict() for p in self.spec.plans], "levers": self.levers}
+                self.backend.submit(w, task)
+                self.inflight[w] = ("resolve", shape, time.monotonic(), "")
+                continue
+            while self.ready:
+                i = self.ready.popleft()
+                task = self._measure_task(i, w)
+                if task is None:
+                    continue
+                self.backend.submit(w, task)
+                self.inflight[w] = ("measure", i, time.monotonic(), task["key"])
+                self.state.running = sum(1 for k, *_ in self.inflight.values() if k == "measure")
+                break
+
+    def _measure_task(self, i: int, w: int) -> dict | None:
+        """The ``measure`` task of point ``i`` for worker ``w``, or None when the point needs no measuring (cached,
+        or failed already: its record is written here)."""
+        point = self.points[i]
+        res = self.resolved[point.shape_key]
+        settings = run_settings(self.spec, point)
+        env = self.envs.get(w, {})
+        if res.get("status") != "ok":
+            self._record_failure(i, None, None, env, settings, res.get("reason") or "the model did not load")
+            return None
+        plan = res["plans"].get(plan_slot(point.plan, point.memory_format, point.cuda_graphs)) or {}
+        if "error" in plan:
+            self._record_failure(i, res["model_fingerprint"], None, env, settings, plan["error"])
+            return None
+        fields = key_fields(point, res["model_fingerprint"], plan_fingerprint(plan), env, settings)
+        key = cache_key(fields)
+        if key in self.cache or key in self.keys_this_run:
+            self.state.cached += 1
+            return None
+        self.keys_this_run.add(key)
+        return {"kind": "measure", "id": self._next_id(), "point": point.to_dict(), "plan": plan,
+                "settings": settings.to_dict(), "key": key, "fields": fields}
+
+    def _record_failure(self, i: int, model_fp: str | None, plan_fp: str | None, env: dict, settings: Any,
+                        reason: str) -> None:
+        point = self.points[i]
+        fields = key_fields(point, model_fp, plan_fp, env, settings)
+        record = make_record(point, cache_key(fields), fields,
+                             {"status": "failed", "reason": reason, "environment": env}, self.attempts[i] or 1)
+        self.store.append(record)
+        self.state.failed += 1
+
+    # ------------------------------------------------------------ answers
+    def _on_event(self, event: Any) -> None:
+        w = event.worker
+        if event.kind == "progress":
+            self.messages[w] = str(event.data.get("status", ""))
+            return
+        kind, what, _start, key = self.inflight.pop(w)
+        self.messages.pop(w, None)
+        if event.kind == "died":
+            self.state.restarts += 1
+            self.envs[w] = self.backend.restart(w)
+            if kind == "resolve":
+                self.resolve_attempts[what] += 1
+                if self.resolve_attempts[what] <= self.retries:
+                    self.to_resolve.appendleft(what)
+                else:
+                    self._resolved(what, {"status": "failed", "reason": event.data["reason"] + " while loading"})
+            else:
+                self.attempts[what] += 1
+                self.keys_this_run.discard(key)
+                if self.attempts[what] <= self.retries:
+                    self.ready.appendleft(what)
+                else:
+                    point = self.points[what]
+                    self._record_failure(what, None, None, self.envs[w], run_settings(self.spec, point),
+                                         f"{event.data['reason']} while measuring it, {self.attempts[what]} times")
+        elif kind == "resolve":
+            self._resolved(what, event.data)
+        else:
+            self._measured(what, event)
+        self.state.running = sum(1 for k, *_ in self.inflight.values() if k == "measure")
+
+    def _resolved(self, shape: tuple, answer: dict) -> None:
+        self.resolved[shape] = answer
+        self.ready.extend(self.waiting.pop(shape, []))
+
+    def _measured(self, i: int, event: Any) -> None:
+        answer = event.data
+        point = self.points[i]
+        res = self.resolved[point.shape_key]
+        plan = res["plans"][plan_slot(point.plan, point.memory_format, point.cuda_graphs)]
+        env = answer.get("environment") or self.envs.get(event.worker, {})
+        settings = run_settings(self.spec, point)
+        fields = key_fields(point, res["model_fingerprint"], plan_fingerprint(plan), env, settings)
+        key = cache_key(fields)
+        record = make_record(point, key, fields, answer, self.attempts[i] + 1)
+        self.store.append(record, answer.get("report"))
+        if record["status"] == "failed":
+            self.state.failed += 1
+        else:
+            self.state.done += 1
+        if isinstance(answer.get("wall_s"), (int, float)):
+            self.walls.append(float(answer["wall_s"]))
+
+    # ------------------------------------------------------------ progress
+    def _left_s(self) -> float | None:
+        if not self.walls:
+            return None
+        mean = sum(self.walls) / len(self.walls)
+        workers = max(1, len(self.backend.workers))
+        now = time.monotonic()
+        queued = self.state.total - self.state.finished - self.state.running
+        running = sum(max(0.0, mean - (now - start)) for kind, _, start, _k in self.inflight.values() if kind == "measure")
+        return (queued * mean + running) / workers
+
+    def _emit(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._shown < PROGRESS_EVERY_S:
+            return
+        self._shown = now
+        self.state.elapsed_s = round(now - self.started, 2)
+        self.state.left_s = None if self.state.status != "running" else self._left_s()
+        self.state.message = "; ".join(f"worker {w}: {m}" for w, m in sorted(self.messages.items()))[:500]
+        try:
+            self.store.write_progress(self.state.to_dict())
+        except OSError:
+            pass   # progress is for watching; the journal is what counts
+        if self.callback is not None:
+            self.callback(dataclasses.replace(self.state))
