@@ -108,6 +108,9 @@ def test_keys_built_from_parts_exist():
     wanted += [f"app.page.{p.stem}" for p in (ROOT / "explorer" / "ui" / "pages").glob("[!_]*.py")]
     wanted += [f"results.opened.{k}" for k in ("run", "teaching")] + [f"results.bound.{b}" for b in ("host", "gpu")]
     wanted += [f"chart.{v}" for v in ("unfused", "fused")]
+    from explorer.report import PHASES
+
+    wanted += [f"results.phase.{p}" for p in PHASES]
     missing = [k for k in wanted if k not in i18n.catalog()]
     assert not missing, missing
     # f-string keys in the pages are one of the families above
