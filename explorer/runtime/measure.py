@@ -118,8 +118,9 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     by ``record_casts`` for this ``dtype``), every node and lifted constant the
     record names takes the dtype the model itself gives it when it runs in
     ``dtype`` (an fp32 capture's no-op ``to(float32)`` stays an upcast where the
-    model upcasts: RMSNorm's statistics, softmax, the rotary angles), and the
-    rest is retargeted as below. Without a record, the graph's capture dtype
+    model upcasts: RMSNorm's statistics, softmax, the rotary angles), except a
+    cast that feeds a fused call (the fused kernel takes its chain's input in the
+    run dtype and rounds inside as the model does), and the rest is retargeted as below. Without a record, the graph's capture dtype
     (``capture_dtype``) becomes ``dtype`` and other floating dtypes are kept (a
     bf16 capture's own float32 upcasts stay float32); a float64 target (the
     reference) retargets every floating dtype.
@@ -168,6 +169,14 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
             return type(a)(retarget(x, recorded) for x in a)
         return a
 
+    if record is not None and record.rewires:
+        by_name = {n.name: n for n in gm.graph.nodes}
+        for name, pairs in record.rewires.items():
+            node = by_name.get(name)
+            for old_name, new_name in pairs if node is not None else ():
+                old, new_input = by_name.get(old_name), by_name.get(new_name)
+                if old is not None and new_input is not None and new_input in _cast_chain(old)[1:]:
+                    node.replace_input_with(old, new_input)  # what the model reads at this dtype
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
@@ -179,6 +188,8 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
             gm.graph.erase_node(node)
             continue
         entry = record.args.get(node.name) if record is not None else None
+        if entry is not None and any("fused_chain" in user.meta for user in node.users):
+            entry = None  # a fused kernel takes its chain's input in the run dtype and upcasts inside, as the model
         recorded = list(entry[1]) if entry is not None and entry[0] == str(node.target) else None
         node.args = tuple(retarget(a, recorded) for a in node.args)
         node.kwargs = {k: retarget(v, recorded) for k, v in node.kwargs.items()}
@@ -229,13 +240,16 @@ class CastRecord:
     answer. ``args``: node name → (its target, the floating dtypes among its
     arguments in order); ``attrs``: lifted constant → its dtype (a constant the
     model creates in float32 stays float32, as eager does). ``kept_float32``
-    counts the casts that stay wider than ``dtype``.
+    counts the casts that stay wider than ``dtype``. ``rewires``: node name →
+    ((a no-op cast it reads in float32, the tensor the model reads instead), ...)
+    (``_alias_rewires``).
     """
 
     dtype: torch.dtype
     args: dict[str, tuple[str, tuple[torch.dtype, ...]]]
     attrs: dict[str, torch.dtype]
     kept_float32: int = 0
+    rewires: dict[str, tuple[tuple[str, str], ...]] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         name = str(self.dtype).replace("torch.", "")
@@ -261,6 +275,61 @@ def _float_dtypes(a: Any) -> list[torch.dtype]:
     if isinstance(a, (list, tuple)):
         return [d for v in a for d in _float_dtypes(v)]
     return []
+
+
+_CASTS = ("aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten._to_copy.default", "aten.type_as.default")
+
+
+def _is_cast(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and str(node.target) in _CASTS \
+        and bool(node.args) and isinstance(node.args[0], torch.fx.Node)
+
+
+def _cast_chain(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """``node`` and, while it is a cast, what it casts: ``[to_4, embedding]`` for ``to_4 = embedding.to(...)``."""
+    chain = [node]
+    while _is_cast(chain[-1]) and len(chain) < 16:
+        chain.append(chain[-1].args[0])
+    return chain
+
+
+def _alias_rewires(gm: torch.fx.GraphModule, typed: torch.fx.GraphModule) -> dict[str, tuple[tuple[str, str], ...]] | None:
+    """Where a float32 capture reads a no-op cast that the model does not read: node name → ((cast, the
+    tensor the model reads), ...); None when the two captures' wiring differs in any other way.
+
+    In float32, ``x.to(torch.float32)`` returns ``x`` itself, and torch.export then attributes every
+    later use of ``x`` to the cast: a Llama layer's residual add reads RMSNorm's upcast ``to_4``
+    instead of the embedding. At bf16 the model reads the bf16 tensor, and the run-dtype capture says so.
+    """
+    by_name = {n.name: n for n in gm.graph.nodes}
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    for t in typed.graph.nodes:
+        mine = by_name.get(t.name)
+        if t.op != "call_function" or mine is None or str(mine.target) != str(t.target):
+            continue
+        a_in, t_in = mine.all_input_nodes, [_through_views(x) for x in t.all_input_nodes]
+        if [x.name for x in a_in] == [x.name for x in t_in]:
+            continue
+        if len(a_in) != len(t_in):
+            return None
+        pairs = []
+        for a, b in zip(a_in, t_in):
+            if a.name == b.name or _through_views(a).name == b.name:
+                continue
+            names = [x.name for x in _cast_chain(a)]
+            if b.name not in names[1:]:
+                return None
+            pairs.append((a.name, b.name))
+        out[t.name] = tuple(pairs)
+    return out
+
+
+def _through_views(node: torch.fx.Node) -> torch.fx.Node:
+    """What a ``contiguous`` call reads: a capture on the meta device and one on real tensors may differ
+    in them (a contiguous call on an already contiguous tensor returns it), never in what they compute."""
+    while node.op == "call_function" and str(node.target) == "aten.contiguous.default" and node.args:
+        node = node.args[0]
+    return node
 
 
 def _signature(node: torch.fx.Node) -> tuple:
@@ -303,7 +372,8 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
         for slots, key, value in reversed(swapped):
             slots[key] = value
     mine, theirs = _dtype_nodes(gm), _dtype_nodes(typed)
-    if [_signature(n) for n in mine] != [_signature(n) for n in theirs]:
+    rewires = _alias_rewires(gm, typed)
+    if [_signature(n) for n in mine] != [_signature(n) for n in theirs] or rewires is None:
         return None, (f"the model's capture in {name} differs from its float32 capture: its own casts could not "
                       f"be matched, and the unfused graph computes every float32 op in {name}")
     args = {n.name: (str(n.target), tuple(_float_dtypes((n.args, n.kwargs)))) for n in theirs}
@@ -318,7 +388,7 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
         value = getattr(owner, attr, None)
         if isinstance(value, torch.Tensor) and id(value) not in params and value.is_floating_point():
             attrs[str(node.target)] = value.dtype
-    record = CastRecord(dtype, args, attrs, wide)
+    record = CastRecord(dtype, args, attrs, wide, rewires)
     return record, record.describe()
 
 
