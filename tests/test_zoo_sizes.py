@@ -22,7 +22,7 @@ NAME = "llama_decoder_8b_layers"
 
 
 def test_the_8b_layer_decoder_is_in_the_menu_and_the_models_command(capsys):
-    assert NAME in [e.name for e in zoo.menu()]
+    assert NAME in [e.name for e in zoo.menu()] and zoo.ZOO[NAME].large
     assert cli.main(["models", "--json"]) == 0
     listed = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert "hidden 4096" in listed[NAME]["description"] and listed[NAME]["input"] == "input_ids[1, 128] int64"

@@ -101,6 +101,7 @@ class ZooEntry:
     max_seq_len: int | None = None
     benchmark_only: bool = False  # listed by the benchmarks, hidden from the menu
     calibrated: bool = False  # the builder's weights are realistic already: no ``realistic_init`` pass
+    large: bool = False  # at the sizes people run (GBs of weights): CI captures it on the meta device only
 
     def build(self) -> torch.nn.Module:
         """Build the model with seeded random weights and realistic activations, in eval mode.
@@ -258,7 +259,7 @@ ZOO: dict[str, ZooEntry] = {
                  "Llama-style decoder at Llama-3-8B layer sizes, prefill (2 layers, hidden 4096, 32 heads over 8 KV "
                  "heads, SwiGLU 14336, vocabulary 32000, SDPA; 0.7 billion seeded parameters): next-token logits",
                  _llama_8b_layers, _llama_prefill_inputs(LLAMA_8B_LAYERS),
-                 max_seq_len=LLAMA_8B_LAYERS["max_positions"], calibrated=True),
+                 max_seq_len=LLAMA_8B_LAYERS["max_positions"], calibrated=True, large=True),
         ZooEntry("llama_decode_step", "transformer", "classification",
                  "The same Llama-style decoder, one decode step over a static KV cache of S tokens "
                  "(the cache is the step's input, updated in place)",
