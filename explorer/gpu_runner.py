@@ -96,7 +96,7 @@ def run(source: str, plan: Any | None, settings: RunSettings,
                 failures.append({"phase": crashed, "reason": str(exc), "variant": None, "process_lost": True,
                                  "not_run": False})
             todo = [p for p in todo if p not in seen["done"] and p != crashed]
-            fresh += 1
+            fresh += bool(todo)
             continue
         lost = [f for f in data.get("failures") or [] if isinstance(f, dict) and f.get("process_lost")]
         failed = {str(f.get("phase")) for f in data.get("failures") or [] if isinstance(f, dict)}
