@@ -8,6 +8,16 @@ out-of-memory error, a CUDA fault or a crash ends the child, not the caller,
 and reaches it as one ``RunError`` line. Inside the child,
 ``explorer.runtime.session.measure`` does the measurement.
 
+A fault never loses a run. The child sends a snapshot of its report after
+setup and after each phase (``report.PHASES``), and names each phase as it
+starts. When the child dies mid-phase (a segmentation fault, a kill) or reports
+that a phase left its CUDA context unusable, ``run`` keeps what was measured,
+marks that phase failed with its one-line reason, and starts a fresh child for
+the phases still to run (``fresh_processes`` counts them); the reports are
+merged phase by phase (``PHASE_FIELDS``). Only a failure before any phase
+(loading, planning: nothing measured yet), a cancel or the timeout end the run
+with one ``RunError`` line.
+
 This module imports no torch: the parent stays light. Never Streamlit,
 plotly or pyvis either.
 """
@@ -16,14 +26,23 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 from explorer.errors import ReportError, RunError
-from explorer.report import Report
+from explorer.report import PHASES, Report
 from explorer.runtime.child import child_main, run_child
 from explorer.runtime.settings import RunSettings
 
 __all__ = ["Report", "RunSettings", "run"]
+
+
+#: The report fields each phase writes: a fresh child's report gives these for the phases it ran.
+PHASE_FIELDS = {"reference": ("fused_vs_unfused", "reference", "fused_worse", "precision_note"),
+                "main": ("unfused", "fused", "verdict"),
+                "chains": ("chains", "rotation_note"),
+                "stages": ("stages",),
+                "baselines": ("baselines",)}
 
 
 def run(source: str, plan: Any | None, settings: RunSettings,
@@ -33,25 +52,103 @@ def run(source: str, plan: Any | None, settings: RunSettings,
 
     ``plan`` is a ``Plan`` (or ``None``: every detected chain accepted).
     ``progress(fraction, status)`` is called from this thread as the child
-    reports (the status ends with the estimated time left). Raises ``RunError``
-    with one line on any failure, including ``RunError("cancelled")`` when
-    ``cancel`` is set.
+    reports (the status ends with the estimated time left). A phase that fails
+    is in the report's ``failures``; a lost process is followed by a fresh child
+    for the remaining phases (module docstring). Raises ``RunError`` with one line
+    when nothing could be measured, including ``RunError("cancelled")`` when
+    ``cancel`` is set, and on the timeout (``settings.timeout_s``, for all children together).
     """
-    payload = {"source": str(source), "plan": plan.to_dict() if plan is not None else None,
-               "settings": settings.to_dict()}
-    data = run_child("explorer.gpu_runner", payload, settings.timeout_s, progress, cancel)
+    deadline = time.monotonic() + float(settings.timeout_s)
+    todo = [p for p in PHASES if settings.runs_phase(p)]
+    pieces: list[tuple[dict, list[str]]] = []      # (report dict, the phases it owns)
+    failures: list[dict] = []
+    fresh = 0
+    while todo:
+        seen: dict[str, Any] = {"snapshot": None, "done": [], "started": None}
+
+        def keep(part: Any) -> None:
+            if isinstance(part, dict):
+                if "started" in part:
+                    seen["started"] = str(part["started"])
+                if isinstance(part.get("snapshot"), dict):
+                    seen["snapshot"], seen["done"] = part["snapshot"], [str(p) for p in part.get("done") or []]
+
+        payload = {"source": str(source), "plan": plan.to_dict() if plan is not None else None,
+                   "settings": settings.to_dict(), "phases": todo}
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            raise RunError(f"the measurement timed out after {settings.timeout_s:g} s and was stopped")
+        try:
+            data = run_child("explorer.gpu_runner", payload, left_s, progress, cancel, on_part=keep)
+        except RunError as exc:
+            if (cancel is not None and cancel.is_set()) or "timed out" in str(exc):
+                raise
+            if seen["snapshot"] is None:
+                if not pieces:
+                    raise  # nothing measured: the run's own failure (loading, planning)
+                failures += [{"phase": p, "reason": f"not run: the fresh process failed to set up ({exc})",
+                              "variant": None, "process_lost": False, "not_run": True} for p in todo]
+                break
+            # the child died: keep what it measured, the phase it was in failed, the rest run afresh
+            crashed = seen["started"] if seen["started"] not in seen["done"] else None
+            pieces.append((seen["snapshot"], list(seen["done"])))
+            if crashed is not None:
+                failures.append({"phase": crashed, "reason": str(exc), "variant": None, "process_lost": True,
+                                 "not_run": False})
+            todo = [p for p in todo if p not in seen["done"] and p != crashed]
+            fresh += bool(todo)
+            continue
+        lost = [f for f in data.get("failures") or [] if isinstance(f, dict) and f.get("process_lost")]
+        failed = {str(f.get("phase")) for f in data.get("failures") or [] if isinstance(f, dict)}
+        done = list(seen["done"])
+        pieces.append((data, done + [p for p in todo if p in failed]))
+        todo = [p for p in todo if p not in done and p not in failed] if lost else []
+        fresh += bool(todo)
+    merged = _merge(pieces, failures, fresh)
     try:
-        return Report.from_dict(data, "the measurement's report")
+        return Report.from_dict(merged, "the measurement's report")
     except ReportError as exc:
         raise RunError(str(exc)) from None
 
 
+def _merge(pieces: list[tuple[dict, list[str]]], failures: list[dict], fresh: int) -> dict:
+    """One report from the children's: the first child's, each phase's fields from the child that
+    ran it, every failure and note kept, the durations summed."""
+    merged = dict(pieces[0][0])
+    notes = list(merged.get("notes") or [])
+    all_failures = list(merged.get("failures") or [])
+    duration = merged.get("duration_s") or 0.0
+    for data, owned in pieces[1:]:
+        for phase in owned:
+            for field in PHASE_FIELDS.get(phase, ()):
+                if field in data:
+                    merged[field] = data[field]
+            if phase == "main":  # precision is the reference phase's, measured by an earlier child
+                for side in ("unfused", "fused"):
+                    before = (pieces[0][0].get(side) or {}).get("precision")
+                    if isinstance(merged.get(side), dict) and merged[side].get("precision") is None:
+                        merged[side] = {**merged[side], "precision": before}
+        notes += [n for n in data.get("notes") or [] if n not in notes]
+        all_failures += [f for f in data.get("failures") or [] if f not in all_failures]
+        duration += data.get("duration_s") or 0.0
+    all_failures += failures
+    order = {p: i for i, p in enumerate(PHASES)}
+    merged["failures"] = sorted(all_failures, key=lambda f: order.get(str(f.get("phase")), len(order)))
+    merged["notes"] = notes
+    merged["fresh_processes"] = fresh
+    merged["duration_s"] = round(duration, 2) if duration else merged.get("duration_s")
+    return merged
+
+
 def _measure_in_child(payload: dict, emit: Callable[[float, str], None]) -> dict:
     """The child's work: ``explorer.runtime.session.measure`` (torch is imported here, in the child only)."""
-    from explorer.runtime.session import measure  # the parent never imports torch
+    from explorer.runtime.session import measure_phases  # the parent never imports torch
 
     settings = RunSettings.from_dict(payload.get("settings") or {})
-    return measure(payload["source"], payload.get("plan"), settings, emit).to_dict()
+    phases = tuple(p for p in payload.get("phases") or PHASES if p in PHASES)
+    report, _left = measure_phases(payload["source"], payload.get("plan"), settings, emit, phases,
+                                   on_part=getattr(emit, "part", None))
+    return report.to_dict()
 
 
 if __name__ == "__main__":

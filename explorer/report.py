@@ -12,6 +12,8 @@ One schema, frozen dataclasses, a version, strict validation on load::
       chains: ChainResult...        each accepted chain timed alone, with its Verdict
       stages: Stage...              the staged table (original, Conv+BN, + epilogues, all)
       baselines: Baseline...        eager and torch.compile modes, each paired with its like
+      failures: PhaseFailure...     a phase that failed (a fault, an out-of-memory, a compile failure):
+                                    which, on which variant, why; the other phases' results stay
       notes                         what a reader must know (rotation, quick mode, upgrades)
 
 The runner (``explorer.runtime.session``) builds it and computes every derived
@@ -272,6 +274,30 @@ class Baseline:
     error: str | None = None
 
 
+#: The phases of a run, in order (``explorer.runtime.session``): the float64 reference and the precision
+#: figures, the main unfused/fused timing, the per-chain timing, the staged table, the baselines.
+PHASES = ("reference", "main", "chains", "stages", "baselines")
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseFailure:
+    """A phase of the run that failed (or was not run), and why, in one line.
+
+    The report keeps everything the other phases measured. ``variant`` names the
+    variant that was running when it failed, where one was (``fused``,
+    ``torch_compile``, a chain id). ``process_lost`` is True when the failure ended
+    the measuring process or left its CUDA context unusable (a CUDA fault): the
+    phases after it ran in a fresh process (``fresh_process`` on their side) or,
+    in an in-process run, were not run (``not_run``).
+    """
+
+    phase: str
+    reason: str
+    variant: str | None = None
+    process_lost: bool = False
+    not_run: bool = False
+
+
 @dataclasses.dataclass(frozen=True)
 class InputInfo:
     """One model input as measured."""
@@ -355,6 +381,8 @@ class Report:
     graph_calls_note: str = ""
     rotation_note: str = ""
     duration_s: float | None = None
+    failures: tuple[PhaseFailure, ...] = ()
+    fresh_processes: int = 0
     upgraded_from: int | None = None
     version: int = REPORT_VERSION
 
@@ -393,6 +421,10 @@ class Report:
 
     def baseline(self, name: str) -> Baseline | None:
         return next((b for b in self.baselines if b.name == name), None)
+
+    def failure(self, phase: str) -> PhaseFailure | None:
+        """The failure of ``phase`` (one of ``PHASES``), or None when it ran."""
+        return next((f for f in self.failures if f.phase == phase), None)
 
     def check_model(self, fingerprint: str, model: str = "") -> None:
         """Raise a one-line ``ReportError`` when this report was measured on another model."""
@@ -944,6 +976,11 @@ def summary_table(report: Report) -> str:
                      + (f" (slower: {', '.join(slower[:5])}{' ...' if len(slower) > 5 else ''})" if slower else ""))
     if report.speedup:
         lines.append(f"speed-up fused vs unfused: {report.speedup:.3f}x")
+    for f in report.failures:
+        lines.append(f"phase {f.phase} {'not run' if f.not_run else 'FAILED'}"
+                     + (f" ({f.variant})" if f.variant else "") + f": {f.reason}")
+    if report.fresh_processes:
+        lines.append(f"{report.fresh_processes} fresh measuring process(es) ran the phases after a lost one")
     return "\n".join(visible(line) for line in lines)  # a name holding a newline cannot add a line
 
 

@@ -114,6 +114,9 @@ def test_keys_built_from_parts_exist():
     wanted += [f"sweeps.status.{s}" for s in STATUSES] + [f"sweeps.source.{s}" for s in ("folder", "upload")]
     wanted += [f"sweeps.axis.{a}" for a in ("batch", "seq_len")] + [f"sweeps.short.{a}" for a in ("batch", "seq_len")]
     wanted += [f"sweeps.{v}" for v in ("unfused", "fused")]
+    from explorer.report import PHASES
+
+    wanted += [f"results.phase.{p}" for p in PHASES]
     missing = [k for k in wanted if k not in i18n.catalog()]
     assert not missing, missing
     # f-string keys in the pages are one of the families above

@@ -74,10 +74,16 @@ def _compiled_variant(name: str, target: torch.nn.Module, mode: str, inputs: tup
 
 def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any, channels_last: bool,
               settings: RunSettings, emit: Callable[[float, str], None], ref: Any = None,
-              classification: bool = False, timing: m.TimingPlan | None = None) -> tuple[Baseline, ...]:
+              classification: bool = False, timing: m.TimingPlan | None = None, casts: Any = None
+              ) -> tuple[Baseline, ...]:
     """Time the fused model beside eager and torch.compile (module docstring); returns every entry,
     fused ones included, with verdicts of each fused entry against its baselines. ``timing``
-    overrides the settings' timing plan (a benchmark's own target)."""
+    overrides the settings' timing plan (a benchmark's own target); ``casts`` is the model's cast
+    record (``measure.record_casts``) for a graph compiled in place of a missing eager module.
+
+    A baseline that fails while timed (``measure.VariantFailed``) is dropped with its error and the
+    others are timed again without it; a failure of the fused entry itself, or one that leaves the
+    CUDA context unusable, is the phase's (raised)."""
     cuda = device.startswith("cuda")
     fmt = "channels_last" if channels_last else "nchw"
     entries: dict[str, dict[str, Any]] = {}
@@ -98,7 +104,8 @@ def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any,
     else:
         entries["eager"] = dict(method="eager", mode=None, cuda_graphs=False, pairs_with="fused",
                                 error="this source has no eager nn.Module (ONNX or .pt2): not measured")
-    target = eager if eager is not None else m.prepare_graph(model.gm, device, dtype, channels_last, lean=False)
+    target = eager if eager is not None else m.prepare_graph(model.gm, device, dtype, channels_last, lean=False,
+                                                                    casts=casts)
     modes = list(settings.compile_modes)
     for i, mode in enumerate(modes):
         name = MODE_NAMES[mode]
@@ -118,20 +125,34 @@ def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any,
             if cuda:
                 torch.cuda.synchronize()
             entry["error"] = f"torch.compile ({mode}) failed: {m._one_line(exc)}"
-    emit(0.6, f"timing {len(variants)} variants alternated")
-    names = {v.name for v in variants}
-    pairs = tuple((name, e["pairs_with"]) for name, e in entries.items()
-                  if e.get("pairs_with") in names and name in names)
     timing = timing or m.TimingPlan.for_device(device, settings.warmup, settings.reps, quick=settings.quick)
-    res, samples = measure_variants(variants, device, timing, model.batch, pairs=pairs)
+    while True:
+        emit(0.6, f"timing {len(variants)} variants alternated")
+        names = {v.name for v in variants}
+        pairs = tuple((name, e["pairs_with"]) for name, e in entries.items()
+                      if e.get("pairs_with") in names and name in names)
+        try:
+            res, samples = measure_variants(variants, device, timing, model.batch, pairs=pairs)
+            break
+        except m.VariantFailed as exc:
+            cause = exc.__cause__ or exc
+            if exc.variant == "fused" or exc.variant not in entries or m.cuda_context_lost(device, cause):
+                raise
+            entries[exc.variant]["error"] = f"failed while timed, dropped: {m._one_line(cause)}"
+            variants = [v for v in variants if v.name != exc.variant]
     out = []
     for name, e in entries.items():
         measured = res.get(name)
         if measured is not None and ref is not None:
-            with torch.inference_mode():
-                forward = next(v for v in variants if v.name == name).forward
-                prec = precision_of(m.precision(forward(), ref, classification, dtype))
-            measured = dataclasses.replace(measured, precision=prec)
+            try:
+                with torch.inference_mode():
+                    forward = next(v for v in variants if v.name == name).forward
+                    prec = precision_of(m.precision(forward(), ref, classification, dtype))
+                measured = dataclasses.replace(measured, precision=prec)
+            except Exception as exc:
+                if m.cuda_context_lost(device, exc):
+                    raise
+                e["error"] = f"precision not measured: {m._one_line(exc)}"
         verdict = None
         partner = e.get("pairs_with")
         if measured is not None and e["method"] != "torch.compile" and e["cuda_graphs"] and not measured.cuda_graph:

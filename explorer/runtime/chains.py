@@ -71,14 +71,15 @@ def limited_by(plain: Verdict | None, graph: Verdict | None) -> str | None:
 
 def chain_benchmarks(model: Any, graph: Any, detection: Any, chains: list, applied: dict, device: str,
                      dtype: Any, settings: RunSettings, emit: Callable[[float, str], None],
-                     cuda_graphs: bool = False) -> list[ChainResult]:
+                     cuda_graphs: bool = False, casts: Any = None) -> list[ChainResult]:
     """Time each accepted chain alone, unfused vs fused, on its real shapes (module docstring).
 
     Each timed call is synchronised, so plain-call times include the host's launch
     overhead, which a chain of tiny kernels pays in an eager model. On CUDA the
     chain is also captured as a CUDA graph and its replays timed. The decisive
     verdict uses the graph replays when the plan replays CUDA graphs, else the
-    plain calls. A failing chain is reported with its reason, never hidden.
+    plain calls. A failing chain is reported with its reason, never hidden. ``casts`` (a
+    ``measure.CastRecord``) keeps the model's own casts in both forms, as the whole model does.
     """
     cuda = device.startswith("cuda")
     timing = m.TimingPlan.for_device(device, 3 if settings.warmup is None else min(settings.warmup, 3),
@@ -95,7 +96,8 @@ def chain_benchmarks(model: Any, graph: Any, detection: Any, chains: list, appli
             out.append(entry)
             continue
         try:
-            out.append(_time_chain(model, detection, chain, entry, device, dtype, timing, flush, cuda_graphs))
+            out.append(_time_chain(model, detection, chain, entry, device, dtype, timing, flush, cuda_graphs,
+                                   casts))
         except Exception as exc:
             if cuda:
                 try:
@@ -110,11 +112,11 @@ def chain_benchmarks(model: Any, graph: Any, detection: Any, chains: list, appli
 
 
 def _time_chain(model: Any, detection: Any, chain: Any, entry: ChainResult, device: str, dtype: Any,
-                timing: m.TimingPlan, flush: Any, cuda_graphs: bool) -> ChainResult:
+                timing: m.TimingPlan, flush: Any, cuda_graphs: bool, casts: Any = None) -> ChainResult:
     """One chain: prepare both forms, check them against float64, time them paired, decide."""
     unfused_c, fused_c, c_inputs = rewrite.chain_module(model.gm, detection, chain.id, device, kernel=entry.kernel)
-    u = m.prepare_graph(unfused_c, device, dtype)
-    f = m.prepare_graph(fused_c, device, dtype)
+    u = m.prepare_graph(unfused_c, device, dtype, casts=casts)
+    f = m.prepare_graph(fused_c, device, dtype, casts=casts)
     x = m.prepare_inputs(c_inputs, device, dtype)
     ref_where = device if device.startswith("cuda") else "cpu"
     ref_gm = m.prepare_graph(unfused_c, ref_where, torch.float64)

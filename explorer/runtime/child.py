@@ -4,6 +4,7 @@ The parent (``run_child``) starts ``python -m <module> --child`` in a new
 process session and writes the payload; the child (``child_main``) streams::
 
     {"progress": 0.42, "status": "timing chain 12/49"}
+    {"part": {...}}              # what the work sends with emit.part (kept if the child dies)
     {"report": {...}}            # last line on success
     {"error": "one line"}        # last line on a failure the child could name
 
@@ -76,11 +77,14 @@ def limit_host_memory(payload: dict) -> int:
 
 def run_child(module: str, payload: dict, timeout_s: float,
               progress: Callable[[float, str], None] | None = None,
-              cancel: threading.Event | None = None) -> dict:
+              cancel: threading.Event | None = None,
+              on_part: Callable[[Any], None] | None = None) -> dict:
     """Run ``python -m <module> --child`` with ``payload`` as JSON on stdin; return its report.
 
     ``progress(fraction, status)`` is called from this thread as the child
-    reports. Raises ``RunError`` with one line on any failure, including
+    reports, ``on_part(value)`` for each ``{"part": value}`` line (what the work
+    sent with ``emit.part``: kept by the caller even if the child dies later).
+    Raises ``RunError`` with one line on any failure, including
     ``RunError("cancelled")`` when ``cancel`` is set and a timeout.
     """
     payload = json.dumps(payload)
@@ -132,6 +136,9 @@ def run_child(module: str, payload: dict, timeout_s: float,
                 continue
             if "progress" in message and progress is not None:
                 progress(float(message["progress"]), str(message.get("status", "")))
+            elif "part" in message:
+                if on_part is not None:
+                    on_part(message["part"])
             elif "report" in message:
                 result = message["report"]
             elif "error" in message:
@@ -193,6 +200,9 @@ def child_main(work: Callable[[dict, Callable[[float, str], None]], dict]) -> in
     def emit(fraction: float, status: str) -> None:
         send({"progress": round(float(min(max(fraction, 0.0), 1.0)), 4), "status": status})
 
+    # emit.part(value): one {"part": value} line, which the parent keeps even if this process dies later
+    emit.part = lambda value: send({"part": _jsonable(value)})  # type: ignore[attr-defined]
+
     try:
         payload = json.loads(sys.stdin.read() or "{}")
         limit_host_memory(payload if isinstance(payload, dict) else {})
@@ -204,11 +214,11 @@ def child_main(work: Callable[[dict, Callable[[float, str], None]], dict]) -> in
         return 0
     except Exception as exc:  # OOM, CUDA errors, bugs: one line for the user, the trace on stderr
         traceback.print_exc()
-        send({"error": _describe_failure(exc)})
+        send({"error": describe_failure(exc)})
         return 0
 
 
-def _describe_failure(exc: BaseException) -> str:
+def describe_failure(exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [""])[0][:240]
     if type(exc).__name__ == "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
         return f"out of GPU memory: {first}"

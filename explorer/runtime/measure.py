@@ -34,6 +34,7 @@ Method (``.library/device/METHOD.md``, ``shared/STYLE.md``):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import datetime
@@ -44,7 +45,7 @@ import shutil
 import statistics
 import subprocess
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.fx
@@ -78,13 +79,32 @@ def torch_dtype(name: str) -> torch.dtype:
         raise RunError(f"unknown dtype '{name}' (expected fp32, fp16 or bf16)") from None
 
 
+def cuda_context_lost(device: str, exc: BaseException) -> bool:
+    """Whether a failure left this process's CUDA context unusable: a CUDA error other than an
+    out-of-memory (those are sticky: every later call fails), or a device that no longer answers.
+    Always False on the CPU."""
+    if not device.startswith("cuda"):
+        return False
+    text = str(exc)
+    oom = isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower()
+    if not oom and any(mark in text for mark in ("CUDA error", "cudaError", "illegal memory access",
+                                                 "unspecified launch failure", "device-side assert")):
+        return True
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device=device).add_(1).item()
+        return False
+    except Exception:
+        return True
+
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
 
 def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
-                  channels_last: bool = False, lean: bool = True) -> torch.fx.GraphModule:
+                  channels_last: bool = False, lean: bool = True,
+                  casts: "CastRecord | None" = None) -> torch.fx.GraphModule:
     """A copy of ``gm`` on ``device`` with floating weights and constants in ``dtype``.
 
     torch.export bakes ``device=cpu`` and ``dtype=torch.float32`` into factory
@@ -93,6 +113,17 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     are clamped to the dtype's own extreme, as eager code using ``finfo(dtype)`` does.
     Integer and boolean tensors and dtypes are left alone. The original is not
     changed.
+
+    Which floating dtypes are retargeted: with ``casts`` (a ``CastRecord`` made
+    by ``record_casts`` for this ``dtype``), every node and lifted constant the
+    record names takes the dtype the model itself gives it when it runs in
+    ``dtype`` (an fp32 capture's no-op ``to(float32)`` stays an upcast where the
+    model upcasts: RMSNorm's statistics, softmax, the rotary angles), except a
+    cast that feeds a fused call (the fused kernel takes its chain's input in the
+    run dtype and rounds inside as the model does), and the rest is retargeted as below. Without a record, the graph's capture dtype
+    (``capture_dtype``) becomes ``dtype`` and other floating dtypes are kept (a
+    bf16 capture's own float32 upcasts stay float32); a float64 target (the
+    reference) retargets every floating dtype.
 
     Two clean-ups make the copy cheaper to run on the host, for unfused and fused
     graphs alike (every graph the runner times goes through here): calls that do
@@ -104,6 +135,8 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     function they would pick at every forward, and weights are read as plain
     instance attributes. The result is final: move and cast before, not after.
     """
+    captured = capture_dtype(gm)
+    record = casts if casts is not None and casts.dtype == dtype else None
     gm = copy.deepcopy(gm)
     target_device = torch.device(device)
     # Plain tensor attributes (lifted constants) are neither parameters nor buffers: .to() skips them.
@@ -116,23 +149,34 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
         if isinstance(value, torch.Tensor) and id(value) not in params:
             new = value.to(target_device)
             if new.is_floating_point():
-                new = new.to(dtype)
+                kept = record.attrs.get(str(node.target)) if record is not None else None
+                new = new.to(kept or _float_target(new.dtype, dtype, captured))
             setattr(owner, name, new)
 
     limit = torch.finfo(dtype).max
 
-    def retarget(a: Any) -> Any:
+    def retarget(a: Any, recorded: list[torch.dtype] | None) -> Any:
         if isinstance(a, torch.device):
             return target_device
         if isinstance(a, torch.dtype) and a.is_floating_point:
-            return dtype
+            if recorded:
+                return recorded.pop(0)  # what the model itself casts to at this dtype
+            return _float_target(a, dtype, captured)
         if isinstance(a, float) and math.isfinite(a) and abs(a) > limit:
             # e.g. an attention mask's finfo(float32).min: the dtype's own extreme, as eager code does
             return math.copysign(limit, a)
         if isinstance(a, (list, tuple)):
-            return type(a)(retarget(x) for x in a)
+            return type(a)(retarget(x, recorded) for x in a)
         return a
 
+    if record is not None and record.rewires:
+        by_name = {n.name: n for n in gm.graph.nodes}
+        for name, pairs in record.rewires.items():
+            node = by_name.get(name)
+            for old_name, new_name in pairs if node is not None else ():
+                old, new_input = by_name.get(old_name), by_name.get(new_name)
+                if old is not None and new_input is not None and new_input in _cast_chain(old)[1:]:
+                    node.replace_input_with(old, new_input)  # what the model reads at this dtype
     for node in list(gm.graph.nodes):
         if node.op != "call_function":
             continue
@@ -143,8 +187,12 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
             node.replace_all_uses_with(node.args[0])  # eval-mode dropout returns its input
             gm.graph.erase_node(node)
             continue
-        node.args = tuple(retarget(a) for a in node.args)
-        node.kwargs = {k: retarget(v) for k, v in node.kwargs.items()}
+        entry = record.args.get(node.name) if record is not None else None
+        if entry is not None and any("fused_chain" in user.meta for user in node.users):
+            entry = None  # a fused kernel takes its chain's input in the run dtype and upcasts inside, as the model
+        recorded = list(entry[1]) if entry is not None and entry[0] == str(node.target) else None
+        node.args = tuple(retarget(a, recorded) for a in node.args)
+        node.kwargs = {k: retarget(v, recorded) for k, v in node.kwargs.items()}
     gm.graph.lint()
     gm.recompile()
     gm = gm.to(target_device)
@@ -157,6 +205,191 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
         lean_graphs.specialize_fused_calls(gm, target_device, dtype)
         lean_graphs.pin_attrs(gm)
     return gm.eval()
+
+
+def capture_dtype(gm: torch.fx.GraphModule) -> torch.dtype:
+    """The floating dtype the graph was captured in: that of most floating weights and inputs (float32
+    when it has none). ``prepare_graph`` retargets this dtype to the run's."""
+    counts: dict[torch.dtype, int] = {}
+    for t in list(gm.parameters()) + list(gm.buffers()):
+        if t.is_floating_point():
+            counts[t.dtype] = counts.get(t.dtype, 0) + t.numel()
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(val, torch.Tensor) and val.is_floating_point():
+            counts[val.dtype] = counts.get(val.dtype, 0) + 1
+    return max(counts, key=counts.get) if counts else torch.float32
+
+
+def _float_target(found: torch.dtype, dtype: torch.dtype, captured: torch.dtype) -> torch.dtype:
+    """The dtype a floating dtype of the captured graph takes in a run in ``dtype`` (no cast record):
+    the capture dtype becomes ``dtype``; others stay, except in a float64 run (the reference)."""
+    if dtype == torch.float64 or found == captured:
+        return dtype
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class CastRecord:
+    """The floating dtypes a model gives its own casts and factories when it runs in ``dtype``.
+
+    A graph captured in float32 cannot say which of its ``to(float32)`` calls are
+    upcasts (RMSNorm's ``x.to(torch.float32)``) and which cast back to the input's
+    dtype (``x.to(input_dtype)``): both are no-ops there. ``record_casts``
+    captures the model once more with its weights in ``dtype`` and reads the
+    answer. ``args``: node name → (its target, the floating dtypes among its
+    arguments in order); ``attrs``: lifted constant → its dtype (a constant the
+    model creates in float32 stays float32, as eager does). ``kept_float32``
+    counts the casts that stay wider than ``dtype``. ``rewires``: node name →
+    ((a no-op cast it reads in float32, the tensor the model reads instead), ...)
+    (``_alias_rewires``).
+    """
+
+    dtype: torch.dtype
+    args: dict[str, tuple[str, tuple[torch.dtype, ...]]]
+    attrs: dict[str, torch.dtype]
+    kept_float32: int = 0
+    rewires: dict[str, tuple[tuple[str, str], ...]] = dataclasses.field(default_factory=dict)
+
+    def describe(self) -> str:
+        name = str(self.dtype).replace("torch.", "")
+        return (f"the model's own casts kept in {name}: {len(self.args)} dtype argument(s) as the model gives "
+                f"them at {name}, {self.kept_float32} of them wider than {name} (its float32 islands)")
+
+
+def _dtype_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    out = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or "_assert_tensor_metadata" in str(node.target):
+            continue
+        if _float_dtypes((node.args, node.kwargs)):
+            out.append(node)
+    return out
+
+
+def _float_dtypes(a: Any) -> list[torch.dtype]:
+    if isinstance(a, torch.dtype):
+        return [a] if a.is_floating_point else []
+    if isinstance(a, dict):
+        return [d for v in a.values() for d in _float_dtypes(v)]
+    if isinstance(a, (list, tuple)):
+        return [d for v in a for d in _float_dtypes(v)]
+    return []
+
+
+_CASTS = ("aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten._to_copy.default", "aten.type_as.default")
+
+
+def _is_cast(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and str(node.target) in _CASTS \
+        and bool(node.args) and isinstance(node.args[0], torch.fx.Node)
+
+
+def _cast_chain(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """``node`` and, while it is a cast, what it casts: ``[to_4, embedding]`` for ``to_4 = embedding.to(...)``."""
+    chain = [node]
+    while _is_cast(chain[-1]) and len(chain) < 16:
+        chain.append(chain[-1].args[0])
+    return chain
+
+
+def _alias_rewires(gm: torch.fx.GraphModule, typed: torch.fx.GraphModule) -> dict[str, tuple[tuple[str, str], ...]] | None:
+    """Where a float32 capture reads a no-op cast that the model does not read: node name → ((cast, the
+    tensor the model reads), ...); None when the two captures' wiring differs in any other way.
+
+    In float32, ``x.to(torch.float32)`` returns ``x`` itself, and torch.export then attributes every
+    later use of ``x`` to the cast: a Llama layer's residual add reads RMSNorm's upcast ``to_4``
+    instead of the embedding. At bf16 the model reads the bf16 tensor, and the run-dtype capture says so.
+    """
+    by_name = {n.name: n for n in gm.graph.nodes}
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    for t in typed.graph.nodes:
+        mine = by_name.get(t.name)
+        if t.op != "call_function" or mine is None or str(mine.target) != str(t.target):
+            continue
+        a_in, t_in = mine.all_input_nodes, [_through_views(x) for x in t.all_input_nodes]
+        if [x.name for x in a_in] == [x.name for x in t_in]:
+            continue
+        if len(a_in) != len(t_in):
+            return None
+        pairs = []
+        for a, b in zip(a_in, t_in):
+            if a.name == b.name or _through_views(a).name == b.name:
+                continue
+            names = [x.name for x in _cast_chain(a)]
+            if b.name not in names[1:]:
+                return None
+            pairs.append((a.name, b.name))
+        out[t.name] = tuple(pairs)
+    return out
+
+
+def _through_views(node: torch.fx.Node) -> torch.fx.Node:
+    """What a ``contiguous`` call reads: a capture on the meta device and one on real tensors may differ
+    in them (a contiguous call on an already contiguous tensor returns it), never in what they compute."""
+    while node.op == "call_function" and str(node.target) == "aten.contiguous.default" and node.args:
+        node = node.args[0]
+    return node
+
+
+def _signature(node: torch.fx.Node) -> tuple:
+    return (node.name, str(node.target), tuple(n.name for n in node.all_input_nodes))
+
+
+def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: torch.fx.GraphModule,
+                 dtype: torch.dtype) -> tuple[CastRecord | None, str]:
+    """What the model's own casts are when its weights are in ``dtype`` (``CastRecord``), and a note.
+
+    ``module`` is captured again with ``torch.export`` on the meta device (no weight is copied or
+    computed: parameters and buffers are swapped for meta tensors of ``dtype`` for the capture and
+    put back afterwards, as ``module.to(dtype)`` would cast them), and its dtype-bearing nodes are
+    matched with ``gm``'s by name, target and inputs. When the two captures do not match node for
+    node (the model branches on its dtype), no record is returned and the note says so: the graph
+    then runs every capture-dtype op in ``dtype``. float32 and float64 need no record.
+    """
+    name = str(dtype).replace("torch.", "")
+    if dtype in (torch.float32, torch.float64):
+        return None, ""
+    swapped: list[tuple[dict, str, Any]] = []
+    try:
+        for mod in module.modules():
+            for slots in (mod._parameters, mod._buffers):
+                for key, value in list(slots.items()):
+                    if value is None:
+                        continue
+                    meta = torch.empty(value.shape, device="meta",
+                                       dtype=dtype if value.is_floating_point() else value.dtype)
+                    swapped.append((slots, key, value))
+                    slots[key] = torch.nn.Parameter(meta, requires_grad=False) if slots is mod._parameters else meta
+        meta_inputs = tuple(torch.empty(t.shape, device="meta", dtype=dtype if t.is_floating_point() else t.dtype)
+                            for t in inputs)
+        with torch.no_grad():
+            typed = torch.export.export(module, meta_inputs).module()
+    except Exception as exc:
+        return None, (f"the model could not be captured in {name} to read its own casts ({_one_line(exc)}): "
+                      f"the unfused graph computes every float32 op in {name}")
+    finally:
+        for slots, key, value in reversed(swapped):
+            slots[key] = value
+    mine, theirs = _dtype_nodes(gm), _dtype_nodes(typed)
+    rewires = _alias_rewires(gm, typed)
+    if [_signature(n) for n in mine] != [_signature(n) for n in theirs] or rewires is None:
+        return None, (f"the model's capture in {name} differs from its float32 capture: its own casts could not "
+                      f"be matched, and the unfused graph computes every float32 op in {name}")
+    args = {n.name: (str(n.target), tuple(_float_dtypes((n.args, n.kwargs)))) for n in theirs}
+    wide = sum(1 for _t, ds in args.values() for d in ds if torch.finfo(d).bits > torch.finfo(dtype).bits)
+    attrs: dict[str, torch.dtype] = {}
+    ours = {str(n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+    params = {id(p) for p in typed.parameters()} | {id(b) for b in typed.buffers()}
+    for node in typed.graph.nodes:
+        if node.op != "get_attr" or str(node.target) not in ours:
+            continue
+        owner, attr = aten.attr_owner(typed, node.target)
+        value = getattr(owner, attr, None)
+        if isinstance(value, torch.Tensor) and id(value) not in params and value.is_floating_point():
+            attrs[str(node.target)] = value.dtype
+    record = CastRecord(dtype, args, attrs, wide, rewires)
+    return record, record.describe()
 
 
 def _flatten_attrs(gm: torch.fx.GraphModule) -> None:
@@ -339,11 +572,39 @@ def _timed_call(fn: Callable[[], Any], device: str, before: Callable[[], None] |
     return (time.perf_counter() - t0) * 1e3
 
 
+class VariantFailed(RuntimeError):
+    """A variant's call raised while it was timed: ``variant`` names it, ``__cause__`` is the error.
+
+    Raised by the timing loops (``warm_up``, ``time_rounds``) and ``measure_variants``, so that a phase
+    that fails can say which variant failed; the message is the error's own one line.
+    """
+
+    def __init__(self, variant: str, cause: BaseException) -> None:
+        super().__init__(_one_line(cause))
+        self.variant = variant
+
+
+@contextlib.contextmanager
+def _attributed(current: Callable[[], str | None]) -> Iterator[None]:
+    """Re-raise any error inside as ``VariantFailed`` naming ``current()``, the variant then running
+    (no wrapper around the timed calls themselves: nothing is added to what is timed)."""
+    try:
+        yield
+    except VariantFailed:
+        raise
+    except Exception as exc:
+        name = current()
+        if name is None:
+            raise
+        raise VariantFailed(str(name), exc) from exc
+
+
 def warm_up(variants: dict[str, Callable[[], Any]], device: str, plan: TimingPlan) -> dict[str, float]:
     """Run each variant until warm (``plan.warmup`` calls, or adaptively: at least 3 calls and up to
     0.2 s on the CPU, 1 s on CUDA); returns the last call's time of each, in ms."""
     first_ms: dict[str, float] = {}
-    with torch.inference_mode():
+    name = None
+    with torch.inference_mode(), _attributed(lambda: name):
         for name, fn in variants.items():
             if plan.warmup is not None:
                 for _ in range(plan.warmup):
@@ -384,8 +645,8 @@ def time_rounds(variants: dict[str, Callable[[], Any]], device: str, rounds: int
     """
     names = list(variants)
     samples = samples if samples is not None else {n: [] for n in names}
-    last = None
-    with torch.inference_mode():
+    last = name = None
+    with torch.inference_mode(), _attributed(lambda: name):
         for r in range(start_round, start_round + rounds):
             order = names if r % 2 == 0 else names[::-1]  # ABBA: neither variant always goes first
             for name in order:

@@ -1,14 +1,36 @@
 """One whole measurement, in the process that runs it: the typed report of a model under a plan.
 
-``measure(source, plan, settings, emit)`` is what the runner's child process
-does (``explorer.gpu_runner``), and what a benchmark may call in-process::
+``measure(source, plan, settings, emit)`` is what a benchmark may call in-process;
+``measure_phases`` is what the runner's child process does (``explorer.gpu_runner``)::
 
-    analyze (load, graph, detect) ─► plan (None: all accepted) ─► fuse
-       ─► unfused gm | fused gm, both prepared alike (device, dtype, memory format, lean calls)
-       ─► precision vs float64 ─► latency (paired, alternated rounds; a tested verdict),
-          peak memory, launches, GPU busy time, bytes
-       ─► per-chain micro-benchmarks ─► stages ─► baselines (eager, torch.compile modes)
-       ─► explorer.report.Report, every derived fact computed here, once
+    setup: analyze (load, graph, detect) ─► plan (None: all accepted) ─► fuse
+           ─► unfused gm | fused gm, both prepared alike (device, dtype, memory format, lean calls,
+              the model's own casts at the run dtype: ``measure.record_casts``)
+    phases (``report.PHASES``), each on its own:
+       reference  the float64 reference, precision of unfused and fused
+       main       latency (paired, alternated rounds; a tested verdict), peak memory, launches, bytes
+       chains     per-chain micro-benchmarks
+       stages     the staged table
+       baselines  eager, torch.compile modes
+    ─► explorer.report.Report, every derived fact computed here, once
+
+A fault never loses a run: a phase that raises (a CUDA fault, an out-of-memory,
+a compile failure, any exception) ends only that phase. The report keeps what
+the other phases measured and lists the failure (``report.PhaseFailure``: the
+phase, the variant running, the one-line reason). A failure that leaves the
+process's CUDA context unusable (``process_lost``) ends the process's work:
+``measure_phases`` returns the phases it could not run, for which the runner
+starts a fresh child; an in-process ``measure`` marks them not run. A failure in
+setup (a model that does not load, a plan for another model) is the run's: one
+``RunError`` line, as before, since nothing can be measured.
+
+After setup and after each phase, ``on_part`` (when given) receives a snapshot
+of the report so far, and the name of each phase as it starts: the runner keeps
+them, so that even a process that dies mid-phase (a segmentation fault) loses
+only that phase. Test hook (a real code path, kept on purpose): the environment
+variable ``FUSION_EXPLORER_FAIL_PHASE=<phase>[:crash][,...]`` makes that phase raise
+at its start, or with ``:crash`` kill its process with SIGSEGV, as a CUDA fault
+that takes a process down does.
 
 Progress goes through ``explorer.runtime.progress.Schedule``: each status says
 about how many seconds are left. ``settings.quick`` takes fewer repetitions and
@@ -18,6 +40,9 @@ skips the per-chain timing.
 from __future__ import annotations
 
 import dataclasses
+import gc
+import os
+import signal
 import time
 from typing import Any, Callable
 
@@ -26,10 +51,12 @@ import torch
 from explorer import stats
 from explorer.fusion_engine import analyze, fuse
 from explorer.fusions.plan import Plan, make_plan
-from explorer.report import Environment, InputInfo, ModelInfo, PlanInfo, Report
+from explorer.report import (NOT_MEASURED, PHASES, Environment, InputInfo, Measurement, ModelInfo, PhaseFailure,
+                             PlanInfo, Report, Verdict)
 from explorer.runtime import measure as m
 from explorer.runtime.baselines import baselines
 from explorer.runtime.chains import chain_benchmarks, chain_entry
+from explorer.runtime.child import describe_failure
 from explorer.runtime.progress import Schedule
 from explorer.runtime.settings import RunSettings
 from explorer.runtime.stages import stage_measurements
@@ -103,12 +130,34 @@ def _plan_info(plan: Plan) -> PlanInfo:
                     version=int(d["version"]))
 
 
+FAIL_PHASE_ENV = "FUSION_EXPLORER_FAIL_PHASE"
+
+
 def measure(source: str, plan_data: dict | None, settings: RunSettings,
             emit: Callable[[float, str], None] | None = None) -> Report:
     """Run the whole measurement in this process and return the typed report (module docstring).
 
     The intra-op thread count (``settings.cpu_threads``, or one thread for a quick CPU run) holds for
-    the measurement and is restored afterwards, for callers that measure in-process.
+    the measurement and is restored afterwards, for callers that measure in-process. Phases that a
+    lost CUDA context left unrun are listed as failures (``not_run``): this process cannot start afresh.
+    """
+    report, left = measure_phases(source, plan_data, settings, emit)
+    if not left:
+        return report
+    lost = next((f for f in report.failures if f.process_lost), None)
+    why = f"not run: phase '{lost.phase}' left this process's CUDA context unusable" if lost else "not run"
+    return dataclasses.replace(report, failures=report.failures + tuple(
+        PhaseFailure(phase=p, reason=why, not_run=True) for p in left))
+
+
+def measure_phases(source: str, plan_data: dict | None, settings: RunSettings,
+                   emit: Callable[[float, str], None] | None = None, phases: tuple[str, ...] = PHASES,
+                   on_part: Callable[[dict], None] | None = None) -> tuple[Report, tuple[str, ...]]:
+    """Set up, then run ``phases`` (a subset of ``PHASES``, in order), each on its own (module docstring).
+
+    Returns the report and the requested phases left unrun because a failure lost the process
+    (empty when every phase ran or failed alone). ``on_part`` receives ``{"started": phase}`` as a
+    phase starts and ``{"snapshot": report dict, "done": [...]}`` after setup and after each phase.
     """
     cuda = m.resolve_device(settings.device).startswith("cuda")
     threads = settings.cpu_threads or (QUICK_CPU_THREADS if settings.quick and not cuda else None)
@@ -116,24 +165,89 @@ def measure(source: str, plan_data: dict | None, settings: RunSettings,
     if threads is not None:
         torch.set_num_threads(threads)  # before anything runs; environment() records it
     try:
-        return _measure(source, plan_data, settings, emit, threads)
+        run = _setup(source, plan_data, settings, emit, tuple(phases), threads)
+        send = on_part or (lambda part: None)
+        send({"snapshot": _report(run).to_dict(), "done": []})
+        wanted = [p for p in PHASES if p in phases and settings.runs_phase(p)]
+        for i, phase in enumerate(wanted):
+            send({"started": phase})
+            lost = _run_phase(run, phase)
+            send({"snapshot": _report(run).to_dict(), "done": list(run.done)})
+            if lost:
+                return _report(run), tuple(wanted[i + 1:])
+        report = _report(run)
+        run.schedule.done()
+        return report, ()
     finally:
         torch.set_num_threads(before)
 
 
-def _measure(source: str, plan_data: dict | None, settings: RunSettings,
-             emit: Callable[[float, str], None] | None, threads: int | None) -> Report:
+@dataclasses.dataclass
+class _Run:
+    """What setup prepared and what the phases have measured so far (one measurement's state)."""
+
+    settings: RunSettings
+    phases: tuple[str, ...]
+    threads: int | None
+    t_start: float
+    device: str
+    dtype: Any
+    schedule: Schedule
+    environment: Environment
+    model: Any
+    graph: Any
+    detection: Any
+    plan: Plan
+    applied: dict
+    fused_ids: list
+    accepted: list
+    channels_last: bool
+    classification: bool
+    unfused_gm: Any
+    fused_gm: Any
+    inputs: tuple
+    casts: Any
+    bytes_unfused: int
+    bytes_fused: int
+    fuse_s: float
+    notes: list = dataclasses.field(default_factory=list)
+    ref: Any = None
+    ref_where: str = ""
+    forward_s: float | None = None
+    prec_unfused: dict | None = None
+    prec_fused: dict | None = None
+    fused_vs_unfused: dict | None = None
+    unfused: Measurement | None = None
+    fused: Measurement | None = None
+    verdict: Verdict | None = None
+    chains: tuple = ()
+    rotation: str = ""
+    stages: tuple = ()
+    baselines: tuple = ()
+    failures: list = dataclasses.field(default_factory=list)
+    done: list = dataclasses.field(default_factory=list)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+
+def _setup(source: str, plan_data: dict | None, settings: RunSettings,
+           emit: Callable[[float, str], None] | None, phases: tuple[str, ...], threads: int | None) -> _Run:
+    """Load, plan, fuse and prepare both graphs; a failure here is the run's (a ``RunError`` line)."""
     t_start = time.perf_counter()
-    cuda_device = m.resolve_device(settings.device)
-    cuda = cuda_device.startswith("cuda")
+    device = m.resolve_device(settings.device)
+    cuda = device.startswith("cuda")
     # Rough first estimates (seconds); revised once a forward has been timed.
     schedule = Schedule(emit or (lambda f, s: None), {
-        "load": 10.0, "prepare": 3.0, "reference": 3.0, "main": 10.0 if settings.quick else 20.0,
-        "chains": 60.0 if settings.chains_timed else 0.0, "stages": 15.0 if settings.stages else 0.0,
-        "baselines": 60.0 * len(settings.compile_modes) if settings.compile_baseline else 0.0})
-    device, dtype = cuda_device, m.torch_dtype(settings.dtype)
+        "load": 10.0, "prepare": 3.0, "reference": 3.0 if "reference" in phases else 0.0,
+        "main": (10.0 if settings.quick else 20.0) if "main" in phases else 0.0,
+        "chains": 60.0 if settings.chains_timed and "chains" in phases else 0.0,
+        "stages": 15.0 if settings.stages and "stages" in phases else 0.0,
+        "baselines": 60.0 * len(settings.compile_modes) if settings.compile_baseline and "baselines" in phases
+        else 0.0})
+    dtype = m.torch_dtype(settings.dtype)
     environment = _environment(device)
-    notes: list[str] = []
 
     schedule.emit("load", 0.0, f"loading {source}")
     _check_memory(source, settings)
@@ -150,109 +264,204 @@ def _measure(source: str, plan_data: dict | None, settings: RunSettings,
     applied = {a.chain_id: a for a in fused_model.applied}
     fused_ids = [a.chain_id for a in fused_model.applied if a.status == "fused"]
     channels_last = plan.memory_format == "channels_last"
+    notes: list[str] = []
     if plan.cuda_graphs and not cuda:
         notes.append("CUDA graphs requested but ignored: they need CUDA")
+    casts = None
+    if model.module is not None:
+        schedule.emit("prepare", 0.3, f"reading the model's own casts in {settings.dtype}")
+        casts, cast_note = m.record_casts(model.module, model.example_inputs, model.gm, dtype)
+        if cast_note:
+            notes.append(cast_note)
+    elif dtype not in (torch.float32, torch.float64):
+        notes.append(f"no eager module for this source: its graph's {m.capture_dtype(model.gm)} ops run in "
+                     f"{settings.dtype}, its other floating dtypes as captured")
     schedule.emit("prepare", 0.5, f"preparing models ({settings.dtype}, {device}, {plan.memory_format})")
-    unfused_gm = m.prepare_graph(model.gm, device, dtype, channels_last)
-    fused_gm = m.prepare_graph(fused_model.gm, device, dtype, channels_last)
+    unfused_gm = m.prepare_graph(model.gm, device, dtype, channels_last, casts=casts)
+    fused_gm = m.prepare_graph(fused_model.gm, device, dtype, channels_last, casts=casts)
     inputs = m.prepare_inputs(model.example_inputs, device, dtype, channels_last)
-    classification = model.task == "classification"
-
     ratio = m.element_ratio(dtype)
     bytes_unfused = m.graph_bytes(graph, dtype)
     bytes_fused = int(bytes_unfused - ratio * sum(detection.chain(cid).bytes_saved for cid in fused_ids))
+    return _Run(settings=settings, phases=phases, threads=threads, t_start=t_start, device=device, dtype=dtype,
+                schedule=schedule, environment=environment, model=model, graph=graph, detection=detection,
+                plan=plan, applied=applied, fused_ids=fused_ids,
+                accepted=[c for c in detection.chains if c.id in set(plan.accepted)], channels_last=channels_last,
+                classification=model.task == "classification", unfused_gm=unfused_gm, fused_gm=fused_gm,
+                inputs=inputs, casts=casts, bytes_unfused=bytes_unfused, bytes_fused=bytes_fused, fuse_s=fuse_s,
+                notes=notes)
 
-    # -- precision first: a wrong fused model is the first thing to know
-    schedule.emit("reference", 0.0, "computing the float64 reference")
-    ref, ref_where = reference_output(model.gm, model.example_inputs, device)
+
+def _run_phase(run: _Run, phase: str) -> bool:
+    """Run one phase; a failure is recorded and ends only this phase. Returns whether the process is lost
+    (its CUDA context unusable: the remaining phases need a fresh process)."""
+    try:
+        _injected_failure(phase)
+        PHASE_WORK[phase](run)
+        run.done.append(phase)
+        return False
+    except Exception as exc:
+        variant = exc.variant if isinstance(exc, m.VariantFailed) else None
+        cause = exc.__cause__ if isinstance(exc, m.VariantFailed) and exc.__cause__ is not None else exc
+        lost = m.cuda_context_lost(run.device, cause)
+        run.failures.append(PhaseFailure(phase=phase, reason=describe_failure(cause), variant=variant,
+                                         process_lost=lost))
+        del exc, cause  # the traceback holds the phase's tensors
+    gc.collect()
+    if run.cuda and not lost:
+        torch.cuda.empty_cache()
+    return lost
+
+
+def _injected_failure(phase: str) -> None:
+    """The test hook (module docstring): raise, or die by SIGSEGV, at the start of a named phase."""
+    for item in os.environ.get(FAIL_PHASE_ENV, "").split(","):
+        name, _, how = item.strip().partition(":")
+        if name != phase:
+            continue
+        if how == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        raise RuntimeError(f"failure injected by {FAIL_PHASE_ENV}={item.strip()}")
+
+
+def _reference_output(run: _Run) -> None:
+    """The float64 reference, computed once per process (the baselines' precision needs it too)."""
+    if run.ref is None:
+        run.schedule.emit("reference", 0.0, "computing the float64 reference")
+        run.ref, run.ref_where = reference_output(run.model.gm, run.model.example_inputs, run.device)
+
+
+def _phase_reference(run: _Run) -> None:
+    """Precision first: a wrong fused model is the first thing to know."""
+    _reference_output(run)
     with torch.inference_mode():
-        out_unfused = unfused_gm(*inputs)
+        out_unfused = run.unfused_gm(*run.inputs)
         t0 = time.perf_counter()  # the second call: the first pays one-time costs, the estimate wants steady state
-        out_unfused = unfused_gm(*inputs)
-        m.synchronize(device)
-        forward_s = time.perf_counter() - t0
-        out_fused = fused_gm(*inputs)
-    prec_unfused = m.precision(out_unfused, ref, classification, dtype)
-    prec_fused = m.precision(out_fused, ref, classification, dtype)
-    fused_vs_unfused = m.precision(out_fused, [t.double() for t in m.flat_outputs(out_unfused)], classification, dtype)
-    del out_unfused, out_fused
+        out_unfused = run.unfused_gm(*run.inputs)
+        m.synchronize(run.device)
+        run.forward_s = time.perf_counter() - t0
+        run.prec_unfused = m.precision(out_unfused, run.ref, run.classification, run.dtype)
+        out_fused = run.fused_gm(*run.inputs)
+    run.prec_fused = m.precision(out_fused, run.ref, run.classification, run.dtype)
+    run.fused_vs_unfused = m.precision(out_fused, [t.double() for t in m.flat_outputs(out_unfused)],
+                                       run.classification, run.dtype)
 
-    timing = m.TimingPlan.for_device(device, settings.warmup, settings.reps, quick=settings.quick)
+
+def _forward_s(run: _Run) -> float:
+    if run.forward_s is None:  # the reference phase did not run (or failed) in this process
+        with torch.inference_mode():
+            run.unfused_gm(*run.inputs)
+            t0 = time.perf_counter()
+            run.unfused_gm(*run.inputs)
+            m.synchronize(run.device)
+        run.forward_s = time.perf_counter() - t0
+    return run.forward_s
+
+
+def _timing(run: _Run) -> m.TimingPlan:
+    s = run.settings
+    return m.TimingPlan.for_device(run.device, s.warmup, s.reps, quick=s.quick)
+
+
+def _phase_main(run: _Run) -> None:
+    """The main A/B: paired rounds, more while the verdict is open."""
+    s, timing, forward_s = run.settings, _timing(run), _forward_s(run)
     per_variant = max(timing.target_s, timing.min_reps * forward_s)
-    accepted = [c for c in detection.chains if c.id in set(plan.accepted)]
-    timed_chains = sum(1 for c in accepted if applied.get(c.id) is not None and applied[c.id].fused_kernel
-                       and applied[c.id].status == "fused")
-    schedule.revise(
+    timed_chains = sum(1 for c in run.accepted if run.applied.get(c.id) is not None
+                       and run.applied[c.id].fused_kernel and run.applied[c.id].status == "fused")
+    run.schedule.revise(
         main=2 * per_variant + 12 * forward_s + 0.5 * timing.budget_s,
-        chains=timed_chains * (1.2 if cuda else 0.5) if settings.chains_timed else 0.0,
-        stages=(3 * fuse_s + 3 * (max(timing.target_s / 2, (4 if settings.quick else timing.min_reps) * forward_s)
-                                  + 4 * forward_s)) if settings.stages else 0.0,
-        baselines=((45.0 if cuda else 20.0) * len(settings.compile_modes) + 4 * per_variant)
-        if settings.compile_baseline else 0.0)
-
-    # -- the main A/B, paired rounds, more while the verdict is open
-    schedule.emit("main", 0.0, "warming up unfused and fused")
-    variants = [make_variant("unfused", unfused_gm, inputs, device, plan.cuda_graphs),
-                make_variant("fused", fused_gm, inputs, device, plan.cuda_graphs)]
+        chains=timed_chains * (1.2 if run.cuda else 0.5) if s.chains_timed and "chains" in run.phases else 0.0,
+        stages=(3 * run.fuse_s + 3 * (max(timing.target_s / 2, (4 if s.quick else timing.min_reps) * forward_s)
+                                      + 4 * forward_s)) if s.stages and "stages" in run.phases else 0.0,
+        baselines=((45.0 if run.cuda else 20.0) * len(s.compile_modes) + 4 * per_variant)
+        if s.compile_baseline and "baselines" in run.phases else 0.0)
+    run.schedule.emit("main", 0.0, "warming up unfused and fused")
+    graphs = run.plan.cuda_graphs
+    variants = [make_variant("unfused", run.unfused_gm, run.inputs, run.device, graphs),
+                make_variant("fused", run.fused_gm, run.inputs, run.device, graphs)]
 
     def main_round(r: int, n: int) -> None:
         if r % max(1, n // 20) == 0 or r == n:
-            schedule.emit("main", 0.8 * r / n, f"timing unfused vs fused, round {r}/{n}")
+            run.schedule.emit("main", 0.8 * r / n, f"timing unfused vs fused, round {r}/{n}")
 
-    graph_launches = int(detection.totals.get("launches", 0))
-    main, samples = measure_variants(variants, device, timing, model.batch,
-                                     {"unfused": bytes_unfused, "fused": bytes_fused}, main_round,
+    main, samples = measure_variants(variants, run.device, timing, run.model.batch,
+                                     {"unfused": run.bytes_unfused, "fused": run.bytes_fused}, main_round,
                                      pairs=(("unfused", "fused"),))
     basis = "CUDA-graph replays" if variants[1].cuda_graph else "synchronised calls"
-    verdict = stats.compare(samples["unfused"], samples["fused"], basis=f"whole model, {basis}")
-    unfused = dataclasses.replace(main["unfused"], precision=precision_of(prec_unfused),
-                                  graph_launches=graph_launches)
-    fused = dataclasses.replace(main["fused"], precision=precision_of(prec_fused),
-                                graph_launches=graph_launches - sum(detection.chain(c).launches_saved for c in fused_ids))
-    del variants
+    run.verdict = stats.compare(samples["unfused"], samples["fused"], basis=f"whole model, {basis}")
+    run.unfused, run.fused = main["unfused"], main["fused"]
 
-    # -- per-chain micro-benchmarks
-    if settings.chains_timed:
-        chains = chain_benchmarks(model, graph, detection, accepted, applied, device, dtype, settings,
-                                  schedule.for_phase("chains"), cuda_graphs=plan.cuda_graphs)
-        rotation = chains[0].rotation if chains else ""
+
+def _phase_chains(run: _Run) -> None:
+    run.chains = tuple(chain_benchmarks(run.model, run.graph, run.detection, run.accepted, run.applied, run.device,
+                                        run.dtype, run.settings, run.schedule.for_phase("chains"),
+                                        cuda_graphs=run.plan.cuda_graphs, casts=run.casts))
+    run.rotation = run.chains[0].rotation if run.chains else ""
+
+
+def _phase_stages(run: _Run) -> None:
+    run.schedule.emit("stages", 0.0, "measuring stages")
+    run.stages = stage_measurements(run.model, run.detection, run.plan, run.device, run.dtype, run.channels_last,
+                                    run.settings, run.schedule.for_phase("stages"), casts=run.casts)
+
+
+def _phase_baselines(run: _Run) -> None:
+    run.schedule.emit("baselines", 0.0, "measuring eager and torch.compile baselines")
+    try:
+        _reference_output(run)  # for the baselines' precision; they are timed without it if it fails
+    except Exception as exc:
+        run.notes.append(f"baselines' precision not measured: the float64 reference failed ({m._one_line(exc)})")
+    run.baselines = baselines(run.model, run.fused_gm, run.inputs, run.device, run.dtype, run.channels_last,
+                              run.settings, run.schedule.for_phase("baselines"), ref=run.ref,
+                              classification=run.classification, casts=run.casts)
+
+
+PHASE_WORK: dict[str, Callable[[_Run], None]] = {
+    "reference": _phase_reference, "main": _phase_main, "chains": _phase_chains, "stages": _phase_stages,
+    "baselines": _phase_baselines}
+
+
+def _report(run: _Run) -> Report:
+    """The typed report of what has been measured so far (every derived fact computed here, once)."""
+    s, detection = run.settings, run.detection
+    notes = list(run.notes)
+    if run.settings.chains_timed and "chains" in run.done:
+        chains = run.chains
     else:
-        chains = [chain_entry(c, applied.get(c.id), graph, dtype) for c in accepted]
-        notes.append("per-chain micro-benchmarks not run (" + ("quick mode" if settings.quick else "per_chain off")
-                     + ")")
-        rotation = ""
-
-    stages = ()
-    if settings.stages:
-        schedule.emit("stages", 0.0, "measuring stages")
-        stages = stage_measurements(model, detection, plan, device, dtype, channels_last, settings,
-                                    schedule.for_phase("stages"))
-
-    base = ()
-    if settings.compile_baseline:
-        schedule.emit("baselines", 0.0, "measuring eager and torch.compile baselines")
-        base = baselines(model, fused_gm, inputs, device, dtype, channels_last, settings,
-                         schedule.for_phase("baselines"), ref=ref, classification=classification)
-    if settings.quick:
+        chains = tuple(chain_entry(c, run.applied.get(c.id), run.graph, run.dtype) for c in run.accepted)
+        if not s.chains_timed:
+            notes.append("per-chain micro-benchmarks not run (" + ("quick mode" if s.quick else "per_chain off")
+                         + ")")
+    if s.quick:
         notes.append("quick mode: fewer repetitions and no per-chain timing; verdicts may be undecided")
-    if threads is not None:
-        notes.append(f"{threads} intra-op thread(s) on the CPU" + (" (quick mode's default: stable on a shared CPU)"
-                                                                  if settings.cpu_threads is None else ""))
-
-    f_rel, u_rel = prec_fused.get("rel_l2"), prec_unfused.get("rel_l2")
-    report = Report(
-        model=_model_info(model, detection), plan=_plan_info(plan), environment=environment,
+    if run.threads is not None:
+        notes.append(f"{run.threads} intra-op thread(s) on the CPU" + (" (quick mode's default: stable on a shared "
+                                                                       "CPU)" if s.cpu_threads is None else ""))
+    graph_launches = int(detection.totals.get("launches", 0))
+    fused_launches = graph_launches - sum(detection.chain(c).launches_saved for c in run.fused_ids)
+    main_failed = next((f for f in run.failures if f.phase == "main"), None)
+    not_timed = "not timed: the main phase failed (the report's failures say why)" if main_failed else "not timed"
+    unfused = run.unfused or Measurement(name="unfused", note=not_timed, bytes_moved=run.bytes_unfused)
+    fused = run.fused or Measurement(name="fused", note=not_timed, bytes_moved=run.bytes_fused)
+    unfused = dataclasses.replace(unfused, precision=precision_of(run.prec_unfused), graph_launches=graph_launches)
+    fused = dataclasses.replace(fused, precision=precision_of(run.prec_fused), graph_launches=fused_launches)
+    verdict = run.verdict or Verdict(NOT_MEASURED, note=not_timed)
+    f_rel = (run.prec_fused or {}).get("rel_l2")
+    u_rel = (run.prec_unfused or {}).get("rel_l2")
+    ratio = m.element_ratio(run.dtype)
+    return Report(
+        model=_model_info(run.model, detection), plan=_plan_info(run.plan), environment=run.environment,
         unfused=unfused, fused=fused, verdict=verdict,
-        settings={**settings.to_dict(), "device_resolved": device},
-        fused_vs_unfused=precision_of(fused_vs_unfused), reference=ref_where,
+        settings={**s.to_dict(), "device_resolved": run.device},
+        fused_vs_unfused=precision_of(run.fused_vs_unfused), reference=run.ref_where,
         fused_worse=None if f_rel is None or u_rel is None else bool(f_rel > 2 * u_rel + 1e-12),
-        chains=tuple(chains), stages=tuple(stages), baselines=tuple(base), notes=tuple(notes),
-        precision_note=PRECISION_NOTE.format(ref=ref_where),
+        chains=tuple(chains), stages=tuple(run.stages), baselines=tuple(run.baselines), notes=tuple(notes),
+        precision_note=PRECISION_NOTE.format(ref=run.ref_where or "not computed"),
         bytes_note=("graph byte model: each op reads its inputs and weights once and writes its outputs once; "
-                    f"captured in float32, floating tensors scaled by {ratio:g} for {settings.dtype}; "
+                    f"captured in float32, floating tensors scaled by {ratio:g} for {s.dtype}; "
                     "fused = unfused minus the fused chains' intermediates"),
         graph_calls_note=GRAPH_CALLS_NOTE,
-        rotation_note=rotation,
-        duration_s=round(time.perf_counter() - t_start, 2))
-    schedule.done()
-    return report
+        rotation_note=run.rotation,
+        failures=tuple(run.failures),
+        duration_s=round(time.perf_counter() - run.t_start, 2))

@@ -54,6 +54,11 @@ class RunSettings:
         """Per-chain micro-benchmarks run (never in quick mode)."""
         return self.per_chain and not self.quick
 
+    def runs_phase(self, phase: str) -> bool:
+        """Whether a run with these settings runs ``phase`` (one of ``report.PHASES``)."""
+        return {"chains": self.chains_timed, "stages": self.stages,
+                "baselines": self.compile_baseline}.get(phase, True)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -99,13 +99,15 @@ def _differs(level: str, previous: dict[str, int] | None, now: dict[str, int], f
 
 
 def stage_measurements(model: Any, detection: Any, plan: Any, device: str, dtype: Any, channels_last: bool,
-                       settings: RunSettings, emit: Callable[[float, str], None]) -> tuple[Stage, ...]:
-    """The four stages (``describe_stages``), the distinct graphs timed alternated."""
+                       settings: RunSettings, emit: Callable[[float, str], None], casts: Any = None
+                       ) -> tuple[Stage, ...]:
+    """The four stages (``describe_stages``), the distinct graphs timed alternated (prepared with the
+    model's own casts, ``casts``, as the whole model is)."""
     described = describe_stages(model, detection, plan, device)
     distinct = [(s, gm) for s, gm in described if gm is not None]
     emit(0.1, f"timing {len(distinct)} distinct stage graphs")
     inputs = m.prepare_inputs(model.example_inputs, device, dtype, channels_last)
-    variants = [make_variant(s.stage, m.prepare_graph(gm, device, dtype, channels_last), inputs, device,
+    variants = [make_variant(s.stage, m.prepare_graph(gm, device, dtype, channels_last, casts=casts), inputs, device,
                              plan.cuda_graphs) for s, gm in distinct]
     timing = m.TimingPlan.for_device(device, settings.warmup, settings.reps, quick=settings.quick)
     # no verdict is drawn between stages: half the whole model's timing, and a quick run's minimum of 4 rounds

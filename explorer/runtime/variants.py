@@ -128,8 +128,11 @@ def measure_variants(variants: list[Variant], device: str, timing: Any, batch: i
     out: dict[str, Measurement] = {}
     for v in variants:
         latency = latency_of(samples[v.name])
-        memory = m.peak_memory(v.forward, device, v.resident_bytes)
-        counted = m.count_launches(v.forward, device) if launches else {}
+        try:
+            memory = m.peak_memory(v.forward, device, v.resident_bytes)
+            counted = m.count_launches(v.forward, device) if launches else {}
+        except Exception as exc:  # the phase that fails says which variant did
+            raise m.VariantFailed(v.name, exc) from exc
         busy = counted.get("gpu_busy_ms")
         bound = None
         if busy is not None and latency.median > 0:

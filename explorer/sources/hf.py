@@ -48,7 +48,7 @@ MAX_HEADER_BYTES = 100 * 2**20
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers", "decoder_layers",
-               "num_encoder_layers", "num_decoder_layers")
+               "num_encoder_layers", "num_decoder_layers", "depths")
 _HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim")
 _INTER_KEYS = ("intermediate_size", "ffn_dim", "n_inner", "hidden_dim", "d_ff", "encoder_ffn_dim",
                "decoder_ffn_dim")
@@ -56,11 +56,16 @@ _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I1
                 "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
 
 
-def _int_field(config: dict, keys: tuple[str, ...], where: str, default: int = 0) -> int:
+def _int_field(config: dict, keys: tuple[str, ...], where: str, default: int = 0, total: bool = False) -> int:
+    """The first of ``keys`` the config sets: an integer, or a list of them (Swin's ``num_heads``,
+    ``depths``: their largest entry, or with ``total`` their sum)."""
     for key in keys:
         value = config.get(key)
         if value is None:
             continue
+        if isinstance(value, list) and value and len(value) <= MAX_LAYERS and all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_DIM * 64 for v in value):
+            value = sum(value) if total else max(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ModelLoadError(f"{where}: '{key}' is {str(value)[:40]!r}, not an integer")
         if value < 0 or value > MAX_DIM * 64:
@@ -87,7 +92,7 @@ def estimate_bytes(config: dict, batch: int, seq_len: int, where: str) -> int:
     ``MAX_LAYERS`` or a size that is not a non-negative integer."""
     total = 0
     for sub in _sub_configs(config):
-        layers = sum(_int_field(sub, (k,), where) for k in _LAYER_KEYS)
+        layers = sum(_int_field(sub, (k,), where, total=True) for k in _LAYER_KEYS)
         if layers > MAX_LAYERS:
             raise ModelLoadError(f"{where}: the config declares {layers} layers; at most {MAX_LAYERS} are loaded")
         hidden = _int_field(sub, _HIDDEN_KEYS, where)
@@ -255,6 +260,79 @@ class HFFeatures(torch.nn.Module):
         return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
 
+def _first_int(config: Any, *names: str, default: int = 0) -> int:
+    """The first of ``names`` the config sets to a positive integer (a list's first entry counts)."""
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, (list, tuple)) and value:
+            value = value[0]
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return int(value)
+    return default
+
+
+def _tokens(name: str, vocab: int) -> Any:
+    from explorer.sources import zoo
+
+    return zoo.TensorSpec(name, ("B", "S"), "int64", "tokens", vocab)
+
+
+def model_inputs(model: torch.nn.Module, config: Any, path: Path, seq_len: int | None):
+    """The example inputs of a transformers model, from its config: ``(InputSpec, names)``.
+
+    What the model reads first is its ``main_input_name``: token ids (``input_ids``, with an all-ones
+    ``attention_mask`` where the model takes one), images (``pixel_values``: ``num_channels`` ×
+    ``image_size``², a list-valued size read as (height, width)), audio features (``input_features``:
+    ``num_mel_bins`` × the frames the encoder expects, ``2 × max_source_positions`` for Whisper) or a
+    waveform (``input_values``). An encoder-decoder model (``is_encoder_decoder``: T5, BART, Whisper)
+    also gets ``decoder_input_ids`` of the sequence length. Raises ``ModelLoadError`` (one line) for a
+    model whose inputs the config does not tell.
+    """
+    import inspect
+
+    from explorer.sources import zoo
+
+    main = getattr(model, "main_input_name", "input_ids")
+    params = set(inspect.signature(model.forward).parameters)
+    vocab = _first_int(config, "vocab_size")
+    enc_dec = bool(getattr(config, "is_encoder_decoder", False))
+    limit = _first_int(config, "max_target_positions", "max_position_embeddings", "n_positions", default=128)
+    default_seq = min(128, limit)
+    if seq_len is not None and seq_len > limit:
+        raise ModelLoadError(f"sequence length {seq_len} exceeds this model's maximum of {limit}")
+    tensors: list = []
+    if main == "input_ids" and vocab:
+        tensors.append(_tokens("input_ids", vocab))
+        if "attention_mask" in params:
+            tensors.append(zoo.TensorSpec("attention_mask", ("B", "S"), "int64", "ones"))
+    elif main == "pixel_values":
+        size = getattr(config, "image_size", None)
+        hw = tuple(size[:2]) if isinstance(size, (list, tuple)) and len(size) >= 2 else (size, size)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 4096 for v in hw):
+            raise ModelLoadError(f"{path}: cannot tell this model's image size (image_size is {str(size)[:40]})")
+        tensors.append(zoo.TensorSpec("pixel_values", ("B", _first_int(config, "num_channels", default=3), *hw)))
+        default_seq = None
+    elif main == "input_features":
+        mels = _first_int(config, "num_mel_bins", "feature_size", "input_feat_per_channel")
+        frames = 2 * _first_int(config, "max_source_positions", default=0) or 3000
+        if not mels:
+            raise ModelLoadError(f"{path}: cannot tell this model's audio features (no num_mel_bins in config)")
+        tensors.append(zoo.TensorSpec("input_features", ("B", mels, frames)))
+    elif main == "input_values":
+        tensors.append(zoo.TensorSpec("input_values", ("B", 16000)))
+        default_seq = None
+    else:
+        raise ModelLoadError(f"{path}: cannot tell this model's inputs (it reads '{main}'; the config gives "
+                             "no vocabulary, image size or audio features)")
+    if enc_dec and "decoder_input_ids" in params:
+        if not vocab:
+            raise ModelLoadError(f"{path}: an encoder-decoder model without a decoder vocabulary (vocab_size)")
+        tensors.append(_tokens("decoder_input_ids", vocab))
+        default_seq = default_seq or min(128, limit)
+    spec = zoo.InputSpec(tuple(tensors), seq_len=default_seq)
+    return spec, tuple(t.name for t in tensors)
+
+
 def check_folder(path: Path, batch: int | None = None, seq_len: int | None = None):
     """Validate a folder without building anything; returns (config dict, [(name, real path)], index).
 
@@ -312,18 +390,7 @@ def load_hf_folder(path: Path, batch: int | None = None, seq_len: int | None = N
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     model.eval()
-    if getattr(config, "vocab_size", None):
-        spec = zoo.InputSpec((
-            zoo.TensorSpec("input_ids", ("B", "S"), "int64", "tokens", int(config.vocab_size)),
-            zoo.TensorSpec("attention_mask", ("B", "S"), "int64", "ones"),
-        ), seq_len=min(128, int(getattr(config, "max_position_embeddings", 128) or 128)))
-        names = ("input_ids", "attention_mask")
-    elif getattr(config, "image_size", None):
-        size = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
-        spec = zoo.InputSpec((zoo.TensorSpec("pixel_values", ("B", getattr(config, "num_channels", 3), size, size)),))
-        names = ("pixel_values",)
-    else:
-        raise ModelLoadError(f"{path}: cannot tell this model's inputs (no vocab_size or image_size in config)")
+    spec, names = model_inputs(model, config, path, seq_len)
     wrapper = HFFeatures(model, names).eval()
     inputs = spec.make(batch, seq_len)
     gm = capture(wrapper, inputs, path.name)

@@ -6,7 +6,8 @@
   bottlenecks that add a residual.
 - ``LlamaDecoder`` and ``LlamaDecodeStep``: a transformers ``LlamaForCausalLM``
   (RMSNorm, rotary embedding, grouped-query SDPA attention, SwiGLU MLP), its
-  prefill and one decode step over a static KV cache.
+  prefill and one decode step over a static KV cache; at Llama-3-8B's layer
+  sizes built on the meta device and filled at memory speed (``fast_llama_weights``).
 - ``convnext_tiny``: torchvision's ConvNeXt-Tiny with weights at realistic scales
   (its own initialisation makes every block add a millionth of its output).
 - Teaching models: one Conv-BN-ReLU block, one residual block, one transformer
@@ -272,11 +273,59 @@ def realistic_llama_weights(model: nn.Module, seed: int = 0) -> nn.Module:
     return model
 
 
-def _llama_causal_lm(sizes: dict) -> nn.Module:
-    """``LlamaForCausalLM`` of ``sizes`` (``llama_config``'s arguments) with ``realistic_llama_weights``."""
+#: Values ``fast_llama_weights`` draws from: a seeded pool of N(0, 1) numbers, a prime count of them,
+#: so that consecutive rows of a weight do not repeat it at the same offset.
+POOL_SIZE = 4_194_301
+
+
+def fast_llama_weights(model: nn.Module, seed: int = 0) -> nn.Module:
+    """``realistic_llama_weights``' scales at memory speed, for decoders at the sizes people run.
+
+    Drawing 0.7 billion normal numbers one by one takes most of a minute on a CPU; here every tensor
+    is filled from one seeded pool of ``POOL_SIZE`` N(0, 1) values, starting at a seeded offset and
+    wrapping around, then scaled as ``realistic_llama_weights`` scales it: linears N(0, 1/fan_in), the
+    embedding N(0, 1), each RMSNorm weight 1 + N(0, 0.1²). Deterministic; changes ``model`` in place.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    pool = torch.randn(POOL_SIZE, generator=gen)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:                                                      # RMSNorm weights
+                values = 1.0 + 0.1 * pool
+            elif "embed_tokens" in name:
+                values = pool
+            else:
+                values = pool / math.sqrt(p.shape[-1])
+            flat = p.view(-1)                 # one pass over the weight: copies of the scaled pool
+            at, pos = 0, int(torch.randint(0, POOL_SIZE, (), generator=gen))
+            while at < flat.numel():
+                take = min(flat.numel() - at, POOL_SIZE - pos)
+                flat[at:at + take].copy_(values[pos:pos + take])
+                at, pos = at + take, 0
+    return model
+
+
+def _llama_causal_lm(sizes: dict, init: str = "standard") -> nn.Module:
+    """``LlamaForCausalLM`` of ``sizes`` (``llama_config``'s arguments) with realistic weights.
+
+    ``init``: "standard" (transformers' construction, then ``realistic_llama_weights``), "fast"
+    (built on the meta device, so nothing is initialised twice, then ``fast_llama_weights``: the
+    Llama-3-8B layer sizes load in seconds), or "meta" (no storage at all: for capturing and
+    detecting at any size without the memory).
+    """
     from transformers import LlamaForCausalLM
 
-    return realistic_llama_weights(LlamaForCausalLM(llama_config(**sizes)))
+    config = llama_config(**sizes)
+    if init == "standard":
+        return realistic_llama_weights(LlamaForCausalLM(config))
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    if init == "meta":
+        return model
+    model = model.to_empty(device="cpu")
+    rotary = type(model.model.rotary_emb)(config=config)   # its buffers are computed, not parameters
+    model.model.rotary_emb = rotary
+    return fast_llama_weights(model)
 
 
 class LlamaDecoder(nn.Module):
@@ -286,9 +335,9 @@ class LlamaDecoder(nn.Module):
     does: every layer runs over all B·S tokens; only the last position goes through the head.
     """
 
-    def __init__(self, sizes: dict) -> None:
+    def __init__(self, sizes: dict, init: str = "standard") -> None:
         super().__init__()
-        self.llama = _llama_causal_lm(sizes)
+        self.llama = _llama_causal_lm(sizes, init)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.llama(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits

@@ -100,6 +100,8 @@ class ZooEntry:
     inputs: InputSpec
     max_seq_len: int | None = None
     benchmark_only: bool = False  # listed by the benchmarks, hidden from the menu
+    calibrated: bool = False  # the builder's weights are realistic already: no ``realistic_init`` pass
+    large: bool = False  # at the sizes people run (GBs of weights): CI captures it on the meta device only
 
     def build(self) -> torch.nn.Module:
         """Build the model with seeded random weights and realistic activations, in eval mode.
@@ -112,6 +114,8 @@ class ZooEntry:
 
         torch.manual_seed(SEED)
         model = self.builder()
+        if self.calibrated:  # no zero-initialised layer, no BatchNorm: a pass over 2.8 GB would find nothing
+            return model.eval()
         return realistic_init(model, lambda i: self.inputs.make(batch=4, seed=CALIBRATION_SEED + i))
 
     def example_inputs(self, batch: int | None = None, seq_len: int | None = None) -> tuple[torch.Tensor, ...]:
@@ -172,6 +176,12 @@ BERT_VOCAB = 30522
 LLAMA = dict(layers=4, hidden=512, heads=8, kv_heads=2, intermediate=1376, vocab=32000, max_positions=4096)
 
 
+#: Llama-3-8B's layer sizes (hidden 4096, 32 query heads over 8 KV heads of 128, SwiGLU 14336), two
+#: layers and a 32000-token vocabulary: the shapes people tune, 0.7 billion parameters (2.8 GB in fp32).
+LLAMA_8B_LAYERS = dict(layers=2, hidden=4096, heads=32, kv_heads=8, intermediate=14336, vocab=32000,
+                       max_positions=8192)
+
+
 def _llama(step: bool) -> Callable[[], torch.nn.Module]:
     def build() -> torch.nn.Module:
         from explorer.sources.models import LlamaDecoder, LlamaDecodeStep
@@ -179,6 +189,12 @@ def _llama(step: bool) -> Callable[[], torch.nn.Module]:
         return (LlamaDecodeStep if step else LlamaDecoder)(LLAMA)
 
     return build
+
+
+def _llama_8b_layers() -> torch.nn.Module:
+    from explorer.sources.models import LlamaDecoder
+
+    return LlamaDecoder(LLAMA_8B_LAYERS, init="fast")
 
 
 def _llama_prefill_inputs(sizes: dict, seq_len: int = 128) -> InputSpec:
@@ -239,6 +255,11 @@ ZOO: dict[str, ZooEntry] = {
                  "Llama-style decoder, prefill (transformers LlamaConfig: 4 layers, hidden 512, 8 heads over 2 KV "
                  "heads, SwiGLU 1376, SDPA): Add+RMSNorm, rotary Q/K, SwiGLU; next-token logits",
                  _llama(step=False), _llama_prefill_inputs(LLAMA), max_seq_len=LLAMA["max_positions"]),
+        ZooEntry("llama_decoder_8b_layers", "transformer", "classification",
+                 "Llama-style decoder at Llama-3-8B layer sizes, prefill (2 layers, hidden 4096, 32 heads over 8 KV "
+                 "heads, SwiGLU 14336, vocabulary 32000, SDPA; 0.7 billion seeded parameters): next-token logits",
+                 _llama_8b_layers, _llama_prefill_inputs(LLAMA_8B_LAYERS),
+                 max_seq_len=LLAMA_8B_LAYERS["max_positions"], calibrated=True, large=True),
         ZooEntry("llama_decode_step", "transformer", "classification",
                  "The same Llama-style decoder, one decode step over a static KV cache of S tokens "
                  "(the cache is the step's input, updated in place)",

@@ -87,4 +87,17 @@ STRINGS = {
     "results.no_stages": ("No staged timings in this report (enable them on the Run page).",
                           "这份报告中没有分阶段计时（可在运行页开启）。"),
     "results.notes": ("Notes", "备注"),
+    # ------------------------------------------------------------------ a phase that failed (report.failures)
+    "results.phase_failed": ("Phase “{phase}” failed{variant}: {reason}. The other phases' results are below.",
+                             "阶段“{phase}”失败{variant}：{reason}。其他阶段的结果见下文。"),
+    "results.phase_not_run": ("Phase “{phase}” was not run: {reason}", "阶段“{phase}”未运行：{reason}"),
+    "results.phase_variant": (" (while timing {variant})", "（计时 {variant} 时）"),
+    "results.fresh_processes": ("{n} fresh measuring process(es) ran the phases after a lost one (a CUDA fault "
+                                "or a crash ends its process).",
+                                "在一个测量进程失效后，由 {n} 个新的测量进程运行了其余阶段（CUDA 故障或崩溃会结束所在进程）。"),
+    "results.phase.reference": ("float64 reference and precision", "float64 参考与精度"),
+    "results.phase.main": ("unfused against fused", "融合前对比融合后"),
+    "results.phase.chains": ("per-chain timing", "逐链计时"),
+    "results.phase.stages": ("staged table", "分阶段表"),
+    "results.phase.baselines": ("baselines", "基线"),
 }

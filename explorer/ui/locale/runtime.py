@@ -433,6 +433,40 @@ EXAMPLES: list[tuple[str, str, str]] = [
      "not a CUDA-graph measurement: CUDA graph capture failed, plain calls instead: x"),
     (r"its partner '(\S+)' was not measured as named", "与它配对的“{0}”没有按名称所说的方式测量",
      "its partner 'fused_cuda_graphs' was not measured as named"),
+    (r"failed while timed, dropped: (.*)", "计时时失败，已去掉：{0}", "failed while timed, dropped: RuntimeError: x"),
+    (r"precision not measured: (.*)", "未测量精度：{0}", "precision not measured: RuntimeError: x"),
+    # phases that failed (runtime.session, gpu_runner: report.failures)
+    (r"not timed: the main phase failed \(the report's failures say why\)", "未计时：主阶段失败（原因见报告的失败列表）",
+     "not timed: the main phase failed (the report's failures say why)"),
+    (r"not timed", "未计时", "not timed"),
+    (r"not run: phase '(\S+)' left this process's CUDA context unusable",
+     "未运行：阶段“{0}”使本进程的 CUDA 上下文无法再用", "not run: phase 'chains' left this process's CUDA context unusable"),
+    (r"not run: the fresh process failed to set up \((?P<msg>.*)\)", "未运行：新的测量进程未能完成准备（{0}）",
+     "not run: the fresh process failed to set up (measurement failed: RuntimeError: x)"),
+    (r"failure injected by (\S+)", "由 {0} 注入的失败", "failure injected by FUSION_EXPLORER_FAIL_PHASE=main"),
+    (r"baselines' precision not measured: the float64 reference failed \((.*)\)",
+     "未测量基线的精度：float64 参考计算失败（{0}）",
+     "baselines' precision not measured: the float64 reference failed (RuntimeError: x)"),
+    # the model's own casts (runtime.measure.record_casts)
+    (r"the model's own casts kept in (\w+): (\d+) dtype argument\(s\) as the model gives them at \w+, (\d+) of them "
+     r"wider than \w+ \(its float32 islands\)",
+     "保留模型自身在 {0} 下的类型转换：{1} 个 dtype 参数与模型在 {0} 下一致，其中 {2} 个比 {0} 更宽（模型的 float32 区段）",
+     "the model's own casts kept in bfloat16: 22 dtype argument(s) as the model gives them at bfloat16, 11 of them "
+     "wider than bfloat16 (its float32 islands)"),
+    (r"the model could not be captured in (\w+) to read its own casts \((.*)\): the unfused graph computes every "
+     r"float32 op in \w+",
+     "无法在 {0} 下捕获模型以读取它自身的类型转换（{1}）：未融合图的每个 float32 运算都以 {0} 计算",
+     "the model could not be captured in bfloat16 to read its own casts (RuntimeError: x): the unfused graph computes "
+     "every float32 op in bfloat16"),
+    (r"the model's capture in (\w+) differs from its float32 capture: its own casts could not be matched, and the "
+     r"unfused graph computes every float32 op in \w+",
+     "模型在 {0} 下的捕获与 float32 下的不同：无法对应它自身的类型转换，未融合图的每个 float32 运算都以 {0} 计算",
+     "the model's capture in float16 differs from its float32 capture: its own casts could not be matched, and the "
+     "unfused graph computes every float32 op in float16"),
+    (r"no eager module for this source: its graph's (\S+) ops run in (\w+), its other floating dtypes as captured",
+     "这个来源没有 eager 模块：图中 {0} 的运算以 {1} 运行，其他浮点类型保持捕获时的样子",
+     "no eager module for this source: its graph's torch.float32 ops run in bf16, its other floating dtypes as "
+     "captured"),
 ]
 
 RULES: list[tuple[str, str]] = [(rx, zh) for rx, zh, _ in EXAMPLES]

@@ -8,6 +8,10 @@ blocks are named as Chinese engineers name them (深度可分离卷积, 线性�
 """
 
 TEXTS = {
+    ("Llama-style decoder at Llama-3-8B layer sizes, prefill (2 layers, hidden 4096, 32 heads over 8 KV heads, "
+     "SwiGLU 14336, vocabulary 32000, SDPA; 0.7 billion seeded parameters): next-token logits"):
+        "Llama-3-8B 层尺寸的 Llama 风格解码器，预填充（2 层，隐藏维 4096，32 个查询头共享 8 个 KV 头，SwiGLU 14336，"
+        "词表 32000，SDPA；7 亿个带种子的参数）：下一个 token 的 logits",
     "ResNet-50 (torchvision): Conv+BN+ReLU blocks and residual adds":
         "ResNet-50（torchvision）：Conv+BN+ReLU 块和残差相加",
     "MobileNetV2 (torchvision): depthwise Conv+BN+ReLU6 and linear bottlenecks":

@@ -34,7 +34,7 @@ from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t
 from explorer.fusions.plan import gpu_slower_chains, slower_chains
-from explorer.report import Report
+from explorer.report import PHASES, Report
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 
@@ -139,6 +139,15 @@ def _run_report(report: Report) -> None:
     st.caption(plain(charts.device_caption(report, lang)))
     if report.is_cpu:
         st.warning(t("results.cpu"))
+    for f in report.failures:  # a failed phase ended only itself: say which, on which variant, why
+        phase = t(f"results.phase.{f.phase}") if f.phase in PHASES else plain(f.phase)
+        if f.not_run:
+            st.warning(t("results.phase_not_run", phase=phase, reason=plain(message(f.reason))))
+        else:
+            variant = t("results.phase_variant", variant=plain(f.variant)) if f.variant else ""
+            st.error(t("results.phase_failed", phase=phase, variant=variant, reason=plain(message(f.reason))))
+    if report.fresh_processes:
+        st.caption(t("results.fresh_processes", n=report.fresh_processes))
 
     st.markdown("#### " + (t("results.compare_baselines") if report.baselines else t("results.compare")))
     st.markdown(plain(charts.verdict_text(report, lang)))

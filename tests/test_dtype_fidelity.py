@@ -1,0 +1,142 @@
+"""The unfused baseline computes what the model computes, in every run dtype.
+
+Graphs are captured in float32, where a model's upcasts (``x.to(torch.float32)`` around RMSNorm,
+softmax, the rotary angles) are no-ops, and where torch.export attributes later uses of ``x`` to the
+cast. ``measure.record_casts`` reads the model's own casts at the run dtype and ``prepare_graph``
+applies them: the unfused graph in bf16 or fp16 then runs what eager PyTorch runs. Asserted here, on
+the CPU: the prepared graph's output equals eager's (the same ops in the same dtypes), its error
+against float64 is within 1.5x of eager's, on the zoo decoder and on transformers configs built with
+unit-scale seeded weights (so that the signal is not a vanishing one, as the zoo's calibration
+ensures for the zoo); and a plan made at fp32 applies at bf16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from explorer.runtime import measure as m
+from explorer.sources import capture
+
+DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _reference(gm, inputs):
+    with torch.inference_mode():
+        return m.prepare_graph(gm, "cpu", torch.float64)(*m.prepare_inputs(inputs, "cpu", torch.float64))
+
+
+def _errors(gm, module, inputs, dtype, casts, ref=None):
+    """rel_l2 against float64 of: eager, the prepared graph with the record, without it; and graph vs eager."""
+    ref = _reference(gm, inputs) if ref is None else ref
+    x = m.prepare_inputs(inputs, "cpu", dtype)
+    with torch.inference_mode():
+        eager = m.prepare_module(module, "cpu", dtype)(*x)
+        graph = m.prepare_graph(gm, "cpu", dtype, casts=casts)(*x)
+        blanket = m.prepare_graph(gm, "cpu", dtype)(*x)
+    rel = lambda out, against: m.precision(out, against, False, dtype)["rel_l2"]  # noqa: E731
+    as_ref = [t.double() for t in m.flat_outputs(eager)]
+    return rel(eager, ref), rel(graph, ref), rel(blanket, ref), rel(graph, as_ref), rel(blanket, as_ref)
+
+
+def _check(gm, module, inputs, what):
+    ref = _reference(gm, inputs)
+    for dtype in DTYPES:
+        casts, note = m.record_casts(module, inputs, gm, dtype)
+        assert casts is not None, note
+        assert casts.kept_float32 > 0, note               # these models do upcast
+        eager, graph, blanket, graph_vs_eager, blanket_vs_eager = _errors(gm, module, inputs, dtype, casts, ref)
+        assert math.isfinite(eager) and eager > 1e-5, (what, dtype, eager)   # a signal, not underflow
+        assert graph <= 1.5 * eager, (what, dtype, graph, eager)
+        # the same ops in the same dtypes: what eager computes, to the last bit on the CPU
+        assert graph_vs_eager < 1e-6, (what, dtype, graph_vs_eager)
+        assert blanket_vs_eager > 1e-4, (what, dtype, blanket_vs_eager)   # without the record it was not
+
+
+def test_the_zoo_decoder_computes_what_eager_computes(analyze_cached):
+    model = analyze_cached("llama_decoder", 1, 12)[0]
+    _check(model.gm, model.module, model.example_inputs, "llama_decoder")
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids).logits
+
+
+def _unit_scale(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Weights that keep activations at unit scale (as ``realistic_llama_weights``): linears N(0, 1/fan_in),
+    embeddings N(0, 1), norm scales 1 + N(0, 0.1²), biases N(0, 0.1²)."""
+    from transformers.pytorch_utils import Conv1D
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for mod in model.modules():
+            weight = getattr(mod, "weight", None)
+            if not isinstance(weight, torch.nn.Parameter):
+                continue
+            if isinstance(mod, (torch.nn.Linear, Conv1D)):
+                fan_in = weight.shape[1] if isinstance(mod, torch.nn.Linear) else weight.shape[0]
+                weight.copy_(torch.randn(weight.shape, generator=gen) / math.sqrt(fan_in))
+            elif isinstance(mod, torch.nn.Embedding):
+                weight.copy_(torch.randn(weight.shape, generator=gen))
+            elif weight.dim() == 1:
+                weight.copy_(1 + 0.1 * torch.randn(weight.shape, generator=gen))
+            bias = getattr(mod, "bias", None)
+            if isinstance(bias, torch.nn.Parameter):
+                bias.copy_(0.1 * torch.randn(bias.shape, generator=gen))
+    return model.eval()
+
+
+def _config(kind: str):
+    import transformers
+
+    common = dict(vocab_size=512, attn_implementation="eager")
+    if kind == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
+            max_position_embeddings=128, use_cache=False, **common))
+    if kind == "qwen2":
+        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+            hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
+            max_position_embeddings=128, use_cache=False, **common))
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_embd=96, n_layer=2, n_head=6, n_positions=128, use_cache=False, **common))
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2"])
+def test_transformers_configs_compute_what_eager_computes(kind):
+    torch.manual_seed(0)
+    module = _Logits(_unit_scale(_config(kind)))
+    inputs = (torch.randint(0, 512, (2, 20), generator=torch.Generator().manual_seed(1)),)
+    gm = capture(module, inputs, kind)
+    if kind == "gpt2":
+        # GPT-2 has no float32 islands of its own (softmax in the input's dtype): the record changes nothing
+        casts, _ = m.record_casts(module, inputs, gm, torch.bfloat16)
+        eager, graph, _blanket, graph_vs_eager, _ = _errors(gm, module, inputs, torch.bfloat16, casts)
+        assert graph <= 1.5 * eager and graph_vs_eager < 1e-6, (graph, eager, graph_vs_eager)
+        return
+    _check(gm, module, inputs, kind)
+
+
+def test_a_plan_made_at_fp32_applies_at_bf16(analyze_cached):
+    """The analysis (and so every chain id) is the float32 capture's whatever the run dtype: a plan of it
+    runs at bf16 with every chain applied, the model's casts kept, the fused output near the unfused."""
+    from explorer.fusions.plan import make_plan
+    from explorer.runtime.session import measure
+    from explorer.runtime.settings import RunSettings
+
+    _model, _graph, fp32 = analyze_cached("llama_decoder", 1, 12)
+    plan = make_plan(fp32, "all")
+    report = measure("llama_decoder", plan.to_dict(),
+                     RunSettings(device="cpu", dtype="bf16", batch=1, seq_len=12, quick=True, stages=False))
+    assert report.failures == ()
+    assert report.plan.accepted == plan.accepted and [c.id for c in report.chains] == list(plan.accepted)
+    assert all(c.status == "fused" for c in report.chains), [(c.id, c.reason) for c in report.chains]
+    assert any("the model's own casts kept in bfloat16" in n for n in report.notes), report.notes
+    assert report.unfused.precision.rel_l2 < 3e-2 and report.fused_vs_unfused.rel_l2 < 3e-2
