@@ -10,8 +10,10 @@ lean graphs (``LOWERINGS``), its kernels beside their references, and their
 
 Everything else is derived from ``FAMILIES``: the app's checkboxes and legend,
 the command line's pattern names, the statistics and the tests all read
-``PATTERNS``/``BY_NAME``; nothing else spells a pattern name. Match priority is
-each pattern's ``priority`` (lower claims nodes first).
+``PATTERNS``/``BY_NAME``; nothing else spells a pattern name. The order in
+which patterns claim nodes is ``explorer.fusions.order``'s: each family names
+the families it must run before (``RUNS_BEFORE``) or after (``RUNS_AFTER``),
+sorted topologically, ties broken by the order of ``FAMILIES``.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from explorer.fusions import attention, conv, generic, linear, norm, siblings
 from explorer.fusions import rms_norm, rotary, swiglu
 from explorer.fusions import convnext, squeeze_excite
 from explorer.fusions.base import Pattern
+from explorer.fusions.order import order_patterns
 
 #: One line per family: the registration.
 FAMILIES: tuple[ModuleType, ...] = (attention, conv, linear, norm, generic, siblings, rms_norm, swiglu, rotary,
                                      squeeze_excite, convnext)
 
-PATTERNS: tuple[Pattern, ...] = tuple(sorted((p for f in FAMILIES for p in f.PATTERNS), key=lambda p: p.priority))
+PATTERNS: tuple[Pattern, ...] = order_patterns(FAMILIES)
 BY_NAME: dict[str, Pattern] = {p.name: p for p in PATTERNS}
 #: fused call target -> its lowering for lean graphs (explorer.runtime.lean)
 LOWERINGS: dict[Callable, Callable] = {t: fn for f in FAMILIES for t, fn in getattr(f, "LOWERINGS", {}).items()}

@@ -416,9 +416,12 @@ def _probs_left_operand(g, node: str, ctx: dict) -> str | None:
 #: "Already fused" ops: reported as near misses of the pattern they would have been.
 ALREADY_FUSED = {"sdpa": "matmul_softmax"}
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("conv", "linear")   # its MatMuls and softmax before any epilogue or elementwise chain
+
 PATTERNS = (
     Pattern(
-        name="matmul_softmax", label="MatMul+Softmax", priority=10,
+        name="matmul_softmax", label="MatMul+Softmax",
         steps=(
             Step(frozenset({"matmul"}), "scores"),
             Step(frozenset({"mul", "div"}), "scale", optional=True, guard=_scalar_scale),

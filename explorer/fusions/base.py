@@ -83,8 +83,9 @@ class Step:
 class Pattern:
     """A fusion pattern: what it matches, how it is fused, and why it pays.
 
-    ``priority`` orders matching across the registry (lower claims nodes
-    first). Matching follows the steps through single-consumer dataflow
+    The order in which patterns claim nodes is the registry's
+    (``explorer.fusions.order``: each family says which families it runs
+    before or after; inside a family, its ``PATTERNS`` order). Matching follows the steps through single-consumer dataflow
     (``explorer.fusion_engine``), or gathers parallel consumers of one input
     (``siblings``), or calls the pattern's own ``match`` for other subgraphs. ``rewrite(ctx, chain, kernel)`` plans the edit for one accepted
     chain (``explorer.fusions.edit``); None means the generic fallback
@@ -100,7 +101,6 @@ class Pattern:
     color: str
     implementation: str
     explanation: str
-    priority: int
     stage: str = "all"
     rewrite: Callable | None = None
     fold: Callable | None = None

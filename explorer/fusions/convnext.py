@@ -13,15 +13,15 @@
        │      the LayerNorm over the C channels
        └───────────────────────────────────────────────────────────────────────────────────────────────▲
 
-    with conv.POLICY.mlp_gemm_triton (3 kernels): each linear ONE Triton GEMM with its epilogue, the
+    with policy.POLICY.mlp_gemm_triton (3 kernels): each linear ONE Triton GEMM with its epilogue, the
     first with the bias and GELU, the second with the bias and the residual (x's rows) read in it
 
 What each step buys, and why it is this way:
 
-- **Depthwise conv + bias + LayerNorm, one kernel** (``conv.depthwise_conv`` with a
+- **Depthwise conv + bias + LayerNorm, one kernel** (``depthwise_conv`` with a
   LayerNorm epilogue): the conv output is never written and read back three times
   (bias add, LayerNorm, and in NCHW the copy of the permuted tensor). One program
-  holds every channel of a few output pixels (``conv.depthwise_tiles``; ConvNeXt's
+  holds every channel of a few output pixels (``depthwise_tiles``; ConvNeXt's
   C = 3·2^k channels as three power-of-two chunks), so the mean and variance are a
   reduction over its tile; the output is channels_last, i.e. exactly the contiguous
   ``(N·H·W, C)`` matrix the first linear reads. It needs Triton (CUDA, or the
@@ -41,11 +41,11 @@ What each step buys, and why it is this way:
   config beat cuBLAS on the first stage's second linear, 41 against 48 µs, and per-shape
   tiles are not chosen yet), and the model's profiled GPU time grew with it (3.42 against 3.07
   ms, one profiled forward each).
-  So it is behind ``conv.POLICY.mlp_gemm_triton``, which the model benchmark switches on
+  So it is behind ``policy.POLICY.mlp_gemm_triton``, which the model benchmark switches on
   beside the default.
 
 Whether the whole block pays is measured, not assumed: ``benchmarks/bench_cnn_fusions.py``
-times the fused model with ``conv.POLICY``'s switches flipped beside it.
+times the fused model with ``policy.POLICY``'s switches flipped beside it.
 ``select_convnext_block`` is the one decision the runtime call, the label and the lowering ask.
 """
 
@@ -55,7 +55,12 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from explorer.fusions import conv, edit, linear
+from explorer.fusions import edit, linear
+from explorer.fusions.kernels import policy
+from explorer.fusions.kernels.bias_act import bias_act_
+from explorer.fusions.kernels.common import cached_plan, conv_nd, conv_out_shape, fallback_plan, is_depthwise, layout_of
+from explorer.fusions.kernels.depthwise import depthwise_applies, depthwise_conv, pack_depthwise_weight
+from explorer.fusions.kernels.gemm import gemm_applies, gemm_launch, gemm_plan
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.triton_support import interpreting, triton_runs_on
@@ -112,7 +117,7 @@ def convnext_block_reference(x, dw_weight, dw_bias, ln_weight, ln_bias, eps, w1,
     """Unfused, as torchvision's ``CNBlock`` runs it: dwconv, permute, LayerNorm, linear, act, linear,
     permute, ``γ ·``, ``+ x``. Any float dtype (float64 for test references)."""
     c = x.shape[1]
-    y = conv.conv_nd(x, dw_weight, dw_bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H, W, C)
+    y = conv_nd(x, dw_weight, dw_bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H, W, C)
     y = F.layer_norm(y, (c,), ln_weight, ln_bias, eps)
     y = linear.linear_act_reference(y, w1, b1, act)                                            # (N, H, W, 4C)
     y = F.linear(y, w2, b2).permute(0, 3, 1, 2)                                                # (N, C, H, W)
@@ -124,10 +129,10 @@ def convnext_block_reference(x, dw_weight, dw_bias, ln_weight, ln_bias, eps, w1,
 # ====================================================================== selection
 
 def uses_gemm(device: torch.device | str, dtype: torch.dtype) -> bool:
-    """Whether the block's two linears run as Triton GEMMs with their epilogues (``conv.gemm_epilogue``):
-    where ``conv.POLICY`` switches ``gemm_triton`` and ``mlp_gemm_triton`` on (the second is off by default:
+    """Whether the block's two linears run as Triton GEMMs with their epilogues (``gemm_epilogue``):
+    where ``policy.POLICY`` switches ``gemm_triton`` and ``mlp_gemm_triton`` on (the second is off by default:
     cuBLAS and one pass measured faster) and Triton runs, in fp32/fp16/bf16."""
-    return (conv.POLICY.gemm_triton and conv.POLICY.mlp_gemm_triton and triton_runs_on(device)
+    return (policy.POLICY.gemm_triton and policy.POLICY.mlp_gemm_triton and triton_runs_on(device)
             and dtype in SUPPORTED_DTYPES)
 
 
@@ -140,7 +145,7 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
     ``reference``: cuDNN's conv and ``layer_norm``. Then the MLP: where ``uses_gemm``, each
     linear is one Triton GEMM with its epilogue (the first adds the bias and applies ``act``,
     the second adds the bias and the residual where the input is channels_last); otherwise
-    the linear family's choice, ``linear`` and the residual as one pass. ``conv.POLICY``'s
+    the linear family's choice, ``linear`` and the residual as one pass. ``policy.POLICY``'s
     ``depthwise_triton`` and ``gemm_triton`` switches turn the Triton steps off, and
     ``mlp_gemm_triton`` (off by default, see ``uses_gemm``) the Triton GEMMs on. The label
     names every kernel.
@@ -158,14 +163,14 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
         mlp = (f"linear+{act} ({'1 kernel: ' + lin.impl if lin.fused else '2 kernels'}) + linear, layer scale "
                f"folded (1 kernel) + {residual}")
         fused = lin.fused
-    if (triton and conv.POLICY.depthwise_triton and (channels is None or channels <= MAX_CHANNELS)
+    if (triton and policy.POLICY.depthwise_triton and (channels is None or channels <= MAX_CHANNELS)
             and layout in (None, "nhwc")):
         tail = "" if layout == "nhwc" else " for a channels_last input, else conv + layer_norm"
         return Choice("triton", f"triton dwconv+bias+LayerNorm (1 kernel{tail}) + {mlp}{where}", True)
     if not triton:
         why = f"no Triton on {device.type}" if not triton_runs_on(device) else f"dtype {dtype}"
-    elif not conv.POLICY.depthwise_triton:
-        why = "conv.POLICY: depthwise_triton off"
+    elif not policy.POLICY.depthwise_triton:
+        why = "policy.POLICY: depthwise_triton off"
     elif channels is not None and channels > MAX_CHANNELS:
         why = f"{channels} channels > {MAX_CHANNELS}"
     else:
@@ -178,18 +183,18 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
 def depthwise_layer_norm(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
                          stride, padding, dilation, ln_weight, ln_bias, eps: float) -> torch.Tensor:
     """``layer_norm(dwconv(x) + b)`` over the channels, as ``(N, H', W', C)``: one Triton kernel where
-    it takes the operands (``conv.depthwise_applies``: a channels_last input on a device Triton runs
-    on), reading the weight ``packed`` (``conv.pack_depthwise_weight``; ``weight`` itself works too,
+    it takes the operands (``depthwise_applies``: a channels_last input on a device Triton runs
+    on), reading the weight ``packed`` (``pack_depthwise_weight``; ``weight`` itself works too,
     more slowly); otherwise cuDNN's conv, a permute and ``layer_norm``."""
     c = x.shape[1]
     key = ("convnext-dwln", x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.device,
-           conv.POLICY.depthwise_triton, interpreting())
-    decision = conv.cached_plan(key)
+           policy.POLICY.depthwise_triton, interpreting())
+    decision = cached_plan(key)
     if decision is None:
-        use = conv.POLICY.depthwise_triton and c <= MAX_CHANNELS and conv.depthwise_applies(x, weight, weight.shape[0])
-        decision = conv.fallback_plan(key, "kernel" if use else "fallback")
+        use = policy.POLICY.depthwise_triton and c <= MAX_CHANNELS and depthwise_applies(x, weight, weight.shape[0])
+        decision = fallback_plan(key, "kernel" if use else "fallback")
     if decision.out_shape == "kernel":
-        y = conv.depthwise_conv(x, packed, bias, None, stride, padding, dilation, "none",
+        y = depthwise_conv(x, packed, bias, None, stride, padding, dilation, "none",
                                 norm=(ln_weight, ln_bias, eps))                  # (N, C, H', W') channels_last
         return y.permute(0, 2, 3, 1)                                             # (N, H', W', C) contiguous
     y = torch.conv2d(x, weight, bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H', W', C)
@@ -198,27 +203,27 @@ def depthwise_layer_norm(x: torch.Tensor, weight: torch.Tensor, packed: torch.Te
 
 def residual_add_(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``y += x`` in place: one vectorised Triton pass where Triton runs (any two dense layouts), else ``add_``."""
-    return conv.bias_act_(y, None, x, "none")
+    return bias_act_(y, None, x, "none")
 
 
 def mlp_hidden(t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, act: str, gemm: bool) -> torch.Tensor:
     """``act(t @ w1ᵀ + b1)`` for the contiguous ``t`` ``(N, H, W, C)``, as ``(N·H·W, 4C)``: one Triton GEMM with
-    the bias and the activation in its epilogue (``gemm``, where ``conv.gemm_applies``), else as the linear
+    the bias and the activation in its epilogue (``gemm``, where ``gemm_applies``), else as the linear
     family decides. Planned once per call signature."""
     c = t.shape[-1]
     key = ("convnext-fc1", t.shape, t.stride(), t.dtype, t.device, w1.shape, w1.stride(), w1.dtype,
            None if b1 is None else b1.dtype, act, gemm, interpreting())
-    plan = conv.cached_plan(key)
+    plan = cached_plan(key)
     if plan is None:
         rows = t.reshape(-1, c)
-        if gemm and t.is_contiguous() and conv.gemm_applies(rows, w1) and rows.shape[0] > 0:
-            plan = conv.gemm_plan(key, t, w1, b1, None, act, rows.shape[0], c, (c, 1), None, (w1.shape[0], 1))
+        if gemm and t.is_contiguous() and gemm_applies(rows, w1) and rows.shape[0] > 0:
+            plan = gemm_plan(key, t, w1, b1, None, act, rows.shape[0], c, (c, 1), None, (w1.shape[0], 1))
         else:
-            plan = conv.fallback_plan(key)
+            plan = fallback_plan(key)
     if plan.out_shape == "fallback":
         return linear.linear_act(t.reshape(-1, c), w1, b1, act)
     out = torch.empty((t.numel() // c, w1.shape[0]), dtype=t.dtype, device=t.device)   # (M, 4C)
-    return conv.gemm_launch(plan, key, t, w1, b1, None, out)
+    return gemm_launch(plan, key, t, w1, b1, None, out)
 
 
 def project_residual(h: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None, x: torch.Tensor,
@@ -229,22 +234,22 @@ def project_residual(h: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None,
     n, c, hh, ww = x.shape
     key = ("convnext-fc2", h.shape, h.stride(), x.shape, x.stride(), x.dtype, x.device, w2.shape, w2.stride(),
            w2.dtype, None if b2 is None else b2.dtype, gemm, interpreting())
-    plan = conv.cached_plan(key)
+    plan = cached_plan(key)
     if plan is None:
-        if gemm and conv.gemm_applies(h, w2) and h.shape[0] == n * hh * ww > 0:
-            z = x if conv.layout_of(x) == "nhwc" else None      # the residual read in the epilogue, as rows of x
-            plan = conv.gemm_plan(key, h, w2, b2, z, "none", h.shape[0], h.shape[1], h.stride(),
+        if gemm and gemm_applies(h, w2) and h.shape[0] == n * hh * ww > 0:
+            z = x if layout_of(x) == "nhwc" else None      # the residual read in the epilogue, as rows of x
+            plan = gemm_plan(key, h, w2, b2, z, "none", h.shape[0], h.shape[1], h.stride(),
                                   None if z is None else (c, 1), (c, 1))
             plan.out_shape = "residual in the epilogue" if z is not None else "residual pass"
         else:
-            plan = conv.fallback_plan(key)
+            plan = fallback_plan(key)
     if plan.out_shape == "fallback":
         y = F.linear(h, w2, b2).view(n, hh, ww, c).permute(0, 3, 1, 2)      # (N, C, H, W)
         return residual_add_(y, x)
     out = torch.empty((n, c, hh, ww), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
     if plan.out_shape == "residual in the epilogue":
-        return conv.gemm_launch(plan, key, h, w2, b2, x, out)
-    return residual_add_(conv.gemm_launch(plan, key, h, w2, b2, None, out), x)
+        return gemm_launch(plan, key, h, w2, b2, x, out)
+    return residual_add_(gemm_launch(plan, key, h, w2, b2, None, out), x)
 
 
 def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias, eps, w1, b1, act,
@@ -289,7 +294,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         raise UseGeneric(f"{aten.aten_name(dw)} is not a forward convolution")
     x_shape, w_shape = aten.static_shape(c.input), aten.static_shape(c.weight)
     geometry = edit.int_lists(2, c.stride, c.padding, c.dilation)
-    if x_shape is None or w_shape is None or geometry is None or not conv.is_depthwise(x_shape[1], w_shape, c.groups):
+    if x_shape is None or w_shape is None or geometry is None or not is_depthwise(x_shape[1], w_shape, c.groups):
         raise UseGeneric("the convolution is not a 2-D depthwise convolution with integer geometry")
     channels = x_shape[1]
     _permute_between(ctx, chain, dw, ln_node, [0, 2, 3, 1])
@@ -341,15 +346,15 @@ def _lower(gm, node, device, dtype) -> bool:
     if weight is None or w1t is None or w2t is None or x_shape is None or len(x_shape) != 4:
         return False
     n, c = x_shape[0], x_shape[1]
-    out = conv.conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
+    out = conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
     choice = select_convnext_block(device, dtype, c, act)
     gemm = uses_gemm(device, dtype)
     hidden_linear = []
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
         if choice.impl == "triton":
-            packed = conv._register(gm, "_lean_dw_" + str(dw_w.target).replace(".", "_"),
-                                    conv.pack_depthwise_weight(weight))
+            packed = edit.register_buffer(gm, "_lean_dw_" + str(dw_w.target).replace(".", "_"),
+                                    pack_depthwise_weight(weight))
             t = g.call_function(depthwise_layer_norm, (x, dw_w, g.get_attr(packed), dw_b, stride, padding,
                                                        dilation, ln_w, ln_b, eps))
         else:
@@ -410,9 +415,12 @@ def _adds_block_input(g, node: str, ctx: dict) -> str | None:
     return None
 
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("conv", "linear", "norm")   # its depthwise conv, LayerNorm and MLP are one block
+
 PATTERNS = (
     Pattern(
-        name="convnext_block", label="ConvNeXt block", priority=18,
+        name="convnext_block", label="ConvNeXt block",
         steps=(Step(frozenset({"conv"}), "dwconv"),
                Step(frozenset({"layer_norm"}), "norm", guard=_norm_after_depthwise),
                Step(frozenset({"linear"}), "fc1"),

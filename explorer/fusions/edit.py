@@ -249,6 +249,13 @@ def replace_node(gm: torch.fx.GraphModule, node: torch.fx.Node,
     return True
 
 
+def register_buffer(gm: torch.fx.GraphModule, name: str, tensor: torch.Tensor) -> str:
+    """A root buffer ``name`` holding ``tensor`` (made once per graph); returns the name."""
+    if not hasattr(gm, name):
+        gm.register_buffer(name, tensor, persistent=False)
+    return name
+
+
 def attr_tensor(gm: torch.fx.GraphModule, arg: Any) -> torch.Tensor | None:
     """The tensor a ``get_attr`` argument reads, or None for anything else."""
     if not (isinstance(arg, torch.fx.Node) and arg.op == "get_attr"):
@@ -269,3 +276,34 @@ def int_lists(n: int, *values: Any) -> tuple[list[int], ...] | None:
         else:
             return None
     return tuple(out)
+
+
+def leading_broadcast(r_shape, x_shape) -> bool:
+    """Whether ``r`` broadcasts to ``x`` over leading dims only (or equals it): after dropping its
+    leading 1s, ``r``'s shape is a suffix of ``x``'s ending in the normalised dim, e.g. BERT's
+    position embeddings ``(1, S, N)`` against ``(B, S, N)``. Its rows then repeat every
+    ``numel(r) / N`` rows of ``x``, which is all the kernel needs."""
+    r_shape, x_shape = tuple(r_shape), tuple(x_shape)
+    while r_shape and r_shape[0] == 1 and len(r_shape) > 1:
+        r_shape = r_shape[1:]
+    return 0 < len(r_shape) <= len(x_shape) and x_shape[len(x_shape) - len(r_shape):] == r_shape
+
+
+def residual_add_operands(add: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, torch.Tensor]:
+    """``(x, residual, sum)`` of the residual add before a row-wise norm, for its fused kernel: ``x``
+    the operand of the sum's shape, ``residual`` the other, which may broadcast over ``x``'s leading
+    dims only (``leading_broadcast``), and ``sum`` the add's value (shape and dtype). Raises
+    ``UseGeneric`` for an add the kernels do not take (alpha, a constant, mixed dtypes, another broadcast).
+    """
+    check_alpha(add)
+    x, residual = add.args[0], add.args[1]
+    if not all(isinstance(t, torch.fx.Node) for t in (x, residual)):
+        raise UseGeneric("add of a constant")
+    xs, rs, out = aten.node_val(x), aten.node_val(residual), aten.node_val(add)
+    if not all(isinstance(t, torch.Tensor) for t in (xs, rs, out)) or xs.dtype != rs.dtype:
+        raise UseGeneric("the add mixes dtypes")
+    if xs.shape != out.shape and rs.shape == out.shape:  # the add is commutative: the full operand first
+        x, residual, xs, rs = residual, x, rs, xs
+    if xs.shape != out.shape or not leading_broadcast(rs.shape, xs.shape):
+        raise UseGeneric("the add broadcasts other than over leading dims")
+    return x, residual, out

@@ -143,9 +143,12 @@ def rewrite(ctx: RewriteContext, chain, kernel: str = "auto", why: str = "") -> 
 
 _POINTWISE = frozenset(ELEMENTWISE - {"where"})
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_AFTER = ("*",)   # the fallback: pointwise ops no other family claimed
+
 PATTERNS = (
     Pattern(
-        name="elementwise_chain", label="Elementwise chain", priority=80,
+        name="elementwise_chain", label="Elementwise chain",
         steps=(Step(_POINTWISE, "op"), Step(_POINTWISE, "op"), Step(_POINTWISE, "op", optional=True),
                Step(_POINTWISE, "op", optional=True), Step(_POINTWISE, "op", optional=True)),
         color="#e377c2", rewrite=rewrite,

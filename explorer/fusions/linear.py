@@ -205,9 +205,12 @@ LOWERINGS = {
 
 # ====================================================================== patterns
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("rms_norm", "norm", "siblings")
+
 PATTERNS = (
     Pattern(
-        name="linear_act", label="Linear+bias+act", priority=40, stage="activation",
+        name="linear_act", label="Linear+bias+act", stage="activation",
         steps=(Step(frozenset({"linear"}), "linear"),
                Step(frozenset(LINEAR_ACTIVATIONS) - {"none", "gelu_tanh"}, "act", family=ACTIVATIONS)),
         color="#9467bd", kernels=("auto", "separate_epilogue", "inductor"), rewrite=rewrite,

@@ -40,7 +40,7 @@ import torch.fx
 
 from explorer.fusions import edit
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
-from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
+from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric, leading_broadcast, residual_add_operands
 from explorer.fusions.triton_support import (Launch, cdiv, contiguous_key, import_triton, interpreting,
                                              jit_helpers, launch, library_reductions_usable, next_power_of_2,
                                              planned, row_warps, triton_runs_on)
@@ -179,17 +179,6 @@ def _build_kernel(interpret: bool):
     return _add_layernorm_fwd
 
 
-def leading_broadcast(r_shape, x_shape) -> bool:
-    """Whether ``r`` broadcasts to ``x`` over leading dims only (or equals it): after dropping its
-    leading 1s, ``r``'s shape is a suffix of ``x``'s ending in the normalised dim, e.g. BERT's
-    position embeddings ``(1, S, N)`` against ``(B, S, N)``. Its rows then repeat every
-    ``numel(r) / N`` rows of ``x``, which is all the kernel needs."""
-    r_shape, x_shape = tuple(r_shape), tuple(x_shape)
-    while r_shape and r_shape[0] == 1 and len(r_shape) > 1:
-        r_shape = r_shape[1:]
-    return 0 < len(r_shape) <= len(x_shape) and x_shape[len(x_shape) - len(r_shape):] == r_shape
-
-
 #: ``Launch`` by call signature (see ``_signature``): the decisions and launch arguments
 #: are worked out once per signature (``triton_support.planned``), so that a repeated call
 #: costs the host little more than two allocations and the launch itself. Bounded.
@@ -316,26 +305,6 @@ def fused_add_layer_norm_normed(x, residual, weight, bias, eps):
 
 # ====================================================================== rewrite
 
-def residual_add_operands(add: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, torch.Tensor]:
-    """``(x, residual, sum)`` of the residual add before a row-wise norm, for its fused kernel: ``x``
-    the operand of the sum's shape, ``residual`` the other, which may broadcast over ``x``'s leading
-    dims only (``leading_broadcast``), and ``sum`` the add's value (shape and dtype). Raises
-    ``UseGeneric`` for an add the kernels do not take (alpha, a constant, mixed dtypes, another broadcast).
-    """
-    edit.check_alpha(add)
-    x, residual = add.args[0], add.args[1]
-    if not all(isinstance(t, torch.fx.Node) for t in (x, residual)):
-        raise UseGeneric("add of a constant")
-    xs, rs, out = aten.node_val(x), aten.node_val(residual), aten.node_val(add)
-    if not all(isinstance(t, torch.Tensor) for t in (xs, rs, out)) or xs.dtype != rs.dtype:
-        raise UseGeneric("the add mixes dtypes")
-    if xs.shape != out.shape and rs.shape == out.shape:  # the add is commutative: the full operand first
-        x, residual, xs, rs = residual, x, rs, xs
-    if xs.shape != out.shape or not leading_broadcast(rs.shape, xs.shape):
-        raise UseGeneric("the add broadcasts other than over leading dims")
-    return x, residual, out
-
-
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     """add → layer_norm as one kernel call, writing the sum too where something else reads it."""
     edit.only_identity_views(ctx, chain)
@@ -367,7 +336,7 @@ def _last_dim_norm(g, node: str, ctx: dict) -> str | None:
 
 PATTERNS = (
     Pattern(
-        name="add_layer_norm", label="Add+LayerNorm", priority=50,
+        name="add_layer_norm", label="Add+LayerNorm",
         steps=(Step(frozenset({"add"}), "add", emits=True),
                Step(frozenset({"layer_norm"}), "layer_norm", guard=_last_dim_norm)),
         color="#8c564b", rewrite=rewrite,

@@ -58,8 +58,7 @@ import torch.fx
 
 from explorer.fusions import edit
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
-from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
-from explorer.fusions.norm import leading_broadcast, residual_add_operands
+from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric, leading_broadcast, residual_add_operands
 from explorer.fusions.triton_support import (Launch, cdiv, contiguous_key, import_triton, interpreting, jit_helpers,
                                              launch, library_reductions_usable, needs_autograd, next_power_of_2,
                                              planned, refusal_for_device, row_warps)
@@ -605,9 +604,12 @@ _NORM_STEPS = (Step(frozenset({"pow"}), "pow"), Step(frozenset({"reduce"}), "mea
                Step(frozenset({"mul"}), "normalize"), Step(_CASTS, "cast_out", optional=True),
                Step(frozenset({"mul"}), "weight", optional=True))
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("norm",)
+
 PATTERNS = (
     Pattern(
-        name="add_rms_norm", label="Add+RMSNorm", priority=45,
+        name="add_rms_norm", label="Add+RMSNorm",
         steps=(Step(frozenset({"add"}), "add", emits=True), Step(_CASTS, "cast_in", optional=True, emits=True),
                *_NORM_STEPS),
         match=_match_add_rms_norm, color="#c49c94", rewrite=rewrite_add_rms_norm,
@@ -620,7 +622,7 @@ PATTERNS = (
         formula="s = x + r;  y = w · round(s / sqrt(mean(s²) + eps))",
     ),
     Pattern(
-        name="rms_norm", label="RMSNorm", priority=46,
+        name="rms_norm", label="RMSNorm",
         steps=_NORM_STEPS,  # anchored at pow; the matcher takes the input cast in too where only the norm reads it
         match=_match_rms_norm, color="#dbdb8d", rewrite=rewrite_rms_norm,
         implementation="one Triton kernel for the whole RMSNorm (the first norm of a decoder, with no add before it)",

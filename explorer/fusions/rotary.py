@@ -440,9 +440,12 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
 
 # ====================================================================== patterns
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("linear", "rms_norm", "norm")
+
 PATTERNS = (
     Pattern(
-        name="rotary", label="Rotary embedding (Q+K)", priority=35,
+        name="rotary", label="Rotary embedding (Q+K)",
         steps=(Step(frozenset({"neg"}), "q_neg"), Step(frozenset({"cat"}), "q_cat"),
                Step(frozenset({"mul"}), "q_mul_sin"), Step(frozenset({"mul"}), "q_mul_cos"),
                Step(frozenset({"add"}), "q_add")),

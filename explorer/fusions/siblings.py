@@ -136,9 +136,12 @@ def _lower(gm, node, device, dtype) -> bool:
 
 LOWERINGS = {fused_linear_siblings: _lower}
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_AFTER = ("*",)   # horizontal fusion of the linears no chain claimed
+
 PATTERNS = (
     Pattern(
-        name="linear_siblings", label="Sibling linears (QKV)", priority=90,
+        name="linear_siblings", label="Sibling linears (QKV)",
         steps=(Step(frozenset({"linear"}), "branch"),), siblings=True, kernels=("auto",),
         color="#bcbd22", rewrite=rewrite,
         implementation=("one GEMM over the concatenated weights (W_1|W_2|...), its output split into "

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 
 from explorer.fusions import edit
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
-from explorer.fusions.conv import LAYOUTS, conv_nd, layout_of, sm_count
+from explorer.fusions.kernels.common import LAYOUTS, conv_nd, layout_of, sm_count
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import TRITON_ACTIVATIONS, apply_activation, check, in_place_node, triton_activation
 from explorer.fusions.triton_support import (import_triton, interpreting, jit_helpers, launch,
@@ -526,9 +526,12 @@ def _scales_pooled_input(g, node: str, ctx: dict) -> str | None:
 
 _FC = frozenset({"conv", "linear"})
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("conv",)   # its 1×1 convolutions and their activation are one block, not conv epilogues
+
 PATTERNS = (
     Pattern(
-        name="squeeze_excite", label="Squeeze-excite", priority=15,
+        name="squeeze_excite", label="Squeeze-excite",
         steps=(Step(frozenset({"avg_pool", "reduce"}), "pool"),
                Step(_FC, "fc1", guard=_fc_after_global_pool),
                Step(frozenset(SE_ACTIVATIONS) - {"gelu_tanh", "sigmoid", "hardsigmoid"}, "act"),

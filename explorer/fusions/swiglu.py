@@ -442,9 +442,12 @@ LOWERINGS = {fused_swiglu: _lower}
 
 # ====================================================================== patterns
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("linear", "siblings")   # its gate projection and SiLU are not a linear epilogue
+
 PATTERNS = (
     Pattern(
-        name="swiglu", label="SwiGLU (gate/up GEMM + silu·mul)", priority=30,
+        name="swiglu", label="SwiGLU (gate/up GEMM + silu·mul)",
         steps=(Step(frozenset({"linear"}), "gate"), Step(frozenset({"sigmoid"}), "sigmoid", optional=True),
                Step(frozenset({"silu", "mul"}), "act"),
                Step(frozenset({"linear"}), "up"), Step(frozenset({"mul"}), "mul")),

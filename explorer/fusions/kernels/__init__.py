@@ -1,0 +1,11 @@
+"""The shared kernels: fused computations that more than one family calls, each beside its reference.
+
+Families import these; no family imports another family's internals.
+
+- ``common``: layouts (NCHW / channels_last), convolution geometry, the per-signature launch plans;
+- ``policy``: which Triton paths the CNN kernels may take (a benchmark switches one off);
+- ``bias_act``: the in-place epilogue pass ``act(y + bias[c] (+ z))`` (``BIAS_ACT_TOLERANCES``);
+- ``depthwise``: the depthwise convolution with its epilogue or a LayerNorm (``DEPTHWISE_TOLERANCES``);
+- ``gemm``: the Triton GEMM with a bias, residual and activation epilogue (tolerances: ``epilogue``);
+- ``layer_norm``: the add + LayerNorm kernel (``TOLERANCES``).
+"""
