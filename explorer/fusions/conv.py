@@ -83,6 +83,7 @@ import torch
 import torch.fx
 
 from explorer.fusions import edit
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import (EPILOGUE_TOLERANCES, TRITON_ACTIVATIONS, apply_activation, apply_activation_,
@@ -97,9 +98,149 @@ from explorer.fusions.kernels.depthwise import (DEPTHWISE_TOLERANCES, depthwise_
                                                 pack_depthwise_weight)
 from explorer.fusions.kernels.gemm import gemm_applies, gemm_config, gemm_epilogue, gemm_launch, gemm_plan  # noqa: F401
 from explorer.fusions.kernels.policy import ConvPolicy, policy  # noqa: F401
-from explorer.fusions.triton_support import interpreting, remember, triton_runs_on
+from explorer.fusions.triton_support import interpreting, remember, triton_runs_on, where
 from explorer.graph import aten
 from explorer.vocab import ACTIVATIONS
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("conv", {
+    "title": ('Convolution (Conv+BN, epilogues)', '卷积（Conv+BN、尾处理）'),
+    "conv_bn_add_act.label": ('Conv+BN+Add+act',
+        'Conv+BN+Add+激活'),
+    "conv_bn_add_act.implementation": (('BatchNorm folded into the conv; cuDNN conv+bias+ReLU in one call where it wins; 1x1 '
+         'convs (channels_last) as one Triton GEMM with their epilogue, depthwise convs as one '
+         'Triton kernel with theirs; otherwise the conv without bias and one vectorised Triton '
+         'pass for bias, residual and activation'),
+        ('BN 折叠进卷积；在 cuDNN 的 conv+bias+ReLU 融合调用更快的地方用它（1 次调用）；1x1 卷积（channels_last）用一个带尾处理的 '
+         'Triton GEMM，深度可分离卷积用一个带尾处理的 Triton 内核；其余情况先做不带偏置的卷积，再用一个向量化的 Triton 内核一次完成偏置、残差和激活')),
+    "conv_bn_add_act.explanation": (("The residual block's tail. The residual add and the activation run in the convolution's "
+         'epilogue: the conv output is never written to device memory and read back, and the add '
+         'and the activation cost no launch of their own.'),
+        '残差块的尾部。残差相加和激活函数在卷积的尾处理（epilogue）中完成：卷积输出不再写回显存再读出，相加和激活也不再各自占用一次内核启动。'),
+    "fold_caveat": (('BatchNorm folding is valid only for inference: in training the batch statistics change '
+         'every step, so the folded weights would be wrong.'),
+        'BN 折叠只在推理时成立：训练时每一步的批统计量都在变，折叠后的权重就不对了。'),
+    "formula": (("W' = W * gamma / sqrt(var + eps)  (per output channel);  b' = (b - mean) * gamma / "
+         'sqrt(var + eps) + beta'),
+        ("W' = W * gamma / sqrt(var + eps)（逐输出通道）；  b' = (b - mean) * gamma / sqrt(var + eps) + "
+         'beta')),
+    "conv_add_act.label": ('Conv+Add+act',
+        'Conv+Add+激活'),
+    "implementation": (('cuDNN conv+bias+ReLU in one call where it wins; 1x1 convs (channels_last) as one Triton '
+         'GEMM with their epilogue, depthwise convs as one Triton kernel with theirs; otherwise '
+         'the conv without bias and one vectorised Triton pass for bias, residual and activation'),
+        ('在 cuDNN 的 conv+bias+ReLU 融合调用更快的地方用它（1 次调用）；1x1 卷积（channels_last）用一个带尾处理的 Triton '
+         'GEMM，深度可分离卷积用一个带尾处理的 Triton 内核；其余情况先做不带偏置的卷积，再用一个向量化的 Triton 内核一次完成偏置、残差和激活')),
+    "conv_add_act.explanation": (('Conv, residual add and activation, BatchNorm already folded (as ONNX exporters do). The '
+         "residual add and the activation run in the convolution's epilogue: the conv output is "
+         'never written to device memory and read back, and the add and the activation cost no '
+         'launch of their own.'),
+        ('卷积、残差相加和激活，BN 已经折叠（ONNX '
+         '导出器就是这样做的）。残差相加和激活函数在卷积的尾处理（epilogue）中完成：卷积输出不再写回显存再读出，相加和激活也不再各自占用一次内核启动。')),
+    "conv_bn_add.label": ('Conv+BN+Add',
+        'Conv+BN+Add'),
+    "conv_bn_add.implementation": ('BatchNorm folded into the conv; the residual added in the epilogue pass with the bias',
+        'BN 折叠进卷积；残差在加偏置的那一遍尾处理中加上'),
+    "projection_why": (("MobileNetV2's and EfficientNet's projection convolutions end in a residual add with no "
+         'activation (a linear bottleneck). Unfused, the add is a kernel of its own that reads '
+         'the conv output and the residual and writes the sum; in the epilogue it is one more '
+         'read of the residual in the pass that adds the bias.'),
+        ('MobileNetV2 和 EfficientNet '
+         '的投影卷积以不带激活的残差相加结尾（线性瓶颈）。不融合时，相加是一个单独的内核，要读卷积输出和残差、写出和；放进尾处理后，只是在加偏置的那一遍里多读一次残差。')),
+    "conv_add.label": ('Conv+Add',
+        'Conv+Add'),
+    "conv_add.implementation": ('the residual added in the epilogue pass with the bias',
+        '残差在加偏置的那一遍尾处理中加上'),
+    "conv_add.explanation": (('A convolution and a residual add with no activation, BatchNorm already folded (as ONNX '
+         "exporters do). MobileNetV2's and EfficientNet's projection convolutions end in a "
+         'residual add with no activation (a linear bottleneck). Unfused, the add is a kernel of '
+         'its own that reads the conv output and the residual and writes the sum; in the epilogue '
+         'it is one more read of the residual in the pass that adds the bias.'),
+        ('卷积加上不带激活的残差相加，BN 已经折叠（ONNX 导出器就是这样做的）。MobileNetV2 和 EfficientNet '
+         '的投影卷积以不带激活的残差相加结尾（线性瓶颈）。不融合时，相加是一个单独的内核，要读卷积输出和残差、写出和；放进尾处理后，只是在加偏置的那一遍里多读一次残差。')),
+    "conv_bn_act.label": ('Conv+BN+act',
+        'Conv+BN+激活'),
+    "conv_bn_act.explanation": (('conv -> temp1 -> bn -> temp2 -> relu is three launches and two intermediates written '
+         "and read back. Folding BN into the conv's weights removes one op exactly; running the "
+         "activation in the conv's epilogue removes the other."),
+        ('conv -> temp1 -> bn -> temp2 -> relu 是 3 次内核启动，外加 2 个写回显存再读出的中间结果。把 BN '
+         '折叠进卷积权重，精确地去掉一个算子；把激活放进卷积的尾处理，去掉另一个。')),
+    "conv_act.label": ('Conv+act',
+        'Conv+激活'),
+    "conv_act.explanation": (('Convolution with its activation in the epilogue (BatchNorm already folded, as ONNX '
+         'exporters do): the pre-activation tensor is never written out.'),
+        '卷积在尾处理中完成激活（BN 已经折叠，ONNX 导出器就是这样做的）：激活前的张量从不写出。'),
+    "conv_bn.label": ('Conv+BN',
+        'Conv+BN'),
+    "conv_bn.implementation": (("BatchNorm folded into the conv's weight and bias (exact algebra, no kernel); on CUDA "
+         'the bias in one vectorised Triton pass after the conv'),
+        'BN 折叠进卷积的权重和偏置（精确的代数变换，不需要内核）；在 CUDA 上，偏置在卷积之后用一个向量化的 Triton 内核加上'),
+    "conv_bn.explanation": (("In inference BatchNorm is a per-channel affine map, so it folds into the convolution's "
+         'weights: one op and one intermediate disappear at no cost.'),
+        '推理时 BN 是逐通道的仿射变换，所以可以折叠进卷积权重：一个算子和一个中间结果零成本地消失。'),
+    "refuse.training": ("BatchNorm in training mode: its statistics change every step, folding is valid only for inference",
+        "BN 处于训练模式：它的统计量每一步都在变，折叠只在推理时成立"),
+    "refuse.no_stats": ("BatchNorm without running statistics (track_running_stats=False) normalises with batch statistics even in eval mode: there is nothing fixed to fold",
+        "BN 没有运行统计量（track_running_stats=False），即使在 eval 模式下也用批统计量归一化：没有固定的值可以折叠"),
+    "refuse.training_guard": ("BatchNorm in training mode: folding is valid only for inference (frozen statistics)",
+        "BN 处于训练模式：折叠只在推理时成立（统计量冻结）"),
+    "refuse.broadcast": ("add operand shape {shape} differs from the conv output {out} (broadcast)",
+        "相加操作数的形状 {shape} 与卷积输出 {out} 不同（广播）"),
+    "refuse.constant": ("add of a constant, not a residual",
+        "加的是常量，不是残差"),
+    "refuse.stats_used": ("BatchNorm statistics outputs are used: not folded",
+        "BN 的统计量输出被使用了：不折叠"),
+    "refuse.variant": ("BatchNorm variant {op} is not folded",
+        "BN 变体 {op} 不折叠"),
+    "refuse.not_direct": ("BatchNorm does not read the conv output directly",
+        "BN 没有直接读取卷积的输出"),
+    "generic.op": ("conv op {op} is not one the epilogue takes",
+        "卷积算子 {op} 不是尾处理能接受的"),
+    "generic.transposed": ("transposed convolution",
+        "转置卷积"),
+    "generic.output_padding": ("convolution with output padding",
+        "带 output padding 的卷积"),
+    "generic.no_epilogue": ("activation {act} has no conv epilogue",
+        "激活函数 {act} 没有卷积尾处理"),
+    "what.conv_weight": ("conv weight",
+        "卷积权重"),
+    "what.conv_bias": ("conv bias",
+        "卷积偏置"),
+    "what.running_mean": ("running mean",
+        "运行均值"),
+    "what.running_var": ("running var",
+        "运行方差"),
+    "what.bn_weight": ("BatchNorm weight",
+        "BN 权重"),
+    "what.bn_bias": ("BatchNorm bias",
+        "BN 偏置"),
+    "label.folded": ("BatchNorm folded (exact) + {label}",
+        "BN 折叠（精确） + {label}"),
+    "label.sep1": ("conv+bias (1 kernel)",
+        "conv+bias（1 个内核）"),
+    "label.sep_add": ("conv+bias + add_ in place (2 kernels)",
+        "conv+bias + 原地 add_（2 个内核）"),
+    "label.sep_act": ("conv+bias + {act} in place (2 kernels)",
+        "conv+bias + 原地 {act}（2 个内核）"),
+    "label.sep_add_act": ("conv+bias + add_ in place + {act} in place (3 kernels)",
+        "conv+bias + 原地 add_ + 原地 {act}（3 个内核）"),
+    "label.cudnn_add_relu": ("cudnn conv+bias+add+relu (1 fused call: cudnn_convolution_add_relu)",
+        "cudnn conv+bias+add+relu（1 次融合调用：cudnn_convolution_add_relu）"),
+    "label.cudnn_relu": ("cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu)",
+        "cudnn conv+bias+relu（1 次融合调用：cudnn_convolution_relu）"),
+    "label.gemm": ("triton 1x1 conv as a GEMM + {steps} (1 kernel)",
+        "triton 把 1x1 卷积当作 GEMM + {steps}（1 个内核）"),
+    "label.gemm_cl": ("triton 1x1 conv as a GEMM + {steps} (1 kernel for a channels_last input; any other: conv + triton epilogue)",
+        "triton 把 1x1 卷积当作 GEMM + {steps}（1 个内核，限 channels_last 输入；其他输入：conv + triton 尾处理）"),
+    "label.depthwise": ("triton depthwise conv+{steps} (1 kernel)",
+        "triton 深度可分离卷积+{steps}（1 个内核）"),
+    "label.depthwise_cl": ("triton depthwise conv+{steps} (1 kernel for a channels_last input; any other: conv + triton epilogue)",
+        "triton 深度可分离卷积+{steps}（1 个内核，限 channels_last 输入；其他输入：conv + triton 尾处理）"),
+    "label.epilogue": ("conv (no bias) + triton {steps} (2 kernels: one vectorised pass after the conv)",
+        "conv（不带偏置） + triton {steps}（2 个内核：卷积之后一遍向量化处理）"),
+})
+
 
 #: Activations the conv epilogue applies (every path: cuDNN takes relu only, the others all of them).
 CONV_ACTIVATIONS = TRITON_ACTIVATIONS
@@ -119,14 +260,10 @@ FOLD_TOLERANCE_F64 = 1e-10
 #: pixels (N·H·W) a 1×1 conv + ReLU takes a Triton path instead.
 CUDNN_RELU_1X1_MAX_PIXELS = 16384
 
-TRAINING_REFUSAL = ("BatchNorm in training mode: its statistics change every step, "
-                    "folding is valid only for inference")
-NO_RUNNING_STATS_REFUSAL = ("BatchNorm without running statistics (track_running_stats=False) normalises "
-                            "with batch statistics even in eval mode: there is nothing fixed to fold")
-FOLD_CAVEAT = ("BatchNorm folding is valid only for inference: in training the batch statistics "
-               "change every step, so the folded weights would be wrong.")
-FORMULA = ("W' = W * gamma / sqrt(var + eps)  (per output channel);  "
-           "b' = (b - mean) * gamma / sqrt(var + eps) + beta")
+TRAINING_REFUSAL = WORDS("refuse.training")
+NO_RUNNING_STATS_REFUSAL = WORDS("refuse.no_stats")
+FOLD_CAVEAT = WORDS("fold_caveat")
+FORMULA = WORDS("formula")
 
 
 # ====================================================================== the arithmetic
@@ -265,8 +402,8 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
     device = torch.device(device)
     steps = _steps_label(act, residual)
     if separate:
-        ops = ["conv+bias"] + (["add_ in place"] if residual else []) + ([f"{act} in place"] if act != "none" else [])
-        return Choice("separate", f"{' + '.join(ops)} ({len(ops)} kernel{'s' if len(ops) > 1 else ''})", False)
+        key = "label.sep" + ("_add" if residual else "") + ("_act" if act != "none" else "")
+        return Choice("separate", WORDS("label.sep1" if key == "label.sep" else key, act=act), False)
     large_1x1 = (kernel_size is not None and all(k == 1 for k in kernel_size) and out_pixels is not None
                  and out_pixels > CUDNN_RELU_1X1_MAX_PIXELS)
     cudnn = (_policy.POLICY.cudnn_relu and act == "relu" and device.type == "cuda" and dtype in _CUDNN_DTYPES
@@ -274,21 +411,18 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
              and torch.backends.cudnn.is_available()
              and torch._C._get_cudnn_enabled())          # torch.backends.cudnn.enabled, without its wrapper
     if cudnn and residual:
-        return Choice("cudnn_conv_add_relu", "cudnn conv+bias+add+relu (1 fused call: cudnn_convolution_add_relu)",
-                      True)
+        return Choice("cudnn_conv_add_relu", WORDS("label.cudnn_add_relu"), True)
     if cudnn and not large_1x1:
-        return Choice("cudnn_conv_relu", "cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu)", True)
+        return Choice("cudnn_conv_relu", WORDS("label.cudnn_relu"), True)
     triton = triton_runs_on(device) and dtype in TRITON_DTYPES
-    where = " [Triton interpreter on cpu]" if device.type == "cpu" else ""
-    tail = "" if layout == "nhwc" else " for a channels_last input; any other: conv + triton epilogue"
+    tail = "" if layout == "nhwc" else "_cl"
     if triton and _policy.POLICY.gemm_triton and pointwise and weight_dim == 4 and layout in (None, "nhwc"):
-        return Choice("triton_gemm", f"triton 1x1 conv as a GEMM + {steps} (1 kernel{tail}){where}", True)
+        return Choice("triton_gemm", where(WORDS("label.gemm" + tail, steps=steps), device), True)
     if (triton and _policy.POLICY.depthwise_triton and depthwise and weight_dim == 4 and int_padding
             and layout in (None, "nhwc")):
-        return Choice("triton_depthwise", f"triton depthwise conv+{steps} (1 kernel{tail}){where}", True)
+        return Choice("triton_depthwise", where(WORDS("label.depthwise" + tail, steps=steps), device), True)
     if triton and _policy.POLICY.triton_epilogue:
-        return Choice("triton_epilogue", f"conv (no bias) + triton {steps} (2 kernels: one vectorised pass "
-                      f"after the conv){where}", True)
+        return Choice("triton_epilogue", where(WORDS("label.epilogue", steps=steps), device), True)
     return select_conv_epilogue(device, dtype, act, residual=residual, separate=True)
 
 
@@ -384,18 +518,18 @@ def _bn_output(bn: torch.fx.Node, chain_nodes: set[str]) -> tuple[torch.fx.Node,
     firsts = [u for u in users if u.target is operator.getitem and u.args[1] == 0]
     others = [u for u in users if u not in firsts and not aten.is_ignored(u)]
     if len(firsts) != 1 or any(u.users for u in others):
-        raise Refuse("BatchNorm statistics outputs are used: not folded")
+        raise Refuse(WORDS("refuse.stats_used"))
     return firsts[0], [u for u in users if u is not firsts[0]] if firsts[0].name in chain_nodes else users
 
 
 def _conv(conv: torch.fx.Node) -> aten.ConvArgs:
     args = aten.conv_args(conv)
     if args is None:
-        raise UseGeneric(f"conv op {aten.aten_name(conv)} is not one the epilogue takes")
+        raise UseGeneric(WORDS("generic.op", op=aten.aten_name(conv)))
     if args.transposed:
-        raise UseGeneric("transposed convolution")
+        raise UseGeneric(WORDS("generic.transposed"))
     if any(args.output_padding or [0]):
-        raise UseGeneric("convolution with output padding")
+        raise UseGeneric(WORDS("generic.output_padding"))
     return args
 
 
@@ -404,16 +538,17 @@ def _folded(ctx: RewriteContext, conv: torch.fx.Node, bn: torch.fx.Node) -> tupl
     c = _conv(conv)
     b = aten.batch_norm_args(bn)
     if b is None:
-        raise Refuse(f"BatchNorm variant {aten.aten_name(bn)} is not folded")
+        raise Refuse(WORDS("refuse.variant", op=aten.aten_name(bn)))
     if b.training:
         raise Refuse(TRAINING_REFUSAL)
     if b.running_mean is None or b.running_var is None:
         raise Refuse(NO_RUNNING_STATS_REFUSAL)
     if not edit.through_identity(b.input, conv):
-        raise Refuse("BatchNorm does not read the conv output directly")
+        raise Refuse(WORDS("refuse.not_direct"))
     tensors = [ctx.constant(t, what) for t, what in (
-        (c.weight, "conv weight"), (c.bias, "conv bias"), (b.running_mean, "running mean"),
-        (b.running_var, "running var"), (b.weight, "BatchNorm weight"), (b.bias, "BatchNorm bias"))]
+        (c.weight, WORDS("what.conv_weight")), (c.bias, WORDS("what.conv_bias")),
+        (b.running_mean, WORDS("what.running_mean")), (b.running_var, WORDS("what.running_var")),
+        (b.weight, WORDS("what.bn_weight")), (b.bias, WORDS("what.bn_bias")))]
     return fold_conv_bn(*tensors, b.eps)
 
 
@@ -452,7 +587,7 @@ def fold(ctx: RewriteContext, chain) -> edit.Edit:
     c = _conv(conv)
     key = conv.name
     choice = _choice(ctx, conv, "none", None, False)
-    label = f"BatchNorm folded (exact) + {choice.label}"
+    label = WORDS("label.folded", label=choice.label)
     return edit.Edit(chain, tuple(remove), (out,), fused_conv_bn,
                      (c.input, NewAttr(f"{key}_weight"), NewAttr(f"{key}_bias"),
                       c.stride, c.padding, c.dilation, c.groups),
@@ -469,7 +604,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     edit.only_identity_views(ctx, chain)
     act = "none" if act_node is None else aten.activation_name(act_node)
     if act not in CONV_ACTIVATIONS:
-        raise UseGeneric(f"activation {act} has no conv epilogue")
+        raise UseGeneric(WORDS("generic.no_epilogue", act=act))
     c = _conv(conv)
     weight, bias = c.weight, c.bias
     tensors: dict[str, torch.Tensor] = {}
@@ -486,11 +621,11 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     choice = _choice(ctx, conv, act, z, separate)
     label = choice.label
     if bn is not None:
-        label = f"BatchNorm folded (exact) + {label}"
+        label = WORDS("label.folded", label=label)
     if separate:
-        label += "; kernel choice: separate epilogue"
+        label = BASE_WORDS("kernel_separate", label=label)
     elif not choice.fused:
-        label += edit.not_fused_note(ctx.device, "the conv epilogue")
+        label = edit.not_fused_note(ctx.device, label, BASE_WORDS("conv_epilogue"))
     choice = Choice(choice.impl, label, choice.fused or bn is not None)
     if separate:
         target = fused_conv_separate_epilogue
@@ -595,7 +730,7 @@ LOWERINGS = {
 
 def _bn_inference(g, node: str, ctx: dict) -> str | None:
     if g.nodes[node].get("training"):
-        return "BatchNorm in training mode: folding is valid only for inference (frozen statistics)"
+        return WORDS("refuse.training_guard")
     return None
 
 
@@ -607,9 +742,9 @@ def _same_shape_add(g, node: str, ctx: dict) -> str | None:
         if src == prev or src in ctx["chain"]:
             continue
         if g.nodes[src]["shapes"][:1] != out_shape:
-            return f"add operand shape {g.nodes[src]['shapes'][:1]} differs from the conv output {out_shape} (broadcast)"
+            return WORDS("refuse.broadcast", shape=g.nodes[src]['shapes'][:1], out=out_shape)
     if g.in_degree(node) == 1:
-        return "add of a constant, not a residual"
+        return WORDS("refuse.constant")
     return None
 
 
@@ -618,72 +753,57 @@ _BN = Step(frozenset({"batch_norm"}), "bn", guard=_bn_inference)
 _ACT = Step(frozenset(CONV_ACTIVATIONS) - {"none", "gelu_tanh"}, "act", family=ACTIVATIONS)
 _ADD = Step(frozenset({"add"}), "add", guard=_same_shape_add)
 _KERNELS = ("auto", "separate_epilogue", "inductor")
-_IMPLEMENTATION = ("cuDNN conv+bias+ReLU in one call where it wins; 1x1 convs (channels_last) as one Triton GEMM "
-                   "with their epilogue, depthwise convs as one Triton kernel with theirs; otherwise the conv "
-                   "without bias and one vectorised Triton pass for bias, residual and activation")
-_ADD_WHY = ("The residual add and the activation run in the convolution's epilogue: the conv output "
-            "is never written to device memory and read back, and the add and the activation cost no "
-            "launch of their own.")
-_PROJECTION_WHY = ("MobileNetV2's and EfficientNet's projection convolutions end in a residual add with no "
-                   "activation (a linear bottleneck). Unfused, the add is a kernel of its own that reads the "
-                   "conv output and the residual and writes the sum; in the epilogue it is one more read of "
-                   "the residual in the pass that adds the bias.")
+_IMPLEMENTATION = WORDS("implementation")
+_PROJECTION_WHY = WORDS("projection_why")
 
 PATTERNS = (
     Pattern(
-        name="conv_bn_add_act", label="Conv+BN+Add+act", stage="activation",
+        name="conv_bn_add_act", label=WORDS("conv_bn_add_act.label"), stage="activation",
         steps=(_CONV, _BN, _ADD, _ACT), color="#1f77b4", kernels=_KERNELS, rewrite=rewrite, fold=fold,
-        implementation="BatchNorm folded into the conv; " + _IMPLEMENTATION,
-        explanation="The residual block's tail. " + _ADD_WHY,
+        implementation=WORDS("conv_bn_add_act.implementation"),
+        explanation=WORDS("conv_bn_add_act.explanation"),
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT, PAYS_CAVEAT), formula=FORMULA,
     ),
     Pattern(
-        name="conv_add_act", label="Conv+Add+act", stage="activation",
+        name="conv_add_act", label=WORDS("conv_add_act.label"), stage="activation",
         steps=(_CONV, _ADD, _ACT), color="#17becf", kernels=_KERNELS, rewrite=rewrite,
         implementation=_IMPLEMENTATION,
-        explanation=("Conv, residual add and activation, BatchNorm already folded (as ONNX exporters "
-                     "do). " + _ADD_WHY),
+        explanation=WORDS("conv_add_act.explanation"),
         caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
     ),
     Pattern(
-        name="conv_bn_add", label="Conv+BN+Add", stage="activation",
+        name="conv_bn_add", label=WORDS("conv_bn_add.label"), stage="activation",
         steps=(_CONV, _BN, _ADD), color="#ffbb78", kernels=_KERNELS, rewrite=rewrite, fold=fold,
-        implementation="BatchNorm folded into the conv; the residual added in the epilogue pass with the bias",
+        implementation=WORDS("conv_bn_add.implementation"),
         explanation=_PROJECTION_WHY,
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT, PAYS_CAVEAT), formula=FORMULA,
     ),
     Pattern(
-        name="conv_add", label="Conv+Add", stage="activation",
+        name="conv_add", label=WORDS("conv_add.label"), stage="activation",
         steps=(_CONV, _ADD), color="#9edae5", kernels=_KERNELS, rewrite=rewrite,
-        implementation="the residual added in the epilogue pass with the bias",
-        explanation=("A convolution and a residual add with no activation, BatchNorm already folded (as "
-                     "ONNX exporters do). " + _PROJECTION_WHY),
+        implementation=WORDS("conv_add.implementation"),
+        explanation=WORDS("conv_add.explanation"),
         caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
     ),
     Pattern(
-        name="conv_bn_act", label="Conv+BN+act", stage="activation",
+        name="conv_bn_act", label=WORDS("conv_bn_act.label"), stage="activation",
         steps=(_CONV, _BN, _ACT), color="#2ca02c", kernels=_KERNELS, rewrite=rewrite, fold=fold,
-        implementation="BatchNorm folded into the conv; " + _IMPLEMENTATION,
-        explanation=("conv -> temp1 -> bn -> temp2 -> relu is three launches and two intermediates "
-                     "written and read back. Folding BN into the conv's weights removes one op exactly; "
-                     "running the activation in the conv's epilogue removes the other."),
+        implementation=WORDS("conv_bn_add_act.implementation"),
+        explanation=WORDS("conv_bn_act.explanation"),
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT, PAYS_CAVEAT), formula=FORMULA,
     ),
     Pattern(
-        name="conv_act", label="Conv+act", stage="activation",
+        name="conv_act", label=WORDS("conv_act.label"), stage="activation",
         steps=(_CONV, _ACT), color="#98df8a", kernels=_KERNELS, rewrite=rewrite,
         implementation=_IMPLEMENTATION,
-        explanation=("Convolution with its activation in the epilogue (BatchNorm already folded, as "
-                     "ONNX exporters do): the pre-activation tensor is never written out."),
+        explanation=WORDS("conv_act.explanation"),
         caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
     ),
     Pattern(
-        name="conv_bn", label="Conv+BN", stage="conv_bn",
+        name="conv_bn", label=WORDS("conv_bn.label"), stage="conv_bn",
         steps=(_CONV, _BN), color="#ff7f0e", rewrite=rewrite, fold=fold,
-        implementation=("BatchNorm folded into the conv's weight and bias (exact algebra, no kernel); on CUDA "
-                        "the bias in one vectorised Triton pass after the conv"),
-        explanation=("In inference BatchNorm is a per-channel affine map, so it folds into the "
-                     "convolution's weights: one op and one intermediate disappear at no cost."),
+        implementation=WORDS("conv_bn.implementation"),
+        explanation=WORDS("conv_bn.explanation"),
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT), formula=FORMULA,
     ),
 )
