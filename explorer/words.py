@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 #: {message id: (english template, chinese template)}
 Catalog = Mapping[str, tuple[str, str]]
@@ -52,7 +52,10 @@ class Message(str):
 
 def fields(template: str) -> list[str]:
     """The named fields of a template, in order (``{n:.1f}`` counts as ``n``)."""
-    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+    except ValueError:        # a lone brace: a text with no fields
+        return []
 
 
 class _Lenient(string.Formatter):
@@ -102,32 +105,48 @@ def merge(words: Iterable[Words]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def render(text: Any, lang: str, catalog: Catalog) -> str:
-    """``text`` in ``lang``: a ``Message`` by its id's template (its message arguments rendered too); any other
-    text as it is. A message whose id the catalog lacks stays in English."""
+#: Arguments that hold free text (an exception's message) rather than a name: ``render`` hands a plain one to its
+#: ``translate`` callback.
+FREE_TEXT = ("reason",)
+
+
+def render(text: Any, lang: str, catalog: Catalog, translate: Callable[[str], str] | None = None) -> str:
+    """``text`` in ``lang``: a ``Message`` by its id's template (its message arguments rendered too, a plain free-text
+    argument through ``translate``); any other text as it is. A message whose id the catalog lacks stays in
+    English."""
     if not isinstance(text, Message) or lang == "en":
         return str(text)
     pair = catalog.get(text.id)
     if pair is None:
         return str(text)
     template = pair[LANGS.index(lang)] if lang in LANGS else pair[0]
-    args = {k: render(v, lang, catalog) if isinstance(v, Message) else v for k, v in text.args.items()}
+    args = {}
+    for k, v in text.args.items():
+        if isinstance(v, Message):
+            v = render(v, lang, catalog, translate)
+        elif translate is not None and k in FREE_TEXT and isinstance(v, str):
+            v = translate(v)
+        args[k] = v
     return _fill(template, args)
 
 
 # ------------------------------------------------------------------ reading English back
 
 #: A template needs this many letters outside its fields to be read back (``"{what} ({why})"`` would match anything).
-_MIN_LITERAL = 6
+_MIN_LITERAL = 4
 
 
-def _compile(template: str) -> re.Pattern | None:
+def _compile(template: str, greedy: bool) -> re.Pattern | None:
     parts, seen, literal = [], set(), 0
-    for text, field, _, _ in string.Formatter().parse(template):
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:        # a lone brace: a text with no fields, never formatted
+        parsed = [(template, None, None, None)]
+    for text, field, _, _ in parsed:
         parts.append(re.escape(text))
         literal += sum(c.isalpha() for c in text)
         if field:
-            parts.append(f"(?P={field})" if field in seen else f"(?P<{field}>.+?)")
+            parts.append(f"(?P={field})" if field in seen else f"(?P<{field}>.+{'' if greedy else '?'})")
             seen.add(field)
     if literal < _MIN_LITERAL:
         return None
@@ -135,12 +154,20 @@ def _compile(template: str) -> re.Pattern | None:
 
 
 class Reader:
-    """Reads plain English back into a ``Message`` against a catalog's English templates (most literal text first)."""
+    """Reads plain English back into a ``Message`` against a catalog's English templates.
+
+    Every template that makes the text is tried, its fields split both ways (shortest and longest first); the
+    reading kept is the one whose arguments are best explained: fewest arguments with spaces that are no message
+    themselves, then the template with the most literal text."""
 
     def __init__(self, catalog: Catalog) -> None:
-        compiled = [(mid, _compile(en), sum(c.isalpha() for c in re.sub(r"\{[^}]*\}", "", en)))
-                    for mid, (en, _) in catalog.items()]
-        self._rules = sorted(((mid, rx, n) for mid, rx, n in compiled if rx is not None), key=lambda r: -r[2])
+        self._rules = []
+        for mid, (en, _) in catalog.items():
+            letters = sum(c.isalpha() for c in re.sub(r"\{[^}]*\}", "", en))
+            for greedy in (False, True):
+                rx = _compile(en, greedy)
+                if rx is not None and (greedy is False or rx.groups):
+                    self._rules.append((mid, rx, letters))
         self._cache: dict[str, Message | None] = {}
 
     def parse(self, text: str) -> Message | None:
@@ -150,12 +177,15 @@ class Reader:
         if text in self._cache:
             return self._cache[text]
         self._cache[text] = None           # a text is never its own argument
-        found = None
-        for mid, rx, _ in self._rules:
+        best, best_score = None, None
+        for mid, rx, letters in self._rules:
             hit = rx.fullmatch(text)
-            if hit:
-                args = {k: (self.parse(v) or v) for k, v in hit.groupdict().items()}
-                found = Message(mid, text, args)
-                break
-        self._cache[text] = found
-        return found
+            if not hit:
+                continue
+            args = {k: (self.parse(v) or v) for k, v in hit.groupdict().items()}
+            unexplained = sum(1 for v in args.values() if not isinstance(v, Message) and " " in v)
+            score = (unexplained, -letters)
+            if best_score is None or score < best_score:
+                best, best_score = Message(mid, text, args), score
+        self._cache[text] = best
+        return best

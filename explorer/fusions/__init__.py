@@ -6,7 +6,8 @@ and near-miss reasons, its teaching text), its ``rewrite`` (the edit for one
 chain), its fused call targets with their one kernel selection (``select_*``,
 asked by the runtime call, the label and the lowering alike), its lowering for
 lean graphs (``LOWERINGS``), its kernels beside their references, and their
-``TOLERANCES``. Adding a family is one module, its test, and one line below.
+``TOLERANCES``, and its words in English and 中文 (``WORDS``: titles, explanations, near misses,
+refusals, kernel labels; ``explorer.words``). Adding a family is one module, its test, and one line below.
 
 Everything else is derived from ``FAMILIES``: the app's checkboxes and legend,
 the command line's pattern names, the statistics and the tests all read
@@ -24,14 +25,18 @@ from typing import Callable
 from explorer.fusions import attention, conv, generic, linear, norm, siblings
 from explorer.fusions import rms_norm, rotary, swiglu
 from explorer.fusions import convnext, squeeze_excite
+from explorer.fusions import base
 from explorer.fusions.base import Pattern
 from explorer.fusions.order import order_patterns
+from explorer.words import merge
 
 #: One line per family: the registration.
 FAMILIES: tuple[ModuleType, ...] = (attention, conv, linear, norm, generic, siblings, rms_norm, swiglu, rotary,
                                      squeeze_excite, convnext)
 
 PATTERNS: tuple[Pattern, ...] = order_patterns(FAMILIES)
+#: Every family's words and the shared ones: {message id: (english, chinese)} (rendered by explorer.ui.i18n).
+WORDS: dict[str, tuple[str, str]] = merge([base.WORDS, *(f.WORDS for f in FAMILIES)])
 BY_NAME: dict[str, Pattern] = {p.name: p for p in PATTERNS}
 #: fused call target -> its lowering for lean graphs (explorer.runtime.lean)
 LOWERINGS: dict[Callable, Callable] = {t: fn for f in FAMILIES for t, fn in getattr(f, "LOWERINGS", {}).items()}

@@ -239,6 +239,8 @@ WORDS = Words("conv", {
         "triton 深度可分离卷积+{steps}（1 个内核，限 channels_last 输入；其他输入：conv + triton 尾处理）"),
     "label.epilogue": ("conv (no bias) + triton {steps} (2 kernels: one vectorised pass after the conv)",
         "conv（不带偏置） + triton {steps}（2 个内核：卷积之后一遍向量化处理）"),
+    "label.legacy_fold": ("BatchNorm folded into the conv weights (exact arithmetic, 1 conv kernel on any device)",
+        "BN 折叠进卷积权重（精确运算，任何设备上都只有 1 个卷积内核）"),
 })
 
 
