@@ -19,20 +19,31 @@ sorted topologically, ties broken by the order of ``FAMILIES``.
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 from typing import Callable
 
-from explorer.fusions import attention, conv, generic, linear, norm, siblings
-from explorer.fusions import rms_norm, rotary, swiglu
-from explorer.fusions import convnext, squeeze_excite
 from explorer.fusions import base
 from explorer.fusions.base import Pattern
 from explorer.fusions.order import order_patterns
 from explorer.words import merge
 
-#: One line per family: the registration.
-FAMILIES: tuple[ModuleType, ...] = (attention, conv, linear, norm, generic, siblings, rms_norm, swiglu, rotary,
-                                     squeeze_excite, convnext)
+#: One line per family: the registration (its module is ``explorer/fusions/<name>.py``).
+FAMILY_NAMES: tuple[str, ...] = (
+    "attention",
+    "conv",
+    "linear",
+    "norm",
+    "generic",
+    "siblings",
+    "rms_norm",
+    "swiglu",
+    "rotary",
+    "squeeze_excite",
+    "convnext",
+    "linear_residual",
+)
+FAMILIES: tuple[ModuleType, ...] = tuple(importlib.import_module(f"explorer.fusions.{n}") for n in FAMILY_NAMES)
 
 PATTERNS: tuple[Pattern, ...] = order_patterns(FAMILIES)
 #: Every family's words and the shared ones: {message id: (english, chinese)} (rendered by explorer.ui.i18n).
