@@ -1,7 +1,8 @@
 """The engine's entry point: detect the fusible chains of a graph, and the load → detect → fuse pipeline.
 
 ``detect(graph)`` walks the patterns of ``explorer.fusions.PATTERNS`` in
-priority order and, for each, the graph's nodes in topological order. A match
+the registry's order (``explorer.fusions.order``: what each family says it runs
+before or after) and, for each, the graph's nodes in topological order. A match
 follows single-consumer dataflow from an anchor op through the pattern's
 steps, looking through transparent ops (views, inference dropout). A sibling
 pattern (``Pattern.siblings``) instead gathers the parallel consumers of one
@@ -10,7 +11,10 @@ side effects on the graph; it returns a ``Detection``:
 
 - ``chains``: non-overlapping ``Chain`` values (every node in at most one);
 - ``near_misses``: candidates a guard refused, each with a readable reason
-  ("conv output has 2 consumers", "BatchNorm in training mode", ...).
+  ("conv output has 2 consumers", "BatchNorm in training mode", ...): a family's
+  ``Message`` (``explorer.words``), English as a ``str``, rendered by the UI in
+  either language. A candidate refused only because a pattern that runs first
+  already claimed its node ("add already in chain X") is not a near miss.
 
 Each anchor is tried once per pattern and a match is at most a few steps
 long, so detection is linear in the size of the graph.

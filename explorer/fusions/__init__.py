@@ -43,7 +43,7 @@ FAMILY_NAMES: tuple[str, ...] = (
     "convnext",
     "linear_residual",
 )
-FAMILIES: tuple[ModuleType, ...] = tuple(importlib.import_module(f"explorer.fusions.{n}") for n in FAMILY_NAMES)
+FAMILIES: tuple[ModuleType, ...] = tuple(importlib.import_module(f"{__name__}.{n}") for n in FAMILY_NAMES)
 
 PATTERNS: tuple[Pattern, ...] = order_patterns(FAMILIES)
 #: Every family's words and the shared ones: {message id: (english, chinese)} (rendered by explorer.ui.i18n).
