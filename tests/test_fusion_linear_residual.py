@@ -80,20 +80,22 @@ def test_the_selection(monkeypatch):
 # ====================================================================== the pattern on small models
 
 class ResidualMLP(nn.Module):
-    """``x + fc2(gelu(fc1(x)))`` twice, then a projection added to a constant and one added to a broadcast tensor."""
+    """``x + fc2(gelu(fc1(x)))`` twice, then projections added to a constant, to a broadcast tensor, and after a view
+    that flattens them."""
 
     def __init__(self, d: int = 24) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(nn.ModuleDict({"fc1": nn.Linear(d, 2 * d), "fc2": nn.Linear(2 * d, d)})
                                     for _ in range(2))
-        self.to_const, self.to_row = nn.Linear(d, d), nn.Linear(d, d)
+        self.to_const, self.to_row, self.to_flat = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
         self.offset = nn.Parameter(torch.randn(d))
 
     def forward(self, x, row):
         for b in self.blocks:
             x = b["fc2"](torch.nn.functional.gelu(b["fc1"](x))) + x            # linear + residual: one chain each
         y = self.to_const(x) + self.offset                                       # a constant: no residual
-        return self.to_row(y) + row                                              # (1, d) broadcast over (B, d)
+        y = self.to_row(y) + row                                                 # (1, d) broadcast over (B, d)
+        return self.to_flat(y).view(-1) + y.view(-1)                             # reshaped before the add
 
 
 def _model():
@@ -102,14 +104,16 @@ def _model():
 
 
 def test_chains_near_misses_and_the_rewrite():
-    """Two residual blocks: two chains (their fc1 → gelu is the linear family's); the constant and the broadcast
-    add are near misses with their reasons, in both languages; the fused model computes the same."""
+    """Two residual blocks: two chains (their fc1 → gelu is the linear family's); the constant, the broadcast and the
+    reshaped add are near misses with their reasons, in both languages; the fused model computes the same."""
     model, inputs = _model()
     gm, det = detect_module(model, inputs, "residual_mlp")
     chains = [c for c in det.chains if c.pattern == "linear_residual"]
     assert len(chains) == len(model.blocks) == 2
     assert [c.pattern for c in det.chains].count("linear_act") == len(model.blocks)
     misses = {str(m.reason).split(" ")[0]: m for m in det.near_misses if m.pattern == "linear_residual"}
+    assert sorted(misses) == ["a", "add", "the"]
+    assert str(misses["a"].reason) == "a view reshapes the linear output before the add"
     assert str(misses["add"].reason) == "add of a constant, not a residual"
     assert str(misses["the"].reason) == "the residual's shape [[1, 24]] differs from the linear output [[6, 24]] (broadcast)"
     assert i18n.message(misses["the"].reason, "zh") == "残差的形状 [[1, 24]] 与线性层输出 [[6, 24]] 不同（广播）"

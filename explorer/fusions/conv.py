@@ -89,6 +89,7 @@ from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import (EPILOGUE_TOLERANCES, TRITON_ACTIVATIONS, apply_activation, apply_activation_,
                                        check, in_place_node)
 from explorer.fusions.kernels import policy as _policy
+# The kernels the convolution family selects between, re-exported: ``conv.bias_act_`` and friends read as before.
 from explorer.fusions.kernels.bias_act import (BIAS_ACT_TOLERANCES, bias_act_, bias_act_reference,  # noqa: F401
                                                bias_act_torch_)
 from explorer.fusions.kernels.common import (LAYOUTS, PLANS, TRITON_DTYPES, LaunchPlan, as_list, conv_nd,  # noqa: F401

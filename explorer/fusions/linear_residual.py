@@ -57,6 +57,7 @@ WORDS = Words("linear_residual", {
     "refuse.constant": ("add of a constant, not a residual", "加的是常量，不是残差"),
     "refuse.broadcast": ("the residual's shape {shape} differs from the linear output {out} (broadcast)",
                          "残差的形状 {shape} 与线性层输出 {out} 不同（广播）"),
+    "refuse.view": ("a view reshapes the linear output before the add", "相加之前有一个视图改变了线性层输出的形状"),
     "refuse.dtype": ("the residual is {dtype}, the linear output {out}", "残差是 {dtype}，线性层输出却是 {out}"),
     "generic.not_plain": ("{op} is not a plain linear", "{op} 不是普通的线性层"),
     "generic.weight": ("the weight is not a 2-D constant", "权重不是二维常量"),
@@ -136,8 +137,11 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
 # ====================================================================== patterns
 
 def _residual(g, node: str, ctx: dict) -> str | None:
-    """The add's other operand is a tensor of the graph with the linear output's shape and dtype (a residual)."""
+    """The add's other operand is a tensor of the graph with the linear output's shape and dtype (a residual), and
+    what lies between the linear and the add does not reshape its output (an eval dropout may: it is the identity)."""
     prev = ctx["prev"]
+    if g.nodes[prev]["shapes"][:1] != g.nodes[ctx["prev_real"]]["shapes"][:1]:
+        return WORDS("refuse.view")
     others = [s for s in g.predecessors(node) if s != prev and s not in ctx["chain"]]
     if not others:
         return WORDS("refuse.constant")
