@@ -393,13 +393,13 @@ def family_vocabulary() -> set[str]:
 UI_MODELS = ("residual_block", "transformer_block", "llama_decoder", "convnext_tiny")
 
 
-def _family_texts_in_chinese(monkeypatch) -> list[tuple[str, str]]:
+def _family_texts_in_chinese(monkeypatch, analyze_cached) -> list[tuple[str, str]]:
     """(where, Chinese) of what the Chinese UI shows of the families: every pattern text and kernel choice, the near
     misses and the fused labels and reasons of the zoo models above (as the engine's messages and as plain English
     read back), every selection's label over devices, dtypes and layouts (Triton interpreted or not), and the
     labels of the committed run reports."""
     from explorer import report as run_report
-    from explorer.fusion_engine import analyze, fuse
+    from explorer.fusion_engine import fuse
     from explorer.fusions import attention, conv, convnext, linear, norm, rms_norm, rotary, squeeze_excite, swiglu
     from explorer.fusions.base import KERNEL_CHOICES
 
@@ -407,8 +407,10 @@ def _family_texts_in_chinese(monkeypatch) -> list[tuple[str, str]]:
            for f in ("label", "explanation", "implementation", "formula")]
     out += [(f"{p.name}.caveat", c) for p in PATTERNS for c in i18n.pattern_text(p, "caveats", "zh")]
     out += [(f"kernel {k}", i18n.translate_text(v, "zh")) for k, v in KERNEL_CHOICES.items()]
-    for name in UI_MODELS:
-        analysis = analyze(name)
+    from explorer.sources.zoo import ZOO
+
+    for name in UI_MODELS:   # the analyses tests/test_engine.py caches (token models at sequence length 32)
+        analysis = analyze_cached(name, None, 32 if ZOO[name].inputs.seq_len else None)
         for m in analysis.detection.near_misses:
             out += [(f"{name} near miss", i18n.message(m.reason, "zh")), (f"{name} near miss (read back)",
                                                                             i18n.message(str(m.reason), "zh"))]
@@ -450,14 +452,14 @@ def _family_texts_in_chinese(monkeypatch) -> list[tuple[str, str]]:
     return out
 
 
-def test_no_english_word_of_a_family_message_is_left_in_the_chinese_ui(monkeypatch):
+def test_no_english_word_of_a_family_message_is_left_in_the_chinese_ui(monkeypatch, analyze_cached):
     """What the Chinese UI shows of the families (titles, explanations, near misses, refusals, kernel labels, in
     process and read back from English) holds no word of a family's English prose: a label half in English
     ("triton GEMM with bias and residual 尾处理") fails here."""
     vocabulary = family_vocabulary()
     assert len(vocabulary) > 150 and {"with", "kernels", "residual"} <= vocabulary   # the check can fail
     assert _english_words("triton GEMM with bias and residual 尾处理") & vocabulary
-    texts = _family_texts_in_chinese(monkeypatch)
+    texts = _family_texts_in_chinese(monkeypatch, analyze_cached)
     assert len(texts) > 500
     left = sorted({f"{where}: {text[:140]}" for where, text in texts if _english_words(text) & vocabulary})
     assert not left, "English prose left in the Chinese UI:\n" + "\n".join(left[:40])
