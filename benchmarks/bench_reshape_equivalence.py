@@ -19,6 +19,10 @@ interval holds 1 or lies within ±3%.
     done
     PYTHONPATH=.gpu_trees python benchmarks/bench_reshape_equivalence.py --out $OUT/reshape_equivalence_h200.json
 
+The same script compares any two trees: for issue 21 (a family owns its words, shared kernels in
+``fusions/kernels``, explicit order), ``f15471b`` (before) against the branch ``house-words`` (after),
+made with the loop above and written to ``$OUT/house_words_equivalence_h200.json``.
+
 Without CUDA it runs a small CPU smoke check (``--smoke``) and says that no GPU
 number was measured.
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import importlib.util
 import json
 import platform
 import random
@@ -48,7 +53,7 @@ def _build(pkg: str, model_name: str, batch: int, seq_len: int | None, device: s
     """(unfused gm, fused gm, inputs) prepared the way the package's own runner prepares them."""
     engine = importlib.import_module(f"{pkg}.fusion_engine")
     model, _, det = engine.analyze(model_name, batch=batch, seq_len=seq_len)
-    if pkg.endswith("before"):
+    if importlib.util.find_spec(f"{pkg}.fusions.plan") is None:          # the layout before issue 10's reshape
         plan_mod, rewrite, measure = (importlib.import_module(f"{pkg}.{m}") for m in ("plan", "rewrite", "measure"))
         fused = rewrite.apply_plan(model, det, plan_mod.make_plan(det, "all"), device, level="all")
     else:

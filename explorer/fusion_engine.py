@@ -1,7 +1,8 @@
 """The engine's entry point: detect the fusible chains of a graph, and the load → detect → fuse pipeline.
 
 ``detect(graph)`` walks the patterns of ``explorer.fusions.PATTERNS`` in
-priority order and, for each, the graph's nodes in topological order. A match
+the registry's order (``explorer.fusions.order``: what each family says it runs
+before or after) and, for each, the graph's nodes in topological order. A match
 follows single-consumer dataflow from an anchor op through the pattern's
 steps, looking through transparent ops (views, inference dropout). A sibling
 pattern (``Pattern.siblings``) instead gathers the parallel consumers of one
@@ -10,7 +11,10 @@ side effects on the graph; it returns a ``Detection``:
 
 - ``chains``: non-overlapping ``Chain`` values (every node in at most one);
 - ``near_misses``: candidates a guard refused, each with a readable reason
-  ("conv output has 2 consumers", "BatchNorm in training mode", ...).
+  ("conv output has 2 consumers", "BatchNorm in training mode", ...): a family's
+  ``Message`` (``explorer.words``), English as a ``str``, rendered by the UI in
+  either language. A candidate refused only because a pattern that runs first
+  already claimed its node ("add already in chain X") is not a near miss.
 
 Each anchor is tried once per pattern and a match is at most a few steps
 long, so detection is linear in the size of the graph.
@@ -34,12 +38,13 @@ from typing import Iterable, NamedTuple
 import networkx as nx
 
 from explorer.fusions import ALREADY_FUSED, PATTERNS
-from explorer.fusions.base import Chain, Detection, NearMiss, NoMatch, Pattern, Step
+from explorer.fusions.base import WORDS, Chain, Detection, NearMiss, NoMatch, Pattern, Step
 from explorer.fusions.plan import Plan, make_plan
 from explorer.fusions.rewrite import FusedModel, apply_plan
 from explorer.graph.build import build_graph, topo_nodes
 from explorer.sources import LoadedModel, load_model
 from explorer.vocab import TRANSPARENT
+from explorer.words import Message
 
 
 _LABEL = {"batch_norm": "BatchNorm", "layer_norm": "LayerNorm", "conv": "conv", "matmul": "MatMul"}
@@ -64,7 +69,7 @@ def _follow(g: nx.DiGraph, start: str, owner: str) -> tuple[list[str], str] | st
     while g.nodes[node]["kind"] in TRANSPARENT:
         succ = _successors(g, node)
         if len(succ) != 1:
-            return f"{_label(g.nodes[owner]['kind'])} output has {len(succ)} consumers (through a view)"
+            return WORDS("consumers_view", op=_label(g.nodes[owner]['kind']), n=len(succ))
         path.append(node)
         node = succ[0]
     return path, node
@@ -113,16 +118,19 @@ def _match(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]
                 break
             if refusal is None and family_miss is not None:
                 node, step = family_miss
-                raise NoMatch(f"{step.role if step.role != 'act' else 'activation'} "
-                               f"{g.nodes[node]['kind']} not supported by {pattern.label}", chain_nodes + [node])
+                kind = g.nodes[node]["kind"]
+                why = (WORDS("unsupported_activation", kind=kind, pattern=pattern.label) if step.role == "act"
+                       else WORDS("unsupported", role=step.role, kind=kind, pattern=pattern.label))
+                raise NoMatch(why, chain_nodes + [node])
             raise NoMatch(None, chain_nodes)  # the pattern does not fit here at all
         path, node, j = fits[0]
         step = steps[j]
         reason = None
         if (len(consumers) > 1 or fanout_reason) and not cur_step.emits:
-            reason = fanout_reason or f"{_label(g.nodes[cur]['kind'])} output has {len(consumers)} consumers"
+            reason = fanout_reason or WORDS("consumers", op=_label(g.nodes[cur]['kind']), n=len(consumers))
         elif node in claimed or any(p in claimed for p in path):
-            reason = f"{_label(g.nodes[node]['kind'])} already in chain {claimed.get(node)}"
+            taken = node if node in claimed else next(p for p in path if p in claimed)
+            reason = WORDS("already_in_chain", op=_label(g.nodes[taken]['kind']), chain=claimed[taken])
         elif step.guard:
             ctx = {"chain": set(chain_nodes), "prev": path[-1] if path else cur, "prev_real": cur}
             reason = step.guard(g, node, ctx)
@@ -163,11 +171,10 @@ def _match_siblings(g: nx.DiGraph, pattern: Pattern, anchor: str,
         raise NoMatch(None, [anchor])
     dtypes = {tuple(g.nodes[n]["dtypes"]) for n in found}
     biases = {g.nodes[n].get("has_bias") for n in found}
-    what = f"sibling {_label(attrs['kind'])}s of {x}"
     if len(dtypes) > 1:
-        raise NoMatch(f"{what} differ in dtype", found)
+        raise NoMatch(WORDS("sibling_dtypes", op=_label(attrs["kind"]), x=x), found)
     if len(biases) > 1:
-        raise NoMatch(f"{what}: some have a bias, some do not", found)
+        raise NoMatch(WORDS("sibling_bias", op=_label(attrs["kind"]), x=x), found)
     return [(n, f"{step.role}{i}", True) for i, n in enumerate(found)]
 
 
@@ -224,7 +231,7 @@ def detect(g: nx.DiGraph, patterns: Iterable[Pattern] = PATTERNS) -> Detection:
                 matcher = pattern.match or (_match_siblings if pattern.siblings else _match)
                 matched = matcher(g, pattern, anchor, claimed)
             except NoMatch as why:
-                if why.reason:
+                if why.reason and not _outranked(why.reason, pattern):
                     refused.append(NearMiss(pattern.name, why.nodes, why.reason))
                 continue
             chain = _make_chain(g, pattern, matched)
@@ -233,7 +240,7 @@ def detect(g: nx.DiGraph, patterns: Iterable[Pattern] = PATTERNS) -> Detection:
                 claimed[n] = chain.id
     for kind, pattern_name in ALREADY_FUSED.items():
         for n in by_kind.get(kind, ()):
-            refused.append(NearMiss(pattern_name, (n,), f"already fused ({g.nodes[n]['target'].split('.')[1]})"))
+            refused.append(NearMiss(pattern_name, (n,), WORDS("already_fused", op=g.nodes[n]['target'].split('.')[1])))
     chains.sort(key=lambda c: g.nodes[c.nodes[0]]["order"])
     per_pattern = Counter(c.pattern for c in chains)
     return Detection(
@@ -244,6 +251,17 @@ def detect(g: nx.DiGraph, patterns: Iterable[Pattern] = PATTERNS) -> Detection:
         totals={k: int(g.graph[k]) for k in ("nodes", "ops", "params", "flops", "bytes", "launches") if k in g.graph},
         counts={p.name: per_pattern.get(p.name, 0) for p in PATTERNS},
     )
+
+
+def _outranked(reason: str, pattern: Pattern) -> bool:
+    """A near miss that only says "already in chain X" where X's pattern claims nodes before this one (the
+    registry's order): not a near miss, just the order at work. (``NoMatch`` of a pattern's own matcher
+    wraps its reason under the pattern's label, and is read through.)"""
+    while isinstance(reason, Message) and reason.id == "fusion.own_matcher":
+        reason = reason.args["reason"]
+    if not (isinstance(reason, Message) and reason.id == "fusion.already_in_chain"):
+        return False
+    return not str(reason.args["chain"]).startswith(pattern.name + "@")
 
 
 def _keep_informative(refused: list[NearMiss], claimed: dict[str, str]) -> list[NearMiss]:

@@ -28,6 +28,7 @@ from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, assert_close64, compile
 
 from explorer.fusion_engine import detect
 from explorer.fusions import conv
+from explorer.fusions.kernels import depthwise
 from explorer.fusions.plan import make_plan
 from explorer.fusions.rewrite import apply_plan
 from explorer.fusions.triton_support import triton_available
@@ -55,7 +56,7 @@ def no_tf32():
 @pytest.fixture
 def poisoned(monkeypatch):
     """Every output the depthwise kernel allocates starts full of NaN."""
-    monkeypatch.setattr(conv, "_new_output", lambda shape, dtype, device: torch.full(
+    monkeypatch.setattr(depthwise, "_new_output", lambda shape, dtype, device: torch.full(
         shape, float("nan"), dtype=dtype, device=device).contiguous(memory_format=torch.channels_last))
 
 
@@ -573,6 +574,7 @@ def test_cudnn_fused_conv_relu_gpu(case, dtype, with_add, channels_last):
 
 _COMPILE_FOR_SM90 = r'''
 from explorer.fusions import conv
+from explorer.fusions.kernels import bias_act, depthwise, gemm
 
 def loads(compiled):
     found = re.findall(r"ld\.global[^;]*;", compiled.asm["ptx"])
@@ -583,7 +585,7 @@ def attrs(kernel, aligned, ones=()):   # what Triton's launcher assumes for 16-a
     return out
 
 out = []
-k = conv._build_bias_act_kernel(False)
+k = bias_act._build_bias_act_kernel(False)
 for dt, cl, act in (("fp16", True, "relu6"), ("bf16", True, "silu"), ("fp32", True, "gelu")):
     const = dict(C=96, HW=1, CHANNELS_LAST=cl, HAS_BIAS=True, HAS_Z=True, Z_CHANNELS_LAST=cl, ACT=act,
                  BLOCK=1024 if dt == "fp32" else 2048, BF16_RTNE_BY_HAND=False, INT64=False)
@@ -592,7 +594,7 @@ for dt, cl, act in (("fp16", True, "relu6"), ("bf16", True, "silu"), ("fp32", Tr
                        options={"num_warps": 4})
     n, v4 = loads(c)
     out.append(dict(kernel="bias_act", dtype=dt, loads=n, vector_loads=v4, local=local_bytes(c)))
-k = conv._build_depthwise_kernel(False)
+k = depthwise._build_depthwise_kernel(False)
 for dt, kk, s, c_, norm in (("fp16", 3, 1, 96, False), ("fp16", 3, 2, 192, False), ("bf16", 5, 1, 240, False),
                             ("fp16", 7, 1, 768, True)):
     bp, bc, warps = conv.depthwise_tiles(c_, norm)
@@ -611,7 +613,7 @@ for dt, kk, s, c_, norm in (("fp16", 3, 1, 96, False), ("fp16", 3, 2, 192, False
     n, v4 = loads(c)
     out.append(dict(kernel="depthwise", dtype=dt, k=kk, channels=c_, norm=norm, loads=n, vector_loads=v4,
                     local=local_bytes(c)))
-k = conv._build_gemm_kernel(False)
+k = gemm._build_gemm_kernel(False)
 for dt, (m, n, kk) in (("fp16", (401408, 96, 16)), ("bf16", (100352, 384, 96)), ("fp16", (6272, 96, 384))):
     bm, bn, bk, warps, stages = conv.gemm_config(m, n, kk, 2, __import__("torch").device("cuda"))
     const = dict(HAS_BIAS=True, HAS_Z=True, ACT="gelu", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,

@@ -36,8 +36,9 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
-from explorer.fusions import PATTERNS
+from explorer.fusions import BY_NAME, PATTERNS
 from explorer.ui import i18n
 from explorer.ui.locale import messages
 
@@ -97,7 +98,6 @@ def test_keys_built_from_parts_exist():
     wanted += [f"teach.stage.{s}" for s in ("none", "conv_bn", "activation", "all")]
     wanted += [f"teach.why.{r}.{n}" for r in (*REASONS, "close") for n in ("short", "long")]
     wanted += [f"pred.bound.{b}" for b in ("compute", "memory")]
-    wanted += [f"family.{f}" for f in sorted(set(FAMILY_OF.values()))]
     wanted += [f"bisect.mode.{mode}" for mode in MODES]
     wanted += [f"teach.tr.reason.{r}" for r in ("l2", "rereads")]
     from explorer.graph_view import DIRECTIONS
@@ -119,6 +119,7 @@ def test_keys_built_from_parts_exist():
     wanted += [f"results.phase.{p}" for p in PHASES]
     missing = [k for k in wanted if k not in i18n.catalog()]
     assert not missing, missing
+    assert all(f"{f}.title" in i18n.family_words() for f in set(FAMILY_OF.values()))   # each family's own title
     # f-string keys in the pages are one of the families above
     dynamic = {ast.unparse(arg) for _, _, arg in _t_calls() if not isinstance(arg, ast.Constant)}
     prefixes = {re.split(r"[{'\"]", d.lstrip("f").strip("'\""))[0] for d in dynamic}
@@ -136,7 +137,7 @@ def test_every_pattern_text_is_translated():
         for caveat in p.caveats:
             if not i18n.has_translation(caveat):
                 untranslated.append(f"{p.name}.caveat: {caveat[:80]}")
-    assert not untranslated, ("add these English texts and their Chinese to explorer/ui/locale/patterns.py:\n"
+    assert not untranslated, ("declare these texts in their family's WORDS (English and Chinese):\n"
                               + "\n".join(untranslated))
     for p in PATTERNS:
         assert i18n.pattern_text(p, "label", "en") == p.label
@@ -150,7 +151,7 @@ def test_engine_message_rules_match_their_examples():
         fields = {int(f) for f in i18n.placeholders(zh)}
         assert fields <= set(range(len(hit.groups()))), rx
         assert CJK.search(i18n.message(example, "zh")), example
-    assert i18n.message("conv output has 2 consumers", "zh") == "conv 的输出有 2 个使用者"
+    assert i18n.message("conv output has 2 consumers", "zh") == "conv 的输出有 2 个使用者"   # read back
     assert i18n.message("something new", "zh").endswith("（英文原文）")
     assert i18n.message("something new", "en") == "something new"
 
@@ -247,7 +248,7 @@ def test_no_ui_literal_bypasses_the_catalog(path):
 
 # ------------------------------------------------------------------ engine texts: refusals, zoo, kernels, verdicts
 
-ENGINE_FILES = [ROOT / "explorer" / "fusion_engine.py", *sorted((ROOT / "explorer" / "fusions").glob("*.py"))]
+ENGINE_FILES = [ROOT / "explorer" / "fusion_engine.py", *sorted((ROOT / "explorer" / "fusions").rglob("*.py"))]
 SAMPLE_LABEL = "Rotary embedding (Q+K)"   # what a "{pattern.label}" field becomes in a sample
 
 
@@ -290,63 +291,187 @@ def _texts_of(node: ast.AST | None) -> list[ast.AST]:
     return [node]
 
 
-def engine_refusals() -> list[tuple[str, str]]:
-    """(where, sample) of every refusal the engine can write: a guard's reason, ``_follow``'s, the reasons of
-    ``NoMatch``, ``NearMiss`` and ``Refuse``, what is added to a ``refusals`` list or bound to ``reason``."""
+def _refusals_in(path: Path) -> list[tuple[str, str]]:
+    """(where, sample) of every text ``path`` can show a person as a literal: a guard's reason, ``_follow``'s, the
+    reasons of ``NoMatch``, ``NearMiss``, ``Refuse`` and ``UseGeneric``, a ``Choice``'s label, what is added to a
+    ``refusals`` list or bound to ``reason``/``why``/``label``."""
     found = []
-    for path in ENGINE_FILES:
-        tree = ast.parse(path.read_text())
-        module_env = {t.id: a.value for a in tree.body if isinstance(a, ast.Assign)
-                      for t in a.targets if isinstance(t, ast.Name)}
-        guards = {k.value.id for c in ast.walk(tree) if isinstance(c, ast.Call)
-                  and getattr(c.func, "id", getattr(c.func, "attr", "")) == "Step"
-                  for k in c.keywords if k.arg == "guard" and isinstance(k.value, ast.Name)}
-        for fn in [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)]:
-            env = dict(module_env)
-            env.update({t.id: a.value for a in ast.walk(fn) if isinstance(a, ast.Assign)
-                        for t in a.targets if isinstance(t, ast.Name) and isinstance(a.value, (ast.JoinedStr, ast.Constant))})
-            texts: list[ast.AST] = []
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Return) and (fn.name in guards or fn.name == "_follow"):
-                    texts += _texts_of(n.value)
-                elif isinstance(n, ast.Call):
-                    name = getattr(n.func, "id", getattr(n.func, "attr", ""))
-                    if name in ("NoMatch", "Refuse") and n.args:
-                        texts += _texts_of(n.args[0])
-                    elif name == "NearMiss" and len(n.args) >= 3:
-                        texts += _texts_of(n.args[2])
-                    elif name in ("append", "insert") and getattr(n.func.value, "id", "") == "refusals":
-                        texts += _texts_of(n.args[-1])
-                elif isinstance(n, ast.Assign) and any(getattr(t, "id", "") in ("reason", "refusals", "fanout_reason")
-                                                       for t in n.targets):
-                    value = n.value.elt if isinstance(n.value, ast.ListComp) else n.value
-                    texts += _texts_of(value)
-            for node in texts:
-                sample = _sample(node, env)
-                if sample and re.search(r"[A-Za-z]{3,}", sample.replace(SAMPLE_LABEL, "")):
-                    found.append((f"{path.relative_to(ROOT)}:{node.lineno}", sample))
+    tree = ast.parse(path.read_text())
+    module_env = {t.id: a.value for a in tree.body if isinstance(a, ast.Assign)
+                  for t in a.targets if isinstance(t, ast.Name)}
+    guards = {k.value.id for c in ast.walk(tree) if isinstance(c, ast.Call)
+              and getattr(c.func, "id", getattr(c.func, "attr", "")) == "Step"
+              for k in c.keywords if k.arg == "guard" and isinstance(k.value, ast.Name)}
+    for fn in [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)]:
+        env = dict(module_env)
+        env.update({t.id: a.value for a in ast.walk(fn) if isinstance(a, ast.Assign)
+                    for t in a.targets if isinstance(t, ast.Name) and isinstance(a.value, (ast.JoinedStr, ast.Constant))})
+        texts: list[ast.AST] = []
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Return) and (fn.name in guards or fn.name in ("_follow", "guard")):
+                texts += _texts_of(n.value)
+            elif isinstance(n, ast.Call):
+                name = getattr(n.func, "id", getattr(n.func, "attr", ""))
+                if name in ("NoMatch", "Refuse", "UseGeneric") and n.args:
+                    texts += _texts_of(n.args[0])
+                elif name == "NearMiss" and len(n.args) >= 3:
+                    texts += _texts_of(n.args[2])
+                elif name == "Choice" and len(n.args) >= 2:
+                    texts += _texts_of(n.args[1])
+                elif name in ("append", "insert") and getattr(n.func.value, "id", "") == "refusals":
+                    texts += _texts_of(n.args[-1])
+            elif isinstance(n, ast.Assign) and any(getattr(t, "id", "") in ("reason", "refusals", "fanout_reason",
+                                                                             "why", "label")
+                                                   for t in n.targets):
+                value = n.value.elt if isinstance(n.value, ast.ListComp) else n.value
+                texts += _texts_of(value)
+        for node in texts:
+            sample = _sample(node, env)
+            if sample and re.search(r"[A-Za-z]{3,}", sample.replace(SAMPLE_LABEL, "")):
+                found.append((f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:{node.lineno}",
+                              sample))
     return found
 
 
-def test_every_engine_refusal_has_a_chinese_rule():
-    """A new refusal in the engine (a near miss, a rewrite's refusal) fails here until locale/messages.py
-    has a rule for it."""
-    refusals = engine_refusals()
-    assert len(refusals) > 40, refusals   # the scan finds them (guards, matchers, rewrites)
-    missing = [f"{where}: {sample}" for where, sample in refusals
-               if i18n.message(sample, "zh").endswith(i18n.UNTRANSLATED) or i18n.UNTRANSLATED in
-               i18n.message(sample, "zh")]
-    assert not missing, "add rules for these to explorer/ui/locale/messages.py:\n" + "\n".join(missing)
-    # the label of a pattern's own matcher is translated with its reason
-    assert i18n.message("Add+RMSNorm: mean output has 2 consumers", "zh") == \
-        "Add+RMSNorm（残差相加+RMSNorm）：mean 的输出有 2 个使用者"
+def engine_refusals() -> list[tuple[str, str]]:
+    """``_refusals_in`` over the engine and every fusion module (the kernels included)."""
+    return [r for path in ENGINE_FILES for r in _refusals_in(path)]
+
+
+def test_no_family_text_is_an_english_literal(tmp_path):
+    """A near miss, a refusal or a kernel label the engine writes is a family's message (``WORDS(...)``), never an
+    English literal that would reach the UI untranslated."""
+    assert engine_refusals() == [], "declare these in the family's WORDS (English and Chinese):\n" + "\n".join(
+        f"{where}: {sample}" for where, sample in engine_refusals())
+    sample = tmp_path / "sample.py"
+    sample.write_text('def guard(g, node, ctx):\n    raise Refuse("the add is not a residual")\n'
+                      'def select(d):\n    return Choice("triton", f"triton add ({d} kernels)", True)\n')
+    found = _refusals_in(sample)
+    assert [s for _, s in found] == ["the add is not a residual", "triton add (2 kernels)"], found
+    # the label of a pattern's own matcher is rendered with its reason
+    from explorer.fusions import rms_norm
+    from explorer.fusions.base import WORDS as BASE
+
+    reason = BASE("own_matcher", pattern=BY_NAME["add_rms_norm"].label, reason=BASE("consumers", op="mean", n=2))
+    assert str(reason) == "Add+RMSNorm: mean output has 2 consumers" and rms_norm.WORDS.prefix == "rms_norm"
+    assert i18n.message(reason, "zh") == "Add+RMSNorm（残差相加+RMSNorm）：mean 的输出有 2 个使用者"
     assert i18n.message("activation elu not supported by Conv+BN+act", "zh") == "Conv+BN+激活 不支持激活函数 elu"
 
 
-def test_implementation_phrases_make_their_examples():
-    for english, chinese in messages.PHRASE_EXAMPLES:
-        assert i18n.translate_phrases(english, "zh") == chinese
-        assert i18n.translate_phrases(english, "en") == english
+def test_every_family_message_has_both_languages():
+    """Every message of every family (and the shared ones): English and Chinese, the same fields, Chinese that is
+    Chinese; every family declares its words and its title; ids are unique (``explorer.words.merge``)."""
+    from explorer.fusions import FAMILIES
+    from explorer.words import Words, fields
+
+    problems = []
+    for family in FAMILIES:
+        name = family.__name__.rsplit(".", 1)[-1]
+        if not isinstance(getattr(family, "WORDS", None), Words) or f"{name}.title" not in family.WORDS.texts:
+            problems.append(f"{name}: no WORDS with a title")
+    for mid, pair in i18n.family_words().items():
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, str) and x.strip() for x in pair)):
+            problems.append(f"{mid}: needs (english, chinese), both non-empty")
+            continue
+        en, zh = pair
+        if sorted(fields(en)) != sorted(fields(zh)):
+            problems.append(f"{mid}: fields {sorted(fields(en))} vs {sorted(fields(zh))}")
+        if not CJK.search(zh) and zh.strip() == en.strip() and len(en) > 24 and not mid.endswith(".formula"):
+            problems.append(f"{mid}: the Chinese is the English: {zh[:60]!r}")
+    assert not problems, "\n".join(problems)
+
+
+def _english_words(text: str) -> set[str]:
+    """The words (3+ letters, lower case) of a text outside its ``{fields}`` and its code names (``cublaslt_relu``,
+    ``torch.float16``)."""
+    text = re.sub(r"\{[^}]*\}|\S*[_.]\S*", " ", text)
+    return {w.lower() for w in re.findall(r"[A-Za-z]{3,}", text)}
+
+
+def family_vocabulary() -> set[str]:
+    """Words of the families' English templates that no Chinese template keeps: prose ("with", "kernels",
+    "residual"), not names (a name such as triton, GEMM, relu or channels_last stays as it is in Chinese)."""
+    words = i18n.family_words()
+    from explorer.fusion_engine import _LABEL   # the op names the matcher writes ("BatchNorm output has ...")
+
+    kept = set().union(*(_english_words(zh) for _, zh in words.values()), *(_english_words(v) for v in _LABEL.values()))
+    return set().union(*(_english_words(en) for en, _ in words.values())) - kept
+
+
+#: Small zoo models whose detections and fused labels cover every family on the CPU.
+UI_MODELS = ("residual_block", "transformer_block", "llama_decoder", "convnext_tiny")
+
+
+def _family_texts_in_chinese(monkeypatch, analyze_cached) -> list[tuple[str, str]]:
+    """(where, Chinese) of what the Chinese UI shows of the families: every pattern text and kernel choice, the near
+    misses and the fused labels and reasons of the zoo models above (as the engine's messages and as plain English
+    read back), every selection's label over devices, dtypes and layouts (Triton interpreted or not), and the
+    labels of the committed run reports."""
+    from explorer import report as run_report
+    from explorer.fusion_engine import fuse
+    from explorer.fusions import attention, conv, convnext, linear, norm, rms_norm, rotary, squeeze_excite, swiglu
+    from explorer.fusions.base import KERNEL_CHOICES
+
+    out = [(f"{p.name}.{f}", i18n.pattern_text(p, f, "zh")) for p in PATTERNS
+           for f in ("label", "explanation", "implementation", "formula")]
+    out += [(f"{p.name}.caveat", c) for p in PATTERNS for c in i18n.pattern_text(p, "caveats", "zh")]
+    out += [(f"kernel {k}", i18n.translate_text(v, "zh")) for k, v in KERNEL_CHOICES.items()]
+    from explorer.sources.zoo import ZOO
+
+    for name in UI_MODELS:   # the analyses tests/test_engine.py caches (token models at sequence length 32)
+        analysis = analyze_cached(name, None, 32 if ZOO[name].inputs.seq_len else None)
+        for m in analysis.detection.near_misses:
+            out += [(f"{name} near miss", i18n.message(m.reason, "zh")), (f"{name} near miss (read back)",
+                                                                            i18n.message(str(m.reason), "zh"))]
+        for a in fuse(analysis).applied:
+            for text in (a.implementation, str(a.implementation)):
+                out.append((f"{name} {a.chain_id} label", i18n.translate_phrases(text, "zh")))
+            if a.reason:
+                out.append((f"{name} {a.chain_id} reason", i18n.message(a.reason, "zh")))
+    labels = []
+    for interpret in ("0", "1"):
+        monkeypatch.setenv("TRITON_INTERPRET", interpret)
+        for dev in ("cpu", "cuda"):
+            for dt in (torch.float32, torch.float16, torch.float64):
+                for act in ("relu", "gelu", "none"):
+                    for residual in (False, True):
+                        labels += [conv.select_conv_epilogue(dev, dt, act, residual=residual, layout=layout, **kw).label
+                                   for layout in (None, "nhwc") for kw in ({"depthwise": True}, {"pointwise": True})]
+                        labels += [conv.select_conv_epilogue(dev, dt, act, residual=residual, separate=sep).label
+                                   for sep in (False, True)]
+                    labels += [linear.select_linear_act(dev, dt, act).label,
+                               convnext.select_convnext_block(dev, dt, 96, "gelu").label,
+                               convnext.select_convnext_block(dev, dt, 96, "gelu", layout="nhwc").label]
+                labels += [norm.select_add_layer_norm(dev, 768, dt, keep_sum=k).label for k in (True, False)]
+                labels += [norm.select_add_layer_norm(dev, 10 ** 6, dt).label,
+                           attention.select_matmul_softmax(dev, dt, dt, (2, 8, 16), (2, 16, 8), has_mask=True).label,
+                           attention.select_matmul_softmax(dev, dt, torch.float16, (2, 8), (8, 4)).label,
+                           attention.select_attention(dev).label,
+                           rms_norm.select_rms_norm(dev, 4096, dt, residual_dtype=torch.float16).label,
+                           rms_norm.select_rms_norm(dev, 4096, dt, add=False, requires_grad=True).label,
+                           swiglu.select_swiglu(dev, dt).label, rotary.select_rotary(dev, dt, head_dim=64).label,
+                           rotary.select_rotary(dev, dt, head_dim=63).label,
+                           squeeze_excite.select_squeeze_excite(dev, dt, "silu", "sigmoid", layout="other").label]
+    out += [("selection", i18n.translate_phrases(x, "zh")) for x in labels]
+    out += [("selection (read back)", i18n.translate_phrases(str(x), "zh")) for x in labels]
+    for path in sorted(REPORTS.glob("report_*.json")):
+        for c in run_report.load(path.read_bytes(), path.name).chains:
+            assert i18n.family_message(c.implementation) is not None, (path.name, c.implementation)
+            out.append((f"{path.name} {c.id}", i18n.translate_phrases(c.implementation, "zh")))
+    return out
+
+
+def test_no_english_word_of_a_family_message_is_left_in_the_chinese_ui(monkeypatch, analyze_cached):
+    """What the Chinese UI shows of the families (titles, explanations, near misses, refusals, kernel labels, in
+    process and read back from English) holds no word of a family's English prose: a label half in English
+    ("triton GEMM with bias and residual 尾处理") fails here."""
+    vocabulary = family_vocabulary()
+    assert len(vocabulary) > 150 and {"with", "kernels", "residual"} <= vocabulary   # the check can fail
+    assert _english_words("triton GEMM with bias and residual 尾处理") & vocabulary
+    texts = _family_texts_in_chinese(monkeypatch, analyze_cached)
+    assert len(texts) > 500
+    left = sorted({f"{where}: {text[:140]}" for where, text in texts if _english_words(text) & vocabulary})
+    assert not left, "English prose left in the Chinese UI:\n" + "\n".join(left[:40])
 
 
 def test_every_zoo_description_and_kernel_choice_is_translated():
@@ -356,7 +481,7 @@ def test_every_zoo_description_and_kernel_choice_is_translated():
     missing = [f"zoo {e.name}: {e.description}" for e in ZOO.values() if not i18n.has_translation(e.description)]
     missing += [f"kernel {k}: {text}" for k, text in KERNEL_CHOICES.items() if not i18n.has_translation(text)]
     assert not missing, ("add these English texts and their Chinese to explorer/ui/locale/zoo.py (zoo) or "
-                         "locale/fusions.py (kernels):\n" + "\n".join(missing))
+                         "the family's WORDS (kernel choices: explorer/fusions/base.py):\n" + "\n".join(missing))
     assert all(k in KERNEL_CHOICES for p in PATTERNS for k in p.kernels)   # every choice a plan may name
     assert all(CJK.search(i18n.translate_text(e.description, "zh")) for e in ZOO.values())
 

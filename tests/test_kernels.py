@@ -24,7 +24,7 @@ import torch
 from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, assert_close64, compile_for_sm90, device_params,
                             triton_interpreter, up64)
 
-from explorer.fusions import attention, linear, norm, siblings
+from explorer.fusions import attention, edit, linear, norm, siblings
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
@@ -514,7 +514,7 @@ def test_add_layernorm_residual_broadcast_over_leading_dims(r_shape, dtype, devi
 
 
 def test_leading_broadcast_rule():
-    lb = norm.leading_broadcast
+    lb = edit.leading_broadcast
     assert lb((1, 7, 96), (3, 7, 96)) and lb((7, 96), (3, 7, 96)) and lb((3, 7, 96), (3, 7, 96))
     assert not lb((3, 1, 96), (3, 7, 96))          # broadcast inside: rows do not repeat as a block
     assert not lb((1, 7, 1), (3, 7, 96))           # broadcast over the normalised dim

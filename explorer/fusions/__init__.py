@@ -6,29 +6,48 @@ and near-miss reasons, its teaching text), its ``rewrite`` (the edit for one
 chain), its fused call targets with their one kernel selection (``select_*``,
 asked by the runtime call, the label and the lowering alike), its lowering for
 lean graphs (``LOWERINGS``), its kernels beside their references, and their
-``TOLERANCES``. Adding a family is one module, its test, and one line below.
+``TOLERANCES``, and its words in English and 中文 (``WORDS``: titles, explanations, near misses,
+refusals, kernel labels; ``explorer.words``). Adding a family is one module, its test, and one line below.
 
 Everything else is derived from ``FAMILIES``: the app's checkboxes and legend,
 the command line's pattern names, the statistics and the tests all read
-``PATTERNS``/``BY_NAME``; nothing else spells a pattern name. Match priority is
-each pattern's ``priority`` (lower claims nodes first).
+``PATTERNS``/``BY_NAME``; nothing else spells a pattern name. The order in
+which patterns claim nodes is ``explorer.fusions.order``'s: each family names
+the families it must run before (``RUNS_BEFORE``) or after (``RUNS_AFTER``),
+sorted topologically, ties broken by the order of ``FAMILIES``.
 """
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 from typing import Callable
 
-from explorer.fusions import attention, conv, generic, linear, norm, siblings
-from explorer.fusions import rms_norm, rotary, swiglu
-from explorer.fusions import convnext, squeeze_excite
+from explorer.fusions import base
 from explorer.fusions.base import Pattern
+from explorer.fusions.order import order_patterns
+from explorer.words import merge
 
-#: One line per family: the registration.
-FAMILIES: tuple[ModuleType, ...] = (attention, conv, linear, norm, generic, siblings, rms_norm, swiglu, rotary,
-                                     squeeze_excite, convnext)
+#: One line per family: the registration (its module is ``explorer/fusions/<name>.py``).
+FAMILY_NAMES: tuple[str, ...] = (
+    "attention",
+    "conv",
+    "linear",
+    "norm",
+    "generic",
+    "siblings",
+    "rms_norm",
+    "swiglu",
+    "rotary",
+    "squeeze_excite",
+    "convnext",
+    "linear_residual",
+)
+FAMILIES: tuple[ModuleType, ...] = tuple(importlib.import_module(f"{__name__}.{n}") for n in FAMILY_NAMES)
 
-PATTERNS: tuple[Pattern, ...] = tuple(sorted((p for f in FAMILIES for p in f.PATTERNS), key=lambda p: p.priority))
+PATTERNS: tuple[Pattern, ...] = order_patterns(FAMILIES)
+#: Every family's words and the shared ones: {message id: (english, chinese)} (rendered by explorer.ui.i18n).
+WORDS: dict[str, tuple[str, str]] = merge([base.WORDS, *(f.WORDS for f in FAMILIES)])
 BY_NAME: dict[str, Pattern] = {p.name: p for p in PATTERNS}
 #: fused call target -> its lowering for lean graphs (explorer.runtime.lean)
 LOWERINGS: dict[Callable, Callable] = {t: fn for f in FAMILIES for t, fn in getattr(f, "LOWERINGS", {}).items()}

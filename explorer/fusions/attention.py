@@ -34,11 +34,72 @@ import torch
 import torch.fx
 
 from explorer.fusions import edit
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
+from explorer.fusions.triton_support import no_triton, where
 from explorer.fusions.triton_support import (cdiv, import_triton, interpreting, jit_helpers, launch,
                                              library_reductions_usable, next_power_of_2, triton_runs_on)
 from explorer.graph import aten
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("attention", {
+    "title": ('Attention (MatMul+Softmax)', '注意力（MatMul+Softmax）'),
+    "matmul_softmax.label": ('MatMul+Softmax',
+        'MatMul+Softmax（矩阵乘法+Softmax）'),
+    "matmul_softmax.implementation": (('one Triton kernel for scores->softmax; scaled_dot_product_attention (flash attention) '
+         'when the chain ends in the second MatMul'),
+        ('分数 → softmax 用一个 Triton 内核；链以第二个 MatMul 结尾时用 scaled_dot_product_attention（flash '
+         'attention）')),
+    "matmul_softmax.explanation": (('Attention scores (Q K^T, scaled and masked) are sized seq x seq per head: the largest '
+         'intermediates in a transformer. Fusing the MatMul with the scale, the mask and the '
+         'softmax keeps each row of scores in registers; adding the second MatMul (the whole '
+         'attention block) means the seq x seq matrix never reaches device memory at all.'),
+        ('注意力分数（Q K^T，经过缩放和掩码）每个头的大小是 序列长度 × 序列长度：Transformer 里最大的中间结果。把 MatMul 与缩放、掩码和 softmax '
+         '融合，每一行分数都留在寄存器里；再把第二个 MatMul 也融合进来（整个注意力块），这个 序列长度 × 序列长度 的矩阵就完全不会写到显存。')),
+    "matmul_softmax.caveat": ('Softmax is computed in fp32 inside the kernel even for fp16 inputs.',
+        '即使输入是 fp16，内核内部也用 fp32 计算 softmax。'),
+    "why.shapes": ("shapes are not (..., M, K) @ (..., K, N)",
+        "形状不是 (..., M, K) @ (..., K, N)"),
+    "why.row": ("N = {n} > {max}: a score row does not fit in one block",
+        "N = {n} > {max}：一行分数放不进一个块"),
+    "why.grid": ("M = {m}: too many row blocks for one grid axis",
+        "M = {m}：行块太多，一个 grid 维度放不下"),
+    "label.triton": ("triton matmul+scale+mask+softmax (1 kernel, scores stay on chip)",
+        "triton matmul+scale+mask+softmax（1 个内核，分数留在片上）"),
+    "label.reference": ("matmul, scale, softmax ({steps} kernels: {why}); reference composition, no fused kernel",
+        "matmul、scale、softmax（{steps} 个内核：{why}）；参考实现的组合，没有融合内核"),
+    "label.reference_mask": ("matmul, scale, mask, softmax ({steps} kernels: {why}); reference composition, no fused kernel",
+        "matmul、scale、mask、softmax（{steps} 个内核：{why}）；参考实现的组合，没有融合内核"),
+    "label.sdpa": ("scaled_dot_product_attention (flash / memory-efficient attention, 1 kernel)",
+        "scaled_dot_product_attention（flash / memory-efficient 注意力，1 个内核）"),
+    'label.sdpa_cpu': ("scaled_dot_product_attention on {device} (PyTorch's CPU attention kernel; no GPU fused kernel on cpu)",
+        '{device} 上的 scaled_dot_product_attention（PyTorch 的 CPU 注意力内核；cpu 上没有 GPU 融合内核）'),
+    "generic.not_matmul": ("{op} is not a matmul",
+        "{op} 不是 matmul"),
+    "refuse.scale_tensor": ("scale is a tensor, not a constant",
+        "缩放因子是张量，不是常量"),
+    "generic.scalar_div": ("scalar divided by the scores",
+        "标量除以分数"),
+    "generic.not_softmax": ("{op} is not a softmax",
+        "{op} 不是 softmax"),
+    "refuse.dim": ("softmax over dim {dim}, not the last one",
+        "softmax 作用在第 {dim} 维，不是最后一维"),
+    "generic.casts": ("softmax casts its result",
+        "softmax 对结果做了类型转换"),
+    "generic.upcasts": ("softmax upcasts half to float",
+        "softmax 把 half 升为 float"),
+    "generic.no_shapes": ("scores operands without shapes",
+        "分数的操作数没有形状"),
+    "generic.attn_no_shapes": ("attention operands without shapes",
+        "注意力的操作数没有形状"),
+    "generic.broadcast": ("attention operands with broadcast batch dims",
+        "注意力的操作数在批维度上广播"),
+    "refuse.left": ("softmax output is not the left operand of the next MatMul",
+        "softmax 的输出不是下一个 MatMul 的左操作数"),
+})
+
 
 MAX_FUSED_N = 1024
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -84,25 +145,24 @@ def select_matmul_softmax(device: torch.device | str, a_dtype: torch.dtype, b_dt
     """The one decision of how ``softmax(a @ b * scale + mask)`` runs: ``triton`` or ``reference``."""
     device = torch.device(device)
     if not triton_runs_on(device):
-        why = f"no Triton on {device.type}" + (" (TRITON_INTERPRET=1 interprets it)" if device.type == "cpu" else "")
+        why = no_triton(device)
     elif len(a_shape) < 2 or len(b_shape) < 2 or a_shape[-1] != b_shape[-2]:
-        why = "shapes are not (..., M, K) @ (..., K, N)"
+        why = WORDS("why.shapes")
     elif a_dtype not in SUPPORTED_DTYPES or b_dtype != a_dtype:
-        why = f"dtypes {a_dtype}/{b_dtype}: the kernel takes one of fp32, fp16, bf16"
+        why = BASE_WORDS("dtypes_one_of", a=a_dtype, b=b_dtype)
     elif not same_device:
-        why = "inputs on different devices"
+        why = BASE_WORDS("devices")
     elif b_shape[-1] > MAX_FUSED_N:
-        why = f"N = {b_shape[-1]} > {MAX_FUSED_N}: a score row does not fit in one block"
+        why = WORDS("why.row", n=b_shape[-1], max=MAX_FUSED_N)
     elif 0 in a_shape or 0 in b_shape:
-        why = "empty input"
+        why = BASE_WORDS("empty")
     elif a_shape[-2] > 65535 * 16:
-        why = f"M = {a_shape[-2]}: too many row blocks for one grid axis"
+        why = WORDS("why.grid", m=a_shape[-2])
     else:
-        label = "triton matmul+scale+mask+softmax (1 kernel, scores stay on chip)"
-        return Choice("triton", label + (" [Triton interpreter on cpu]" if device.type == "cpu" else ""), True)
+        return Choice("triton", where(WORDS("label.triton"), device), True)
     steps = 3 + has_mask
-    return Choice("reference", f"matmul, scale, {'mask, ' if has_mask else ''}softmax ({steps} kernels: {why}); "
-                  "reference composition, no fused kernel", False)
+    return Choice("reference", WORDS("label.reference_mask" if has_mask else "label.reference", steps=steps, why=why),
+                  False)
 
 
 def select_for_tensors(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> Choice:
@@ -339,17 +399,17 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     members = set(ctx.members(chain))
     edit.only_identity_views(ctx, chain)  # refuses training-mode dropout before the second MatMul
     if aten.aten_name(scores) != "matmul":
-        raise UseGeneric(f"{aten.aten_name(scores)} is not a matmul")
+        raise UseGeneric(WORDS("generic.not_matmul", op=aten.aten_name(scores)))
     a, b = scores.args[0], scores.args[1]
     scale = 1.0
     scale_node = ctx.node(chain, "scale")
     if scale_node is not None:
         value = ctx.scalar(edit.other_operand(scale_node, members, allow_scalar=True))
         if value is None:
-            raise Refuse("scale is a tensor, not a constant")
+            raise Refuse(WORDS("refuse.scale_tensor"))
         if aten.kind_of(scale_node) == "div":
             if isinstance(scale_node.args[0], torch.fx.Node) and scale_node.args[0] not in members:
-                raise UseGeneric("scalar divided by the scores")
+                raise UseGeneric(WORDS("generic.scalar_div"))
             value = 1.0 / value
         scale = float(value)
     mask = None
@@ -361,31 +421,31 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
             mask = None  # softmax(s + c) == softmax(s): a constant shift does not change it
     sm = aten.softmax_args(softmax)
     if sm is None:
-        raise UseGeneric(f"{aten.aten_name(softmax)} is not a softmax")
+        raise UseGeneric(WORDS("generic.not_softmax", op=aten.aten_name(softmax)))
     sval = aten.node_val(softmax)
     if not isinstance(sval, torch.Tensor) or sm.dim not in (-1, sval.dim() - 1):
-        raise Refuse(f"softmax over dim {sm.dim}, not the last one")
+        raise Refuse(WORDS("refuse.dim", dim=sm.dim))
     if sm.dtype not in (None, sval.dtype):
-        raise UseGeneric("softmax casts its result")
+        raise UseGeneric(WORDS("generic.casts"))
     if sm.half_to_float:
-        raise UseGeneric("softmax upcasts half to float")
+        raise UseGeneric(WORDS("generic.upcasts"))
     context = ctx.node(chain, "context")
     if context is None:
         av, bv = aten.node_val(a), aten.node_val(b)
         if not isinstance(av, torch.Tensor) or not isinstance(bv, torch.Tensor):
-            raise UseGeneric("scores operands without shapes")
+            raise UseGeneric(WORDS("generic.no_shapes"))
         choice = select_matmul_softmax(ctx.device, av.dtype, bv.dtype, tuple(av.shape), tuple(bv.shape),
                                        True, mask is not None)
         return edit.whole_chain_edit(ctx, chain, fused_matmul_softmax, (a, b, scale, mask), choice)
     if aten.aten_name(context) != "matmul":
-        raise UseGeneric(f"{aten.aten_name(context)} is not a matmul")
+        raise UseGeneric(WORDS("generic.not_matmul", op=aten.aten_name(context)))
     v = context.args[1]
     k = _untransposed(b)
     av, bv, vv = aten.node_val(a), aten.node_val(b), aten.node_val(v)
     if not all(isinstance(t, torch.Tensor) for t in (av, bv, vv)) or av.dim() < 2:
-        raise UseGeneric("attention operands without shapes")
+        raise UseGeneric(WORDS("generic.attn_no_shapes"))
     if not (av.shape[:-2] == bv.shape[:-2] == vv.shape[:-2]):
-        raise UseGeneric("attention operands with broadcast batch dims")
+        raise UseGeneric(WORDS("generic.broadcast"))
     target, first_k = (fused_attention, k) if k is not None else (fused_attention_kt, b)
     return edit.whole_chain_edit(ctx, chain, target, (a, first_k, v, scale, mask), select_attention(ctx.device))
 
@@ -394,9 +454,8 @@ def select_attention(device: torch.device | str) -> Choice:
     """How the whole attention block runs: PyTorch's fused SDPA kernel for the device."""
     device = torch.device(device)
     if device.type == "cuda":
-        return Choice("sdpa", "scaled_dot_product_attention (flash / memory-efficient attention, 1 kernel)", True)
-    return Choice("sdpa", f"scaled_dot_product_attention on {device.type} (PyTorch's CPU attention kernel; "
-                  "no GPU fused kernel on cpu)", True)
+        return Choice("sdpa", WORDS("label.sdpa"), True)
+    return Choice("sdpa", WORDS("label.sdpa_cpu", device=device.type), True)
 
 
 # ====================================================================== patterns
@@ -404,21 +463,24 @@ def select_attention(device: torch.device | str) -> Choice:
 def _scalar_scale(g, node: str, ctx: dict) -> str | None:
     if g.nodes[node].get("scalar_operand") or g.in_degree(node) == 1:
         return None
-    return "scale is a tensor, not a constant"
+    return WORDS("refuse.scale_tensor")
 
 
 def _probs_left_operand(g, node: str, ctx: dict) -> str | None:
     if g.nodes[node].get("first_input") != ctx["prev"]:
-        return "softmax output is not the left operand of the next MatMul"
+        return WORDS("refuse.left")
     return None
 
 
 #: "Already fused" ops: reported as near misses of the pattern they would have been.
 ALREADY_FUSED = {"sdpa": "matmul_softmax"}
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("conv", "linear")   # its MatMuls and softmax before any epilogue or elementwise chain
+
 PATTERNS = (
     Pattern(
-        name="matmul_softmax", label="MatMul+Softmax", priority=10,
+        name="matmul_softmax", label=WORDS("matmul_softmax.label"),
         steps=(
             Step(frozenset({"matmul"}), "scores"),
             Step(frozenset({"mul", "div"}), "scale", optional=True, guard=_scalar_scale),
@@ -427,13 +489,8 @@ PATTERNS = (
             Step(frozenset({"matmul"}), "context", optional=True, guard=_probs_left_operand),
         ),
         color="#d62728", rewrite=rewrite,
-        implementation=("one Triton kernel for scores->softmax; scaled_dot_product_attention "
-                        "(flash attention) when the chain ends in the second MatMul"),
-        explanation=("Attention scores (Q K^T, scaled and masked) are sized seq x seq per head: the "
-                     "largest intermediates in a transformer. Fusing the MatMul with the scale, the "
-                     "mask and the softmax keeps each row of scores in registers; adding the second "
-                     "MatMul (the whole attention block) means the seq x seq matrix never reaches "
-                     "device memory at all."),
-        caveats=(PRECISION_CAVEAT, "Softmax is computed in fp32 inside the kernel even for fp16 inputs."),
+        implementation=WORDS("matmul_softmax.implementation"),
+        explanation=WORDS("matmul_softmax.explanation"),
+        caveats=(PRECISION_CAVEAT, WORDS("matmul_softmax.caveat")),
     ),
 )

@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
+from explorer.words import Words
+
 #: ``guard(graph, node, context) -> refusal or None``; ``context`` holds ``chain`` (node ids so
 #: far), ``prev`` (the op before, through views) and ``prev_real`` (the compute op before).
 Guard = Callable[[Any, str, dict], Optional[str]]
@@ -39,22 +41,96 @@ class NoMatch(Exception):
         self.nodes = tuple(nodes)
 
 
+#: The words every family shares: the matcher's near misses, the rewrite's refusals, the kernel choices and the
+#: caveats that hold for most patterns (each family declares its own beside its patterns).
+WORDS = Words("fusion", {
+    # the matcher (explorer.fusion_engine)
+    "consumers_view": ("{op} output has {n} consumers (through a view)", "{op} 的输出有 {n} 个使用者（经过一个视图）"),
+    "consumers": ("{op} output has {n} consumers", "{op} 的输出有 {n} 个使用者"),
+    "already_in_chain": ("{op} already in chain {chain}", "{op} 已经属于链 {chain}"),
+    "already_fused": ("already fused ({op})", "已经是融合算子（{op}）"),
+    "unsupported_activation": ("activation {kind} not supported by {pattern}", "{pattern} 不支持激活函数 {kind}"),
+    "unsupported": ("{role} {kind} not supported by {pattern}", "{pattern} 不支持 {kind}（{role}）"),
+    "own_matcher": ("{pattern}: {reason}", "{pattern}：{reason}"),
+    "sibling_dtypes": ("sibling {op}s of {x} differ in dtype", "{x} 的并列 {op} 数据类型不同"),
+    "sibling_bias": ("sibling {op}s of {x}: some have a bias, some do not", "{x} 的并列 {op}：有的带偏置，有的不带"),
+    # the rewrite (explorer.fusions.rewrite, explorer.fusions.edit)
+    "not_constant": ("{what} is computed in the graph, not a constant: cannot fold",
+                     "{what} 是在计算图中算出来的，不是常量：无法折叠"),
+    "extra_outputs": ("the chain has extra outputs this kernel does not write", "这条链有该内核不写出的额外输出"),
+    "used_outside": ("{node} is also used by {user} outside the chain", "{node} 也被链外的 {user} 使用"),
+    "training_dropout": ("dropout in training mode inside the chain", "链中有处于训练模式的 dropout"),
+    "op_inside": ("a {op} inside the chain", "链中有一个 {op}"),
+    "operand_unclear": ("{node}: cannot tell the chain operand from the other one", "{node}：分不清哪个操作数来自链"),
+    "adds_constant": ("{node} adds a constant", "{node} 加的是常量"),
+    "alpha": ("{node} has alpha != 1", "{node} 的 alpha 不等于 1"),
+    "add_constant": ("add of a constant", "加的是常量"),
+    "add_dtypes": ("the add mixes dtypes", "相加混合了不同的数据类型"),
+    "add_broadcast": ("the add broadcasts other than over leading dims", "相加除了前导维度之外还有广播"),
+    "not_a_choice": ("kernel '{kernel}' is not a choice for {pattern}", "内核“{kernel}”不是 {pattern} 的可选项"),
+    "mutates": ("{node} mutates {victim} in place, which {reader} reads later",
+                "{node} 原地修改了 {victim}，而 {reader} 之后还要读它"),
+    "planning_failed": ("planning failed: {reason}", "规划失败：{reason}"),
+    "level_none": ("level 'none': nothing is fused", "级别“none”：什么都不融合"),
+    "level_conv_bn": ("level 'conv_bn': only BatchNorm is folded; the rest of the chain runs as separate ops",
+                      "级别“conv_bn”：只折叠 BN；链的其余部分作为单独的算子运行"),
+    "level_activation": ("level 'activation': only BatchNorm folding and conv/linear epilogues are applied",
+                         "级别“activation”：只应用 BN 折叠和 conv/linear 的尾处理"),
+    "weight": ("weight", "权重"),
+    "bias": ("bias", "偏置"),
+    "no_shape": ("{node} has no shape metadata", "{node} 没有形状元数据"),
+    # labels the rewrite composes
+    "unfused": ("unfused (separate ops)", "未融合（单独的算子）"),
+    "not_fused_cpu": ("{label}; cpu: no fused kernel for {what}, the ops run one after another",
+                      "{label}；cpu 上没有{what}的融合内核，这些算子依次运行"),
+    "kernel_separate": ("{label}; kernel choice: separate epilogue", "{label}；内核选择：分开的尾处理"),
+    "interpreted": ("{label} [Triton interpreter on cpu]", "{label} [cpu 上用 Triton 解释器运行]"),
+    "gemm_epilogue": ("the GEMM epilogue", " GEMM 尾处理"),
+    "conv_epilogue": ("the conv epilogue", "卷积尾处理"),
+    "no_triton_interpret": ("no Triton on {device} (TRITON_INTERPRET=1 interprets it)",
+                            "{device} 上没有 Triton（设置 TRITON_INTERPRET=1 时解释执行）"),
+    "no_triton": ("no Triton on {device}", "{device} 上没有 Triton"),
+    "triton_import": ("Triton does not import in this environment", "这个环境中无法导入 Triton"),
+    "interpret_cuda": ("TRITON_INTERPRET=1 is set: Triton would interpret, not compile, for CUDA tensors",
+                       "设置了 TRITON_INTERPRET=1：对 CUDA 张量，Triton 会解释执行而不是编译"),
+    "no_backend": ("no Triton backend for {device} tensors", "没有面向 {device} 张量的 Triton 后端"),
+    "dtypes_one_of": ("dtypes {a}/{b}: the kernel takes one of fp32, fp16, bf16",
+                      "数据类型 {a}/{b}：该内核只接受 fp32、fp16、bf16 之一"),
+    "dtype_one_of": ("dtype {dtype} is not one of fp32, fp16, bf16", "数据类型 {dtype} 不是 fp32、fp16、bf16 之一"),
+    "dtype_slash": ("dtype {dtype} is not one of fp32/fp16/bf16", "数据类型 {dtype} 不是 fp32/fp16/bf16 之一"),
+    "autograd": ("autograd records this call and the kernel is forward-only", "autograd 会记录这次调用，而该内核只支持前向"),
+    "empty": ("empty input", "空输入"),
+    "devices": ("inputs on different devices", "输入在不同的设备上"),
+    # the kernel choices a plan may name (KERNEL_CHOICES)
+    "choice_auto": ("the pattern's fused kernel where it applies on the device (the default)",
+                    "该融合模式在这台设备上适用时使用其融合内核（默认）"),
+    "choice_separate": ("the GEMM or convolution with its bias, then the residual add and the activation in place: "
+                        "one kernel more, no fused epilogue (BatchNorm still folded)",
+                        "先做带偏置的 GEMM 或卷积，再原地做残差相加和激活：多一个内核，没有融合的尾处理（BN 仍然折叠）"),
+    "choice_inductor": ("the chain's subgraph compiled by torch.compile's inductor, as the generic fallback does",
+                        "把链的子图交给 torch.compile 的 inductor 编译，与通用兜底方案相同"),
+    # caveats that hold for most patterns
+    "precision": ("Fusion reorders arithmetic: expect output differences near the dtype's rounding (about 1e-6 "
+                  "relative in fp32, 1e-3 in fp16 and bf16).",
+                  "算子融合会改变计算顺序：输出差异应在该数据类型的舍入量级（fp32 约 1e-6 相对误差，fp16 和 bf16 约 1e-3）。"),
+    "pays": ("Not every fusion pays: a fused kernel that is slower than the library kernels it replaces (register "
+             "pressure, a worse algorithm choice) makes the model slower. Measure.",
+             "不是所有融合都划算：融合内核若比它替换的库内核更慢（寄存器压力、算法选择更差），模型就会变慢。要实测。"),
+})
+
 #: What a plan's per-chain kernel choice means (``Plan.kernels``; each pattern lists its own).
 KERNEL_CHOICES: dict[str, str] = {
-    "auto": "the pattern's fused kernel where it applies on the device (the default)",
-    "separate_epilogue": ("the GEMM or convolution with its bias, then the residual add and the activation "
-                          "in place: one kernel more, no fused epilogue (BatchNorm still folded)"),
-    "inductor": "the chain's subgraph compiled by torch.compile's inductor, as the generic fallback does",
+    "auto": WORDS("choice_auto"),
+    "separate_epilogue": WORDS("choice_separate"),
+    "inductor": WORDS("choice_inductor"),
 }
 
 #: Stages of the staged table, in order. A pattern's ``stage`` says from which one it is applied.
 STAGES = ("none", "conv_bn", "activation", "all")
 
 #: Caveats that hold for most patterns (each family adds its own).
-PRECISION_CAVEAT = ("Fusion reorders arithmetic: expect output differences near the dtype's rounding "
-                    "(about 1e-6 relative in fp32, 1e-3 in fp16 and bf16).")
-PAYS_CAVEAT = ("Not every fusion pays: a fused kernel that is slower than the library kernels it "
-               "replaces (register pressure, a worse algorithm choice) makes the model slower. Measure.")
+PRECISION_CAVEAT = WORDS("precision")
+PAYS_CAVEAT = WORDS("pays")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +159,9 @@ class Step:
 class Pattern:
     """A fusion pattern: what it matches, how it is fused, and why it pays.
 
-    ``priority`` orders matching across the registry (lower claims nodes
-    first). Matching follows the steps through single-consumer dataflow
+    The order in which patterns claim nodes is the registry's
+    (``explorer.fusions.order``: each family says which families it runs
+    before or after; inside a family, its ``PATTERNS`` order). Matching follows the steps through single-consumer dataflow
     (``explorer.fusion_engine``), or gathers parallel consumers of one input
     (``siblings``), or calls the pattern's own ``match`` for other subgraphs. ``rewrite(ctx, chain, kernel)`` plans the edit for one accepted
     chain (``explorer.fusions.edit``); None means the generic fallback
@@ -100,7 +177,6 @@ class Pattern:
     color: str
     implementation: str
     explanation: str
-    priority: int
     stage: str = "all"
     rewrite: Callable | None = None
     fold: Callable | None = None

@@ -75,54 +75,183 @@ rounded once, to nearest even.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import functools
 import math
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.fx
 
 from explorer.fusions import edit
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
-from explorer.fusions.epilogue import (EPILOGUE_TOLERANCES, TRITON_ACTIVATIONS, apply_activation,
-                                       apply_activation_, check, in_place_node, triton_activation,
-                                       triton_round_bf16)
-from explorer.fusions.triton_support import (import_triton, interpreting, jit_helpers, launch,
-                                             library_reductions_usable, next_power_of_2, operand_key, planned,
-                                             remember, triton_runs_on)
+from explorer.fusions.epilogue import (EPILOGUE_TOLERANCES, TRITON_ACTIVATIONS, apply_activation, apply_activation_,
+                                       check, in_place_node)
+from explorer.fusions.kernels import policy as _policy
+# The kernels the convolution family selects between, re-exported: ``conv.bias_act_`` and friends read as before.
+from explorer.fusions.kernels.bias_act import (BIAS_ACT_TOLERANCES, bias_act_, bias_act_reference,  # noqa: F401
+                                               bias_act_torch_)
+from explorer.fusions.kernels.common import (LAYOUTS, PLANS, TRITON_DTYPES, LaunchPlan, as_list, conv_nd,  # noqa: F401
+                                             conv_out_shape, is_depthwise, layout_of, sm_count, to_layout)
+from explorer.fusions.kernels.depthwise import (DEPTHWISE_TOLERANCES, depthwise_applies, depthwise_conv,  # noqa: F401
+                                                depthwise_conv_epilogue, depthwise_split, depthwise_tiles,
+                                                pack_depthwise_weight)
+from explorer.fusions.kernels.gemm import gemm_applies, gemm_config, gemm_epilogue, gemm_launch, gemm_plan  # noqa: F401
+from explorer.fusions.kernels.policy import ConvPolicy, policy  # noqa: F401
+from explorer.fusions.triton_support import interpreting, remember, triton_runs_on, where
 from explorer.graph import aten
 from explorer.vocab import ACTIVATIONS
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("conv", {
+    "title": ('Convolution (Conv+BN, epilogues)', '卷积（Conv+BN、尾处理）'),
+    "conv_bn_add_act.label": ('Conv+BN+Add+act',
+        'Conv+BN+Add+激活'),
+    "conv_bn_add_act.implementation": (('BatchNorm folded into the conv; cuDNN conv+bias+ReLU in one call where it wins; 1x1 '
+         'convs (channels_last) as one Triton GEMM with their epilogue, depthwise convs as one '
+         'Triton kernel with theirs; otherwise the conv without bias and one vectorised Triton '
+         'pass for bias, residual and activation'),
+        ('BN 折叠进卷积；在 cuDNN 的 conv+bias+ReLU 融合调用更快的地方用它（1 次调用）；1x1 卷积（channels_last）用一个带尾处理的 '
+         'Triton GEMM，深度可分离卷积用一个带尾处理的 Triton 内核；其余情况先做不带偏置的卷积，再用一个向量化的 Triton 内核一次完成偏置、残差和激活')),
+    "conv_bn_add_act.explanation": (("The residual block's tail. The residual add and the activation run in the convolution's "
+         'epilogue: the conv output is never written to device memory and read back, and the add '
+         'and the activation cost no launch of their own.'),
+        '残差块的尾部。残差相加和激活函数在卷积的尾处理（epilogue）中完成：卷积输出不再写回显存再读出，相加和激活也不再各自占用一次内核启动。'),
+    "fold_caveat": (('BatchNorm folding is valid only for inference: in training the batch statistics change '
+         'every step, so the folded weights would be wrong.'),
+        'BN 折叠只在推理时成立：训练时每一步的批统计量都在变，折叠后的权重就不对了。'),
+    "formula": (("W' = W * gamma / sqrt(var + eps)  (per output channel);  b' = (b - mean) * gamma / "
+         'sqrt(var + eps) + beta'),
+        ("W' = W * gamma / sqrt(var + eps)（逐输出通道）；  b' = (b - mean) * gamma / sqrt(var + eps) + "
+         'beta')),
+    "conv_add_act.label": ('Conv+Add+act',
+        'Conv+Add+激活'),
+    "implementation": (('cuDNN conv+bias+ReLU in one call where it wins; 1x1 convs (channels_last) as one Triton '
+         'GEMM with their epilogue, depthwise convs as one Triton kernel with theirs; otherwise '
+         'the conv without bias and one vectorised Triton pass for bias, residual and activation'),
+        ('在 cuDNN 的 conv+bias+ReLU 融合调用更快的地方用它（1 次调用）；1x1 卷积（channels_last）用一个带尾处理的 Triton '
+         'GEMM，深度可分离卷积用一个带尾处理的 Triton 内核；其余情况先做不带偏置的卷积，再用一个向量化的 Triton 内核一次完成偏置、残差和激活')),
+    "conv_add_act.explanation": (('Conv, residual add and activation, BatchNorm already folded (as ONNX exporters do). The '
+         "residual add and the activation run in the convolution's epilogue: the conv output is "
+         'never written to device memory and read back, and the add and the activation cost no '
+         'launch of their own.'),
+        ('卷积、残差相加和激活，BN 已经折叠（ONNX '
+         '导出器就是这样做的）。残差相加和激活函数在卷积的尾处理（epilogue）中完成：卷积输出不再写回显存再读出，相加和激活也不再各自占用一次内核启动。')),
+    "conv_bn_add.label": ('Conv+BN+Add',
+        'Conv+BN+Add'),
+    "conv_bn_add.implementation": ('BatchNorm folded into the conv; the residual added in the epilogue pass with the bias',
+        'BN 折叠进卷积；残差在加偏置的那一遍尾处理中加上'),
+    "projection_why": (("MobileNetV2's and EfficientNet's projection convolutions end in a residual add with no "
+         'activation (a linear bottleneck). Unfused, the add is a kernel of its own that reads '
+         'the conv output and the residual and writes the sum; in the epilogue it is one more '
+         'read of the residual in the pass that adds the bias.'),
+        ('MobileNetV2 和 EfficientNet '
+         '的投影卷积以不带激活的残差相加结尾（线性瓶颈）。不融合时，相加是一个单独的内核，要读卷积输出和残差、写出和；放进尾处理后，只是在加偏置的那一遍里多读一次残差。')),
+    "conv_add.label": ('Conv+Add',
+        'Conv+Add'),
+    "conv_add.implementation": ('the residual added in the epilogue pass with the bias',
+        '残差在加偏置的那一遍尾处理中加上'),
+    "conv_add.explanation": (('A convolution and a residual add with no activation, BatchNorm already folded (as ONNX '
+         "exporters do). MobileNetV2's and EfficientNet's projection convolutions end in a "
+         'residual add with no activation (a linear bottleneck). Unfused, the add is a kernel of '
+         'its own that reads the conv output and the residual and writes the sum; in the epilogue '
+         'it is one more read of the residual in the pass that adds the bias.'),
+        ('卷积加上不带激活的残差相加，BN 已经折叠（ONNX 导出器就是这样做的）。MobileNetV2 和 EfficientNet '
+         '的投影卷积以不带激活的残差相加结尾（线性瓶颈）。不融合时，相加是一个单独的内核，要读卷积输出和残差、写出和；放进尾处理后，只是在加偏置的那一遍里多读一次残差。')),
+    "conv_bn_act.label": ('Conv+BN+act',
+        'Conv+BN+激活'),
+    "conv_bn_act.explanation": (('conv -> temp1 -> bn -> temp2 -> relu is three launches and two intermediates written '
+         "and read back. Folding BN into the conv's weights removes one op exactly; running the "
+         "activation in the conv's epilogue removes the other."),
+        ('conv -> temp1 -> bn -> temp2 -> relu 是 3 次内核启动，外加 2 个写回显存再读出的中间结果。把 BN '
+         '折叠进卷积权重，精确地去掉一个算子；把激活放进卷积的尾处理，去掉另一个。')),
+    "conv_act.label": ('Conv+act',
+        'Conv+激活'),
+    "conv_act.explanation": (('Convolution with its activation in the epilogue (BatchNorm already folded, as ONNX '
+         'exporters do): the pre-activation tensor is never written out.'),
+        '卷积在尾处理中完成激活（BN 已经折叠，ONNX 导出器就是这样做的）：激活前的张量从不写出。'),
+    "conv_bn.label": ('Conv+BN',
+        'Conv+BN'),
+    "conv_bn.implementation": (("BatchNorm folded into the conv's weight and bias (exact algebra, no kernel); on CUDA "
+         'the bias in one vectorised Triton pass after the conv'),
+        'BN 折叠进卷积的权重和偏置（精确的代数变换，不需要内核）；在 CUDA 上，偏置在卷积之后用一个向量化的 Triton 内核加上'),
+    "conv_bn.explanation": (("In inference BatchNorm is a per-channel affine map, so it folds into the convolution's "
+         'weights: one op and one intermediate disappear at no cost.'),
+        '推理时 BN 是逐通道的仿射变换，所以可以折叠进卷积权重：一个算子和一个中间结果零成本地消失。'),
+    "refuse.training": ("BatchNorm in training mode: its statistics change every step, folding is valid only for inference",
+        "BN 处于训练模式：它的统计量每一步都在变，折叠只在推理时成立"),
+    "refuse.no_stats": ("BatchNorm without running statistics (track_running_stats=False) normalises with batch statistics even in eval mode: there is nothing fixed to fold",
+        "BN 没有运行统计量（track_running_stats=False），即使在 eval 模式下也用批统计量归一化：没有固定的值可以折叠"),
+    "refuse.training_guard": ("BatchNorm in training mode: folding is valid only for inference (frozen statistics)",
+        "BN 处于训练模式：折叠只在推理时成立（统计量冻结）"),
+    "refuse.broadcast": ("add operand shape {shape} differs from the conv output {out} (broadcast)",
+        "相加操作数的形状 {shape} 与卷积输出 {out} 不同（广播）"),
+    "refuse.constant": ("add of a constant, not a residual",
+        "加的是常量，不是残差"),
+    "refuse.stats_used": ("BatchNorm statistics outputs are used: not folded",
+        "BN 的统计量输出被使用了：不折叠"),
+    "refuse.variant": ("BatchNorm variant {op} is not folded",
+        "BN 变体 {op} 不折叠"),
+    "refuse.not_direct": ("BatchNorm does not read the conv output directly",
+        "BN 没有直接读取卷积的输出"),
+    "generic.op": ("conv op {op} is not one the epilogue takes",
+        "卷积算子 {op} 不是尾处理能接受的"),
+    "generic.transposed": ("transposed convolution",
+        "转置卷积"),
+    "generic.output_padding": ("convolution with output padding",
+        "带 output padding 的卷积"),
+    "generic.no_epilogue": ("activation {act} has no conv epilogue",
+        "激活函数 {act} 没有卷积尾处理"),
+    "what.conv_weight": ("conv weight",
+        "卷积权重"),
+    "what.conv_bias": ("conv bias",
+        "卷积偏置"),
+    "what.running_mean": ("running mean",
+        "运行均值"),
+    "what.running_var": ("running var",
+        "运行方差"),
+    "what.bn_weight": ("BatchNorm weight",
+        "BN 权重"),
+    "what.bn_bias": ("BatchNorm bias",
+        "BN 偏置"),
+    "label.folded": ("BatchNorm folded (exact) + {label}",
+        "BN 折叠（精确） + {label}"),
+    "label.sep1": ("conv+bias (1 kernel)",
+        "conv+bias（1 个内核）"),
+    "label.sep_add": ("conv+bias + add_ in place (2 kernels)",
+        "conv+bias + 原地 add_（2 个内核）"),
+    "label.sep_act": ("conv+bias + {act} in place (2 kernels)",
+        "conv+bias + 原地 {act}（2 个内核）"),
+    "label.sep_add_act": ("conv+bias + add_ in place + {act} in place (3 kernels)",
+        "conv+bias + 原地 add_ + 原地 {act}（3 个内核）"),
+    "label.cudnn_add_relu": ("cudnn conv+bias+add+relu (1 fused call: cudnn_convolution_add_relu)",
+        "cudnn conv+bias+add+relu（1 次融合调用：cudnn_convolution_add_relu）"),
+    "label.cudnn_relu": ("cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu)",
+        "cudnn conv+bias+relu（1 次融合调用：cudnn_convolution_relu）"),
+    "label.gemm": ("triton 1x1 conv as a GEMM + {steps} (1 kernel)",
+        "triton 把 1x1 卷积当作 GEMM + {steps}（1 个内核）"),
+    "label.gemm_cl": ("triton 1x1 conv as a GEMM + {steps} (1 kernel for a channels_last input; any other: conv + triton epilogue)",
+        "triton 把 1x1 卷积当作 GEMM + {steps}（1 个内核，限 channels_last 输入；其他输入：conv + triton 尾处理）"),
+    "label.depthwise": ("triton depthwise conv+{steps} (1 kernel)",
+        "triton 深度可分离卷积+{steps}（1 个内核）"),
+    "label.depthwise_cl": ("triton depthwise conv+{steps} (1 kernel for a channels_last input; any other: conv + triton epilogue)",
+        "triton 深度可分离卷积+{steps}（1 个内核，限 channels_last 输入；其他输入：conv + triton 尾处理）"),
+    "label.epilogue": ("conv (no bias) + triton {steps} (2 kernels: one vectorised pass after the conv)",
+        "conv（不带偏置） + triton {steps}（2 个内核：卷积之后一遍向量化处理）"),
+    "label.legacy_fold": ("BatchNorm folded into the conv weights (exact arithmetic, 1 conv kernel on any device)",
+        "BN 折叠进卷积权重（精确运算，任何设备上都只有 1 个卷积内核）"),
+})
+
 
 #: Activations the conv epilogue applies (every path: cuDNN takes relu only, the others all of them).
 CONV_ACTIVATIONS = TRITON_ACTIVATIONS
-TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _CUDNN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-LAYOUTS = ("nchw", "nhwc")
 
 #: Conv with an epilogue against the unfused computation in float64 (see ``explorer.fusions.epilogue``).
 TOLERANCES = EPILOGUE_TOLERANCES
-#: ``bias_act_`` alone (``y`` given in its dtype) against float64: every input is exact in fp32,
-#: the fp32 sum and activation err by a few fp32 ulps (~1e-7 relative for unit-scale data, ≪ u;
-#: GELU's 1 + erf(x) cancels for x ≪ 0 to ~1.5e-7 absolute) and the output is rounded once, to
-#: nearest (≤ u·|out|): rtol 1.25u (fp16 u = 4.9e-4, bf16 3.9e-3), tight enough that truncating
-#: instead of rounding (up to 2u) fails; atol covers fp16 subnormals and that cancellation.
-BIAS_ACT_TOLERANCES = {
-    torch.float32: dict(rtol=1e-5, atol=1e-6),
-    torch.float16: dict(rtol=6.1e-4, atol=1e-5),    # 1.25u
-    torch.bfloat16: dict(rtol=4.9e-3, atol=1e-5),   # 1.25u
-}
-#: The depthwise kernel against the float64 conv graph, for unit-scale data (|conv| up to ~4):
-#: it sums k² products in fp32 (≤ k²·6e-8 relative) and rounds once (u·|out|); the activation's
-#: slope is at most 1.5 (hardswish at 3). rtol 2u, atol 8u for 16-bit; fp32 2e-5 (49 terms of 7×7).
-DEPTHWISE_TOLERANCES = {
-    torch.float32: dict(rtol=2e-5, atol=2e-5),
-    torch.float16: dict(rtol=1e-3, atol=4e-3),      # 2u, 8u
-    torch.bfloat16: dict(rtol=8e-3, atol=3.2e-2),   # 2u, 8u
-}
+
 #: The BatchNorm fold in float64 is exact algebra up to float64 rounding.
 FOLD_TOLERANCE_F64 = 1e-10
 
@@ -134,49 +263,10 @@ FOLD_TOLERANCE_F64 = 1e-10
 #: pixels (N·H·W) a 1×1 conv + ReLU takes a Triton path instead.
 CUDNN_RELU_1X1_MAX_PIXELS = 16384
 
-TRAINING_REFUSAL = ("BatchNorm in training mode: its statistics change every step, "
-                    "folding is valid only for inference")
-NO_RUNNING_STATS_REFUSAL = ("BatchNorm without running statistics (track_running_stats=False) normalises "
-                            "with batch statistics even in eval mode: there is nothing fixed to fold")
-FOLD_CAVEAT = ("BatchNorm folding is valid only for inference: in training the batch statistics "
-               "change every step, so the folded weights would be wrong.")
-FORMULA = ("W' = W * gamma / sqrt(var + eps)  (per output channel);  "
-           "b' = (b - mean) * gamma / sqrt(var + eps) + beta")
-
-
-@dataclasses.dataclass(frozen=True)
-class ConvPolicy:
-    """Which paths ``select_conv_epilogue`` may take on CUDA (all on by default).
-
-    A benchmark switches one off (``with policy(depthwise_triton=False): ...``) to
-    measure what it buys, in the same run; the lean lowering bakes the choice into
-    a prepared graph, so switch before ``prepare_graph``.
-    """
-
-    cudnn_relu: bool = True         # cuDNN's fused conv+bias(+add)+ReLU
-    depthwise_triton: bool = True   # depthwise convs (channels_last) as one Triton kernel with their epilogue
-    gemm_triton: bool = True        # 1×1 convs (channels_last) and ConvNeXt's linears as one Triton GEMM + epilogue
-    #: ConvNeXt's two linears as Triton GEMMs with their epilogues (needs ``gemm_triton`` too). Off: cuBLAS
-    #: plus one pass each (GELU; the residual) had the lower or level medians at all four stages of
-    #: ConvNeXt-Tiny on the H200 and the lower profiled GPU time in the model (convnext.py says where); the
-    #: benchmark times both.
-    mlp_gemm_triton: bool = False
-    triton_epilogue: bool = True    # conv without bias, then one Triton pass (else: the separate torch path)
-
-
-POLICY = ConvPolicy()
-
-
-@contextlib.contextmanager
-def policy(**changes: bool) -> Iterator[ConvPolicy]:
-    """Run a block with some ``ConvPolicy`` switches changed; the previous policy comes back after."""
-    global POLICY
-    saved = POLICY
-    POLICY = dataclasses.replace(saved, **changes)
-    try:
-        yield POLICY
-    finally:
-        POLICY = saved
+TRAINING_REFUSAL = WORDS("refuse.training")
+NO_RUNNING_STATS_REFUSAL = WORDS("refuse.no_stats")
+FOLD_CAVEAT = WORDS("fold_caveat")
+FORMULA = WORDS("formula")
 
 
 # ====================================================================== the arithmetic
@@ -225,15 +315,6 @@ def fold_conv_bn(conv_weight: torch.Tensor, conv_bias: torch.Tensor | None, bn_m
     return new_w.to(conv_weight.dtype), new_b.to(conv_weight.dtype)
 
 
-def conv_nd(x, weight, bias, stride=1, padding=0, dilation=1, groups: int = 1) -> torch.Tensor:
-    """``conv1d``/``conv2d``/``conv3d`` chosen by the weight's rank."""
-    conv = {3: torch.nn.functional.conv1d, 4: torch.nn.functional.conv2d,
-            5: torch.nn.functional.conv3d}.get(weight.dim())
-    if conv is None:
-        raise ValueError(f"conv weight must have 3, 4 or 5 dims, got {tuple(weight.shape)}")
-    return conv(x, weight, bias, stride, padding, dilation, groups)
-
-
 def conv_bn_reference(x, conv_weight, conv_bias, bn_mean, bn_var, bn_weight, bn_bias, eps,
                       stride=1, padding=0, dilation=1, groups: int = 1) -> torch.Tensor:
     """The unfused computation: convolution, then BatchNorm in eval mode."""
@@ -249,730 +330,6 @@ def conv_epilogue_reference(x, weight, bias, z=None, stride=1, padding=0, dilati
     check(act, CONV_ACTIVATIONS)
     y = conv_nd(x, weight, bias, stride, padding, dilation, groups)
     return apply_activation(y if z is None else y + z, act)
-
-
-def bias_act_reference(y: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
-                       act: str = "relu") -> torch.Tensor:
-    """The epilogue alone, unfused and out of place: ``act(y + bias[c] (+ z))``."""
-    check(act, CONV_ACTIVATIONS)
-    out = y if bias is None else y + _channel_view(bias, y.dim())           # (N, C, *spatial)
-    if z is not None:
-        out = out + z                                                       # (N, C, *spatial)
-    return apply_activation(out, act)
-
-
-def _as_list(value, n: int) -> list[int]:
-    if type(value) is list and len(value) == n:       # what the rewritten graph passes: no copy
-        return value
-    if isinstance(value, int):
-        return [value] * n
-    value = [int(v) for v in value]
-    return value * n if len(value) == 1 else value
-
-
-def conv_out_shape(x_shape: Sequence[int], weight_shape: Sequence[int], stride, padding, dilation
-                   ) -> tuple[int, ...]:
-    """Output shape of a convolution with integer padding."""
-    n = len(weight_shape) - 2
-    stride, padding, dilation = _as_list(stride, n), _as_list(padding, n), _as_list(dilation, n)
-    spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1
-               for size, k, s, p, d in zip(x_shape[2:], weight_shape[2:], stride, padding, dilation)]
-    return (x_shape[0], weight_shape[0], *spatial)
-
-
-def _channel_view(t: torch.Tensor, ndim: int) -> torch.Tensor:
-    """A per-channel vector ``(C,)`` viewed as ``(1, C, 1, ...)`` to broadcast over ``ndim`` dims."""
-    return t.view(1, -1, *([1] * (ndim - 2)))
-
-
-def is_depthwise(x_channels: int, weight_shape: Sequence[int], groups) -> bool:
-    """A depthwise 2-D convolution with channel multiplier 1: ``groups == C_in == C_out``, weight ``(C, 1, kh, kw)``."""
-    return (len(weight_shape) == 4 and isinstance(groups, int) and groups > 1
-            and weight_shape[1] == 1 and weight_shape[0] == groups == x_channels)
-
-
-# ====================================================================== layouts
-
-def layout_of(t: torch.Tensor) -> str | None:
-    """``"nchw"`` (row-major contiguous), ``"nhwc"`` (channels-last contiguous) or None.
-
-    Any rank >= 2 (``(N, C, *spatial)``); strides of size-1 dims are ignored, as
-    ``is_contiguous`` does. Where both hold (C == 1 or one spatial element) the answer is
-    ``"nchw"``: both layouts then order the storage the same way.
-    """
-    if t.dim() < 2:
-        return None
-    if t.is_contiguous():
-        return "nchw"
-    shape, strides = t.shape, t.stride()
-    expected = 1
-    for d in (1, *range(t.dim() - 1, 1, -1), 0):         # innermost to outermost: c, spatial..., n
-        if shape[d] != 1 and strides[d] != expected:
-            return None
-        expected *= shape[d]
-    return "nhwc"
-
-
-def to_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
-    """``t`` made contiguous in ``layout`` ("nchw" or "nhwc"); ``t`` itself when it already is."""
-    current = layout_of(t)
-    if current == layout or (layout == "nhwc" and current == "nchw" and _layouts_coincide(t)):
-        return t
-    if layout == "nchw":
-        return t.contiguous()
-    return t.movedim(1, -1).contiguous().movedim(-1, 1)                    # (N, C, *spatial), C innermost
-
-
-def _layouts_coincide(t: torch.Tensor) -> bool:
-    """Both layouts order the storage alike (a single channel, or a single spatial element)."""
-    return t.shape[1] == 1 or math.prod(t.shape[2:]) == 1
-
-
-@functools.lru_cache(maxsize=8)
-def _sm_count(device_index: int) -> int:
-    """Streaming multiprocessors of a CUDA device (cached)."""
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of ``device`` (CUDA), read once per device."""
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
-# ====================================================================== Triton kernels
-
-@functools.lru_cache(maxsize=2)
-def _build_bias_act_kernel(interpret: bool):
-    """Define the in-place epilogue kernel (imports Triton); cached per interpreter mode.
-
-    ``triton.jit`` reads TRITON_INTERPRET when it decorates, hence the lazy definition;
-    the names the kernel calls (``tl``, ``_activation``, ``_round_for``) are module globals.
-    """
-    global tl, _activation, _round_for
-    _activation, _round_for = triton_activation(interpret), triton_round_bf16(interpret)
-    triton, tl = import_triton()
-
-    @triton.jit
-    def _bias_act_kernel(
-        Y, BIAS, Z,                       # y (in place), bias (C,), residual (y's shape); unused ones alias y
-        numel,
-        C: tl.constexpr, HW: tl.constexpr,  # HW: product of the spatial dims (1 where no index needs it)
-        CHANNELS_LAST: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
-        Z_CHANNELS_LAST: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr,
-        BF16_RTNE_BY_HAND: tl.constexpr, INT64: tl.constexpr,
-    ):
-        pid = tl.program_id(0)
-        if INT64:
-            pid = pid.to(tl.int64)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)                            # (BLOCK,) flat storage index
-        live = offs < numel
-        v = tl.load(Y + offs, mask=live, other=0.0).to(tl.float32)
-        if CHANNELS_LAST:
-            c = offs % C                                                    # storage (n, s, c)
-        else:
-            c = (offs // HW) % C                                            # storage (n, c, s)
-        if HAS_BIAS:
-            v += tl.load(BIAS + c, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        if HAS_Z:
-            if Z_CHANNELS_LAST == CHANNELS_LAST:
-                z_offs = offs
-            elif CHANNELS_LAST:                                             # y (n, s, c), z (n, c, s)
-                n = offs // (C * HW)
-                s = (offs // C) % HW
-                z_offs = (n * C + c) * HW + s
-            else:                                                           # y (n, c, s), z (n, s, c)
-                n = offs // (C * HW)
-                s = offs % HW
-                z_offs = (n * HW + s) * C + c
-            v += tl.load(Z + z_offs, mask=live, other=0.0).to(tl.float32)
-        v = _round_for(_activation(v, ACT), BF16_RTNE_BY_HAND)
-        tl.store(Y + offs, v.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
-
-    return _bias_act_kernel
-
-
-@functools.lru_cache(maxsize=2)
-def _build_depthwise_kernel(interpret: bool):
-    """Define the depthwise convolution kernel with its epilogue (imports Triton); cached per interpreter mode."""
-    global tl, _activation, _round_for, _add, _dw_taps, _dw_rowsum, _dw_finish
-    _activation, _round_for = triton_activation(interpret), triton_round_bf16(interpret)
-    _add = jit_helpers(interpret).add
-    triton, tl = import_triton()
-
-    @triton.jit
-    def _dw_taps(x_base, w_base, c_live, oh, ow, p_live, H, W, sxh, sxw, swh, sww,
-                 KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr,
-                 PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, BLOCK_P: tl.constexpr,
-                 BLOCK_C: tl.constexpr):
-        """The (BP, BC) fp32 sums over the taps for the channels of ``x_base``/``w_base`` ((1, BC) pointers)."""
-        # the tap's weights as a (BP, BC) tile of one repeated row: loaded in x's layout (a (BC,) load takes
-        # a layout of its own, and converting it costs a trip through shared memory and a barrier per tap)
-        w_tile = tl.broadcast_to(w_base, (BLOCK_P, BLOCK_C))
-        c_tile = tl.broadcast_to(c_live[None, :], (BLOCK_P, BLOCK_C))
-        acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
-        for kh in range(KH):                                                # a loop: unrolling it holds every
-            ih = oh * SH - PH + kh * DH                                     # tap's load in registers at once
-            h_ok = p_live & (ih >= 0) & (ih < H)
-            for kw in tl.static_range(KW):
-                iw = ow * SW - PW + kw * DW
-                ok = h_ok & (iw >= 0) & (iw < W)
-                xv = tl.load(x_base + (ih * sxh + iw * sxw)[:, None], mask=ok[:, None] & c_live[None, :],
-                             other=0.0)                                     # (BP, BC)
-                wv = tl.load(w_tile + (kh * swh + kw * sww), mask=c_tile, other=0.0,
-                             eviction_policy="evict_last")                  # (BP, BC) rows of weight[c, 0, kh, kw]
-                acc += xv.to(tl.float32) * wv.to(tl.float32)
-        return acc
-
-    @triton.jit
-    def _dw_rowsum(v, LIBRARY_REDUCE: tl.constexpr):
-        """The sum of each row of ``v``."""
-        if LIBRARY_REDUCE:
-            return tl.sum(v, axis=1)
-        else:
-            return tl.reduce(v, 1, _add)
-
-    @triton.jit
-    def _dw_finish(acc, cols, c_live, rstd, n, oh, ow, p_live, NORM_W, NORM_B, Z, Y, szn, szc, szh, szw,
-                   syn, syc, syh, syw, HAS_Z: tl.constexpr, ACT: tl.constexpr, NORM: tl.constexpr,
-                   NORM_AFFINE: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr):
-        """Scale by ``rstd`` and apply γ, β (a LayerNorm: ``acc`` is centred), add z, activate, store."""
-        live = p_live[:, None] & c_live[None, :]
-        if NORM:
-            acc = acc * rstd[:, None]
-            if NORM_AFFINE:
-                acc = acc * tl.load(NORM_W + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
-                acc += tl.load(NORM_B + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
-        if HAS_Z:
-            acc += tl.load(Z + n * szn + (oh * szh + ow * szw)[:, None] + cols[None, :] * szc, mask=live,
-                           other=0.0).to(tl.float32)
-        acc = _round_for(_activation(acc, ACT), BF16_RTNE_BY_HAND)
-        tl.store(Y + n * syn + (oh * syh + ow * syw)[:, None] + cols[None, :] * syc,
-                 acc.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
-
-    @triton.jit
-    def _depthwise_kernel(
-        X, WEIGHT, BIAS, Z, Y, NORM_W, NORM_B,    # unused pointers alias X
-        H, W, H_OUT, W_OUT, C, eps,
-        sxn, sxc, sxh, sxw, syn, syc, syh, syw, szn, szc, szh, szw, swc, swh, sww,
-        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
-        PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
-        HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, NORM: tl.constexpr,
-        NORM_AFFINE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, SPLIT: tl.constexpr,
-        BF16_RTNE_BY_HAND: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
-    ):
-        # A program: BLOCK_P output pixels × SPLIT chunks of BLOCK_C channels (SPLIT 3: C = 3·2^k, as in
-        # ConvNeXt, without the quarter of dead lanes a power-of-two tile of the whole row would carry).
-        p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)             # (BP,) output pixels
-        n = tl.program_id(1).to(tl.int64)                                   # (grid dims 1, 2: at most 65535)
-        cols = tl.program_id(2) * (SPLIT * BLOCK_C) + tl.arange(0, BLOCK_C)  # (BC,) channels of chunk 0
-        p_live = p < H_OUT * W_OUT
-        c_live = cols < C
-        oh = p // W_OUT
-        ow = p % W_OUT
-        x_n = X + n * sxn
-        acc = _dw_taps(x_n + cols[None, :] * sxc, WEIGHT + cols[None, :] * swc, c_live, oh, ow, p_live, H, W,
-                       sxh, sxw, swh, sww, KH, KW, SH, SW, PH, PW, DH, DW, BLOCK_P, BLOCK_C)
-        if HAS_BIAS:
-            acc += tl.load(BIAS + cols, mask=c_live, other=0.0).to(tl.float32)[None, :]
-        if SPLIT == 3:
-            cols1, cols2 = cols + BLOCK_C, cols + 2 * BLOCK_C
-            c1, c2 = cols1 < C, cols2 < C
-            acc1 = _dw_taps(x_n + cols1[None, :] * sxc, WEIGHT + cols1[None, :] * swc, c1, oh, ow, p_live, H, W,
-                            sxh, sxw, swh, sww, KH, KW, SH, SW, PH, PW, DH, DW, BLOCK_P, BLOCK_C)
-            acc2 = _dw_taps(x_n + cols2[None, :] * sxc, WEIGHT + cols2[None, :] * swc, c2, oh, ow, p_live, H, W,
-                            sxh, sxw, swh, sww, KH, KW, SH, SW, PH, PW, DH, DW, BLOCK_P, BLOCK_C)
-            if HAS_BIAS:
-                acc1 += tl.load(BIAS + cols1, mask=c1, other=0.0).to(tl.float32)[None, :]
-                acc2 += tl.load(BIAS + cols2, mask=c2, other=0.0).to(tl.float32)[None, :]
-        rstd = tl.zeros((BLOCK_P,), dtype=tl.float32)
-        if NORM:                                                            # LayerNorm over the C channels
-            acc = tl.where(c_live[None, :], acc, 0.0)
-            total = _dw_rowsum(acc, LIBRARY_REDUCE)
-            if SPLIT == 3:
-                acc1 = tl.where(c1[None, :], acc1, 0.0)
-                acc2 = tl.where(c2[None, :], acc2, 0.0)
-                total += _dw_rowsum(acc1, LIBRARY_REDUCE) + _dw_rowsum(acc2, LIBRARY_REDUCE)
-            mean = total / C                                                # (BP,)
-            acc = tl.where(c_live[None, :], acc - mean[:, None], 0.0)
-            squares = _dw_rowsum(acc * acc, LIBRARY_REDUCE)
-            if SPLIT == 3:
-                acc1 = tl.where(c1[None, :], acc1 - mean[:, None], 0.0)
-                acc2 = tl.where(c2[None, :], acc2 - mean[:, None], 0.0)
-                squares += _dw_rowsum(acc1 * acc1, LIBRARY_REDUCE) + _dw_rowsum(acc2 * acc2, LIBRARY_REDUCE)
-            rstd = 1.0 / tl.sqrt(squares / C + eps)
-        _dw_finish(acc, cols, c_live, rstd, n, oh, ow, p_live, NORM_W, NORM_B, Z, Y, szn, szc, szh, szw,
-                   syn, syc, syh, syw, HAS_Z, ACT, NORM, NORM_AFFINE, BF16_RTNE_BY_HAND)
-        if SPLIT == 3:
-            _dw_finish(acc1, cols1, c1, rstd, n, oh, ow, p_live, NORM_W, NORM_B, Z, Y, szn, szc, szh, szw,
-                       syn, syc, syh, syw, HAS_Z, ACT, NORM, NORM_AFFINE, BF16_RTNE_BY_HAND)
-            _dw_finish(acc2, cols2, c2, rstd, n, oh, ow, p_live, NORM_W, NORM_B, Z, Y, szn, szc, szh, szw,
-                       syn, syc, syh, syw, HAS_Z, ACT, NORM, NORM_AFFINE, BF16_RTNE_BY_HAND)
-
-    return _depthwise_kernel
-
-
-# ====================================================================== bias_act_: the epilogue pass
-
-def bias_act_launch_config(numel: int, element_size: int, device: torch.device) -> tuple[int, int]:
-    """``(BLOCK, num_warps)`` for a flat pass over ``numel`` elements.
-
-    Compiled: 32 bytes per thread per block (two 16-byte vectors: 2048 16-bit or 1024
-    fp32 elements with 4 warps), halved down to 512 elements while the grid would be
-    shorter than two programs per SM. Interpreted: 4096 elements (the interpreter's cost is
-    per program, not per element).
-    """
-    if device.type != "cuda":
-        return 4096, 4
-    block = 2048 if element_size <= 2 else 1024
-    target = 2 * sm_count(device)
-    while block > 512 and -(-numel // block) < target:
-        block //= 2
-    return block, 4
-
-
-class _Plan:
-    """What one call signature of a kernel needs, worked out once (see ``_PLANS``)."""
-
-    __slots__ = ("kernel", "grid", "ints", "constexprs", "num_warps", "z_layout", "num_stages", "tail", "out_shape")
-
-    def __init__(self, kernel=None, grid=(), ints=(), constexprs=None, num_warps=4, z_layout=None,
-                 num_stages=None, tail=(), out_shape=None) -> None:
-        self.kernel, self.grid, self.ints, self.constexprs = kernel, grid, ints, constexprs
-        self.num_warps = num_warps
-        self.z_layout = z_layout            # layout z must be copied into first, or None (read as it is)
-        self.num_stages = num_stages        # Triton's default where None
-        self.tail = tail                    # integer arguments after the per-call ones (strides fixed by the key)
-        self.out_shape = out_shape          # the output a call allocates
-
-
-#: ``_Plan`` by call signature (dtypes, shapes, strides, devices, 16-byte alignment, options): a
-#: model calls the same signatures on every forward. Bounded (``triton_support.remember``).
-_PLANS: dict[tuple, _Plan] = {}
-
-
-def _check_epilogue_operands(y: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None) -> None:
-    if y.dim() < 2:
-        raise ValueError(f"y must be (N, C, *spatial), got shape {tuple(y.shape)}")
-    if bias is not None and (bias.dim() != 1 or bias.shape[0] != y.shape[1]):
-        raise ValueError(f"bias must be ({y.shape[1]},), got {tuple(bias.shape)}")
-    if z is not None and z.shape != y.shape:
-        raise ValueError(f"residual z must have y's shape {tuple(y.shape)}, got {tuple(z.shape)}")
-    for t in (bias, z):
-        if t is not None and t.device != y.device:
-            raise ValueError(f"all operands must be on {y.device}, got one on {t.device}")
-
-
-def _plan_bias_act(y, bias, z, act, block, num_warps) -> _Plan:
-    """Decide whether the epilogue kernel runs for these operands, and prepare its launch."""
-    _check_epilogue_operands(y, bias, z)
-    layout = layout_of(y)
-    if (layout not in LAYOUTS or y.dtype not in TRITON_DTYPES or not triton_runs_on(y.device) or y.numel() == 0
-            or any(t is not None and not t.dtype.is_floating_point for t in (bias, z))):
-        return _Plan()
-    z_layout = None
-    z_channels_last = layout == "nhwc"
-    if z is not None:
-        zl = layout_of(z)
-        if zl is None:
-            z_layout = layout                                       # copied into y's layout on each call
-        elif zl != layout and not _layouts_coincide(y):
-            z_channels_last = zl == "nhwc"
-    numel, c = y.numel(), y.shape[1]
-    # C and HW are compile-time constants, as in inductor's static-shape kernels: the index
-    # arithmetic (i % C, i // HW) then compiles to multiply-high sequences instead of the ~20
-    # instructions of a division by a runtime value, which a 16-bit element cannot afford at
-    # HBM rate. One compiled kernel per (C, HW) a model uses; HW only where an index needs it.
-    needs_hw = layout == "nchw" or (z is not None and z_channels_last != (layout == "nhwc"))
-    hw = numel // (y.shape[0] * c) if needs_hw else 1
-    interpret = interpreting()
-    auto_block, auto_warps = bias_act_launch_config(numel, y.element_size(), y.device)
-    block = block or auto_block
-    constexprs = dict(C=c, HW=hw, CHANNELS_LAST=layout == "nhwc", HAS_BIAS=bias is not None, HAS_Z=z is not None,
-                      Z_CHANNELS_LAST=z_channels_last, ACT=act, BLOCK=block,
-                      BF16_RTNE_BY_HAND=interpret and y.dtype == torch.bfloat16,
-                      INT64=numel + block >= 2**31)
-    return _Plan(_build_bias_act_kernel(interpret), (-(-numel // block),), (numel,), constexprs,
-                 num_warps or auto_warps, z_layout)
-
-
-def _bias_act_torch_(y, bias, z, act) -> torch.Tensor:
-    """The same maths as in-place torch ops: ``y += b``, ``y += z``, ``act_(y)``, one kernel each."""
-    if bias is not None:
-        y.add_(_channel_view(bias, y.dim()))
-    if z is not None:
-        y.add_(z)
-    return apply_activation_(y, act)
-
-
-def bias_act_(y: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None, act: str = "relu",
-              *, block: int | None = None, num_warps: int | None = None) -> torch.Tensor:
-    """``y = act(y + bias[c] (+ z))`` IN PLACE on ``y``; returns ``y``.
-
-    ``y``: ``(N, C, *spatial)``, fp32/fp16/bf16, NCHW- or channels_last-contiguous
-    (``layout_of``). ``bias``: ``(C,)`` or None (any float dtype). ``z``: None or
-    ``y``'s shape, any layout and float dtype (read as fp32; NCHW or channels_last
-    directly, anything else copied into ``y``'s layout first); ``z`` is never written.
-    ``act``: one of ``CONV_ACTIVATIONS``. One vectorised Triton pass where Triton runs
-    on ``y``'s device (CUDA, or the CPU under ``TRITON_INTERPRET=1``); anything else (other
-    dtypes or layouts, no Triton) runs the same maths as in-place torch ops.
-    ``block``/``num_warps`` override the launch heuristic (for tuning).
-
-    The launch is planned once per call signature (dtypes, shapes, strides, alignment)
-    and reused: a model makes the same calls on every forward.
-    """
-    check(act, CONV_ACTIVATIONS)
-    key = (operand_key(y), operand_key(bias), operand_key(z), act, block, num_warps, interpreting())
-    plan = planned(_PLANS, key, _plan_bias_act, y, bias, z, act, block, num_warps)
-    if plan.kernel is None:
-        _check_epilogue_operands(y, bias, z)
-        return _bias_act_torch_(y, bias, z, act)
-    if plan.z_layout is not None:
-        z = to_layout(z, plan.z_layout)
-    if bias is not None and not bias.is_contiguous():
-        bias = bias.contiguous()
-    launch(plan.kernel, plan.grid, (y, y if bias is None else bias, y if z is None else z, *plan.ints),
-           plan.constexprs, key=key, num_warps=plan.num_warps)
-    return y
-
-
-# ====================================================================== the depthwise kernel
-
-def depthwise_tiles(channels: int, norm: bool) -> tuple[int, int, int]:
-    """``(BLOCK_P, BLOCK_C, num_warps)`` of the depthwise kernel's (output pixels × channels) tile.
-
-    Channels are the contiguous side of a channels_last tensor: BLOCK_C is the largest of
-    64, 32, 16, 8 that divides C (whole rows of 16-byte vectors and no masked channel lanes,
-    so that the per-channel weight and bias loads vectorise too: with a masked tail the
-    compiler issues them one element at a time), else the next power of two up to 128.
-    With a LayerNorm epilogue one program holds every channel: BLOCK_C ≥ C, or three chunks
-    of C/3 channels where C is three times a power of two (``depthwise_split``: ConvNeXt's
-    96…768, which a power-of-two tile would pad by a third). The chunked tiles come from a
-    sweep on the H200 at ConvNeXt-Tiny's four stages, each within 5% of the fastest tile
-    there (``benchmarks/results/bench_convnext_kernels_split_h200.json``): 2 warps and 16
-    channel-pixels per thread for chunks of up to 64 channels, 8 warps and 8 for 128, 4 and
-    16 beyond. Against the power-of-two tile the chunks measured within the runs' noise
-    (``docs/kernel-notes.md``). Otherwise BLOCK_P fills a tile of about 2048 fp32
-    accumulators (4096 with 8 warps for a LayerNorm over wide rows).
-    """
-    if norm:
-        split = depthwise_split(channels, norm)
-        block_c = channels // 3 if split == 3 else next_power_of_2(channels)
-        if split == 3:
-            warps = 2 if block_c <= 64 else 8 if block_c <= 128 else 4
-            per_thread = 8 if warps == 8 else 16            # channel-pixels per thread and chunk
-            return max(1, per_thread * 32 * warps // block_c), block_c, warps
-        budget, warps = (4096, 8) if block_c >= 512 else (2048, 4)
-        return _floor_power_of_2(budget // block_c), block_c, warps
-    block_c = next((b for b in (64, 32, 16, 8) if channels % b == 0), min(128, next_power_of_2(channels)))
-    return max(1, 2048 // block_c), block_c, 4
-
-
-def _floor_power_of_2(n: int) -> int:
-    """The largest power of two <= ``n`` (1 for n <= 1): a tile dimension (Triton's ranges are powers of two)."""
-    return 1 << max(int(n).bit_length() - 1, 0)
-
-
-def depthwise_split(channels: int, norm: bool) -> int:
-    """How many chunks of channels one program of the depthwise kernel holds: 3 with a LayerNorm epilogue
-    over C = 3·2^k channels (k ≥ 3), else 1."""
-    third = channels // 3
-    return 3 if norm and channels % 3 == 0 and third >= 8 and third & (third - 1) == 0 else 1
-
-
-def _geometry_key(value):
-    """An int, or a per-dim list as a tuple: a hashable stand-in for a conv's stride, padding or dilation."""
-    return value if isinstance(value, int) else tuple(value)
-
-
-def _depthwise_key(x, weight, bias, z, stride, padding, dilation, act, norm, tiles) -> tuple:
-    """What a depthwise call's plan depends on (dtypes, shapes, strides, devices, geometry, epilogue)."""
-    return (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), weight.dtype, weight.device,
-            None if bias is None else (bias.dtype, bias.device),
-            None if z is None else (z.shape, z.stride(), z.dtype, z.device),
-            _geometry_key(stride), _geometry_key(padding), _geometry_key(dilation), act,
-            None if norm is None else (None if norm[0] is None else norm[0].dtype,
-                                       None if norm[1] is None else norm[1].dtype, float(norm[2])),
-            tiles, interpreting())
-
-
-def _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, tiles) -> _Plan:
-    """Check the operands (``ValueError`` for what the kernel does not compute) and plan the launch; the
-    plan's ``kernel`` is None for an empty output (nothing to launch)."""
-    check(act, CONV_ACTIVATIONS)
-    if x.dim() != 4 or not is_depthwise(x.shape[1], weight.shape, weight.shape[0]):
-        raise ValueError(f"not a depthwise 2-D convolution: x {tuple(x.shape)}, weight {tuple(weight.shape)}")
-    stride, padding, dilation = _as_list(stride, 2), _as_list(padding, 2), _as_list(dilation, 2)
-    shape = conv_out_shape(x.shape, weight.shape, stride, padding, dilation)
-    if z is not None and tuple(z.shape) != shape:
-        raise ValueError(f"residual z must have the output's shape {shape}, got {tuple(z.shape)}")
-    n, c, h, w = x.shape
-    kh, kw = weight.shape[2:]
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    h_out, w_out = shape[2], shape[3]
-    if h_out <= 0 or w_out <= 0 or x.numel() == 0:
-        return _Plan(out_shape=shape)
-    if n > 65535:
-        raise ValueError(f"batch {n} exceeds the depthwise kernel's grid (65535)")
-    interpret = interpreting()
-    block_p, block_c, warps = tiles or depthwise_tiles(c, norm is not None)
-    split = depthwise_split(c, norm is not None) if block_c * 3 == c else 1
-    if x.device.type != "cuda" and tiles is None:       # the interpreter's cost is per program: few, large ones
-        if norm is None:
-            block_c = min(next_power_of_2(c), 256)
-        block_p = min(next_power_of_2(h_out * w_out), _floor_power_of_2(65536 // (block_c * split)))
-    if norm is not None and block_c * split < c:
-        raise ValueError(f"a LayerNorm epilogue needs every channel in one tile: BLOCK_C {block_c} < C {c}")
-    constexprs = dict(KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, HAS_BIAS=bias is not None,
-                      HAS_Z=z is not None, ACT=act, NORM=norm is not None,
-                      NORM_AFFINE=norm is not None and norm[0] is not None, BLOCK_P=block_p, BLOCK_C=block_c,
-                      SPLIT=split, BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
-                      LIBRARY_REDUCE=library_reductions_usable())
-    grid = (-(-(h_out * w_out) // block_p), n, -(-c // (block_c * split)))
-    sw_ = weight.stride()
-    eps = float(norm[2]) if norm is not None else 0.0
-    return _Plan(_build_depthwise_kernel(interpret), grid, (h, w, h_out, w_out, c, eps, *x.stride()), constexprs,
-                 warps, tail=(*(z.stride() if z is not None else (0, 0, 0, 0)), sw_[0], sw_[2], sw_[3]),
-                 out_shape=shape)
-
-
-def _run_depthwise(plan: _Plan, key: tuple, x, weight, bias, z, norm) -> torch.Tensor:
-    """Allocate the output and launch a planned depthwise call."""
-    out = _new_output(plan.out_shape, x.dtype, x.device)                     # (N, C, H', W') channels_last
-    if plan.kernel is None:                                                  # empty: nothing to compute
-        return out
-    norm_w, norm_b = (norm[0], norm[1]) if norm is not None else (None, None)
-    pointers = (x, weight, x if bias is None else bias, x if z is None else z, out,
-                x if norm_w is None else norm_w, x if norm_b is None else norm_b)
-    out_strides = out.stride()
-    launch(plan.kernel, plan.grid, (*pointers, *plan.ints, *out_strides, *plan.tail), plan.constexprs,
-           key=(key, out_strides, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps)
-    return out
-
-
-def depthwise_applies(x: torch.Tensor, weight: torch.Tensor, groups, z: torch.Tensor | None = None) -> bool:
-    """Whether the depthwise kernel takes these operands: a 2-D depthwise conv (``is_depthwise``) of a
-    channels_last fp32/fp16/bf16 ``x`` (a batch of at most 65535: a grid dimension) on a device Triton runs
-    on, weight and residual alike."""
-    return (x.dim() == 4 and is_depthwise(x.shape[1], weight.shape, groups) and x.dtype in TRITON_DTYPES
-            and x.shape[0] <= 65535
-            and layout_of(x) == "nhwc" and triton_runs_on(x.device) and weight.device == x.device
-            and (z is None or (z.device == x.device and z.dtype.is_floating_point)))
-
-
-def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
-                   stride=1, padding=0, dilation=1, act: str = "none",
-                   norm: tuple[torch.Tensor | None, torch.Tensor | None, float] | None = None,
-                   *, tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
-    """One Triton kernel: a depthwise 2-D convolution and its epilogue; returns a new channels_last tensor.
-
-    ``x``: ``(N, C, H, W)`` (channels_last for speed; any strides work); ``weight``:
-    ``(C, 1, kh, kw)``; ``bias``: ``(C,)`` or None; ``z``: None or the output's shape
-    (added after the bias, or after the LayerNorm); ``act`` applied last. ``norm`` =
-    ``(γ or None, β or None, eps)``: a LayerNorm over the C channels of each output pixel
-    after the bias (ConvNeXt). Integer or per-dim ``stride``, ``padding``, ``dilation``.
-    The output ``(N, C, H', W')`` is channels_last, so ``out.permute(0, 2, 3, 1)`` is a
-    contiguous ``(N, H', W', C)``. Raises ``ValueError`` for operands the kernel does not
-    take (callers check ``depthwise_applies``). ``tiles`` overrides the tile (tests).
-    A call signature is checked and planned once.
-    """
-    key = ("dw", *_depthwise_key(x, weight, bias, z, stride, padding, dilation, act, norm, tiles))
-    plan = planned(_PLANS, key, _plan_depthwise, x, weight, bias, z, stride, padding, dilation, act, norm, tiles)
-    return _run_depthwise(plan, key, x, weight, bias, z, norm)
-
-
-def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A new channels_last ``(N, C, H, W)`` output the kernel fully overwrites (tests replace this to poison it)."""
-    return torch.empty(shape, dtype=dtype, device=device, memory_format=torch.channels_last)
-
-
-def pack_depthwise_weight(weight: torch.Tensor) -> torch.Tensor:
-    """The weight ``(C, 1, kh, kw)`` with its values stored tap by tap, channels innermost (strides
-    ``(1, C, kw·C, C)``): each tap's weights are then one contiguous vector the depthwise kernel loads
-    in 16-byte pieces, where the conv's own layout makes them a gather with stride kh·kw."""
-    return weight.permute(2, 3, 1, 0).contiguous().permute(3, 2, 0, 1)    # (C, 1, kh, kw), memory (kh, kw, 1, C)
-
-
-def depthwise_conv_epilogue(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
-                            z: torch.Tensor | None, stride, padding, dilation, act: str) -> torch.Tensor:
-    """The lean graphs' call for ``triton_depthwise``: the depthwise kernel (reading ``packed``, the
-    weight from ``pack_depthwise_weight``) where it takes the operands (a channels_last input: the
-    layout is known only at run time), else conv (``weight``) + ``bias_act_``. The decision and the
-    launch are planned once per call signature."""
-    key = ("dw-epilogue", *_depthwise_key(x, packed, bias, z, stride, padding, dilation, act, None, None))
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = remember(_PLANS, key, _plan_depthwise(x, packed, bias, z, stride, padding, dilation, act, None, None)
-                        if depthwise_applies(x, weight, weight.shape[0], z) else _Plan(out_shape="fallback"))
-    if plan.out_shape != "fallback":
-        return _run_depthwise(plan, key, x, packed, bias, z, None)
-    y = torch.conv2d(x, weight, None, stride, padding, dilation, weight.shape[0])   # (N, C, H', W')
-    return bias_act_(y, bias, z, act)
-
-
-# ====================================================================== the GEMM with an epilogue
-
-@functools.lru_cache(maxsize=2)
-def _build_gemm_kernel(interpret: bool):
-    """Define the GEMM with its epilogue (imports Triton); cached per interpreter mode."""
-    global tl, _activation, _round_for
-    _activation, _round_for = triton_activation(interpret), triton_round_bf16(interpret)
-    triton, tl = import_triton()
-
-    @triton.jit
-    def _gemm_epilogue_kernel(
-        A, W, BIAS, Z, C,                          # a (M, K), w (N, K), bias (N,), z and c (M, N); unused alias A
-        M, N, K, sam, sak, swn, swk, szm, szn, scm, scn,
-        HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, ACT: tl.constexpr, BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr,
-        BF16_RTNE_BY_HAND: tl.constexpr,
-    ):
-        pid = tl.program_id(0)
-        tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-        per_group = GROUP_M * tiles_n                  # GROUP_M row tiles share their B tiles in L2
-        first_m = (pid // per_group) * GROUP_M
-        rows_here = tl.minimum(tiles_m - first_m, GROUP_M)
-        pid_m = first_m + (pid % per_group) % rows_here
-        pid_n = (pid % per_group) // rows_here
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                       # (BM,) output rows
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)                       # (BN,) output columns
-        rk = tl.arange(0, BLOCK_K)
-        m_live, n_live = rm < M, rn < N
-        a_ptr = A + rm[:, None].to(tl.int64) * sam + rk[None, :] * sak    # (BM, BK)
-        w_ptr = W + rn[None, :] * swn + rk[:, None] * swk                 # (BK, BN): wᵀ
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            k_live = k0 + rk < K
-            a = tl.load(a_ptr, mask=m_live[:, None] & k_live[None, :], other=0.0)
-            w = tl.load(w_ptr, mask=k_live[:, None] & n_live[None, :], other=0.0, eviction_policy="evict_last")
-            if BF16_RTNE_BY_HAND:  # bf16 in the interpreter only: its tl.dot misreads bf16 (stored as uint16);
-                a = a.to(tl.float32)  # bf16 x bf16 products are exact in fp32: the tensor-core arithmetic
-                w = w.to(tl.float32)
-            acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)        # fp32 accumulation
-            a_ptr += BLOCK_K * sak
-            w_ptr += BLOCK_K * swk
-        if HAS_BIAS:
-            acc += tl.load(BIAS + rn, mask=n_live, other=0.0).to(tl.float32)[None, :]
-        live = m_live[:, None] & n_live[None, :]
-        rows = rm[:, None].to(tl.int64)
-        if HAS_Z:
-            acc += tl.load(Z + rows * szm + rn[None, :] * szn, mask=live, other=0.0).to(tl.float32)
-        acc = _round_for(_activation(acc, ACT), BF16_RTNE_BY_HAND)
-        tl.store(C + rows * scm + rn[None, :] * scn, acc.to(C.dtype.element_ty, fp_downcast_rounding="rtne"),
-                 mask=live)
-
-    return _gemm_epilogue_kernel
-
-
-def gemm_config(m: int, n: int, k: int, element_size: int, device: torch.device) -> tuple[int, int, int, int, int]:
-    """``(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)`` for an (M×K)·(K×N) GEMM.
-
-    BLOCK_N covers N up to 128 (a 1×1 conv's output channels: every A row is then read once), BLOCK_K
-    the next power of two of K up to 64 (32 for fp32, for shared memory), BLOCK_M 128 (64 for short M);
-    8 warps for 128×128 tiles, 3 pipeline stages. Under the interpreter, whose cost is per program and
-    per operation, the tiles are as large as the matrices allow (up to 512 × 1024 × 256).
-    """
-    if device.type != "cuda":
-        return (min(512, max(16, next_power_of_2(m))), min(1024, max(16, next_power_of_2(n))),
-                min(256, max(16, next_power_of_2(k))), 4, 1)
-    block_n = min(128, max(16, next_power_of_2(n)))
-    block_k = min(64 if element_size <= 2 else 32, max(16, next_power_of_2(k)))
-    block_m = 128 if m >= 4096 else 64
-    warps = 8 if block_m * block_n >= 128 * 128 else 4
-    return block_m, block_n, block_k, warps, 3
-
-
-def _gemm_constexprs(dtype, bias, z, act, block_m, block_n, block_k, interpret) -> dict:
-    """The GEMM kernel's compile-time arguments; fp32 (and bf16 under the interpreter) without TF32."""
-    return dict(HAS_BIAS=bias is not None, HAS_Z=z is not None, ACT=act, BLOCK_M=block_m, BLOCK_N=block_n,
-                BLOCK_K=block_k, GROUP_M=8,
-                DOT_PRECISION="ieee" if dtype == torch.float32 or (interpret and dtype == torch.bfloat16) else "tf32",
-                BF16_RTNE_BY_HAND=interpret and dtype == torch.bfloat16)
-
-
-def gemm_applies(a: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None = None) -> bool:
-    """Whether the GEMM kernel takes ``a`` (M, K) and ``weight`` (N, K): one dtype of fp32/fp16/bf16, one
-    device Triton runs on, K at least 1; ``z`` (M, N) of a float dtype on that device."""
-    return (a.dim() == 2 and weight.dim() == 2 and a.shape[1] == weight.shape[1] and a.dtype == weight.dtype
-            and a.dtype in TRITON_DTYPES and a.device == weight.device and triton_runs_on(a.device)
-            and a.shape[1] > 0 and (z is None or (z.device == a.device and z.dtype.is_floating_point
-                                                  and tuple(z.shape) == (a.shape[0], weight.shape[0]))))
-
-
-def cached_plan(key: tuple) -> _Plan | None:
-    """The plan kept for a call signature ``key`` (of this module's kernels or a caller's), or None."""
-    return _PLANS.get(key)
-
-
-def fallback_plan(key: tuple, label: str = "fallback") -> _Plan:
-    """Remember what calls of signature ``key`` do when no kernel launch is planned for them: ``label``
-    (``"fallback"``: their reference path)."""
-    return remember(_PLANS, key, _Plan(out_shape=label))
-
-
-def gemm_plan(key: tuple, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None,
-              act: str, m: int, k: int, a_strides: tuple[int, int], z_strides: tuple[int, int] | None,
-              out_strides: tuple[int, int], tiles: tuple[int, ...] | None = None) -> _Plan:
-    """The launch of ``gemm_epilogue``'s kernel for a call signature ``key`` (planned once, then reused).
-
-    ``a`` is read as an ``(m, k)`` matrix through ``a_strides`` (row, column), ``z`` (when given) and the
-    output as ``(m, N)`` through theirs: a channels_last ``(N, C, H, W)`` tensor is the ``(N·H·W, C)``
-    matrix with strides ``(C, 1)``, no view needed. ``weight``: ``(N, k)`` through its own strides.
-    """
-    plan = _PLANS.get(key)
-    if plan is not None:
-        return plan
-    check(act, CONV_ACTIVATIONS)
-    n = weight.shape[0]
-    block_m, block_n, block_k, warps, stages = gemm_config(m, n, k, a.element_size(), a.device)
-    if tiles is not None:                       # (BLOCK_M, BLOCK_N, BLOCK_K[, num_warps, num_stages])
-        block_m, block_n, block_k = tiles[:3]
-        if len(tiles) == 5:
-            warps, stages = tiles[3:]
-    interpret = interpreting()
-    grid = (-(-m // block_m) * -(-n // block_n),)
-    plan = _Plan(_build_gemm_kernel(interpret), grid,
-                 (m, n, k, *a_strides, weight.stride(0), weight.stride(1),
-                  *(z_strides if z is not None else (0, 0)), *out_strides),
-                 _gemm_constexprs(a.dtype, bias, z, act, block_m, block_n, block_k, interpret),
-                 warps, num_stages=stages)
-    return remember(_PLANS, key, plan)
-
-
-def gemm_launch(plan: _Plan, key: tuple, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                z: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
-    """Launch a ``gemm_plan`` on these tensors (the ones its signature describes); returns ``out``."""
-    if plan.grid[0] == 0:
-        return out
-    pointers = (a, weight, a if bias is None else bias, a if z is None else z, out)
-    launch(plan.kernel, plan.grid, (*pointers, *plan.ints), plan.constexprs,
-           key=(key, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps,
-           num_stages=plan.num_stages)
-    return out
-
-
-def gemm_epilogue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None = None,
-                  act: str = "none", out: torch.Tensor | None = None, *,
-                  tiles: tuple[int, ...] | None = None) -> torch.Tensor:
-    """``act(a @ weightᵀ + bias (+ z))`` as ONE Triton kernel: the GEMM and its whole epilogue.
-
-    ``a``: ``(M, K)`` (any strides); ``weight``: ``(N, K)`` (a linear's weight, or a 1×1 conv's as
-    ``(C_out, C_in)``); ``bias``: ``(N,)`` or None; ``z``: ``(M, N)`` or None, any strides and float
-    dtype. fp32 accumulation (fp32 inputs without TF32), one rounding of the result. Writes ``out``
-    (``(M, N)``, any strides; default a new contiguous tensor) and returns it. Callers check
-    ``gemm_applies``. ``tiles`` = (BLOCK_M, BLOCK_N, BLOCK_K[, num_warps, num_stages]) overrides
-    ``gemm_config`` (tests, benchmarks).
-    """
-    m, k = a.shape
-    n = weight.shape[0]
-    if out is None:
-        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
-    if m == 0 or n == 0:
-        return out
-    key = ("gemm", a.dtype, m, n, k, a.stride(), weight.stride(), None if bias is None else (bias.dtype, bias.stride()),
-           None if z is None else (z.dtype, z.stride()), out.stride(), act, a.device, tiles, interpreting())
-    plan = gemm_plan(key, a, weight, bias, z, act, m, k, a.stride(), None if z is None else z.stride(), out.stride(),
-                     tiles)
-    return gemm_launch(plan, key, a, weight, bias, z, out)
 
 
 def is_pointwise_conv(weight_shape: Sequence[int], stride, padding, dilation, groups) -> bool:
@@ -1007,13 +364,13 @@ def conv1x1_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
            None if z is None else (z.shape, z.stride(), z.dtype, z.device), act, interpreting())
     n, c, h, w = x.shape
     c_out = weight.shape[0]
-    plan = _PLANS.get(key)
+    plan = PLANS.get(key)
     if plan is None:
         if conv1x1_applies(x, weight, z) and weight.shape[1] == c and x.numel() > 0:
             plan = gemm_plan(key, x, weight, bias, z, act, n * h * w, c, (c, 1), (c_out, 1), (c_out, 1))
         else:
             check(act, CONV_ACTIVATIONS)
-            plan = remember(_PLANS, key, _Plan(out_shape="fallback"))
+            plan = remember(PLANS, key, LaunchPlan(out_shape="fallback"))
     if plan.out_shape == "fallback":
         y = torch.conv2d(x, weight, None, 1, 0, 1, 1)                       # (N, C_out, H, W)
         return bias_act_(y, bias, z, act)
@@ -1048,30 +405,27 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
     device = torch.device(device)
     steps = _steps_label(act, residual)
     if separate:
-        ops = ["conv+bias"] + (["add_ in place"] if residual else []) + ([f"{act} in place"] if act != "none" else [])
-        return Choice("separate", f"{' + '.join(ops)} ({len(ops)} kernel{'s' if len(ops) > 1 else ''})", False)
+        key = "label.sep" + ("_add" if residual else "") + ("_act" if act != "none" else "")
+        return Choice("separate", WORDS("label.sep1" if key == "label.sep" else key, act=act), False)
     large_1x1 = (kernel_size is not None and all(k == 1 for k in kernel_size) and out_pixels is not None
                  and out_pixels > CUDNN_RELU_1X1_MAX_PIXELS)
-    cudnn = (POLICY.cudnn_relu and act == "relu" and device.type == "cuda" and dtype in _CUDNN_DTYPES
+    cudnn = (_policy.POLICY.cudnn_relu and act == "relu" and device.type == "cuda" and dtype in _CUDNN_DTYPES
              and weight_dim == 4 and int_padding and (not residual or residual_fits)
              and torch.backends.cudnn.is_available()
              and torch._C._get_cudnn_enabled())          # torch.backends.cudnn.enabled, without its wrapper
     if cudnn and residual:
-        return Choice("cudnn_conv_add_relu", "cudnn conv+bias+add+relu (1 fused call: cudnn_convolution_add_relu)",
-                      True)
+        return Choice("cudnn_conv_add_relu", WORDS("label.cudnn_add_relu"), True)
     if cudnn and not large_1x1:
-        return Choice("cudnn_conv_relu", "cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu)", True)
+        return Choice("cudnn_conv_relu", WORDS("label.cudnn_relu"), True)
     triton = triton_runs_on(device) and dtype in TRITON_DTYPES
-    where = " [Triton interpreter on cpu]" if device.type == "cpu" else ""
-    tail = "" if layout == "nhwc" else " for a channels_last input; any other: conv + triton epilogue"
-    if triton and POLICY.gemm_triton and pointwise and weight_dim == 4 and layout in (None, "nhwc"):
-        return Choice("triton_gemm", f"triton 1x1 conv as a GEMM + {steps} (1 kernel{tail}){where}", True)
-    if (triton and POLICY.depthwise_triton and depthwise and weight_dim == 4 and int_padding
+    tail = "" if layout == "nhwc" else "_cl"
+    if triton and _policy.POLICY.gemm_triton and pointwise and weight_dim == 4 and layout in (None, "nhwc"):
+        return Choice("triton_gemm", where(WORDS("label.gemm" + tail, steps=steps), device), True)
+    if (triton and _policy.POLICY.depthwise_triton and depthwise and weight_dim == 4 and int_padding
             and layout in (None, "nhwc")):
-        return Choice("triton_depthwise", f"triton depthwise conv+{steps} (1 kernel{tail}){where}", True)
-    if triton and POLICY.triton_epilogue:
-        return Choice("triton_epilogue", f"conv (no bias) + triton {steps} (2 kernels: one vectorised pass "
-                      f"after the conv){where}", True)
+        return Choice("triton_depthwise", where(WORDS("label.depthwise" + tail, steps=steps), device), True)
+    if triton and _policy.POLICY.triton_epilogue:
+        return Choice("triton_epilogue", where(WORDS("label.epilogue", steps=steps), device), True)
     return select_conv_epilogue(device, dtype, act, residual=residual, separate=True)
 
 
@@ -1103,11 +457,11 @@ def conv_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
                                   out_pixels=out_pixels, layout=layout_of(x))
     n = weight.dim() - 2
     if choice.impl == "cudnn_conv_relu":
-        return torch.cudnn_convolution_relu(x, weight, bias, _as_list(stride, n), _as_list(padding, n),
-                                            _as_list(dilation, n), groups)
+        return torch.cudnn_convolution_relu(x, weight, bias, as_list(stride, n), as_list(padding, n),
+                                            as_list(dilation, n), groups)
     if choice.impl == "cudnn_conv_add_relu":
-        return torch.cudnn_convolution_add_relu(x, weight, z, 1.0, bias, _as_list(stride, n),
-                                                _as_list(padding, n), _as_list(dilation, n), groups)
+        return torch.cudnn_convolution_add_relu(x, weight, z, 1.0, bias, as_list(stride, n),
+                                                as_list(padding, n), as_list(dilation, n), groups)
     if choice.impl == "triton_depthwise" and fits and depthwise_applies(x, weight, groups, z):
         return depthwise_conv(x, weight, bias, z, stride, padding, dilation, act)
     if choice.impl == "triton_gemm" and fits and conv1x1_applies(x, weight, z):
@@ -1116,7 +470,7 @@ def conv_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         y = conv_nd(x, weight, None, stride, padding, dilation, groups)     # (N, C_out, *out_spatial)
         if z is None or z.shape == y.shape:
             return bias_act_(y, bias, z, act)
-        return _bias_act_torch_(y, bias, z, act)                            # z broadcasts: the torch ops
+        return bias_act_torch_(y, bias, z, act)                            # z broadcasts: the torch ops
     y = conv_nd(x, weight, bias, stride, padding, dilation, groups)         # (N, C_out, *out_spatial)
     if z is not None:
         y.add_(z)
@@ -1167,18 +521,18 @@ def _bn_output(bn: torch.fx.Node, chain_nodes: set[str]) -> tuple[torch.fx.Node,
     firsts = [u for u in users if u.target is operator.getitem and u.args[1] == 0]
     others = [u for u in users if u not in firsts and not aten.is_ignored(u)]
     if len(firsts) != 1 or any(u.users for u in others):
-        raise Refuse("BatchNorm statistics outputs are used: not folded")
+        raise Refuse(WORDS("refuse.stats_used"))
     return firsts[0], [u for u in users if u is not firsts[0]] if firsts[0].name in chain_nodes else users
 
 
 def _conv(conv: torch.fx.Node) -> aten.ConvArgs:
     args = aten.conv_args(conv)
     if args is None:
-        raise UseGeneric(f"conv op {aten.aten_name(conv)} is not one the epilogue takes")
+        raise UseGeneric(WORDS("generic.op", op=aten.aten_name(conv)))
     if args.transposed:
-        raise UseGeneric("transposed convolution")
+        raise UseGeneric(WORDS("generic.transposed"))
     if any(args.output_padding or [0]):
-        raise UseGeneric("convolution with output padding")
+        raise UseGeneric(WORDS("generic.output_padding"))
     return args
 
 
@@ -1187,16 +541,17 @@ def _folded(ctx: RewriteContext, conv: torch.fx.Node, bn: torch.fx.Node) -> tupl
     c = _conv(conv)
     b = aten.batch_norm_args(bn)
     if b is None:
-        raise Refuse(f"BatchNorm variant {aten.aten_name(bn)} is not folded")
+        raise Refuse(WORDS("refuse.variant", op=aten.aten_name(bn)))
     if b.training:
         raise Refuse(TRAINING_REFUSAL)
     if b.running_mean is None or b.running_var is None:
         raise Refuse(NO_RUNNING_STATS_REFUSAL)
     if not edit.through_identity(b.input, conv):
-        raise Refuse("BatchNorm does not read the conv output directly")
+        raise Refuse(WORDS("refuse.not_direct"))
     tensors = [ctx.constant(t, what) for t, what in (
-        (c.weight, "conv weight"), (c.bias, "conv bias"), (b.running_mean, "running mean"),
-        (b.running_var, "running var"), (b.weight, "BatchNorm weight"), (b.bias, "BatchNorm bias"))]
+        (c.weight, WORDS("what.conv_weight")), (c.bias, WORDS("what.conv_bias")),
+        (b.running_mean, WORDS("what.running_mean")), (b.running_var, WORDS("what.running_var")),
+        (b.weight, WORDS("what.bn_weight")), (b.bias, WORDS("what.bn_bias")))]
     return fold_conv_bn(*tensors, b.eps)
 
 
@@ -1235,7 +590,7 @@ def fold(ctx: RewriteContext, chain) -> edit.Edit:
     c = _conv(conv)
     key = conv.name
     choice = _choice(ctx, conv, "none", None, False)
-    label = f"BatchNorm folded (exact) + {choice.label}"
+    label = WORDS("label.folded", label=choice.label)
     return edit.Edit(chain, tuple(remove), (out,), fused_conv_bn,
                      (c.input, NewAttr(f"{key}_weight"), NewAttr(f"{key}_bias"),
                       c.stride, c.padding, c.dilation, c.groups),
@@ -1252,7 +607,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     edit.only_identity_views(ctx, chain)
     act = "none" if act_node is None else aten.activation_name(act_node)
     if act not in CONV_ACTIVATIONS:
-        raise UseGeneric(f"activation {act} has no conv epilogue")
+        raise UseGeneric(WORDS("generic.no_epilogue", act=act))
     c = _conv(conv)
     weight, bias = c.weight, c.bias
     tensors: dict[str, torch.Tensor] = {}
@@ -1269,11 +624,11 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     choice = _choice(ctx, conv, act, z, separate)
     label = choice.label
     if bn is not None:
-        label = f"BatchNorm folded (exact) + {label}"
+        label = WORDS("label.folded", label=label)
     if separate:
-        label += "; kernel choice: separate epilogue"
+        label = BASE_WORDS("kernel_separate", label=label)
     elif not choice.fused:
-        label += edit.not_fused_note(ctx.device, "the conv epilogue")
+        label = edit.not_fused_note(ctx.device, label, BASE_WORDS("conv_epilogue"))
     choice = Choice(choice.impl, label, choice.fused or bn is not None)
     if separate:
         target = fused_conv_separate_epilogue
@@ -1322,7 +677,7 @@ def _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, group
         return edit.replace_node(gm, node, lambda g: g.call_function(
             torch.cudnn_convolution_add_relu, (x, w, z, 1.0, b, stride, padding, dilation, groups)))
     if choice.impl == "triton_depthwise" and fits:
-        packed = _register(gm, "_lean_dw_" + str(w.target).replace(".", "_"), pack_depthwise_weight(weight))
+        packed = edit.register_buffer(gm, "_lean_dw_" + str(w.target).replace(".", "_"), pack_depthwise_weight(weight))
         return edit.replace_node(gm, node, lambda g: g.call_function(
             depthwise_conv_epilogue, (x, w, g.get_attr(packed), b, z, stride, padding, dilation, act)))
     if choice.impl == "triton_gemm" and fits:
@@ -1340,13 +695,6 @@ def _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, group
         return in_place_node(g, y, act)
 
     return edit.replace_node(gm, node, build)
-
-
-def _register(gm: torch.fx.GraphModule, name: str, tensor: torch.Tensor) -> str:
-    """A root buffer ``name`` holding ``tensor`` (made once per graph); returns the name."""
-    if not hasattr(gm, name):
-        gm.register_buffer(name, tensor, persistent=False)
-    return name
 
 
 def _lower_conv_bn(gm, node, device, dtype) -> bool:
@@ -1385,7 +733,7 @@ LOWERINGS = {
 
 def _bn_inference(g, node: str, ctx: dict) -> str | None:
     if g.nodes[node].get("training"):
-        return "BatchNorm in training mode: folding is valid only for inference (frozen statistics)"
+        return WORDS("refuse.training_guard")
     return None
 
 
@@ -1397,9 +745,9 @@ def _same_shape_add(g, node: str, ctx: dict) -> str | None:
         if src == prev or src in ctx["chain"]:
             continue
         if g.nodes[src]["shapes"][:1] != out_shape:
-            return f"add operand shape {g.nodes[src]['shapes'][:1]} differs from the conv output {out_shape} (broadcast)"
+            return WORDS("refuse.broadcast", shape=g.nodes[src]['shapes'][:1], out=out_shape)
     if g.in_degree(node) == 1:
-        return "add of a constant, not a residual"
+        return WORDS("refuse.constant")
     return None
 
 
@@ -1408,72 +756,65 @@ _BN = Step(frozenset({"batch_norm"}), "bn", guard=_bn_inference)
 _ACT = Step(frozenset(CONV_ACTIVATIONS) - {"none", "gelu_tanh"}, "act", family=ACTIVATIONS)
 _ADD = Step(frozenset({"add"}), "add", guard=_same_shape_add)
 _KERNELS = ("auto", "separate_epilogue", "inductor")
-_IMPLEMENTATION = ("cuDNN conv+bias+ReLU in one call where it wins; 1x1 convs (channels_last) as one Triton GEMM "
-                   "with their epilogue, depthwise convs as one Triton kernel with theirs; otherwise the conv "
-                   "without bias and one vectorised Triton pass for bias, residual and activation")
-_ADD_WHY = ("The residual add and the activation run in the convolution's epilogue: the conv output "
-            "is never written to device memory and read back, and the add and the activation cost no "
-            "launch of their own.")
-_PROJECTION_WHY = ("MobileNetV2's and EfficientNet's projection convolutions end in a residual add with no "
-                   "activation (a linear bottleneck). Unfused, the add is a kernel of its own that reads the "
-                   "conv output and the residual and writes the sum; in the epilogue it is one more read of "
-                   "the residual in the pass that adds the bias.")
+_IMPLEMENTATION = WORDS("implementation")
+_PROJECTION_WHY = WORDS("projection_why")
 
 PATTERNS = (
     Pattern(
-        name="conv_bn_add_act", label="Conv+BN+Add+act", priority=20, stage="activation",
+        name="conv_bn_add_act", label=WORDS("conv_bn_add_act.label"), stage="activation",
         steps=(_CONV, _BN, _ADD, _ACT), color="#1f77b4", kernels=_KERNELS, rewrite=rewrite, fold=fold,
-        implementation="BatchNorm folded into the conv; " + _IMPLEMENTATION,
-        explanation="The residual block's tail. " + _ADD_WHY,
+        implementation=WORDS("conv_bn_add_act.implementation"),
+        explanation=WORDS("conv_bn_add_act.explanation"),
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT, PAYS_CAVEAT), formula=FORMULA,
     ),
     Pattern(
-        name="conv_add_act", label="Conv+Add+act", priority=21, stage="activation",
+        name="conv_add_act", label=WORDS("conv_add_act.label"), stage="activation",
         steps=(_CONV, _ADD, _ACT), color="#17becf", kernels=_KERNELS, rewrite=rewrite,
         implementation=_IMPLEMENTATION,
-        explanation=("Conv, residual add and activation, BatchNorm already folded (as ONNX exporters "
-                     "do). " + _ADD_WHY),
+        explanation=WORDS("conv_add_act.explanation"),
         caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
     ),
     Pattern(
-        name="conv_bn_add", label="Conv+BN+Add", priority=22, stage="activation",
+        name="conv_bn_add", label=WORDS("conv_bn_add.label"), stage="activation",
         steps=(_CONV, _BN, _ADD), color="#ffbb78", kernels=_KERNELS, rewrite=rewrite, fold=fold,
-        implementation="BatchNorm folded into the conv; the residual added in the epilogue pass with the bias",
+        implementation=WORDS("conv_bn_add.implementation"),
         explanation=_PROJECTION_WHY,
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT, PAYS_CAVEAT), formula=FORMULA,
     ),
     Pattern(
-        name="conv_add", label="Conv+Add", priority=23, stage="activation",
+        name="conv_add", label=WORDS("conv_add.label"), stage="activation",
         steps=(_CONV, _ADD), color="#9edae5", kernels=_KERNELS, rewrite=rewrite,
-        implementation="the residual added in the epilogue pass with the bias",
-        explanation=("A convolution and a residual add with no activation, BatchNorm already folded (as "
-                     "ONNX exporters do). " + _PROJECTION_WHY),
+        implementation=WORDS("conv_add.implementation"),
+        explanation=WORDS("conv_add.explanation"),
         caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
     ),
     Pattern(
-        name="conv_bn_act", label="Conv+BN+act", priority=24, stage="activation",
+        name="conv_bn_act", label=WORDS("conv_bn_act.label"), stage="activation",
         steps=(_CONV, _BN, _ACT), color="#2ca02c", kernels=_KERNELS, rewrite=rewrite, fold=fold,
-        implementation="BatchNorm folded into the conv; " + _IMPLEMENTATION,
-        explanation=("conv -> temp1 -> bn -> temp2 -> relu is three launches and two intermediates "
-                     "written and read back. Folding BN into the conv's weights removes one op exactly; "
-                     "running the activation in the conv's epilogue removes the other."),
+        implementation=WORDS("conv_bn_add_act.implementation"),
+        explanation=WORDS("conv_bn_act.explanation"),
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT, PAYS_CAVEAT), formula=FORMULA,
     ),
     Pattern(
-        name="conv_act", label="Conv+act", priority=25, stage="activation",
+        name="conv_act", label=WORDS("conv_act.label"), stage="activation",
         steps=(_CONV, _ACT), color="#98df8a", kernels=_KERNELS, rewrite=rewrite,
         implementation=_IMPLEMENTATION,
-        explanation=("Convolution with its activation in the epilogue (BatchNorm already folded, as "
-                     "ONNX exporters do): the pre-activation tensor is never written out."),
+        explanation=WORDS("conv_act.explanation"),
         caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
     ),
     Pattern(
-        name="conv_bn", label="Conv+BN", priority=26, stage="conv_bn",
+        name="conv_bn", label=WORDS("conv_bn.label"), stage="conv_bn",
         steps=(_CONV, _BN), color="#ff7f0e", rewrite=rewrite, fold=fold,
-        implementation=("BatchNorm folded into the conv's weight and bias (exact algebra, no kernel); on CUDA "
-                        "the bias in one vectorised Triton pass after the conv"),
-        explanation=("In inference BatchNorm is a per-channel affine map, so it folds into the "
-                     "convolution's weights: one op and one intermediate disappear at no cost."),
+        implementation=WORDS("conv_bn.implementation"),
+        explanation=WORDS("conv_bn.explanation"),
         caveats=(FOLD_CAVEAT, PRECISION_CAVEAT), formula=FORMULA,
     ),
 )
+
+
+
+def __getattr__(name: str):
+    """``conv.POLICY``: the kernels' policy as it is now (``explorer.fusions.kernels.policy`` rebinds it)."""
+    if name == "POLICY":
+        return _policy.POLICY
+    raise AttributeError(name)

@@ -13,15 +13,15 @@
        │      the LayerNorm over the C channels
        └───────────────────────────────────────────────────────────────────────────────────────────────▲
 
-    with conv.POLICY.mlp_gemm_triton (3 kernels): each linear ONE Triton GEMM with its epilogue, the
+    with policy.POLICY.mlp_gemm_triton (3 kernels): each linear ONE Triton GEMM with its epilogue, the
     first with the bias and GELU, the second with the bias and the residual (x's rows) read in it
 
 What each step buys, and why it is this way:
 
-- **Depthwise conv + bias + LayerNorm, one kernel** (``conv.depthwise_conv`` with a
+- **Depthwise conv + bias + LayerNorm, one kernel** (``depthwise_conv`` with a
   LayerNorm epilogue): the conv output is never written and read back three times
   (bias add, LayerNorm, and in NCHW the copy of the permuted tensor). One program
-  holds every channel of a few output pixels (``conv.depthwise_tiles``; ConvNeXt's
+  holds every channel of a few output pixels (``depthwise_tiles``; ConvNeXt's
   C = 3·2^k channels as three power-of-two chunks), so the mean and variance are a
   reduction over its tile; the output is channels_last, i.e. exactly the contiguous
   ``(N·H·W, C)`` matrix the first linear reads. It needs Triton (CUDA, or the
@@ -41,11 +41,11 @@ What each step buys, and why it is this way:
   config beat cuBLAS on the first stage's second linear, 41 against 48 µs, and per-shape
   tiles are not chosen yet), and the model's profiled GPU time grew with it (3.42 against 3.07
   ms, one profiled forward each).
-  So it is behind ``conv.POLICY.mlp_gemm_triton``, which the model benchmark switches on
+  So it is behind ``kernels.policy.POLICY.mlp_gemm_triton``, which the model benchmark switches on
   beside the default.
 
 Whether the whole block pays is measured, not assumed: ``benchmarks/bench_cnn_fusions.py``
-times the fused model with ``conv.POLICY``'s switches flipped beside it.
+times the fused model with ``kernels.policy.POLICY``'s switches flipped beside it.
 ``select_convnext_block`` is the one decision the runtime call, the label and the lowering ask.
 """
 
@@ -55,11 +55,107 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from explorer.fusions import conv, edit, linear
+from explorer.fusions import edit, linear
+from explorer.fusions.kernels import policy
+from explorer.fusions.kernels.bias_act import bias_act_
+from explorer.fusions.kernels.common import cached_plan, conv_nd, conv_out_shape, fallback_plan, is_depthwise, layout_of
+from explorer.fusions.kernels.depthwise import depthwise_applies, depthwise_conv, pack_depthwise_weight
+from explorer.fusions.kernels.gemm import gemm_applies, gemm_launch, gemm_plan
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
-from explorer.fusions.triton_support import interpreting, triton_runs_on
+from explorer.fusions.triton_support import interpreting, triton_runs_on, where
 from explorer.graph import aten
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("convnext", {
+    "title": ('ConvNeXt block', 'ConvNeXt 块'),
+    "convnext_block.label": ('ConvNeXt block',
+        'ConvNeXt 块'),
+    "convnext_block.implementation": (('depthwise conv + bias + LayerNorm in one Triton kernel, Linear+GELU, the second linear '
+         'with the layer scale folded in, the residual add in one vectorised pass'),
+        '深度可分离卷积 + 偏置 + LayerNorm 合成一个 Triton 内核，Linear+GELU，第二个线性层折叠进 layer scale，残差相加用一个向量化内核完成'),
+    "convnext_block.explanation": (('A ConvNeXt block is eight kernels in eager mode, five of them moving the whole '
+         "activation for a few flops each (the conv's bias, LayerNorm, GELU, the layer scale, the "
+         "residual add). The LayerNorm runs in the depthwise convolution's epilogue, the layer "
+         "scale disappears into the second linear's weights, and the residual add is one pass."),
+        ('ConvNeXt 块在 eager 模式下是八个内核，其中五个每次只做几次浮点运算却要搬运整个激活张量（卷积偏置、LayerNorm、GELU、layer '
+         'scale、残差相加）。LayerNorm 放进深度可分离卷积的尾处理，layer scale 折叠进第二个线性层的权重，残差相加只需一遍。')),
+    "caveat": (("Folding the layer scale into the second linear rounds γ·W₂ to the weights' dtype once, "
+         'as BatchNorm folding does; valid in inference and training alike (it is exact algebra).'),
+        '把 layer scale 折叠进第二个线性层时，γ·W₂ 会按权重的数据类型舍入一次，和 BN 折叠一样；推理和训练都成立（这是精确的代数变换）。'),
+    "caveat_measured": (('Slower than torch.compile where it was measured (ConvNeXt-Tiny, fp16, batch 32, H200): '
+         "faster than eager (0.95x of its time) but 1.18x the time of torch.compile's default "
+         'mode and, with CUDA graphs, 1.20x that of reduce-overhead; the depthwise 7x7 + '
+         "LayerNorm kernel takes more GPU time than cuDNN's conv with inductor's LayerNorm "
+         '(benchmarks/results/bench_cnn_fusions_convnext_tiny_quick_h200.json). Time these chains '
+         'on your GPU before accepting them, or give them the inductor kernel.'),
+        ('在实测中比 torch.compile 慢（ConvNeXt-Tiny，fp16，batch 32，H200）：比 eager 快（耗时为其 0.95 倍），但耗时是 '
+         'torch.compile 默认模式的 1.18 倍，使用 CUDA graph 时是 reduce-overhead 的 1.20 倍；深度可分离 7x7 卷积 + '
+         'LayerNorm 内核占用的 GPU 时间多于 cuDNN 卷积加 inductor 的 '
+         'LayerNorm（benchmarks/results/bench_cnn_fusions_convnext_tiny_quick_h200.json）。接受这些链之前，先在你的 '
+         'GPU 上给它们计时，或者为它们选择 inductor 内核。')),
+    "convnext_block.formula": ('gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2   (per output channel)',
+        'gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2（逐输出通道）'),
+    "mlp.gemm": ("triton GEMM+bias+{act} (1 kernel) + triton GEMM+bias+residual, layer scale folded (1 kernel; a residual that is not channels_last: 1 pass more)",
+        "triton GEMM+bias+{act}（1 个内核） + triton GEMM+bias+残差，折叠 layer scale（1 个内核；残差不是 channels_last 时多 1 遍）"),
+    "mlp.fused": ("linear+{act} (1 kernel: {impl}) + linear, layer scale folded (1 kernel) + {residual}",
+        "linear+{act}（1 个内核：{impl}） + linear，折叠 layer scale（1 个内核） + {residual}"),
+    "mlp.separate": ("linear+{act} (2 kernels) + linear, layer scale folded (1 kernel) + {residual}",
+        "linear+{act}（2 个内核） + linear，折叠 layer scale（1 个内核） + {residual}"),
+    "residual.triton": ("triton residual add (1 pass)",
+        "triton 残差相加（1 遍）"),
+    "residual.torch": ("residual add_",
+        "残差 add_"),
+    "label.triton": ("triton dwconv+bias+LayerNorm (1 kernel) + {mlp}",
+        "triton dwconv+bias+LayerNorm（1 个内核） + {mlp}"),
+    "label.triton_cl": ("triton dwconv+bias+LayerNorm (1 kernel for a channels_last input, else conv + layer_norm) + {mlp}",
+        "triton dwconv+bias+LayerNorm（1 个内核，限 channels_last 输入，否则 conv + layer_norm） + {mlp}"),
+    "label.reference": ("dwconv+bias + layer_norm + {mlp} ({why})",
+        "dwconv+bias + layer_norm + {mlp}（{why}）"),
+    "why.dtype": ("dtype {dtype}",
+        "数据类型 {dtype}"),
+    "why.policy": ("conv.POLICY: depthwise_triton off",
+        "conv.POLICY：depthwise_triton 已关闭"),
+    "why.channels": ("{channels} channels > {max}",
+        "{channels} 个通道 > {max}"),
+    "why.layout": ("the input is not channels_last",
+        "输入不是 channels_last"),
+    "fused_kernel": ("the ConvNeXt block",
+        " ConvNeXt 块"),
+    "generic.permute": ("{first} → {last} is not one permute{dims}",
+        "{first} → {last} 不是一次 permute{dims}"),
+    "generic.forward": ("{op} is not a forward convolution",
+        "{op} 不是前向卷积"),
+    "generic.depthwise": ("the convolution is not a 2-D depthwise convolution with integer geometry",
+        "该卷积不是几何参数为整数的二维深度可分离卷积"),
+    "refuse.channels": ("the LayerNorm does not normalise over the channels alone",
+        "LayerNorm 不是只在通道上归一化"),
+    "generic.mlp": ("the MLP is not linear → act → linear reading the LayerNorm",
+        "MLP 不是读取 LayerNorm 的 linear → act → linear"),
+    "generic.act": ("activation {act} has no linear epilogue",
+        "激活函数 {act} 没有线性层尾处理"),
+    'refuse.residual': ("the residual add does not add the block's input",
+        '残差相加加的不是这个块的输入'),
+    "what.w2": ("second linear weight",
+        "第二个线性层的权重"),
+    "what.b2": ("second linear bias",
+        "第二个线性层的偏置"),
+    "what.scale": ("layer scale",
+        "layer scale"),
+    "refuse.scale": ("the scale has {n} elements, not one per channel ({channels})",
+        "缩放因子有 {n} 个元素，不是每个通道一个（{channels}）"),
+    "refuse.not_depthwise": ("the convolution before the LayerNorm is not depthwise",
+        "LayerNorm 前面的卷积不是深度可分离卷积"),
+    "refuse.last_dim": ("LayerNorm normalizes over more than the last dimension",
+        "LayerNorm 归一化的不只是最后一维"),
+    "refuse.constant": ("the multiply is not by a constant (a layer scale)",
+        "乘的不是常量（不是 layer scale）"),
+    'refuse.block_input': ("the add does not add the block's input (not a residual)",
+        '相加的不是这个块的输入（不是残差）'),
+})
+
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: A LayerNorm epilogue holds every channel of its pixels in one program: up to this many.
@@ -77,17 +173,9 @@ TOLERANCES = {
     torch.bfloat16: dict(rtol=3.2e-2, atol=3.2e-2),
 }
 
-CAVEAT = ("Folding the layer scale into the second linear rounds γ·W₂ to the weights' dtype once, "
-          "as BatchNorm folding does; valid in inference and training alike (it is exact algebra).")
+CAVEAT = WORDS("caveat")
 #: Not every fusion pays, and this one did not where it was measured: said where the user chooses.
-CAVEAT_MEASURED = ("Slower than torch.compile where it was measured (ConvNeXt-Tiny, fp16, batch "
-                   "32, H200): faster than eager (0.95x of its time) but 1.18x the time of "
-                   "torch.compile's default mode and, with CUDA graphs, 1.20x that of "
-                   "reduce-overhead; the depthwise 7x7 + LayerNorm kernel takes more GPU time "
-                   "than cuDNN's conv with inductor's LayerNorm "
-                   "(benchmarks/results/bench_cnn_fusions_convnext_tiny_quick_h200.json). Time "
-                   "these chains on your GPU before accepting them, or give them the inductor "
-                   "kernel.")
+CAVEAT_MEASURED = WORDS("caveat_measured")
 
 
 # ====================================================================== the arithmetic
@@ -112,7 +200,7 @@ def convnext_block_reference(x, dw_weight, dw_bias, ln_weight, ln_bias, eps, w1,
     """Unfused, as torchvision's ``CNBlock`` runs it: dwconv, permute, LayerNorm, linear, act, linear,
     permute, ``γ ·``, ``+ x``. Any float dtype (float64 for test references)."""
     c = x.shape[1]
-    y = conv.conv_nd(x, dw_weight, dw_bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H, W, C)
+    y = conv_nd(x, dw_weight, dw_bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H, W, C)
     y = F.layer_norm(y, (c,), ln_weight, ln_bias, eps)
     y = linear.linear_act_reference(y, w1, b1, act)                                            # (N, H, W, 4C)
     y = F.linear(y, w2, b2).permute(0, 3, 1, 2)                                                # (N, C, H, W)
@@ -124,10 +212,10 @@ def convnext_block_reference(x, dw_weight, dw_bias, ln_weight, ln_bias, eps, w1,
 # ====================================================================== selection
 
 def uses_gemm(device: torch.device | str, dtype: torch.dtype) -> bool:
-    """Whether the block's two linears run as Triton GEMMs with their epilogues (``conv.gemm_epilogue``):
-    where ``conv.POLICY`` switches ``gemm_triton`` and ``mlp_gemm_triton`` on (the second is off by default:
+    """Whether the block's two linears run as Triton GEMMs with their epilogues (``gemm_epilogue``):
+    where ``kernels.policy.POLICY`` switches ``gemm_triton`` and ``mlp_gemm_triton`` on (the second is off by default:
     cuBLAS and one pass measured faster) and Triton runs, in fp32/fp16/bf16."""
-    return (conv.POLICY.gemm_triton and conv.POLICY.mlp_gemm_triton and triton_runs_on(device)
+    return (policy.POLICY.gemm_triton and policy.POLICY.mlp_gemm_triton and triton_runs_on(device)
             and dtype in SUPPORTED_DTYPES)
 
 
@@ -140,37 +228,36 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
     ``reference``: cuDNN's conv and ``layer_norm``. Then the MLP: where ``uses_gemm``, each
     linear is one Triton GEMM with its epilogue (the first adds the bias and applies ``act``,
     the second adds the bias and the residual where the input is channels_last); otherwise
-    the linear family's choice, ``linear`` and the residual as one pass. ``conv.POLICY``'s
+    the linear family's choice, ``linear`` and the residual as one pass. ``kernels.policy.POLICY``'s
     ``depthwise_triton`` and ``gemm_triton`` switches turn the Triton steps off, and
     ``mlp_gemm_triton`` (off by default, see ``uses_gemm``) the Triton GEMMs on. The label
     names every kernel.
     """
     device = torch.device(device)
     triton = triton_runs_on(device) and dtype in SUPPORTED_DTYPES
-    where = " [Triton interpreter on cpu]" if device.type == "cpu" else ""
     if uses_gemm(device, dtype):
-        mlp = (f"triton GEMM+bias+{act} (1 kernel) + triton GEMM+bias+residual, layer scale folded (1 kernel; "
-               "a residual that is not channels_last: 1 pass more)")
+        mlp = WORDS("mlp.gemm", act=act)
         fused = True
     else:
         lin = linear.select_linear_act(device, dtype, act, 2, 2)
-        residual = "triton residual add (1 pass)" if triton else "residual add_"
-        mlp = (f"linear+{act} ({'1 kernel: ' + lin.impl if lin.fused else '2 kernels'}) + linear, layer scale "
-               f"folded (1 kernel) + {residual}")
+        residual = WORDS("residual.triton" if triton else "residual.torch")
+        mlp = WORDS("mlp.fused", act=act, impl=lin.impl, residual=residual) if lin.fused else \
+            WORDS("mlp.separate", act=act, residual=residual)
         fused = lin.fused
-    if (triton and conv.POLICY.depthwise_triton and (channels is None or channels <= MAX_CHANNELS)
+    if (triton and policy.POLICY.depthwise_triton and (channels is None or channels <= MAX_CHANNELS)
             and layout in (None, "nhwc")):
-        tail = "" if layout == "nhwc" else " for a channels_last input, else conv + layer_norm"
-        return Choice("triton", f"triton dwconv+bias+LayerNorm (1 kernel{tail}) + {mlp}{where}", True)
+        label = WORDS("label.triton" if layout == "nhwc" else "label.triton_cl", mlp=mlp)
+        return Choice("triton", where(label, device), True)
     if not triton:
-        why = f"no Triton on {device.type}" if not triton_runs_on(device) else f"dtype {dtype}"
-    elif not conv.POLICY.depthwise_triton:
-        why = "conv.POLICY: depthwise_triton off"
+        why = BASE_WORDS("no_triton", device=device.type) if not triton_runs_on(device) else \
+            WORDS("why.dtype", dtype=dtype)
+    elif not policy.POLICY.depthwise_triton:
+        why = WORDS("why.policy")
     elif channels is not None and channels > MAX_CHANNELS:
-        why = f"{channels} channels > {MAX_CHANNELS}"
+        why = WORDS("why.channels", channels=channels, max=MAX_CHANNELS)
     else:
-        why = "the input is not channels_last"
-    return Choice("reference", f"dwconv+bias + layer_norm + {mlp} ({why}){where}", fused)
+        why = WORDS("why.layout")
+    return Choice("reference", where(WORDS("label.reference", mlp=mlp, why=why), device), fused)
 
 
 # ====================================================================== the block
@@ -178,18 +265,18 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
 def depthwise_layer_norm(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
                          stride, padding, dilation, ln_weight, ln_bias, eps: float) -> torch.Tensor:
     """``layer_norm(dwconv(x) + b)`` over the channels, as ``(N, H', W', C)``: one Triton kernel where
-    it takes the operands (``conv.depthwise_applies``: a channels_last input on a device Triton runs
-    on), reading the weight ``packed`` (``conv.pack_depthwise_weight``; ``weight`` itself works too,
+    it takes the operands (``depthwise_applies``: a channels_last input on a device Triton runs
+    on), reading the weight ``packed`` (``pack_depthwise_weight``; ``weight`` itself works too,
     more slowly); otherwise cuDNN's conv, a permute and ``layer_norm``."""
     c = x.shape[1]
     key = ("convnext-dwln", x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.device,
-           conv.POLICY.depthwise_triton, interpreting())
-    decision = conv.cached_plan(key)
+           policy.POLICY.depthwise_triton, interpreting())
+    decision = cached_plan(key)
     if decision is None:
-        use = conv.POLICY.depthwise_triton and c <= MAX_CHANNELS and conv.depthwise_applies(x, weight, weight.shape[0])
-        decision = conv.fallback_plan(key, "kernel" if use else "fallback")
+        use = policy.POLICY.depthwise_triton and c <= MAX_CHANNELS and depthwise_applies(x, weight, weight.shape[0])
+        decision = fallback_plan(key, "kernel" if use else "fallback")
     if decision.out_shape == "kernel":
-        y = conv.depthwise_conv(x, packed, bias, None, stride, padding, dilation, "none",
+        y = depthwise_conv(x, packed, bias, None, stride, padding, dilation, "none",
                                 norm=(ln_weight, ln_bias, eps))                  # (N, C, H', W') channels_last
         return y.permute(0, 2, 3, 1)                                             # (N, H', W', C) contiguous
     y = torch.conv2d(x, weight, bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H', W', C)
@@ -198,27 +285,27 @@ def depthwise_layer_norm(x: torch.Tensor, weight: torch.Tensor, packed: torch.Te
 
 def residual_add_(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``y += x`` in place: one vectorised Triton pass where Triton runs (any two dense layouts), else ``add_``."""
-    return conv.bias_act_(y, None, x, "none")
+    return bias_act_(y, None, x, "none")
 
 
 def mlp_hidden(t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, act: str, gemm: bool) -> torch.Tensor:
     """``act(t @ w1ᵀ + b1)`` for the contiguous ``t`` ``(N, H, W, C)``, as ``(N·H·W, 4C)``: one Triton GEMM with
-    the bias and the activation in its epilogue (``gemm``, where ``conv.gemm_applies``), else as the linear
+    the bias and the activation in its epilogue (``gemm``, where ``gemm_applies``), else as the linear
     family decides. Planned once per call signature."""
     c = t.shape[-1]
     key = ("convnext-fc1", t.shape, t.stride(), t.dtype, t.device, w1.shape, w1.stride(), w1.dtype,
            None if b1 is None else b1.dtype, act, gemm, interpreting())
-    plan = conv.cached_plan(key)
+    plan = cached_plan(key)
     if plan is None:
         rows = t.reshape(-1, c)
-        if gemm and t.is_contiguous() and conv.gemm_applies(rows, w1) and rows.shape[0] > 0:
-            plan = conv.gemm_plan(key, t, w1, b1, None, act, rows.shape[0], c, (c, 1), None, (w1.shape[0], 1))
+        if gemm and t.is_contiguous() and gemm_applies(rows, w1) and rows.shape[0] > 0:
+            plan = gemm_plan(key, t, w1, b1, None, act, rows.shape[0], c, (c, 1), None, (w1.shape[0], 1))
         else:
-            plan = conv.fallback_plan(key)
+            plan = fallback_plan(key)
     if plan.out_shape == "fallback":
         return linear.linear_act(t.reshape(-1, c), w1, b1, act)
     out = torch.empty((t.numel() // c, w1.shape[0]), dtype=t.dtype, device=t.device)   # (M, 4C)
-    return conv.gemm_launch(plan, key, t, w1, b1, None, out)
+    return gemm_launch(plan, key, t, w1, b1, None, out)
 
 
 def project_residual(h: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None, x: torch.Tensor,
@@ -229,22 +316,22 @@ def project_residual(h: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None,
     n, c, hh, ww = x.shape
     key = ("convnext-fc2", h.shape, h.stride(), x.shape, x.stride(), x.dtype, x.device, w2.shape, w2.stride(),
            w2.dtype, None if b2 is None else b2.dtype, gemm, interpreting())
-    plan = conv.cached_plan(key)
+    plan = cached_plan(key)
     if plan is None:
-        if gemm and conv.gemm_applies(h, w2) and h.shape[0] == n * hh * ww > 0:
-            z = x if conv.layout_of(x) == "nhwc" else None      # the residual read in the epilogue, as rows of x
-            plan = conv.gemm_plan(key, h, w2, b2, z, "none", h.shape[0], h.shape[1], h.stride(),
+        if gemm and gemm_applies(h, w2) and h.shape[0] == n * hh * ww > 0:
+            z = x if layout_of(x) == "nhwc" else None      # the residual read in the epilogue, as rows of x
+            plan = gemm_plan(key, h, w2, b2, z, "none", h.shape[0], h.shape[1], h.stride(),
                                   None if z is None else (c, 1), (c, 1))
             plan.out_shape = "residual in the epilogue" if z is not None else "residual pass"
         else:
-            plan = conv.fallback_plan(key)
+            plan = fallback_plan(key)
     if plan.out_shape == "fallback":
         y = F.linear(h, w2, b2).view(n, hh, ww, c).permute(0, 3, 1, 2)      # (N, C, H, W)
         return residual_add_(y, x)
     out = torch.empty((n, c, hh, ww), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
     if plan.out_shape == "residual in the epilogue":
-        return conv.gemm_launch(plan, key, h, w2, b2, x, out)
-    return residual_add_(conv.gemm_launch(plan, key, h, w2, b2, None, out), x)
+        return gemm_launch(plan, key, h, w2, b2, x, out)
+    return residual_add_(gemm_launch(plan, key, h, w2, b2, None, out), x)
 
 
 def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias, eps, w1, b1, act,
@@ -276,7 +363,7 @@ def _permute_between(ctx: RewriteContext, chain, first: torch.fx.Node, last: tor
     names = list(chain.nodes)
     views = [ctx.by_name[n] for n in names[names.index(first.name) + 1: names.index(last.name)]]
     if len(views) != 1 or aten.aten_name(views[0]) != "permute" or list(views[0].args[1]) != dims:
-        raise UseGeneric(f"{first.name} → {last.name} is not one permute{tuple(dims)}")
+        raise UseGeneric(WORDS("generic.permute", first=first.name, last=last.name, dims=tuple(dims)))
 
 
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
@@ -286,33 +373,33 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     scale, add = ctx.node(chain, "scale"), ctx.node(chain, "residual")
     c = aten.conv_args(dw)
     if c is None or c.transposed:
-        raise UseGeneric(f"{aten.aten_name(dw)} is not a forward convolution")
+        raise UseGeneric(WORDS("generic.forward", op=aten.aten_name(dw)))
     x_shape, w_shape = aten.static_shape(c.input), aten.static_shape(c.weight)
     geometry = edit.int_lists(2, c.stride, c.padding, c.dilation)
-    if x_shape is None or w_shape is None or geometry is None or not conv.is_depthwise(x_shape[1], w_shape, c.groups):
-        raise UseGeneric("the convolution is not a 2-D depthwise convolution with integer geometry")
+    if x_shape is None or w_shape is None or geometry is None or not is_depthwise(x_shape[1], w_shape, c.groups):
+        raise UseGeneric(WORDS("generic.depthwise"))
     channels = x_shape[1]
     _permute_between(ctx, chain, dw, ln_node, [0, 2, 3, 1])
     _permute_between(ctx, chain, fc2, scale if scale is not None else add, [0, 3, 1, 2])
     ln = aten.layer_norm_args(ln_node)
     if ln is None or list(ln.normalized_shape) != [channels]:
-        raise Refuse("the LayerNorm does not normalise over the channels alone")
+        raise Refuse(WORDS("refuse.channels"))
     lin1, lin2 = aten.linear_args(fc1), aten.linear_args(fc2)
     if lin1 is None or lin2 is None or lin1.input is not ln_node or lin2.input is not act_node:
-        raise UseGeneric("the MLP is not linear → act → linear reading the LayerNorm")
+        raise UseGeneric(WORDS("generic.mlp"))
     act = aten.activation_name(act_node)
     if act not in linear.LINEAR_ACTIVATIONS:
-        raise UseGeneric(f"activation {act} has no linear epilogue")
+        raise UseGeneric(WORDS("generic.act", act=act))
     members = set(ctx.members(chain))
     edit.check_alpha(add)
     if not edit.through_identity(edit.other_operand(add, members), c.input):
-        raise Refuse("the residual add does not add the block's input")
-    w2, b2 = ctx.constant(lin2.weight, "second linear weight"), ctx.constant(lin2.bias, "second linear bias")
+        raise Refuse(WORDS("refuse.residual"))
+    w2, b2 = ctx.constant(lin2.weight, WORDS("what.w2")), ctx.constant(lin2.bias, WORDS("what.b2"))
     tensors = {}
     if scale is not None:
-        gamma = ctx.constant(edit.other_operand(scale, members), "layer scale")
+        gamma = ctx.constant(edit.other_operand(scale, members), WORDS("what.scale"))
         if gamma.numel() != channels:
-            raise Refuse(f"the scale has {gamma.numel()} elements, not one per channel ({channels})")
+            raise Refuse(WORDS("refuse.scale", n=gamma.numel(), channels=channels))
         w2, b2 = fold_layer_scale(w2, b2, gamma)
     key = fc2.name
     tensors[f"{key}_scaled_weight"] = w2
@@ -323,7 +410,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         b2_arg = NewAttr(f"{key}_scaled_bias")
     stride, padding, dilation = geometry
     choice = select_convnext_block(ctx.device, edit.dtype_of(dw), channels, act)
-    label = choice.label + ("" if choice.fused else edit.not_fused_note(ctx.device, "the ConvNeXt block"))
+    label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("fused_kernel"))
     args = (c.input, c.weight, c.bias, stride, padding, dilation, ln.weight, ln.bias, ln.eps,
             lin1.weight, lin1.bias, act, w2_arg, b2_arg)
     return edit.whole_chain_edit(ctx, chain, fused_convnext_block, args, Choice(choice.impl, label, choice.fused),
@@ -341,15 +428,15 @@ def _lower(gm, node, device, dtype) -> bool:
     if weight is None or w1t is None or w2t is None or x_shape is None or len(x_shape) != 4:
         return False
     n, c = x_shape[0], x_shape[1]
-    out = conv.conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
+    out = conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
     choice = select_convnext_block(device, dtype, c, act)
     gemm = uses_gemm(device, dtype)
     hidden_linear = []
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
         if choice.impl == "triton":
-            packed = conv._register(gm, "_lean_dw_" + str(dw_w.target).replace(".", "_"),
-                                    conv.pack_depthwise_weight(weight))
+            packed = edit.register_buffer(gm, "_lean_dw_" + str(dw_w.target).replace(".", "_"),
+                                    pack_depthwise_weight(weight))
             t = g.call_function(depthwise_layer_norm, (x, dw_w, g.get_attr(packed), dw_b, stride, padding,
                                                        dilation, ln_w, ln_b, eps))
         else:
@@ -388,15 +475,15 @@ def _depthwise(g, conv_node: str) -> bool:
 def _norm_after_depthwise(g, node: str, ctx: dict) -> str | None:
     """(The anchor's own guard would never be asked: the conv is checked here, from the step after it.)"""
     if not _depthwise(g, ctx["prev_real"]):
-        return "the convolution before the LayerNorm is not depthwise"
+        return WORDS("refuse.not_depthwise")
     if g.nodes[node].get("norm_dims", 1) != 1:
-        return "LayerNorm normalizes over more than the last dimension"
+        return WORDS("refuse.last_dim")
     return None
 
 
 def _per_channel_constant(g, node: str, ctx: dict) -> str | None:
     if not g.nodes[node].get("const_operand") or g.in_degree(node) != 1:
-        return "the multiply is not by a constant (a layer scale)"
+        return WORDS("refuse.constant")
     return None
 
 
@@ -406,13 +493,16 @@ def _adds_block_input(g, node: str, ctx: dict) -> str | None:
     block_input = set(g.predecessors(anchor))
     others = {p for p in g.predecessors(node) if p != ctx["prev"] and p not in ctx["chain"]}
     if others != block_input:
-        return "the add does not add the block's input (not a residual)"
+        return WORDS("refuse.block_input")
     return None
 
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("conv", "linear", "norm")   # its depthwise conv, LayerNorm and MLP are one block
+
 PATTERNS = (
     Pattern(
-        name="convnext_block", label="ConvNeXt block", priority=18,
+        name="convnext_block", label=WORDS("convnext_block.label"),
         steps=(Step(frozenset({"conv"}), "dwconv"),
                Step(frozenset({"layer_norm"}), "norm", guard=_norm_after_depthwise),
                Step(frozenset({"linear"}), "fc1"),
@@ -421,14 +511,9 @@ PATTERNS = (
                Step(frozenset({"mul"}), "scale", optional=True, guard=_per_channel_constant),
                Step(frozenset({"add"}), "residual", guard=_adds_block_input)),
         color="#6b6ecf", rewrite=rewrite,
-        implementation=("depthwise conv + bias + LayerNorm in one Triton kernel, Linear+GELU, the second "
-                        "linear with the layer scale folded in, the residual add in one vectorised pass"),
-        explanation=("A ConvNeXt block is eight kernels in eager mode, five of them moving the whole "
-                     "activation for a few flops each (the conv's bias, LayerNorm, GELU, the layer scale, "
-                     "the residual add). The LayerNorm runs in the depthwise convolution's epilogue, the "
-                     "layer scale disappears into the second linear's weights, and the residual add is one "
-                     "pass."),
+        implementation=WORDS("convnext_block.implementation"),
+        explanation=WORDS("convnext_block.explanation"),
         caveats=(PRECISION_CAVEAT, CAVEAT, CAVEAT_MEASURED),
-        formula="gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2   (per output channel)",
+        formula=WORDS("convnext_block.formula"),
     ),
 )

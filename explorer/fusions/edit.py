@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.fx
 
-from explorer.fusions.base import Chain, Choice
+from explorer.fusions.base import WORDS, Chain, Choice
 from explorer.graph import aten
 
 
@@ -85,7 +85,7 @@ class RewriteContext:
             value = aten.attr_value(self.gm, node.target)
             if isinstance(value, torch.Tensor):
                 return value.detach()
-        raise Refuse(f"{what} is computed in the graph, not a constant: cannot fold")
+        raise Refuse(WORDS("not_constant", what=what))
 
     def scalar(self, operand: Any) -> float | None:
         """A Python number, or a one-element constant tensor, as a float; else None."""
@@ -109,7 +109,7 @@ def whole_chain_edit(ctx: RewriteContext, chain: Chain, target: Callable, args: 
     if outputs is None:
         outputs = [ctx.by_name[chain.roles[-1][0]]]
         if chain.extra_outputs:
-            raise UseGeneric("the chain has extra outputs this kernel does not write")
+            raise UseGeneric(WORDS("extra_outputs"))
     check_no_outside_users(members, [o for o in outputs if o is not None])
     return Edit(chain, tuple(members), tuple(outputs), target, tuple(args), choice,
                 tensors=dict(tensors or {}), tuple_result=tuple_result)
@@ -123,7 +123,7 @@ def check_no_outside_users(remove: list[torch.fx.Node], outputs: list[torch.fx.N
             continue
         for user in node.users:
             if user not in removing and not aten.is_ignored(user):
-                raise Refuse(f"{node.name} is also used by {user.name} outside the chain")
+                raise Refuse(WORDS("used_outside", node=node.name, user=user.name))
 
 
 _IDENTITY_VIEWS = ("dropout", "dropout_", "feature_dropout", "alias", "detach", "getitem")
@@ -146,13 +146,13 @@ def only_identity_views(ctx: RewriteContext, chain: Chain) -> None:
         aname = aten.aten_name(node)
         if aname.startswith("dropout") or aname == "feature_dropout":
             if aten.is_training_dropout(node):
-                raise Refuse("dropout in training mode inside the chain")
+                raise Refuse(WORDS("training_dropout"))
             continue
         if aname == "getitem" and node.args[1] == 0:
             continue
         if aname in ("alias", "detach"):
             continue
-        raise UseGeneric(f"a {aname} inside the chain")
+        raise UseGeneric(WORDS("op_inside", op=aname))
 
 
 def other_operand(node: torch.fx.Node, members: set, allow_scalar: bool = False) -> Any:
@@ -164,9 +164,9 @@ def other_operand(node: torch.fx.Node, members: set, allow_scalar: bool = False)
     elif inside == [False, True]:
         other = a
     else:
-        raise UseGeneric(f"{node.name}: cannot tell the chain operand from the other one")
+        raise UseGeneric(WORDS("operand_unclear", node=node.name))
     if not allow_scalar and not isinstance(other, torch.fx.Node):
-        raise UseGeneric(f"{node.name} adds a constant")
+        raise UseGeneric(WORDS("adds_constant", node=node.name))
     return other
 
 
@@ -174,7 +174,7 @@ def check_alpha(node: torch.fx.Node) -> None:
     """Fused adds take ``a + b`` only, not ``a + alpha * b``."""
     binary = aten.binary_args(node)
     if binary is not None and binary.alpha != 1:
-        raise UseGeneric(f"{node.name} has alpha != 1")
+        raise UseGeneric(WORDS("alpha", node=node.name))
 
 
 def dtype_of(node: torch.fx.Node) -> torch.dtype:
@@ -183,11 +183,12 @@ def dtype_of(node: torch.fx.Node) -> torch.dtype:
     return vals[0].dtype if vals else torch.float32
 
 
-def not_fused_note(device: torch.device, what: str) -> str:
-    """The label's note for a chain whose ops run one after another on this device."""
+def not_fused_note(device: torch.device, label: str, what: str) -> str:
+    """``label`` with the note for a chain whose ops run one after another on this device (``what``: a message
+    naming the fused kernel it lacks)."""
     if device.type == "cpu":
-        return f"; cpu: no fused kernel for {what}, the ops run one after another"
-    return ""
+        return WORDS("not_fused_cpu", label=label, what=what)
+    return label
 
 
 # ---------------------------------------------------------------------- subgraphs
@@ -249,6 +250,13 @@ def replace_node(gm: torch.fx.GraphModule, node: torch.fx.Node,
     return True
 
 
+def register_buffer(gm: torch.fx.GraphModule, name: str, tensor: torch.Tensor) -> str:
+    """A root buffer ``name`` holding ``tensor`` (made once per graph); returns the name."""
+    if not hasattr(gm, name):
+        gm.register_buffer(name, tensor, persistent=False)
+    return name
+
+
 def attr_tensor(gm: torch.fx.GraphModule, arg: Any) -> torch.Tensor | None:
     """The tensor a ``get_attr`` argument reads, or None for anything else."""
     if not (isinstance(arg, torch.fx.Node) and arg.op == "get_attr"):
@@ -269,3 +277,34 @@ def int_lists(n: int, *values: Any) -> tuple[list[int], ...] | None:
         else:
             return None
     return tuple(out)
+
+
+def leading_broadcast(r_shape, x_shape) -> bool:
+    """Whether ``r`` broadcasts to ``x`` over leading dims only (or equals it): after dropping its
+    leading 1s, ``r``'s shape is a suffix of ``x``'s ending in the normalised dim, e.g. BERT's
+    position embeddings ``(1, S, N)`` against ``(B, S, N)``. Its rows then repeat every
+    ``numel(r) / N`` rows of ``x``, which is all the kernel needs."""
+    r_shape, x_shape = tuple(r_shape), tuple(x_shape)
+    while r_shape and r_shape[0] == 1 and len(r_shape) > 1:
+        r_shape = r_shape[1:]
+    return 0 < len(r_shape) <= len(x_shape) and x_shape[len(x_shape) - len(r_shape):] == r_shape
+
+
+def residual_add_operands(add: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, torch.Tensor]:
+    """``(x, residual, sum)`` of the residual add before a row-wise norm, for its fused kernel: ``x``
+    the operand of the sum's shape, ``residual`` the other, which may broadcast over ``x``'s leading
+    dims only (``leading_broadcast``), and ``sum`` the add's value (shape and dtype). Raises
+    ``UseGeneric`` for an add the kernels do not take (alpha, a constant, mixed dtypes, another broadcast).
+    """
+    check_alpha(add)
+    x, residual = add.args[0], add.args[1]
+    if not all(isinstance(t, torch.fx.Node) for t in (x, residual)):
+        raise UseGeneric(WORDS("add_constant"))
+    xs, rs, out = aten.node_val(x), aten.node_val(residual), aten.node_val(add)
+    if not all(isinstance(t, torch.Tensor) for t in (xs, rs, out)) or xs.dtype != rs.dtype:
+        raise UseGeneric(WORDS("add_dtypes"))
+    if xs.shape != out.shape and rs.shape == out.shape:  # the add is commutative: the full operand first
+        x, residual, xs, rs = residual, x, rs, xs
+    if xs.shape != out.shape or not leading_broadcast(rs.shape, xs.shape):
+        raise UseGeneric(WORDS("add_broadcast"))
+    return x, residual, out

@@ -30,10 +30,36 @@ from explorer.fusions import edit
 from explorer.fusions.base import PAYS_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import NewAttr, RewriteContext
 from explorer.vocab import ELEMENTWISE
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("generic", {
+    "title": ('Elementwise chain', '逐元素算子链'),
+    "elementwise_chain.label": ('Elementwise chain',
+        '逐元素算子链'),
+    "elementwise_chain.implementation": ("the chain's subgraph compiled on its own by torch.compile's inductor (generic fallback)",
+        '链的子图单独交给 torch.compile 的 inductor 编译（通用兜底方案）'),
+    "elementwise_chain.explanation": (('Consecutive pointwise ops are memory-bound: each reads and writes the whole tensor. One '
+         'kernel reads the inputs once and writes the result once.'),
+        '连续的逐元素算子都受访存限制：每个都要读写整个张量。一个内核把输入只读一次、把结果只写一次。'),
+    'label': ("generic: torch.compile's inductor on the chain subgraph",
+        '通用方案：用 torch.compile 的 inductor 编译链的子图'),
+    'label.why': ("generic: torch.compile's inductor on the chain subgraph ({why})",
+        '通用方案：用 torch.compile 的 inductor 编译链的子图（{why}）'),
+    "choice_inductor": ("kernel choice: inductor",
+        "内核选择：inductor"),
+    "note.off": ("{label}; torch.compile off (EXPLORER_GENERIC_COMPILE=0): the ops run eagerly, one kernel each (not fused)",
+        "{label}；torch.compile 已关闭（EXPLORER_GENERIC_COMPILE=0）：算子以 eager 方式运行，每个一个内核（未融合）"),
+    "note.no_compiler": ("{label}; no C++ compiler on cpu: the ops run eagerly, one kernel each (not fused)",
+        "{label}；cpu 上没有 C++ 编译器：算子以 eager 方式运行，每个一个内核（未融合）"),
+    "note.cpp": ("{label} [cpu: inductor C++ kernel]",
+        "{label} [cpu：inductor C++ 内核]"),
+})
+
 
 log = logging.getLogger(__name__)
 
-GENERIC_LABEL = "generic: torch.compile's inductor on the chain subgraph"
+GENERIC_LABEL = WORDS("label")
 #: Compiled versions kept per chain (one per input signature); the oldest goes beyond this.
 MAX_SIGNATURES = 16
 
@@ -108,14 +134,15 @@ class CompiledChain(torch.nn.Module):
 
 
 def compile_available(device: torch.device) -> tuple[bool, str]:
-    """(compile the generic chains?, label note). ``EXPLORER_GENERIC_COMPILE=0`` turns compiling off."""
+    """(compile the generic chains?, the label's note: a message id of ``WORDS`` or ""). ``EXPLORER_GENERIC_COMPILE=0``
+    turns compiling off."""
     if os.environ.get("EXPLORER_GENERIC_COMPILE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return False, "; torch.compile off (EXPLORER_GENERIC_COMPILE=0): the ops run eagerly, one kernel each (not fused)"
+        return False, "note.off"
     if device.type == "cuda":
         return True, ""
     if _cpp_compiler() is None:
-        return False, "; no C++ compiler on cpu: the ops run eagerly, one kernel each (not fused)"
-    return True, " [cpu: inductor C++ kernel]"
+        return False, "note.no_compiler"
+    return True, "note.cpp"
 
 
 @functools.lru_cache(maxsize=1)
@@ -133,7 +160,8 @@ def rewrite(ctx: RewriteContext, chain, kernel: str = "auto", why: str = "") -> 
     outputs = [ctx.by_name[n] for n in chain.outputs]
     sub, inputs = edit.extract_subgraph(ctx.gm, members, outputs, attrs_as_placeholders=True)
     compiles, note = compile_available(ctx.device)
-    label = GENERIC_LABEL + (f" ({why})" if why else "") + note
+    label = WORDS("label.why", why=why) if why else GENERIC_LABEL
+    label = WORDS(note, label=label) if note else label
     key = f"chain_{chain.roles[0][0]}"
     edit.check_no_outside_users(members, outputs)
     return edit.Edit(chain, tuple(members), tuple(outputs), fused_subgraph, (NewAttr(key), *inputs),
@@ -143,15 +171,17 @@ def rewrite(ctx: RewriteContext, chain, kernel: str = "auto", why: str = "") -> 
 
 _POINTWISE = frozenset(ELEMENTWISE - {"where"})
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_AFTER = ("*",)   # the fallback: pointwise ops no other family claimed
+
 PATTERNS = (
     Pattern(
-        name="elementwise_chain", label="Elementwise chain", priority=80,
+        name="elementwise_chain", label=WORDS("elementwise_chain.label"),
         steps=(Step(_POINTWISE, "op"), Step(_POINTWISE, "op"), Step(_POINTWISE, "op", optional=True),
                Step(_POINTWISE, "op", optional=True), Step(_POINTWISE, "op", optional=True)),
         color="#e377c2", rewrite=rewrite,
-        implementation="the chain's subgraph compiled on its own by torch.compile's inductor (generic fallback)",
-        explanation=("Consecutive pointwise ops are memory-bound: each reads and writes the whole "
-                     "tensor. One kernel reads the inputs once and writes the result once."),
+        implementation=WORDS("elementwise_chain.implementation"),
+        explanation=WORDS("elementwise_chain.explanation"),
         caveats=(PAYS_CAVEAT,),
     ),
 )

@@ -29,10 +29,42 @@ import torch.fx
 
 from explorer.fusions import edit
 from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.edit import RewriteContext, UseGeneric
 from explorer.fusions.epilogue import EPILOGUE_TOLERANCES, apply_activation, apply_activation_, check, in_place_node
 from explorer.graph import aten
 from explorer.vocab import ACTIVATIONS
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("linear", {
+    "title": ('Linear + activation', '线性层 + 激活函数'),
+    "linear_act.label": ('Linear+bias+act',
+        'Linear+偏置+激活'),
+    "linear_act.implementation": ('cuBLASLt bias+activation epilogue (torch._addmm_activation) for ReLU/GELU',
+        'ReLU/GELU 用 cuBLASLt 的偏置+激活尾处理（torch._addmm_activation）'),
+    "linear_act.explanation": (("The GEMM's epilogue adds the bias and applies the activation while the output tile is "
+         'still in registers: the pre-activation tensor (4x hidden wide in a transformer MLP) is '
+         'never written out.'),
+        'GEMM 的尾处理在输出分块还在寄存器里时加偏置、做激活：激活前的张量（Transformer MLP 中是隐藏维度的 4 倍宽）从不写出。'),
+    "label.lt_relu": ("cuBLASLt GEMM+bias+relu epilogue (1 call: _addmm_activation)",
+        "cuBLASLt GEMM+bias+relu 尾处理（1 次调用：_addmm_activation）"),
+    'label.lt_on_device': ("cuBLASLt GEMM+bias+{act} epilogue where the device's epilogue computes {act}, else linear + {act} in place (2 kernels)",
+        'cuBLASLt GEMM+bias+{act} 尾处理（设备的尾处理算的是 {act} 时），否则 linear + 原地 {act}（2 个内核）'),
+    "label.lt_gelu": ("cuBLASLt GEMM+bias+{act} epilogue (1 call: _addmm_activation)",
+        "cuBLASLt GEMM+bias+{act} 尾处理（1 次调用：_addmm_activation）"),
+    "label.variant": ("linear + {act} in place (2 kernels; the cuBLASLt epilogue computes {variant}, not {act})",
+        "linear + 原地 {act}（2 个内核；cuBLASLt 尾处理算的是 {variant}，不是 {act}）"),
+    "label.linear": ("linear (1 kernel)",
+        "linear（1 个内核）"),
+    "label.separate": ("linear + {act} in place (2 kernels)",
+        "linear + 原地 {act}（2 个内核）"),
+    "generic.not_plain": ("{op} is not a plain linear",
+        "{op} 不是普通的线性层"),
+    "generic.no_epilogue": ("activation {act} has no linear epilogue",
+        "激活函数 {act} 没有线性层尾处理"),
+})
+
 
 LINEAR_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh", "none")
 #: PyTorch reads DISABLE_ADDMM_CUDA_LT once per process too (``getDisableAddmmCudaLt``).
@@ -85,20 +117,17 @@ def select_linear_act(device: torch.device | str, dtype: torch.dtype, act: str, 
     lt = (not separate and device.type == "cuda" and dtype in _LT_DTYPES and not _LT_DISABLED
           and in_features > 1 and out_features > 1)               # PyTorch skips cuBLASLt for 1-wide weights
     if lt and act == "relu":
-        return Choice("cublaslt_relu", "cuBLASLt GEMM+bias+relu epilogue (1 call: _addmm_activation)", True)
+        return Choice("cublaslt_relu", WORDS("label.lt_relu"), True)
     if lt and act in ("gelu", "gelu_tanh"):
         if not _device_present(device):
-            return Choice("cublaslt_on_device", f"cuBLASLt GEMM+bias+{act} epilogue where the device's epilogue "
-                          f"computes {act}, else linear + {act} in place (2 kernels)", True)
+            return Choice("cublaslt_on_device", WORDS("label.lt_on_device", act=act), True)
         variant = _gelu_epilogue_variant(device, dtype)
         if variant == act:
-            return Choice("cublaslt_gelu", f"cuBLASLt GEMM+bias+{'gelu(tanh)' if act == 'gelu_tanh' else 'gelu'} "
-                          "epilogue (1 call: _addmm_activation)", True)
-        return Choice("separate", f"linear + {act} in place (2 kernels; the cuBLASLt epilogue computes "
-                      f"{variant}, not {act})", False)
+            return Choice("cublaslt_gelu", WORDS("label.lt_gelu", act="gelu(tanh)" if act == "gelu_tanh" else "gelu"), True)
+        return Choice("separate", WORDS("label.variant", act=act, variant=variant), False)
     if act == "none":
-        return Choice("separate", "linear (1 kernel)", False)
-    return Choice("separate", f"linear + {act} in place (2 kernels)", False)
+        return Choice("separate", WORDS("label.linear"), False)
+    return Choice("separate", WORDS("label.separate", act=act), False)
 
 
 def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str = "relu",
@@ -145,15 +174,15 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     lin_node = ctx.node(chain, "linear")
     lin = aten.linear_args(lin_node)
     if lin is None:
-        raise UseGeneric(f"{aten.aten_name(lin_node)} is not a plain linear")
+        raise UseGeneric(WORDS("generic.not_plain", op=aten.aten_name(lin_node)))
     act = aten.activation_name(ctx.node(chain, "act"))
     if act not in LINEAR_ACTIVATIONS:
-        raise UseGeneric(f"activation {act} has no linear epilogue")
+        raise UseGeneric(WORDS("generic.no_epilogue", act=act))
     separate = kernel == "separate_epilogue"
     w = aten.static_shape(lin.weight) or (2, 2)
     choice = select_linear_act(ctx.device, edit.dtype_of(lin_node), act, w[-1], w[0], separate)
-    label = choice.label + ("; kernel choice: separate epilogue" if separate else
-                            "" if choice.fused else edit.not_fused_note(ctx.device, "the GEMM epilogue"))
+    label = (BASE_WORDS("kernel_separate", label=choice.label) if separate else
+             choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, BASE_WORDS("gemm_epilogue")))
     target = fused_linear_separate_epilogue if separate else fused_linear_act
     return edit.whole_chain_edit(ctx, chain, target, (lin.input, lin.weight, lin.bias, act),
                                  Choice(choice.impl, label, choice.fused))
@@ -205,16 +234,17 @@ LOWERINGS = {
 
 # ====================================================================== patterns
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("rms_norm", "norm", "siblings")
+
 PATTERNS = (
     Pattern(
-        name="linear_act", label="Linear+bias+act", priority=40, stage="activation",
+        name="linear_act", label=WORDS("linear_act.label"), stage="activation",
         steps=(Step(frozenset({"linear"}), "linear"),
                Step(frozenset(LINEAR_ACTIVATIONS) - {"none", "gelu_tanh"}, "act", family=ACTIVATIONS)),
         color="#9467bd", kernels=("auto", "separate_epilogue", "inductor"), rewrite=rewrite,
-        implementation="cuBLASLt bias+activation epilogue (torch._addmm_activation) for ReLU/GELU",
-        explanation=("The GEMM's epilogue adds the bias and applies the activation while the output "
-                     "tile is still in registers: the pre-activation tensor (4x hidden wide in a "
-                     "transformer MLP) is never written out."),
+        implementation=WORDS("linear_act.implementation"),
+        explanation=WORDS("linear_act.explanation"),
         caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
     ),
 )

@@ -39,12 +39,46 @@ import torch
 import torch.fx
 
 from explorer.fusions import edit
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
-from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
+from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric, leading_broadcast, residual_add_operands
+from explorer.fusions.triton_support import no_triton, where
 from explorer.fusions.triton_support import (Launch, cdiv, contiguous_key, import_triton, interpreting,
                                              jit_helpers, launch, library_reductions_usable, next_power_of_2,
                                              planned, row_warps, triton_runs_on)
 from explorer.graph import aten
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("norm", {
+    "title": ('Add + LayerNorm', '残差相加 + 层归一化'),
+    "add_layer_norm.label": ('Add+LayerNorm',
+        'Add+LayerNorm（残差相加+层归一化）'),
+    "add_layer_norm.implementation": (('one Triton kernel that writes the normalized output, and the sum too where something '
+         'else reads it (a pre-norm residual stream)'),
+        '一个 Triton 内核写出归一化结果；别处还要读和时（pre-norm 的残差流），也写出和'),
+    "add_layer_norm.explanation": (('The residual add and the LayerNorm each read and write the whole activation. One kernel '
+         'reads both operands once, keeps the row in registers for the mean and variance, and '
+         'writes the sum (the residual stream needs it) and the normalized row.'),
+        '残差相加和 LayerNorm 各自都要读写整个激活张量。一个内核把两个操作数只读一次，把这一行留在寄存器里求均值和方差，写出和（残差流需要它）与归一化后的行。'),
+    "add_layer_norm.caveat": ('Statistics are accumulated in fp32 even for fp16/bf16 inputs.',
+        '即使输入是 fp16/bf16，统计量也用 fp32 累加。'),
+    "label.two_outputs": ("triton add+layer_norm (1 kernel, 2 outputs)",
+        "triton add+layer_norm（1 个内核，2 个输出）"),
+    "label.no_sum": ("triton add+layer_norm (1 kernel; the sum is not written: nothing else reads it)",
+        "triton add+layer_norm（1 个内核；不写出和：没有别的算子读它）"),
+    "label.reference": ("add + layer_norm (2 kernels; reference composition: {why})",
+        "add + layer_norm（2 个内核；参考实现的组合：{why}）"),
+    "why.rows": ("rows of {hidden} are outside 1..{max}",
+        "行长 {hidden} 超出 1..{max}"),
+    "generic.not_add_ln": ("{add} → {ln} is not add → layer_norm",
+        "{add} → {ln} 不是 add → layer_norm"),
+    "generic.view": ("a view between the add and the LayerNorm",
+        "相加和 LayerNorm 之间有一个视图"),
+    "refuse.last_dim": ("LayerNorm normalizes over more than the last dimension",
+        "LayerNorm 归一化的不只是最后一维"),
+})
+
 
 MAX_HIDDEN = 16384
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -76,18 +110,14 @@ def select_add_layer_norm(device: torch.device | str, hidden: int | None = None,
     """
     device = torch.device(device)
     if not triton_runs_on(device):
-        why = f"no Triton on {device.type}" + (" (TRITON_INTERPRET=1 interprets it)" if device.type == "cpu" else "")
+        why = no_triton(device)
     elif hidden is not None and not 1 <= hidden <= MAX_HIDDEN:
-        why = f"rows of {hidden} are outside 1..{MAX_HIDDEN}"
+        why = WORDS("why.rows", hidden=hidden, max=MAX_HIDDEN)
     elif dtype is not None and dtype not in SUPPORTED_DTYPES:
-        why = f"dtype {dtype} is not one of fp32, fp16, bf16"
+        why = BASE_WORDS("dtype_one_of", dtype=dtype)
     else:
-        label = ("triton add+layer_norm (1 kernel, 2 outputs)" if keep_sum
-                 else "triton add+layer_norm (1 kernel; the sum is not written: nothing else reads it)")
-        if device.type == "cpu":
-            label += " [Triton interpreter on cpu]"
-        return Choice("triton", label, True)
-    return Choice("reference", f"add + layer_norm (2 kernels; reference composition: {why})", False)
+        return Choice("triton", where(WORDS("label.two_outputs" if keep_sum else "label.no_sum"), device), True)
+    return Choice("reference", WORDS("label.reference", why=why), False)
 
 
 def launch_config(hidden: int) -> tuple[int, int]:
@@ -177,17 +207,6 @@ def _build_kernel(interpret: bool):
         tl.store(Y + rows * stride_y + cols, y.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
 
     return _add_layernorm_fwd
-
-
-def leading_broadcast(r_shape, x_shape) -> bool:
-    """Whether ``r`` broadcasts to ``x`` over leading dims only (or equals it): after dropping its
-    leading 1s, ``r``'s shape is a suffix of ``x``'s ending in the normalised dim, e.g. BERT's
-    position embeddings ``(1, S, N)`` against ``(B, S, N)``. Its rows then repeat every
-    ``numel(r) / N`` rows of ``x``, which is all the kernel needs."""
-    r_shape, x_shape = tuple(r_shape), tuple(x_shape)
-    while r_shape and r_shape[0] == 1 and len(r_shape) > 1:
-        r_shape = r_shape[1:]
-    return 0 < len(r_shape) <= len(x_shape) and x_shape[len(x_shape) - len(r_shape):] == r_shape
 
 
 #: ``Launch`` by call signature (see ``_signature``): the decisions and launch arguments
@@ -316,38 +335,18 @@ def fused_add_layer_norm_normed(x, residual, weight, bias, eps):
 
 # ====================================================================== rewrite
 
-def residual_add_operands(add: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, torch.Tensor]:
-    """``(x, residual, sum)`` of the residual add before a row-wise norm, for its fused kernel: ``x``
-    the operand of the sum's shape, ``residual`` the other, which may broadcast over ``x``'s leading
-    dims only (``leading_broadcast``), and ``sum`` the add's value (shape and dtype). Raises
-    ``UseGeneric`` for an add the kernels do not take (alpha, a constant, mixed dtypes, another broadcast).
-    """
-    edit.check_alpha(add)
-    x, residual = add.args[0], add.args[1]
-    if not all(isinstance(t, torch.fx.Node) for t in (x, residual)):
-        raise UseGeneric("add of a constant")
-    xs, rs, out = aten.node_val(x), aten.node_val(residual), aten.node_val(add)
-    if not all(isinstance(t, torch.Tensor) for t in (xs, rs, out)) or xs.dtype != rs.dtype:
-        raise UseGeneric("the add mixes dtypes")
-    if xs.shape != out.shape and rs.shape == out.shape:  # the add is commutative: the full operand first
-        x, residual, xs, rs = residual, x, rs, xs
-    if xs.shape != out.shape or not leading_broadcast(rs.shape, xs.shape):
-        raise UseGeneric("the add broadcasts other than over leading dims")
-    return x, residual, out
-
-
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     """add → layer_norm as one kernel call, writing the sum too where something else reads it."""
     edit.only_identity_views(ctx, chain)
     add, ln_node = ctx.node(chain, "add"), ctx.node(chain, "layer_norm")
     ln = aten.layer_norm_args(ln_node)
     if ln is None or aten.aten_name(ln_node) != "layer_norm" or aten.aten_name(add) != "add":
-        raise UseGeneric(f"{aten.aten_name(add)} → {aten.aten_name(ln_node)} is not add → layer_norm")
+        raise UseGeneric(WORDS("generic.not_add_ln", add=aten.aten_name(add), ln=aten.aten_name(ln_node)))
     x, residual, out = residual_add_operands(add)
     if ln.input is not add:
-        raise UseGeneric("a view between the add and the LayerNorm")
+        raise UseGeneric(WORDS("generic.view"))
     if list(ln.normalized_shape) != [out.shape[-1]]:
-        raise Refuse("LayerNorm normalizes over more than the last dimension")
+        raise Refuse(WORDS("refuse.last_dim"))
     args = (x, residual, ln.weight, ln.bias, ln.eps)
     keep_sum = add.name in chain.extra_outputs
     choice = select_add_layer_norm(ctx.device, int(out.shape[-1]), out.dtype, keep_sum)
@@ -361,22 +360,18 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
 
 def _last_dim_norm(g, node: str, ctx: dict) -> str | None:
     if g.nodes[node].get("norm_dims", 1) != 1:
-        return "LayerNorm normalizes over more than the last dimension"
+        return WORDS("refuse.last_dim")
     return None
 
 
 PATTERNS = (
     Pattern(
-        name="add_layer_norm", label="Add+LayerNorm", priority=50,
+        name="add_layer_norm", label=WORDS("add_layer_norm.label"),
         steps=(Step(frozenset({"add"}), "add", emits=True),
                Step(frozenset({"layer_norm"}), "layer_norm", guard=_last_dim_norm)),
         color="#8c564b", rewrite=rewrite,
-        implementation=("one Triton kernel that writes the normalized output, and the sum too where "
-                        "something else reads it (a pre-norm residual stream)"),
-        explanation=("The residual add and the LayerNorm each read and write the whole activation. "
-                     "One kernel reads both operands once, keeps the row in registers for the "
-                     "mean and variance, and writes the sum (the residual stream needs it) and the "
-                     "normalized row."),
-        caveats=(PRECISION_CAVEAT, "Statistics are accumulated in fp32 even for fp16/bf16 inputs."),
+        implementation=WORDS("add_layer_norm.implementation"),
+        explanation=WORDS("add_layer_norm.explanation"),
+        caveats=(PRECISION_CAVEAT, WORDS("add_layer_norm.caveat")),
     ),
 )

@@ -38,13 +38,14 @@ import torch.fx
 
 from explorer.errors import PlanError
 from explorer.fusions import BY_NAME, generic
-from explorer.fusions.base import STAGES, Chain, Detection
+from explorer.fusions.base import STAGES, WORDS, Chain, Detection
 from explorer.fusions.edit import Edit, NewAttr, Refuse, RewriteContext, UseGeneric, extract_subgraph, in_graph_order
 from explorer.fusions.plan import Plan
 from explorer.graph import aten
+from explorer.words import Message
 
 LEVELS = STAGES
-UNFUSED_LABEL = "unfused (separate ops)"
+UNFUSED_LABEL = WORDS("unfused")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,9 +144,7 @@ def _mode(chain: Chain, level: str) -> str | None:
 
 def _level_reason(level: str) -> str:
     return {
-        "none": "level 'none': nothing is fused",
-        "conv_bn": "level 'conv_bn': only BatchNorm is folded; the rest of the chain runs as separate ops",
-        "activation": "level 'activation': only BatchNorm folding and conv/linear epilogues are applied",
+        "none": WORDS("level_none"), "conv_bn": WORDS("level_conv_bn"), "activation": WORDS("level_activation"),
     }.get(level, "")
 
 
@@ -162,15 +161,15 @@ def _plan_chain(ctx: RewriteContext, chain: Chain, mode: str, kernel: str) -> Ed
     if mode == "fold":
         return pattern.fold(ctx, chain)
     if kernel not in pattern.kernels:
-        raise Refuse(f"kernel '{kernel}' is not a choice for {chain.pattern}")
+        raise Refuse(WORDS("not_a_choice", kernel=kernel, pattern=chain.pattern))
     if kernel == "inductor":
-        return generic.rewrite(ctx, chain, kernel, "kernel choice: inductor")
+        return generic.rewrite(ctx, chain, kernel, generic.WORDS("choice_inductor"))
     if pattern.rewrite is None:
         return generic.rewrite(ctx, chain, kernel)
     try:
         return pattern.rewrite(ctx, chain, kernel)
     except UseGeneric as why:
-        return generic.rewrite(ctx, chain, kernel, str(why))
+        return generic.rewrite(ctx, chain, kernel, why.args[0] if why.args else "")
 
 
 def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]], dev: torch.device,
@@ -191,7 +190,7 @@ def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]]
         except Refuse as why:
             results[chain.id] = unfused("refused", _one_line(why))
         except Exception as exc:  # one chain's failure must not stop the others
-            results[chain.id] = unfused("failed", f"planning failed: {_one_line(exc)}")
+            results[chain.id] = unfused("failed", WORDS("planning_failed", reason=_one_line(exc)))
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     read_attrs: set[str] = set()
     for e, mode, kernel in edits:
@@ -336,12 +335,15 @@ def _check_inplace(ctx: RewriteContext, chain: Chain) -> None:
             position = {n: i for i, n in enumerate(ctx.gm.graph.nodes)}
         later = [u for u in victim.users if u not in members and position[u] > position[node]]
         if later:
-            raise Refuse(f"{node.name} mutates {victim.name} in place, which {later[0].name} reads later")
+            raise Refuse(WORDS("mutates", node=node.name, victim=victim.name, reader=later[0].name))
 
 
 # ---------------------------------------------------------------------- small helpers
 
 def _one_line(exc: BaseException) -> str:
+    """The exception's message on one line: a family's ``Message`` as it is (it keeps its id), else its first line."""
+    if exc.args and isinstance(exc.args[0], Message) and "\n" not in exc.args[0]:
+        return exc.args[0]
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:300]
 

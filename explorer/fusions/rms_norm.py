@@ -57,13 +57,98 @@ import torch
 import torch.fx
 
 from explorer.fusions import edit
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
-from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
-from explorer.fusions.norm import leading_broadcast, residual_add_operands
+from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric, leading_broadcast, residual_add_operands
+from explorer.fusions.triton_support import where
 from explorer.fusions.triton_support import (Launch, cdiv, contiguous_key, import_triton, interpreting, jit_helpers,
                                              launch, library_reductions_usable, needs_autograd, next_power_of_2,
                                              planned, refusal_for_device, row_warps)
 from explorer.graph import aten
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("rms_norm", {
+    "title": ('Add + RMSNorm', '残差相加 + RMSNorm'),
+    "add_rms_norm.label": ('Add+RMSNorm',
+        'Add+RMSNorm（残差相加+RMSNorm）'),
+    "add_rms_norm.implementation": (('one Triton kernel that writes the normalised row, and the sum too where the next '
+         'residual reads it'),
+        '一个 Triton 内核写出归一化后的行；下一个残差要读时，也写出和'),
+    "add_rms_norm.explanation": (('The residual add writes the sum that the RMSNorm then reads back. A hand-written '
+         "RMSNorm (transformers' LlamaRMSNorm) is six ops, each reading and writing the whole "
+         'activation, with fp32 temporaries: cast, square, mean, add eps, rsqrt, multiply, cast '
+         'back, scale. One kernel reads the row once, keeps it in registers for the mean square, '
+         'and writes the normalised row, rounding where the module rounds. With the add in the '
+         'same kernel the sum is read from registers, and written once for the next residual.'),
+        ('残差相加写出的和，接着又被 RMSNorm 读回。手写的 RMSNorm（transformers 的 LlamaRMSNorm）有六个算子，每个都要读写整个激活张量，还有 '
+         'fp32 临时张量：类型转换、平方、求均值、加 '
+         'eps、rsqrt、相乘、转换回来、缩放。一个内核只读一遍这一行，把它留在寄存器里求均方，再写出归一化后的行，并在原模块舍入的地方舍入。把相加放进同一个内核后，和直接从寄存器读取，只为下一个残差写出一次。')),
+    "caveats": ('Statistics are accumulated in fp32 even for fp16/bf16 inputs, as LlamaRMSNorm does.',
+        '即使输入是 fp16/bf16，统计量也用 fp32 累加，和 LlamaRMSNorm 一样。'),
+    "add_rms_norm.formula": ('s = x + r;  y = w · round(s / sqrt(mean(s²) + eps))',
+        's = x + r；  y = w · round(s / sqrt(mean(s²) + eps))'),
+    "rms_norm.label": ('RMSNorm',
+        'RMSNorm'),
+    "rms_norm.implementation": (('one Triton kernel for the whole RMSNorm (the first norm of a decoder, with no add '
+         'before it)'),
+        '整个 RMSNorm 用一个 Triton 内核（解码器的第一个归一化，前面没有残差相加）'),
+    "teaching": (("A hand-written RMSNorm (transformers' LlamaRMSNorm) is six ops, each reading and "
+         'writing the whole activation, with fp32 temporaries: cast, square, mean, add eps, '
+         'rsqrt, multiply, cast back, scale. One kernel reads the row once, keeps it in registers '
+         'for the mean square, and writes the normalised row, rounding where the module rounds.'),
+        ('手写的 RMSNorm（transformers 的 LlamaRMSNorm）有六个算子，每个都要读写整个激活张量，还有 fp32 临时张量：类型转换、平方、求均值、加 '
+         'eps、rsqrt、相乘、转换回来、缩放。一个内核只读一遍这一行，把它留在寄存器里求均方，再写出归一化后的行，并在原模块舍入的地方舍入。')),
+    "rms_norm.formula": ('y = w · round(x / sqrt(mean(x²) + eps))',
+        'y = w · round(x / sqrt(mean(x²) + eps))'),
+    "why.dtype": ("{what} dtype {dtype} is not one of fp32/fp16/bf16",
+        "{what} 的数据类型 {dtype} 不是 fp32/fp16/bf16 之一"),
+    "what.input": ("input",
+        "输入"),
+    "what.weight": ("weight",
+        "权重"),
+    "why.rows": ("rows of {hidden} are outside 1..{max} (one row must fit in one program)",
+        "行长 {hidden} 超出 1..{max}（一行必须放进一个 program）"),
+    "why.residual_dtype": ("x is {dtype} but the residual is {residual} (the kernel takes one dtype)",
+        "x 是 {dtype}，残差却是 {residual}（该内核只接受一种数据类型）"),
+    "why.broadcast": ("residual {residual} and x {x} differ other than over leading dims",
+        "残差 {residual} 与 x {x} 除前导维度外还有不同"),
+    "label.eager_add": ("add + RMSNorm (eager ops: {why})",
+        "add + RMSNorm（eager 算子：{why}）"),
+    "label.eager": ("RMSNorm (eager ops: {why})",
+        "RMSNorm（eager 算子：{why}）"),
+    "label.eager_add_plain": ("add + RMSNorm (eager ops)",
+        "add + RMSNorm（eager 算子）"),
+    "label.eager_plain": ("RMSNorm (eager ops)",
+        "RMSNorm（eager 算子）"),
+    "label.rms": ("triton rms_norm (1 kernel)",
+        "triton rms_norm（1 个内核）"),
+    "label.two_outputs": ("triton add+rms_norm (1 kernel, 2 outputs)",
+        "triton add+rms_norm（1 个内核，2 个输出）"),
+    "label.no_sum": ("triton add+rms_norm (1 kernel; the sum is not written: nothing else reads it)",
+        "triton add+rms_norm（1 个内核；不写出和：没有别的算子读它）"),
+    'refuse.mean_dims': ("the RMSNorm's mean is not over the last dimension alone",
+        'RMSNorm 的均值不是只在最后一维上求的'),
+    "refuse.fp32_also": ("the fp32 copy of the sum is also read outside the RMSNorm",
+        "和的 fp32 副本在 RMSNorm 之外也被读取"),
+    "refuse.both": ("the sum is read both before and after its cast",
+        "和在类型转换之前和之后都被读取"),
+    'generic.rounded': ("the normalised value is {dtype}, not the input's {input}: the kernel rounds it to the input dtype",
+        '归一化后的值是 {dtype}，不是输入的 {input}：该内核会把它舍入到输入的数据类型'),
+    "generic.eps": ("eps is not a number",
+        "eps 不是一个数"),
+    "generic.weight": ("the RMSNorm weight is not a vector of {n}",
+        "RMSNorm 的权重不是长度为 {n} 的向量"),
+    'generic.result': ("the chain's result is {dtype}, not promote(weight, x)",
+        '链的结果是 {dtype}，不是 promote(weight, x)'),
+    "refuse.leaves": ("the sum leaves the chain from more than one node",
+        "和从不止一个节点离开这条链"),
+    "refuse.fp32": ("the fp32 copy of the sum is read outside the RMSNorm",
+        "和的 fp32 副本在 RMSNorm 之外被读取"),
+    "generic.input": ("the RMSNorm input is not a tensor of the graph",
+        "RMSNorm 的输入不是计算图中的张量"),
+})
+
 
 MAX_HIDDEN = 16384
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -114,7 +199,7 @@ def add_rms_norm_reference(x: torch.Tensor, residual: torch.Tensor, weight: torc
 
 def _refusal_for_dtype(dtype: torch.dtype | None, what: str) -> str | None:
     if dtype is not None and dtype not in SUPPORTED_DTYPES:
-        return f"{what} dtype {dtype} is not one of fp32/fp16/bf16"
+        return WORDS("why.dtype", what=WORDS("what." + what), dtype=dtype)
     return None
 
 
@@ -132,25 +217,18 @@ def select_rms_norm(device: torch.device | str, hidden: int | None = None, dtype
     why = (refusal_for_device(device) or _refusal_for_dtype(dtype, "input")
            or _refusal_for_dtype(weight_dtype, "weight"))
     if why is None and requires_grad:
-        why = "autograd records this call and the kernel is forward-only"
+        why = BASE_WORDS("autograd")
     if why is None and hidden is not None and not 1 <= hidden <= MAX_HIDDEN:
-        why = f"rows of {hidden} are outside 1..{MAX_HIDDEN} (one row must fit in one program)"
+        why = WORDS("why.rows", hidden=hidden, max=MAX_HIDDEN)
     if why is None and residual_dtype is not None and dtype is not None and residual_dtype != dtype:
-        why = f"x is {dtype} but the residual is {residual_dtype} (the kernel takes one dtype)"
+        why = WORDS("why.residual_dtype", dtype=dtype, residual=residual_dtype)
     if why is None and x_shape is not None and residual_shape is not None and not (
             leading_broadcast(residual_shape, x_shape) or leading_broadcast(x_shape, residual_shape)):
-        why = f"residual {tuple(residual_shape)} and x {tuple(x_shape)} differ other than over leading dims"
+        why = WORDS("why.broadcast", residual=tuple(residual_shape), x=tuple(x_shape))
     if why is not None:
-        what = "add + RMSNorm" if add else "RMSNorm"
-        return Choice("reference", f"{what} (eager ops: {why})", False)
-    if not add:
-        label = "triton rms_norm (1 kernel)"
-    else:
-        label = ("triton add+rms_norm (1 kernel, 2 outputs)" if keep_sum
-                 else "triton add+rms_norm (1 kernel; the sum is not written: nothing else reads it)")
-    if torch.device(device).type == "cpu":
-        label += " [Triton interpreter on cpu]"
-    return Choice("triton", label, True)
+        return Choice("reference", WORDS("label.eager_add" if add else "label.eager", why=why), False)
+    label = WORDS("label.rms" if not add else "label.two_outputs" if keep_sum else "label.no_sum")
+    return Choice("triton", where(label, torch.device(device)), True)
 
 
 # ====================================================================== the kernel
@@ -250,7 +328,7 @@ def _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps) -> 
 def _operands_choice(x, residual, weight, keep_sum) -> Choice:
     """``select_rms_norm`` asked with everything about the actual operands (plus device agreement)."""
     add = residual is not None
-    unfused = Choice("reference", "add + RMSNorm (eager ops)" if add else "RMSNorm (eager ops)", False)
+    unfused = Choice("reference", WORDS("label.eager_add_plain" if add else "label.eager_plain"), False)
     n = x.shape[-1] if x.dim() else 0
     if x.numel() == 0 or x.dim() == 0:
         return unfused
@@ -418,7 +496,7 @@ def _only_successor(g: nx.DiGraph, n: str, kinds: set[str], what: str, refusals:
     if len(fits) != 1:
         raise NoMatch(None, [n])
     if len(succ) > 1:
-        refusals.append(f"{what} output has {len(succ)} consumers")
+        refusals.append(BASE_WORDS("consumers", op=what, n=len(succ)))
     return fits[0]
 
 
@@ -437,7 +515,7 @@ def _norm_tail(g: nx.DiGraph, h: str, refusals: list[str]) -> list[tuple[str, st
     if not attrs["target"].startswith("aten.mean") or not attrs.get("keepdim"):
         raise NoMatch(None, [pow_, mean])
     if attrs.get("reduce_dims") != [rank - 1]:
-        refusals.append("the RMSNorm's mean is not over the last dimension alone")
+        refusals.append(WORDS("refuse.mean_dims"))
     add_eps = _only_successor(g, mean, {"add"}, "mean", refusals)
     if "scalar" not in g.nodes[add_eps]:
         raise NoMatch(None, [pow_, mean, add_eps])
@@ -468,9 +546,9 @@ def _finish(pattern: Pattern, matched: list[tuple[str, str, bool]], refusals: li
     nodes = [n for n, _, _ in matched]
     taken = [n for n in nodes if n in claimed]
     if taken:
-        refusals.insert(0, f"{taken[0]} already in chain {claimed[taken[0]]}")
+        refusals.insert(0, BASE_WORDS("already_in_chain", op=taken[0], chain=claimed[taken[0]]))
     if refusals:
-        raise NoMatch(f"{pattern.label}: {refusals[0]}", nodes)
+        raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label, reason=refusals[0]), nodes)
     return matched
 
 
@@ -501,9 +579,9 @@ def _match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: d
         outside_cast = [s for s in _succ(g, h) if s not in inside]
         outside_add = [s for s in succ if s != h]
         if outside_cast and not _same_dtype_cast(g, h, anchor):
-            refusals.append("the fp32 copy of the sum is also read outside the RMSNorm")
+            refusals.append(WORDS("refuse.fp32_also"))
         elif outside_cast and outside_add:
-            refusals.append("the sum is read both before and after its cast")
+            refusals.append(WORDS("refuse.both"))
     return _finish(pattern, matched + tail, refusals, claimed)
 
 
@@ -537,27 +615,26 @@ def _norm_args(ctx: RewriteContext, chain, x: torch.fx.Node) -> tuple:
     """
     xs = aten.node_val(x)
     if not isinstance(xs, torch.Tensor):
-        raise UseGeneric(f"{x.name} has no shape metadata")
+        raise UseGeneric(BASE_WORDS("no_shape", node=x.name))
     normalize, cast_out = ctx.node(chain, "normalize"), ctx.node(chain, "cast_out")
     rounded = cast_out if cast_out is not None else normalize
     if edit.dtype_of(rounded) != xs.dtype:
-        raise UseGeneric(f"the normalised value is {edit.dtype_of(rounded)}, not the input's {xs.dtype}: "
-                         "the kernel rounds it to the input dtype")
+        raise UseGeneric(WORDS("generic.rounded", dtype=edit.dtype_of(rounded), input=xs.dtype))
     eps = ctx.scalar(aten.binary_args(ctx.node(chain, "add_eps")).other)
     if eps is None:
-        raise UseGeneric("eps is not a number")
+        raise UseGeneric(WORDS("generic.eps"))
     weight_node = ctx.node(chain, "weight")
     weight = None
     if weight_node is not None:
         weight = edit.other_operand(weight_node, {rounded})
         w = aten.node_val(weight)
         if not isinstance(w, torch.Tensor) or tuple(w.shape) != (int(xs.shape[-1]),):
-            raise UseGeneric(f"the RMSNorm weight is not a vector of {int(xs.shape[-1])}")
+            raise UseGeneric(WORDS("generic.weight", n=int(xs.shape[-1])))
     last = ctx.by_name[chain.roles[-1][0]]
     out_dtype = edit.dtype_of(last)
     w_dtype = aten.node_val(weight).dtype if weight is not None else xs.dtype
     if torch.promote_types(w_dtype, xs.dtype) != out_dtype:
-        raise UseGeneric(f"the chain's result is {out_dtype}, not promote(weight, x)")
+        raise UseGeneric(WORDS("generic.result", dtype=out_dtype))
     return weight, eps, int(xs.shape[-1])
 
 
@@ -567,11 +644,11 @@ def rewrite_add_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     x, residual, out = residual_add_operands(add)
     weight, eps, hidden = _norm_args(ctx, chain, add)
     if len(chain.extra_outputs) > 1:
-        raise Refuse("the sum leaves the chain from more than one node")
+        raise Refuse(WORDS("refuse.leaves"))
     sum_node = ctx.by_name[chain.extra_outputs[0]] if chain.extra_outputs else None
     cast_in = ctx.node(chain, "cast_in")
     if sum_node is not None and sum_node is cast_in and edit.dtype_of(cast_in) != out.dtype:
-        raise Refuse("the fp32 copy of the sum is read outside the RMSNorm")
+        raise Refuse(WORDS("refuse.fp32"))
     args = (x, residual, weight, eps)
     choice = select_rms_norm(ctx.device, hidden, out.dtype, keep_sum=sum_node is not None)
     if sum_node is None:  # nothing else reads the sum (the last norm): it is never written
@@ -586,7 +663,7 @@ def rewrite_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     cast_in = ctx.node(chain, "cast_in")
     x = cast_in.args[0] if cast_in is not None else ctx.node(chain, "pow").args[0]
     if not isinstance(x, torch.fx.Node):
-        raise UseGeneric("the RMSNorm input is not a tensor of the graph")
+        raise UseGeneric(WORDS("generic.input"))
     weight, eps, hidden = _norm_args(ctx, chain, x)
     choice = select_rms_norm(ctx.device, hidden, edit.dtype_of(x), add=False)
     return edit.whole_chain_edit(ctx, chain, fused_rms_norm, (x, weight, eps), choice)
@@ -594,38 +671,35 @@ def rewrite_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
 
 # ====================================================================== patterns
 
-_TEACHING = ("A hand-written RMSNorm (transformers' LlamaRMSNorm) is six ops, each reading and writing the "
-             "whole activation, with fp32 temporaries: cast, square, mean, add eps, rsqrt, multiply, cast "
-             "back, scale. One kernel reads the row once, keeps it in registers for the mean square, and "
-             "writes the normalised row, rounding where the module rounds.")
-_CAVEATS = (PRECISION_CAVEAT, "Statistics are accumulated in fp32 even for fp16/bf16 inputs, as LlamaRMSNorm does.")
+_TEACHING = WORDS("teaching")
+_CAVEATS = (PRECISION_CAVEAT, WORDS("caveats"))
 _NORM_STEPS = (Step(frozenset({"pow"}), "pow"), Step(frozenset({"reduce"}), "mean"),
                Step(frozenset({"add"}), "add_eps"), Step(frozenset({"sqrt"}), "sqrt", optional=True),
                Step(frozenset({"rsqrt", "reciprocal"}), "rsqrt"),
                Step(frozenset({"mul"}), "normalize"), Step(_CASTS, "cast_out", optional=True),
                Step(frozenset({"mul"}), "weight", optional=True))
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("norm",)
+
 PATTERNS = (
     Pattern(
-        name="add_rms_norm", label="Add+RMSNorm", priority=45,
+        name="add_rms_norm", label=WORDS("add_rms_norm.label"),
         steps=(Step(frozenset({"add"}), "add", emits=True), Step(_CASTS, "cast_in", optional=True, emits=True),
                *_NORM_STEPS),
         match=_match_add_rms_norm, color="#c49c94", rewrite=rewrite_add_rms_norm,
-        implementation=("one Triton kernel that writes the normalised row, and the sum too where the next "
-                        "residual reads it"),
-        explanation=("The residual add writes the sum that the RMSNorm then reads back. " + _TEACHING
-                     + " With the add in the same kernel the sum is read from registers, and written once "
-                     "for the next residual."),
+        implementation=WORDS("add_rms_norm.implementation"),
+        explanation=WORDS("add_rms_norm.explanation"),
         caveats=_CAVEATS,
-        formula="s = x + r;  y = w · round(s / sqrt(mean(s²) + eps))",
+        formula=WORDS("add_rms_norm.formula"),
     ),
     Pattern(
-        name="rms_norm", label="RMSNorm", priority=46,
+        name="rms_norm", label=WORDS("rms_norm.label"),
         steps=_NORM_STEPS,  # anchored at pow; the matcher takes the input cast in too where only the norm reads it
         match=_match_rms_norm, color="#dbdb8d", rewrite=rewrite_rms_norm,
-        implementation="one Triton kernel for the whole RMSNorm (the first norm of a decoder, with no add before it)",
+        implementation=WORDS("rms_norm.implementation"),
         explanation=_TEACHING,
         caveats=_CAVEATS,
-        formula="y = w · round(x / sqrt(mean(x²) + eps))",
+        formula=WORDS("rms_norm.formula"),
     ),
 )

@@ -42,11 +42,58 @@ import torch
 import torch.fx
 
 from explorer.fusions import edit
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import RewriteContext, UseGeneric
+from explorer.fusions.triton_support import where
 from explorer.fusions.triton_support import (Launch, import_triton, interpreting, jit_helpers, launch, needs_autograd,
                                              next_power_of_2, operand_key, planned, refusal_for_device)
 from explorer.graph import aten
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("rotary", {
+    "title": ('Rotary embedding', '旋转位置编码'),
+    "rotary.label": ('Rotary embedding (Q+K)',
+        '旋转位置编码（Q+K）'),
+    "rotary.implementation": ('one Triton kernel rotating q and k (all heads, grouped-query attention included)',
+        '一个 Triton 内核旋转 q 和 k（所有头，包括分组查询注意力）'),
+    "rotary.explanation": (('Rotary position embedding, written as transformers writes it, is a multiply, two '
+         'slices, a negation, a concatenation, a second multiply and an add, for q and again for '
+         'k: ten kernels, each reading and writing a whole (batch, heads, sequence, head_dim) '
+         'tensor. One kernel reads each q and k element once, with its cos and sin row, and '
+         'writes the rotated value.'),
+        ('按 transformers 的写法，旋转位置编码是一次乘法、两次切片、一次取负、一次拼接、第二次乘法和一次加法，q 做一遍、k '
+         '再做一遍：十个内核，每个都读写一整个（batch, heads, sequence, head_dim）张量。一个内核把每个 q、k 元素连同它的 cos、sin '
+         '行只读一次，写出旋转后的值。')),
+    "rotary.caveat": ('The rotation is computed in fp32 and rounded once (eager rounds three times).',
+        '旋转用 fp32 计算、只舍入一次（eager 舍入三次）。'),
+    "rotary.formula": ("t' = t·cos + rotate_half(t)·sin,  rotate_half(t) = (−t[D/2:], t[:D/2])",
+        "t' = t·cos + rotate_half(t)·sin，  rotate_half(t) = (−t[D/2:], t[:D/2])"),
+    "why.dtype": ("{what} dtype {dtype} is not one of fp32/fp16/bf16",
+        "{what} 的数据类型 {dtype} 不是 fp32/fp16/bf16 之一"),
+    "why.head_dim": ("head_dim {d} is odd or outside 2..{max}",
+        "head_dim {d} 是奇数或超出 2..{max}"),
+    "why.dtypes": ("q is {q} but k is {k}",
+        "q 是 {q}，k 却是 {k}"),
+    "why.shapes": ("q {q} and k {k} are not (B, H, S, D) of one B, S and D",
+        "q {q} 与 k {k} 不是同一组 B、S、D 的 (B, H, S, D)"),
+    "why.tables": ("cos {cos} / sin {sin} are not one shape ({b} or 1, {s}, {d})",
+        "cos {cos} / sin {sin} 不是同一个形状（{b} 或 1, {s}, {d}）"),
+    "label.reference": ("apply_rotary_pos_emb (eager ops: {why})",
+        "apply_rotary_pos_emb（eager 算子：{why}）"),
+    "label.triton": ("triton rotary q+k (1 kernel)",
+        "triton rotary q+k（1 个内核）"),
+    "refuse.one": ("only one tensor is rotated with these cos and sin (the kernel rotates q and k together)",
+        "用这组 cos 和 sin 旋转的只有一个张量（该内核同时旋转 q 和 k）"),
+    "generic.table": ("the constant {what} is not a (B, 1, S, D) table",
+        "常量 {what} 不是 (B, 1, S, D) 的表"),
+    "generic.unsqueeze": ("{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor",
+        "{what} 不是对 (B, S, D) 张量做的 unsqueeze({what}, 1)"),
+    "generic.different": ("q and k are rotated with different cos/sin",
+        "q 和 k 用不同的 cos/sin 旋转"),
+})
+
 
 MAX_HEAD_DIM = 1024
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -108,30 +155,26 @@ def select_rotary(device: torch.device | str, dtype: torch.dtype | None = None, 
     why = refusal_for_device(device)
     for what, dt in (("q", dtype), ("cos/sin", cos_dtype)):
         if why is None and dt is not None and dt not in SUPPORTED_DTYPES:
-            why = f"{what} dtype {dt} is not one of fp32/fp16/bf16"
+            why = WORDS("why.dtype", what=what, dtype=dt)
     if why is None and requires_grad:
-        why = "autograd records this call and the kernel is forward-only"
+        why = BASE_WORDS("autograd")
     if why is None and head_dim is not None and (head_dim % 2 or not 2 <= head_dim <= MAX_HEAD_DIM):
-        why = f"head_dim {head_dim} is odd or outside 2..{MAX_HEAD_DIM}"
+        why = WORDS("why.head_dim", d=head_dim, max=MAX_HEAD_DIM)
     if why is None and k_dtype is not None and dtype is not None and k_dtype != dtype:
-        why = f"q is {dtype} but k is {k_dtype}"
+        why = WORDS("why.dtypes", q=dtype, k=k_dtype)
     if why is None and q_shape is not None and k_shape is not None:
         q_shape, k_shape = tuple(q_shape), tuple(k_shape)
         if len(q_shape) != 4 or len(k_shape) != 4 or (q_shape[0], q_shape[2], q_shape[3]) != (
                 k_shape[0], k_shape[2], k_shape[3]):
-            why = f"q {q_shape} and k {k_shape} are not (B, H, S, D) of one B, S and D"
+            why = WORDS("why.shapes", q=q_shape, k=k_shape)
     if why is None and q_shape is not None and cos_shape is not None:
         b, _, s, d = q_shape
         cos_shape = tuple(cos_shape)
         if cos_shape not in ((b, s, d), (1, s, d)) or (sin_shape is not None and tuple(sin_shape) != cos_shape):
-            why = (f"cos {cos_shape} / sin {None if sin_shape is None else tuple(sin_shape)} "
-                   f"are not one shape ({b} or 1, {s}, {d})")
+            why = WORDS("why.tables", cos=cos_shape, sin=None if sin_shape is None else tuple(sin_shape), b=b, s=s, d=d)
     if why is not None:
-        return Choice("reference", f"apply_rotary_pos_emb (eager ops: {why})", False)
-    label = "triton rotary q+k (1 kernel)"
-    if torch.device(device).type == "cpu":
-        label += " [Triton interpreter on cpu]"
-    return Choice("triton", label, True)
+        return Choice("reference", WORDS("label.reference", why=why), False)
+    return Choice("triton", where(WORDS("label.triton"), torch.device(device)), True)
 
 
 # ====================================================================== the kernel
@@ -380,8 +423,7 @@ def _match_rotary(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[st
             partners.append(second)
     nodes = [n for n, _, _ in first]
     if not partners:
-        raise NoMatch(f"{pattern.label}: only one tensor is rotated with these cos and sin "
-                      "(the kernel rotates q and k together)", nodes)
+        raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label, reason=WORDS("refuse.one")), nodes)
     here = g.nodes[anchor]["order"]
     second = min(partners, key=lambda m: abs(g.nodes[m[0][0]]["order"] - here))
     if g.nodes[second[0][0]]["order"] < g.nodes[first[0][0]]["order"]:
@@ -390,7 +432,8 @@ def _match_rotary(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[st
               [(n, r if r == "view" else "k_" + r, c) for n, r, c in second]
     taken = [n for n, _, _ in matched if n in claimed]
     if taken:
-        raise NoMatch(f"{pattern.label}: {taken[0]} already in chain {claimed[taken[0]]}", [n for n, _, _ in matched])
+        why = BASE_WORDS("already_in_chain", op=taken[0], chain=claimed[taken[0]])
+        raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label, reason=why), [n for n, _, _ in matched])
     return matched
 
 
@@ -404,16 +447,16 @@ def _table_source(ctx: RewriteContext, unsqueezed: torch.fx.Node, what: str,
     if unsqueezed.op == "get_attr":
         value = ctx.constant(unsqueezed, what)
         if value.dim() != 4 or value.shape[1] != 1:
-            raise UseGeneric(f"the constant {what} is not a (B, 1, S, D) table")
+            raise UseGeneric(WORDS("generic.table", what=what))
         key = f"{unsqueezed.target}_squeezed".replace(".", "_")
         tensors[key] = value.squeeze(1).contiguous()                               # (B|1, S, D)
         return edit.NewAttr(key), tensors[key]
     if aten.aten_name(unsqueezed) != "unsqueeze" or aten.args_of(unsqueezed).get("dim") not in (1, -3):
-        raise UseGeneric(f"{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor")
+        raise UseGeneric(WORDS("generic.unsqueeze", what=what))
     src = unsqueezed.args[0]
     val = aten.node_val(src)
     if not isinstance(val, torch.Tensor) or val.dim() != 3:
-        raise UseGeneric(f"{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor")
+        raise UseGeneric(WORDS("generic.unsqueeze", what=what))
     return src, val
 
 
@@ -426,7 +469,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         tensors.append(t)
         cos_sin.append((edit.other_operand(mul_cos, {t}), edit.other_operand(mul_sin, {cat})))
     if cos_sin[0] != cos_sin[1]:
-        raise UseGeneric("q and k are rotated with different cos/sin")
+        raise UseGeneric(WORDS("generic.different"))
     constants: dict[str, torch.Tensor] = {}
     (cos, cs), (sin, ss) = (_table_source(ctx, n, what, constants) for n, what in zip(cos_sin[0], ("cos", "sin")))
     q, k = tensors
@@ -440,20 +483,19 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
 
 # ====================================================================== patterns
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("linear", "rms_norm", "norm")
+
 PATTERNS = (
     Pattern(
-        name="rotary", label="Rotary embedding (Q+K)", priority=35,
+        name="rotary", label=WORDS("rotary.label"),
         steps=(Step(frozenset({"neg"}), "q_neg"), Step(frozenset({"cat"}), "q_cat"),
                Step(frozenset({"mul"}), "q_mul_sin"), Step(frozenset({"mul"}), "q_mul_cos"),
                Step(frozenset({"add"}), "q_add")),
         match=_match_rotary, color="#ff9896", rewrite=rewrite,
-        implementation="one Triton kernel rotating q and k (all heads, grouped-query attention included)",
-        explanation=("Rotary position embedding, written as transformers writes it, is a multiply, two slices, a "
-                     "negation, a concatenation, a second multiply and an add, for q and again for k: ten "
-                     "kernels, each reading and writing a whole (batch, heads, sequence, head_dim) tensor. One "
-                     "kernel reads each q and k element once, with its cos and sin row, and writes the rotated "
-                     "value."),
-        caveats=(PRECISION_CAVEAT, "The rotation is computed in fp32 and rounded once (eager rounds three times)."),
-        formula="t' = t·cos + rotate_half(t)·sin,  rotate_half(t) = (−t[D/2:], t[:D/2])",
+        implementation=WORDS("rotary.implementation"),
+        explanation=WORDS("rotary.explanation"),
+        caveats=(PRECISION_CAVEAT, WORDS("rotary.caveat")),
+        formula=WORDS("rotary.formula"),
     ),
 )

@@ -28,10 +28,41 @@ import torch
 import torch.fx
 
 from explorer.fusions import edit
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext
 from explorer.fusions.epilogue import EPILOGUE_TOLERANCES
 from explorer.graph import aten
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("siblings", {
+    "title": ('Sibling linears (Q, K, V)', '并列线性层（Q、K、V）'),
+    "linear_siblings.label": ('Sibling linears (QKV)',
+        '并列线性层（QKV）'),
+    "linear_siblings.implementation": (('one GEMM over the concatenated weights (W_1|W_2|...), its output split into column '
+         'views: no copy'),
+        '一个 GEMM 作用在拼接后的权重（W_1|W_2|...）上，输出切成列视图：没有拷贝'),
+    "linear_siblings.explanation": (('Horizontal fusion: a transformer layer projects the same input three times, for the '
+         'queries, keys and values. One GEMM with the three weight matrices side by side reads '
+         'the input once instead of three times and costs one launch instead of three; each '
+         'projection is then a column slice of the one output. Nothing is saved in the outputs: '
+         'they are all still written, because each is read afterwards.'),
+        ('横向融合：Transformer 层对同一个输入做三次投影，得到查询、键和值。把三个权重矩阵并排放在一个 GEMM '
+         '里，输入只读一次而不是三次，内核启动也只要一次而不是三次；每个投影就是这一个输出的列切片。输出上没有节省：它们仍然都要写出，因为之后都会被读取。')),
+    "linear_siblings.caveat": (('The outputs are column slices of one buffer: a consumer that needs them contiguous (a '
+         'flattening view) makes the rewrite refuse the group.'),
+        '输出是同一块缓冲区的列切片：若某个使用者要求它们连续（展平视图），重写就会拒绝这一组。'),
+    "refuse.view": ("{user} views {branch} in a way a column slice does not allow (it would need a copy)",
+        "{user} 对 {branch} 的 view 方式是列切片做不到的（需要一次拷贝）"),
+    "refuse.not_linear": ("a sibling is not a plain linear",
+        "有一个并列分支不是普通的线性层"),
+    "refuse.inputs": ("the siblings do not read the same input",
+        "并列分支读取的不是同一个输入"),
+    "label.one_gemm": ("one GEMM over {n} concatenated weights ({columns} columns), split into views",
+        "对 {n} 个拼接的权重做一次 GEMM（{columns} 列），再切分成视图"),
+})
+
 
 TOLERANCES = EPILOGUE_TOLERANCES  # a GEMM's error model: see explorer.fusions.epilogue
 
@@ -86,7 +117,7 @@ def _check_column_views(branches: list[torch.fx.Node], sizes: list[int]) -> None
     for branch, size in zip(branches, sizes):
         val = aten.node_val(branch)
         if not isinstance(val, torch.Tensor):
-            raise Refuse(f"{branch.name} has no shape metadata")
+            raise Refuse(BASE_WORDS("no_shape", node=branch.name))
         piece = torch.empty((*val.shape[:-1], width), device="meta", dtype=val.dtype)[..., :size]
         for user in branch.users:
             if aten.aten_name(user) != "view":
@@ -94,8 +125,7 @@ def _check_column_views(branches: list[torch.fx.Node], sizes: list[int]) -> None
             try:
                 piece.view(aten.args_of(user)["size"])
             except RuntimeError:
-                raise Refuse(f"{user.name} views {branch.name} in a way a column slice does not allow "
-                             "(it would need a copy)") from None
+                raise Refuse(WORDS("refuse.view", user=user.name, branch=branch.name)) from None
 
 
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
@@ -103,12 +133,12 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     branches = [ctx.by_name[n] for n in chain.compute_nodes]
     lins = [aten.linear_args(b) for b in branches]
     if any(lin is None for lin in lins):
-        raise Refuse("a sibling is not a plain linear")
+        raise Refuse(WORDS("refuse.not_linear"))
     x = lins[0].input
     if any(lin.input is not x for lin in lins):
-        raise Refuse("the siblings do not read the same input")
-    weights = [ctx.constant(lin.weight, "weight") for lin in lins]
-    biases = [ctx.constant(lin.bias, "bias") if lin.bias is not None else None for lin in lins]
+        raise Refuse(WORDS("refuse.inputs"))
+    weights = [ctx.constant(lin.weight, BASE_WORDS("weight")) for lin in lins]
+    biases = [ctx.constant(lin.bias, BASE_WORDS("bias")) if lin.bias is not None else None for lin in lins]
     try:
         weight, bias, sizes = concat_weights(weights, biases)
     except ValueError as exc:
@@ -120,8 +150,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     if bias is not None:
         tensors[f"{key}_cat_bias"] = bias
         bias_arg = NewAttr(f"{key}_cat_bias")
-    choice = Choice("one_gemm", f"one GEMM over {len(sizes)} concatenated weights "
-                    f"({'+'.join(map(str, sizes))} columns), split into views", True)
+    choice = Choice("one_gemm", WORDS("label.one_gemm", n=len(sizes), columns="+".join(map(str, sizes))), True)
     return edit.Edit(chain, tuple(branches), tuple(branches), fused_linear_siblings,
                      (x, NewAttr(f"{key}_cat_weight"), bias_arg, sizes), choice, tensors=tensors,
                      tuple_result=True)
@@ -136,20 +165,17 @@ def _lower(gm, node, device, dtype) -> bool:
 
 LOWERINGS = {fused_linear_siblings: _lower}
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_AFTER = ("*",)   # horizontal fusion of the linears no chain claimed
+
 PATTERNS = (
     Pattern(
-        name="linear_siblings", label="Sibling linears (QKV)", priority=90,
+        name="linear_siblings", label=WORDS("linear_siblings.label"),
         steps=(Step(frozenset({"linear"}), "branch"),), siblings=True, kernels=("auto",),
         color="#bcbd22", rewrite=rewrite,
-        implementation=("one GEMM over the concatenated weights (W_1|W_2|...), its output split into "
-                        "column views: no copy"),
-        explanation=("Horizontal fusion: a transformer layer projects the same input three times, for the "
-                     "queries, keys and values. One GEMM with the three weight matrices side by side reads "
-                     "the input once instead of three times and costs one launch instead of three; each "
-                     "projection is then a column slice of the one output. Nothing is saved in the "
-                     "outputs: they are all still written, because each is read afterwards."),
+        implementation=WORDS("linear_siblings.implementation"),
+        explanation=WORDS("linear_siblings.explanation"),
         caveats=(PRECISION_CAVEAT,
-                 "The outputs are column slices of one buffer: a consumer that needs them contiguous "
-                 "(a flattening view) makes the rewrite refuse the group.", PAYS_CAVEAT),
+                 WORDS("linear_siblings.caveat"), PAYS_CAVEAT),
     ),
 )

@@ -53,13 +53,66 @@ import torch.fx
 import torch.nn.functional as F
 
 from explorer.fusions import edit
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
-from explorer.fusions.conv import LAYOUTS, conv_nd, layout_of, sm_count
+from explorer.fusions.kernels.common import LAYOUTS, conv_nd, layout_of, sm_count
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import TRITON_ACTIVATIONS, apply_activation, check, in_place_node, triton_activation
+from explorer.fusions.triton_support import no_triton, where
 from explorer.fusions.triton_support import (import_triton, interpreting, jit_helpers, launch,
                                              library_reductions_usable, next_power_of_2, planned, triton_runs_on)
 from explorer.graph import aten
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("squeeze_excite", {
+    "title": ('Squeeze-excite', 'Squeeze-excite（通道注意力）'),
+    "squeeze_excite.label": ('Squeeze-excite',
+        'Squeeze-excite（通道注意力）'),
+    "squeeze_excite.implementation": ('two Triton kernels: pool + fc1 partial sums, then fc2 + gate + scale',
+        '两个 Triton 内核：先是池化 + fc1 的部分和，然后是 fc2 + 门控 + 缩放'),
+    "squeeze_excite.explanation": (('Squeeze-and-excitation is six ops, four of them on tensors of one value per channel: '
+         'their cost is launches, not bytes. The pool and the first FC layer share one pass over '
+         'x; the second FC layer, the gate and the multiply share the other: two kernels, and x '
+         "is read twice and y written once, as in the unfused graph's pool and multiply."),
+        ('Squeeze-and-excitation 有六个算子，其中四个作用在每通道只有一个值的张量上：它们的开销在内核启动，不在访存。池化和第一个全连接层共用一遍对 x '
+         '的读取；第二个全连接层、门控和乘法共用另一遍：两个内核，x 读两次、y 写一次，和未融合计算图中的池化与乘法一样。')),
+    "squeeze_excite.caveat": ('Pooling, both FC layers and the gate are computed in fp32 for 16-bit inputs.',
+        '对 16 位输入，池化、两个全连接层和门控都用 fp32 计算。'),
+    "label.triton": ("triton squeeze-excite: 2 kernels (squeeze+fc1, fc2+{gate}+scale)",
+        "triton squeeze-excite：2 个内核（squeeze+fc1，fc2+{gate}+scale）"),
+    "label.triton_copy": ("triton squeeze-excite: 2 kernels (squeeze+fc1, fc2+{gate}+scale) after copying x to NCHW",
+        "triton squeeze-excite：2 个内核（squeeze+fc1，fc2+{gate}+scale），先把 x 拷贝成 NCHW"),
+    "label.reference": ("pool, conv, {act}, conv, {gate}, mul (6 kernels; reference composition: {why})",
+        "pool、conv、{act}、conv、{gate}、mul（6 个内核；参考实现的组合：{why}）"),
+    "fused_kernel": ("squeeze-excite",
+        "squeeze-excite "),
+    "generic.not_1x1": ("{what} is not a plain 1×1 convolution",
+        "{what} 不是普通的 1×1 卷积"),
+    "generic.neither": ("{what} ({op}) is neither a 1×1 convolution nor a linear layer",
+        "{what}（{op}）既不是 1×1 卷积，也不是线性层"),
+    "what.weight": ("{what} weight",
+        "{what} 的权重"),
+    "generic.mean": ("the mean is not over every spatial dim",
+        "均值不是对所有空间维求的"),
+    "generic.pool": ("{op} is not a global average pool",
+        "{op} 不是全局平均池化"),
+    "refuse.scale": ("the multiply does not scale the pooled tensor",
+        "乘法缩放的不是被池化的张量"),
+    "generic.act": ("{act} / {gate} is not an activation / gate the kernels compute",
+        "{act} / {gate} 不是这些内核能算的激活 / 门控"),
+    "generic.broadcast": ("the multiply broadcasts x",
+        "乘法对 x 做了广播"),
+    "refuse.reduction": ("the reduction is not a mean over every spatial dim",
+        "这个归约不是对所有空间维求均值"),
+    "refuse.pool": ("the average pool does not pool to one value per channel",
+        "平均池化没有把每个通道池化成一个值"),
+    "refuse.fc": ("the FC layer is not a plain 1×1 convolution",
+        "全连接层不是普通的 1×1 卷积"),
+    "refuse.pooled": ("the multiply does not scale the tensor that was pooled",
+        "乘法缩放的不是被池化的那个张量"),
+})
+
 
 #: Activations between the two FC layers (any the Triton helper computes) and the gates.
 SE_ACTIVATIONS = tuple(a for a in TRITON_ACTIVATIONS if a != "none")
@@ -125,16 +178,13 @@ def select_squeeze_excite(device: torch.device | str, dtype: torch.dtype, act: s
     _check_names(act, gate)
     device = torch.device(device)
     if not triton_runs_on(device):
-        why = f"no Triton on {device.type}" + (" (TRITON_INTERPRET=1 interprets it)" if device.type == "cpu" else "")
+        why = no_triton(device)
     elif dtype not in SUPPORTED_DTYPES:
-        why = f"dtype {dtype} is not one of fp32, fp16, bf16"
+        why = BASE_WORDS("dtype_one_of", dtype=dtype)
     else:
-        copy = " after copying x to NCHW" if layout == "other" else ""
-        where = " [Triton interpreter on cpu]" if device.type == "cpu" else ""
-        return Choice("triton", f"triton squeeze-excite: 2 kernels (squeeze+fc1, fc2+{gate}+scale){copy}{where}",
-                      True)
-    return Choice("reference", f"pool, conv, {act}, conv, {gate}, mul (6 kernels; reference composition: {why})",
-                  False)
+        label = WORDS("label.triton_copy" if layout == "other" else "label.triton", gate=gate)
+        return Choice("triton", where(label, device), True)
+    return Choice("reference", WORDS("label.reference", act=act, gate=gate, why=why), False)
 
 
 # ====================================================================== kernels
@@ -411,15 +461,15 @@ def _fc(ctx: RewriteContext, node: torch.fx.Node, what: str) -> tuple[torch.fx.N
         geometry = edit.int_lists(2, c.stride, c.padding, c.dilation)
         if (w is None or len(w) != 4 or w[2:] != (1, 1) or c.groups != 1 or c.transposed or geometry is None
                 or geometry != ([1, 1], [0, 0], [1, 1])):
-            raise UseGeneric(f"{what} is not a plain 1×1 convolution")
+            raise UseGeneric(WORDS("generic.not_1x1", what=what))
         weight, bias = c.weight, c.bias
     else:
         lin = aten.linear_args(node)
         if lin is None:
-            raise UseGeneric(f"{what} ({aten.aten_name(node)}) is neither a 1×1 convolution nor a linear layer")
+            raise UseGeneric(WORDS("generic.neither", what=what, op=aten.aten_name(node)))
         weight, bias = lin.weight, lin.bias
     for t in (weight, bias):
-        ctx.constant(t, f"{what} weight")
+        ctx.constant(t, WORDS("what.weight", what=what))
     return weight, bias
 
 
@@ -429,7 +479,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     for name in chain.nodes:                                   # views between the FCs: flatten, view, unsqueeze
         node = ctx.by_name[name]
         if aten.kind_of(node) == "dropout" and aten.is_training_dropout(node):
-            raise Refuse("dropout in training mode inside the chain")
+            raise Refuse(BASE_WORDS("training_dropout"))
     x = pool.args[0]
     x_shape = aten.static_shape(x)
     name = aten.aten_name(pool)
@@ -437,23 +487,23 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         a = aten.args_of(pool)
         dims = [a["dim"]] if isinstance(a.get("dim"), int) else list(a.get("dim") or [])
         if x_shape is None or sorted(d % len(x_shape) for d in dims) != list(range(2, len(x_shape))):
-            raise UseGeneric("the mean is not over every spatial dim")
+            raise UseGeneric(WORDS("generic.mean"))
     elif name not in ("adaptive_avg_pool2d", "_adaptive_avg_pool2d"):
-        raise UseGeneric(f"{name} is not a global average pool")
+        raise UseGeneric(WORDS("generic.pool", op=name))
     members = set(ctx.members(chain))
     if not edit.through_identity(edit.other_operand(mul, members), x):
-        raise Refuse("the multiply does not scale the pooled tensor")
+        raise Refuse(WORDS("refuse.scale"))
     w1, b1 = _fc(ctx, ctx.node(chain, "fc1"), "fc1")
     w2, b2 = _fc(ctx, ctx.node(chain, "fc2"), "fc2")
     act = aten.activation_name(ctx.node(chain, "act"))
     gate = aten.activation_name(ctx.node(chain, "gate"))
     if act not in SE_ACTIVATIONS or gate not in GATES:
-        raise UseGeneric(f"{act} / {gate} is not an activation / gate the kernels compute")
+        raise UseGeneric(WORDS("generic.act", act=act, gate=gate))
     xv, yv = aten.node_val(x), aten.node_val(mul)
     if not isinstance(xv, torch.Tensor) or not isinstance(yv, torch.Tensor) or xv.shape != yv.shape:
-        raise UseGeneric("the multiply broadcasts x")
+        raise UseGeneric(WORDS("generic.broadcast"))
     choice = select_squeeze_excite(ctx.device, xv.dtype, act, gate)
-    label = choice.label + ("" if choice.fused else edit.not_fused_note(ctx.device, "squeeze-excite"))
+    label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("fused_kernel"))
     return edit.whole_chain_edit(ctx, chain, fused_squeeze_excite, (x, w1, b1, w2, b2, act, gate),
                                  Choice(choice.impl, label, choice.fused))
 
@@ -499,18 +549,18 @@ def _fc_after_global_pool(g, node: str, ctx: dict) -> str | None:
     rank = len(g.nodes[inputs[0]]["shapes"][0]) if len(inputs) == 1 and g.nodes[inputs[0]]["shapes"] else 0
     if pool["kind"] == "reduce":
         if "mean" not in str(pool.get("target", "")) or pool.get("reduce_dims") != list(range(2, rank)) or rank < 3:
-            return "the reduction is not a mean over every spatial dim"
+            return WORDS("refuse.reduction")
         return _one_by_one(g, node, ctx)
     shapes = pool["shapes"]
     if not shapes or len(shapes[0]) < 3 or any(s != 1 for s in shapes[0][2:]):
-        return "the average pool does not pool to one value per channel"
+        return WORDS("refuse.pool")
     return _one_by_one(g, node, ctx)
 
 
 def _one_by_one(g, node: str, ctx: dict) -> str | None:
     if g.nodes[node]["kind"] == "conv" and (g.nodes[node].get("kernel", [1, 1]) != [1, 1]
                                             or g.nodes[node].get("groups", 1) != 1):
-        return "the FC layer is not a plain 1×1 convolution"
+        return WORDS("refuse.fc")
     return None
 
 
@@ -520,15 +570,18 @@ def _scales_pooled_input(g, node: str, ctx: dict) -> str | None:
     pooled = set(g.predecessors(pool))
     others = {p for p in g.predecessors(node) if p != ctx["prev"] and p not in ctx["chain"]}
     if others != pooled:
-        return "the multiply does not scale the tensor that was pooled"
+        return WORDS("refuse.pooled")
     return None
 
 
 _FC = frozenset({"conv", "linear"})
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("conv",)   # its 1×1 convolutions and their activation are one block, not conv epilogues
+
 PATTERNS = (
     Pattern(
-        name="squeeze_excite", label="Squeeze-excite", priority=15,
+        name="squeeze_excite", label=WORDS("squeeze_excite.label"),
         steps=(Step(frozenset({"avg_pool", "reduce"}), "pool"),
                Step(_FC, "fc1", guard=_fc_after_global_pool),
                Step(frozenset(SE_ACTIVATIONS) - {"gelu_tanh", "sigmoid", "hardsigmoid"}, "act"),
@@ -536,11 +589,8 @@ PATTERNS = (
                Step(frozenset(GATES), "gate"),
                Step(frozenset({"mul"}), "scale", guard=_scales_pooled_input)),
         color="#e7ba52", rewrite=rewrite,
-        implementation="two Triton kernels: pool + fc1 partial sums, then fc2 + gate + scale",
-        explanation=("Squeeze-and-excitation is six ops, four of them on tensors of one value per channel: "
-                     "their cost is launches, not bytes. The pool and the first FC layer share one pass over "
-                     "x; the second FC layer, the gate and the multiply share the other: two kernels, and x "
-                     "is read twice and y written once, as in the unfused graph's pool and multiply."),
-        caveats=(PRECISION_CAVEAT, "Pooling, both FC layers and the gate are computed in fp32 for 16-bit inputs."),
+        implementation=WORDS("squeeze_excite.implementation"),
+        explanation=WORDS("squeeze_excite.explanation"),
+        caveats=(PRECISION_CAVEAT, WORDS("squeeze_excite.caveat")),
     ),
 )

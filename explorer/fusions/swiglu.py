@@ -45,13 +45,71 @@ import torch.fx
 import torch.nn.functional as F
 
 from explorer.fusions import edit
+from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.siblings import concat_weights
+from explorer.fusions.triton_support import where
 from explorer.fusions.triton_support import (Launch, cdiv, import_triton, interpreting, jit_helpers, launch,
                                              needs_autograd, next_power_of_2, operand_key, planned,
                                              refusal_for_device)
 from explorer.graph import aten
+from explorer.words import Words
+
+#: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
+WORDS = Words("swiglu", {
+    "title": ('SwiGLU', 'SwiGLU'),
+    "swiglu.label": ('SwiGLU (gate/up GEMM + silu·mul)',
+        'SwiGLU（gate/up GEMM + silu·mul）'),
+    "swiglu.implementation": (('one GEMM over the concatenated gate and up weights, then one Triton kernel computing '
+         'silu(gate)·up from its column views'),
+        '一个 GEMM 作用在拼接后的 gate 与 up 权重上，再用一个 Triton 内核从它的列视图计算 silu(gate)·up'),
+    "swiglu.explanation": (('A gated MLP projects the same input twice (gate and up), applies SiLU to the gate and '
+         'multiplies: four kernels, with three intermediates written and read back. One GEMM with '
+         'both weight matrices stacked reads the input once; one elementwise kernel then reads '
+         'gate and up in place and writes only the product.'),
+        ('门控 MLP 对同一个输入做两次投影（gate 和 up），对 gate 做 SiLU 再相乘：四个内核，三个中间结果写回显存再读出。把两个权重矩阵堆叠起来的一个 GEMM '
+         '只读一次输入；接着一个逐元素内核原地读取 gate 和 up，只写出乘积。')),
+    "swiglu.caveat": ('silu·mul is computed in fp32 and rounded once (eager rounds twice).',
+        'silu·mul 用 fp32 计算、只舍入一次（eager 舍入两次）。'),
+    "swiglu.formula": ('a = silu(x W_gateᵀ) · (x W_upᵀ)',
+        'a = silu(x W_gateᵀ) · (x W_upᵀ)'),
+    "why.dtypes": ("gate is {dtype} but up is {up} (the kernel takes one dtype)",
+        "gate 是 {dtype}，up 却是 {up}（该内核只接受一种数据类型）"),
+    "why.shapes": ("gate {gate} and up {up} differ in shape (no broadcasting)",
+        "gate {gate} 与 up {up} 形状不同（不做广播）"),
+    "label.reference": ("silu + mul (2 kernels: {why})",
+        "silu + mul（2 个内核：{why}）"),
+    "label.triton": ("triton silu*mul (1 elementwise kernel)",
+        "triton silu*mul（1 个逐元素内核）"),
+    "what.gate": ("gate projection",
+        "gate 投影"),
+    "what.silu": ("silu",
+        "silu"),
+    "what.up": ("up projection",
+        "up 投影"),
+    "what.sigmoid": ("sigmoid",
+        "sigmoid"),
+    'refuse.computed': ("a projection's weight is computed in the graph (one GEMM needs constant weights)",
+        '有一个投影的权重是在计算图中算出来的（合成一个 GEMM 需要常量权重）'),
+    "refuse.bias": ("one projection has a bias and the other does not",
+        "一个投影带偏置，另一个不带"),
+    "refuse.dtypes": ("the projections differ in dtype",
+        "两个投影的数据类型不同"),
+    "generic.not_linear": ("a projection is not a plain linear",
+        "有一个投影不是普通的线性层"),
+    "refuse.inputs": ("the projections do not read the same input",
+        "两个投影读取的不是同一个输入"),
+    "generic.not_silu": ("the activation is not silu of the gate projection",
+        "激活函数不是 gate 投影的 silu"),
+    "generic.product": ("the product is not silu(gate) * up",
+        "乘积不是 silu(gate) * up"),
+    "refuse.widths": ("gate and up widths differ ({gate} and {up})",
+        "gate 和 up 的宽度不同（{gate} 和 {up}）"),
+    "label.one_gemm": ("one GEMM over [W_gate; W_up] ({gate}+{up} columns), then {label} reading its column views",
+        "对 [W_gate; W_up] 做一次 GEMM（{gate}+{up} 列），然后{label}，读取它的列视图"),
+})
+
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -117,19 +175,16 @@ def select_swiglu(device: torch.device | str, dtype: torch.dtype | None = None, 
     """
     why = refusal_for_device(device)
     if why is None and dtype is not None and dtype not in SUPPORTED_DTYPES:
-        why = f"dtype {dtype} is not one of fp32/fp16/bf16"
+        why = BASE_WORDS("dtype_slash", dtype=dtype)
     if why is None and requires_grad:
-        why = "autograd records this call and the kernel is forward-only"
+        why = BASE_WORDS("autograd")
     if why is None and up_dtype is not None and dtype is not None and up_dtype != dtype:
-        why = f"gate is {dtype} but up is {up_dtype} (the kernel takes one dtype)"
+        why = WORDS("why.dtypes", dtype=dtype, up=up_dtype)
     if why is None and gate_shape is not None and up_shape is not None and tuple(gate_shape) != tuple(up_shape):
-        why = f"gate {tuple(gate_shape)} and up {tuple(up_shape)} differ in shape (no broadcasting)"
+        why = WORDS("why.shapes", gate=tuple(gate_shape), up=tuple(up_shape))
     if why is not None:
-        return Choice("reference", f"silu + mul (2 kernels: {why})", False)
-    label = "triton silu*mul (1 elementwise kernel)"
-    if torch.device(device).type == "cpu":
-        label += " [Triton interpreter on cpu]"
-    return Choice("triton", label, True)
+        return Choice("reference", WORDS("label.reference", why=why), False)
+    return Choice("triton", where(WORDS("label.triton"), torch.device(device)), True)
 
 
 # ====================================================================== the kernel
@@ -365,19 +420,18 @@ def _match_swiglu(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[st
     if x is None or g.nodes[up].get("first_input") != x:
         raise NoMatch(None, [gate, act, mul, up])
     nodes = [gate, up, *(n for n, _, _ in silu), mul]
-    refusals = [f"{n} already in chain {claimed[n]}" for n in nodes if n in claimed]
-    for node, what, readers in ((gate, "gate projection", len(silu)), (act, "silu", 1), (up, "up projection", 1),
-                                (silu[0][0], "sigmoid", 1)):
+    refusals = [BASE_WORDS("already_in_chain", op=n, chain=claimed[n]) for n in nodes if n in claimed]
+    for node, what, readers in ((gate, "gate", len(silu)), (act, "silu", 1), (up, "up", 1), (silu[0][0], "sigmoid", 1)):
         if g.out_degree(node) > readers:
-            refusals.append(f"{what} output has {g.out_degree(node)} consumers")
+            refusals.append(BASE_WORDS("consumers", op=WORDS("what." + what), n=g.out_degree(node)))
     if not (g.nodes[gate].get("const_weight") and g.nodes[up].get("const_weight")):
-        refusals.append("a projection's weight is computed in the graph (one GEMM needs constant weights)")
+        refusals.append(WORDS("refuse.computed"))
     if g.nodes[gate].get("has_bias") != g.nodes[up].get("has_bias"):
-        refusals.append("one projection has a bias and the other does not")
+        refusals.append(WORDS("refuse.bias"))
     if g.nodes[gate]["dtypes"] != g.nodes[up]["dtypes"]:
-        refusals.append("the projections differ in dtype")
+        refusals.append(WORDS("refuse.dtypes"))
     if refusals:
-        raise NoMatch(f"{pattern.label}: {refusals[0]}", nodes)
+        raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label, reason=refusals[0]), nodes)
     return [(gate, "gate", True), (up, "up", True), *silu, (mul, "mul", True)]
 
 
@@ -388,9 +442,9 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     gate, up = (aten.linear_args(ctx.node(chain, r)) for r in ("gate", "up"))
     act, mul = ctx.node(chain, "act"), ctx.node(chain, "mul")
     if gate is None or up is None:
-        raise UseGeneric("a projection is not a plain linear")
+        raise UseGeneric(WORDS("generic.not_linear"))
     if gate.input is not up.input:
-        raise Refuse("the projections do not read the same input")
+        raise Refuse(WORDS("refuse.inputs"))
     gate_node, sigmoid = ctx.node(chain, "gate"), ctx.node(chain, "sigmoid")
     if sigmoid is None:
         is_silu = aten.aten_name(act) in ("silu", "silu_") and act.args[0] is gate_node
@@ -398,17 +452,17 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         is_silu = (aten.aten_name(sigmoid) == "sigmoid" and sigmoid.args[0] is gate_node
                    and aten.aten_name(act) == "mul" and set(act.args[:2]) == {gate_node, sigmoid})
     if not is_silu:
-        raise UseGeneric("the activation is not silu of the gate projection")
+        raise UseGeneric(WORDS("generic.not_silu"))
     if set(mul.args[:2]) != {act, ctx.node(chain, "up")}:
-        raise UseGeneric("the product is not silu(gate) * up")
-    weights = [ctx.constant(lin.weight, "weight") for lin in (gate, up)]
-    biases = [ctx.constant(lin.bias, "bias") if lin.bias is not None else None for lin in (gate, up)]
+        raise UseGeneric(WORDS("generic.product"))
+    weights = [ctx.constant(lin.weight, BASE_WORDS("weight")) for lin in (gate, up)]
+    biases = [ctx.constant(lin.bias, BASE_WORDS("bias")) if lin.bias is not None else None for lin in (gate, up)]
     try:
         weight, bias, sizes = concat_weights(weights, biases)
     except ValueError as exc:
         raise Refuse(str(exc)) from None
     if sizes[0] != sizes[1]:
-        raise Refuse(f"gate and up widths differ ({sizes[0]} and {sizes[1]})")
+        raise Refuse(WORDS("refuse.widths", gate=sizes[0], up=sizes[1]))
     key = ctx.node(chain, "gate").name
     tensors = {f"{key}_gate_up_weight": weight}
     bias_arg = None
@@ -416,8 +470,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         tensors[f"{key}_gate_up_bias"] = bias
         bias_arg = NewAttr(f"{key}_gate_up_bias")
     elementwise = select_swiglu(ctx.device, edit.dtype_of(mul))
-    label = (f"one GEMM over [W_gate; W_up] ({sizes[0]}+{sizes[1]} columns), then "
-             + elementwise.label + " reading its column views")
+    label = WORDS("label.one_gemm", gate=sizes[0], up=sizes[1], label=elementwise.label)
     choice = Choice("one_gemm_" + elementwise.impl, label, True)   # one GEMM fewer either way
     return edit.whole_chain_edit(ctx, chain, fused_swiglu, (gate.input, NewAttr(f"{key}_gate_up_weight"), bias_arg,
                                                             sizes[0]), choice, tensors=tensors)
@@ -442,21 +495,20 @@ LOWERINGS = {fused_swiglu: _lower}
 
 # ====================================================================== patterns
 
+#: Which families this one must claim nodes before or after (explorer.fusions.order).
+RUNS_BEFORE = ("linear", "siblings")   # its gate projection and SiLU are not a linear epilogue
+
 PATTERNS = (
     Pattern(
-        name="swiglu", label="SwiGLU (gate/up GEMM + silu·mul)", priority=30,
+        name="swiglu", label=WORDS("swiglu.label"),
         steps=(Step(frozenset({"linear"}), "gate"), Step(frozenset({"sigmoid"}), "sigmoid", optional=True),
                Step(frozenset({"silu", "mul"}), "act"),
                Step(frozenset({"linear"}), "up"), Step(frozenset({"mul"}), "mul")),
         match=_match_swiglu, color="#aec7e8", rewrite=rewrite,
-        implementation=("one GEMM over the concatenated gate and up weights, then one Triton kernel computing "
-                        "silu(gate)·up from its column views"),
-        explanation=("A gated MLP projects the same input twice (gate and up), applies SiLU to the gate and "
-                     "multiplies: four kernels, with three intermediates written and read back. One GEMM with "
-                     "both weight matrices stacked reads the input once; one elementwise kernel then reads "
-                     "gate and up in place and writes only the product."),
-        caveats=(PRECISION_CAVEAT, "silu·mul is computed in fp32 and rounded once (eager rounds twice).",
+        implementation=WORDS("swiglu.implementation"),
+        explanation=WORDS("swiglu.explanation"),
+        caveats=(PRECISION_CAVEAT, WORDS("swiglu.caveat"),
                  PAYS_CAVEAT),
-        formula="a = silu(x W_gateᵀ) · (x W_upᵀ)",
+        formula=WORDS("swiglu.formula"),
     ),
 )

@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import torch
 
+from explorer.fusions.base import WORDS
+
 
 def interpreting() -> bool:
     """True when ``TRITON_INTERPRET=1``: Triton kernels run on the CPU, in numpy."""
@@ -88,13 +90,23 @@ def refusal_for_device(device: torch.device | str) -> str | None:
     device = torch.device(device)
     if device.type == "cuda":
         if interpreting():
-            return "TRITON_INTERPRET=1 is set: Triton would interpret, not compile, for CUDA tensors"
-        return None if triton_available() else "Triton does not import in this environment"
+            return WORDS("interpret_cuda")
+        return None if triton_available() else WORDS("triton_import")
     if device.type == "cpu":
         if not interpreting():
-            return "no Triton on cpu (TRITON_INTERPRET=1 interprets it)"
-        return None if triton_available() else "Triton does not import in this environment"
-    return f"no Triton backend for {device.type} tensors"
+            return WORDS("no_triton_interpret", device="cpu")
+        return None if triton_available() else WORDS("triton_import")
+    return WORDS("no_backend", device=device.type)
+
+
+def no_triton(device: torch.device) -> str:
+    """Why a kernel selection takes its reference where Triton does not run: "no Triton on cpu ..."."""
+    return WORDS("no_triton_interpret" if device.type == "cpu" else "no_triton", device=device.type)
+
+
+def where(label: str, device: torch.device) -> str:
+    """``label``, marked "[Triton interpreter on cpu]" where a Triton kernel is interpreted on the CPU."""
+    return WORDS("interpreted", label=label) if device.type == "cpu" else label
 
 
 def needs_autograd(*tensors: torch.Tensor | None) -> bool:

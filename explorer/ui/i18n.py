@@ -8,21 +8,20 @@ Every string a user reads goes through this module:
   ``STRINGS = {key: (english, chinese)}``: the two languages side by side, so
   a reviewer reads them together and a missing one is a test failure
   (``tests/test_i18n.py``), never a silent fallback.
-- ``pattern_text(pattern, field)``: the teaching text of a pattern (label,
-  explanation, implementation, formula, caveats), written in English beside the
-  pattern in ``explorer/fusions/<family>.py``. Its Chinese is looked up by the
-  English text itself (``locale/patterns.py``), so that a changed English text
-  has no stale translation: the test names it until it is translated again.
-- ``message(text)``: a message the engine wrote in English (a near-miss reason,
-  an error line), translated by pattern (``locale/messages.py``: a regular
-  expression and its Chinese template); a message no pattern knows is shown in
-  English, marked as such in Chinese. A group named ``msg...`` is itself a
-  message (translated by the rules again), a group named ``text...`` a text of
-  the translation memory (a pattern's label).
-- ``translate_text(english)``: the translation memory, merged from the
-  ``TEXTS = {english: chinese}`` of every locale module: the patterns' teaching
-  texts (``locale/patterns.py``), the zoo's descriptions (``locale/zoo.py``),
-  the kernel choices (``locale/fusions.py``).
+- ``pattern_text(pattern, field)``, ``message(text)``, ``translate_phrases(label)``:
+  what a fusion family says (a pattern's title and explanation, a near miss, a
+  refusal, a kernel label) is a ``explorer.words.Message`` with an id and
+  arguments, declared in both languages beside the family's patterns
+  (``explorer/fusions/<family>.py``'s ``WORDS``; the registry collects them,
+  ``explorer.fusions.WORDS``), and rendered here by its id. A label that came
+  back as plain English (a JSON report, a child process) is read back against
+  the same templates. No rule is written here for a family's sentence.
+- ``message(text)`` also translates the runtime's own English (plans, progress,
+  notes, errors) by pattern (``RULES`` of ``locale/messages.py`` and
+  ``locale/runtime.py``: a regular expression and its Chinese template); a
+  message no rule knows is shown in English, marked as such in Chinese.
+- ``translate_text(english)``: a family message, or a text of the translation
+  memory (``TEXTS`` of the locale modules: the zoo's descriptions).
 - ``language_switch()``: the sidebar's radio (widget key ``lang``); a link may
   say ``?lang=zh``, and the address bar follows the switch.
 
@@ -41,6 +40,8 @@ import pkgutil
 import re
 import string
 from typing import Any
+
+from explorer.words import Message, Reader, render
 
 LANGUAGES: dict[str, str] = {"en": "English", "zh": "中文"}
 DEFAULT = "en"
@@ -96,12 +97,44 @@ def placeholders(text: str) -> set[str]:
     return {field for _, field, _, _ in string.Formatter().parse(text) if field}
 
 
-# ------------------------------------------------------------------ pattern texts
+# ------------------------------------------------------------------ the families' words
 
 @functools.lru_cache(maxsize=1)
-def _pattern_memory() -> dict[str, str]:
-    """Every ``TEXTS`` of ``explorer.ui.locale.*`` merged: {english: chinese}. An English text given two
-    different translations is an error (two modules would disagree on it)."""
+def family_words() -> dict[str, tuple[str, str]]:
+    """Every family's words and the shared ones, from the registry (``explorer.fusions.WORDS``):
+    {message id: (english, chinese)}."""
+    from explorer.fusions import WORDS
+
+    return WORDS
+
+
+@functools.lru_cache(maxsize=1)
+def _reader() -> Reader:
+    return Reader(family_words())
+
+
+def family_message(text: Any) -> Message | None:
+    """``text`` as a family ``Message``: itself, or read back from its English (a label or reason that came
+    through a JSON report or a child process as plain text) against the families' templates; None when no
+    template makes it."""
+    if isinstance(text, Message):
+        return text if text.id in family_words() else None
+    return _reader().parse(text) if isinstance(text, str) and text else None
+
+
+def render_family(text: Any, lang: str | None = None) -> str | None:
+    """A family's message in ``lang`` (None when ``text`` is not one)."""
+    msg = family_message(text)
+    if msg is None:
+        return None
+    lang = lang or current()
+    return render(msg, lang, family_words(), translate=lambda free: message(free, lang))
+
+
+@functools.lru_cache(maxsize=1)
+def _memory() -> dict[str, str]:
+    """Every ``TEXTS`` of ``explorer.ui.locale.*`` merged: {english: chinese} (the zoo's descriptions). An English
+    text given two different translations is an error (two modules would disagree on it)."""
     from explorer.ui import locale
 
     merged: dict[str, str] = {}
@@ -115,19 +148,21 @@ def _pattern_memory() -> dict[str, str]:
     return merged
 
 
-def translate_text(english: str, lang: str | None = None) -> str:
-    """The Chinese of an English text of the translation memory (a pattern's teaching text, a zoo
-    description, a kernel choice), or the English when ``lang`` is "en" or the text has no translation
-    (the tests report those)."""
+def translate_text(english: Any, lang: str | None = None) -> str:
+    """A text in ``lang``: a family's message (a pattern's label, a kernel choice) by its id, a zoo description
+    through the translation memory (``TEXTS`` of the locale modules), else the text as it is."""
     lang = lang or current()
     if lang == "en" or not english:
-        return english
-    return _pattern_memory().get(english, english)
+        return str(english)
+    rendered = render_family(english, lang)
+    if rendered is not None:
+        return rendered
+    return _memory().get(english, str(english))
 
 
-def has_translation(english: str) -> bool:
-    """Whether an English text has its Chinese in the translation memory (``TEXTS`` of the locale modules)."""
-    return not english or english in _pattern_memory()
+def has_translation(english: Any) -> bool:
+    """Whether a text has its Chinese: a family message, or an entry of the translation memory."""
+    return not english or family_message(english) is not None or english in _memory()
 
 
 def pattern_text(pattern: Any, field: str, lang: str | None = None) -> Any:
@@ -139,13 +174,21 @@ def pattern_text(pattern: Any, field: str, lang: str | None = None) -> Any:
     return translate_text(value, lang)
 
 
-# ------------------------------------------------------------------ engine messages
+def family_title(family: str, lang: str | None = None) -> str:
+    """A family's title ("Convolution (Conv+BN, epilogues)") in ``lang``: its ``WORDS`` entry ``<family>.title``."""
+    pair = family_words().get(f"{family}.title")
+    if pair is None:
+        return family
+    return pair[0] if (lang or current()) == "en" else pair[1]
+
+
+# ------------------------------------------------------------------ other engine messages
 
 @functools.lru_cache(maxsize=1)
 def _message_rules() -> list[tuple[re.Pattern, str]]:
-    """The ``RULES`` of ``locale/messages.py`` (the engine's messages) first, then those of every other
-    locale module in name order (``locale/runtime.py``: the runner's progress, run and report errors, the
-    notes a run report carries)."""
+    """The ``RULES`` of ``locale/messages.py`` first (plans, notes, sources of figures, progress), then those of
+    every other locale module in name order (``locale/runtime.py``: the runner's progress, run and report errors,
+    the notes a run report carries). A family's own words are not here: they are ``Message`` values."""
     from explorer.ui import locale
     from explorer.ui.locale import messages
 
@@ -159,14 +202,17 @@ def _message_rules() -> list[tuple[re.Pattern, str]]:
 UNTRANSLATED = "（英文原文）"
 
 
-def message(text: str, lang: str | None = None) -> str:
-    """An engine message in ``lang``: English as written; Chinese through the first rule of
-    ``locale/messages.py`` that matches the whole text (its groups fill the template; a group named
-    ``msg...`` is translated as a message again, one named ``text...`` through ``translate_text``), else
-    the English text marked "（英文原文）"."""
+def message(text: Any, lang: str | None = None) -> str:
+    """An engine message in ``lang``: English as written; in Chinese a family's message by its id (or read back
+    from its English), else through the first rule of the locale modules that matches the whole text (its groups
+    fill the template; a group named ``msg...`` is translated as a message again, one named ``text...`` through
+    ``translate_text``), else the English text marked "（英文原文）"."""
     lang = lang or current()
     if lang == "en" or not text:
-        return text
+        return str(text)
+    rendered = render_family(text, lang)
+    if rendered is not None:
+        return rendered
     for rx, template in _message_rules():
         hit = rx.fullmatch(text.strip())
         if hit:
@@ -183,23 +229,14 @@ def message(text: str, lang: str | None = None) -> str:
     return f"{text}{UNTRANSLATED}"
 
 
-@functools.lru_cache(maxsize=1)
-def _phrases() -> list[tuple[re.Pattern, str]]:
-    from explorer.ui.locale import messages
-
-    return [(re.compile(rx), zh) for rx, zh in messages.PHRASES]
-
-
-def translate_phrases(text: str, lang: str | None = None) -> str:
-    """A label that mixes op and kernel names with prose (an implementation label of the engine) in
-    ``lang``: in Chinese every ``PHRASES`` rule of ``locale/messages.py`` replaced wherever it occurs, in
-    order; the names stay as written."""
+def translate_phrases(text: Any, lang: str | None = None) -> str:
+    """A kernel label (an implementation of the engine) in ``lang``: a family's message by its id, or read back
+    from its English; a label no template makes stays as written."""
     lang = lang or current()
     if lang == "en" or not text:
-        return text
-    for rx, replacement in _phrases():
-        text = rx.sub(replacement, text)
-    return text
+        return str(text)
+    rendered = render_family(text, lang)
+    return str(text) if rendered is None else rendered
 
 
 # ------------------------------------------------------------------ the switch

@@ -3,7 +3,7 @@
 Each module defines ``STRINGS = {key: (english, chinese)}`` (``explorer.ui.i18n``
 merges them; a key may be defined once). Keys are ``<module>.<what>``:
 ``learn.*`` and ``tour.*`` (the Learn page), ``teach.*``/``ex.*``/``pred.*``/
-``sweep.*``/``bisect.*``/``diagram.*``/``family.*`` (the teaching views),
+``sweep.*``/``bisect.*``/``diagram.*`` (the teaching views),
 ``app.*`` (the sidebar and the frame), ``graph.*`` and ``gv.*`` (the Graph
 page and the drawn graph of ``explorer.graph_view``), ``fusions.*`` and
 ``verdict.*`` (the Fusions page, a report's verdict labels), ``export.*``,
@@ -11,13 +11,13 @@ page and the drawn graph of ``explorer.graph_view``), ``fusions.*`` and
 and the run report's figures and tables), ``state.*`` (loading, the page
 boundary's error line, a run's live progress). A module may also define ``TEXTS = {english: chinese}``: the
 translation memory for texts written in English elsewhere and looked up by
-that text (``patterns.py``: the patterns' teaching texts; ``zoo.py``: the zoo's
-descriptions; ``fusions.py``: the kernel choices). ``messages.py`` translates
-the engine's English messages by pattern (``RULES``) and the prose inside its
-implementation labels (``PHRASES``); ``runtime.py`` adds ``RULES`` (tried after
-those of ``messages.py``) for what the measurement runtime writes in English: its
-progress, run and report-file errors, upload errors, and the notes a run report
-carries.
+that text (``zoo.py``: the zoo's descriptions). ``messages.py`` and ``runtime.py``
+translate the runtime's English messages by pattern (``RULES``): plans, progress,
+run and report-file errors, upload errors, the notes a run report carries.
+
+What a fusion family says (its patterns' texts, near misses, refusals, kernel
+labels, its title) is not here: each family declares it in both languages beside
+its patterns (``explorer/fusions/<family>.py``'s ``WORDS``), as messages with ids.
 
 Chinese follows the seed document's terms (shared/seed/operator-fusion-overview.zh.txt):
 算子融合, 内核启动 (Kernel Launch), 访存, 中间结果, 显存, 寄存器压力, 折叠, 批归一化 (BN),

@@ -1,6 +1,6 @@
 """Strings of the Fusions page (``fusions.*``), the verdict labels of a report (``verdict.*``, one per
-``explorer.report.VERDICTS``), and, in ``TEXTS``, the Chinese of the kernel choices a plan may name
-(``explorer.fusions.base.KERNEL_CHOICES``, keyed by their English text like the patterns' texts).
+``explorer.report.VERDICTS``). The kernel choices a plan may name are the registry's words
+(``explorer.fusions.base.KERNEL_CHOICES``: messages of ``explorer.fusions.base.WORDS``).
 
 Terms: chain 链, accept / reject 接受 / 拒绝, pattern 融合模式, kernel 内核, kernel launch 内核启动,
 memory traffic 访存量, intermediate 中间结果, extra output 额外输出, speed-up 加速比, verdict 结论,
@@ -94,12 +94,3 @@ STRINGS = {
 }
 
 #: The kernel choices' descriptions (``KERNEL_CHOICES``), by their English text.
-TEXTS = {
-    "the pattern's fused kernel where it applies on the device (the default)":
-        "该融合模式在这台设备上适用时使用其融合内核（默认）",
-    ("the GEMM or convolution with its bias, then the residual add and the activation in place: one kernel more, "
-     "no fused epilogue (BatchNorm still folded)"):
-        "先做带偏置的 GEMM 或卷积，再原地做残差相加和激活：多一个内核，没有融合的尾处理（BN 仍然折叠）",
-    "the chain's subgraph compiled by torch.compile's inductor, as the generic fallback does":
-        "把链的子图交给 torch.compile 的 inductor 编译，与通用兜底方案相同",
-}

@@ -1,4 +1,9 @@
-"""中文 for messages the engine writes in English (near-miss reasons, notes, sources of figures, errors).
+"""中文 for messages the runtime writes in English (plans, notes, sources of figures, progress, errors).
+
+What a fusion family says (a pattern's texts, near misses, refusals, kernel
+labels) is not here: each family declares its words in both languages beside its
+patterns (``explorer/fusions/<family>.py``'s ``WORDS``), as messages with ids
+that ``explorer.ui.i18n`` renders.
 
 ``RULES`` is a list of (regular expression matching the whole English message,
 Chinese template): the expression's groups fill the template's ``{0}``,
@@ -7,134 +12,18 @@ goes before a general one. A message no rule matches is shown in English with
 "（英文原文）" after it (``explorer.ui.i18n.message``). ``tests/test_i18n.py``
 checks every rule on the example beside it.
 
-A group named ``msg...`` is a message itself (translated by these rules again); a
-group named ``text...`` a text of the translation memory (a pattern's label, as
-``i18n.translate_text``). ``PHRASES`` translate the prose inside the engine's
-implementation labels ("BatchNorm folded (exact) + conv+bias + relu in place (2
-kernels)"), which mix op and kernel names with a few words: each regex is
-replaced wherever it occurs, in order, and the names stay as written.
+A group named ``msg...`` is a message itself (translated again, a family's
+message included); a group named ``text...`` a text of the translation memory
+(``i18n.translate_text``).
 """
-
-import re
-
-from explorer.fusions import PATTERNS
 
 #: (regex, Chinese template, an English example the regex must match)
 EXAMPLES: list[tuple[str, str, str]] = [
-    # ------------------------------------------------------------------ near misses (explorer.fusion_engine, fusions/*)
-    # (a pattern's own matcher writes "<pattern label>: <reason>": the first rule of the list, added below)
-    (r"(.+) output has (\d+) consumers \(through a view\)", "{0} 的输出有 {1} 个使用者（经过一个视图）",
-     "conv output has 2 consumers (through a view)"),
-    (r"gate projection output has (\d+) consumers", "gate 投影的输出有 {0} 个使用者",
-     "gate projection output has 2 consumers"),
-    (r"up projection output has (\d+) consumers", "up 投影的输出有 {0} 个使用者", "up projection output has 3 consumers"),
-    (r"(.+) output has (\d+) consumers", "{0} 的输出有 {1} 个使用者", "BatchNorm output has 2 consumers"),
-    (r"(\S+) already in chain (\S+)", "{0} 已经属于链 {1}", "add already in chain conv_bn_add_act@conv2d_3"),
-    (r"already fused \((.+)\)", "已经是融合算子（{0}）", "already fused (scaled_dot_product_attention)"),
-    (r"BatchNorm in training mode: folding is valid only for inference \(frozen statistics\)",
-     "BN 处于训练模式：折叠只在推理时成立（统计量冻结）",
-     "BatchNorm in training mode: folding is valid only for inference (frozen statistics)"),
-    (r"BatchNorm in training mode: its statistics change every step, folding is valid only for inference",
-     "BN 处于训练模式：它的统计量每一步都在变，折叠只在推理时成立",
-     "BatchNorm in training mode: its statistics change every step, folding is valid only for inference"),
-    (r"activation (\S+) not supported by (?P<text>.+)", "{1} 不支持激活函数 {0}", "activation elu not supported by Conv+BN+act"),
-    (r"(\S+) (\S+) not supported by (?P<text>.+)", "{2} 不支持 {1}（{0}）", "norm group_norm not supported by Add+LayerNorm"),
-    (r"add of a constant, not a residual", "加的是常量，不是残差", "add of a constant, not a residual"),
-    (r"add operand shape (.+) differs from the conv output (.+) \(broadcast\)",
-     "相加操作数的形状 {0} 与卷积输出 {1} 不同（广播）",
-     "add operand shape [[1, 64, 1, 1]] differs from the conv output [[1, 64, 56, 56]] (broadcast)"),
-    (r"sibling (\S+)s of (\S+) differ in dtype", "{1} 的并列 {0} 数据类型不同", "sibling linears of x differ in dtype"),
-    (r"sibling (\S+)s of (\S+): some have a bias, some do not", "{1} 的并列 {0}：有的带偏置，有的不带",
-     "sibling linears of x: some have a bias, some do not"),
-    (r"scale is a tensor, not a constant", "缩放因子是张量，不是常量", "scale is a tensor, not a constant"),
-    (r"softmax output is not the left operand of the next MatMul", "softmax 的输出不是下一个 MatMul 的左操作数",
-     "softmax output is not the left operand of the next MatMul"),
-    (r"the FC layer is not a plain 1×1 convolution", "全连接层不是普通的 1×1 卷积",
-     "the FC layer is not a plain 1×1 convolution"),
-    (r"the average pool does not pool to one value per channel", "平均池化没有把每个通道池化成一个值",
-     "the average pool does not pool to one value per channel"),
-    (r"the multiply does not scale the tensor that was pooled", "乘法缩放的不是被池化的那个张量",
-     "the multiply does not scale the tensor that was pooled"),
-    (r"the convolution before the LayerNorm is not depthwise", "LayerNorm 前面的卷积不是深度可分离卷积",
-     "the convolution before the LayerNorm is not depthwise"),
-    (r"LayerNorm normalizes over more than the last dimension", "LayerNorm 归一化的不只是最后一维",
-     "LayerNorm normalizes over more than the last dimension"),
-    (r"the multiply is not by a constant \(a layer scale\)", "乘的不是常量（不是 layer scale）",
-     "the multiply is not by a constant (a layer scale)"),
-    (r"the add does not add the block's input \(not a residual\)", "相加的不是这个块的输入（不是残差）",
-     "the add does not add the block's input (not a residual)"),
-    (r"the RMSNorm's mean is not over the last dimension alone", "RMSNorm 的均值不是只在最后一维上求的",
-     "the RMSNorm's mean is not over the last dimension alone"),
-    (r"the fp32 copy of the sum is also read outside the RMSNorm", "和的 fp32 副本在 RMSNorm 之外也被读取",
-     "the fp32 copy of the sum is also read outside the RMSNorm"),
-    (r"the sum is read both before and after its cast", "和在类型转换之前和之后都被读取",
-     "the sum is read both before and after its cast"),
-    (r"a projection's weight is computed in the graph \(one GEMM needs constant weights\)",
-     "有一个投影的权重是在计算图中算出来的（合成一个 GEMM 需要常量权重）",
-     "a projection's weight is computed in the graph (one GEMM needs constant weights)"),
-    (r"one projection has a bias and the other does not", "一个投影带偏置，另一个不带",
-     "one projection has a bias and the other does not"),
-    (r"the projections differ in dtype", "两个投影的数据类型不同", "the projections differ in dtype"),
-    (r"only one tensor is rotated with these cos and sin \(the kernel rotates q and k together\)",
-     "用这组 cos 和 sin 旋转的只有一个张量（该内核同时旋转 q 和 k）",
-     "only one tensor is rotated with these cos and sin (the kernel rotates q and k together)"),
-
-    # ------------------------------------------------------------------ refusals of the rewrite (fusions/*: Refuse)
-    (r"BatchNorm statistics outputs are used: not folded", "BN 的统计量输出被使用了：不折叠",
-     "BatchNorm statistics outputs are used: not folded"),
-    (r"BatchNorm variant (\S+) is not folded", "BN 变体 {0} 不折叠", "BatchNorm variant native_batch_norm is not folded"),
-    (r"BatchNorm does not read the conv output directly", "BN 没有直接读取卷积的输出",
-     "BatchNorm does not read the conv output directly"),
-    (r"BatchNorm without running statistics \(track_running_stats=False\) normalises with batch statistics even in "
-     r"eval mode: there is nothing fixed to fold",
-     "BN 没有运行统计量（track_running_stats=False），即使在 eval 模式下也用批统计量归一化：没有固定的值可以折叠",
-     "BatchNorm without running statistics (track_running_stats=False) normalises with batch statistics even in eval "
-     "mode: there is nothing fixed to fold"),
-    (r"softmax over dim (\S+), not the last one", "softmax 作用在第 {0} 维，不是最后一维", "softmax over dim 1, not the last one"),
-    (r"the LayerNorm does not normalise over the channels alone", "LayerNorm 不是只在通道上归一化",
-     "the LayerNorm does not normalise over the channels alone"),
-    (r"the residual add does not add the block's input", "残差相加加的不是这个块的输入",
-     "the residual add does not add the block's input"),
-    (r"the scale has (\d+) elements, not one per channel \((\d+)\)", "缩放因子有 {0} 个元素，不是每个通道一个（{1}）",
-     "the scale has 3 elements, not one per channel (96)"),
+    # ------------------------------------------------------------------ plans (explorer.fusions.plan, explorer.ui.state)
     (r"kernel '(\S+)' is not a choice for (\S+): choose one of (.+)", "内核“{0}”不是 {1} 的可选项：可选 {2}",
      "kernel 'x' is not a choice for conv_bn_act@conv2d: choose one of auto, inductor"),
-    (r"kernel '(\S+)' is not a choice for (\S+)", "内核“{0}”不是 {1} 的可选项", "kernel 'x' is not a choice for conv_bn_act"),
-    (r"(\S+) mutates (\S+) in place, which (\S+) reads later", "{0} 原地修改了 {1}，而 {2} 之后还要读它",
-     "relu_ mutates add in place, which mul reads later"),
-    (r"(\S+) has no shape metadata", "{0} 没有形状元数据", "linear has no shape metadata"),
-    (r"(\S+) views (\S+) in a way a column slice does not allow \(it would need a copy\)",
-     "{0} 对 {1} 的 view 方式是列切片做不到的（需要一次拷贝）",
-     "view_3 views linear_1 in a way a column slice does not allow (it would need a copy)"),
-    (r"a sibling is not a plain linear", "有一个并列分支不是普通的线性层", "a sibling is not a plain linear"),
-    (r"the siblings do not read the same input", "并列分支读取的不是同一个输入", "the siblings do not read the same input"),
-    (r"dropout in training mode inside the chain", "链中有处于训练模式的 dropout", "dropout in training mode inside the chain"),
-    (r"the multiply does not scale the pooled tensor", "乘法缩放的不是被池化的张量",
-     "the multiply does not scale the pooled tensor"),
-    (r"the reduction is not a mean over every spatial dim", "这个归约不是对所有空间维求均值",
-     "the reduction is not a mean over every spatial dim"),
-    (r"the mean is not over every spatial dim", "均值不是对所有空间维求的", "the mean is not over every spatial dim"),
-    (r"the projections do not read the same input", "两个投影读取的不是同一个输入", "the projections do not read the same input"),
-    (r"gate and up widths differ \((\d+) and (\d+)\)", "gate 和 up 的宽度不同（{0} 和 {1}）",
-     "gate and up widths differ (1376 and 1024)"),
-    (r"the sum leaves the chain from more than one node", "和从不止一个节点离开这条链",
-     "the sum leaves the chain from more than one node"),
-    (r"the fp32 copy of the sum is read outside the RMSNorm", "和的 fp32 副本在 RMSNorm 之外被读取",
-     "the fp32 copy of the sum is read outside the RMSNorm"),
-    (r"(\S+) is computed in the graph, not a constant: cannot fold", "{0} 是在计算图中算出来的，不是常量：无法折叠",
-     "scale is computed in the graph, not a constant: cannot fold"),
-    (r"(\S+) is also used by (\S+) outside the chain", "{0} 也被链外的 {1} 使用", "add_1 is also used by mul_2 outside the chain"),
     (r"chain nodes not in the graph: (.+)", "链的节点不在计算图中：{0}", "chain nodes not in the graph: add_3"),
-    (r"planning failed: (?P<msg>.+)", "规划失败：{0}", "planning failed: the projections do not read the same input"),
-    (r"level 'none': nothing is fused", "级别“none”：什么都不融合", "level 'none': nothing is fused"),
-    (r"level 'conv_bn': only BatchNorm is folded; the rest of the chain runs as separate ops",
-     "级别“conv_bn”：只折叠 BN；链的其余部分作为单独的算子运行",
-     "level 'conv_bn': only BatchNorm is folded; the rest of the chain runs as separate ops"),
-    (r"level 'activation': only BatchNorm folding and conv/linear epilogues are applied",
-     "级别“activation”：只应用 BN 折叠和 conv/linear 的尾处理",
-     "level 'activation': only BatchNorm folding and conv/linear epilogues are applied"),
-
-    # ------------------------------------------------------------------ plans (explorer.fusions.plan, explorer.ui.state)
+    (r"rewrite failed: (?P<msg>.+)", "重写失败：{0}", "rewrite failed: chain nodes not in the graph: add_3"),
     (r"load a model before uploading a plan", "请先加载模型，再上传融合计划", "load a model before uploading a plan"),
     (r"(.+): a plan file over 5 MB is not a plan", "{0}：超过 5 MB 的文件不是融合计划", "big.json: a plan file over 5 MB is not a plan"),
     (r"restored (\d+) accepted chain\(s\) and (\d+) kernel choice\(s\) from (.+) \(memory format (\S+), CUDA graphs "
@@ -287,104 +176,4 @@ EXAMPLES: list[tuple[str, str, str]] = [
      "channel 99 is out of range: the conv has 64 output channels"),
 ]
 
-#: A near miss a pattern's own matcher wrote: "<the pattern's label>: <reason>" (the label through the translation
-#: memory, the reason through these rules again). First: "(.+) output has ..." would take the label as the op.
-EXAMPLES.insert(0, (r"(?P<text>" + "|".join(re.escape(p.label) for p in sorted(PATTERNS, key=lambda p: -len(p.label)))
-                    + r"): (?P<msg>.+)", "{0}：{1}", "Add+RMSNorm: mean output has 2 consumers"))
-
 RULES: list[tuple[str, str]] = [(rx, zh) for rx, zh, _ in EXAMPLES]
-
-#: (regex, replacement with \1-style groups): the prose inside implementation labels, in order.
-PHRASES: list[tuple[str, str]] = [
-    (r"BatchNorm folded \(exact\)", "BN 折叠（精确）"),
-    (r"kernel choice: separate epilogue", "内核选择：分开的尾处理"),
-    (r"kernel choice: ", "内核选择："),
-    (r"the conv epilogue", "卷积尾处理"),
-    (r"the GEMM epilogue", " GEMM 尾处理"),
-    (r"the ConvNeXt block", " ConvNeXt 块"),
-    (r"; (\w+): no fused kernel for squeeze-excite, the ops run one after another",
-     r"；\1 上没有 squeeze-excite 的融合内核，这些算子依次运行"),
-    (r"; (\w+): no fused kernel for ([^,]+), the ops run one after another", r"；\1 上没有\2的融合内核，这些算子依次运行"),
-    (r"the ops run one after another", "这些算子依次运行"),
-    (r"generic: torch\.compile's inductor on the chain subgraph", "通用方案：用 torch.compile 的 inductor 编译链的子图"),
-    (r"torch\.compile off \(EXPLORER_GENERIC_COMPILE=0\): the ops run eagerly, one kernel each \(not fused\)",
-     "torch.compile 已关闭（EXPLORER_GENERIC_COMPILE=0）：算子以 eager 方式运行，每个一个内核（未融合）"),
-    (r"no C\+\+ compiler on (\w+): the ops run eagerly, one kernel each \(not fused\)",
-     r"\1 上没有 C++ 编译器：算子以 eager 方式运行，每个一个内核（未融合）"),
-    (r"\[cpu: inductor C\+\+ kernel\]", "[cpu：inductor C++ 内核]"),
-    (r"\[Triton interpreter on cpu\]", "[cpu 上用 Triton 解释器运行]"),
-    (r"no Triton on (\w+) \(TRITON_INTERPRET=1 interprets it\)", r"\1 上没有 Triton（设置 TRITON_INTERPRET=1 时解释执行）"),
-    (r"no Triton on (\w+)", r"\1 上没有 Triton"),
-    (r"Triton does not import in this environment", "这个环境中无法导入 Triton"),
-    (r"reference composition, no fused kernel", "参考实现的组合，没有融合内核"),
-    (r"reference composition: ", "参考实现的组合："),
-    (r"scaled_dot_product_attention on (\w+) \(PyTorch's CPU attention kernel; no GPU fused kernel on cpu\)",
-     r"\1 上的 scaled_dot_product_attention（PyTorch 的 CPU 注意力内核；cpu 上没有 GPU 融合内核）"),
-    (r"flash / memory-efficient attention", "flash / memory-efficient 注意力"),
-    (r"scores stay on chip", "分数留在片上"),
-    (r"the sum is not written: nothing else reads it", "不写出和：没有别的算子读它"),
-    (r"one GEMM over (\d+) concatenated weights \(([\d+]+) columns\), split into views",
-     r"对 \1 个拼接的权重做一次 GEMM（\2 列），再切分成视图"),
-    (r"one GEMM over \[W_gate; W_up\] \(([\d+]+) columns\), then ", r"对 [W_gate; W_up] 做一次 GEMM（\1 列），然后"),
-    (r" reading its column views", "，读取它的列视图"),
-    (r"the cuBLASLt epilogue computes (\S+), not ([\w()]+)", r"cuBLASLt 尾处理算的是 \1，不是 \2"),
-    (r" epilogue where the device's epilogue computes (\S+), else ", r" 尾处理（设备的尾处理算的是 \1 时），否则 "),
-    (r" for a channels_last input; any other: conv \+ triton epilogue", "，限 channels_last 输入；其他输入：conv + triton 尾处理"),
-    (r" for a channels_last input, else conv \+ layer_norm", "，限 channels_last 输入，否则 conv + layer_norm"),
-    (r"one vectorised pass after the conv", "卷积之后一遍向量化处理"),
-    (r" after copying x to NCHW", "，先把 x 拷贝成 NCHW"),
-    (r"layer scale folded", "折叠 layer scale"),
-    (r"triton residual add", "triton 残差相加"),
-    (r"residual add_", "残差 add_"),
-    (r"\(no bias\)", "(不带偏置)"),
-    (r"the input is not channels_last", "输入不是 channels_last"),
-    (r"autograd records this call and the kernel is forward-only", "autograd 会记录这次调用，而该内核只支持前向"),
-    (r"dtypes? (\S+) is not one of ", r"数据类型 \1 不在可选范围内："),
-    (r"the kernel takes one dtype", "该内核只接受一种数据类型"),
-    (r"the kernel takes one of ", "该内核只接受以下之一："),
-    (r"rows of (\d+) are outside ([\d.]+)", r"行长 \1 超出 \2"),
-    (r"one row must fit in one program", "一行必须放进一个 program"),
-    (r"inputs on different devices", "输入在不同的设备上"),
-    (r"empty input", "空输入"),
-    (r"a score row does not fit in one block", "一行分数放不进一个块"),
-    (r"too many row blocks for one grid axis", "行块太多，一个 grid 维度放不下"),
-    (r"(\S+) channels > (\d+)", r"\1 个通道 > \2"),
-    (r"differ other than over leading dims", "除前导维度外还有不同"),
-    (r"differ in shape \(no broadcasting\)", "形状不同（不做广播）"),
-    (r"eager ops", "eager 算子"),
-    (r"(\S+) in place", r"原地 \1"),
-    (r"(\d+) fused calls?", r"\1 次融合调用"),
-    (r"(\d+) calls?\b", r"\1 次调用"),
-    (r"(\d+) elementwise kernels?", r"\1 个逐元素内核"),
-    (r"(\d+) kernels?\b", r"\1 个内核"),
-    (r"(\d+) pass(es)?\b", r"\1 遍"),
-    (r"(\d+) outputs\b", r"\1 个输出"),
-    (r" epilogue\b", " 尾处理"),
-]
-
-#: Implementation labels and their Chinese (the test checks that ``PHRASES`` make exactly this).
-PHRASE_EXAMPLES: list[tuple[str, str]] = [
-    ("BatchNorm folded (exact) + conv+bias + relu in place (2 kernels); cpu: no fused kernel for the conv epilogue, "
-     "the ops run one after another",
-     "BN 折叠（精确） + conv+bias + 原地 relu (2 个内核)；cpu 上没有卷积尾处理的融合内核，这些算子依次运行"),
-    ("BatchNorm folded (exact) + cudnn conv+bias+add+relu (1 fused call: cudnn_convolution_add_relu)",
-     "BN 折叠（精确） + cudnn conv+bias+add+relu (1 次融合调用: cudnn_convolution_add_relu)"),
-    ("conv (no bias) + triton bias+relu (2 kernels: one vectorised pass after the conv)",
-     "conv (不带偏置) + triton bias+relu (2 个内核: 卷积之后一遍向量化处理)"),
-    ("scaled_dot_product_attention on cpu (PyTorch's CPU attention kernel; no GPU fused kernel on cpu)",
-     "cpu 上的 scaled_dot_product_attention（PyTorch 的 CPU 注意力内核；cpu 上没有 GPU 融合内核）"),
-    ("scaled_dot_product_attention (flash / memory-efficient attention, 1 kernel)",
-     "scaled_dot_product_attention (flash / memory-efficient 注意力, 1 个内核)"),
-    ("add + layer_norm (2 kernels; reference composition: no Triton on cpu (TRITON_INTERPRET=1 interprets it))",
-     "add + layer_norm (2 个内核; 参考实现的组合：cpu 上没有 Triton（设置 TRITON_INTERPRET=1 时解释执行）)"),
-    ("linear + gelu in place (2 kernels); cpu: no fused kernel for the GEMM epilogue, the ops run one after another",
-     "linear + 原地 gelu (2 个内核)；cpu 上没有 GEMM 尾处理的融合内核，这些算子依次运行"),
-    ("cuBLASLt GEMM+bias+relu epilogue (1 call: _addmm_activation)",
-     "cuBLASLt GEMM+bias+relu 尾处理 (1 次调用: _addmm_activation)"),
-    ("triton add+rms_norm (1 kernel; the sum is not written: nothing else reads it) [Triton interpreter on cpu]",
-     "triton add+rms_norm (1 个内核; 不写出和：没有别的算子读它) [cpu 上用 Triton 解释器运行]"),
-    ("one GEMM over 3 concatenated weights (768+768+768 columns), split into views",
-     "对 3 个拼接的权重做一次 GEMM（768+768+768 列），再切分成视图"),
-    ("generic: torch.compile's inductor on the chain subgraph (kernel choice: inductor) [cpu: inductor C++ kernel]",
-     "通用方案：用 torch.compile 的 inductor 编译链的子图 (内核选择：inductor) [cpu：inductor C++ 内核]"),
-]

@@ -3,9 +3,9 @@
 The runtime (``explorer/runtime/*``, ``explorer/gpu_runner.py``, ``explorer/stats.py``,
 ``explorer/report.py``) never imports the UI: it writes English, and the app
 translates at the moment it shows a text, through ``explorer.ui.i18n.message``.
-``RULES`` here are merged after those of ``locale/messages.py`` (the engine's
-messages), in the same form: a regular expression matching the whole English
-text, and its Chinese template with ``{0}``, ``{1}``, ... for the groups; a
+``RULES`` here are merged after those of ``locale/messages.py`` (plans, notes,
+progress; a fusion family's own words are messages with ids, not rules), in the
+same form: a regular expression matching the whole English text, and its Chinese template with ``{0}``, ``{1}``, ... for the groups; a
 group named ``msg...`` is a message itself (translated by the rules again).
 
 What is here, and where the app shows it:

@@ -13,17 +13,6 @@ STRINGS = {
                                  "{launches} 次内核启动 · 共享输入被读取 {reads} 次"),
 
     # ------------------------------------------------------------------ pattern families
-    "family.attention": ("Attention (MatMul+Softmax)", "注意力（MatMul+Softmax）"),
-    "family.conv": ("Convolution (Conv+BN, epilogues)", "卷积（Conv+BN、尾处理）"),
-    "family.linear": ("Linear + activation", "线性层 + 激活函数"),
-    "family.norm": ("Add + LayerNorm", "残差相加 + 层归一化"),
-    "family.generic": ("Elementwise chain", "逐元素算子链"),
-    "family.siblings": ("Sibling linears (Q, K, V)", "并列线性层（Q、K、V）"),
-    "family.rms_norm": ("Add + RMSNorm", "残差相加 + RMSNorm"),
-    "family.swiglu": ("SwiGLU", "SwiGLU"),
-    "family.rotary": ("Rotary embedding", "旋转位置编码"),
-    "family.squeeze_excite": ("Squeeze-excite", "Squeeze-excite（通道注意力）"),
-    "family.convnext": ("ConvNeXt block", "ConvNeXt 块"),
 
     # ------------------------------------------------------------------ worked examples
     "ex.fold.title": ("Conv+BN folded by hand, on this model", "在本模型上手算 Conv+BN 折叠"),

@@ -44,7 +44,7 @@ from explorer.ui import teaching_panels as panels
 from explorer.ui import state as ui_state
 from explorer.ui import teaching_views as views
 from explorer.ui.i18n import current as current_language
-from explorer.ui.i18n import message, pattern_text, t, t_in
+from explorer.ui.i18n import family_title, message, pattern_text, t, t_in
 from explorer.units import human_bytes
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
@@ -365,7 +365,7 @@ def _examples(cur) -> None:
     if not found:
         st.caption(t("ex.bytes.none"))
     for family, ex in found.items():
-        st.markdown(f"#### {t('ex.bytes.family', family=t('family.' + family))} · {code(ex.title)}")
+        st.markdown(f"#### {t('ex.bytes.family', family=family_title(family))} · {code(ex.title)}")
         rows = [{t("ex.col.version"): f"{o['kind']} ({o['origin']})", t("ex.col.reads"): human_bytes(o["reads"]),
                  t("ex.col.writes"): human_bytes(o["writes"])} for o in ex.ops]
         rows.append({t("ex.col.version"): t("ex.bytes.unfused_total", n=len(ex.ops)),

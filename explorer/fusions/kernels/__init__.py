@@ -1,0 +1,13 @@
+"""The shared kernels: fused computations that more than one family calls, each beside its reference.
+
+Families import these; no family imports another family's internals.
+
+- ``common``: layouts (NCHW / channels_last), convolution geometry, the per-signature launch plans;
+- ``policy``: which Triton paths the CNN kernels may take (a benchmark switches one off);
+- ``bias_act``: the in-place epilogue pass ``act(y + bias[c] (+ z))`` (``BIAS_ACT_TOLERANCES``);
+- ``depthwise``: the depthwise convolution with its epilogue or a LayerNorm (``DEPTHWISE_TOLERANCES``);
+- ``gemm``: the Triton GEMM with a bias, residual and activation epilogue (``TOLERANCES``: the epilogue's).
+
+A kernel only one family calls stays in that family's module, beside its rewrite (the add + LayerNorm and the
+(add +) RMSNorm kernels, squeeze-excite's, rotary's, SwiGLU's); it moves here when a second family needs it.
+"""
