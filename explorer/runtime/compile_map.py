@@ -508,6 +508,26 @@ def cache_key(fingerprint: str, batch: int | None, seq_len: int | None, device: 
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def _cache_path(fingerprint: str, batch: int | None, seq_len: int | None, device: str, dtype: str, mode: str,
+                directory: Path | None, torch_version: str) -> Path:
+    folder = directory or cache_dir()
+    return folder / f"{cache_key(fingerprint, batch, seq_len, device, dtype, mode, torch_version or _installed_torch())}.json"
+
+
+def cached_map(fingerprint: str, device: str = "auto", dtype: str = "fp32", mode: str = "default",
+               batch: int | None = None, seq_len: int | None = None, directory: Path | None = None,
+               torch_version: str = "") -> CompileMap | None:
+    """The cached compile map for these settings, or None (nothing is compiled)."""
+    path = _cache_path(fingerprint, batch, seq_len, device, dtype, mode, directory, torch_version)
+    if not path.is_file():
+        return None
+    try:
+        cached = CompileMap.from_dict(json.loads(path.read_text()), str(path))
+    except (OSError, ValueError, RunError):
+        return None  # a damaged entry is computed again
+    return cached if cached.fingerprint == fingerprint else None
+
+
 def compile_map(source: str, fingerprint: str, device: str = "auto", dtype: str = "fp32", mode: str = "default",
                 batch: int | None = None, seq_len: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                 progress: Callable[[float, str], None] | None = None, cancel: threading.Event | None = None,
@@ -522,16 +542,11 @@ def compile_map(source: str, fingerprint: str, device: str = "auto", dtype: str 
 
     if mode not in MODES:
         raise RunError(f"unknown torch.compile mode '{mode}': choose from {', '.join(MODES)}")
-    folder = directory or cache_dir()
-    torch_version = torch_version or _installed_torch()
-    path = folder / f"{cache_key(fingerprint, batch, seq_len, device, dtype, mode, torch_version)}.json"
-    if path.is_file():
-        try:
-            cached = CompileMap.from_dict(json.loads(path.read_text()), str(path))
-            if cached.fingerprint == fingerprint:
-                return cached
-        except (OSError, ValueError, RunError):
-            pass  # a damaged cache entry is computed again
+    path = _cache_path(fingerprint, batch, seq_len, device, dtype, mode, directory, torch_version)
+    folder = path.parent
+    cached = cached_map(fingerprint, device, dtype, mode, batch, seq_len, directory, torch_version)
+    if cached is not None:
+        return cached
     payload = {"source": str(source), "device": device, "dtype": dtype, "mode": mode, "batch": batch,
                "seq_len": seq_len}
     data = run_child("explorer.runtime.compile_map", payload, timeout_s, progress, cancel)
@@ -556,6 +571,19 @@ def _installed_torch() -> str:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def for_analysis(analysis: Any, source: str, device: str = "auto", dtype: str = "fp32", mode: str = "default",
+                 timeout_s: float = DEFAULT_TIMEOUT_S, progress: Callable[[float, str], None] | None = None,
+                 cancel: threading.Event | None = None, directory: Path | None = None
+                 ) -> tuple["CompileMap", "Comparison"]:
+    """``compile_map`` of an ``fusion_engine.Analysis`` loaded from ``source``, and its ``compare``."""
+    model, graph, detection = analysis
+    from explorer.graph.build import fingerprint
+
+    cmap = compile_map(source, fingerprint(graph), device, dtype, mode, batch=model.batch, seq_len=model.seq_len,
+                       timeout_s=timeout_s, progress=progress, cancel=cancel, directory=directory)
+    return cmap, compare(detection.chains, graph, cmap)
 
 
 # ------------------------------------------------------------------ our chains beside inductor's kernels
