@@ -102,7 +102,8 @@ class CompileMap:
     ``generated_kernel_count`` is inductor's own counter (``torch._inductor.metrics``: on the CPU
     it counts each variant it generates, scalar and vectorised, so it exceeds the kernels kept),
     ``defined`` the generated kernels its output code defines and ``launch_sites`` the provenance
-    handles that code names: the sources the kernels listed here are checked against. ``unmapped_kernels`` are kernels none of whose post-grad
+    handles that code names: the sources the kernels listed here are checked against. ``removed``
+    are our nodes inductor dropped without a trace (``kernels_from_provenance``). ``unmapped_kernels`` are kernels none of whose post-grad
     nodes came from one of ours (empty when the mapping is whole).
     """
 
@@ -118,6 +119,7 @@ class CompileMap:
     generated_kernel_count: int
     launch_sites: int
     defined: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
     unmapped_kernels: tuple[str, ...] = ()
     compile_s: float = 0.0
     schema: int = SCHEMA
@@ -131,6 +133,7 @@ class CompileMap:
         d["kernels"] = [k.to_dict() for k in self.kernels]
         d["unmapped_kernels"] = list(self.unmapped_kernels)
         d["defined"] = list(self.defined)
+        d["removed"] = list(self.removed)
         return d
 
     @classmethod
@@ -142,7 +145,7 @@ class CompileMap:
                        str(d["mode"]), int(d["batch"]), None if d.get("seq_len") is None else int(d["seq_len"]),
                        str(d["torch_version"]), tuple(Kernel.from_dict(k) for k in d["kernels"]),
                        int(d["generated_kernel_count"]), int(d["launch_sites"]),
-                       tuple(map(str, d.get("defined", ()))), tuple(map(str, d.get("unmapped_kernels", ()))), float(d.get("compile_s", 0.0)))
+                       tuple(map(str, d.get("defined", ()))), tuple(map(str, d.get("removed", ()))), tuple(map(str, d.get("unmapped_kernels", ()))), float(d.get("compile_s", 0.0)))
         except ExplorerError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -221,7 +224,7 @@ def align_nodes(ours: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> d
 def kernels_from_provenance(provenance: dict[str, Any], pre_to_ours: dict[str, str], device: str,
                             post_graph: dict[str, tuple[bool, tuple[str, ...], str]] | None = None,
                             our_successors: dict[str, list[str]] | None = None
-                            ) -> tuple[list[Kernel], list[str], dict[str, list[str]]]:
+                            ) -> tuple[list[Kernel], list[str], dict[str, list[str]], list[str]]:
     """Our nodes per kernel from inductor's ``inductor_provenance_tracking_node_mappings`` (module docstring).
 
     ``pre_to_ours`` maps pre-grad (dynamo) node names to our node ids; ``post_graph`` is the
@@ -233,8 +236,9 @@ def kernels_from_provenance(provenance: dict[str, Any], pre_to_ours: dict[str, s
     - our ops the replacement removed have no post-grad node at all; each belongs to the kernel
       that its result reaches first (through other removed ops), when every path reaches the same one.
 
-    Returns the kernels in launch order, the keys of kernels none of whose nodes map to ours, and
-    {kernel key: our nodes placed by dataflow}.
+    Returns the kernels in launch order, the keys of kernels none of whose nodes map to ours,
+    {kernel key: our nodes placed by dataflow}, and our nodes inductor removed without a trace (no
+    post-grad node, none placed: no-ops such as a ``to`` into the dtype a tensor has, dead code).
     """
     kernel_to_post: dict[str, list[str]] = provenance.get("cppCodeToPost") or {}
     post_to_pre: dict[str, list[str]] = {k: list(v) for k, v in (provenance.get("postToPre") or {}).items()}
@@ -285,6 +289,7 @@ def kernels_from_provenance(provenance: dict[str, Any], pre_to_ours: dict[str, s
         ext = [k for k in keys if k in extern]
         owner[node] = max(ext or keys, key=order.__getitem__)
     placed: dict[str, list[str]] = {}
+    gone: list[str] = []
     if our_successors:
         mapped = set(ours_of_post_values(ours_of_post))
         removed = [n for n in dict.fromkeys(pre_to_ours.values()) if n not in mapped and n not in owner]
@@ -303,6 +308,8 @@ def kernels_from_provenance(provenance: dict[str, Any], pre_to_ours: dict[str, s
                     reached.add(None)
             if len(reached) == 1 and None not in reached:
                 placed.setdefault(next(iter(reached)), []).append(node)
+            else:
+                gone.append(node)
         for key, nodes in placed.items():
             for node in nodes:
                 owner[node] = key
@@ -322,7 +329,7 @@ def kernels_from_provenance(provenance: dict[str, Any], pre_to_ours: dict[str, s
             unmapped.append(key)
         kernels.append(Kernel(name, handle, kind_of(name), library_of(name, device), nodes, touches,
                               tuple(sorted(placed.get(key, ())))))
-    return kernels, unmapped, placed
+    return kernels, unmapped, placed, gone
 
 
 def _extern_op(key: str) -> str:
@@ -427,9 +434,10 @@ def map_loaded(model: Any, device: str, dtype: str, mode: str = "default",
 
     trace_log = logging.getLogger("torch.__trace")
     handler = _Artifacts(logging.DEBUG)
-    level = trace_log.level
+    level, propagate = trace_log.level, trace_log.propagate
     trace_log.addHandler(handler)
     trace_log.setLevel(logging.DEBUG)
+    trace_log.propagate = False   # the records are for the handler only, never the root logger's
     patches = {"trace.provenance_tracking_level": 1, "fx_graph_cache": False,
                "post_grad_custom_post_pass": _RecordPostGrad()}
     if not device.startswith("cuda"):
@@ -451,6 +459,7 @@ def map_loaded(model: Any, device: str, dtype: str, mode: str = "default",
     finally:
         trace_log.removeHandler(handler)
         trace_log.setLevel(level)
+        trace_log.propagate = propagate
     compile_s = time.perf_counter() - t0
     generated = int(metrics.generated_kernel_count)
     emit(0.9, "mapping kernels to graph nodes")
@@ -464,12 +473,13 @@ def map_loaded(model: Any, device: str, dtype: str, mode: str = "default",
     theirs = [(n.name, str(n.target)) for n in dynamo_graphs[0].graph.nodes if n.op == "call_function"]
     pre_to_ours = align_nodes(ours, theirs)
     successors = {n: list(graph.successors(n)) for n in graph.nodes}
-    kernels, unmapped, _ = kernels_from_provenance(provenance[-1], pre_to_ours, device,
+    kernels, unmapped, _, gone = kernels_from_provenance(provenance[-1], pre_to_ours, device,
                                                    post_graphs[-1] if post_graphs else None, successors)
     return CompileMap(model=model.name, fingerprint=fingerprint(graph), device=device, dtype=dtype, mode=mode,
                       batch=int(model.batch), seq_len=model.seq_len, torch_version=torch.__version__,
                       kernels=tuple(kernels), generated_kernel_count=generated,
-                      launch_sites=count_launch_sites(codes), defined=tuple(defined_kernels(codes)), unmapped_kernels=tuple(unmapped),
+                      launch_sites=count_launch_sites(codes), defined=tuple(defined_kernels(codes)),
+                      removed=tuple(gone), unmapped_kernels=tuple(unmapped),
                       compile_s=round(compile_s, 2))
 
 
@@ -503,8 +513,9 @@ def cache_dir() -> Path:
 
 def cache_key(fingerprint: str, batch: int | None, seq_len: int | None, device: str, dtype: str, mode: str,
               torch_version: str) -> str:
-    """One file name per graph, input sizes, device, dtype, mode and torch version."""
-    text = json.dumps([fingerprint, batch, seq_len, device, dtype, mode, torch_version])
+    """One file name per graph, input sizes, device, dtype, mode, torch version and this module's code
+    (a changed mapping is never answered from an old entry)."""
+    text = json.dumps([fingerprint, batch, seq_len, device, dtype, mode, torch_version, _code_version()])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -564,6 +575,13 @@ def compile_map(source: str, fingerprint: str, device: str = "auto", dtype: str 
     return result
 
 
+def _code_version() -> str:
+    try:
+        return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    except OSError:
+        return "unknown"
+
+
 def _installed_torch() -> str:
     from importlib import metadata
 
@@ -580,6 +598,11 @@ def for_analysis(analysis: Any, source: str, device: str = "auto", dtype: str = 
     """``compile_map`` of an ``fusion_engine.Analysis`` loaded from ``source``, and its ``compare``."""
     model, graph, detection = analysis
     from explorer.graph.build import fingerprint
+
+    if device == "auto":
+        from explorer.runtime.measure import resolve_device
+
+        device = resolve_device(device)
 
     cmap = compile_map(source, fingerprint(graph), device, dtype, mode, batch=model.batch, seq_len=model.seq_len,
                        timeout_s=timeout_s, progress=progress, cancel=cancel, directory=directory)
