@@ -609,6 +609,46 @@ def for_analysis(analysis: Any, source: str, device: str = "auto", dtype: str = 
     return cmap, compare(detection.chains, graph, cmap)
 
 
+def problems(cmap: CompileMap, graph: Any) -> list[str]:
+    """What is wrong with ``cmap`` as a map of ``graph`` (empty when nothing is), checked against what
+    inductor itself wrote: every kernel maps to at least one of our nodes, no node is owned by two
+    kernels, there is one kernel per launch site of its output code and the generated ones are the
+    kernels that code defines, and every op that works and reaches an output is owned, but for
+    those inductor's record says it dropped (no-op ``to``) and constants (no inputs) it folds."""
+    import networkx as nx
+
+    out = []
+    if not cmap.kernels:
+        out.append("no kernels")
+    if cmap.unmapped_kernels:
+        out.append(f"kernels mapped to no node of ours: {', '.join(cmap.unmapped_kernels)}")
+    for k in cmap.kernels:
+        if not (k.nodes or k.touches):
+            out.append(f"{k.key} maps to no node")
+        strangers = (set(k.nodes) | set(k.touches)) - set(graph.nodes)
+        if strangers:
+            out.append(f"{k.key} names nodes the graph lacks: {', '.join(sorted(strangers))}")
+    owned = Counter(n for k in cmap.kernels for n in k.nodes)
+    twice = sorted(n for n, c in owned.items() if c > 1)
+    if twice:
+        out.append(f"nodes owned by two kernels: {', '.join(twice)}")
+    if len(cmap.kernels) != cmap.launch_sites:
+        out.append(f"{len(cmap.kernels)} kernels, but the output code has {cmap.launch_sites} launch sites")
+    generated = {k.name for k in cmap.kernels if k.kind != "extern"}
+    if generated != set(cmap.defined):
+        out.append(f"generated kernels {sorted(generated ^ set(cmap.defined))} differ from the output code's")
+    if cmap.generated_kernel_count < len(cmap.defined):
+        out.append(f"inductor counted {cmap.generated_kernel_count} kernels, its code defines {len(cmap.defined)}")
+    outputs = [n for n, a in graph.nodes(data=True) if a.get("kind") == "output"]
+    live = set(outputs).union(*(nx.ancestors(graph, o) for o in outputs))
+    owner = cmap.owner()
+    lost = [n for n in compute_nodes(graph) if n not in owner and graph.in_degree(n) and n in live
+            and not (n in cmap.removed and graph.nodes[n].get("kind") == "to")]
+    if lost:
+        out.append(f"ops no kernel computes: {', '.join(lost[:12])}")
+    return out
+
+
 # ------------------------------------------------------------------ our chains beside inductor's kernels
 
 @dataclasses.dataclass(frozen=True)

@@ -101,12 +101,12 @@ class Paint:
 
 
 def paint(view: Any, chains: Mapping[str, Paint], nodes: Mapping[str, Paint] | None = None) -> Any:
-    """``view`` (a ``graph_view.GraphView``) with the chains and nodes named repainted; the rest as drawn."""
+    """``view`` (a ``graph_view.GraphView``) with the chains and nodes named repainted (a node's own paint
+    over its chain's); the rest as drawn."""
     nodes = nodes or {}
     new_nodes = []
     for vn in view.nodes:
-        p = chains.get(vn.chain) if vn.chain else None
-        p = p or nodes.get(vn.id)
+        p = nodes.get(vn.id) or (chains.get(vn.chain) if vn.chain else None)
         if p is None:
             new_nodes.append(vn)
             continue

@@ -128,7 +128,7 @@ def page(spec, model, graph, detection) -> None:
                   near=len(detection.near_misses)))
 
     # --- controls: the view, search, one chain; the layout's settings in a popover
-    c = st.columns([2.6, 1.9, 2.2, 0.5, 0.5, 2.2, 1.1], vertical_alignment="bottom")
+    c = st.columns([4.2, 1.9, 2.2, 0.5, 0.5, 2.2, 1.1], vertical_alignment="bottom")
     if ss.graph_mode not in MODES:
         ss.graph_mode = "original"
     c[0].segmented_control(t("graph.view"), list(MODES), key="graph_mode",
@@ -179,7 +179,8 @@ def page(spec, model, graph, detection) -> None:
         else:
             st.caption(t("graph.matches_marked", n=len(hits), i=hits.index(current) + 1,
                          node=ui_files.escape_markdown(current)))
-    st.markdown(legend_html(detection, lang), unsafe_allow_html=True)
+    if ss.graph_mode not in ("compile", "compare"):   # those views draw their own legend
+        st.markdown(legend_html(detection, lang), unsafe_allow_html=True)
 
     options = ViewOptions(depth=int(ss.graph_depth), expand=tuple(ss.graph_expand), focus=focus,
                           hops=int(ss.graph_hops), highlight=tuple(hits), reveal=current,
