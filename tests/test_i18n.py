@@ -108,6 +108,10 @@ def test_keys_built_from_parts_exist():
     wanted += [f"app.page.{p.stem}" for p in (ROOT / "explorer" / "ui" / "pages").glob("[!_]*.py")]
     wanted += [f"results.opened.{k}" for k in ("run", "teaching")] + [f"results.bound.{b}" for b in ("host", "gpu")]
     wanted += [f"chart.{v}" for v in ("unfused", "fused")]
+    from explorer.ui.graph_overlays import COMPARE, OVERLAYS
+
+    wanted += [f"graph.cmp.{c}" for c in COMPARE] + [f"graph.overlay.{m}" for m in OVERLAYS]
+    wanted += [f"gv.cmp.status.{c}" for c in COMPARE if c != "separate"] + [f"gv.ov.note.{m}" for m in OVERLAYS[1:]]
     missing = [k for k in wanted if k not in i18n.catalog()]
     assert not missing, missing
     # f-string keys in the pages are one of the families above

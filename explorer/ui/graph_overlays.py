@@ -393,8 +393,9 @@ _LABELS_JS = r"""
 
 def decorate(html: str, view: Any, legend: str = "", layer: str = "", title: str = "") -> str:
     """The drawing's html with ``legend`` (html) shown inside it at the bottom left, each band's title
-    drawn over it, ``window.FE.layer`` and ``window.FE.legend`` set (what a test reads), and a title."""
-    labels = [{"nodes": list(b.nodes), "label": b.title, "color": _darker(b.border)} for b in view.bands]
+    drawn over it (none when ``view`` is None), ``window.FE.layer`` and ``window.FE.legend`` set (what a test reads), and a title."""
+    labels = [{"nodes": list(b.nodes), "label": b.title, "color": _darker(b.border)}
+              for b in (view.bands if view is not None else ())]
     box = ""
     if legend:
         box = ("<div id='fe-legend' style='position:absolute;left:8px;bottom:8px;z-index:6;max-width:70%;"

@@ -191,7 +191,7 @@ STRINGS = {
     "gv.cmp.status.inductor": ("only torch.compile fuses these ops together", "只有 torch.compile 把这些算子融合在一起"),
     "gv.cmp.candidate": ("candidate pattern: {ops}", "可考虑的模式：{ops}"),
     "gv.cmp.separate": ("inductor runs this op alone: {kernel}", "inductor 单独运行这个算子：{kernel}"),
-    "gv.ov.value": ("{measure}: {value}", "{measure}：{value}"),
+    "gv.ov.value": ("{measure}: {value}", "{measure}数值：{value}"),
     "gv.ov.verdict": ("verdict: {verdict}", "结论：{verdict}"),
     "gv.ov.no_value": ("no {measure} for this chain in the report", "报告中没有这条链的{measure}"),
     "gv.ov.no_value_short": ("no value", "无数值"),
