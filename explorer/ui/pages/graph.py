@@ -128,7 +128,8 @@ def page(spec, model, graph, detection) -> None:
                   near=len(detection.near_misses)))
 
     # --- controls: the view, search, one chain; the layout's settings in a popover
-    c = st.columns([4.2, 1.9, 2.2, 0.5, 0.5, 2.2, 1.1], vertical_alignment="bottom")
+    # the view on a row of its own (five views), then search, one chain and the layout
+    c = [st.container(), *st.columns([1.9, 2.2, 0.5, 0.5, 2.2, 1.1], vertical_alignment="bottom")]
     if ss.graph_mode not in MODES:
         ss.graph_mode = "original"
     c[0].segmented_control(t("graph.view"), list(MODES), key="graph_mode",
