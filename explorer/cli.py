@@ -10,6 +10,8 @@
                               [--compile-modes default,reduce-overhead,...] --out report.json
     fusion-explorer sweep [SWEEP.toml] --out DIR [--models M,M --plan P ... --batches N,N --dtypes D,D ...]
                           [--backend local|ray] [--ray-address ADDR] [--workers N] [--force]
+    fusion-explorer compare-compile MODEL [--json] [--mode default|reduce-overhead|max-autotune|...]
+                                          [--device auto|cuda|cpu] [--dtype fp32|fp16|bf16]
     fusion-explorer app [--port N] [--address HOST] [--headless] [STREAMLIT ARGS...]
 
 MODEL is a zoo name or a path (.onnx, .pt2, a Hugging Face folder). Every
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import os
 import sys
 from pathlib import Path
@@ -293,6 +296,48 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(clean(f"{rec['point']}  {what}"))
     print(clean(f"sweep folder: {summary.folder} ({summary.progress.line()})"), file=sys.stderr)
     return 0 if summary.progress.status == "done" else 1
+def cmd_compare_compile(args: argparse.Namespace) -> int:
+    """Our chains beside torch.compile's kernels (``explorer.runtime.compile_map``)."""
+    from explorer.fusion_engine import analyze
+    from explorer.fusions import BY_NAME
+    from explorer.runtime import compile_map as cm
+
+    _check_source(args.model, args.batch, args.seq_len)
+    analysis = analyze(args.model, batch=args.batch, seq_len=args.seq_len)
+
+    def progress(fraction: float, status: str) -> None:
+        if not args.json:
+            print(f"[{fraction * 100:5.1f}%] {clean(status)}", file=sys.stderr, flush=True)
+
+    cmap, comparison = cm.for_analysis(analysis, args.model, args.device, args.dtype, args.mode,
+                                       timeout_s=args.timeout, progress=progress)
+    if args.json:
+        print(json.dumps({"model": analysis.model.name, "compile_map": cmap.to_dict(),
+                          "comparison": comparison.to_dict()}, indent=2))
+        return 0
+    kinds = ", ".join(f"{n} {cm.kind_label(k)}" for k, n in sorted(Counter(k.kind for k in cmap.kernels).items()))
+    print(f"{clean(cmap.model)} on {cmap.device} ({cmap.dtype}, torch.compile {cmap.mode}, torch {cmap.torch_version}): "
+          f"{len(cmap.kernels)} kernels ({kinds}), compiled in {cmap.compile_s:.1f} s")
+    words = {"both": "both", "partly": "partly (inductor fuses part)", "ours": "ours only"}
+    print(f"\nour chains ({len(comparison.chains)}):")
+    for c in comparison.chains:
+        print(f"  {clean(c.chain_id):<34} {BY_NAME[c.pattern].label:<22} {words[c.status]:<28} "
+              f"{clean(', '.join(c.kernels)) or '-'}")
+    print(f"\ninductor kernels ({len(cmap.kernels)}):")
+    for k in cmap.kernels:
+        extra = f"  (also touches {clean(', '.join(k.touches))})" if k.touches else ""
+        print(f"  {clean(k.key):<48} {cm.kind_label(k.kind, k.library):<20} {clean(', '.join(k.nodes)) or '-'}{extra}")
+    print(f"\ngroups only inductor fuses ({len(comparison.only_inductor)}):")
+    for ops, n in comparison.candidate_patterns():
+        print(f"  {clean(ops)}  x{n}")
+    for g in comparison.only_inductor:
+        print(f"    {clean(g.kernel)}: {clean(', '.join(g.nodes))}")
+    print(f"\nops inductor leaves as separate kernels ({len(comparison.separate)}):")
+    for node, kind, key in comparison.separate:
+        print(f"  {clean(node):<24} {kind:<14} {clean(key)}")
+    if comparison.no_kernel:
+        print(f"\nops with no kernel of their own (folded or reinterpreted): {clean(', '.join(comparison.no_kernel))}")
+    return 0
 
 
 def _check_source(source: str, batch: int | None, seq_len: int | None) -> None:
@@ -415,6 +460,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="measure again the points the folder holds already")
     p.add_argument("--allow-mixed-gpus", action="store_true", dest="allow_mixed_gpus",
                    help="let workers on different GPU models, drivers or versions share one sweep")
+    p = sub.add_parser("compare-compile", help="our chains beside the kernels torch.compile generates")
+    model_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--mode", default="default", choices=["default", "reduce-overhead", "max-autotune",
+                                                          "max-autotune-no-cudagraphs"])
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    p.add_argument("--timeout", type=_positive, default=900, help="seconds the compile may take (default 900)")
 
     sub.add_parser("app", help="start the Streamlit app (fusion-explorer app --help for its options)",
                    add_help=False)
@@ -428,7 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, extra = build_app_parser().parse_known_args(argv[1:])
         return cmd_app(args, extra)
     args = parser.parse_args(argv)
-    handlers = {"models": cmd_models, "detect": cmd_detect, "plan": cmd_plan, "run": cmd_run, "sweep": cmd_sweep}
+    handlers = {"models": cmd_models, "detect": cmd_detect, "plan": cmd_plan, "run": cmd_run, "sweep": cmd_sweep,
+                "compare-compile": cmd_compare_compile}
     try:
         return handlers[args.command](args)
     except ExplorerError as exc:

@@ -117,6 +117,10 @@ def test_keys_built_from_parts_exist():
     from explorer.report import PHASES
 
     wanted += [f"results.phase.{p}" for p in PHASES]
+    from explorer.ui.graph_overlays import COMPARE, OVERLAYS
+
+    wanted += [f"graph.cmp.{c}" for c in COMPARE] + [f"graph.overlay.{m}" for m in OVERLAYS]
+    wanted += [f"gv.cmp.status.{c}" for c in COMPARE if c != "separate"] + [f"gv.ov.note.{m}" for m in OVERLAYS[1:]]
     missing = [k for k in wanted if k not in i18n.catalog()]
     assert not missing, missing
     assert all(f"{f}.title" in i18n.family_words() for f in set(FAMILY_OF.values()))   # each family's own title

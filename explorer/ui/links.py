@@ -1,8 +1,10 @@
 """Links to a view of the app: ``?model=residual_block&dtype=fp16&device=cpu&view=fused``.
 
+``&overlay=speedup`` colours the chains by a measure of the last report (``OVERLAYS``).
 A teacher hands out such a link and it opens on that model, dtype, device and graph view.
 ``apply_query_params`` reads the URL once per session, before the sidebar's widgets are drawn,
-and sets their keys (``zoo_name``, ``model_kind``, ``dtype``, ``device``, ``graph_mode``);
+and sets their keys (``zoo_name``, ``model_kind``, ``dtype``, ``device``, ``graph_mode``,
+``graph_overlay``);
 ``sync_query_params`` writes the current choices back into the address bar on every run, so
 the address bar is always a link to what is on screen. Values the app does not know are
 reported and ignored, never obeyed; the report is in the link's language (``lang=``), else the
@@ -21,7 +23,9 @@ import streamlit as st
 from explorer.ui import i18n
 
 #: The graph page's views, as written in the URL (``view=``) and kept in ``graph_mode``.
-VIEWS = ("original", "fused", "side")
+VIEWS = ("original", "fused", "side", "compile", "compare")
+#: The graph page's per-chain overlays (``overlay=``, kept in ``graph_overlay``; ``ui.graph_overlays.OVERLAYS``).
+OVERLAYS = ("none", "speedup", "bytes", "launches", "precision", "predicted")
 
 
 def apply_query_params(zoo_names: Iterable[str], dtypes: Iterable[str], devices: Iterable[str]) -> list[str]:
@@ -34,7 +38,8 @@ def apply_query_params(zoo_names: Iterable[str], dtypes: Iterable[str], devices:
     lang = params.get("lang") if params.get("lang") in i18n.LANGUAGES else i18n.current()
     refused = []
     wanted = {"model": (tuple(zoo_names), ("model_kind", "zoo_name")), "dtype": (tuple(dtypes), ("dtype",)),
-              "device": (tuple(devices), ("device",)), "view": (VIEWS, ("graph_mode",))}
+              "device": (tuple(devices), ("device",)), "view": (VIEWS, ("graph_mode",)),
+              "overlay": (OVERLAYS, ("graph_overlay",))}
     for name, (allowed, keys) in wanted.items():
         value = params.get(name)
         if value is None:
@@ -62,3 +67,9 @@ def sync_query_params() -> None:
     for name, value in current.items():
         if value and st.query_params.get(name) != value:
             st.query_params[name] = value
+    overlay = ss.get("graph_overlay")
+    if overlay and overlay != "none":
+        if st.query_params.get("overlay") != overlay:
+            st.query_params["overlay"] = overlay
+    elif "overlay" in st.query_params:
+        del st.query_params["overlay"]

@@ -80,6 +80,8 @@ PERSISTENT_WIDGETS: dict[str, Any] = {
     "graph_chain": "(whole graph)",
     "graph_hops": 2,
     "graph_mode": "original",
+    "graph_overlay": "none",
+    "graph_compile_mode": "default",
     "graph_direction": "TB",
     "graph_match": None,
     "run_per_chain": True,

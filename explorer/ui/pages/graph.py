@@ -7,8 +7,14 @@ the sidebar's language: the page's through ``i18n.t`` (``locale/graph.py``), the
 ``ViewOptions.lang`` and ``RenderOptions.lang``. A widget's ``format_func`` takes the language as a
 default argument (the test harness calls it after the run, outside the session).
 
-Widget keys: graph_mode (original | fused | side), graph_depth, graph_expand, graph_direction,
-graph_search, graph_match, graph_prev, graph_next, graph_chain, graph_hops.
+Widget keys: graph_mode (original | fused | side | compile | compare), graph_depth, graph_expand,
+graph_direction, graph_search, graph_match, graph_prev, graph_next, graph_chain, graph_hops,
+graph_overlay (``graph_overlays.OVERLAYS``), graph_compile_mode, graph_compile_start,
+graph_compile_cancel, graph_export_<view>.
+
+The views "torch.compile" and "compare" read a ``runtime.compile_map.CompileMap`` (compiled in a
+child process as the background task "compile_map", or read from its cache); the overlays read the
+session's last report (``last_report``) when it was measured on this graph.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import html as html_lib
 import json
+import time
 
 import streamlit as st
 
@@ -23,7 +30,9 @@ from explorer import graph_view
 from explorer.fusions import BY_NAME
 from explorer.graph_view import FusedChain, RenderOptions, ViewOptions
 from explorer.ui import files as ui_files
+from explorer.ui import graph_overlays as overlays
 from explorer.ui import links
+from explorer.ui import tasks
 from explorer.ui import state as ui_state
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t, t_in, translate_text
@@ -45,16 +54,24 @@ def fused_chains(model_key: tuple, plan_json: str, device: str, _analysis) -> di
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def view_html(model_key: tuple, accepted: tuple, fused_key: tuple, options_json: str, render_json: str,
-              _graph, _detection) -> dict:
-    """One drawn view (cached per model, choices, fused chains and options): its html and facts."""
+              _graph, _detection, layer_key: str = "", _layer=None) -> dict:
+    """One drawn view (cached per model, choices, fused chains, options and ``layer_key``): its html and
+    facts. ``_layer`` (named by ``layer_key``) is (detection to band, chain paints, node paints, legend
+    html, layer name) for the torch.compile, compare and overlay views, or None."""
     options = ViewOptions(**{k: tuple(v) if isinstance(v, list) else v
                              for k, v in json.loads(options_json).items()})
     render = RenderOptions(**json.loads(render_json))
     graph = _graph
     if render.name == "fused":
         graph = graph_view.fused_graph(_graph, _detection, {cid: FusedChain(*info) for cid, info in fused_key})
-    view = graph_view.build_view(graph, _detection, accepted, options)
-    return {"html": graph_view.render_html(view, render), "drawn": len(view.nodes), "total": view.total_nodes,
+    detection, chain_paint, node_paint, legend, layer = _layer or (_detection, {}, {}, "", "")
+    view = graph_view.build_view(graph, detection, accepted if _layer is None or layer == "overlay"
+                                 else tuple(c.id for c in detection.chains), options)
+    if _layer is not None:
+        view = overlays.paint(view, chain_paint, node_paint)
+    html = graph_view.render_html(view, render)
+    html = overlays.decorate(html, view if _layer is not None else None, legend, layer)
+    return {"html": html, "drawn": len(view.nodes), "total": view.total_nodes,
             "collapsed": view.collapsed_modules, "notes": view.notes, "depth": view.depth}
 
 
@@ -111,7 +128,8 @@ def page(spec, model, graph, detection) -> None:
                   near=len(detection.near_misses)))
 
     # --- controls: the view, search, one chain; the layout's settings in a popover
-    c = st.columns([2.6, 1.9, 2.2, 0.5, 0.5, 2.2, 1.1], vertical_alignment="bottom")
+    # the view on a row of its own (five views), then search, one chain and the layout
+    c = [st.container(), *st.columns([1.9, 2.2, 0.5, 0.5, 2.2, 1.1], vertical_alignment="bottom")]
     if ss.graph_mode not in MODES:
         ss.graph_mode = "original"
     c[0].segmented_control(t("graph.view"), list(MODES), key="graph_mode",
@@ -162,7 +180,8 @@ def page(spec, model, graph, detection) -> None:
         else:
             st.caption(t("graph.matches_marked", n=len(hits), i=hits.index(current) + 1,
                          node=ui_files.escape_markdown(current)))
-    st.markdown(legend_html(detection, lang), unsafe_allow_html=True)
+    if ss.graph_mode not in ("compile", "compare"):   # those views draw their own legend
+        st.markdown(legend_html(detection, lang), unsafe_allow_html=True)
 
     options = ViewOptions(depth=int(ss.graph_depth), expand=tuple(ss.graph_expand), focus=focus,
                           hops=int(ss.graph_hops), highlight=tuple(hits), reveal=current,
@@ -170,6 +189,26 @@ def page(spec, model, graph, detection) -> None:
     model_key = (spec.source, spec.batch, spec.seq_len, detection.fingerprint)
     fused_key: tuple = ()
     mode = ss.graph_mode
+    layer = None
+    layer_key = ""
+    compiled = None
+    if mode in ("compile", "compare"):
+        compiled = _compile_controls(spec, graph, detection, lang)
+        if compiled is None:
+            st.caption(t("graph.navigate"))
+            return
+        cmap, comparison = compiled
+        if mode == "compile":
+            det_k, kernels = overlays.kernel_detection(graph, cmap, model.name)
+            layer = (det_k, overlays.kernel_paint(kernels, lang), {}, overlays.kernel_legend_html(kernels, lang),
+                     "compile")
+        else:
+            det_c, category = overlays.compare_detection(graph, detection, comparison)
+            chain_paint, node_paint = overlays.compare_paint(category, comparison, graph, cmap, lang)
+            layer = (det_c, chain_paint, node_paint, overlays.compare_legend_html(comparison, lang), "compare")
+        layer_key = json.dumps([mode, cmap.device, cmap.dtype, cmap.mode, cmap.torch_version, lang])
+    else:
+        layer, layer_key = _overlay_layer(detection, graph, lang)
     if mode in ("fused", "side"):
         try:
             plan = ui_state.current_plan(detection)
@@ -181,16 +220,17 @@ def page(spec, model, graph, detection) -> None:
             first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
             st.warning(t("graph.fuse_failed", error=ui_files.escape_markdown(message(first))))
             mode = "original"
-    names = {"original": ["original"], "fused": ["fused"], "side": ["original", "fused"]}[mode]
+    names = {"original": ["original"], "fused": ["fused"], "side": ["original", "fused"],
+             "compile": ["compile"], "compare": ["compare"]}[mode]
     columns = st.columns(len(names)) if len(names) > 1 else [st.container()]
     counts = graph_view.fused_counts(graph, detection, {cid: FusedChain(*info) for cid, info in fused_key})
     for name, column in zip(names, columns):
         render = RenderOptions(height_px=HEIGHT, center_on=current, name=name, lang=lang)
         drawn = view_html(model_key, tuple(sorted(accepted)), fused_key if name == "fused" else (),
                           json.dumps(dataclasses.asdict(options)), json.dumps(dataclasses.asdict(render)),
-                          graph, detection)
+                          graph, detection, layer_key, layer)
         with column:
-            if len(names) > 1 or name == "fused":
+            if name in ("original", "fused") and (len(names) > 1 or name == "fused"):
                 nodes = counts.nodes_before if name == "original" else counts.nodes_after
                 launches = counts.launches_before if name == "original" else counts.launches_after
                 st.markdown(t("graph.title_counts", title=t(f"graph.title.{name}"), nodes=nodes, launches=launches))
@@ -200,12 +240,182 @@ def page(spec, model, graph, detection) -> None:
             st.caption(t("graph.drawing", drawn=drawn["drawn"], total=drawn["total"])
                        + (t("graph.drawing_collapsed", depth=drawn["depth"], n=len(drawn["collapsed"]))
                           if drawn["collapsed"] else ""))
-    if mode != "original":
+            export = drawn["html"] if layer is not None else overlays.decorate(
+                drawn["html"], None, legend_html(detection, lang))
+            st.download_button(t("graph.export"), overlays.export_html(export),
+                               file_name=f"{_file_stem(model.name)}_{name}.html", mime="text/html",
+                               key=f"graph_export_{name}", help=t("graph.export_help"))
+    if mode in ("fused", "side"):
         st.markdown(t("graph.fused_summary", before=counts.nodes_before, after=counts.nodes_after,
                       launches_before=counts.launches_before, launches_after=counts.launches_after,
                       saved=counts.launches_before - counts.launches_after, fused=counts.chains_fused,
                       device=ss.get("device", "cpu")))
+    if mode == "compare" and compiled is not None:
+        _compare_tables(detection, compiled[1], lang)
     st.caption(t("graph.navigate"))
+
+
+def _file_stem(name: str) -> str:
+    """A model's name as a safe file name part."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60] or "model"
+
+
+# ---------------------------------------------------------------------- torch.compile and compare
+
+def _compile_work(source: str, batch, seq_len, device: str, dtype: str, mode: str, on_step, cancel):
+    """The background task: compile and map in a child process (``runtime.compile_map``)."""
+    from explorer.runtime import compile_map
+
+    analysis = ui_state.load_analysis(source, batch, seq_len)
+    return compile_map.for_analysis(analysis, source, device, dtype, mode, progress=on_step, cancel=cancel)
+
+
+def _compile_controls(spec, graph, detection, lang: str):
+    """The compile mode, the start button and the progress; returns (CompileMap, Comparison) when there
+    is one for the sidebar's device and dtype (from this session's task or the cache), else None."""
+    from explorer.runtime import compile_map
+
+    ss = st.session_state
+    device, dtype = ss.get("device", "cpu"), ss.get("dtype", "fp32")
+    if ss.graph_compile_mode not in compile_map.MODES:
+        ss.graph_compile_mode = "default"
+    c = st.columns([2, 2, 1, 5], vertical_alignment="bottom")
+    c[0].selectbox(t("graph.compile.mode"), list(compile_map.MODES), key="graph_compile_mode",
+                   help=t("graph.compile.mode_help"))
+    mode = ss.graph_compile_mode
+    key = json.dumps([spec.source, spec.batch, spec.seq_len, detection.fingerprint, device, dtype, mode])
+    job = tasks.get("compile_map")
+    found = None
+    if job is not None and job.done and job.key == key and job.result is not None and not job.error:
+        found = job.result
+    else:
+        cached = compile_map.cached_map(detection.fingerprint, device, dtype, mode,
+                                        batch=ui_state.load_analysis(spec.source, spec.batch, spec.seq_len).model.batch,
+                                        seq_len=ui_state.load_analysis(spec.source, spec.batch, spec.seq_len).model.seq_len)
+        if cached is not None:
+            found = (cached, compile_map.compare(detection.chains, graph, cached))
+    busy = job is not None and job.running
+    c[1].button(t("graph.compile.start"), key="graph_compile_start", type="primary", disabled=busy or found is not None,
+                on_click=tasks.start, args=("compile_map", key, _compile_work, spec.source, spec.batch, spec.seq_len,
+                                            device, dtype, mode))
+    c[2].button(t("graph.compile.cancel"), key="graph_compile_cancel", disabled=not busy, on_click=tasks.cancel,
+                args=("compile_map",))
+    if found is None:
+        st.markdown(t("graph.compile.intro", device=device, dtype=dtype))
+        if busy:
+            _poll_compile()
+        elif job is not None and job.key == key and job.error:
+            st.error(t("graph.compile.failed", error=ui_files.escape_markdown(message(job.error))))
+        return None
+    cmap, comparison = found
+    from collections import Counter
+
+    kinds = ", ".join(f"{n} {compile_map.kind_label(k)}" for k, n in sorted(Counter(k.kind for k in cmap.kernels).items()))
+    st.markdown(t("graph.compile.summary", kernels=len(cmap.kernels), kinds=kinds, device=cmap.device,
+                  torch=cmap.torch_version, mode=cmap.mode, seconds=cmap.compile_s))
+    if cmap.unmapped_kernels:
+        st.warning(t("graph.compile.unmapped", n=len(cmap.unmapped_kernels),
+                     kernels=ui_files.escape_markdown(", ".join(cmap.unmapped_kernels[:8]))))
+    return cmap, comparison
+
+
+def _poll_compile() -> None:
+    """The compile's progress, redrawn on its own every half second; the page reruns when it ends."""
+    @st.fragment(run_every=0.5)
+    def _progress() -> None:
+        job = tasks.get("compile_map")
+        if job is None:
+            return
+        if job.running:
+            st.progress(job.fraction, text=t("graph.compile.progress", message=message(job.message),
+                                             seconds=f"{time.time() - job.started:.0f}"))
+        elif job.finished and time.time() - job.finished < 2:
+            st.rerun(scope="app")
+
+    _progress()
+
+
+def _compare_tables(detection, comparison, lang: str) -> None:
+    """Below the compare view: each chain beside inductor, the candidate patterns, the separate ops."""
+    rows = [{t("graph.cmp.table.chain"): graph_view.chain_name(detection.chain(c.chain_id)),
+             t("graph.cmp.table.pattern"): translate_text(BY_NAME[c.pattern].label, lang) if c.pattern in BY_NAME
+             else c.pattern,
+             t("graph.cmp.table.status"): t(f"graph.cmp.{c.status}"),
+             t("graph.cmp.table.kernels"): ", ".join(c.kernels)} for c in comparison.chains]
+    if rows:
+        st.dataframe(rows, hide_index=True, width="stretch")
+    candidates = comparison.candidate_patterns()
+    if candidates:
+        st.markdown("**" + t("graph.cmp.candidates") + "**")
+        st.markdown("\n".join("- " + ui_files.escape_markdown(t("graph.cmp.candidate_row", ops=ops, n=n))
+                               for ops, n in candidates))
+    if comparison.separate:
+        st.caption(t("graph.cmp.separate_list",
+                     ops=ui_files.escape_markdown(", ".join(f"{n} ({k})" for n, k, _ in comparison.separate[:40]))
+                     + (" …" if len(comparison.separate) > 40 else "")))
+
+
+# ---------------------------------------------------------------------- overlays from a report
+
+@st.cache_resource(show_spinner=False)
+def _cpu_ceilings():
+    """The CPU's ceilings, measured once per server (quick sizes), for the predicted-gain overlay."""
+    from explorer.runtime.ceilings import measure_ceilings
+
+    return measure_ceilings("cpu", ("fp32", "bf16"), quick=True)
+
+
+def _predicted_gains(report, graph, detection) -> dict[str, float] | None:
+    """{chain id: predicted gain} for the report's device (its ceilings), or None where they are unknown."""
+    from explorer.runtime.ceilings import known_ceilings
+    from explorer.teaching import predict, readers
+
+    data = readers.as_plain(report) or {}
+    env = data.get("environment") or {}
+    dtype = readers.report_dtype(report) or "fp32"
+    ceilings = _cpu_ceilings() if env.get("is_cpu") else known_ceilings(env.get("device_name"))
+    if not ceilings.known(dtype):
+        return None
+    ids = [c.get("id") for c in data.get("chains") or [] if isinstance(c, dict)]
+    preds = predict.predict_chains(graph, detection, ids, dtype, ceilings)
+    return {p.id: p.gain for p in preds if p.gain}
+
+
+def _overlay_layer(detection, graph, lang: str):
+    """The overlay control; returns (layer, layer key) for ``view_html`` (None, "" for the patterns' colours)."""
+    ss = st.session_state
+    if ss.graph_overlay not in overlays.OVERLAYS:
+        ss.graph_overlay = "none"
+    st.selectbox(t("graph.overlay"), list(overlays.OVERLAYS), key="graph_overlay",
+                 format_func=lambda m, lang=lang: t_in(lang, f"graph.overlay.{m}"), help=t("graph.overlay_help"))
+    measure = ss.graph_overlay
+    if measure == "none":
+        return None, ""
+    last = ss.get("last_report")
+    report = last[1] if last else None
+    name = t_in(lang, f"graph.overlay.{measure}")
+    if report is None or not overlays.report_matches(report, detection):
+        st.info(t("graph.overlay.no_report", measure=name))
+        return None, ""
+    predicted = None
+    if measure == "predicted":
+        predicted = _predicted_gains(report, graph, detection)
+        if predicted is None:
+            from explorer.teaching import readers
+
+            env = (readers.as_plain(report) or {}).get("environment") or {}
+            st.info(t("graph.overlay.no_prediction", device=ui_files.escape_markdown(str(env.get("device_name")))))
+            return None, ""
+    values = overlays.overlay_values(measure, report, detection, predicted, lang)
+    scale = overlays.scale_for(measure, values)
+    chain_paint = overlays.overlay_paint(measure, values, detection, scale, lang)
+    legend = overlays.scale_legend_html(measure, scale, lang)
+    st.caption(t("graph.overlay.from_report", measure=name, report=ui_files.escape_markdown(str(last[0])[:60]),
+                 n=len(values), chains=len(detection.chains)))
+    key = json.dumps([measure, str(last[0]), len(values), lang, sorted((k, v.text) for k, v in values.items())])
+    return (detection, chain_paint, {}, legend, "overlay"), key
 
 
 ui_state.guarded(page)
