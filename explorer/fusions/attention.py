@@ -45,59 +45,48 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("attention", {
-    "title": ('Attention (MatMul+Softmax)', '注意力（MatMul+Softmax）'),
-    "matmul_softmax.label": ('MatMul+Softmax',
-        'MatMul+Softmax（矩阵乘法+Softmax）'),
-    "matmul_softmax.implementation": (('one Triton kernel for scores->softmax; scaled_dot_product_attention (flash attention) '
-         'when the chain ends in the second MatMul'),
-        ('分数 → softmax 用一个 Triton 内核；链以第二个 MatMul 结尾时用 scaled_dot_product_attention（flash '
-         'attention）')),
-    "matmul_softmax.explanation": (('Attention scores (Q K^T, scaled and masked) are sized seq x seq per head: the largest '
-         'intermediates in a transformer. Fusing the MatMul with the scale, the mask and the '
-         'softmax keeps each row of scores in registers; adding the second MatMul (the whole '
-         'attention block) means the seq x seq matrix never reaches device memory at all.'),
-        ('注意力分数（Q K^T，经过缩放和掩码）每个头的大小是 序列长度 × 序列长度：Transformer 里最大的中间结果。把 MatMul 与缩放、掩码和 softmax '
-         '融合，每一行分数都留在寄存器里；再把第二个 MatMul 也融合进来（整个注意力块），这个 序列长度 × 序列长度 的矩阵就完全不会写到显存。')),
-    "matmul_softmax.caveat": ('Softmax is computed in fp32 inside the kernel even for fp16 inputs.',
-        '即使输入是 fp16，内核内部也用 fp32 计算 softmax。'),
-    "why.shapes": ("shapes are not (..., M, K) @ (..., K, N)",
-        "形状不是 (..., M, K) @ (..., K, N)"),
-    "why.row": ("N = {n} > {max}: a score row does not fit in one block",
-        "N = {n} > {max}：一行分数放不进一个块"),
-    "why.grid": ("M = {m}: too many row blocks for one grid axis",
-        "M = {m}：行块太多，一个 grid 维度放不下"),
+    "title": ("Attention (MatMul+Softmax)", "注意力（MatMul+Softmax）"),
+    "matmul_softmax.label": ("MatMul+Softmax", "MatMul+Softmax（矩阵乘法+Softmax）"),
+    "matmul_softmax.implementation": (("one Triton kernel for scores->softmax; scaled_dot_product_attention "
+                                       "(flash attention) when the chain ends in the second MatMul"),
+                                      ("分数 → softmax 用一个 Triton 内核；链以第二个 MatMul 结尾时用 "
+                                       "scaled_dot_product_attention（flash attention）")),
+    "matmul_softmax.explanation": (("Attention scores (Q K^T, scaled and masked) are sized seq x seq per head: "
+                                    "the largest intermediates in a transformer. Fusing the MatMul with the "
+                                    "scale, the mask and the softmax keeps each row of scores in registers; "
+                                    "adding the second MatMul (the whole attention block) means the seq x seq "
+                                    "matrix never reaches device memory at all."),
+                                   ("注意力分数（Q K^T，经过缩放和掩码）每个头的大小是 序列长度 × 序列长度：Transformer 里最大的中间结果。把 MatMul "
+                                    "与缩放、掩码和 softmax 融合，每一行分数都留在寄存器里；再把第二个 MatMul 也融合进来（整个注意力块），这个 序列长度 × 序列长度 "
+                                    "的矩阵就完全不会写到显存。")),
+    "matmul_softmax.caveat": ("Softmax is computed in fp32 inside the kernel even for fp16 inputs.",
+                              "即使输入是 fp16，内核内部也用 fp32 计算 softmax。"),
+    "why.shapes": ("shapes are not (..., M, K) @ (..., K, N)", "形状不是 (..., M, K) @ (..., K, N)"),
+    "why.row": ("N = {n} > {max}: a score row does not fit in one block", "N = {n} > {max}：一行分数放不进一个块"),
+    "why.grid": ("M = {m}: too many row blocks for one grid axis", "M = {m}：行块太多，一个 grid 维度放不下"),
     "label.triton": ("triton matmul+scale+mask+softmax (1 kernel, scores stay on chip)",
-        "triton matmul+scale+mask+softmax（1 个内核，分数留在片上）"),
+                     "triton matmul+scale+mask+softmax（1 个内核，分数留在片上）"),
     "label.reference": ("matmul, scale, softmax ({steps} kernels: {why}); reference composition, no fused kernel",
-        "matmul、scale、softmax（{steps} 个内核：{why}）；参考实现的组合，没有融合内核"),
-    "label.reference_mask": ("matmul, scale, mask, softmax ({steps} kernels: {why}); reference composition, no fused kernel",
-        "matmul、scale、mask、softmax（{steps} 个内核：{why}）；参考实现的组合，没有融合内核"),
+                        "matmul、scale、softmax（{steps} 个内核：{why}）；参考实现的组合，没有融合内核"),
+    "label.reference_mask": (("matmul, scale, mask, softmax ({steps} kernels: {why}); reference composition, no "
+                              "fused kernel"),
+                             "matmul、scale、mask、softmax（{steps} 个内核：{why}）；参考实现的组合，没有融合内核"),
     "label.sdpa": ("scaled_dot_product_attention (flash / memory-efficient attention, 1 kernel)",
-        "scaled_dot_product_attention（flash / memory-efficient 注意力，1 个内核）"),
-    'label.sdpa_cpu': ("scaled_dot_product_attention on {device} (PyTorch's CPU attention kernel; no GPU fused kernel on cpu)",
-        '{device} 上的 scaled_dot_product_attention（PyTorch 的 CPU 注意力内核；cpu 上没有 GPU 融合内核）'),
-    "generic.not_matmul": ("{op} is not a matmul",
-        "{op} 不是 matmul"),
-    "refuse.scale_tensor": ("scale is a tensor, not a constant",
-        "缩放因子是张量，不是常量"),
-    "generic.scalar_div": ("scalar divided by the scores",
-        "标量除以分数"),
-    "generic.not_softmax": ("{op} is not a softmax",
-        "{op} 不是 softmax"),
-    "refuse.dim": ("softmax over dim {dim}, not the last one",
-        "softmax 作用在第 {dim} 维，不是最后一维"),
-    "generic.casts": ("softmax casts its result",
-        "softmax 对结果做了类型转换"),
-    "generic.upcasts": ("softmax upcasts half to float",
-        "softmax 把 half 升为 float"),
-    "generic.no_shapes": ("scores operands without shapes",
-        "分数的操作数没有形状"),
-    "generic.attn_no_shapes": ("attention operands without shapes",
-        "注意力的操作数没有形状"),
-    "generic.broadcast": ("attention operands with broadcast batch dims",
-        "注意力的操作数在批维度上广播"),
-    "refuse.left": ("softmax output is not the left operand of the next MatMul",
-        "softmax 的输出不是下一个 MatMul 的左操作数"),
+                   "scaled_dot_product_attention（flash / memory-efficient 注意力，1 个内核）"),
+    "label.sdpa_cpu": (("scaled_dot_product_attention on {device} (PyTorch's CPU attention kernel; no GPU fused "
+                        "kernel on cpu)"),
+                       "{device} 上的 scaled_dot_product_attention（PyTorch 的 CPU 注意力内核；cpu 上没有 GPU 融合内核）"),
+    "generic.not_matmul": ("{op} is not a matmul", "{op} 不是 matmul"),
+    "refuse.scale_tensor": ("scale is a tensor, not a constant", "缩放因子是张量，不是常量"),
+    "generic.scalar_div": ("scalar divided by the scores", "标量除以分数"),
+    "generic.not_softmax": ("{op} is not a softmax", "{op} 不是 softmax"),
+    "refuse.dim": ("softmax over dim {dim}, not the last one", "softmax 作用在第 {dim} 维，不是最后一维"),
+    "generic.casts": ("softmax casts its result", "softmax 对结果做了类型转换"),
+    "generic.upcasts": ("softmax upcasts half to float", "softmax 把 half 升为 float"),
+    "generic.no_shapes": ("scores operands without shapes", "分数的操作数没有形状"),
+    "generic.attn_no_shapes": ("attention operands without shapes", "注意力的操作数没有形状"),
+    "generic.broadcast": ("attention operands with broadcast batch dims", "注意力的操作数在批维度上广播"),
+    "refuse.left": ("softmax output is not the left operand of the next MatMul", "softmax 的输出不是下一个 MatMul 的左操作数"),
 })
 
 

@@ -55,8 +55,7 @@ WORDS = Words("fusion", {
     "sibling_dtypes": ("sibling {op}s of {x} differ in dtype", "{x} 的并列 {op} 数据类型不同"),
     "sibling_bias": ("sibling {op}s of {x}: some have a bias, some do not", "{x} 的并列 {op}：有的带偏置，有的不带"),
     # the rewrite (explorer.fusions.rewrite, explorer.fusions.edit)
-    "not_constant": ("{what} is computed in the graph, not a constant: cannot fold",
-                     "{what} 是在计算图中算出来的，不是常量：无法折叠"),
+    "not_constant": ("{what} is computed in the graph, not a constant: cannot fold", "{what} 是在计算图中算出来的，不是常量：无法折叠"),
     "extra_outputs": ("the chain has extra outputs this kernel does not write", "这条链有该内核不写出的额外输出"),
     "used_outside": ("{node} is also used by {user} outside the chain", "{node} 也被链外的 {user} 使用"),
     "training_dropout": ("dropout in training mode inside the chain", "链中有处于训练模式的 dropout"),
@@ -104,17 +103,17 @@ WORDS = Words("fusion", {
     # the kernel choices a plan may name (KERNEL_CHOICES)
     "choice_auto": ("the pattern's fused kernel where it applies on the device (the default)",
                     "该融合模式在这台设备上适用时使用其融合内核（默认）"),
-    "choice_separate": ("the GEMM or convolution with its bias, then the residual add and the activation in place: "
-                        "one kernel more, no fused epilogue (BatchNorm still folded)",
+    "choice_separate": (("the GEMM or convolution with its bias, then the residual add and the activation in "
+                         "place: one kernel more, no fused epilogue (BatchNorm still folded)"),
                         "先做带偏置的 GEMM 或卷积，再原地做残差相加和激活：多一个内核，没有融合的尾处理（BN 仍然折叠）"),
     "choice_inductor": ("the chain's subgraph compiled by torch.compile's inductor, as the generic fallback does",
                         "把链的子图交给 torch.compile 的 inductor 编译，与通用兜底方案相同"),
     # caveats that hold for most patterns
-    "precision": ("Fusion reorders arithmetic: expect output differences near the dtype's rounding (about 1e-6 "
-                  "relative in fp32, 1e-3 in fp16 and bf16).",
+    "precision": (("Fusion reorders arithmetic: expect output differences near the dtype's rounding (about 1e-6 "
+                   "relative in fp32, 1e-3 in fp16 and bf16)."),
                   "算子融合会改变计算顺序：输出差异应在该数据类型的舍入量级（fp32 约 1e-6 相对误差，fp16 和 bf16 约 1e-3）。"),
-    "pays": ("Not every fusion pays: a fused kernel that is slower than the library kernels it replaces (register "
-             "pressure, a worse algorithm choice) makes the model slower. Measure.",
+    "pays": (("Not every fusion pays: a fused kernel that is slower than the library kernels it replaces "
+              "(register pressure, a worse algorithm choice) makes the model slower. Measure."),
              "不是所有融合都划算：融合内核若比它替换的库内核更慢（寄存器压力、算法选择更差），模型就会变慢。要实测。"),
 })
 

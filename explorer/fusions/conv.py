@@ -106,142 +106,120 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("conv", {
-    "title": ('Convolution (Conv+BN, epilogues)', '卷积（Conv+BN、尾处理）'),
-    "conv_bn_add_act.label": ('Conv+BN+Add+act',
-        'Conv+BN+Add+激活'),
-    "conv_bn_add_act.implementation": (('BatchNorm folded into the conv; cuDNN conv+bias+ReLU in one call where it wins; 1x1 '
-         'convs (channels_last) as one Triton GEMM with their epilogue, depthwise convs as one '
-         'Triton kernel with theirs; otherwise the conv without bias and one vectorised Triton '
-         'pass for bias, residual and activation'),
-        ('BN 折叠进卷积；在 cuDNN 的 conv+bias+ReLU 融合调用更快的地方用它（1 次调用）；1x1 卷积（channels_last）用一个带尾处理的 '
-         'Triton GEMM，深度可分离卷积用一个带尾处理的 Triton 内核；其余情况先做不带偏置的卷积，再用一个向量化的 Triton 内核一次完成偏置、残差和激活')),
-    "conv_bn_add_act.explanation": (("The residual block's tail. The residual add and the activation run in the convolution's "
-         'epilogue: the conv output is never written to device memory and read back, and the add '
-         'and the activation cost no launch of their own.'),
-        '残差块的尾部。残差相加和激活函数在卷积的尾处理（epilogue）中完成：卷积输出不再写回显存再读出，相加和激活也不再各自占用一次内核启动。'),
-    "fold_caveat": (('BatchNorm folding is valid only for inference: in training the batch statistics change '
-         'every step, so the folded weights would be wrong.'),
-        'BN 折叠只在推理时成立：训练时每一步的批统计量都在变，折叠后的权重就不对了。'),
-    "formula": (("W' = W * gamma / sqrt(var + eps)  (per output channel);  b' = (b - mean) * gamma / "
-         'sqrt(var + eps) + beta'),
-        ("W' = W * gamma / sqrt(var + eps)（逐输出通道）；  b' = (b - mean) * gamma / sqrt(var + eps) + "
-         'beta')),
-    "conv_add_act.label": ('Conv+Add+act',
-        'Conv+Add+激活'),
-    "implementation": (('cuDNN conv+bias+ReLU in one call where it wins; 1x1 convs (channels_last) as one Triton '
-         'GEMM with their epilogue, depthwise convs as one Triton kernel with theirs; otherwise '
-         'the conv without bias and one vectorised Triton pass for bias, residual and activation'),
-        ('在 cuDNN 的 conv+bias+ReLU 融合调用更快的地方用它（1 次调用）；1x1 卷积（channels_last）用一个带尾处理的 Triton '
-         'GEMM，深度可分离卷积用一个带尾处理的 Triton 内核；其余情况先做不带偏置的卷积，再用一个向量化的 Triton 内核一次完成偏置、残差和激活')),
-    "conv_add_act.explanation": (('Conv, residual add and activation, BatchNorm already folded (as ONNX exporters do). The '
-         "residual add and the activation run in the convolution's epilogue: the conv output is "
-         'never written to device memory and read back, and the add and the activation cost no '
-         'launch of their own.'),
-        ('卷积、残差相加和激活，BN 已经折叠（ONNX '
-         '导出器就是这样做的）。残差相加和激活函数在卷积的尾处理（epilogue）中完成：卷积输出不再写回显存再读出，相加和激活也不再各自占用一次内核启动。')),
-    "conv_bn_add.label": ('Conv+BN+Add',
-        'Conv+BN+Add'),
-    "conv_bn_add.implementation": ('BatchNorm folded into the conv; the residual added in the epilogue pass with the bias',
-        'BN 折叠进卷积；残差在加偏置的那一遍尾处理中加上'),
+    "title": ("Convolution (Conv+BN, epilogues)", "卷积（Conv+BN、尾处理）"),
+    "conv_bn_add_act.label": ("Conv+BN+Add+act", "Conv+BN+Add+激活"),
+    "conv_bn_add_act.implementation": (("BatchNorm folded into the conv; cuDNN conv+bias+ReLU in one call where "
+                                        "it wins; 1x1 convs (channels_last) as one Triton GEMM with their "
+                                        "epilogue, depthwise convs as one Triton kernel with theirs; otherwise "
+                                        "the conv without bias and one vectorised Triton pass for bias, residual "
+                                        "and activation"),
+                                       ("BN 折叠进卷积；在 cuDNN 的 conv+bias+ReLU 融合调用更快的地方用它（1 次调用）；1x1 "
+                                        "卷积（channels_last）用一个带尾处理的 Triton GEMM，深度可分离卷积用一个带尾处理的 Triton "
+                                        "内核；其余情况先做不带偏置的卷积，再用一个向量化的 Triton 内核一次完成偏置、残差和激活")),
+    "conv_bn_add_act.explanation": (("The residual block's tail. The residual add and the activation run in the "
+                                     "convolution's epilogue: the conv output is never written to device memory "
+                                     "and read back, and the add and the activation cost no launch of their own."),
+                                    "残差块的尾部。残差相加和激活函数在卷积的尾处理（epilogue）中完成：卷积输出不再写回显存再读出，相加和激活也不再各自占用一次内核启动。"),
+    "fold_caveat": (("BatchNorm folding is valid only for inference: in training the batch statistics change "
+                     "every step, so the folded weights would be wrong."),
+                    "BN 折叠只在推理时成立：训练时每一步的批统计量都在变，折叠后的权重就不对了。"),
+    "formula": (("W' = W * gamma / sqrt(var + eps)  (per output channel);  b' = (b - mean) * gamma / sqrt(var + "
+                 "eps) + beta"),
+                "W' = W * gamma / sqrt(var + eps)（逐输出通道）；  b' = (b - mean) * gamma / sqrt(var + eps) + beta"),
+    "conv_add_act.label": ("Conv+Add+act", "Conv+Add+激活"),
+    "implementation": (("cuDNN conv+bias+ReLU in one call where it wins; 1x1 convs (channels_last) as one Triton "
+                        "GEMM with their epilogue, depthwise convs as one Triton kernel with theirs; otherwise "
+                        "the conv without bias and one vectorised Triton pass for bias, residual and activation"),
+                       ("在 cuDNN 的 conv+bias+ReLU 融合调用更快的地方用它（1 次调用）；1x1 卷积（channels_last）用一个带尾处理的 Triton "
+                        "GEMM，深度可分离卷积用一个带尾处理的 Triton 内核；其余情况先做不带偏置的卷积，再用一个向量化的 Triton 内核一次完成偏置、残差和激活")),
+    "conv_add_act.explanation": (("Conv, residual add and activation, BatchNorm already folded (as ONNX exporters "
+                                  "do). The residual add and the activation run in the convolution's epilogue: "
+                                  "the conv output is never written to device memory and read back, and the add "
+                                  "and the activation cost no launch of their own."),
+                                 ("卷积、残差相加和激活，BN 已经折叠（ONNX "
+                                  "导出器就是这样做的）。残差相加和激活函数在卷积的尾处理（epilogue）中完成：卷积输出不再写回显存再读出，相加和激活也不再各自占用一次内核启动。")),
+    "conv_bn_add.label": ("Conv+BN+Add", "Conv+BN+Add"),
+    "conv_bn_add.implementation": (("BatchNorm folded into the conv; the residual added in the epilogue pass with "
+                                    "the bias"),
+                                   "BN 折叠进卷积；残差在加偏置的那一遍尾处理中加上"),
     "projection_why": (("MobileNetV2's and EfficientNet's projection convolutions end in a residual add with no "
-         'activation (a linear bottleneck). Unfused, the add is a kernel of its own that reads '
-         'the conv output and the residual and writes the sum; in the epilogue it is one more '
-         'read of the residual in the pass that adds the bias.'),
-        ('MobileNetV2 和 EfficientNet '
-         '的投影卷积以不带激活的残差相加结尾（线性瓶颈）。不融合时，相加是一个单独的内核，要读卷积输出和残差、写出和；放进尾处理后，只是在加偏置的那一遍里多读一次残差。')),
-    "conv_add.label": ('Conv+Add',
-        'Conv+Add'),
-    "conv_add.implementation": ('the residual added in the epilogue pass with the bias',
-        '残差在加偏置的那一遍尾处理中加上'),
-    "conv_add.explanation": (('A convolution and a residual add with no activation, BatchNorm already folded (as ONNX '
-         "exporters do). MobileNetV2's and EfficientNet's projection convolutions end in a "
-         'residual add with no activation (a linear bottleneck). Unfused, the add is a kernel of '
-         'its own that reads the conv output and the residual and writes the sum; in the epilogue '
-         'it is one more read of the residual in the pass that adds the bias.'),
-        ('卷积加上不带激活的残差相加，BN 已经折叠（ONNX 导出器就是这样做的）。MobileNetV2 和 EfficientNet '
-         '的投影卷积以不带激活的残差相加结尾（线性瓶颈）。不融合时，相加是一个单独的内核，要读卷积输出和残差、写出和；放进尾处理后，只是在加偏置的那一遍里多读一次残差。')),
-    "conv_bn_act.label": ('Conv+BN+act',
-        'Conv+BN+激活'),
-    "conv_bn_act.explanation": (('conv -> temp1 -> bn -> temp2 -> relu is three launches and two intermediates written '
-         "and read back. Folding BN into the conv's weights removes one op exactly; running the "
-         "activation in the conv's epilogue removes the other."),
-        ('conv -> temp1 -> bn -> temp2 -> relu 是 3 次内核启动，外加 2 个写回显存再读出的中间结果。把 BN '
-         '折叠进卷积权重，精确地去掉一个算子；把激活放进卷积的尾处理，去掉另一个。')),
-    "conv_act.label": ('Conv+act',
-        'Conv+激活'),
-    "conv_act.explanation": (('Convolution with its activation in the epilogue (BatchNorm already folded, as ONNX '
-         'exporters do): the pre-activation tensor is never written out.'),
-        '卷积在尾处理中完成激活（BN 已经折叠，ONNX 导出器就是这样做的）：激活前的张量从不写出。'),
-    "conv_bn.label": ('Conv+BN',
-        'Conv+BN'),
-    "conv_bn.implementation": (("BatchNorm folded into the conv's weight and bias (exact algebra, no kernel); on CUDA "
-         'the bias in one vectorised Triton pass after the conv'),
-        'BN 折叠进卷积的权重和偏置（精确的代数变换，不需要内核）；在 CUDA 上，偏置在卷积之后用一个向量化的 Triton 内核加上'),
-    "conv_bn.explanation": (("In inference BatchNorm is a per-channel affine map, so it folds into the convolution's "
-         'weights: one op and one intermediate disappear at no cost.'),
-        '推理时 BN 是逐通道的仿射变换，所以可以折叠进卷积权重：一个算子和一个中间结果零成本地消失。'),
-    "refuse.training": ("BatchNorm in training mode: its statistics change every step, folding is valid only for inference",
-        "BN 处于训练模式：它的统计量每一步都在变，折叠只在推理时成立"),
-    "refuse.no_stats": ("BatchNorm without running statistics (track_running_stats=False) normalises with batch statistics even in eval mode: there is nothing fixed to fold",
-        "BN 没有运行统计量（track_running_stats=False），即使在 eval 模式下也用批统计量归一化：没有固定的值可以折叠"),
+                        "activation (a linear bottleneck). Unfused, the add is a kernel of its own that reads the "
+                        "conv output and the residual and writes the sum; in the epilogue it is one more read of "
+                        "the residual in the pass that adds the bias."),
+                       ("MobileNetV2 和 EfficientNet "
+                        "的投影卷积以不带激活的残差相加结尾（线性瓶颈）。不融合时，相加是一个单独的内核，要读卷积输出和残差、写出和；放进尾处理后，只是在加偏置的那一遍里多读一次残差。")),
+    "conv_add.label": ("Conv+Add", "Conv+Add"),
+    "conv_add.implementation": ("the residual added in the epilogue pass with the bias", "残差在加偏置的那一遍尾处理中加上"),
+    "conv_add.explanation": (("A convolution and a residual add with no activation, BatchNorm already folded (as "
+                              "ONNX exporters do). MobileNetV2's and EfficientNet's projection convolutions end "
+                              "in a residual add with no activation (a linear bottleneck). Unfused, the add is a "
+                              "kernel of its own that reads the conv output and the residual and writes the sum; "
+                              "in the epilogue it is one more read of the residual in the pass that adds the bias."),
+                             ("卷积加上不带激活的残差相加，BN 已经折叠（ONNX 导出器就是这样做的）。MobileNetV2 和 EfficientNet "
+                              "的投影卷积以不带激活的残差相加结尾（线性瓶颈）。不融合时，相加是一个单独的内核，要读卷积输出和残差、写出和；放进尾处理后，只是在加偏置的那一遍里多读一次残差。")),
+    "conv_bn_act.label": ("Conv+BN+act", "Conv+BN+激活"),
+    "conv_bn_act.explanation": (("conv -> temp1 -> bn -> temp2 -> relu is three launches and two intermediates "
+                                 "written and read back. Folding BN into the conv's weights removes one op "
+                                 "exactly; running the activation in the conv's epilogue removes the other."),
+                                ("conv -> temp1 -> bn -> temp2 -> relu 是 3 次内核启动，外加 2 个写回显存再读出的中间结果。把 BN "
+                                 "折叠进卷积权重，精确地去掉一个算子；把激活放进卷积的尾处理，去掉另一个。")),
+    "conv_act.label": ("Conv+act", "Conv+激活"),
+    "conv_act.explanation": (("Convolution with its activation in the epilogue (BatchNorm already folded, as ONNX "
+                              "exporters do): the pre-activation tensor is never written out."),
+                             "卷积在尾处理中完成激活（BN 已经折叠，ONNX 导出器就是这样做的）：激活前的张量从不写出。"),
+    "conv_bn.label": ("Conv+BN", "Conv+BN"),
+    "conv_bn.implementation": (("BatchNorm folded into the conv's weight and bias (exact algebra, no kernel); on "
+                                "CUDA the bias in one vectorised Triton pass after the conv"),
+                               "BN 折叠进卷积的权重和偏置（精确的代数变换，不需要内核）；在 CUDA 上，偏置在卷积之后用一个向量化的 Triton 内核加上"),
+    "conv_bn.explanation": (("In inference BatchNorm is a per-channel affine map, so it folds into the "
+                             "convolution's weights: one op and one intermediate disappear at no cost."),
+                            "推理时 BN 是逐通道的仿射变换，所以可以折叠进卷积权重：一个算子和一个中间结果零成本地消失。"),
+    "refuse.training": (("BatchNorm in training mode: its statistics change every step, folding is valid only for "
+                         "inference"),
+                        "BN 处于训练模式：它的统计量每一步都在变，折叠只在推理时成立"),
+    "refuse.no_stats": (("BatchNorm without running statistics (track_running_stats=False) normalises with batch "
+                         "statistics even in eval mode: there is nothing fixed to fold"),
+                        "BN 没有运行统计量（track_running_stats=False），即使在 eval 模式下也用批统计量归一化：没有固定的值可以折叠"),
     "refuse.training_guard": ("BatchNorm in training mode: folding is valid only for inference (frozen statistics)",
-        "BN 处于训练模式：折叠只在推理时成立（统计量冻结）"),
+                              "BN 处于训练模式：折叠只在推理时成立（统计量冻结）"),
     "refuse.broadcast": ("add operand shape {shape} differs from the conv output {out} (broadcast)",
-        "相加操作数的形状 {shape} 与卷积输出 {out} 不同（广播）"),
-    "refuse.constant": ("add of a constant, not a residual",
-        "加的是常量，不是残差"),
-    "refuse.stats_used": ("BatchNorm statistics outputs are used: not folded",
-        "BN 的统计量输出被使用了：不折叠"),
-    "refuse.variant": ("BatchNorm variant {op} is not folded",
-        "BN 变体 {op} 不折叠"),
-    "refuse.not_direct": ("BatchNorm does not read the conv output directly",
-        "BN 没有直接读取卷积的输出"),
-    "generic.op": ("conv op {op} is not one the epilogue takes",
-        "卷积算子 {op} 不是尾处理能接受的"),
-    "generic.transposed": ("transposed convolution",
-        "转置卷积"),
-    "generic.output_padding": ("convolution with output padding",
-        "带 output padding 的卷积"),
-    "generic.no_epilogue": ("activation {act} has no conv epilogue",
-        "激活函数 {act} 没有卷积尾处理"),
-    "what.conv_weight": ("conv weight",
-        "卷积权重"),
-    "what.conv_bias": ("conv bias",
-        "卷积偏置"),
-    "what.running_mean": ("running mean",
-        "运行均值"),
-    "what.running_var": ("running var",
-        "运行方差"),
-    "what.bn_weight": ("BatchNorm weight",
-        "BN 权重"),
-    "what.bn_bias": ("BatchNorm bias",
-        "BN 偏置"),
-    "label.folded": ("BatchNorm folded (exact) + {label}",
-        "BN 折叠（精确） + {label}"),
-    "label.sep1": ("conv+bias (1 kernel)",
-        "conv+bias（1 个内核）"),
-    "label.sep_add": ("conv+bias + add_ in place (2 kernels)",
-        "conv+bias + 原地 add_（2 个内核）"),
-    "label.sep_act": ("conv+bias + {act} in place (2 kernels)",
-        "conv+bias + 原地 {act}（2 个内核）"),
+                         "相加操作数的形状 {shape} 与卷积输出 {out} 不同（广播）"),
+    "refuse.constant": ("add of a constant, not a residual", "加的是常量，不是残差"),
+    "refuse.stats_used": ("BatchNorm statistics outputs are used: not folded", "BN 的统计量输出被使用了：不折叠"),
+    "refuse.variant": ("BatchNorm variant {op} is not folded", "BN 变体 {op} 不折叠"),
+    "refuse.not_direct": ("BatchNorm does not read the conv output directly", "BN 没有直接读取卷积的输出"),
+    "generic.op": ("conv op {op} is not one the epilogue takes", "卷积算子 {op} 不是尾处理能接受的"),
+    "generic.transposed": ("transposed convolution", "转置卷积"),
+    "generic.output_padding": ("convolution with output padding", "带 output padding 的卷积"),
+    "generic.no_epilogue": ("activation {act} has no conv epilogue", "激活函数 {act} 没有卷积尾处理"),
+    "what.conv_weight": ("conv weight", "卷积权重"),
+    "what.conv_bias": ("conv bias", "卷积偏置"),
+    "what.running_mean": ("running mean", "运行均值"),
+    "what.running_var": ("running var", "运行方差"),
+    "what.bn_weight": ("BatchNorm weight", "BN 权重"),
+    "what.bn_bias": ("BatchNorm bias", "BN 偏置"),
+    "label.folded": ("BatchNorm folded (exact) + {label}", "BN 折叠（精确） + {label}"),
+    "label.sep1": ("conv+bias (1 kernel)", "conv+bias（1 个内核）"),
+    "label.sep_add": ("conv+bias + add_ in place (2 kernels)", "conv+bias + 原地 add_（2 个内核）"),
+    "label.sep_act": ("conv+bias + {act} in place (2 kernels)", "conv+bias + 原地 {act}（2 个内核）"),
     "label.sep_add_act": ("conv+bias + add_ in place + {act} in place (3 kernels)",
-        "conv+bias + 原地 add_ + 原地 {act}（3 个内核）"),
+                          "conv+bias + 原地 add_ + 原地 {act}（3 个内核）"),
     "label.cudnn_add_relu": ("cudnn conv+bias+add+relu (1 fused call: cudnn_convolution_add_relu)",
-        "cudnn conv+bias+add+relu（1 次融合调用：cudnn_convolution_add_relu）"),
+                             "cudnn conv+bias+add+relu（1 次融合调用：cudnn_convolution_add_relu）"),
     "label.cudnn_relu": ("cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu)",
-        "cudnn conv+bias+relu（1 次融合调用：cudnn_convolution_relu）"),
-    "label.gemm": ("triton 1x1 conv as a GEMM + {steps} (1 kernel)",
-        "triton 把 1x1 卷积当作 GEMM + {steps}（1 个内核）"),
-    "label.gemm_cl": ("triton 1x1 conv as a GEMM + {steps} (1 kernel for a channels_last input; any other: conv + triton epilogue)",
-        "triton 把 1x1 卷积当作 GEMM + {steps}（1 个内核，限 channels_last 输入；其他输入：conv + triton 尾处理）"),
-    "label.depthwise": ("triton depthwise conv+{steps} (1 kernel)",
-        "triton 深度可分离卷积+{steps}（1 个内核）"),
-    "label.depthwise_cl": ("triton depthwise conv+{steps} (1 kernel for a channels_last input; any other: conv + triton epilogue)",
-        "triton 深度可分离卷积+{steps}（1 个内核，限 channels_last 输入；其他输入：conv + triton 尾处理）"),
+                         "cudnn conv+bias+relu（1 次融合调用：cudnn_convolution_relu）"),
+    "label.gemm": ("triton 1x1 conv as a GEMM + {steps} (1 kernel)", "triton 把 1x1 卷积当作 GEMM + {steps}（1 个内核）"),
+    "label.gemm_cl": (("triton 1x1 conv as a GEMM + {steps} (1 kernel for a channels_last input; any other: conv "
+                       "+ triton epilogue)"),
+                      "triton 把 1x1 卷积当作 GEMM + {steps}（1 个内核，限 channels_last 输入；其他输入：conv + triton 尾处理）"),
+    "label.depthwise": ("triton depthwise conv+{steps} (1 kernel)", "triton 深度可分离卷积+{steps}（1 个内核）"),
+    "label.depthwise_cl": (("triton depthwise conv+{steps} (1 kernel for a channels_last input; any other: conv + "
+                            "triton epilogue)"),
+                           "triton 深度可分离卷积+{steps}（1 个内核，限 channels_last 输入；其他输入：conv + triton 尾处理）"),
     "label.epilogue": ("conv (no bias) + triton {steps} (2 kernels: one vectorised pass after the conv)",
-        "conv（不带偏置） + triton {steps}（2 个内核：卷积之后一遍向量化处理）"),
+                       "conv（不带偏置） + triton {steps}（2 个内核：卷积之后一遍向量化处理）"),
     "label.legacy_fold": ("BatchNorm folded into the conv weights (exact arithmetic, 1 conv kernel on any device)",
-        "BN 折叠进卷积权重（精确运算，任何设备上都只有 1 个卷积内核）"),
+                          "BN 折叠进卷积权重（精确运算，任何设备上都只有 1 个卷积内核）"),
 })
 
 

@@ -70,90 +70,76 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("convnext", {
-    "title": ('ConvNeXt block', 'ConvNeXt 块'),
-    "convnext_block.label": ('ConvNeXt block',
-        'ConvNeXt 块'),
-    "convnext_block.implementation": (('depthwise conv + bias + LayerNorm in one Triton kernel, Linear+GELU, the second linear '
-         'with the layer scale folded in, the residual add in one vectorised pass'),
-        '深度可分离卷积 + 偏置 + LayerNorm 合成一个 Triton 内核，Linear+GELU，第二个线性层折叠进 layer scale，残差相加用一个向量化内核完成'),
-    "convnext_block.explanation": (('A ConvNeXt block is eight kernels in eager mode, five of them moving the whole '
-         "activation for a few flops each (the conv's bias, LayerNorm, GELU, the layer scale, the "
-         "residual add). The LayerNorm runs in the depthwise convolution's epilogue, the layer "
-         "scale disappears into the second linear's weights, and the residual add is one pass."),
-        ('ConvNeXt 块在 eager 模式下是八个内核，其中五个每次只做几次浮点运算却要搬运整个激活张量（卷积偏置、LayerNorm、GELU、layer '
-         'scale、残差相加）。LayerNorm 放进深度可分离卷积的尾处理，layer scale 折叠进第二个线性层的权重，残差相加只需一遍。')),
-    "caveat": (("Folding the layer scale into the second linear rounds γ·W₂ to the weights' dtype once, "
-         'as BatchNorm folding does; valid in inference and training alike (it is exact algebra).'),
-        '把 layer scale 折叠进第二个线性层时，γ·W₂ 会按权重的数据类型舍入一次，和 BN 折叠一样；推理和训练都成立（这是精确的代数变换）。'),
-    "caveat_measured": (('Slower than torch.compile where it was measured (ConvNeXt-Tiny, fp16, batch 32, H200): '
-         "faster than eager (0.95x of its time) but 1.18x the time of torch.compile's default "
-         'mode and, with CUDA graphs, 1.20x that of reduce-overhead; the depthwise 7x7 + '
-         "LayerNorm kernel takes more GPU time than cuDNN's conv with inductor's LayerNorm "
-         '(benchmarks/results/bench_cnn_fusions_convnext_tiny_quick_h200.json). Time these chains '
-         'on your GPU before accepting them, or give them the inductor kernel.'),
-        ('在实测中比 torch.compile 慢（ConvNeXt-Tiny，fp16，batch 32，H200）：比 eager 快（耗时为其 0.95 倍），但耗时是 '
-         'torch.compile 默认模式的 1.18 倍，使用 CUDA graph 时是 reduce-overhead 的 1.20 倍；深度可分离 7x7 卷积 + '
-         'LayerNorm 内核占用的 GPU 时间多于 cuDNN 卷积加 inductor 的 '
-         'LayerNorm（benchmarks/results/bench_cnn_fusions_convnext_tiny_quick_h200.json）。接受这些链之前，先在你的 '
-         'GPU 上给它们计时，或者为它们选择 inductor 内核。')),
-    "convnext_block.formula": ('gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2   (per output channel)',
-        'gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2（逐输出通道）'),
-    "mlp.gemm": ("triton GEMM+bias+{act} (1 kernel) + triton GEMM+bias+residual, layer scale folded (1 kernel; a residual that is not channels_last: 1 pass more)",
-        "triton GEMM+bias+{act}（1 个内核） + triton GEMM+bias+残差，折叠 layer scale（1 个内核；残差不是 channels_last 时多 1 遍）"),
+    "title": ("ConvNeXt block", "ConvNeXt 块"),
+    "convnext_block.label": ("ConvNeXt block", "ConvNeXt 块"),
+    "convnext_block.implementation": (("depthwise conv + bias + LayerNorm in one Triton kernel, Linear+GELU, the "
+                                       "second linear with the layer scale folded in, the residual add in one "
+                                       "vectorised pass"),
+                                      ("深度可分离卷积 + 偏置 + LayerNorm 合成一个 Triton 内核，Linear+GELU，第二个线性层折叠进 layer "
+                                       "scale，残差相加用一个向量化内核完成")),
+    "convnext_block.explanation": (("A ConvNeXt block is eight kernels in eager mode, five of them moving the "
+                                    "whole activation for a few flops each (the conv's bias, LayerNorm, GELU, the "
+                                    "layer scale, the residual add). The LayerNorm runs in the depthwise "
+                                    "convolution's epilogue, the layer scale disappears into the second linear's "
+                                    "weights, and the residual add is one pass."),
+                                   ("ConvNeXt 块在 eager "
+                                    "模式下是八个内核，其中五个每次只做几次浮点运算却要搬运整个激活张量（卷积偏置、LayerNorm、GELU、layer "
+                                    "scale、残差相加）。LayerNorm 放进深度可分离卷积的尾处理，layer scale 折叠进第二个线性层的权重，残差相加只需一遍。")),
+    "caveat": (("Folding the layer scale into the second linear rounds γ·W₂ to the weights' dtype once, as "
+                "BatchNorm folding does; valid in inference and training alike (it is exact algebra)."),
+               "把 layer scale 折叠进第二个线性层时，γ·W₂ 会按权重的数据类型舍入一次，和 BN 折叠一样；推理和训练都成立（这是精确的代数变换）。"),
+    "caveat_measured": (("Slower than torch.compile where it was measured (ConvNeXt-Tiny, fp16, batch 32, H200): "
+                         "faster than eager (0.95x of its time) but 1.18x the time of torch.compile's default "
+                         "mode and, with CUDA graphs, 1.20x that of reduce-overhead; the depthwise 7x7 + "
+                         "LayerNorm kernel takes more GPU time than cuDNN's conv with inductor's LayerNorm "
+                         "(benchmarks/results/bench_cnn_fusions_convnext_tiny_quick_h200.json). Time these chains "
+                         "on your GPU before accepting them, or give them the inductor kernel."),
+                        ("在实测中比 torch.compile 慢（ConvNeXt-Tiny，fp16，batch 32，H200）：比 eager 快（耗时为其 0.95 倍），但耗时是 "
+                         "torch.compile 默认模式的 1.18 倍，使用 CUDA graph 时是 reduce-overhead 的 1.20 倍；深度可分离 7x7 卷积 + "
+                         "LayerNorm 内核占用的 GPU 时间多于 cuDNN 卷积加 inductor 的 "
+                         "LayerNorm（benchmarks/results/bench_cnn_fusions_convnext_tiny_quick_h200.json）。接受这些链之前，先在你的 "
+                         "GPU 上给它们计时，或者为它们选择 inductor 内核。")),
+    "convnext_block.formula": ("gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2   (per output channel)",
+                               "gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2（逐输出通道）"),
+    "mlp.gemm": (("triton GEMM+bias+{act} (1 kernel) + triton GEMM+bias+residual, layer scale folded (1 kernel; a "
+                  "residual that is not channels_last: 1 pass more)"),
+                 ("triton GEMM+bias+{act}（1 个内核） + triton GEMM+bias+残差，折叠 layer scale（1 个内核；残差不是 channels_last 时多 "
+                  "1 遍）")),
     "mlp.fused": ("linear+{act} (1 kernel: {impl}) + linear, layer scale folded (1 kernel) + {residual}",
-        "linear+{act}（1 个内核：{impl}） + linear，折叠 layer scale（1 个内核） + {residual}"),
+                  "linear+{act}（1 个内核：{impl}） + linear，折叠 layer scale（1 个内核） + {residual}"),
     "mlp.separate": ("linear+{act} (2 kernels) + linear, layer scale folded (1 kernel) + {residual}",
-        "linear+{act}（2 个内核） + linear，折叠 layer scale（1 个内核） + {residual}"),
-    "residual.triton": ("triton residual add (1 pass)",
-        "triton 残差相加（1 遍）"),
-    "residual.torch": ("residual add_",
-        "残差 add_"),
+                     "linear+{act}（2 个内核） + linear，折叠 layer scale（1 个内核） + {residual}"),
+    "residual.triton": ("triton residual add (1 pass)", "triton 残差相加（1 遍）"),
+    "residual.torch": ("residual add_", "残差 add_"),
     "label.triton": ("triton dwconv+bias+LayerNorm (1 kernel) + {mlp}",
-        "triton dwconv+bias+LayerNorm（1 个内核） + {mlp}"),
-    "label.triton_cl": ("triton dwconv+bias+LayerNorm (1 kernel for a channels_last input, else conv + layer_norm) + {mlp}",
-        "triton dwconv+bias+LayerNorm（1 个内核，限 channels_last 输入，否则 conv + layer_norm） + {mlp}"),
-    "label.reference": ("dwconv+bias + layer_norm + {mlp} ({why})",
-        "dwconv+bias + layer_norm + {mlp}（{why}）"),
-    "why.dtype": ("dtype {dtype}",
-        "数据类型 {dtype}"),
-    "why.policy": ("conv.POLICY: depthwise_triton off",
-        "conv.POLICY：depthwise_triton 已关闭"),
-    "why.channels": ("{channels} channels > {max}",
-        "{channels} 个通道 > {max}"),
-    "why.layout": ("the input is not channels_last",
-        "输入不是 channels_last"),
-    "fused_kernel": ("the ConvNeXt block",
-        " ConvNeXt 块"),
-    "generic.permute": ("{first} → {last} is not one permute{dims}",
-        "{first} → {last} 不是一次 permute{dims}"),
-    "generic.forward": ("{op} is not a forward convolution",
-        "{op} 不是前向卷积"),
+                     "triton dwconv+bias+LayerNorm（1 个内核） + {mlp}"),
+    "label.triton_cl": (("triton dwconv+bias+LayerNorm (1 kernel for a channels_last input, else conv + "
+                         "layer_norm) + {mlp}"),
+                        "triton dwconv+bias+LayerNorm（1 个内核，限 channels_last 输入，否则 conv + layer_norm） + {mlp}"),
+    "label.reference": ("dwconv+bias + layer_norm + {mlp} ({why})", "dwconv+bias + layer_norm + {mlp}（{why}）"),
+    "why.dtype": ("dtype {dtype}", "数据类型 {dtype}"),
+    "why.policy": ("conv.POLICY: depthwise_triton off", "conv.POLICY：depthwise_triton 已关闭"),
+    "why.channels": ("{channels} channels > {max}", "{channels} 个通道 > {max}"),
+    "why.layout": ("the input is not channels_last", "输入不是 channels_last"),
+    "fused_kernel": ("the ConvNeXt block", " ConvNeXt 块"),
+    "generic.permute": ("{first} → {last} is not one permute{dims}", "{first} → {last} 不是一次 permute{dims}"),
+    "generic.forward": ("{op} is not a forward convolution", "{op} 不是前向卷积"),
     "generic.depthwise": ("the convolution is not a 2-D depthwise convolution with integer geometry",
-        "该卷积不是几何参数为整数的二维深度可分离卷积"),
-    "refuse.channels": ("the LayerNorm does not normalise over the channels alone",
-        "LayerNorm 不是只在通道上归一化"),
+                          "该卷积不是几何参数为整数的二维深度可分离卷积"),
+    "refuse.channels": ("the LayerNorm does not normalise over the channels alone", "LayerNorm 不是只在通道上归一化"),
     "generic.mlp": ("the MLP is not linear → act → linear reading the LayerNorm",
-        "MLP 不是读取 LayerNorm 的 linear → act → linear"),
-    "generic.act": ("activation {act} has no linear epilogue",
-        "激活函数 {act} 没有线性层尾处理"),
-    'refuse.residual': ("the residual add does not add the block's input",
-        '残差相加加的不是这个块的输入'),
-    "what.w2": ("second linear weight",
-        "第二个线性层的权重"),
-    "what.b2": ("second linear bias",
-        "第二个线性层的偏置"),
-    "what.scale": ("layer scale",
-        "layer scale"),
+                    "MLP 不是读取 LayerNorm 的 linear → act → linear"),
+    "generic.act": ("activation {act} has no linear epilogue", "激活函数 {act} 没有线性层尾处理"),
+    "refuse.residual": ("the residual add does not add the block's input", "残差相加加的不是这个块的输入"),
+    "what.w2": ("second linear weight", "第二个线性层的权重"),
+    "what.b2": ("second linear bias", "第二个线性层的偏置"),
+    "what.scale": ("layer scale", "layer scale"),
     "refuse.scale": ("the scale has {n} elements, not one per channel ({channels})",
-        "缩放因子有 {n} 个元素，不是每个通道一个（{channels}）"),
-    "refuse.not_depthwise": ("the convolution before the LayerNorm is not depthwise",
-        "LayerNorm 前面的卷积不是深度可分离卷积"),
-    "refuse.last_dim": ("LayerNorm normalizes over more than the last dimension",
-        "LayerNorm 归一化的不只是最后一维"),
-    "refuse.constant": ("the multiply is not by a constant (a layer scale)",
-        "乘的不是常量（不是 layer scale）"),
-    'refuse.block_input': ("the add does not add the block's input (not a residual)",
-        '相加的不是这个块的输入（不是残差）'),
+                     "缩放因子有 {n} 个元素，不是每个通道一个（{channels}）"),
+    "refuse.not_depthwise": ("the convolution before the LayerNorm is not depthwise", "LayerNorm 前面的卷积不是深度可分离卷积"),
+    "refuse.last_dim": ("LayerNorm normalizes over more than the last dimension", "LayerNorm 归一化的不只是最后一维"),
+    "refuse.constant": ("the multiply is not by a constant (a layer scale)", "乘的不是常量（不是 layer scale）"),
+    "refuse.block_input": ("the add does not add the block's input (not a residual)", "相加的不是这个块的输入（不是残差）"),
 })
 
 

@@ -34,26 +34,24 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("generic", {
-    "title": ('Elementwise chain', '逐元素算子链'),
-    "elementwise_chain.label": ('Elementwise chain',
-        '逐元素算子链'),
-    "elementwise_chain.implementation": ("the chain's subgraph compiled on its own by torch.compile's inductor (generic fallback)",
-        '链的子图单独交给 torch.compile 的 inductor 编译（通用兜底方案）'),
-    "elementwise_chain.explanation": (('Consecutive pointwise ops are memory-bound: each reads and writes the whole tensor. One '
-         'kernel reads the inputs once and writes the result once.'),
-        '连续的逐元素算子都受访存限制：每个都要读写整个张量。一个内核把输入只读一次、把结果只写一次。'),
-    'label': ("generic: torch.compile's inductor on the chain subgraph",
-        '通用方案：用 torch.compile 的 inductor 编译链的子图'),
-    'label.why': ("generic: torch.compile's inductor on the chain subgraph ({why})",
-        '通用方案：用 torch.compile 的 inductor 编译链的子图（{why}）'),
-    "choice_inductor": ("kernel choice: inductor",
-        "内核选择：inductor"),
-    "note.off": ("{label}; torch.compile off (EXPLORER_GENERIC_COMPILE=0): the ops run eagerly, one kernel each (not fused)",
-        "{label}；torch.compile 已关闭（EXPLORER_GENERIC_COMPILE=0）：算子以 eager 方式运行，每个一个内核（未融合）"),
+    "title": ("Elementwise chain", "逐元素算子链"),
+    "elementwise_chain.label": ("Elementwise chain", "逐元素算子链"),
+    "elementwise_chain.implementation": (("the chain's subgraph compiled on its own by torch.compile's inductor "
+                                          "(generic fallback)"),
+                                         "链的子图单独交给 torch.compile 的 inductor 编译（通用兜底方案）"),
+    "elementwise_chain.explanation": (("Consecutive pointwise ops are memory-bound: each reads and writes the "
+                                       "whole tensor. One kernel reads the inputs once and writes the result once."),
+                                      "连续的逐元素算子都受访存限制：每个都要读写整个张量。一个内核把输入只读一次、把结果只写一次。"),
+    "label": ("generic: torch.compile's inductor on the chain subgraph", "通用方案：用 torch.compile 的 inductor 编译链的子图"),
+    "label.why": ("generic: torch.compile's inductor on the chain subgraph ({why})",
+                  "通用方案：用 torch.compile 的 inductor 编译链的子图（{why}）"),
+    "choice_inductor": ("kernel choice: inductor", "内核选择：inductor"),
+    "note.off": (("{label}; torch.compile off (EXPLORER_GENERIC_COMPILE=0): the ops run eagerly, one kernel each "
+                  "(not fused)"),
+                 "{label}；torch.compile 已关闭（EXPLORER_GENERIC_COMPILE=0）：算子以 eager 方式运行，每个一个内核（未融合）"),
     "note.no_compiler": ("{label}; no C++ compiler on cpu: the ops run eagerly, one kernel each (not fused)",
-        "{label}；cpu 上没有 C++ 编译器：算子以 eager 方式运行，每个一个内核（未融合）"),
-    "note.cpp": ("{label} [cpu: inductor C++ kernel]",
-        "{label} [cpu：inductor C++ 内核]"),
+                         "{label}；cpu 上没有 C++ 编译器：算子以 eager 方式运行，每个一个内核（未融合）"),
+    "note.cpp": ("{label} [cpu: inductor C++ kernel]", "{label} [cpu：inductor C++ 内核]"),
 })
 
 

@@ -38,31 +38,27 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("linear", {
-    "title": ('Linear + activation', '线性层 + 激活函数'),
-    "linear_act.label": ('Linear+bias+act',
-        'Linear+偏置+激活'),
-    "linear_act.implementation": ('cuBLASLt bias+activation epilogue (torch._addmm_activation) for ReLU/GELU',
-        'ReLU/GELU 用 cuBLASLt 的偏置+激活尾处理（torch._addmm_activation）'),
-    "linear_act.explanation": (("The GEMM's epilogue adds the bias and applies the activation while the output tile is "
-         'still in registers: the pre-activation tensor (4x hidden wide in a transformer MLP) is '
-         'never written out.'),
-        'GEMM 的尾处理在输出分块还在寄存器里时加偏置、做激活：激活前的张量（Transformer MLP 中是隐藏维度的 4 倍宽）从不写出。'),
+    "title": ("Linear + activation", "线性层 + 激活函数"),
+    "linear_act.label": ("Linear+bias+act", "Linear+偏置+激活"),
+    "linear_act.implementation": ("cuBLASLt bias+activation epilogue (torch._addmm_activation) for ReLU/GELU",
+                                  "ReLU/GELU 用 cuBLASLt 的偏置+激活尾处理（torch._addmm_activation）"),
+    "linear_act.explanation": (("The GEMM's epilogue adds the bias and applies the activation while the output "
+                                "tile is still in registers: the pre-activation tensor (4x hidden wide in a "
+                                "transformer MLP) is never written out."),
+                               "GEMM 的尾处理在输出分块还在寄存器里时加偏置、做激活：激活前的张量（Transformer MLP 中是隐藏维度的 4 倍宽）从不写出。"),
     "label.lt_relu": ("cuBLASLt GEMM+bias+relu epilogue (1 call: _addmm_activation)",
-        "cuBLASLt GEMM+bias+relu 尾处理（1 次调用：_addmm_activation）"),
-    'label.lt_on_device': ("cuBLASLt GEMM+bias+{act} epilogue where the device's epilogue computes {act}, else linear + {act} in place (2 kernels)",
-        'cuBLASLt GEMM+bias+{act} 尾处理（设备的尾处理算的是 {act} 时），否则 linear + 原地 {act}（2 个内核）'),
+                      "cuBLASLt GEMM+bias+relu 尾处理（1 次调用：_addmm_activation）"),
+    "label.lt_on_device": (("cuBLASLt GEMM+bias+{act} epilogue where the device's epilogue computes {act}, else "
+                            "linear + {act} in place (2 kernels)"),
+                           "cuBLASLt GEMM+bias+{act} 尾处理（设备的尾处理算的是 {act} 时），否则 linear + 原地 {act}（2 个内核）"),
     "label.lt_gelu": ("cuBLASLt GEMM+bias+{act} epilogue (1 call: _addmm_activation)",
-        "cuBLASLt GEMM+bias+{act} 尾处理（1 次调用：_addmm_activation）"),
+                      "cuBLASLt GEMM+bias+{act} 尾处理（1 次调用：_addmm_activation）"),
     "label.variant": ("linear + {act} in place (2 kernels; the cuBLASLt epilogue computes {variant}, not {act})",
-        "linear + 原地 {act}（2 个内核；cuBLASLt 尾处理算的是 {variant}，不是 {act}）"),
-    "label.linear": ("linear (1 kernel)",
-        "linear（1 个内核）"),
-    "label.separate": ("linear + {act} in place (2 kernels)",
-        "linear + 原地 {act}（2 个内核）"),
-    "generic.not_plain": ("{op} is not a plain linear",
-        "{op} 不是普通的线性层"),
-    "generic.no_epilogue": ("activation {act} has no linear epilogue",
-        "激活函数 {act} 没有线性层尾处理"),
+                      "linear + 原地 {act}（2 个内核；cuBLASLt 尾处理算的是 {variant}，不是 {act}）"),
+    "label.linear": ("linear (1 kernel)", "linear（1 个内核）"),
+    "label.separate": ("linear + {act} in place (2 kernels)", "linear + 原地 {act}（2 个内核）"),
+    "generic.not_plain": ("{op} is not a plain linear", "{op} 不是普通的线性层"),
+    "generic.no_epilogue": ("activation {act} has no linear epilogue", "激活函数 {act} 没有线性层尾处理"),
 })
 
 

@@ -39,16 +39,16 @@ from explorer.words import Words
 WORDS = Words("linear_residual", {
     "title": ("Linear + residual add", "线性层 + 残差相加"),
     "label": ("Linear+bias+residual", "Linear+偏置+残差"),
-    "explanation": ("A projection that ends the block adds its output to the residual stream. In the GEMM's epilogue "
-                    "the residual is read while the output tile is still in registers: the projection's output is "
-                    "never written to device memory and read back, and the add costs no launch of its own.",
-                    "结束一个块的投影把输出加到残差流上。在 GEMM 的尾处理中，输出分块还在寄存器里时就读入残差：投影的输出不再写回显存再读出，"
-                    "相加也不再单独占用一次内核启动。"),
+    "explanation": (("A projection that ends the block adds its output to the residual stream. In the GEMM's "
+                     "epilogue the residual is read while the output tile is still in registers: the projection's "
+                     "output is never written to device memory and read back, and the add costs no launch of its "
+                     "own."),
+                    "结束一个块的投影把输出加到残差流上。在 GEMM 的尾处理中，输出分块还在寄存器里时就读入残差：投影的输出不再写回显存再读出，相加也不再单独占用一次内核启动。"),
     "implementation": ("one Triton GEMM with bias and residual in its epilogue (fp32 accumulation, one rounding)",
                        "一个在尾处理中加偏置和残差的 Triton GEMM（fp32 累加，只舍入一次）"),
     "formula": ("out = x Wᵀ + b + r", "out = x Wᵀ + b + r"),
-    "caveat.rounding": ("The unfused graph rounds the projection to the dtype before the add; the epilogue adds in "
-                        "fp32 and rounds once, so 16-bit outputs can differ by one rounding step.",
+    "caveat.rounding": (("The unfused graph rounds the projection to the dtype before the add; the epilogue adds "
+                         "in fp32 and rounds once, so 16-bit outputs can differ by one rounding step."),
                         "未融合的计算图在相加之前先把投影结果舍入到该数据类型；尾处理用 fp32 相加、只舍入一次，所以 16 位输出可能相差一个舍入步长。"),
     "label.triton": ("triton GEMM+bias+residual (1 kernel)", "triton GEMM+bias+残差（1 个内核）"),
     "label.separate": ("linear + add_ in place (2 kernels)", "linear + 原地 add_（2 个内核）"),

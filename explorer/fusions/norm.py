@@ -51,32 +51,28 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("norm", {
-    "title": ('Add + LayerNorm', '残差相加 + 层归一化'),
-    "add_layer_norm.label": ('Add+LayerNorm',
-        'Add+LayerNorm（残差相加+层归一化）'),
-    "add_layer_norm.implementation": (('one Triton kernel that writes the normalized output, and the sum too where something '
-         'else reads it (a pre-norm residual stream)'),
-        '一个 Triton 内核写出归一化结果；别处还要读和时（pre-norm 的残差流），也写出和'),
-    "add_layer_norm.explanation": (('The residual add and the LayerNorm each read and write the whole activation. One kernel '
-         'reads both operands once, keeps the row in registers for the mean and variance, and '
-         'writes the sum (the residual stream needs it) and the normalized row.'),
-        '残差相加和 LayerNorm 各自都要读写整个激活张量。一个内核把两个操作数只读一次，把这一行留在寄存器里求均值和方差，写出和（残差流需要它）与归一化后的行。'),
-    "add_layer_norm.caveat": ('Statistics are accumulated in fp32 even for fp16/bf16 inputs.',
-        '即使输入是 fp16/bf16，统计量也用 fp32 累加。'),
-    "label.two_outputs": ("triton add+layer_norm (1 kernel, 2 outputs)",
-        "triton add+layer_norm（1 个内核，2 个输出）"),
+    "title": ("Add + LayerNorm", "残差相加 + 层归一化"),
+    "add_layer_norm.label": ("Add+LayerNorm", "Add+LayerNorm（残差相加+层归一化）"),
+    "add_layer_norm.implementation": (("one Triton kernel that writes the normalized output, and the sum too "
+                                       "where something else reads it (a pre-norm residual stream)"),
+                                      "一个 Triton 内核写出归一化结果；别处还要读和时（pre-norm 的残差流），也写出和"),
+    "add_layer_norm.explanation": (("The residual add and the LayerNorm each read and write the whole activation. "
+                                    "One kernel reads both operands once, keeps the row in registers for the mean "
+                                    "and variance, and writes the sum (the residual stream needs it) and the "
+                                    "normalized row."),
+                                   ("残差相加和 LayerNorm "
+                                    "各自都要读写整个激活张量。一个内核把两个操作数只读一次，把这一行留在寄存器里求均值和方差，写出和（残差流需要它）与归一化后的行。")),
+    "add_layer_norm.caveat": ("Statistics are accumulated in fp32 even for fp16/bf16 inputs.",
+                              "即使输入是 fp16/bf16，统计量也用 fp32 累加。"),
+    "label.two_outputs": ("triton add+layer_norm (1 kernel, 2 outputs)", "triton add+layer_norm（1 个内核，2 个输出）"),
     "label.no_sum": ("triton add+layer_norm (1 kernel; the sum is not written: nothing else reads it)",
-        "triton add+layer_norm（1 个内核；不写出和：没有别的算子读它）"),
+                     "triton add+layer_norm（1 个内核；不写出和：没有别的算子读它）"),
     "label.reference": ("add + layer_norm (2 kernels; reference composition: {why})",
-        "add + layer_norm（2 个内核；参考实现的组合：{why}）"),
-    "why.rows": ("rows of {hidden} are outside 1..{max}",
-        "行长 {hidden} 超出 1..{max}"),
-    "generic.not_add_ln": ("{add} → {ln} is not add → layer_norm",
-        "{add} → {ln} 不是 add → layer_norm"),
-    "generic.view": ("a view between the add and the LayerNorm",
-        "相加和 LayerNorm 之间有一个视图"),
-    "refuse.last_dim": ("LayerNorm normalizes over more than the last dimension",
-        "LayerNorm 归一化的不只是最后一维"),
+                        "add + layer_norm（2 个内核；参考实现的组合：{why}）"),
+    "why.rows": ("rows of {hidden} are outside 1..{max}", "行长 {hidden} 超出 1..{max}"),
+    "generic.not_add_ln": ("{add} → {ln} is not add → layer_norm", "{add} → {ln} 不是 add → layer_norm"),
+    "generic.view": ("a view between the add and the LayerNorm", "相加和 LayerNorm 之间有一个视图"),
+    "refuse.last_dim": ("LayerNorm normalizes over more than the last dimension", "LayerNorm 归一化的不只是最后一维"),
 })
 
 

@@ -69,84 +69,66 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("rms_norm", {
-    "title": ('Add + RMSNorm', '残差相加 + RMSNorm'),
-    "add_rms_norm.label": ('Add+RMSNorm',
-        'Add+RMSNorm（残差相加+RMSNorm）'),
-    "add_rms_norm.implementation": (('one Triton kernel that writes the normalised row, and the sum too where the next '
-         'residual reads it'),
-        '一个 Triton 内核写出归一化后的行；下一个残差要读时，也写出和'),
-    "add_rms_norm.explanation": (('The residual add writes the sum that the RMSNorm then reads back. A hand-written '
-         "RMSNorm (transformers' LlamaRMSNorm) is six ops, each reading and writing the whole "
-         'activation, with fp32 temporaries: cast, square, mean, add eps, rsqrt, multiply, cast '
-         'back, scale. One kernel reads the row once, keeps it in registers for the mean square, '
-         'and writes the normalised row, rounding where the module rounds. With the add in the '
-         'same kernel the sum is read from registers, and written once for the next residual.'),
-        ('残差相加写出的和，接着又被 RMSNorm 读回。手写的 RMSNorm（transformers 的 LlamaRMSNorm）有六个算子，每个都要读写整个激活张量，还有 '
-         'fp32 临时张量：类型转换、平方、求均值、加 '
-         'eps、rsqrt、相乘、转换回来、缩放。一个内核只读一遍这一行，把它留在寄存器里求均方，再写出归一化后的行，并在原模块舍入的地方舍入。把相加放进同一个内核后，和直接从寄存器读取，只为下一个残差写出一次。')),
-    "caveats": ('Statistics are accumulated in fp32 even for fp16/bf16 inputs, as LlamaRMSNorm does.',
-        '即使输入是 fp16/bf16，统计量也用 fp32 累加，和 LlamaRMSNorm 一样。'),
-    "add_rms_norm.formula": ('s = x + r;  y = w · round(s / sqrt(mean(s²) + eps))',
-        's = x + r；  y = w · round(s / sqrt(mean(s²) + eps))'),
-    "rms_norm.label": ('RMSNorm',
-        'RMSNorm'),
-    "rms_norm.implementation": (('one Triton kernel for the whole RMSNorm (the first norm of a decoder, with no add '
-         'before it)'),
-        '整个 RMSNorm 用一个 Triton 内核（解码器的第一个归一化，前面没有残差相加）'),
-    "teaching": (("A hand-written RMSNorm (transformers' LlamaRMSNorm) is six ops, each reading and "
-         'writing the whole activation, with fp32 temporaries: cast, square, mean, add eps, '
-         'rsqrt, multiply, cast back, scale. One kernel reads the row once, keeps it in registers '
-         'for the mean square, and writes the normalised row, rounding where the module rounds.'),
-        ('手写的 RMSNorm（transformers 的 LlamaRMSNorm）有六个算子，每个都要读写整个激活张量，还有 fp32 临时张量：类型转换、平方、求均值、加 '
-         'eps、rsqrt、相乘、转换回来、缩放。一个内核只读一遍这一行，把它留在寄存器里求均方，再写出归一化后的行，并在原模块舍入的地方舍入。')),
-    "rms_norm.formula": ('y = w · round(x / sqrt(mean(x²) + eps))',
-        'y = w · round(x / sqrt(mean(x²) + eps))'),
-    "why.dtype": ("{what} dtype {dtype} is not one of fp32/fp16/bf16",
-        "{what} 的数据类型 {dtype} 不是 fp32/fp16/bf16 之一"),
-    "what.input": ("input",
-        "输入"),
-    "what.weight": ("weight",
-        "权重"),
+    "title": ("Add + RMSNorm", "残差相加 + RMSNorm"),
+    "add_rms_norm.label": ("Add+RMSNorm", "Add+RMSNorm（残差相加+RMSNorm）"),
+    "add_rms_norm.implementation": (("one Triton kernel that writes the normalised row, and the sum too where the "
+                                     "next residual reads it"),
+                                    "一个 Triton 内核写出归一化后的行；下一个残差要读时，也写出和"),
+    "add_rms_norm.explanation": (("The residual add writes the sum that the RMSNorm then reads back. A "
+                                  "hand-written RMSNorm (transformers' LlamaRMSNorm) is six ops, each reading and "
+                                  "writing the whole activation, with fp32 temporaries: cast, square, mean, add "
+                                  "eps, rsqrt, multiply, cast back, scale. One kernel reads the row once, keeps "
+                                  "it in registers for the mean square, and writes the normalised row, rounding "
+                                  "where the module rounds. With the add in the same kernel the sum is read from "
+                                  "registers, and written once for the next residual."),
+                                 ("残差相加写出的和，接着又被 RMSNorm 读回。手写的 RMSNorm（transformers 的 "
+                                  "LlamaRMSNorm）有六个算子，每个都要读写整个激活张量，还有 fp32 临时张量：类型转换、平方、求均值、加 "
+                                  "eps、rsqrt、相乘、转换回来、缩放。一个内核只读一遍这一行，把它留在寄存器里求均方，再写出归一化后的行，并在原模块舍入的地方舍入。把相加放进同一个内核后，和直接从寄存器读取，只为下一个残差写出一次。")),
+    "caveats": ("Statistics are accumulated in fp32 even for fp16/bf16 inputs, as LlamaRMSNorm does.",
+                "即使输入是 fp16/bf16，统计量也用 fp32 累加，和 LlamaRMSNorm 一样。"),
+    "add_rms_norm.formula": ("s = x + r;  y = w · round(s / sqrt(mean(s²) + eps))",
+                             "s = x + r；  y = w · round(s / sqrt(mean(s²) + eps))"),
+    "rms_norm.label": ("RMSNorm", "RMSNorm"),
+    "rms_norm.implementation": (("one Triton kernel for the whole RMSNorm (the first norm of a decoder, with no "
+                                 "add before it)"),
+                                "整个 RMSNorm 用一个 Triton 内核（解码器的第一个归一化，前面没有残差相加）"),
+    "teaching": (("A hand-written RMSNorm (transformers' LlamaRMSNorm) is six ops, each reading and writing the "
+                  "whole activation, with fp32 temporaries: cast, square, mean, add eps, rsqrt, multiply, cast "
+                  "back, scale. One kernel reads the row once, keeps it in registers for the mean square, and "
+                  "writes the normalised row, rounding where the module rounds."),
+                 ("手写的 RMSNorm（transformers 的 LlamaRMSNorm）有六个算子，每个都要读写整个激活张量，还有 fp32 临时张量：类型转换、平方、求均值、加 "
+                  "eps、rsqrt、相乘、转换回来、缩放。一个内核只读一遍这一行，把它留在寄存器里求均方，再写出归一化后的行，并在原模块舍入的地方舍入。")),
+    "rms_norm.formula": ("y = w · round(x / sqrt(mean(x²) + eps))", "y = w · round(x / sqrt(mean(x²) + eps))"),
+    "why.dtype": ("{what} dtype {dtype} is not one of fp32/fp16/bf16", "{what} 的数据类型 {dtype} 不是 fp32/fp16/bf16 之一"),
+    "what.input": ("input", "输入"),
+    "what.weight": ("weight", "权重"),
     "why.rows": ("rows of {hidden} are outside 1..{max} (one row must fit in one program)",
-        "行长 {hidden} 超出 1..{max}（一行必须放进一个 program）"),
+                 "行长 {hidden} 超出 1..{max}（一行必须放进一个 program）"),
     "why.residual_dtype": ("x is {dtype} but the residual is {residual} (the kernel takes one dtype)",
-        "x 是 {dtype}，残差却是 {residual}（该内核只接受一种数据类型）"),
+                           "x 是 {dtype}，残差却是 {residual}（该内核只接受一种数据类型）"),
     "why.broadcast": ("residual {residual} and x {x} differ other than over leading dims",
-        "残差 {residual} 与 x {x} 除前导维度外还有不同"),
-    "label.eager_add": ("add + RMSNorm (eager ops: {why})",
-        "add + RMSNorm（eager 算子：{why}）"),
-    "label.eager": ("RMSNorm (eager ops: {why})",
-        "RMSNorm（eager 算子：{why}）"),
-    "label.eager_add_plain": ("add + RMSNorm (eager ops)",
-        "add + RMSNorm（eager 算子）"),
-    "label.eager_plain": ("RMSNorm (eager ops)",
-        "RMSNorm（eager 算子）"),
-    "label.rms": ("triton rms_norm (1 kernel)",
-        "triton rms_norm（1 个内核）"),
-    "label.two_outputs": ("triton add+rms_norm (1 kernel, 2 outputs)",
-        "triton add+rms_norm（1 个内核，2 个输出）"),
+                      "残差 {residual} 与 x {x} 除前导维度外还有不同"),
+    "label.eager_add": ("add + RMSNorm (eager ops: {why})", "add + RMSNorm（eager 算子：{why}）"),
+    "label.eager": ("RMSNorm (eager ops: {why})", "RMSNorm（eager 算子：{why}）"),
+    "label.eager_add_plain": ("add + RMSNorm (eager ops)", "add + RMSNorm（eager 算子）"),
+    "label.eager_plain": ("RMSNorm (eager ops)", "RMSNorm（eager 算子）"),
+    "label.rms": ("triton rms_norm (1 kernel)", "triton rms_norm（1 个内核）"),
+    "label.two_outputs": ("triton add+rms_norm (1 kernel, 2 outputs)", "triton add+rms_norm（1 个内核，2 个输出）"),
     "label.no_sum": ("triton add+rms_norm (1 kernel; the sum is not written: nothing else reads it)",
-        "triton add+rms_norm（1 个内核；不写出和：没有别的算子读它）"),
-    'refuse.mean_dims': ("the RMSNorm's mean is not over the last dimension alone",
-        'RMSNorm 的均值不是只在最后一维上求的'),
-    "refuse.fp32_also": ("the fp32 copy of the sum is also read outside the RMSNorm",
-        "和的 fp32 副本在 RMSNorm 之外也被读取"),
-    "refuse.both": ("the sum is read both before and after its cast",
-        "和在类型转换之前和之后都被读取"),
-    'generic.rounded': ("the normalised value is {dtype}, not the input's {input}: the kernel rounds it to the input dtype",
-        '归一化后的值是 {dtype}，不是输入的 {input}：该内核会把它舍入到输入的数据类型'),
-    "generic.eps": ("eps is not a number",
-        "eps 不是一个数"),
-    "generic.weight": ("the RMSNorm weight is not a vector of {n}",
-        "RMSNorm 的权重不是长度为 {n} 的向量"),
-    'generic.result': ("the chain's result is {dtype}, not promote(weight, x)",
-        '链的结果是 {dtype}，不是 promote(weight, x)'),
-    "refuse.leaves": ("the sum leaves the chain from more than one node",
-        "和从不止一个节点离开这条链"),
-    "refuse.fp32": ("the fp32 copy of the sum is read outside the RMSNorm",
-        "和的 fp32 副本在 RMSNorm 之外被读取"),
-    "generic.input": ("the RMSNorm input is not a tensor of the graph",
-        "RMSNorm 的输入不是计算图中的张量"),
+                     "triton add+rms_norm（1 个内核；不写出和：没有别的算子读它）"),
+    "refuse.mean_dims": ("the RMSNorm's mean is not over the last dimension alone", "RMSNorm 的均值不是只在最后一维上求的"),
+    "refuse.fp32_also": ("the fp32 copy of the sum is also read outside the RMSNorm", "和的 fp32 副本在 RMSNorm 之外也被读取"),
+    "refuse.both": ("the sum is read both before and after its cast", "和在类型转换之前和之后都被读取"),
+    "generic.rounded": (("the normalised value is {dtype}, not the input's {input}: the kernel rounds it to the "
+                         "input dtype"),
+                        "归一化后的值是 {dtype}，不是输入的 {input}：该内核会把它舍入到输入的数据类型"),
+    "generic.eps": ("eps is not a number", "eps 不是一个数"),
+    "generic.weight": ("the RMSNorm weight is not a vector of {n}", "RMSNorm 的权重不是长度为 {n} 的向量"),
+    "generic.result": ("the chain's result is {dtype}, not promote(weight, x)",
+                       "链的结果是 {dtype}，不是 promote(weight, x)"),
+    "refuse.leaves": ("the sum leaves the chain from more than one node", "和从不止一个节点离开这条链"),
+    "refuse.fp32": ("the fp32 copy of the sum is read outside the RMSNorm", "和的 fp32 副本在 RMSNorm 之外被读取"),
+    "generic.input": ("the RMSNorm input is not a tensor of the graph", "RMSNorm 的输入不是计算图中的张量"),
 })
 
 

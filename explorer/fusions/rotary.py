@@ -53,45 +53,37 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("rotary", {
-    "title": ('Rotary embedding', '旋转位置编码'),
-    "rotary.label": ('Rotary embedding (Q+K)',
-        '旋转位置编码（Q+K）'),
-    "rotary.implementation": ('one Triton kernel rotating q and k (all heads, grouped-query attention included)',
-        '一个 Triton 内核旋转 q 和 k（所有头，包括分组查询注意力）'),
-    "rotary.explanation": (('Rotary position embedding, written as transformers writes it, is a multiply, two '
-         'slices, a negation, a concatenation, a second multiply and an add, for q and again for '
-         'k: ten kernels, each reading and writing a whole (batch, heads, sequence, head_dim) '
-         'tensor. One kernel reads each q and k element once, with its cos and sin row, and '
-         'writes the rotated value.'),
-        ('按 transformers 的写法，旋转位置编码是一次乘法、两次切片、一次取负、一次拼接、第二次乘法和一次加法，q 做一遍、k '
-         '再做一遍：十个内核，每个都读写一整个（batch, heads, sequence, head_dim）张量。一个内核把每个 q、k 元素连同它的 cos、sin '
-         '行只读一次，写出旋转后的值。')),
-    "rotary.caveat": ('The rotation is computed in fp32 and rounded once (eager rounds three times).',
-        '旋转用 fp32 计算、只舍入一次（eager 舍入三次）。'),
+    "title": ("Rotary embedding", "旋转位置编码"),
+    "rotary.label": ("Rotary embedding (Q+K)", "旋转位置编码（Q+K）"),
+    "rotary.implementation": ("one Triton kernel rotating q and k (all heads, grouped-query attention included)",
+                              "一个 Triton 内核旋转 q 和 k（所有头，包括分组查询注意力）"),
+    "rotary.explanation": (("Rotary position embedding, written as transformers writes it, is a multiply, two "
+                            "slices, a negation, a concatenation, a second multiply and an add, for q and again "
+                            "for k: ten kernels, each reading and writing a whole (batch, heads, sequence, "
+                            "head_dim) tensor. One kernel reads each q and k element once, with its cos and sin "
+                            "row, and writes the rotated value."),
+                           ("按 transformers 的写法，旋转位置编码是一次乘法、两次切片、一次取负、一次拼接、第二次乘法和一次加法，q 做一遍、k "
+                            "再做一遍：十个内核，每个都读写一整个（batch, heads, sequence, head_dim）张量。一个内核把每个 q、k 元素连同它的 cos、sin "
+                            "行只读一次，写出旋转后的值。")),
+    "rotary.caveat": ("The rotation is computed in fp32 and rounded once (eager rounds three times).",
+                      "旋转用 fp32 计算、只舍入一次（eager 舍入三次）。"),
     "rotary.formula": ("t' = t·cos + rotate_half(t)·sin,  rotate_half(t) = (−t[D/2:], t[:D/2])",
-        "t' = t·cos + rotate_half(t)·sin，  rotate_half(t) = (−t[D/2:], t[:D/2])"),
-    "why.dtype": ("{what} dtype {dtype} is not one of fp32/fp16/bf16",
-        "{what} 的数据类型 {dtype} 不是 fp32/fp16/bf16 之一"),
-    "why.head_dim": ("head_dim {d} is odd or outside 2..{max}",
-        "head_dim {d} 是奇数或超出 2..{max}"),
-    "why.dtypes": ("q is {q} but k is {k}",
-        "q 是 {q}，k 却是 {k}"),
+                       "t' = t·cos + rotate_half(t)·sin，  rotate_half(t) = (−t[D/2:], t[:D/2])"),
+    "why.dtype": ("{what} dtype {dtype} is not one of fp32/fp16/bf16", "{what} 的数据类型 {dtype} 不是 fp32/fp16/bf16 之一"),
+    "why.head_dim": ("head_dim {d} is odd or outside 2..{max}", "head_dim {d} 是奇数或超出 2..{max}"),
+    "why.dtypes": ("q is {q} but k is {k}", "q 是 {q}，k 却是 {k}"),
     "why.shapes": ("q {q} and k {k} are not (B, H, S, D) of one B, S and D",
-        "q {q} 与 k {k} 不是同一组 B、S、D 的 (B, H, S, D)"),
+                   "q {q} 与 k {k} 不是同一组 B、S、D 的 (B, H, S, D)"),
     "why.tables": ("cos {cos} / sin {sin} are not one shape ({b} or 1, {s}, {d})",
-        "cos {cos} / sin {sin} 不是同一个形状（{b} 或 1, {s}, {d}）"),
-    "label.reference": ("apply_rotary_pos_emb (eager ops: {why})",
-        "apply_rotary_pos_emb（eager 算子：{why}）"),
-    "label.triton": ("triton rotary q+k (1 kernel)",
-        "triton rotary q+k（1 个内核）"),
+                   "cos {cos} / sin {sin} 不是同一个形状（{b} 或 1, {s}, {d}）"),
+    "label.reference": ("apply_rotary_pos_emb (eager ops: {why})", "apply_rotary_pos_emb（eager 算子：{why}）"),
+    "label.triton": ("triton rotary q+k (1 kernel)", "triton rotary q+k（1 个内核）"),
     "refuse.one": ("only one tensor is rotated with these cos and sin (the kernel rotates q and k together)",
-        "用这组 cos 和 sin 旋转的只有一个张量（该内核同时旋转 q 和 k）"),
-    "generic.table": ("the constant {what} is not a (B, 1, S, D) table",
-        "常量 {what} 不是 (B, 1, S, D) 的表"),
+                   "用这组 cos 和 sin 旋转的只有一个张量（该内核同时旋转 q 和 k）"),
+    "generic.table": ("the constant {what} is not a (B, 1, S, D) table", "常量 {what} 不是 (B, 1, S, D) 的表"),
     "generic.unsqueeze": ("{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor",
-        "{what} 不是对 (B, S, D) 张量做的 unsqueeze({what}, 1)"),
-    "generic.different": ("q and k are rotated with different cos/sin",
-        "q 和 k 用不同的 cos/sin 旋转"),
+                          "{what} 不是对 (B, S, D) 张量做的 unsqueeze({what}, 1)"),
+    "generic.different": ("q and k are rotated with different cos/sin", "q 和 k 用不同的 cos/sin 旋转"),
 })
 
 

@@ -37,30 +37,28 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("siblings", {
-    "title": ('Sibling linears (Q, K, V)', '并列线性层（Q、K、V）'),
-    "linear_siblings.label": ('Sibling linears (QKV)',
-        '并列线性层（QKV）'),
-    "linear_siblings.implementation": (('one GEMM over the concatenated weights (W_1|W_2|...), its output split into column '
-         'views: no copy'),
-        '一个 GEMM 作用在拼接后的权重（W_1|W_2|...）上，输出切成列视图：没有拷贝'),
-    "linear_siblings.explanation": (('Horizontal fusion: a transformer layer projects the same input three times, for the '
-         'queries, keys and values. One GEMM with the three weight matrices side by side reads '
-         'the input once instead of three times and costs one launch instead of three; each '
-         'projection is then a column slice of the one output. Nothing is saved in the outputs: '
-         'they are all still written, because each is read afterwards.'),
-        ('横向融合：Transformer 层对同一个输入做三次投影，得到查询、键和值。把三个权重矩阵并排放在一个 GEMM '
-         '里，输入只读一次而不是三次，内核启动也只要一次而不是三次；每个投影就是这一个输出的列切片。输出上没有节省：它们仍然都要写出，因为之后都会被读取。')),
-    "linear_siblings.caveat": (('The outputs are column slices of one buffer: a consumer that needs them contiguous (a '
-         'flattening view) makes the rewrite refuse the group.'),
-        '输出是同一块缓冲区的列切片：若某个使用者要求它们连续（展平视图），重写就会拒绝这一组。'),
+    "title": ("Sibling linears (Q, K, V)", "并列线性层（Q、K、V）"),
+    "linear_siblings.label": ("Sibling linears (QKV)", "并列线性层（QKV）"),
+    "linear_siblings.implementation": (("one GEMM over the concatenated weights (W_1|W_2|...), its output split "
+                                        "into column views: no copy"),
+                                       "一个 GEMM 作用在拼接后的权重（W_1|W_2|...）上，输出切成列视图：没有拷贝"),
+    "linear_siblings.explanation": (("Horizontal fusion: a transformer layer projects the same input three times, "
+                                     "for the queries, keys and values. One GEMM with the three weight matrices "
+                                     "side by side reads the input once instead of three times and costs one "
+                                     "launch instead of three; each projection is then a column slice of the one "
+                                     "output. Nothing is saved in the outputs: they are all still written, "
+                                     "because each is read afterwards."),
+                                    ("横向融合：Transformer 层对同一个输入做三次投影，得到查询、键和值。把三个权重矩阵并排放在一个 GEMM "
+                                     "里，输入只读一次而不是三次，内核启动也只要一次而不是三次；每个投影就是这一个输出的列切片。输出上没有节省：它们仍然都要写出，因为之后都会被读取。")),
+    "linear_siblings.caveat": (("The outputs are column slices of one buffer: a consumer that needs them "
+                                "contiguous (a flattening view) makes the rewrite refuse the group."),
+                               "输出是同一块缓冲区的列切片：若某个使用者要求它们连续（展平视图），重写就会拒绝这一组。"),
     "refuse.view": ("{user} views {branch} in a way a column slice does not allow (it would need a copy)",
-        "{user} 对 {branch} 的 view 方式是列切片做不到的（需要一次拷贝）"),
-    "refuse.not_linear": ("a sibling is not a plain linear",
-        "有一个并列分支不是普通的线性层"),
-    "refuse.inputs": ("the siblings do not read the same input",
-        "并列分支读取的不是同一个输入"),
+                    "{user} 对 {branch} 的 view 方式是列切片做不到的（需要一次拷贝）"),
+    "refuse.not_linear": ("a sibling is not a plain linear", "有一个并列分支不是普通的线性层"),
+    "refuse.inputs": ("the siblings do not read the same input", "并列分支读取的不是同一个输入"),
     "label.one_gemm": ("one GEMM over {n} concatenated weights ({columns} columns), split into views",
-        "对 {n} 个拼接的权重做一次 GEMM（{columns} 列），再切分成视图"),
+                       "对 {n} 个拼接的权重做一次 GEMM（{columns} 列），再切分成视图"),
 })
 
 

@@ -66,51 +66,41 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("squeeze_excite", {
-    "title": ('Squeeze-excite', 'Squeeze-excite（通道注意力）'),
-    "squeeze_excite.label": ('Squeeze-excite',
-        'Squeeze-excite（通道注意力）'),
-    "squeeze_excite.implementation": ('two Triton kernels: pool + fc1 partial sums, then fc2 + gate + scale',
-        '两个 Triton 内核：先是池化 + fc1 的部分和，然后是 fc2 + 门控 + 缩放'),
-    "squeeze_excite.explanation": (('Squeeze-and-excitation is six ops, four of them on tensors of one value per channel: '
-         'their cost is launches, not bytes. The pool and the first FC layer share one pass over '
-         'x; the second FC layer, the gate and the multiply share the other: two kernels, and x '
-         "is read twice and y written once, as in the unfused graph's pool and multiply."),
-        ('Squeeze-and-excitation 有六个算子，其中四个作用在每通道只有一个值的张量上：它们的开销在内核启动，不在访存。池化和第一个全连接层共用一遍对 x '
-         '的读取；第二个全连接层、门控和乘法共用另一遍：两个内核，x 读两次、y 写一次，和未融合计算图中的池化与乘法一样。')),
-    "squeeze_excite.caveat": ('Pooling, both FC layers and the gate are computed in fp32 for 16-bit inputs.',
-        '对 16 位输入，池化、两个全连接层和门控都用 fp32 计算。'),
+    "title": ("Squeeze-excite", "Squeeze-excite（通道注意力）"),
+    "squeeze_excite.label": ("Squeeze-excite", "Squeeze-excite（通道注意力）"),
+    "squeeze_excite.implementation": ("two Triton kernels: pool + fc1 partial sums, then fc2 + gate + scale",
+                                      "两个 Triton 内核：先是池化 + fc1 的部分和，然后是 fc2 + 门控 + 缩放"),
+    "squeeze_excite.explanation": (("Squeeze-and-excitation is six ops, four of them on tensors of one value per "
+                                    "channel: their cost is launches, not bytes. The pool and the first FC layer "
+                                    "share one pass over x; the second FC layer, the gate and the multiply share "
+                                    "the other: two kernels, and x is read twice and y written once, as in the "
+                                    "unfused graph's pool and multiply."),
+                                   ("Squeeze-and-excitation "
+                                    "有六个算子，其中四个作用在每通道只有一个值的张量上：它们的开销在内核启动，不在访存。池化和第一个全连接层共用一遍对 x "
+                                    "的读取；第二个全连接层、门控和乘法共用另一遍：两个内核，x 读两次、y 写一次，和未融合计算图中的池化与乘法一样。")),
+    "squeeze_excite.caveat": ("Pooling, both FC layers and the gate are computed in fp32 for 16-bit inputs.",
+                              "对 16 位输入，池化、两个全连接层和门控都用 fp32 计算。"),
     "label.triton": ("triton squeeze-excite: 2 kernels (squeeze+fc1, fc2+{gate}+scale)",
-        "triton squeeze-excite：2 个内核（squeeze+fc1，fc2+{gate}+scale）"),
+                     "triton squeeze-excite：2 个内核（squeeze+fc1，fc2+{gate}+scale）"),
     "label.triton_copy": ("triton squeeze-excite: 2 kernels (squeeze+fc1, fc2+{gate}+scale) after copying x to NCHW",
-        "triton squeeze-excite：2 个内核（squeeze+fc1，fc2+{gate}+scale），先把 x 拷贝成 NCHW"),
+                          "triton squeeze-excite：2 个内核（squeeze+fc1，fc2+{gate}+scale），先把 x 拷贝成 NCHW"),
     "label.reference": ("pool, conv, {act}, conv, {gate}, mul (6 kernels; reference composition: {why})",
-        "pool、conv、{act}、conv、{gate}、mul（6 个内核；参考实现的组合：{why}）"),
-    "fused_kernel": ("squeeze-excite",
-        "squeeze-excite "),
-    "generic.not_1x1": ("{what} is not a plain 1×1 convolution",
-        "{what} 不是普通的 1×1 卷积"),
+                        "pool、conv、{act}、conv、{gate}、mul（6 个内核；参考实现的组合：{why}）"),
+    "fused_kernel": ("squeeze-excite", "squeeze-excite "),
+    "generic.not_1x1": ("{what} is not a plain 1×1 convolution", "{what} 不是普通的 1×1 卷积"),
     "generic.neither": ("{what} ({op}) is neither a 1×1 convolution nor a linear layer",
-        "{what}（{op}）既不是 1×1 卷积，也不是线性层"),
-    "what.weight": ("{what} weight",
-        "{what} 的权重"),
-    "generic.mean": ("the mean is not over every spatial dim",
-        "均值不是对所有空间维求的"),
-    "generic.pool": ("{op} is not a global average pool",
-        "{op} 不是全局平均池化"),
-    "refuse.scale": ("the multiply does not scale the pooled tensor",
-        "乘法缩放的不是被池化的张量"),
+                        "{what}（{op}）既不是 1×1 卷积，也不是线性层"),
+    "what.weight": ("{what} weight", "{what} 的权重"),
+    "generic.mean": ("the mean is not over every spatial dim", "均值不是对所有空间维求的"),
+    "generic.pool": ("{op} is not a global average pool", "{op} 不是全局平均池化"),
+    "refuse.scale": ("the multiply does not scale the pooled tensor", "乘法缩放的不是被池化的张量"),
     "generic.act": ("{act} / {gate} is not an activation / gate the kernels compute",
-        "{act} / {gate} 不是这些内核能算的激活 / 门控"),
-    "generic.broadcast": ("the multiply broadcasts x",
-        "乘法对 x 做了广播"),
-    "refuse.reduction": ("the reduction is not a mean over every spatial dim",
-        "这个归约不是对所有空间维求均值"),
-    "refuse.pool": ("the average pool does not pool to one value per channel",
-        "平均池化没有把每个通道池化成一个值"),
-    "refuse.fc": ("the FC layer is not a plain 1×1 convolution",
-        "全连接层不是普通的 1×1 卷积"),
-    "refuse.pooled": ("the multiply does not scale the tensor that was pooled",
-        "乘法缩放的不是被池化的那个张量"),
+                    "{act} / {gate} 不是这些内核能算的激活 / 门控"),
+    "generic.broadcast": ("the multiply broadcasts x", "乘法对 x 做了广播"),
+    "refuse.reduction": ("the reduction is not a mean over every spatial dim", "这个归约不是对所有空间维求均值"),
+    "refuse.pool": ("the average pool does not pool to one value per channel", "平均池化没有把每个通道池化成一个值"),
+    "refuse.fc": ("the FC layer is not a plain 1×1 convolution", "全连接层不是普通的 1×1 卷积"),
+    "refuse.pooled": ("the multiply does not scale the tensor that was pooled", "乘法缩放的不是被池化的那个张量"),
 })
 
 

@@ -58,56 +58,40 @@ from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("swiglu", {
-    "title": ('SwiGLU', 'SwiGLU'),
-    "swiglu.label": ('SwiGLU (gate/up GEMM + silu·mul)',
-        'SwiGLU（gate/up GEMM + silu·mul）'),
-    "swiglu.implementation": (('one GEMM over the concatenated gate and up weights, then one Triton kernel computing '
-         'silu(gate)·up from its column views'),
-        '一个 GEMM 作用在拼接后的 gate 与 up 权重上，再用一个 Triton 内核从它的列视图计算 silu(gate)·up'),
-    "swiglu.explanation": (('A gated MLP projects the same input twice (gate and up), applies SiLU to the gate and '
-         'multiplies: four kernels, with three intermediates written and read back. One GEMM with '
-         'both weight matrices stacked reads the input once; one elementwise kernel then reads '
-         'gate and up in place and writes only the product.'),
-        ('门控 MLP 对同一个输入做两次投影（gate 和 up），对 gate 做 SiLU 再相乘：四个内核，三个中间结果写回显存再读出。把两个权重矩阵堆叠起来的一个 GEMM '
-         '只读一次输入；接着一个逐元素内核原地读取 gate 和 up，只写出乘积。')),
-    "swiglu.caveat": ('silu·mul is computed in fp32 and rounded once (eager rounds twice).',
-        'silu·mul 用 fp32 计算、只舍入一次（eager 舍入两次）。'),
-    "swiglu.formula": ('a = silu(x W_gateᵀ) · (x W_upᵀ)',
-        'a = silu(x W_gateᵀ) · (x W_upᵀ)'),
+    "title": ("SwiGLU", "SwiGLU"),
+    "swiglu.label": ("SwiGLU (gate/up GEMM + silu·mul)", "SwiGLU（gate/up GEMM + silu·mul）"),
+    "swiglu.implementation": (("one GEMM over the concatenated gate and up weights, then one Triton kernel "
+                               "computing silu(gate)·up from its column views"),
+                              "一个 GEMM 作用在拼接后的 gate 与 up 权重上，再用一个 Triton 内核从它的列视图计算 silu(gate)·up"),
+    "swiglu.explanation": (("A gated MLP projects the same input twice (gate and up), applies SiLU to the gate "
+                            "and multiplies: four kernels, with three intermediates written and read back. One "
+                            "GEMM with both weight matrices stacked reads the input once; one elementwise kernel "
+                            "then reads gate and up in place and writes only the product."),
+                           ("门控 MLP 对同一个输入做两次投影（gate 和 up），对 gate 做 SiLU 再相乘：四个内核，三个中间结果写回显存再读出。把两个权重矩阵堆叠起来的一个 "
+                            "GEMM 只读一次输入；接着一个逐元素内核原地读取 gate 和 up，只写出乘积。")),
+    "swiglu.caveat": ("silu·mul is computed in fp32 and rounded once (eager rounds twice).",
+                      "silu·mul 用 fp32 计算、只舍入一次（eager 舍入两次）。"),
+    "swiglu.formula": ("a = silu(x W_gateᵀ) · (x W_upᵀ)", "a = silu(x W_gateᵀ) · (x W_upᵀ)"),
     "why.dtypes": ("gate is {dtype} but up is {up} (the kernel takes one dtype)",
-        "gate 是 {dtype}，up 却是 {up}（该内核只接受一种数据类型）"),
-    "why.shapes": ("gate {gate} and up {up} differ in shape (no broadcasting)",
-        "gate {gate} 与 up {up} 形状不同（不做广播）"),
-    "label.reference": ("silu + mul (2 kernels: {why})",
-        "silu + mul（2 个内核：{why}）"),
-    "label.triton": ("triton silu*mul (1 elementwise kernel)",
-        "triton silu*mul（1 个逐元素内核）"),
-    "what.gate": ("gate projection",
-        "gate 投影"),
-    "what.silu": ("silu",
-        "silu"),
-    "what.up": ("up projection",
-        "up 投影"),
-    "what.sigmoid": ("sigmoid",
-        "sigmoid"),
-    'refuse.computed': ("a projection's weight is computed in the graph (one GEMM needs constant weights)",
-        '有一个投影的权重是在计算图中算出来的（合成一个 GEMM 需要常量权重）'),
-    "refuse.bias": ("one projection has a bias and the other does not",
-        "一个投影带偏置，另一个不带"),
-    "refuse.dtypes": ("the projections differ in dtype",
-        "两个投影的数据类型不同"),
-    "generic.not_linear": ("a projection is not a plain linear",
-        "有一个投影不是普通的线性层"),
-    "refuse.inputs": ("the projections do not read the same input",
-        "两个投影读取的不是同一个输入"),
-    "generic.not_silu": ("the activation is not silu of the gate projection",
-        "激活函数不是 gate 投影的 silu"),
-    "generic.product": ("the product is not silu(gate) * up",
-        "乘积不是 silu(gate) * up"),
-    "refuse.widths": ("gate and up widths differ ({gate} and {up})",
-        "gate 和 up 的宽度不同（{gate} 和 {up}）"),
+                   "gate 是 {dtype}，up 却是 {up}（该内核只接受一种数据类型）"),
+    "why.shapes": ("gate {gate} and up {up} differ in shape (no broadcasting)", "gate {gate} 与 up {up} 形状不同（不做广播）"),
+    "label.reference": ("silu + mul (2 kernels: {why})", "silu + mul（2 个内核：{why}）"),
+    "label.triton": ("triton silu*mul (1 elementwise kernel)", "triton silu*mul（1 个逐元素内核）"),
+    "what.gate": ("gate projection", "gate 投影"),
+    "what.silu": ("silu", "silu"),
+    "what.up": ("up projection", "up 投影"),
+    "what.sigmoid": ("sigmoid", "sigmoid"),
+    "refuse.computed": ("a projection's weight is computed in the graph (one GEMM needs constant weights)",
+                        "有一个投影的权重是在计算图中算出来的（合成一个 GEMM 需要常量权重）"),
+    "refuse.bias": ("one projection has a bias and the other does not", "一个投影带偏置，另一个不带"),
+    "refuse.dtypes": ("the projections differ in dtype", "两个投影的数据类型不同"),
+    "generic.not_linear": ("a projection is not a plain linear", "有一个投影不是普通的线性层"),
+    "refuse.inputs": ("the projections do not read the same input", "两个投影读取的不是同一个输入"),
+    "generic.not_silu": ("the activation is not silu of the gate projection", "激活函数不是 gate 投影的 silu"),
+    "generic.product": ("the product is not silu(gate) * up", "乘积不是 silu(gate) * up"),
+    "refuse.widths": ("gate and up widths differ ({gate} and {up})", "gate 和 up 的宽度不同（{gate} 和 {up}）"),
     "label.one_gemm": ("one GEMM over [W_gate; W_up] ({gate}+{up} columns), then {label} reading its column views",
-        "对 [W_gate; W_up] 做一次 GEMM（{gate}+{up} 列），然后{label}，读取它的列视图"),
+                       "对 [W_gate; W_up] 做一次 GEMM（{gate}+{up} 列），然后{label}，读取它的列视图"),
 })
 
 
