@@ -259,10 +259,11 @@ VISION = {
     # norm1 within a stage, and into the final norm after the last (the patch merging's cat comes between
     # otherwise): 3 per stage, one more at the end. A plain block's scores are MatMul+Softmax; a shifted
     # block's bias and mask make two adds, an elementwise chain (the attention form issue 20 lists as missed).
-    # The ScatterND writes the shifted windows' mask.
+    # The ScatterND writes the shifted windows' mask. The one MLP sum per stage that reaches no norm (the
+    # patch merging comes next; the last stage's goes into the final norm) is its fc2's Linear + residual add.
     "swin": (lambda: _swin(), "ScatterND",
              {"add_layer_norm": 3 * STAGES + 1, "linear_act": 2 * STAGES, "matmul_softmax": STAGES,
-              "elementwise_chain": STAGES}, {}),
+              "elementwise_chain": STAGES, "linear_residual": STAGES - 1}, {}),
     # Swin-V2 is post-norm (no Add+LayerNorm but the last stage's final norm) and normalises q and k
     # (ReduceL2). Its continuous position-bias MLP and logit scale read only parameters: the importer folds
     # them into constants, so no Linear+ReLU of cpb_mlp is left, and every block's scores (scaled by that
@@ -275,9 +276,11 @@ VISION = {
     # projection + residual (Conv+Add), then block and grid attention, each an Add+LayerNorm and an MLP
     # Linear+GELU, and the head's Linear+Tanh. The exporter folds BatchNorm into the convolutions (torch.export
     # keeps it: conv_bn_act there). Its attention is an Einsum: no MatMul+Softmax (a gap issue 20 lists).
+    # Of each attention's two residual sums, the one that reaches no LayerNorm (the window partition comes
+    # between) is its projection's or fc2's Linear + residual add: two per layer.
     "maxvit": (_maxvit, "Einsum",
                {"conv_act": 1 + 2 * STAGES, "squeeze_excite": STAGES, "conv_add": STAGES,
-                "add_layer_norm": 2 * STAGES, "linear_act": 2 * STAGES + 1},
+                "add_layer_norm": 2 * STAGES, "linear_act": 2 * STAGES + 1, "linear_residual": 2 * STAGES},
                {"conv_act": -(1 + 2 * STAGES), "conv_bn_act": 1 + 2 * STAGES}),
 }
 
