@@ -3,7 +3,7 @@ chains found at those sizes, its weights filled at memory speed with the scales 
 
 CI stays cheap: the 8B-layer model is captured and detected on the meta device (no storage, any size);
 its fast initialisation is checked on a tiny decoder of the same code path. The GPU runs it for real
-(``benchmarks/repro_llama8b_fault.py``).
+(``benchmarks/run_outside_decoders.py``).
 """
 
 from __future__ import annotations
