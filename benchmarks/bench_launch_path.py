@@ -1,9 +1,12 @@
-"""Host time per kernel launch: the unfused graph, the fused graph and torch.compile's wrapper, per zoo model.
+"""Exposed host time per kernel launch: the unfused graph, the fused graph and torch.compile's wrapper, per zoo model.
 
-A plain (synchronised) call costs the GPU's work plus whatever the host adds on top of it; a CUDA-graph
+A plain (synchronised) call costs the GPU's work plus whatever host time the GPU does not hide; a CUDA-graph
 replay of the same callable costs the GPU's work alone. So, per timed round,
 
-    host µs per launch = (plain call − its own CUDA-graph replay) / kernels launched per call
+    exposed host µs per launch = (plain call − its own CUDA-graph replay) / kernels launched per call
+
+"Exposed": host work that overlaps kernels still running is not counted, so a GPU-bound graph (the unfused
+ResNet-50) shows little of its host cost; a host-bound one (a decoder at small batches) shows nearly all.
 
 for three callables on every model: the unfused graph and the fused graph (both as the runner prepares
 them: ``fusion_engine.fuse`` + ``runtime.measure.prepare_graph``, lean) and ``torch.compile`` default of
@@ -11,7 +14,7 @@ the eager module (inductor's generated wrapper). All six (three plain, three rep
 same alternated rounds with CUDA events (``runtime.measure.time_paired``); launches are counted by the
 profiler (``runtime.measure.count_launches``). The verdict "fused against inductor" is the paired test
 (``explorer.stats.compare``) over the per-round host times. Issue 22's first target: the fused graph's
-host time per launch at most inductor's.
+host time per launch at most inductor's. (The JSON names the figure ``host_us_per_launch``.)
 
     python3 benchmarks/bench_launch_path.py [--models resnet50,mobilenet_v2,bert_base,llama_decoder]
 """
