@@ -81,8 +81,10 @@ def run(source: str, plan: Any | None, settings: RunSettings,
         try:
             data = run_child("explorer.gpu_runner", payload, left_s, progress, cancel, on_part=keep)
         except RunError as exc:
-            if (cancel is not None and cancel.is_set()) or "timed out" in str(exc):
+            if cancel is not None and cancel.is_set():
                 raise
+            if "timed out" in str(exc):  # the child had what was left of the run's time: say the run's limit
+                raise RunError(f"the measurement timed out after {settings.timeout_s:g} s and was stopped") from None
             if seen["snapshot"] is None:
                 if not pieces:
                     raise  # nothing measured: the run's own failure (loading, planning)
