@@ -124,6 +124,19 @@ def _read_json(real: Path, where: str, max_bytes: int, max_depth: int):
     return jsonfile.parse_json(data, where, ModelLoadError, max_bytes, max_depth)
 
 
+def _header_length(handle, shown: str) -> tuple[int, int]:
+    """``(file size, header length)`` of an open safetensors file, read from its fixed 8-byte prefix; the
+    handle is left just past it. A length the file or ``MAX_HEADER_BYTES`` cannot hold is one line."""
+    size = os.fstat(handle.fileno()).st_size
+    head = handle.read(8)
+    if len(head) != 8:
+        raise ModelLoadError(f"{shown} is not a safetensors file (too short)")
+    (length,) = struct.unpack("<Q", head)
+    if length > min(MAX_HEADER_BYTES, size - 8):
+        raise ModelLoadError(f"{shown} declares a header of {length} bytes, more than the file or the limit")
+    return size, length
+
+
 def check_headers(path: Path) -> None:
     """What the caller checks before the isolated loader, reading no JSON: a folder with a config, whose
     ``.safetensors`` files resolve inside it, are regular, and declare (in their fixed 8-byte header) a
@@ -138,13 +151,7 @@ def check_headers(path: Path) -> None:
     for name in sorted(p.name for p in folder.iterdir() if p.name.endswith(".safetensors"))[:10_000]:
         real = limits.resolve_inside(folder, name, "weight file")
         with jsonfile.open_regular_file(real, name, ModelLoadError) as handle:
-            size = os.fstat(handle.fileno()).st_size
-            head = handle.read(8)
-        if len(head) != 8:
-            raise ModelLoadError(f"{name} is not a safetensors file (too short)")
-        (length,) = struct.unpack("<Q", head)
-        if length > min(MAX_HEADER_BYTES, size - 8):
-            raise ModelLoadError(f"{name} declares a header of {length} bytes, more than the file or the limit")
+            _header_length(handle, name)
 
 
 def _read_config(folder: Path) -> dict:
@@ -164,13 +171,7 @@ def _read_config(folder: Path) -> dict:
 def _safetensors_bytes(path: Path, shown: str) -> int:
     """Bytes of the tensors a safetensors file declares; each must lie inside the file."""
     with jsonfile.open_regular_file(path, shown, ModelLoadError) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        head = handle.read(8)
-        if len(head) != 8:
-            raise ModelLoadError(f"{shown} is not a safetensors file (too short)")
-        (length,) = struct.unpack("<Q", head)
-        if length > min(MAX_HEADER_BYTES, size - 8):
-            raise ModelLoadError(f"{shown} declares a header of {length} bytes, more than the file or the limit")
+        size, length = _header_length(handle, shown)
         text = handle.read(length)
         limits.check_json_cost(text, f"{shown}: its header")
         header = jsonfile.parse_json(text, shown, ModelLoadError, MAX_HEADER_BYTES, 8)
