@@ -15,7 +15,6 @@ resolves closure variables.
 
 from __future__ import annotations
 
-import collections
 import functools
 import os
 import types
@@ -301,16 +300,41 @@ def _runtime_knobs() -> Any:
     return knobs.runtime
 
 
+def _hook_active(hook: Any) -> bool:
+    # Triton 3.6 keeps an empty ``HookChain`` installed by default: it is a hook only once something is added.
+    return hook is not None and (not hasattr(hook, "calls") or bool(hook.calls))
+
+
 def _hooks_set() -> bool:
-    """Whether Triton has a launch hook installed (a profiler): then every launch takes the runner."""
+    """Whether a launch hook is installed (a profiler such as Proton): then every launch takes the runner."""
     knobs = _runtime_knobs()
-    return knobs.launch_enter_hook is not None or knobs.launch_exit_hook is not None
+    return _hook_active(knobs.launch_enter_hook) or _hook_active(knobs.launch_exit_hook)
 
 
-#: Compiled kernels by launch signature, least recently used first; see ``launch``. Bounded:
-#: a process that sees ever new shapes recompiles the oldest instead of growing without end.
-_COMPILED: collections.OrderedDict[Any, _Compiled] = collections.OrderedDict()
-MAX_COMPILED = 1024
+#: Each kernel's compiled specialisations, by launch signature and device, kept on the kernel object
+#: itself (``_explorer_compiled``) so that finding one hashes the signature only, never the kernel
+#: (a ``JITFunction`` hashes its source key). Bounded per kernel: a process that sees ever new shapes
+#: recompiles the oldest instead of growing without end. ``_CACHES`` lists them for ``compiled_entries``.
+_CACHES: list[dict] = []
+MAX_COMPILED = 256
+
+
+def _new_cache(kernel: Any) -> dict:
+    cache: dict = {}
+    kernel._explorer_compiled = cache
+    _CACHES.append(cache)
+    return cache
+
+
+def compiled_entries() -> list[_Compiled]:
+    """Every compiled specialisation ``launch`` keeps (all kernels)."""
+    return [entry for cache in _CACHES for entry in cache.values()]
+
+
+def clear_compiled() -> None:
+    """Forget every compiled specialisation: the next launch of each goes through the JIT again."""
+    for cache in _CACHES:
+        cache.clear()
 
 
 def _specialization(arg: Any) -> tuple:
@@ -358,20 +382,23 @@ def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], ke
     if key is None:
         key = (tuple(constexprs.items()), tuple(sorted(options.items())),
                tuple(_specialization(a) for a in args))
-    key = (kernel, key, first.get_device())
-    hit = _COMPILED.get(key)
+    device = first.get_device()
+    cache = getattr(kernel, "_explorer_compiled", None)
+    if cache is None:
+        cache = _new_cache(kernel)
+    key = (key, device)
+    hit = cache.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **constexprs, **options)
         if interpreting():  # an interpreted kernel has no compiled handle to keep
             return
         if compiled is not None and hasattr(compiled, "__getitem__"):
             names = list(kernel.arg_names)[len(args):]
-            _COMPILED[key] = _Compiled(compiled, tuple(constexprs[n] for n in names))
-            if len(_COMPILED) > MAX_COMPILED:
-                _COMPILED.popitem(last=False)
+            if len(cache) >= MAX_COMPILED:
+                cache.pop(next(iter(cache)))  # the oldest specialisation
+            cache[key] = _Compiled(compiled, tuple(constexprs[n] for n in names))
         return
-    _COMPILED.move_to_end(key)
-    stream = torch._C._cuda_getCurrentRawStream(key[2])
+    stream = torch._C._cuda_getCurrentRawStream(device)
     if hit.direct is not None and not _hooks_set():
         grid3 = hit.runners.get(grid)
         if grid3 is None:
