@@ -105,6 +105,11 @@ def cmd_detect(args: argparse.Namespace) -> int:
     print("chains per pattern: " + ", ".join(f"{p.label} {det.counts[p.name]}" for p in PATTERNS if det.counts[p.name]))
     print(f"total: {len(det.chains)} chains, {result['launches_saved']} launches and "
           f"{human_bytes(result['bytes_saved'])} of intermediate traffic saved")
+    if det.alternatives:
+        print(f"\nalso possible ({len(det.alternatives)}; choose one with `plan --use ID`):")
+        for a in det.alternatives:
+            words = ", then ".join(BY_NAME[c.pattern].label for c in a.chains)
+            print(f"  instead of {clean(a.instead_of)}: {words}  [{clean(a.id)}]")
     if det.near_misses:
         print(f"\nnear misses ({len(det.near_misses)}):")
         for m in det.near_misses:
@@ -139,6 +144,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
             kernels.setdefault(chain_id, "separate_epilogue")
     plan = make_plan(det, accept=args.accept, reject=reject, memory_format=args.memory_format,
                      cuda_graphs=args.cuda_graphs, kernels=kernels)
+    if args.use:
+        from explorer.fusions.plan import choose_alternative
+
+        for alternative in args.use:
+            plan = choose_alternative(plan, det, alternative.strip())
     print(plan.to_json())
     return 0
 
@@ -410,6 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", action="append", metavar="ID=CHOICE",
                    help="kernel choice for one chain (auto, separate_epilogue, inductor: the pattern's list); "
                         "repeat for more chains")
+    p.add_argument("--use", action="append", metavar="ALTERNATIVE",
+                   help="accept an alternative (as `detect` lists it: 'conv_bn@conv2d_1 + elementwise_chain@add') "
+                        "in place of the chain it competes with; repeat for more")
     p.add_argument("--separate-gpu-slower", dest="separate_gpu_slower", metavar="REPORT",
                    help="choose separate_epilogue for every conv/linear chain that this CUDA report measured "
                         "slower fused even as CUDA graphs (the fused kernel itself slower on the GPU)")

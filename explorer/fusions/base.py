@@ -283,8 +283,30 @@ class NearMiss:
 
 
 @dataclasses.dataclass(frozen=True)
+class Alternative:
+    """Another way to fuse the nodes of a chain, which the registry's order did not take.
+
+    ``chains``: the alternative's chains, in graph order (one, or a partition such as Conv+BN then
+    Add+ReLU where the chain was Conv+BN+Add+ReLU); ``instead_of``: the chain they replace. Each of
+    ``chains`` claims only nodes of that chain or nodes no chain claimed, so a plan can accept them
+    in its place (``Plan.check_for`` refuses two accepted chains that share a node).
+    """
+
+    instead_of: str
+    chains: tuple[Chain, ...]
+
+    @property
+    def id(self) -> str:
+        return " + ".join(c.id for c in self.chains)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"instead_of": self.instead_of, "chains": [c.id for c in self.chains]}
+
+
+@dataclasses.dataclass(frozen=True)
 class Detection:
-    """The result of ``detect``: chains, near misses, per-pattern counts (registry order) and totals."""
+    """The result of ``detect``: chains, near misses, per-pattern counts (registry order) and totals;
+    ``alternatives``: other ways to fuse a chain's nodes (``Alternative``), which a plan may choose."""
 
     model: str
     fingerprint: str
@@ -292,12 +314,43 @@ class Detection:
     near_misses: tuple[NearMiss, ...]
     totals: dict[str, int]
     counts: dict[str, int]
+    alternatives: tuple[Alternative, ...] = ()
 
     def chain(self, chain_id: str) -> Chain:
+        """The chain with this id: one of ``chains``, or of an alternative's."""
         for ch in self.chains:
             if ch.id == chain_id:
                 return ch
+        for alt in self.alternatives:
+            for ch in alt.chains:
+                if ch.id == chain_id:
+                    return ch
         raise KeyError(chain_id)
+
+    def alternatives_of(self, chain_id: str) -> tuple[Alternative, ...]:
+        """The alternatives to one chain (none for most)."""
+        return tuple(a for a in self.alternatives if a.instead_of == chain_id)
+
+    def accepted_chains(self, ids) -> list[Chain]:
+        """The chains named by ``ids`` (detected or alternative), in graph order: each detected chain,
+        then the alternatives' chains that replace it."""
+        ids = set(ids)
+        out: list[Chain] = []
+        seen: set[str] = set()
+        for c in self.chains:
+            for cand in (c, *(x for a in self.alternatives_of(c.id) for x in a.chains)):
+                if cand.id in ids and cand.id not in seen:
+                    seen.add(cand.id)
+                    out.append(cand)
+        return out
+
+    def known_chains(self) -> dict[str, Chain]:
+        """Every chain a plan may accept, by id: the detected ones and every alternative's."""
+        out = {c.id: c for c in self.chains}
+        for alt in self.alternatives:
+            for c in alt.chains:
+                out.setdefault(c.id, c)
+        return out
 
     def node_to_chain(self) -> dict[str, str]:
         return {n: ch.id for ch in self.chains for n in ch.nodes}
@@ -311,6 +364,8 @@ class Detection:
             "chains": [c.to_dict() for c in self.chains],
             "counts": dict(self.counts),
             "near_misses": [m.to_dict() for m in self.near_misses],
+            "alternatives": [a.to_dict() for a in self.alternatives],
+            "alternative_chains": [c.to_dict() for a in self.alternatives for c in a.chains],
             "bytes_saved": sum(c.bytes_saved for c in self.chains),
             "launches_saved": sum(c.launches_saved for c in self.chains),
         }

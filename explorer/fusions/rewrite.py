@@ -96,8 +96,7 @@ def apply_plan(gm: torch.fx.GraphModule, detection: Detection, plan: Plan, devic
         raise PlanError(f"unknown fusion level '{level}': choose one of {', '.join(LEVELS)}")
     plan.check_for(detection)
     fused = copy.deepcopy(gm)
-    accepted = set(plan.accepted)
-    work = [(c, _mode(c, level), plan.kernel_for(c.id)) for c in detection.chains if c.id in accepted]
+    work = [(c, _mode(c, level), plan.kernel_for(c.id)) for c in detection.accepted_chains(plan.accepted)]
     return FusedModel(gm=fused, applied=_rewrite(fused, work, _device(device), level))
 
 

@@ -286,7 +286,7 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     return _Run(settings=settings, phases=phases, threads=threads, t_start=t_start, device=device, dtype=dtype,
                 schedule=schedule, environment=environment, model=model, graph=graph, detection=detection,
                 plan=plan, applied=applied, fused_ids=fused_ids,
-                accepted=[c for c in detection.chains if c.id in set(plan.accepted)], channels_last=channels_last,
+                accepted=detection.accepted_chains(plan.accepted), channels_last=channels_last,
                 classification=model.task == "classification", unfused_gm=unfused_gm, fused_gm=fused_gm,
                 inputs=inputs, casts=casts, bytes_unfused=bytes_unfused, bytes_fused=bytes_fused, fuse_s=fuse_s,
                 notes=notes)

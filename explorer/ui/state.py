@@ -44,7 +44,7 @@ import streamlit as st
 from explorer.ui import files as ui_files
 from explorer.ui.i18n import message, t
 from explorer.errors import ExplorerError, PlanError, ReportError
-from explorer.fusions.plan import Plan, make_plan
+from explorer.fusions.plan import Plan, choose_alternative, plan_for_chains
 from explorer.report import Report
 
 DEFAULTS: dict[str, Any] = {
@@ -211,8 +211,22 @@ def accepted_ids(detection) -> set[str]:
 
 
 def set_accepted(detection, ids) -> None:
-    known = {c.id for c in detection.chains}
-    st.session_state.accepted[detection.fingerprint] = set(ids) & known
+    """Accept exactly ``ids`` (detected or alternative chains). A chain just accepted wins over an accepted
+    one it shares nodes with (a chain and its alternative are never both accepted)."""
+    known = detection.known_chains()
+    before = st.session_state.accepted.get(detection.fingerprint, set())
+    ids = set(ids) & set(known)
+    for new in [i for i in ids if i not in before]:
+        nodes = set(known[new].nodes)
+        ids = {i for i in ids if i == new or not nodes & set(known[i].nodes)}
+    st.session_state.accepted[detection.fingerprint] = ids
+    st.session_state.editor_version += 1
+
+
+def use_alternative(detection, alternative_id: str) -> None:
+    """Accept one alternative in place of the chain it replaces (``plan.choose_alternative``)."""
+    plan = choose_alternative(current_plan(detection), detection, alternative_id)
+    st.session_state.accepted[detection.fingerprint] = set(plan.accepted)
     st.session_state.editor_version += 1
 
 
@@ -239,12 +253,11 @@ def set_kernels(detection, choices: dict[str, str]) -> None:
 
 
 def current_plan(detection) -> Plan:
-    """The plan of the user's choices (``plan.make_plan``) with the sidebar's global levers."""
+    """The plan of the user's choices (``plan.plan_for_chains``) with the sidebar's global levers."""
     acc = accepted_ids(detection)
-    return make_plan(detection, accept="all", reject=[c.id for c in detection.chains if c.id not in acc],
-                     memory_format=st.session_state.get("memory_format", "nchw"),
-                     cuda_graphs=bool(st.session_state.get("cuda_graphs", False)),
-                     kernels=st.session_state.kernels.get(detection.fingerprint, {}))
+    return plan_for_chains(detection, acc, memory_format=st.session_state.get("memory_format", "nchw"),
+                           cuda_graphs=bool(st.session_state.get("cuda_graphs", False)),
+                           kernels=st.session_state.kernels.get(detection.fingerprint, {}))
 
 
 def apply_plan_text(text: bytes | str, detection) -> Plan:

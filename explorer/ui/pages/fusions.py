@@ -5,7 +5,10 @@ speed-up and verdict beside it; near misses; the plan.
 Widget keys: chains_editor_<editor_version> (the table), fusions_filter, bulk_pattern,
 bulk_accept_pattern, bulk_reject_pattern, bulk_accept_all, bulk_reject_all, bulk_kernel,
 bulk_kernel_set, chain_pick, chain_accept, chain_reject, kernel@<chain id> (the kernel choice in
-the one-chain panel), plan_download, plan_file.
+the one-chain panel), alt_use@<chain id>#<i> (use the chain's i-th alternative instead), plan_download,
+plan_file. Competing fusions: a chain's alternatives (``Detection.alternatives``) are listed in the table's
+"also possible" column and in the one-chain panel; a chosen alternative's chains appear in the table after
+the chain they replace.
 
 Every text is in the sidebar's language (``i18n.t``, ``locale/fusions.py``); the chain table keeps its
 column ids in English (the edits and the tests read them) and shows translated headers through its
@@ -107,6 +110,28 @@ def measured(report, detection) -> dict[str, tuple[float | None, str]]:
     return out
 
 
+def _rows(detection, accepted, patterns) -> list:
+    """The table's chains: the detected ones (those of ``patterns`` when given), each followed by the chains
+    of an alternative the user chose in its place."""
+    out = []
+    for c in detection.chains:
+        if patterns and c.pattern not in patterns:
+            continue
+        out.append(c)
+        out.extend(x for a in detection.alternatives_of(c.id) for x in a.chains
+                   if x.id in accepted and x not in out)
+    return out
+
+
+def _also(detection, chain) -> str:
+    """The alternatives to ``chain`` in a few words ("Conv+BN, then Add+act"), or the chain it replaces."""
+    alts = detection.alternatives_of(chain.id)
+    if alts:
+        return "; ".join(t("fusions.alt.then").join(_label(x.pattern) for x in a.chains) for a in alts)
+    replaced = next((a.instead_of for a in detection.alternatives if chain in a.chains), None)
+    return t("fusions.alt.instead", chain=chain_name(detection.chain(replaced))) if replaced else ""
+
+
 def _table(detection, shown, accepted, results) -> pd.DataFrame:
     """The chain table; its column ids stay English (``_apply_edits`` and the tests read them), the headers
     shown are translated by ``_chains_section``'s column configuration."""
@@ -119,6 +144,8 @@ def _table(detection, shown, accepted, results) -> pd.DataFrame:
         "bytes saved (MiB)": pd.Series([c.bytes_saved / 2**20 for c in shown], dtype="float64"),
         "extra outputs": [", ".join(c.extra_outputs) for c in shown],
     }
+    if detection.alternatives:
+        columns["also possible"] = [_also(detection, c) for c in shown]
     if results:
         columns["speed-up"] = pd.Series([results.get(c.id, (None, ""))[0] for c in shown], dtype="float64")
         columns["verdict"] = [verdict_text(results.get(c.id, (None, ""))[1]) for c in shown]
@@ -190,7 +217,7 @@ def _chains_section(detection, accepted) -> None:
     # --- the table: accept and kernel are editable
     st.multiselect(t("fusions.filter"), patterns, key="fusions_filter",
                    format_func=lambda p, lang=lang: _label(p, lang), placeholder=t("fusions.filter_placeholder"))
-    shown = [c for c in detection.chains if not ss.fusions_filter or c.pattern in ss.fusions_filter]
+    shown = _rows(detection, accepted, ss.fusions_filter)
     report = ss.last_report[1] if ss.get("last_report") else None
     results = measured(report, detection)
     table = _table(detection, shown, accepted, results)
@@ -212,6 +239,8 @@ def _chains_section(detection, accepted) -> None:
         "speed-up": st.column_config.NumberColumn(t("fusions.col.speedup"), format="%.2f×", width=80,
                                                   help=t("fusions.col.speedup_help")),
         "verdict": st.column_config.TextColumn(t("fusions.col.verdict"), width=70),
+        "also possible": st.column_config.TextColumn(t("fusions.col.also"), width=170,
+                                                     help=t("fusions.col.also_help")),
         "id": st.column_config.TextColumn(t("fusions.col.id"), width=175, help=t("fusions.col.id_help")),
     }
     edited = st.data_editor(
@@ -222,7 +251,7 @@ def _chains_section(detection, accepted) -> None:
     )
     for line in _apply_edits(detection, shown, accepted, edited):
         st.warning(t("fusions.kernel_not_changed", line=ui_files.escape_markdown(line)))
-    acc_chains = [c for c in detection.chains if c.id in accepted]
+    acc_chains = detection.accepted_chains(accepted)
     st.caption(t("fusions.summary", accepted=len(acc_chains), chains=len(detection.chains),
                  launches=sum(c.launches_saved for c in acc_chains),
                  traffic=human_bytes(sum(c.bytes_saved for c in acc_chains)))
@@ -230,7 +259,7 @@ def _chains_section(detection, accepted) -> None:
 
     # --- one chain
     with st.expander(t("fusions.one.title"), expanded=False):
-        ids = [c.id for c in detection.chains]
+        ids = [c.id for c in _rows(detection, accepted, ())]
         if ss.get("chain_pick") not in ids:
             ss.chain_pick = ids[0]
         cid = st.selectbox(t("fusions.one.chain"), ids, key="chain_pick",
@@ -259,6 +288,23 @@ def _chains_section(detection, accepted) -> None:
         st.selectbox(t("fusions.one.kernel"), choices, key=key,
                      format_func=lambda k, lang=lang: f"{k}: {_kernel_choice(k, lang)}",
                      on_change=lambda: ui_state.set_kernels(detection, {cid: st.session_state[key]}))
+        _alternatives_panel(detection, chain, accepted)
+
+
+def _alternatives_panel(detection, chain, accepted) -> None:
+    """The other ways to fuse this chain's nodes (competing patterns), each with a button to use it instead."""
+    alts = detection.alternatives_of(chain.id)
+    if not alts:
+        return
+    st.markdown(t("fusions.alt.title"))
+    for i, alt in enumerate(alts):
+        cols = st.columns([4, 1], vertical_alignment="center")
+        words = t("fusions.alt.then").join(f"{_label(x.pattern)} ({plain(chain_name(x))})" for x in alt.chains)
+        in_use = all(x.id in accepted for x in alt.chains)
+        cols[0].markdown(f"- {words}" + (t("fusions.alt.in_use") if in_use else ""))
+        cols[1].button(t("fusions.alt.use"), key=f"alt_use@{chain.id}#{i}", disabled=in_use,
+                       on_click=ui_state.use_alternative, args=(detection, alt.id))
+    st.caption(t("fusions.alt.note"))
 
 
 def _near_misses(detection) -> None:
