@@ -24,6 +24,8 @@ command line)::
 
     analyze(source) ─► Analysis(model, graph, detection)
     fuse(analysis, plan, device, level) ─► FusedModel (a new graph; the original untouched)
+    launch_counts(analysis, applied, accepted, device) ─► launches.LaunchCounts (the device's kernel
+        launches before and after; ``chain_launch_table`` every chain's, as if accepted)
 
     >>> analysis = analyze("resnet50")
     >>> analysis.detection.counts["conv_bn_act"]
@@ -37,6 +39,7 @@ from typing import Iterable, NamedTuple
 
 import networkx as nx
 
+from explorer import launches
 from explorer.fusions import ALREADY_FUSED, PATTERNS
 from explorer.fusions.base import WORDS, Chain, Detection, NearMiss, NoMatch, Pattern, Step
 from explorer.fusions.plan import Plan, make_plan
@@ -299,3 +302,30 @@ def fuse(analysis: Analysis, plan: Plan | None = None, device: str = "cpu", leve
     """The fused model a plan makes (every chain accepted when ``plan`` is None); the original is untouched."""
     plan = plan if plan is not None else make_plan(analysis.detection, "all")
     return apply_plan(analysis.model.gm, analysis.detection, plan, device, level)
+
+
+def unfused_launches(graph: nx.DiGraph, chain: Chain) -> int:
+    """The kernels a chain's ops launch unfused (the graph's ``launches`` of its nodes: views launch none)."""
+    return int(sum(graph.nodes[n].get("launches", 0) for n in chain.nodes if n in graph))
+
+
+def launch_counts(analysis: Analysis, applied: Iterable, accepted: Iterable[str], device: str) -> launches.LaunchCounts:
+    """The model's kernel launches on ``device`` before and after the ``accepted`` chains, each chain's from
+    what the rewrite made of it (``applied``: ``AppliedChain`` values, ``explorer.launches``). The one count
+    the Graph and Fusions pages, the runner's report and the command line show."""
+    graph, detection = analysis.graph, analysis.detection
+    by_id = {a.chain_id: a for a in applied}
+    per_chain = {c.id: launches.chain_launches(c.id, unfused_launches(graph, c), by_id.get(c.id))
+                 for c in detection.chains if c.id in by_id}
+    return launches.count(int(detection.totals.get("launches", 0)), per_chain, accepted, device)
+
+
+def chain_launch_table(analysis: Analysis, plan: Plan | None, device: str) -> launches.LaunchCounts:
+    """Every chain's launches on ``device`` with ``plan``'s kernel choices and memory format, as if every
+    chain were accepted (a chain's kernel does not depend on which others are): the Fusions page's column,
+    and, restricted to the accepted chains (``launches.count``), the count of any plan of those choices."""
+    plan = plan if plan is not None else make_plan(analysis.detection, "all")
+    every = make_plan(analysis.detection, "all", memory_format=plan.memory_format, cuda_graphs=plan.cuda_graphs,
+                      kernels=dict(plan.kernels))
+    fused = apply_plan(analysis.model.gm, analysis.detection, every, device, "all")
+    return launch_counts(analysis, fused.applied, every.accepted, device)
