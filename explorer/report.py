@@ -1037,7 +1037,7 @@ def summary_table(report: Report) -> str:
         slower = report.slower_chains
         lines.append(f"chains: {len(report.chains)} accepted: " + ", ".join(f"{n} {label}" for label, n in counts.items() if n)
                      + (f" (slower: {', '.join(slower[:5])}{' ...' if len(slower) > 5 else ''})" if slower else ""))
-        for c in sorted(report.chains, key=lambda c: -(c.speedup or 0)):
+        for c in sorted((c for c in report.chains if c.speedup is not None), key=lambda c: -(c.speedup or 0)):
             lines.append(f"  {c.title}: {c.verdict.describe()}"
                          + (f" [{c.launches_unfused} -> {c.launches_fused} launches measured]"
                             if c.launches_unfused is not None and c.launches_fused is not None else ""))

@@ -23,6 +23,7 @@ separate_gpu_slower, results_open_committed; select box: results_committed; uplo
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import streamlit as st
@@ -133,7 +134,19 @@ def _teaching_report(name: str, rep: dict) -> None:
                     st.markdown(f"- {plain(message(n))}")
 
 
+def _named_by_engine(report: Report) -> Report:
+    """The report with each chain named by the engine's one name (``Chain.title``) when it was measured on the
+    loaded model: a report saved before the names were unified keeps its old titles otherwise."""
+    detection = _detection_of(report)
+    if detection is None:
+        return report
+    known = {c.id: c.title for c in detection.chains}
+    return dataclasses.replace(report, chains=tuple(dataclasses.replace(c, title=known.get(c.id, c.title))
+                                                    for c in report.chains))
+
+
 def _run_report(report: Report) -> None:
+    report = _named_by_engine(report)
     lang = current_language()
     st.subheader(t("results.title", model=plain(report.model.name or t("results.model"))))
     st.caption(plain(charts.device_caption(report, lang)))
@@ -165,10 +178,7 @@ def _run_report(report: Report) -> None:
         st.dataframe(charts.baseline_rows(report, lang), hide_index=True, width="stretch", key="table_baselines")
 
     st.markdown("#### " + t("results.precision"))
-    sci = {k: st.column_config.NumberColumn(format="%.2e")
-           for k in ("max_abs", "max_rel", "rel_l2", t("chart.col.max_abs_err"), t("chart.col.rel_err"), "p")}
-    sci["cosine"] = st.column_config.NumberColumn(format="%.9f")
-    st.dataframe(charts.precision_rows(report, lang), hide_index=True, width="stretch", column_config=sci)
+    st.dataframe(charts.precision_rows(report, lang), hide_index=True, width="stretch")  # cells are text: no None
     if report.precision_note:
         st.caption(plain(message(report.precision_note)))
 
@@ -184,7 +194,7 @@ def _run_report(report: Report) -> None:
             _offer_reject_slower(report)
         _explain_slower(report)  # says nothing when no chain is slower either way
         st.plotly_chart(charts.chain_speedup_figure(report, lang), key="chart_chain_speedup", width="stretch")
-        st.dataframe(rows, hide_index=True, width="stretch", column_config=sci)
+        st.dataframe(rows, hide_index=True, width="stretch")
         st.plotly_chart(charts.chain_precision_figure(report, lang), key="chart_chain_precision", width="stretch")
         if report.rotation_note:
             st.caption(plain(message(report.rotation_note)))
