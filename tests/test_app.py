@@ -46,11 +46,12 @@ def test_comparison_figure_has_error_bars_baselines_and_missing_memory():
     assert None not in [v for r in rows for v in r.values()]
     baselines = {r["variant"]: r for r in charts.baseline_rows(_report())}
     compiled = baselines["torch.compile (default)"]
-    assert compiled["compared with"] == "fused" and compiled["compile s"] == 12.5
-    assert compiled["verdict (fused vs this)"] == "faster" and compiled["median ms"] == pytest.approx(1.8)
+    assert compiled["compared with"] == "fused" and compiled["compile s"] == "12.5"
+    assert compiled["verdict (fused vs this)"] == "faster" and compiled["median ms"] == "1.800"
 
 
 def test_chain_bars_styled_by_the_one_verdict_and_slower_has_its_own_colour():
+    from explorer import report as R
     from explorer.fusions import PATTERNS, UNKNOWN_COLOR
 
     fig = charts.chain_speedup_figure(_report())
@@ -59,7 +60,8 @@ def test_chain_bars_styled_by_the_one_verdict_and_slower_has_its_own_colour():
     by_chain = dict(zip(bars.y, zip(bars.marker.color, bars.marker.pattern.shape)))
     assert by_chain["layer: b"] == (charts.SLOWER_COLOR, charts.SLOWER_PATTERN)            # verdict: slower
     assert by_chain["layer: a"] == (graph_view.color_of("conv_bn_act"), "")                # verdict: faster
-    assert by_chain["layer: c"] == (charts.NO_KERNEL_COLOR, charts.NO_KERNEL_PATTERN)      # no fused kernel
+    assert "layer: c" not in by_chain                     # no fused kernel: not timed, so no bar (and no 1.00x)
+    assert charts.bar_style(R.NO_KERNEL, "conv_bn_act") == (charts.NO_KERNEL_COLOR, charts.NO_KERNEL_PATTERN, 1.0)
     assert any(t.name == "slower after fusion" for t in fig.data)
 
     def rgb(color: str) -> tuple[int, ...]:

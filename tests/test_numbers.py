@@ -1,0 +1,108 @@
+"""One model, one plan, one CPU run: every page, the command line and the report show the same figures.
+
+The kernel launches (the device's, per kernel choice: ``explorer.launches`` through
+``fusion_engine.launch_counts``), the speed-up with its interval (``Verdict.speedup`` / ``interval``: the
+median of the paired ratios) and each chain's name (``Chain.title``) are computed once; this test reads them
+back from the report, ``report.summary_table`` (the command line), and the Graph, Fusions, Run and Results
+pages driven by AppTest, and checks they agree, with no raw None in any table.
+
+Measured on ``residual_block`` (two chains) in-process on the CPU with few rounds: about 20 s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from explorer import fusion_engine as fe
+from explorer import report as R
+from explorer.fusions.plan import make_plan
+from explorer.runtime.session import measure
+from explorer.runtime.settings import RunSettings
+from explorer.ui import charts
+from explorer.ui.files import escape_markdown
+
+APP = str(Path(__file__).resolve().parent.parent / "explorer" / "app.py")
+
+
+@pytest.fixture(scope="module")
+def run(analyze_cached):
+    analysis = fe.Analysis(*analyze_cached("residual_block"))
+    plan = make_plan(analysis.detection)
+    report = measure("residual_block", plan.to_dict(),
+                     RunSettings(device="cpu", per_chain=True, stages=False, warmup=1, reps=10, cpu_threads=1))
+    engine = fe.launch_counts(analysis, fe.fuse(analysis, plan, "cpu").applied, plan.accepted, "cpu")
+    return analysis, plan, report, engine
+
+
+def test_report_cli_and_engine_agree(run):
+    analysis, plan, report, engine = run
+    # launches: the CPU's (the conv epilogues run as separate ops), in the report as the engine counts them,
+    # and the profiler measures the same saving
+    assert (report.unfused.graph_launches, report.fused.graph_launches) == (engine.before, engine.after) == (7, 5)
+    assert report.unfused.kernel_launches - report.fused.kernel_launches == engine.saved
+    for c in report.chains:
+        chain = analysis.detection.chain(c.id)
+        assert c.title == chain.title                                 # the engine's one name (module path: ops)
+        assert c.graph_launches_saved == engine.of(c.id).saved == c.launches_unfused - c.launches_fused
+        assert c.speedup is not None and c.verdict.interval is not None
+        lo, hi = c.verdict.interval
+        assert lo <= c.speedup <= hi, (c.id, c.speedup, lo, hi)        # an estimate inside its own interval
+    lo, hi = report.verdict.interval
+    assert lo <= report.speedup <= hi and report.speedup == report.verdict.speedup
+    text = R.summary_table(report)
+    assert report.verdict.describe() in text and "None" not in text
+    assert f"{engine.before} -> {engine.after} (saves {engine.saved})" in text
+    assert text.count("speed-up") == 1 or "speed-up fused vs unfused" not in text   # one whole-model figure
+    for c in report.chains:
+        assert f"  {c.title}: {c.verdict.describe()}" in text
+
+
+def _cells(at) -> list[str]:
+    return [str(v) for d in at.dataframe for v in d.value.astype(str).to_numpy().ravel()]
+
+
+def test_every_page_shows_the_same_figures(run):
+    from streamlit.testing.v1 import AppTest
+
+    analysis, plan, report, engine = run
+    titles = [c.title for c in analysis.detection.chains]
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["zoo_name"] = "residual_block"
+    at.run()
+    assert not at.exception, at.exception
+    at.session_state["last_report"] = ("numbers", report)
+
+    at.segmented_control(key="graph_mode").set_value("side").run()
+    assert not at.exception
+    md = [m.value for m in at.markdown]
+    assert any(f"on **cpu** they save **{engine.saved}** kernel launches ({engine.before} → {engine.after})" in m
+               for m in md), md
+    assert any(f"{engine.after} kernel launches" in m and "After the accepted fusions" in m for m in md)
+    assert any(f"from **{engine.before} to {engine.after} kernel launches** (−{engine.saved}" in m for m in md)
+    assert any("dashed fused node" in m for m in md)                     # the fused view's legend, every style
+
+    at.switch_page("ui/pages/fusions.py").run()
+    assert not at.exception
+    assert any(f"on cpu would save {engine.saved} kernel launches ({engine.before} → {engine.after})" in c.value
+               for c in at.caption), [c.value for c in at.caption]
+    table = at.dataframe[0].value if at.dataframe else next(iter(at.get("arrow_data_frame"))).value
+    assert list(table["chain"]) == titles
+    assert list(table["launches saved"]) == [engine.of(c.id).saved for c in analysis.detection.chains]
+
+    for page in ("ui/pages/run.py", "ui/pages/results.py"):
+        at.switch_page(page).run()
+        assert not at.exception
+        assert any(escape_markdown(charts.verdict_text(report)) in m.value for m in at.markdown)
+        cells = _cells(at)
+        assert "None" not in cells and "nan" not in cells, page
+        assert charts.speedup_text(report.verdict) in " ".join(cells)      # the same figure and interval
+        assert f"saves {engine.saved}" in cells
+    chains = next(d.value for d in at.dataframe if "95% CI" in d.value.columns)
+    by_id = {c.id: c for c in report.chains}
+    assert sorted(chains["chain"]) == sorted(titles)
+    for _, row in chains.iterrows():
+        c = by_id[row["id"]]
+        lo, hi = c.verdict.interval
+        assert row["speed-up"] == f"{c.speedup:.2f}×" and row["95% CI"] == f"{lo:.2f}–{hi:.2f}×"
