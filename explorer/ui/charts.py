@@ -408,7 +408,8 @@ def chain_speedup_figure(report: Report, lang: str = "en") -> go.Figure:
     measured = sorted((c for c in report.chains if c.speedup is not None), key=lambda c: c.speedup)
     styles = [bar_style(c.verdict.label, c.pattern) for c in measured]
     hover = [f"{c.title}<br>{c.id}<br>{_pattern_label(c.pattern, lang)}: "
-             + (f"{c.unfused.median:.4f} ms → {c.fused.median:.4f} ms (medians)<br>" if c.unfused and c.fused else "")
+             + (t_in(lang, "chart.hover.medians", u=c.unfused.median, f=c.fused.median) if c.unfused and c.fused
+                else "")
              + describe_verdict(c.verdict, lang)
              + (t_in(lang, "chart.hover.graph", x=c.graph_speedup) if c.graph_speedup is not None else "")
              for c in measured]

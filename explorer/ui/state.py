@@ -271,6 +271,19 @@ def launches(spec: LoadSpec, detection, device: str | None = None):
                                table.device)
 
 
+def launches_for(spec: LoadSpec, detection, plan, device: str):
+    """The launches of ``plan`` (a ``Plan`` or a report's ``PlanInfo``) on ``device``, counted as ``launches``."""
+    import json
+
+    from explorer import launches as launch_counts
+
+    table = _launch_table(spec.source, spec.batch, spec.seq_len, detection.fingerprint,
+                          json.dumps(dict(sorted(plan.kernels.items()))), plan.memory_format,
+                          "cuda" if str(device).startswith("cuda") else "cpu")
+    accepted = [c for c in plan.accepted if table.of(c) is not None]
+    return launch_counts.count(table.before, {c.chain_id: c for c in table.chains}, accepted, table.device)
+
+
 def launch_table(spec: LoadSpec, detection, device: str | None = None):
     """Every chain's launches on the sidebar's device as if accepted, with the plan's kernel choices."""
     import json

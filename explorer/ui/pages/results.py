@@ -24,6 +24,7 @@ separate_gpu_slower, results_open_committed; select box: results_committed; uplo
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 
 import streamlit as st
@@ -35,7 +36,7 @@ from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t
 from explorer.fusions.plan import gpu_slower_chains, slower_chains
-from explorer.report import PHASES, Report
+from explorer.report import PHASES, READINGS, Report
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 
@@ -141,8 +142,17 @@ def _named_by_engine(report: Report) -> Report:
     if detection is None:
         return report
     known = {c.id: c.title for c in detection.chains}
-    return dataclasses.replace(report, chains=tuple(dataclasses.replace(c, title=known.get(c.id, c.title))
-                                                    for c in report.chains))
+    # the graph model's launches of this report's plan on its device, as the Graph and Fusions pages count them
+    # (a report saved before the count was per device carries the GPU's saving on every device)
+    spec = ui_state.current()[0]
+    table = ui_state.launches_for(spec, detection, report.plan, report.environment.device)
+    saved = {c.chain_id: c.saved for c in table.chains}
+    return dataclasses.replace(
+        report, chains=tuple(dataclasses.replace(c, title=known.get(c.id, c.title),
+                                                 graph_launches_saved=saved.get(c.id, c.graph_launches_saved))
+                             for c in report.chains),
+        unfused=dataclasses.replace(report.unfused, graph_launches=table.before),
+        fused=dataclasses.replace(report.fused, graph_launches=table.after))
 
 
 def _run_report(report: Report) -> None:
@@ -185,9 +195,10 @@ def _run_report(report: Report) -> None:
     st.markdown("#### " + t("results.per_chain"))
     rows = charts.chain_rows(report, lang)
     if any(c.speedup is not None for c in report.chains):
-        counts = report.verdict_counts()
+        counts = Counter(c.verdict.reading for c in report.chains)   # as the table reads them (undecided too)
         st.markdown(plain(charts.LIST_SEP.get(lang, ", ").join(
-            t("results.count", n=n, label=charts.verdict_label(label, lang)) for label, n in counts.items() if n)))
+            t("results.count", n=counts[label], label=charts.verdict_label(label, lang)) for label in READINGS
+            if counts[label])))
         slower = report.slower_chains
         if slower:
             st.warning(t("results.slower", n=len(slower)))
