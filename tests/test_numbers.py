@@ -106,3 +106,29 @@ def test_every_page_shows_the_same_figures(run):
         c = by_id[row["id"]]
         lo, hi = c.verdict.interval
         assert row["speed-up"] == f"{c.speedup:.2f}×" and row["95% CI"] == f"{lo:.2f}–{hi:.2f}×"
+
+
+def test_a_busy_host_cannot_put_the_speed_up_outside_its_interval():
+    """The bug behind "689.8× with interval 1.11–1.44×": the speed-up shown was unfused median ÷ fused median
+    while the interval was the paired ratios'. On a host that is busy in about half of the rounds (both calls
+    of a round slowed alike), the two medians fall in different modes; the paired ratio does not move."""
+    import random
+
+    from explorer import stats
+
+    rng = random.Random(0)
+    unfused, fused = [], []
+    for i in range(41):
+        busy = 700.0 if i % 2 == 0 else 1.0                 # every other round the host takes the CPU away
+        base = 0.01 * busy * (1 + 0.02 * rng.random())
+        unfused.append(base * 1.25)
+        fused.append(base * (1 + 0.02 * rng.random()))
+    fused[0], fused[2] = fused[0] / 700, fused[2] / 700       # two rounds where only the fused call ran unslowed
+    medians = sorted(unfused)[20] / sorted(fused)[20]
+    verdict = stats.compare(unfused, fused)
+    lo, hi = verdict.interval
+    assert not lo <= medians <= hi                            # the old figure: far outside the interval
+    assert lo <= verdict.speedup <= hi and 1.15 < verdict.speedup < 1.3
+    chain = R.ChainResult(id="c", title="t", pattern="conv_bn_act", status="fused", reason="", implementation="",
+                          kernel="auto", fused_kernel=True, verdict=verdict, plain=verdict)
+    assert chain.speedup == verdict.speedup and charts.speedup_text(verdict).startswith(f"{verdict.speedup:.2f}×")
