@@ -15,7 +15,9 @@ the count the selection's label states (``conv+bias + relu in place (2 kernels)`
 So the saving is the device's: on the CPU, where the conv epilogues run as separate ops, Conv+BN+ReLU saves
 the BatchNorm only (3 -> 2); on CUDA, where one cuDNN call runs it, 3 -> 1. The runner measures the
 same thing with the profiler (``Measurement.kernel_launches``: CUDA kernels, or on the CPU the top-level
-ATen ops, views such as ``flatten`` included, which the graph counts as free): the savings agree.
+ATen ops, views such as ``flatten`` included, which the graph counts as free): the savings agree, but for
+views inside a chain that its fused form drops (attention's ``transpose``: one ATen op fewer on the CPU's
+count, no kernel fewer).
 
 ``count(total, per_chain, accepted, device)`` is the model's count under a plan; ``chain_launches`` one
 chain's. Layer 0: no torch, no networkx (the engine passes plain numbers and its ``AppliedChain`` values).
