@@ -1033,7 +1033,7 @@ def summary_table(report: Report) -> str:
         elif b.error:
             lines.append(f"baseline: {b.label}: {b.error}")
     if report.chains:
-        counts = report.verdict_counts()
+        counts = {word: sum(1 for c in report.chains if c.verdict.reading == word) for word in READINGS}
         slower = report.slower_chains
         lines.append(f"chains: {len(report.chains)} accepted: " + ", ".join(f"{n} {label}" for label, n in counts.items() if n)
                      + (f" (slower: {', '.join(slower[:5])}{' ...' if len(slower) > 5 else ''})" if slower else ""))

@@ -529,7 +529,7 @@ def test_fusions_table_kernel_column_bulk_kernel_and_measured_speedups():
         "chains": [{"id": conv.id, "speedup": 1.3, "verdict": "faster"}, {"id": res.id, "speedup": 0.8, "slower": True}]})
     at.run()
     table = next(d for d in at.dataframe if "kernel" in d.value.columns)
-    assert table.value[["speed-up", "verdict"]].values.tolist() == [[1.3, "faster"], [0.8, "slower"]]
+    assert table.value[["speed-up", "verdict"]].values.tolist() == [["1.30×", "faster"], ["0.80×", "slower"]]
     at.session_state["last_report"] = ("other", {"model": {"name": "resnet50", "fingerprint": "0" * 16},
                                                  "chains": [{"id": conv.id, "speedup": 9.0}]})
     at.run()

@@ -119,11 +119,22 @@ def _table(detection, shown, accepted, results, table=None) -> pd.DataFrame:
         "bytes saved (MiB)": pd.Series([c.bytes_saved / 2**20 for c in shown], dtype="float64"),
         "extra outputs": [", ".join(c.extra_outputs) for c in shown],
     }
-    if results:
-        columns["speed-up"] = pd.Series([results.get(c.id, (None, ""))[0] for c in shown], dtype="float64")
-        columns["verdict"] = [verdict_text(results.get(c.id, (None, ""))[1]) for c in shown]
+    if results:   # text: the speed-up with its interval, or why there is none (never a bare None)
+        columns["speed-up"] = [_speedup_cell(results.get(c.id)) for c in shown]
+        columns["verdict"] = [verdict_text(results.get(c.id, (None, ""))[1]) or t("fusions.not_in_report")
+                              for c in shown]
     columns["id"] = [c.id for c in shown]
     return pd.DataFrame(columns)
+
+
+def _speedup_cell(result) -> str:
+    """A chain's measured speed-up as the Results page writes it, or why the report has none."""
+    if result is None:
+        return t("fusions.not_in_report")
+    speedup, verdict = result
+    if speedup is None:
+        return verdict_text(verdict) or t("fusions.not_in_report")
+    return f"{speedup:.2f}×"
 
 
 def _saved(table, chain) -> int:
@@ -219,8 +230,8 @@ def _chains_section(detection, accepted) -> None:
                                                            help=t("fusions.col.mib_help")),
         "extra outputs": st.column_config.TextColumn(t("fusions.col.extra"), width=90,
                                                      help=t("fusions.col.extra_help")),
-        "speed-up": st.column_config.NumberColumn(t("fusions.col.speedup"), format="%.2f×", width=80,
-                                                  help=t("fusions.col.speedup_help")),
+        "speed-up": st.column_config.TextColumn(t("fusions.col.speedup"), width=80,
+                                                help=t("fusions.col.speedup_paired_help")),
         "verdict": st.column_config.TextColumn(t("fusions.col.verdict"), width=70),
         "id": st.column_config.TextColumn(t("fusions.col.id"), width=175, help=t("fusions.col.id_help")),
     }
