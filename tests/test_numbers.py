@@ -132,3 +132,24 @@ def test_a_busy_host_cannot_put_the_speed_up_outside_its_interval():
     chain = R.ChainResult(id="c", title="t", pattern="conv_bn_act", status="fused", reason="", implementation="",
                           kernel="auto", fused_kernel=True, verdict=verdict, plain=verdict)
     assert chain.speedup == verdict.speedup and charts.speedup_text(verdict).startswith(f"{verdict.speedup:.2f}×")
+
+
+@pytest.mark.parametrize("label, kernels", [
+    ("BatchNorm folded (exact) + conv+bias + relu in place (2 kernels); cpu: no fused kernel for the conv epilogue, "
+     "the ops run one after another", 2),
+    ("BatchNorm folded (exact) + cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu)", 1),
+    ("BatchNorm folded (exact) + triton 1x1 conv as a GEMM + bias (1 kernel for a channels_last input; any other: "
+     "conv + triton epilogue)", 1),
+    ("cuBLASLt GEMM+bias+gelu epilogue where the device's epilogue computes gelu, else linear + gelu in place "
+     "(2 kernels)", None),
+    ("one GEMM over 3 concatenated weights (768+768+768 columns), split into views", 1),
+    ("one GEMM over [W_gate; W_up] (4+4 columns), then triton silu*mul (1 elementwise kernel) reading its column "
+     "views", 2),
+    ("triton squeeze-excite: 2 kernels (squeeze+fc1, fc2+sigmoid+scale)", 2),
+    ("triton add+layer_norm (1 kernel, 2 outputs)", 1),
+    ("scaled_dot_product_attention on cpu (PyTorch's CPU attention kernel; no GPU fused kernel on cpu)", None),
+])
+def test_each_kernel_label_states_its_launches(label, kernels):
+    from explorer import launches
+
+    assert launches.stated_kernels(label) == kernels
