@@ -24,11 +24,11 @@ STRINGS = {
     "graph.cpu_launches": (
         "On the CPU a fused chain still runs some of its ops one after another: Conv+BN+ReLU becomes conv (with the "
         "BatchNorm folded into its weights) then ReLU in place, 2 launches instead of 3 (⚙ ×2 on its node); on a GPU "
-        "one fused kernel runs it (3 → 1). The saving shown is this device's; choose cuda in the sidebar to see the "
-        "GPU's.",
+        "one fused kernel runs it (3 → 1). The saving above is this CPU's; with CUDA the same plan would save "
+        "{gpu_saved} ({gpu_before} → {gpu_after}).",
         "在 CPU 上，融合后的链仍有部分算子依次单独运行：Conv+BN+ReLU 变成卷积（BatchNorm 已折叠进权重）再原地做 ReLU，"
-        "2 次启动而不是 3 次（节点上标 ⚙ ×2）；在 GPU 上由一个融合内核完成（3 → 1）。这里显示的是本设备的节省量；"
-        "在侧边栏选择 cuda 可以看到 GPU 上的数字。"),
+        "2 次启动而不是 3 次（节点上标 ⚙ ×2）；在 GPU 上由一个融合内核完成（3 → 1）。上面的节省量是这台 CPU 的；"
+        "换成 CUDA，同一个融合计划会省下 {gpu_saved} 次（{gpu_before} → {gpu_after}）。"),
     "graph.whole": ("(whole graph)", "（整个计算图）"),
     "graph.mode.original": ("Original", "原始"),
     "graph.mode.fused": ("Fused", "融合后"),

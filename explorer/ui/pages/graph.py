@@ -137,7 +137,8 @@ def page(spec, model, graph, detection) -> None:
                   traffic=graph_view.human_bytes(sum(c.bytes_saved for c in acc_chains)),
                   near=len(detection.near_misses)))
     if counted.device == "cpu" and any(c.fused_kernel and c.fused > 1 for c in counted.chains):
-        st.caption(t("graph.cpu_launches"))
+        gpu = ui_state.launches(spec, detection, "cuda")   # the GPU's count of the same plan, for comparison
+        st.caption(t("graph.cpu_launches", gpu_saved=gpu.saved, gpu_before=gpu.before, gpu_after=gpu.after))
 
     # --- controls: the view, search, one chain; the layout's settings in a popover
     # the view on a row of its own (five views), then search, one chain and the layout
