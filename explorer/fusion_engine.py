@@ -29,6 +29,8 @@ command line)::
 
     analyze(source) ─► Analysis(model, graph, detection)
     fuse(analysis, plan, device, level) ─► FusedModel (a new graph; the original untouched)
+    launch_counts(analysis, applied, accepted, device) ─► launches.LaunchCounts (the device's kernel
+        launches before and after; ``chain_launch_table`` every chain's, as if accepted)
 
     >>> analysis = analyze("resnet50")
     >>> analysis.detection.counts["conv_bn_act"]
@@ -37,11 +39,13 @@ command line)::
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Iterable, NamedTuple
 
 import networkx as nx
 
+from explorer import launches
 from explorer.fusions import ALREADY_FUSED, PATTERNS
 from explorer.fusions.base import WORDS, Alternative, Chain, Detection, NearMiss, NoMatch, Pattern, Step
 from explorer.fusions.plan import Plan, make_plan
@@ -367,3 +371,55 @@ def fuse(analysis: Analysis, plan: Plan | None = None, device: str = "cpu", leve
     """The fused model a plan makes (every chain accepted when ``plan`` is None); the original is untouched."""
     plan = plan if plan is not None else make_plan(analysis.detection, "all")
     return apply_plan(analysis.model.gm, analysis.detection, plan, device, level)
+
+
+def unfused_launches(graph: nx.DiGraph, chain: Chain) -> int:
+    """The kernels a chain's ops launch unfused (the graph's ``launches`` of its nodes: views launch none)."""
+    return int(sum(graph.nodes[n].get("launches", 0) for n in chain.nodes if n in graph))
+
+
+def launch_counts(analysis: Analysis, applied: Iterable, accepted: Iterable[str], device: str) -> launches.LaunchCounts:
+    """The model's kernel launches on ``device`` before and after the ``accepted`` chains, each chain's from
+    what the rewrite made of it (``applied``: ``AppliedChain`` values, ``explorer.launches``). The one count
+    the Graph and Fusions pages, the runner's report and the command line show."""
+    graph, detection = analysis.graph, analysis.detection
+    by_id = {a.chain_id: a for a in applied}
+    per_chain = {c.id: launches.chain_launches(c.id, unfused_launches(graph, c), by_id.get(c.id))
+                 for c in detection.known_chains().values() if c.id in by_id}
+    return launches.count(int(detection.totals.get("launches", 0)), per_chain, accepted, device)
+
+
+def chain_launch_table(analysis: Analysis, plan: Plan | None, device: str) -> launches.LaunchCounts:
+    """Every chain's launches on ``device`` with ``plan``'s kernel choices and memory format, as if every
+    chain were accepted (a chain's kernel does not depend on which others are): the Fusions page's column,
+    and, restricted to the accepted chains (``launches.count``), the count of any plan of those choices."""
+    plan = plan if plan is not None else make_plan(analysis.detection, "all")
+    every = make_plan(analysis.detection, "all", memory_format=plan.memory_format, cuda_graphs=plan.cuda_graphs,
+                      kernels=dict(plan.kernels))
+    fused = apply_plan(analysis.model.gm, analysis.detection, every, device, "all")
+    table = launch_counts(analysis, fused.applied, every.accepted, device)
+    extra = [c for r in _alternative_rounds(analysis, every, device) for c in r.chains]
+    return dataclasses.replace(table, chains=table.chains + tuple(extra)) if extra else table
+
+
+def _alternative_rounds(analysis: Analysis, every: Plan, device: str) -> list[launches.LaunchCounts]:
+    """The alternatives' chains' launches: rounds of plans, each taking as many alternatives as do not overlap
+    (a chain's kernel does not depend on which others are accepted, as in ``chain_launch_table``)."""
+    from explorer.fusions.plan import choose_alternative
+
+    pending, rounds = list(analysis.detection.alternatives), []
+    while pending:
+        plan, taken, later, chosen = every, set(), [], []
+        for alt in pending:
+            nodes = {n for c in alt.chains for n in c.nodes}
+            if nodes & taken or alt.instead_of in {a.instead_of for a in chosen}:
+                later.append(alt)
+                continue
+            plan = choose_alternative(plan, analysis.detection, alt.id)
+            taken |= nodes
+            chosen.append(alt)
+        fused = apply_plan(analysis.model.gm, analysis.detection, plan, device, "all")
+        ids = [c.id for a in chosen for c in a.chains]
+        rounds.append(launch_counts(analysis, fused.applied, ids, device))
+        pending = later
+    return rounds

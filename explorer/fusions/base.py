@@ -246,14 +246,30 @@ class Chain:
 
     @property
     def title(self) -> str:
-        """A person's name for the chain, from its ops' module paths: ``layer1.0: conv1 → bn1 → relu``
-        (the common module path, then each op's own part; the id stays the stable key)."""
-        parts = [n.split(".") for n in self.names]
+        """THE person's name for the chain (every page, the command line and the report show this one),
+        from its ops' module paths: the common module, then each op's own part
+        (``layer1.0: conv3 → bn3 → add → relu``). An op whose path is the common module itself (the
+        residual add of ``layer1.0``) is named by its kind; where ops share one path (BERT's attention
+        scores) all are named by their kinds; parts that are bare numbers keep their parent
+        (``downsample: 0 → 1``). The id stays the stable key."""
+        names = [str(n).split(".") for n in self.names]
+        joiner = " ∥ " if self.siblings else " → "
+        if not names:
+            return joiner.join(self.ops)
+        kinds = list(self.ops) if len(self.ops) == len(names) else [""] * len(names)
         common = 0
-        while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+        while all(len(p) > common for p in names) and len({p[common] for p in names}) == 1:
             common += 1
-        prefix = ".".join(parts[0][:common])
-        body = (" ∥ " if self.siblings else " → ").join(".".join(p[common:]) for p in parts)
+        rests = [".".join(p[common:]) for p in names]
+        if common and all(r.isdigit() for r in rests if r) and any(rests):
+            common -= 1                                  # downsample.0 → downsample.1, not 0 → 1
+            rests = [".".join(p[common:]) for p in names]
+        if len(set(rests)) < len(rests) and all(kinds):  # one module for several ops: their kinds say more
+            rests = kinds
+        else:
+            rests = [r or k or "·" for r, k in zip(rests, kinds)]
+        prefix = ".".join(names[0][:common])
+        body = joiner.join(rests)
         return f"{prefix}: {body}" if prefix else body
 
     @property

@@ -260,6 +260,53 @@ def current_plan(detection) -> Plan:
                            kernels=st.session_state.kernels.get(detection.fingerprint, {}))
 
 
+@st.cache_data(max_entries=32, show_spinner=False)
+def _launch_table(source: str, batch, seq_len, fingerprint: str, kernels_json: str, memory_format: str,
+                  device: str):
+    """Every chain's launches on ``device`` for these kernel choices (``fusion_engine.chain_launch_table``)."""
+    import json
+
+    from explorer.fusion_engine import chain_launch_table
+
+    analysis = load_analysis(source, batch, seq_len)
+    plan = make_plan(analysis.detection, "all", memory_format=memory_format, kernels=json.loads(kernels_json))
+    return chain_launch_table(analysis, plan, device)
+
+
+def launches(spec: LoadSpec, detection, device: str | None = None):
+    """The current plan's kernel launches on the sidebar's device (``explorer.launches.LaunchCounts``: before,
+    after, each accepted chain's), the one count the Graph and Fusions pages show; ``.of(id)`` any chain's
+    as if accepted comes from ``launch_table``."""
+    from explorer import launches as launch_counts
+
+    table = launch_table(spec, detection, device)
+    return launch_counts.count(table.before, {c.chain_id: c for c in table.chains}, sorted(accepted_ids(detection)),
+                               table.device)
+
+
+def launches_for(spec: LoadSpec, detection, plan, device: str):
+    """The launches of ``plan`` (a ``Plan`` or a report's ``PlanInfo``) on ``device``, counted as ``launches``."""
+    import json
+
+    from explorer import launches as launch_counts
+
+    table = _launch_table(spec.source, spec.batch, spec.seq_len, detection.fingerprint,
+                          json.dumps(dict(sorted(plan.kernels.items()))), plan.memory_format,
+                          "cuda" if str(device).startswith("cuda") else "cpu")
+    accepted = [c for c in plan.accepted if table.of(c) is not None]
+    return launch_counts.count(table.before, {c.chain_id: c for c in table.chains}, accepted, table.device)
+
+
+def launch_table(spec: LoadSpec, detection, device: str | None = None):
+    """Every chain's launches on the sidebar's device as if accepted, with the plan's kernel choices."""
+    import json
+
+    plan = current_plan(detection)
+    return _launch_table(spec.source, spec.batch, spec.seq_len, detection.fingerprint,
+                         json.dumps(dict(sorted(plan.kernels.items()))), plan.memory_format,
+                         device or st.session_state.get("device", "cpu"))
+
+
 def apply_plan_text(text: bytes | str, detection) -> Plan:
     """Restore choices (accepted chains, kernel choices) from plan JSON; raises PlanError (state
     untouched) if it does not fit."""

@@ -41,6 +41,11 @@ STRINGS = {
     "fusions.col.extra_help": ("Intermediates the fused kernel must still write",
                                "融合内核仍须写出的中间结果"),
     "fusions.col.speedup": ("speed-up", "加速比"),
+    "fusions.col.speedup_paired_help": (
+        "Measured, this chain alone: the median of the paired ratios unfused ÷ fused (the Results page shows its "
+        "95% interval)",
+        "实测，单独这条链：配对的融合前 ÷ 融合后之比的中位数（结果页给出它的 95% 置信区间）"),
+    "fusions.not_in_report": ("not in the report (not accepted when it ran)", "报告中没有（运行时未被接受）"),
     "fusions.col.speedup_help": ("Measured, this chain alone: unfused time / fused time",
                                  "实测，只看这条链：未融合时间 / 融合后时间"),
     "fusions.col.verdict": ("verdict", "结论"),
@@ -65,6 +70,13 @@ STRINGS = {
         "{accepted} of {chains} accepted · would save {launches} launches and {traffic} of memory traffic (graph "
         "byte model, fp32).",
         "{chains} 条链中已接受 {accepted} 条 · 可省下 {launches} 次内核启动和 {traffic} 访存量（按计算图的字节模型，fp32）。"),
+    "fusions.summary_device": (
+        "{accepted} of {chains} accepted · on {device} would save {launches} kernel launches ({before} → {after}) and "
+        "{traffic} of memory traffic (graph byte model, fp32).",
+        "{chains} 条链中已接受 {accepted} 条 · 在 {device} 上可省下 {launches} 次内核启动（{before} → {after}）和 "
+        "{traffic} 访存量（按计算图的字节模型，fp32）。"),
+    "fusions.col.launches_device_help": ("Kernel launches saved on {device} with this chain's kernel choice",
+                                         "按这条链选择的内核，在 {device} 上省下的内核启动次数"),
     "fusions.summary_measured": (" Speed-up and verdict: the latest report of this model (Results page).",
                                  "加速比和结论来自这个模型最近的一份报告（结果页）。"),
     "fusions.summary_run": (" Run the model (Run page) to see each chain's measured speed-up here.",

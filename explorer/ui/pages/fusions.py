@@ -132,7 +132,7 @@ def _also(detection, chain) -> str:
     return t("fusions.alt.instead", chain=chain_name(detection.chain(replaced))) if replaced else ""
 
 
-def _table(detection, shown, accepted, results) -> pd.DataFrame:
+def _table(detection, shown, accepted, results, table=None) -> pd.DataFrame:
     """The chain table; its column ids stay English (``_apply_edits`` and the tests read them), the headers
     shown are translated by ``_chains_section``'s column configuration."""
     columns = {
@@ -140,17 +140,34 @@ def _table(detection, shown, accepted, results) -> pd.DataFrame:
         "chain": [chain_name(c) for c in shown],
         "pattern": [_label(c.pattern) for c in shown],
         "kernel": [ui_state.kernel_for(detection, c.id) for c in shown],
-        "launches saved": pd.Series([c.launches_saved for c in shown], dtype="int64"),
+        "launches saved": pd.Series([_saved(table, c) for c in shown], dtype="int64"),
         "bytes saved (MiB)": pd.Series([c.bytes_saved / 2**20 for c in shown], dtype="float64"),
         "extra outputs": [", ".join(c.extra_outputs) for c in shown],
     }
     if detection.alternatives:
         columns["also possible"] = [_also(detection, c) for c in shown]
-    if results:
-        columns["speed-up"] = pd.Series([results.get(c.id, (None, ""))[0] for c in shown], dtype="float64")
-        columns["verdict"] = [verdict_text(results.get(c.id, (None, ""))[1]) for c in shown]
+    if results:   # text: the speed-up with its interval, or why there is none (never a bare None)
+        columns["speed-up"] = [_speedup_cell(results.get(c.id)) for c in shown]
+        columns["verdict"] = [verdict_text(results.get(c.id, (None, ""))[1]) or t("fusions.not_in_report")
+                              for c in shown]
     columns["id"] = [c.id for c in shown]
     return pd.DataFrame(columns)
+
+
+def _speedup_cell(result) -> str:
+    """A chain's measured speed-up as the Results page writes it, or why the report has none."""
+    if result is None:
+        return t("fusions.not_in_report")
+    speedup, verdict = result
+    if speedup is None:
+        return verdict_text(verdict) or t("fusions.not_in_report")
+    return f"{speedup:.2f}×"
+
+
+def _saved(table, chain) -> int:
+    """The launches ``chain`` saves on the sidebar's device with its kernel choice (``ui_state.launch_table``)."""
+    got = table.of(chain.id) if table is not None else None
+    return got.saved if got is not None else chain.launches_saved
 
 
 def _apply_edits(detection, shown, accepted, edited: pd.DataFrame) -> list[str]:
@@ -220,7 +237,10 @@ def _chains_section(detection, accepted) -> None:
     shown = _rows(detection, accepted, ss.fusions_filter)
     report = ss.last_report[1] if ss.get("last_report") else None
     results = measured(report, detection)
-    table = _table(detection, shown, accepted, results)
+    spec = ui_state.current()[0]
+    launch_table = ui_state.launch_table(spec, detection)   # the device's, per kernel choice (explorer.launches)
+    counted = ui_state.launches(spec, detection)
+    table = _table(detection, shown, accepted, results, launch_table)
     all_kernels = list(dict.fromkeys(k for c in detection.chains for k in _kernels(c.pattern)))
     config = {
         "accept": st.column_config.CheckboxColumn(t("fusions.col.accept"), help=t("fusions.col.accept_help"),
@@ -231,13 +251,14 @@ def _chains_section(detection, accepted) -> None:
             t("fusions.col.kernel"), options=all_kernels, required=True, width=120,
             help=t("fusions.col.kernel_help", choices="; ".join(f"{k}: {_kernel_choice(k)}" for k in all_kernels))),
         "launches saved": st.column_config.NumberColumn(t("fusions.col.launches"), width=80,
-                                                        help=t("fusions.col.launches_help")),
+                                                        help=t("fusions.col.launches_device_help",
+                                                               device=counted.device)),
         "bytes saved (MiB)": st.column_config.NumberColumn(t("fusions.col.mib"), format="%.2f", width=80,
                                                            help=t("fusions.col.mib_help")),
         "extra outputs": st.column_config.TextColumn(t("fusions.col.extra"), width=90,
                                                      help=t("fusions.col.extra_help")),
-        "speed-up": st.column_config.NumberColumn(t("fusions.col.speedup"), format="%.2f×", width=80,
-                                                  help=t("fusions.col.speedup_help")),
+        "speed-up": st.column_config.TextColumn(t("fusions.col.speedup"), width=80,
+                                                help=t("fusions.col.speedup_paired_help")),
         "verdict": st.column_config.TextColumn(t("fusions.col.verdict"), width=70),
         "also possible": st.column_config.TextColumn(t("fusions.col.also"), width=170,
                                                      help=t("fusions.col.also_help")),
@@ -252,8 +273,8 @@ def _chains_section(detection, accepted) -> None:
     for line in _apply_edits(detection, shown, accepted, edited):
         st.warning(t("fusions.kernel_not_changed", line=ui_files.escape_markdown(line)))
     acc_chains = detection.accepted_chains(accepted)
-    st.caption(t("fusions.summary", accepted=len(acc_chains), chains=len(detection.chains),
-                 launches=sum(c.launches_saved for c in acc_chains),
+    st.caption(t("fusions.summary_device", accepted=len(acc_chains), chains=len(detection.chains),
+                 launches=counted.saved, before=counted.before, after=counted.after, device=counted.device,
                  traffic=human_bytes(sum(c.bytes_saved for c in acc_chains)))
                + (t("fusions.summary_measured") if results else t("fusions.summary_run")))
 
@@ -269,7 +290,7 @@ def _chains_section(detection, accepted) -> None:
         st.markdown(t("fusions.one.details", pattern=_label(chain.pattern),
                       state=t("fusions.one.accepted") if cid in accepted else t("fusions.one.rejected"),
                       id=code(chain.id), ops=code(chain.ops_text), origin=code(", ".join(chain.names)),
-                      launches=chain.launches_saved, bytes=human_bytes(chain.bytes_saved))
+                      launches=_saved(launch_table, chain), bytes=human_bytes(chain.bytes_saved))
                     + (t("fusions.one.extra", outputs=plain(", ".join(chain.extra_outputs))) if chain.extra_outputs
                        else "")
                     + (t("fusions.one.measured", speedup=speedup, verdict=plain(verdict_text(verdict)))
