@@ -19,7 +19,7 @@ What a fusion family says (its patterns' texts, near misses, refusals, kernel
 labels, its title) is not here: each family declares it in both languages beside
 its patterns (``explorer/fusions/<family>.py``'s ``WORDS``), as messages with ids.
 
-Chinese follows the seed document's terms (shared/seed/operator-fusion-overview.zh.txt):
+Chinese follows the terms of the reference article (docs/reference-article.zh.txt):
 算子融合, 内核启动 (Kernel Launch), 访存, 中间结果, 显存, 寄存器压力, 折叠, 批归一化 (BN),
 层归一化 (LayerNorm), 残差, 算术强度, 带宽, 推理, 训练.
 

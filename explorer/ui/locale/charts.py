@@ -120,7 +120,7 @@ STRINGS = {
     "chart.precision.y": ("max |fused - float64|", "最大 |融合后 − float64|"),
     "chart.precision.hover": ("{id}: max abs {max_abs}, rel {rel}", "{id}：最大绝对误差 {max_abs}，相对误差 {rel}"),
 
-    # ------------------------------------------------------------------ stages (the seed's staged table)
+    # ------------------------------------------------------------------ stages (the reference article's staged table)
     "chart.col.stage": ("stage", "阶段"),
     "chart.col.latency_median": ("latency ms (median)", "延迟 ms（中位数）"),
     "chart.col.throughput": ("throughput /s", "吞吐量 /s"),
@@ -133,7 +133,7 @@ STRINGS = {
     "chart.stage.all": ("all accepted", "全部接受的融合"),
     "chart.stages.latency": ("latency (ms)", "延迟（ms）"),
     "chart.stages.throughput": ("throughput (/s)", "吞吐量（/s）"),
-    "chart.stages.title": ("Staged fusion (the seed's table): original → Conv+BN folded → + epilogues → all accepted",
-                           "分阶段融合（种子文档中的表）：原始模型 → Conv+BN 折叠 → + 尾处理 → 全部接受的融合"),
+    "chart.stages.title": ("Staged fusion (the reference article's table): original → Conv+BN folded → + epilogues → all accepted",
+                           "分阶段融合（参考文章中的表）：原始模型 → Conv+BN 折叠 → + 尾处理 → 全部接受的融合"),
     "chart.stages.empty": ("no staged timings in this report", "这份报告中没有分阶段计时"),
 }
