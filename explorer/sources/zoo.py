@@ -99,7 +99,6 @@ class ZooEntry:
     builder: Callable[[], torch.nn.Module]
     inputs: InputSpec
     max_seq_len: int | None = None
-    benchmark_only: bool = False  # listed by the benchmarks, hidden from the menu
     calibrated: bool = False  # the builder's weights are realistic already: no ``realistic_init`` pass
     large: bool = False  # at the sizes people run (GBs of weights): CI captures it on the meta device only
 
@@ -249,8 +248,7 @@ ZOO: dict[str, ZooEntry] = {
                  InputSpec((TensorSpec("x", ("B", "S", 64)),), seq_len=32), max_seq_len=4096),
         ZooEntry("bert_large", "transformer", "features",
                  "BERT-large (24 layers, hidden 1024, eager attention)",
-                 _bert(24, 1024, 16, 4096), _tokens(BERT_VOCAB), max_seq_len=512,
-                 benchmark_only=True),
+                 _bert(24, 1024, 16, 4096), _tokens(BERT_VOCAB), max_seq_len=512),
         ZooEntry("llama_decoder", "transformer", "classification",
                  "Llama-style decoder, prefill (transformers LlamaConfig: 4 layers, hidden 512, 8 heads over 2 KV "
                  "heads, SwiGLU 1376, SDPA): Add+RMSNorm, rotary Q/K, SwiGLU; next-token logits",
@@ -280,5 +278,6 @@ def get_entry(name: str) -> ZooEntry:
 
 
 def menu() -> list[ZooEntry]:
-    """Entries shown to users (the benchmark-only ones left out)."""
-    return [e for e in ZOO.values() if not e.benchmark_only]
+    """The entries of the app's menu: the whole zoo, the list ``fusion-explorer models`` prints (one list, so
+    that a model named by the command line is always one the app can open)."""
+    return list(ZOO.values())
