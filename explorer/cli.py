@@ -387,9 +387,10 @@ def cmd_app(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
     app = Path(__file__).with_name("app.py")
     # The repository's .streamlit/config.toml is read only from the working directory, so the
-    # settings that matter are passed here too: the stated upload limit, and no usage
-    # statistics (the app never reaches the internet). Later user arguments win.
-    defaults = [f"--server.maxUploadSize={MAX_UPLOAD_MB}", "--browser.gatherUsageStats=false"]
+    # settings that matter are passed here too: the stated upload limit, no usage statistics
+    # (the app never reaches the internet), and the static files (its CJK font). Later user arguments win.
+    defaults = [f"--server.maxUploadSize={MAX_UPLOAD_MB}", "--browser.gatherUsageStats=false",
+                "--server.enableStaticServing=true"]   # explorer/static/: the app's CJK font
     ours = ([f"--server.port={args.port}"] if getattr(args, "port", None) else []) + \
         ([f"--server.address={args.address}"] if getattr(args, "address", None) else []) + \
         (["--server.headless=true"] if getattr(args, "headless", False) else [])
