@@ -9,10 +9,12 @@
 - Every teaching text of every registered pattern has its Chinese
   (``locale/patterns.py``), looked up by the English text, so an edited English
   text fails here until it is translated again.
-- Every rule for engine messages (``locale/messages.py``) matches its example,
-  and every refusal the engine can write (near misses, rewrite refusals: found
-  by a scan of ``explorer/fusion_engine.py`` and ``explorer/fusions/*.py``) has
-  a rule; the phrases of implementation labels make their examples.
+- Every message of the runtime, the loaders, the plans and the report
+  (``explorer/messages.py``) renders in both languages with its parameters, and
+  reads back from its English to the same Chinese; no regular-expression rule is
+  left. Every refusal the engine can write (near misses, rewrite refusals: found
+  by a scan of ``explorer/fusion_engine.py`` and ``explorer/fusions/*.py``) is a
+  family's message.
 - Every zoo description and every kernel choice has its Chinese; so does every
   verdict label of a report.
 - The drawn graph (``explorer.graph_view``) speaks the language it is given and
@@ -40,7 +42,6 @@ import torch
 
 from explorer.fusions import BY_NAME, PATTERNS
 from explorer.ui import i18n
-from explorer.ui.locale import messages
 
 ROOT = Path(__file__).resolve().parents[1]
 UI_FILES = sorted([*(ROOT / "explorer" / "ui").rglob("*.py"), ROOT / "explorer" / "app.py"])
@@ -148,16 +149,64 @@ def test_every_pattern_text_is_translated():
         assert CJK.search(i18n.pattern_text(p, "explanation", "zh")), p.name
 
 
-def test_engine_message_rules_match_their_examples():
-    for rx, zh, example in messages.EXAMPLES:
-        hit = re.fullmatch(rx, example)
-        assert hit, f"rule {rx!r} does not match its example {example!r}"
-        fields = {int(f) for f in i18n.placeholders(zh)}
-        assert fields <= set(range(len(hit.groups()))), rx
-        assert CJK.search(i18n.message(example, "zh")), example
+def _sample_args(template: str) -> dict:
+    """A value for each field of a template: a number under a numeric format spec, else a word of its own."""
+    import string as string_module
+
+    out = {}
+    for i, (_, field, spec, _) in enumerate(string_module.Formatter().parse(template)):
+        if field and field not in out:
+            out[field] = 3 + i if spec and spec[-1] in "dfgeE" else f"arg{i}z"
+    return out
+
+
+def test_every_engine_message_renders_in_both_languages_with_its_parameters():
+    """Each message of ``explorer.messages`` (the runtime's, the loaders', the plans', the report's): English and
+    Chinese with the same fields; made with sample arguments it renders in Chinese with every argument in it, and
+    its English read back (as it comes out of a child process or a JSON file) renders the same Chinese."""
+    from explorer import messages
+    from explorer.words import Message, Words, fields
+
+    subjects = [v for v in vars(messages).values() if isinstance(v, Words)]
+    assert sum(len(w.texts) for w in subjects) == len(messages.WORDS) > 250
+    problems = []
+    for words in subjects:
+        for mid, (en, zh) in words.texts.items():
+            if sorted(set(fields(en))) != sorted(set(fields(zh))) or not CJK.search(zh):
+                problems.append(f"{mid}: fields {fields(en)} vs {fields(zh)}, or no Chinese: {zh!r}")
+                continue
+            args = _sample_args(en)
+            msg = words(mid.split(".", 1)[1], **args)
+            assert isinstance(msg, Message) and msg.id == mid
+            out = i18n.message(msg, "zh")
+            if i18n.message(msg, "en") != str(msg) or not CJK.search(out) or \
+                    not all(str(v) in out for v in args.values()):
+                problems.append(f"{mid}: {str(msg)!r} -> {out!r}")
+            back = i18n.message(str(msg), "zh")
+            if back != out:
+                problems.append(f"{mid}: read back from {str(msg)!r} as {back!r}, not {out!r}")
+    assert not problems, "\n".join(problems)
+    # nested: a message as another's argument, rendered in turn; the families' words read back as before
+    from explorer.messages import PROGRESS
+
+    status = PROGRESS("about_left", status=PROGRESS("timing_chain", n=4, n2=53), left=PROGRESS("minutes", min=3, s=20))
+    assert str(status) == "timing chain 4/53 · about 3 min 20 s left"
+    assert i18n.message(status, "zh") == i18n.message(str(status), "zh") == "正在给链计时：第 4/53 条 · 约剩 3 分 20 秒"
     assert i18n.message("conv output has 2 consumers", "zh") == "conv 的输出有 2 个使用者"   # read back
     assert i18n.message("something new", "zh").endswith("（英文原文）")
     assert i18n.message("something new", "en") == "something new"
+
+
+def test_no_regex_rule_is_left():
+    """The runtime's messages are ``Words``: no locale module translates English by regular expressions any more,
+    and the Chinese catalogs hold no English sentence as a lookup key."""
+    from explorer.ui import locale
+    import pkgutil, importlib
+
+    for info in pkgutil.iter_modules(locale.__path__):
+        module = importlib.import_module(f"{locale.__name__}.{info.name}")
+        assert not hasattr(module, "RULES") and not hasattr(module, "EXAMPLES"), info.name
+    assert not hasattr(i18n, "_message_rules")
 
 
 def test_t_formats_and_falls_back_visibly():
@@ -618,23 +667,6 @@ def test_graph_fusions_and_export_pages_in_both_languages(lang):
 REPORTS = ROOT / "benchmarks" / "results"
 #: Column headers that are names, the same in both languages (ids, percentiles, the precision metrics).
 SAME_IN_BOTH = {"id", "p", "p20", "p80", "max_abs", "max_rel", "rel_l2", "cosine", "top1_agreement"}
-
-
-def test_runtime_rules_match_their_examples_and_are_not_shadowed():
-    """Each rule of locale/runtime.py (the runner's progress and errors, a report's notes) makes Chinese of its
-    example, and no earlier rule (of messages.py or runtime.py) takes that example first."""
-    from explorer.ui.locale import runtime
-
-    rules = i18n._message_rules()
-    for rx, zh, example in runtime.EXAMPLES:
-        hit = re.fullmatch(rx, example)
-        assert hit, f"rule {rx!r} does not match its example {example!r}"
-        assert {int(f) for f in i18n.placeholders(zh)} <= set(range(len(hit.groups()))), rx
-        first = next(r for r, _ in rules if r.fullmatch(example))
-        assert first.pattern == rx, f"{example!r} is taken by the earlier rule {first.pattern!r}"
-        out = i18n.message(example, "zh")
-        assert CJK.search(out) and i18n.UNTRANSLATED not in out, (example, out)
-    assert i18n.message("timing chain 4/53 · about 3 min 20 s left", "zh") == "正在给链计时：第 4/53 条 · 约剩 3 分 20 秒"
 
 
 def _report_texts(report, lang: str) -> list[str]:

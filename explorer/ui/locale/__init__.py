@@ -11,9 +11,9 @@ page and the drawn graph of ``explorer.graph_view``), ``fusions.*`` and
 and the run report's figures and tables), ``state.*`` (loading, the page
 boundary's error line, a run's live progress). A module may also define ``TEXTS = {english: chinese}``: the
 translation memory for texts written in English elsewhere and looked up by
-that text (``zoo.py``: the zoo's descriptions). ``messages.py`` and ``runtime.py``
-translate the runtime's English messages by pattern (``RULES``): plans, progress,
-run and report-file errors, upload errors, the notes a run report carries.
+that text (``zoo.py``: the zoo's descriptions). What the runtime writes (plans,
+progress, run and report-file errors, upload errors, the notes a run report
+carries) is not here either: ``explorer/messages.py`` declares it as ``Words``.
 
 What a fusion family says (its patterns' texts, near misses, refusals, kernel
 labels, its title) is not here: each family declares it in both languages beside

@@ -2,8 +2,7 @@
 report, the section headings, what the verdicts say and the buttons that act on them.
 
 The figures' and tables' own texts are ``chart.*`` (``locale/charts.py``); a teaching report's panels are
-``teach.*`` (``locale/teach.py``); notes and errors written in English by the runtime go through the rules of
-``locale/runtime.py``. Terms: report 报告, teaching report 教学报告, run report 运行报告, verdict 结论,
+``teach.*`` (``locale/teach.py``); notes and errors of the runtime are its messages (``explorer/messages.py``). Terms: report 报告, teaching report 教学报告, run report 运行报告, verdict 结论,
 baseline 基线, precision 精度, staged table 分阶段表, plain calls 普通调用, epilogue 尾处理.
 """
 

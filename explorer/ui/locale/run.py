@@ -2,8 +2,7 @@
 Run and Cancel, the run's progress and outcome.
 
 Terms: measure 测量, plan 融合计划, per-chain timing 逐链计时, staged table 分阶段表, baseline 基线, quick mode
-快速模式, repetitions 重复次数, cache 缓存; the runner's own progress and errors are translated by the rules of
-``locale/runtime.py``.
+快速模式, repetitions 重复次数, cache 缓存; the runner's own progress and errors are its messages (``explorer/messages.py``).
 """
 
 STRINGS = {
