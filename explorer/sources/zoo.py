@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from explorer.messages import LOAD
 from explorer.errors import ModelLoadError
 from explorer.units import available_host_bytes
 
@@ -72,9 +73,9 @@ class InputSpec:
         b = self.batch if batch is None else int(batch)
         s = (self.seq_len or 0) if seq_len is None else int(seq_len)
         if b < 1:
-            raise ModelLoadError(f"batch must be at least 1, got {b}")
+            raise ModelLoadError(LOAD("batch", got=b))
         if self.seq_len is not None and s < 1:
-            raise ModelLoadError(f"sequence length must be at least 1, got {s}")
+            raise ModelLoadError(LOAD("seq_len", got=s))
         return b, s
 
     def nbytes(self, batch: int | None = None, seq_len: int | None = None) -> int:
@@ -274,7 +275,7 @@ def get_entry(name: str) -> ZooEntry:
         return ZOO[name]
     except KeyError:
         known = ", ".join(sorted(ZOO))
-        raise ModelLoadError(f"unknown model '{name}': the zoo has {known}") from None
+        raise ModelLoadError(LOAD("unknown_model", name=name, known=known)) from None
 
 
 def menu() -> list[ZooEntry]:
