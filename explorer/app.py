@@ -165,7 +165,8 @@ def main() -> None:
     ui_state.finish_run()
     cuda = _cuda_available()
 
-    i18n.language_switch()  # English / 中文, first in the sidebar; every page reads it through i18n.t
+    lang = i18n.language_switch()  # English / 中文, first in the sidebar; every page reads it through i18n.t
+    st.html(i18n.uploader_css(lang))  # Streamlit's uploader text, in the language chosen
     try:
         requested = sidebar_model()
         sidebar_settings(cuda)

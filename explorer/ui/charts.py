@@ -252,7 +252,8 @@ def precision_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
         if prec is None:
             continue
         rows.append({t_in(lang, "chart.col.comparison"): t_in(lang, f"chart.prec.{key}"),
-                     **{k: getattr(prec, k) for k in PRECISION_KEYS},
+                     **{(t_in(lang, "chart.col.top1_agreement") if k == "top1_agreement" else k): getattr(prec, k)
+                        for k in PRECISION_KEYS},
                      t_in(lang, "chart.col.why_no_relative"): message(prec.refused or "", lang)})
     return rows
 

@@ -244,6 +244,26 @@ def translate_phrases(text: Any, lang: str | None = None) -> str:
     return str(text) if rendered is None else rendered
 
 
+# ------------------------------------------------------------------ Streamlit's own widget text
+
+def uploader_css(lang: str) -> str:
+    """A ``<style>`` that puts the catalog's words (``app.upload.*``) in place of the English Streamlit writes
+    into every file uploader (its button's "Upload", and "200MB per file", Streamlit's limit rather than the
+    app's): both hidden, ours shown in their place. The app's size limit is in each uploader's own label
+    (``app.limit``), so it is said once, in the chosen language."""
+    def css_text(key: str) -> str:
+        return t_in(lang, key).replace("\\", "\\\\").replace('"', '\\"')
+
+    zone = '[data-testid="stFileUploaderDropzone"]'
+    hint = f'{zone} [data-testid="stFileUploaderDropzoneInstructions"] > div'
+    label = f'{zone} button [data-testid="stMarkdownContainer"]'
+    return ("<style>"
+            f"{hint} > span,{hint} > small,{label} > p{{display:none}}"
+            f'{hint}::after{{content:"{css_text("app.upload.drop")}"}}'
+            f'{label}::after{{content:"{css_text("app.upload.button")}"}}'
+            "</style>")
+
+
 # ------------------------------------------------------------------ the switch
 
 def language_switch() -> str:

@@ -82,6 +82,7 @@ STRINGS = {
 
     # ------------------------------------------------------------------ precision
     "chart.col.comparison": ("comparison", "比较"),
+    "chart.col.top1_agreement": ("top1_agreement", "top-1 一致率"),
     "chart.col.why_no_relative": ("why no relative figures", "为何没有相对误差"),
     "chart.prec.unfused": ("unfused model vs float64 (its own rounding)", "融合前模型对比 float64（它自身的舍入误差）"),
     "chart.prec.fused": ("fused model vs float64", "融合后模型对比 float64"),

@@ -107,7 +107,7 @@ STRINGS = {
         "A ResNet basic block: conv → BN → ReLU → conv → BN → add (residual) → ReLU, small enough to see every "
         "op. Look at the sidebar: it says *Loaded: residual_block*.",
         "一个 ResNet 基本块：conv → BN → ReLU → conv → BN → 残差相加 → ReLU，小到每个算子都看得清。看侧栏：它显示"
-        "*Loaded: residual_block*。"),
+        "*已加载：residual_block*。"),
     "tour.s1.button": ("Load residual_block", "加载 residual_block"),
     "tour.s2.title": ("See the chain", "看清这条链"),
     "tour.s2.body": (

@@ -86,7 +86,7 @@ STRINGS = {
     "teach.bd.title": ("Where one forward's time goes (the reference article's table, measured)",
                        "一次前向的时间花在哪里（参考文章的表，实测）"),
     "teach.bd.profile": ("Profile one forward now ({device}, {dtype}), unfused and fused",
-                         "现在 profile 一次前向（{device}，{dtype}），融合前和融合后"),
+                         "现在对一次前向做 profiling（{device}，{dtype}），融合前和融合后"),
     "teach.bd.press": ("Press the button to profile the loaded model, or open a teaching report measured on a GPU.",
                        "点击按钮对当前模型做 profiling，或者打开一份在 GPU 上测得的教学报告。"),
     "teach.bd.stale": ("This profile is of an earlier model, plan or setting: press the button again for the current one.",

@@ -317,7 +317,18 @@ def _steps_text(p) -> str:
     if p.siblings:
         kinds = "/".join(sorted(p.steps[0].kinds))
         return t("learn.pattern.siblings_steps", kinds=kinds)
-    return p.joiner.join(("/".join(sorted(s.kinds))[:40] + ("?" if s.optional else "")) for s in p.steps)
+    return p.joiner.join(_kinds_text(s.kinds) + ("?" if s.optional else "") for s in p.steps)
+
+
+def _kinds_text(kinds, limit: int = 40) -> str:
+    """A step's op kinds joined by "/", cut after the last whole kind that fits in ``limit`` characters
+    ("relu/relu6/…", never "relu6/si")."""
+    shown: list[str] = []
+    for kind in sorted(kinds):
+        if shown and len("/".join([*shown, kind])) > limit:
+            return "/".join(shown) + "/…"
+        shown.append(kind)
+    return "/".join(shown)
 
 
 def _examples(cur) -> None:
