@@ -152,6 +152,11 @@ JSON = Words("json", {
                  "{what} 在这里不是有效的 JSON：嵌套 {depth} 层，超过 {limit} 层"),
     "not_utf8": ("{what} is not valid JSON: not UTF-8 text ({reason})", "{what} 不是有效的 JSON：不是 UTF-8 文本（{reason}）"),
     "not_json": ("{what} is not valid JSON: {reason}", "{what} 不是有效的 JSON：{reason}"),
+    # what a file is, named in the messages above ("plan is not valid JSON: ...")
+    "plan": ("plan", "融合计划"),
+    "plan_file": ("plan {name}", "融合计划 {name}"),
+    "report": ("report", "报告"),
+    "report_file": ("report {name}", "报告 {name}"),
     "nul": ("cannot read {what}: the path holds a NUL byte", "无法读取 {what}：路径中有 NUL 字节"),
     "not_regular": ("cannot read {what}: it is {kind}, not a regular file", "无法读取 {what}：它是{kind}，不是普通文件"),
     "cannot_read": ("cannot read {what}: {reason}", "无法读取 {what}：{reason}"),

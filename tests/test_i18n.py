@@ -611,8 +611,69 @@ def _page_texts(at) -> list[str]:
     return out
 
 
+#: Words that stay as they are in 中文 (the allowlist of ``english_prose``): names of things (hardware, libraries,
+#: formats, models, op and layer names, kernel choices), units, and the variables and dimensions of formulas.
+NAMES = {
+    "cpu", "gpu", "cuda", "triton", "gemm", "onnx", "json", "html", "cudnn", "cublaslt", "aten", "nsight", "compute",
+    "pytorch", "torch", "eager", "inductor", "profiling", "relu", "gelu", "silu", "swiglu", "softmax", "sdpa",
+    "matmul", "linear", "conv", "layernorm", "rmsnorm", "llamarmsnorm", "batchnorm", "resnet", "mobilenetv",
+    "efficientnet", "convnext", "convnext-tiny", "bert", "bert-base", "bert-large", "llama", "transformer",
+    "transformers", "mlp", "squeeze-and-excitation", "hugging", "face", "ctrl", "flops", "flop", "kib", "mib", "gib",
+    "mhz", "tflop", "ram", "dram", "sram", "epilogue", "pre-norm", "add", "attention", "flash", "gate", "cache",
+    "nchw", "nhwc", "channels", "dtype", "language", "fp", "bf", "qkv", "rotary", "lean", "pickle", "graph",
+    "mean", "var", "eps", "gamma", "beta", "sqrt", "round", "max", "min", "log", "cos", "sin", "out", "ref", "mul",
+    "rsqrt", "batch", "heads", "layer", "scale", "temp", "reduce-overhead", "max-autotune", "compile", "sweep",
+    "tensor", "cpp", "auto", "bias", "sequence", "argmax", "cosine", "nvidia", "ncu",
+}
+_TAG = re.compile(r"<[^>]*>")
+_CODE = re.compile(r"`[^`]*`")
+_NAME_TOKEN = re.compile(r"\S*(?:[_/\\=@0-9²]|\w\.\w)\S*")     # identifiers, paths, files, versions, numbers
+
+
+def english_prose(text: str) -> list[str]:
+    """The English words of a text shown in 中文 that are no name: outside HTML tags, code spans and identifiers,
+    each word of 3+ letters (each part of ``Conv+BN+ReLU``) not in ``NAMES``."""
+    text = _NAME_TOKEN.sub(" ", _CODE.sub(" ", _TAG.sub(" ", text)).replace("*", " "))
+    out = []
+    for word in re.findall(r"[A-Za-z][A-Za-z+\-]{2,}", text):
+        parts = [p for p in re.split(r"[+\-]", word) if len(p) >= 3]
+        if word.lower() not in NAMES and any(p.lower() not in NAMES for p in parts):
+            out.append(word)
+    return out
+
+
+def test_english_prose_finds_what_it_should():
+    assert english_prose("看侧栏：它显示 *Loaded: residual_block*。") == ["Loaded"]
+    assert english_prose("Kernel Launch 约 15%") == ["Kernel", "Launch"]
+    assert english_prose("1 threads") == ["threads"] and english_prose("200MB per file.") == ["per", "file"]
+    assert english_prose("Conv+BN+ReLU 在 GPU 上用 `cudnn_conv_relu`，见 docs/design.md（batch 32，fp16）") == []
+
+
+def _shown_texts(at) -> list[str]:
+    """What a person reads on the page: ``_page_texts`` with each table's headers as drawn (its column
+    configuration's labels), the tabs, and the charts' titles, axes, legends and annotations."""
+    out = [x for x in _page_texts(at) if x != "None"]   # an empty cell (None) is drawn empty
+    for frame in at.dataframe:
+        config = json.loads(frame.proto.columns or "{}")
+        labelled = {k for k, v in config.items() if isinstance(v, dict) and v.get("label")}
+        out = [x for x in out if x not in labelled or x in {str(v.get("label")) for v in config.values()
+                                                             if isinstance(v, dict)}]
+        out += [str(v["label"]) for v in config.values() if isinstance(v, dict) and v.get("label")]
+    out += [str(e.label) for e in at.get("tab")]
+    for chart in at.get("plotly_chart"):
+        layout = json.loads(chart.proto.spec).get("layout", {})
+        for part in (layout.get("title"), *(layout.get(a, {}).get("title") for a in ("xaxis", "yaxis"))):
+            out.append(str(part.get("text", "")) if isinstance(part, dict) else str(part or ""))
+        out += [str(a.get("text", "")) for a in layout.get("annotations", [])]
+        out += [str(trace.get("name", "")) for trace in json.loads(chart.proto.spec).get("data", [])]
+    return out
+
+
 def _check_page(at, lang: str, wanted: tuple[str, ...]) -> None:
     assert not at.exception, at.exception
+    if lang == "zh":   # no English left in 中文 (issue 26): every text shown, tables and charts included
+        left = sorted({f"{w}: {x[:100]!r}" for x in _shown_texts(at) for w in english_prose(x)})
+        assert not left, "English left in 中文:\n" + "\n".join(left[:30])
     texts = _page_texts(at)
     assert not [x for x in texts if MISSING_KEY.search(x)], [x for x in texts if MISSING_KEY.search(x)]
     assert not [x for x in texts if i18n.UNTRANSLATED in x], [x for x in texts if i18n.UNTRANSLATED in x]
@@ -658,8 +719,15 @@ def test_graph_fusions_and_export_pages_in_both_languages(lang):
     at.file_uploader(key="plan_file").set_value(("p.json", b"{not json", "application/json")).run()
     _check_page(at, lang, ("fusions.plan.error",))
 
+    at.session_state["last_report"] = None   # the made-up report above is a dict, for the Fusions page only
     at.switch_page("ui/pages/export.py").run()
     _check_page(at, lang, ("export.title", "export.plan_json"))
+
+    # the other pages as they first open (in 中文: no English left, _check_page)
+    at.switch_page("ui/pages/learn.py").run()
+    _check_page(at, lang, ("learn.title",))
+    at.switch_page("ui/pages/sweeps.py").run()
+    _check_page(at, lang, ())
 
 
 # ------------------------------------------------------------------ the Run and Results pages, the runtime's texts

@@ -14,7 +14,7 @@ import json
 from typing import Any, Iterable
 
 from explorer.errors import PlanError
-from explorer.messages import PLAN
+from explorer.messages import JSON, PLAN
 from explorer.jsonfile import parse_json
 from explorer.fusions import BY_NAME
 from explorer.fusions.base import Detection
@@ -89,7 +89,7 @@ class Plan(PlanInfo):
     @classmethod
     def from_json(cls, text: str | bytes) -> "Plan":
         """A plan from JSON text (bounded size and nesting, ``explorer.jsonfile``), then ``from_dict``."""
-        return cls.from_dict(parse_json(text, "plan", PlanError, MAX_PLAN_BYTES))
+        return cls.from_dict(parse_json(text, JSON("plan"), PlanError, MAX_PLAN_BYTES))
 
     def check_for(self, detection: Detection) -> None:
         """Refuse a plan made for another model, or naming chains this model does not have."""

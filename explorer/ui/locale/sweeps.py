@@ -120,4 +120,7 @@ STRINGS = {
     "sweeps.open_report": ("Open its report", "打开其报告"),
     "sweeps.no_report": ("This point has no report (it failed).", "这个测量点没有报告（测量失败）。"),
     "sweeps.not_opened": ("Report not opened: {error}", "报告未打开：{error}"),
+    # a sweep's plans "all" and "none" (fusion-explorer sweep --plan all), in a series' name
+    "sweeps.plan.all": ("all", "全部融合"),
+    "sweeps.plan.none": ("none", "不融合"),
 }
