@@ -1,9 +1,9 @@
-"""The app's own CJK font (``explorer/ui/fonts.py``): it covers every Chinese character the app can write, the app
-serves it and declares it, and a browser with no CJK font of its own draws the 中文 pages with it."""
+"""The app's own CJK font (``explorer/ui/fonts.py``): it covers every Chinese character the app can write, and the
+app declares it (a browser with no CJK font of its own drawing the 中文 pages with it: ``tests/test_browser.py``,
+which shares that module's running app)."""
 
 from __future__ import annotations
 
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -48,38 +48,3 @@ def test_the_face_extends_streamlits_own_family_for_cjk_only():
     assert fonts.IFRAME_FAMILY in html.split("</head>")[0] and f"sans-serif, '{fonts.IFRAME_FAMILY}'" in html
     static = (ROOT / ".streamlit" / "config.toml").read_text()
     assert "enableStaticServing = true" in static
-
-
-_FONTS_CONF = """<?xml version="1.0"?>
-<!DOCTYPE fontconfig SYSTEM "fonts.dtd">
-<fontconfig><dir>/usr/share/fonts/truetype/dejavu</dir><cachedir>{cache}</cachedir></fontconfig>
-"""
-
-
-@pytest.mark.browser
-def test_a_browser_without_cjk_fonts_draws_the_chinese_pages_with_the_apps_font(app_url, tmp_path):
-    """Chromium given only DejaVu (no CJK font, as on a bare Debian machine): the 中文 Graph page makes the
-    browser load the app's subset for its Chinese, from the app itself."""
-    from playwright.sync_api import sync_playwright
-
-    from browser_harness import ARGS, CHROMIUM, wait_idle
-
-    data = urllib.request.urlopen(app_url + fonts.font_url(), timeout=10).read()
-    assert data == fonts.FONT_PATH.read_bytes()
-    conf = tmp_path / "fonts.conf"
-    conf.write_text(_FONTS_CONF.format(cache=tmp_path / "cache"))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, env={"FONTCONFIG_FILE": str(conf),
-                                                                                  "HOME": str(tmp_path)})
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.goto(app_url + "/?lang=zh&model=residual_block")
-            page.get_by_text("计算图中").first.wait_for(timeout=120_000)
-            wait_idle(page, 120_000)
-            page.wait_for_function("() => document.fonts.status === 'loaded'", timeout=30_000)
-            faces = page.evaluate("() => [...document.fonts].filter(f => f.status === 'loaded')"
-                                  ".map(f => [f.family, f.unicodeRange])")
-        finally:
-            browser.close()
-    assert any(family.strip('"') == "Source Sans" and "U+4E00-9FFF" in ranges.upper() for family, ranges in faces), \
-        faces
