@@ -43,6 +43,7 @@ def test_the_face_extends_streamlits_own_family_for_cjk_only():
     assert "font-family:'Source Sans'" in css and "url('/app/static/cjk-subset.woff2')" in css
     assert "unicode-range:U+3000-303F, U+3400-4DBF, U+4E00-9FFF, U+FF00-FFEF" in css
     assert "font-weight:100 900" in css                     # Streamlit's own descriptors: one composite family
+    assert "font-style:normal" in css and "font-style:italic" in css
     assert "url('/base/app/static/" in fonts.font_face_css("/base/")
     html = fonts.with_font('<html><head></head><body>"face": "sans-serif"</body></html>')
     assert fonts.IFRAME_FAMILY in html.split("</head>")[0] and f"sans-serif, '{fonts.IFRAME_FAMILY}'" in html

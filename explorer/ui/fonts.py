@@ -72,8 +72,11 @@ WEIGHTS = "100 900"
 
 
 def _face(family: str, base: str) -> str:
-    return (f"@font-face{{font-family:'{family}';src:url('{font_url(base)}') format('woff2');"
-            f"font-weight:{WEIGHTS};font-style:normal;font-display:swap;unicode-range:{unicode_range()};}}")
+    """The subset as ``family``'s CJK part, upright and italic (Streamlit has an italic Source Sans too: without an
+    italic face of its own, an italic Chinese phrase would find no glyphs)."""
+    return "".join(f"@font-face{{font-family:'{family}';src:url('{font_url(base)}') format('woff2');"
+                   f"font-weight:{WEIGHTS};font-style:{style};font-display:swap;unicode-range:{unicode_range()};}}"
+                   for style in ("normal", "italic"))
 
 
 def font_face_css(base: str = "") -> str:

@@ -136,14 +136,15 @@ def _svg(spec: diagrams.DiagramSpec, fused: bool) -> str:
 
 
 def _before_after(spec: diagrams.DiagramSpec) -> None:
-    """The unfused and the fused drawing side by side."""
+    """The unfused and the fused drawing side by side, inline in the page (an SVG shown as an image draws with
+    the machine's fonts only; inline, its Chinese uses the app's own CJK font, explorer/ui/fonts.py)."""
     left, right = st.columns(2)
     with left:
         st.markdown(f"**{t('diagram.before')}**")
-        st.image(_svg(spec, False), width="stretch")
+        st.markdown(diagrams.fit_width(_svg(spec, False)), unsafe_allow_html=True)
     with right:
         st.markdown(f"**{t('diagram.after')}**")
-        st.image(_svg(spec, True), width="stretch")
+        st.markdown(diagrams.fit_width(_svg(spec, True)), unsafe_allow_html=True)
 
 
 def _poll(name: str) -> None:
