@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # `streamlit run explorer/app.py` runs this file 
 import streamlit as st
 
 from explorer.sources import zoo
+from explorer.ui import fonts
 from explorer.ui import files as ui_files
 from explorer.ui import i18n
 from explorer.ui.i18n import message, t, t_in, translate_text
@@ -154,6 +155,8 @@ def main() -> None:
     lang = st.session_state.get("lang") or st.query_params.get("lang")   # the switch is drawn below
     st.set_page_config(page_title=t_in(lang if lang in i18n.LANGUAGES else i18n.DEFAULT, "app.name"),
                        page_icon=str(HERE / "ui" / "icon.png"), layout="wide")
+    # the app's own CJK font (explorer/ui/fonts.py): its 中文 never depends on the fonts of the machine
+    st.html(fonts.font_face_css(st.get_option("server.baseUrlPath")))
     ui_state.init_state()
     init_widget_defaults()
     # ?model=...&dtype=...&device=...&view=... opens that state (once per session)
@@ -162,7 +165,8 @@ def main() -> None:
     ui_state.finish_run()
     cuda = _cuda_available()
 
-    i18n.language_switch()  # English / 中文, first in the sidebar; every page reads it through i18n.t
+    lang = i18n.language_switch()  # English / 中文, first in the sidebar; every page reads it through i18n.t
+    st.html(i18n.uploader_css(lang))  # Streamlit's uploader text, in the language chosen
     try:
         requested = sidebar_model()
         sidebar_settings(cuda)

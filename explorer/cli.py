@@ -4,7 +4,7 @@
     fusion-explorer detect MODEL [--json] [--batch N] [--seq-len N]
     fusion-explorer plan MODEL --accept all|none|PATTERN[,PATTERN...] [--reject ID,...]
                                [--reject-slower report.json] [--kernel ID=CHOICE ...]
-                               [--separate-gpu-slower report.json] > plan.json
+                               [--separate-gpu-slower report.json] [--out plan.json]
     fusion-explorer run MODEL --plan plan.json [--device cuda|cpu] [--dtype fp32|fp16|bf16]
                               [--batch N] [--seq-len N] [--quick] [--baselines]
                               [--compile-modes default,reduce-overhead,...] --out report.json
@@ -119,7 +119,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
           "kernel launches (each chain's kernel on that device): "
           + ", ".join(f"{dev} {tab.before} -> {tab.after} (saves {tab.saved})" for dev, tab in tables.items()))
     if det.alternatives:
-        print(f"\nalso possible ({len(det.alternatives)}; choose one with `plan --use ID`):")
+        print(f"\nalso possible ({len(det.alternatives)}; choose one with: fusion-explorer plan MODEL --use ID):")
         for a in det.alternatives:
             words = ", then ".join(BY_NAME[c.pattern].label for c in a.chains)
             print(f"  instead of {clean(a.instead_of)}: {words}  [{clean(a.id)}]")
@@ -134,6 +134,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from explorer.fusion_engine import analyze
     from explorer.fusions.plan import make_plan
 
+    if args.out:
+        _check_out(args.out, "the plan")
     reports = {path: _read_report(path) for path in (args.reject_slower, args.separate_gpu_slower) if path}
     _, _, det = analyze(args.model, batch=args.batch, seq_len=args.seq_len)
     for path, report in reports.items():
@@ -162,7 +164,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         for alternative in args.use:
             plan = choose_alternative(plan, det, alternative.strip())
-    print(plan.to_json())
+    if args.out:
+        _write_out(args.out, plan.to_json() + "\n", "the plan")
+    else:
+        print(plan.to_json())
     return 0
 
 
@@ -187,18 +192,31 @@ def _check_report_model(report, det, path: str) -> None:
                           "it was measured on another model")
 
 
-def _check_out(path: str) -> None:
-    """Refuse an ``--out`` that cannot be written, before anything is measured."""
+def _check_out(path: str, what: str = "the report") -> None:
+    """Refuse an ``--out`` that cannot be written, before anything is measured or computed."""
     if "\x00" in path:
         raise ExplorerError("--out holds a NUL byte")
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
-        raise ExplorerError(f"cannot write the report to {path}: the folder {folder} does not exist")
+        raise ExplorerError(f"cannot write {what} to {path}: the folder {folder} does not exist")
     if target.is_dir():
-        raise ExplorerError(f"cannot write the report to {path}: it is a folder")
+        raise ExplorerError(f"cannot write {what} to {path}: it is a folder")
     if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise ExplorerError(f"cannot write the report to {path}: permission denied")
+        raise ExplorerError(f"cannot write {what} to {path}: permission denied")
+
+
+def _write_out(path: str, text: str, what: str) -> None:
+    """Write ``text`` to ``path`` once everything has succeeded: into a temporary file beside it, then renamed
+    over it, so that a failure (here or before) never leaves an empty or half-written file."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.part")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ExplorerError(f"cannot write {what} to {path}: {exc.strerror}") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -226,10 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     report = gpu_runner.run(args.model, plan, settings, progress=progress)
     text = report.to_json(indent=2)
     if args.out:
-        try:
-            Path(args.out).write_text(text)
-        except OSError as exc:
-            raise ExplorerError(f"cannot write the report to {args.out}: {exc.strerror}") from None
+        _write_out(args.out, text, "the report")
     else:
         print(text)
     print(visible_lines(summary_table(report)), file=sys.stderr)
@@ -395,9 +410,10 @@ def cmd_app(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
     app = Path(__file__).with_name("app.py")
     # The repository's .streamlit/config.toml is read only from the working directory, so the
-    # settings that matter are passed here too: the stated upload limit, and no usage
-    # statistics (the app never reaches the internet). Later user arguments win.
-    defaults = [f"--server.maxUploadSize={MAX_UPLOAD_MB}", "--browser.gatherUsageStats=false"]
+    # settings that matter are passed here too: the stated upload limit, no usage statistics
+    # (the app never reaches the internet), and the static files (its CJK font). Later user arguments win.
+    defaults = [f"--server.maxUploadSize={MAX_UPLOAD_MB}", "--browser.gatherUsageStats=false",
+                "--server.enableStaticServing=true"]   # explorer/static/: the app's CJK font
     ours = ([f"--server.port={args.port}"] if getattr(args, "port", None) else []) + \
         ([f"--server.address={args.address}"] if getattr(args, "address", None) else []) + \
         (["--server.headless=true"] if getattr(args, "headless", False) else [])
@@ -406,46 +422,110 @@ def cmd_app(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return 0  # not reached
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="fusion-explorer", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+#: The committed H200 report a CPU machine can use where a CUDA report is asked for (--reject-slower,
+#: --separate-gpu-slower): ResNet-50 in fp16, channels_last, batch 32, measured on an NVIDIA H200.
+H200_REPORT = "benchmarks/results/report_resnet50_fp16_channels_last_h200.json"
 
-    p = sub.add_parser("models", help="list the built-in zoo")
-    p.add_argument("--json", action="store_true")
+#: Examples shown by ``--help``, per subcommand (and all of them in the top-level help).
+EXAMPLES: dict[str, list[tuple[str, str]]] = {
+    "models": [("fusion-explorer models", "the zoo: name, family, input, description"),
+               ("fusion-explorer models --json", "the same as one JSON list")],
+    "detect": [("fusion-explorer detect resnet50", "chains, bytes and launches saved, near misses"),
+               ("fusion-explorer detect bert_base --seq-len 128 --json", "one JSON object"),
+               ("fusion-explorer detect model.onnx", "an ONNX file (or .pt2, or a Hugging Face folder)")],
+    "plan": [("fusion-explorer plan resnet50 --accept conv_bn_act,conv_bn_add_act --out plan.json",
+              "accept two patterns, write plan.json"),
+             ("fusion-explorer plan resnet50 --reject conv_bn_act@conv2d --out plan.json", "reject one chain"),
+             (f"fusion-explorer plan resnet50 --reject-slower {H200_REPORT} --out plan2.json",
+              "drop the chains a report measured slower (on a CPU machine: the committed H200 report)"),
+             ("fusion-explorer plan resnet50 --kernel conv_bn_act@conv2d_5=separate_epilogue --out plan3.json",
+              "choose one chain's kernel"),
+             (f"fusion-explorer plan resnet50 --memory-format channels_last --separate-gpu-slower {H200_REPORT} "
+              "--out plan4.json", "separate epilogues where the fused kernel lost on the GPU")],
+    "run": [("fusion-explorer run resnet50 --device cpu --quick --out quick.json",
+             "a first look on a CPU: fewer repetitions, no per-chain timing"),
+            ("fusion-explorer run resnet50 --plan plan.json --device cuda --dtype fp16 --batch 32 --out report.json",
+             "the full measurement on a GPU"),
+            ("fusion-explorer run residual_block --device cpu --baselines --out r.json",
+             "also eager and torch.compile")],
+    "sweep": [("fusion-explorer sweep sweep.toml --out benchmarks/results/sweeps/mine", "a grid from a file: docs/sweeps.md"),
+              ("fusion-explorer sweep --models resnet50 --batches 1,8,32 --dtypes fp16 --out sweep1",
+               "a grid from flags")],
+    "compare-compile": [("fusion-explorer compare-compile residual_block --device cpu",
+                         "our chains beside torch.compile's kernels"),
+                        ("fusion-explorer compare-compile bert_base --device cuda --dtype fp16 --mode max-autotune "
+                         "--json", "one JSON object")],
+}
+
+
+def _examples(*commands: str) -> str:
+    """The "examples:" block of a help text: each command line, its purpose indented below it."""
+    lines = ["examples:"]
+    for command in commands:
+        for line, what in EXAMPLES[command]:
+            lines += [f"  {line}", f"      {what}"]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = OneLineParser(
+        prog="fusion-explorer", formatter_class=raw,
+        description="Find, choose and measure operator fusions in a model (a zoo name, .onnx, .pt2 or a\n"
+                    "Hugging Face folder). Each command has its own --help. Every bad input prints one line\n"
+                    "and exits with status 2.",
+        epilog=_examples("models", "detect", "plan", "run", "compare-compile") + "\n\n"
+               "A CPU machine cannot make the CUDA report that --reject-slower and --separate-gpu-slower read; "
+               f"use the committed one:\n  {H200_REPORT}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help: str, description: str | None = None, epilog: str = "") -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=description or help[0].upper() + help[1:] + ".",
+                              epilog=epilog or _examples(name), formatter_class=raw)
+
+    p = add("models", "list the built-in zoo")
+    p.add_argument("--json", action="store_true", help="print one JSON list")
 
     def model_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("model", help="zoo name, .onnx, .pt2 or Hugging Face folder")
         p.add_argument("--batch", type=_positive)
         p.add_argument("--seq-len", type=_positive, dest="seq_len")
 
-    p = sub.add_parser("detect", help="list the fusible chains and near misses of a model")
+    p = add("detect", "list the fusible chains and near misses of a model")
     model_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
-    p = sub.add_parser("plan", help="write a fusion plan (JSON) to stdout")
+    p = add("plan", "write a fusion plan (JSON) to stdout, or to a file with --out",
+            epilog=_examples("plan") + "\n\nOn a machine without a GPU, --reject-slower and --separate-gpu-slower "
+                   f"read the committed H200 report:\n  {H200_REPORT}\n"
+                   "--out writes the file only when the plan is made: a failure never leaves an empty file.")
     model_args(p)
+    p.add_argument("--out", metavar="FILE", help="write the plan to FILE, only once it is made (default: stdout)")
     p.add_argument("--accept", default="all", help="all, none, or pattern names separated by commas")
     p.add_argument("--reject", default="", help="chain ids to reject, separated by commas")
     p.add_argument("--reject-slower", dest="reject_slower", metavar="REPORT",
-                   help="also reject every chain that this runner report measured slower fused")
-    p.add_argument("--memory-format", default="nchw", choices=["nchw", "channels_last"], dest="memory_format")
-    p.add_argument("--cuda-graphs", action="store_true", dest="cuda_graphs")
+                   help="also reject every chain that this run report measured slower fused")
+    p.add_argument("--memory-format", default="nchw", choices=["nchw", "channels_last"], dest="memory_format",
+                   help="the memory format the plan runs in (default nchw)")
+    p.add_argument("--cuda-graphs", action="store_true", dest="cuda_graphs",
+                   help="time the fused model as CUDA-graph replays (on a GPU)")
     p.add_argument("--kernel", action="append", metavar="ID=CHOICE",
                    help="kernel choice for one chain (auto, separate_epilogue, inductor: the pattern's list); "
                         "repeat for more chains")
     p.add_argument("--use", action="append", metavar="ALTERNATIVE",
-                   help="accept an alternative (as `detect` lists it: 'conv_bn@conv2d_1 + elementwise_chain@add') "
+                   help="accept an alternative (as 'fusion-explorer detect' lists it: 'conv_bn@conv2d_1 + elementwise_chain@add') "
                         "in place of the chain it competes with; repeat for more")
     p.add_argument("--separate-gpu-slower", dest="separate_gpu_slower", metavar="REPORT",
                    help="choose separate_epilogue for every conv/linear chain that this CUDA report measured "
                         "slower fused even as CUDA graphs (the fused kernel itself slower on the GPU)")
 
-    p = sub.add_parser("run", help="measure the fused against the unfused model")
+    p = add("run", "measure the fused against the unfused model")
     model_args(p)
     p.add_argument("--plan", help="plan.json (default: every chain accepted)")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
-    p.add_argument("--out", help="where to write report.json (default: stdout)")
+    p.add_argument("--out", metavar="FILE", help="write the report to FILE, only once the run has succeeded "
+                                                 "(default: stdout)")
     p.add_argument("--no-chains", action="store_true", dest="no_chains", help="skip per-chain timing")
     p.add_argument("--no-stages", action="store_true", dest="no_stages", help="skip the staged table")
     p.add_argument("--quick", action="store_true",
@@ -458,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch.compile modes to compare with, separated by commas (implies --baselines): "
                         "default, reduce-overhead, max-autotune-no-cudagraphs")
 
-    p = sub.add_parser("sweep", help="measure many models x plans x shapes x dtypes, on one GPU or many")
+    p = add("sweep", "measure many models x plans x shapes x dtypes, on one GPU or many")
     p.add_argument("sweep_file", nargs="?", help="a sweep file (.toml, .yaml): docs/sweeps.md; or use the flags")
     p.add_argument("--out", required=True, help="the sweep folder (results.jsonl, results.parquet, reports/)")
     p.add_argument("--models", help="zoo names or paths, separated by commas")
@@ -486,7 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="measure again the points the folder holds already")
     p.add_argument("--allow-mixed-gpus", action="store_true", dest="allow_mixed_gpus",
                    help="let workers on different GPU models, drivers or versions share one sweep")
-    p = sub.add_parser("compare-compile", help="our chains beside the kernels torch.compile generates")
+    p = add("compare-compile", "our chains beside the kernels torch.compile generates")
     model_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--mode", default="default", choices=["default", "reduce-overhead", "max-autotune",

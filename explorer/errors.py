@@ -8,6 +8,8 @@ shows it in ``st.error``. Nothing else should reach the user as a traceback.
 
 from __future__ import annotations
 
+from explorer.messages import LOAD
+
 
 class ExplorerError(Exception):
     """Base class: the message is a single line meant for the user."""
@@ -25,10 +27,8 @@ class UnsupportedOpError(ModelLoadError):
 
     def __init__(self, op_types: list[str], path: str = "") -> None:
         self.op_types = sorted(set(op_types))
-        where = f" in {path}" if path else ""
-        super().__init__(
-            f"unsupported ONNX operator(s){where}: {', '.join(self.op_types)}"
-        )
+        ops = ", ".join(self.op_types)
+        super().__init__(LOAD("onnx_ops_in", name=path, ops=ops) if path else LOAD("onnx_ops", ops=ops))
 
 
 class PlanError(ExplorerError):

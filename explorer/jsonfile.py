@@ -25,6 +25,7 @@ import stat
 from typing import Any, BinaryIO
 
 from explorer.errors import ExplorerError
+from explorer.messages import JSON
 
 MAX_JSON_BYTES = 50 * 2**20
 MAX_JSON_DEPTH = 64
@@ -78,33 +79,33 @@ def parse_json(data: bytes | str, what: str, error: type[ExplorerError] = Explor
     are refused (they are not JSON) unless ``allow_nan`` (run reports may hold them).
     """
     if len(data) > max_bytes:
-        raise error(f"{what} is {len(data) / 2**20:.1f} MiB, over the limit of {max_bytes / 2**20:.0f} MiB")
+        raise error(JSON("too_big", what=what, size=len(data) / 2**20, limit=max_bytes / 2**20))
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise error(f"{what} is not valid JSON: not UTF-8 text ({_one_line(exc)})") from None
+            raise error(JSON("not_utf8", what=what, reason=_one_line(exc))) from None
     depth = nesting_depth(data)
     if depth > max_depth:
-        raise error(f"{what} is not valid JSON here: nested {depth} deep, more than {max_depth}")
+        raise error(JSON("too_deep", what=what, depth=depth, limit=max_depth))
     try:
         if allow_nan:
             return json.loads(data)
         return json.loads(data, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
-        raise error(f"{what} is not valid JSON: {_one_line(exc)}") from None
+        raise error(JSON("not_json", what=what, reason=_one_line(exc))) from None
 
 
 def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
-        return "a directory"
+        return JSON("a_directory")
     if stat.S_ISFIFO(mode):
-        return "a FIFO"
+        return JSON("a_fifo")
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
+        return JSON("a_device")
     if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+        return JSON("a_socket")
+    return JSON("not_regular_kind")
 
 
 def open_regular_file(path: str | os.PathLike, what: str, error: type[ExplorerError] = ExplorerError) -> BinaryIO:
@@ -119,13 +120,13 @@ def open_regular_file(path: str | os.PathLike, what: str, error: type[ExplorerEr
     try:
         fd = os.open(os.fspath(path), flags)
     except ValueError:  # a NUL byte in the path
-        raise error(f"cannot read {what}: the path holds a NUL byte") from None
+        raise error(JSON("nul", what=what)) from None
     except OSError as exc:
-        raise error(f"cannot read {what}: {exc.strerror or _one_line(exc)}") from None
+        raise error(JSON("cannot_read", what=what, reason=exc.strerror or _one_line(exc))) from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise error(f"cannot read {what}: it is {_kind(mode)}, not a regular file")
+            raise error(JSON("not_regular", what=what, kind=_kind(mode)))
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -142,12 +143,12 @@ def read_regular_file(path: str | os.PathLike, what: str, error: type[ExplorerEr
         try:
             size = os.fstat(handle.fileno()).st_size
             if size > max_bytes:
-                raise error(f"{what} is {size / 2**20:.1f} MiB, over the limit of {max_bytes / 2**20:.0f} MiB")
+                raise error(JSON("too_big", what=what, size=size / 2**20, limit=max_bytes / 2**20))
             data = handle.read(max_bytes + 1)
         except OSError as exc:
-            raise error(f"cannot read {what}: {exc.strerror or _one_line(exc)}") from None
+            raise error(JSON("cannot_read", what=what, reason=exc.strerror or _one_line(exc))) from None
     if len(data) > max_bytes:
-        raise error(f"{what} grew past the limit of {max_bytes / 2**20:.0f} MiB while being read")
+        raise error(JSON("grew", what=what, limit=max_bytes / 2**20))
     return data
 
 

@@ -136,19 +136,35 @@ def render(text: Any, lang: str, catalog: Catalog, translate: Callable[[str], st
 _MIN_LITERAL = 4
 
 
+#: What a field with a numeric format spec (``{n:d}``, ``{ms:.1f}``) reads back: a number, never words.
+_NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
+
+
+def _numeric(spec: str | None) -> bool:
+    return bool(spec) and spec[-1] in "dfFgGeE%n"
+
+
 def _compile(template: str, greedy: bool) -> re.Pattern | None:
-    parts, seen, literal = [], set(), 0
+    parts, seen, literal, numeric_only = [], set(), 0, True
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError:        # a lone brace: a text with no fields, never formatted
         parsed = [(template, None, None, None)]
-    for text, field, _, _ in parsed:
+    for text, field, spec, _ in parsed:
         parts.append(re.escape(text))
         literal += sum(c.isalpha() for c in text)
         if field:
-            parts.append(f"(?P={field})" if field in seen else f"(?P<{field}>.+{'' if greedy else '?'})")
+            if field in seen:
+                parts.append(f"(?P={field})")
+            elif _numeric(spec):
+                parts.append(f"(?P<{field}>{_NUMBER})")
+            else:
+                numeric_only = False
+                parts.append(f"(?P<{field}>.+{'' if greedy else '?'})")
             seen.add(field)
-    if literal < _MIN_LITERAL:
+    # a template reads back only with enough text of its own ("{what} ({why})" would match anything); one whose
+    # fields are all numbers ("{n:d} s") needs a letter only
+    if literal < (1 if numeric_only and seen else _MIN_LITERAL):
         return None
     return re.compile("".join(parts), re.DOTALL)
 

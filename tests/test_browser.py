@@ -207,3 +207,55 @@ def test_fusions_run_and_results_in_chromium(app_url, browser):
         assert page.get_by_text("NVIDIA H200").count() >= 1
         page.screenshot(path=str(ASSETS / "screenshot-results-h200-report.png"))
     page.close()
+
+
+# ------------------------------------------------------------------ the app's own CJK font (explorer/ui/fonts.py)
+
+_FONTS_CONF = """<?xml version="1.0"?>
+<!DOCTYPE fontconfig SYSTEM "fonts.dtd">
+<fontconfig><dir>/usr/share/fonts/truetype/dejavu</dir><cachedir>{cache}</cachedir></fontconfig>
+"""
+
+
+def test_a_browser_without_cjk_fonts_draws_the_chinese_pages_with_the_apps_font(app_url, tmp_path):
+    """Chromium given only DejaVu (no CJK font, as on a bare Debian machine): a 中文 page makes the browser load
+    the app's subset for its Chinese, from the app itself; and the file uploader shows the catalog's words where
+    Streamlit writes English ("Upload", "200MB per file")."""
+    import urllib.request
+
+    from playwright.sync_api import sync_playwright
+
+    from browser_harness import wait_idle
+    from explorer.ui import fonts, i18n
+
+    data = urllib.request.urlopen(app_url + fonts.font_url(), timeout=10).read()
+    assert data == fonts.FONT_PATH.read_bytes()
+    conf = tmp_path / "fonts.conf"
+    conf.write_text(_FONTS_CONF.format(cache=tmp_path / "cache"))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, env={"FONTCONFIG_FILE": str(conf),
+                                                                                  "HOME": str(tmp_path)})
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(app_url + "/export?lang=zh&model=residual_block")
+            page.get_by_text(i18n.t_in("zh", "app.kind.onnx")).first.wait_for(timeout=120_000)
+            wait_idle(page, 120_000)
+            page.wait_for_function("() => document.fonts.status === 'loaded'", timeout=30_000)
+            faces = page.evaluate("() => [...document.fonts].filter(f => f.status === 'loaded')"
+                                  ".map(f => [f.family, f.unicodeRange])")
+            page.get_by_text(i18n.t_in("zh", "app.kind.onnx")).first.click()
+            zone = page.locator('[data-testid="stFileUploaderDropzone"]').first
+            zone.wait_for(timeout=60_000)
+            shown = zone.evaluate("""z => {
+                const hint = z.querySelector('[data-testid="stFileUploaderDropzoneInstructions"] > div');
+                const label = z.querySelector('button [data-testid="stMarkdownContainer"]');
+                return {text: z.innerText, hint: getComputedStyle(hint, '::after').content,
+                        label: getComputedStyle(label, '::after').content};
+            }""")
+        finally:
+            browser.close()
+    assert any(family.strip('"') == "Source Sans" and "U+4E00-9FFF" in ranges.upper() for family, ranges in faces), \
+        faces
+    assert "MB per file" not in shown["text"] and "Upload" not in shown["text"], shown       # Streamlit's, hidden
+    assert i18n.t_in("zh", "app.upload.drop") in shown["hint"] and i18n.t_in("zh", "app.upload.button") in \
+        shown["label"], shown

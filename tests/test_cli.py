@@ -196,3 +196,42 @@ def test_plan_rejects_the_chains_a_report_measured_slower(tmp_path):
     assert_one_line_error(cli("plan", "residual_block", "--reject-slower", str(other)), "measured on model 'resnet50'")
     path.write_text("[]")
     assert_one_line_error(cli("plan", "residual_block", "--reject-slower", str(path)), "not a run report")
+
+
+def test_help_shows_examples_and_no_raw_markup():
+    """``--help`` (the top level and each command's) reads as plain text: no ``backticks`` of docstrings, and
+    examples that name real commands; the plan's help says which report a CPU machine uses."""
+    import argparse
+
+    from explorer import cli as cli_module
+
+    parser = cli_module.build_parser()
+    helps = {"": parser.format_help()}
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps.update({name: p.format_help() for name, p in sub.choices.items()})
+    helps["app"] = cli_module.build_app_parser().format_help()
+    assert not [name for name, text in helps.items() if "`" in text], [n for n, x in helps.items() if "`" in x]
+    for name in ("", "models", "detect", "plan", "run", "sweep", "compare-compile"):
+        assert "examples:\n  fusion-explorer " + (name or "models") in helps[name], name
+    assert cli_module.H200_REPORT in helps["plan"] and (ROOT / cli_module.H200_REPORT).is_file()
+    for lines in cli_module.EXAMPLES.values():     # every example parses
+        for line, _ in lines:
+            parser.parse_args(line.split()[1:])
+
+
+def test_plan_out_is_written_only_on_success(tmp_path):
+    """``plan --out FILE`` writes the plan once it is made; a failed plan leaves no file (``> FILE`` would leave
+    an empty one)."""
+    out = tmp_path / "plan.json"
+    assert_one_line_error(cli("plan", "residual_block", "--reject-slower", str(tmp_path / "missing.json"),
+                              "--out", str(out)), "cannot read report")
+    assert not out.exists() and not list(tmp_path.iterdir())
+    proc = cli("plan", "residual_block", "--out", str(out))
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    assert json.loads(out.read_text())["model"] == "residual_block" and [p.name for p in tmp_path.iterdir()] == [
+        "plan.json"]
+    assert_one_line_error(cli("plan", "residual_block", "--out", str(tmp_path / "no" / "p.json")), "does not exist")
+
+
+def test_the_apps_menu_is_the_zoo_the_cli_lists():
+    assert [e.name for e in zoo.menu()] == list(zoo.ZOO) and "bert_large" in zoo.ZOO

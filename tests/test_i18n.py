@@ -9,10 +9,12 @@
 - Every teaching text of every registered pattern has its Chinese
   (``locale/patterns.py``), looked up by the English text, so an edited English
   text fails here until it is translated again.
-- Every rule for engine messages (``locale/messages.py``) matches its example,
-  and every refusal the engine can write (near misses, rewrite refusals: found
-  by a scan of ``explorer/fusion_engine.py`` and ``explorer/fusions/*.py``) has
-  a rule; the phrases of implementation labels make their examples.
+- Every message of the runtime, the loaders, the plans and the report
+  (``explorer/messages.py``) renders in both languages with its parameters, and
+  reads back from its English to the same Chinese; no regular-expression rule is
+  left. Every refusal the engine can write (near misses, rewrite refusals: found
+  by a scan of ``explorer/fusion_engine.py`` and ``explorer/fusions/*.py``) is a
+  family's message.
 - Every zoo description and every kernel choice has its Chinese; so does every
   verdict label of a report.
 - The drawn graph (``explorer.graph_view``) speaks the language it is given and
@@ -40,7 +42,6 @@ import torch
 
 from explorer.fusions import BY_NAME, PATTERNS
 from explorer.ui import i18n
-from explorer.ui.locale import messages
 
 ROOT = Path(__file__).resolve().parents[1]
 UI_FILES = sorted([*(ROOT / "explorer" / "ui").rglob("*.py"), ROOT / "explorer" / "app.py"])
@@ -148,16 +149,64 @@ def test_every_pattern_text_is_translated():
         assert CJK.search(i18n.pattern_text(p, "explanation", "zh")), p.name
 
 
-def test_engine_message_rules_match_their_examples():
-    for rx, zh, example in messages.EXAMPLES:
-        hit = re.fullmatch(rx, example)
-        assert hit, f"rule {rx!r} does not match its example {example!r}"
-        fields = {int(f) for f in i18n.placeholders(zh)}
-        assert fields <= set(range(len(hit.groups()))), rx
-        assert CJK.search(i18n.message(example, "zh")), example
+def _sample_args(template: str) -> dict:
+    """A value for each field of a template: a number under a numeric format spec, else a word of its own."""
+    import string as string_module
+
+    out = {}
+    for i, (_, field, spec, _) in enumerate(string_module.Formatter().parse(template)):
+        if field and field not in out:
+            out[field] = 3 + i if spec and spec[-1] in "dfgeE" else f"arg{i}z"
+    return out
+
+
+def test_every_engine_message_renders_in_both_languages_with_its_parameters():
+    """Each message of ``explorer.messages`` (the runtime's, the loaders', the plans', the report's): English and
+    Chinese with the same fields; made with sample arguments it renders in Chinese with every argument in it, and
+    its English read back (as it comes out of a child process or a JSON file) renders the same Chinese."""
+    from explorer import messages
+    from explorer.words import Message, Words, fields
+
+    subjects = [v for v in vars(messages).values() if isinstance(v, Words)]
+    assert sum(len(w.texts) for w in subjects) == len(messages.WORDS) > 250
+    problems = []
+    for words in subjects:
+        for mid, (en, zh) in words.texts.items():
+            if sorted(set(fields(en))) != sorted(set(fields(zh))) or not CJK.search(zh):
+                problems.append(f"{mid}: fields {fields(en)} vs {fields(zh)}, or no Chinese: {zh!r}")
+                continue
+            args = _sample_args(en)
+            msg = words(mid.split(".", 1)[1], **args)
+            assert isinstance(msg, Message) and msg.id == mid
+            out = i18n.message(msg, "zh")
+            if i18n.message(msg, "en") != str(msg) or not CJK.search(out) or \
+                    not all(str(v) in out for v in args.values()):
+                problems.append(f"{mid}: {str(msg)!r} -> {out!r}")
+            back = i18n.message(str(msg), "zh")
+            if back != out:
+                problems.append(f"{mid}: read back from {str(msg)!r} as {back!r}, not {out!r}")
+    assert not problems, "\n".join(problems)
+    # nested: a message as another's argument, rendered in turn; the families' words read back as before
+    from explorer.messages import PROGRESS
+
+    status = PROGRESS("about_left", status=PROGRESS("timing_chain", n=4, n2=53), left=PROGRESS("minutes", min=3, s=20))
+    assert str(status) == "timing chain 4/53 · about 3 min 20 s left"
+    assert i18n.message(status, "zh") == i18n.message(str(status), "zh") == "正在给链计时：第 4/53 条 · 约剩 3 分 20 秒"
     assert i18n.message("conv output has 2 consumers", "zh") == "conv 的输出有 2 个使用者"   # read back
     assert i18n.message("something new", "zh").endswith("（英文原文）")
     assert i18n.message("something new", "en") == "something new"
+
+
+def test_no_regex_rule_is_left():
+    """The runtime's messages are ``Words``: no locale module translates English by regular expressions any more,
+    and the Chinese catalogs hold no English sentence as a lookup key."""
+    from explorer.ui import locale
+    import pkgutil, importlib
+
+    for info in pkgutil.iter_modules(locale.__path__):
+        module = importlib.import_module(f"{locale.__name__}.{info.name}")
+        assert not hasattr(module, "RULES") and not hasattr(module, "EXAMPLES"), info.name
+    assert not hasattr(i18n, "_message_rules")
 
 
 def test_t_formats_and_falls_back_visibly():
@@ -562,8 +611,69 @@ def _page_texts(at) -> list[str]:
     return out
 
 
+#: Words that stay as they are in 中文 (the allowlist of ``english_prose``): names of things (hardware, libraries,
+#: formats, models, op and layer names, kernel choices), units, and the variables and dimensions of formulas.
+NAMES = {
+    "cpu", "gpu", "cuda", "triton", "gemm", "onnx", "json", "html", "cudnn", "cublaslt", "aten", "nsight", "compute",
+    "pytorch", "torch", "eager", "inductor", "profiling", "relu", "gelu", "silu", "swiglu", "softmax", "sdpa",
+    "matmul", "linear", "conv", "layernorm", "rmsnorm", "llamarmsnorm", "batchnorm", "resnet", "mobilenetv",
+    "efficientnet", "convnext", "convnext-tiny", "bert", "bert-base", "bert-large", "llama", "transformer",
+    "transformers", "mlp", "squeeze-and-excitation", "hugging", "face", "ctrl", "flops", "flop", "kib", "mib", "gib",
+    "mhz", "tflop", "ram", "dram", "sram", "epilogue", "pre-norm", "add", "attention", "flash", "gate", "cache",
+    "nchw", "nhwc", "channels", "dtype", "language", "fp", "bf", "qkv", "rotary", "lean", "pickle", "graph",
+    "mean", "var", "eps", "gamma", "beta", "sqrt", "round", "max", "min", "log", "cos", "sin", "out", "ref", "mul",
+    "rsqrt", "batch", "heads", "layer", "scale", "temp", "reduce-overhead", "max-autotune", "compile", "sweep",
+    "tensor", "cpp", "auto", "bias", "sequence", "argmax", "cosine", "nvidia", "ncu",
+}
+_TAG = re.compile(r"<[^>]*>")
+_CODE = re.compile(r"`[^`]*`")
+_NAME_TOKEN = re.compile(r"\S*(?:[_/\\=@0-9²]|\w\.\w)\S*")     # identifiers, paths, files, versions, numbers
+
+
+def english_prose(text: str) -> list[str]:
+    """The English words of a text shown in 中文 that are no name: outside HTML tags, code spans and identifiers,
+    each word of 3+ letters (each part of ``Conv+BN+ReLU``) not in ``NAMES``."""
+    text = _NAME_TOKEN.sub(" ", _CODE.sub(" ", _TAG.sub(" ", text)).replace("*", " "))
+    out = []
+    for word in re.findall(r"[A-Za-z][A-Za-z+\-]{2,}", text):
+        parts = [p for p in re.split(r"[+\-]", word) if len(p) >= 3]
+        if word.lower() not in NAMES and any(p.lower() not in NAMES for p in parts):
+            out.append(word)
+    return out
+
+
+def test_english_prose_finds_what_it_should():
+    assert english_prose("看侧栏：它显示 *Loaded: residual_block*。") == ["Loaded"]
+    assert english_prose("Kernel Launch 约 15%") == ["Kernel", "Launch"]
+    assert english_prose("1 threads") == ["threads"] and english_prose("200MB per file.") == ["per", "file"]
+    assert english_prose("Conv+BN+ReLU 在 GPU 上用 `cudnn_conv_relu`，见 docs/design.md（batch 32，fp16）") == []
+
+
+def _shown_texts(at) -> list[str]:
+    """What a person reads on the page: ``_page_texts`` with each table's headers as drawn (its column
+    configuration's labels), the tabs, and the charts' titles, axes, legends and annotations."""
+    out = [x for x in _page_texts(at) if x != "None"]   # an empty cell (None) is drawn empty
+    for frame in at.dataframe:
+        config = json.loads(frame.proto.columns or "{}")
+        labelled = {k for k, v in config.items() if isinstance(v, dict) and v.get("label")}
+        out = [x for x in out if x not in labelled or x in {str(v.get("label")) for v in config.values()
+                                                             if isinstance(v, dict)}]
+        out += [str(v["label"]) for v in config.values() if isinstance(v, dict) and v.get("label")]
+    out += [str(e.label) for e in at.get("tab")]
+    for chart in at.get("plotly_chart"):
+        layout = json.loads(chart.proto.spec).get("layout", {})
+        for part in (layout.get("title"), *(layout.get(a, {}).get("title") for a in ("xaxis", "yaxis"))):
+            out.append(str(part.get("text", "")) if isinstance(part, dict) else str(part or ""))
+        out += [str(a.get("text", "")) for a in layout.get("annotations", [])]
+        out += [str(trace.get("name", "")) for trace in json.loads(chart.proto.spec).get("data", [])]
+    return out
+
+
 def _check_page(at, lang: str, wanted: tuple[str, ...]) -> None:
     assert not at.exception, at.exception
+    if lang == "zh":   # no English left in 中文 (issue 26): every text shown, tables and charts included
+        left = sorted({f"{w}: {x[:100]!r}" for x in _shown_texts(at) for w in english_prose(x)})
+        assert not left, "English left in 中文:\n" + "\n".join(left[:30])
     texts = _page_texts(at)
     assert not [x for x in texts if MISSING_KEY.search(x)], [x for x in texts if MISSING_KEY.search(x)]
     assert not [x for x in texts if i18n.UNTRANSLATED in x], [x for x in texts if i18n.UNTRANSLATED in x]
@@ -609,32 +719,22 @@ def test_graph_fusions_and_export_pages_in_both_languages(lang):
     at.file_uploader(key="plan_file").set_value(("p.json", b"{not json", "application/json")).run()
     _check_page(at, lang, ("fusions.plan.error",))
 
+    at.session_state["last_report"] = None   # the made-up report above is a dict, for the Fusions page only
     at.switch_page("ui/pages/export.py").run()
     _check_page(at, lang, ("export.title", "export.plan_json"))
+
+    # the other pages as they first open (in 中文: no English left, _check_page)
+    at.switch_page("ui/pages/learn.py").run()
+    _check_page(at, lang, ("learn.title",))
+    at.switch_page("ui/pages/sweeps.py").run()
+    _check_page(at, lang, ())
 
 
 # ------------------------------------------------------------------ the Run and Results pages, the runtime's texts
 
 REPORTS = ROOT / "benchmarks" / "results"
 #: Column headers that are names, the same in both languages (ids, percentiles, the precision metrics).
-SAME_IN_BOTH = {"id", "p", "p20", "p80", "max_abs", "max_rel", "rel_l2", "cosine", "top1_agreement"}
-
-
-def test_runtime_rules_match_their_examples_and_are_not_shadowed():
-    """Each rule of locale/runtime.py (the runner's progress and errors, a report's notes) makes Chinese of its
-    example, and no earlier rule (of messages.py or runtime.py) takes that example first."""
-    from explorer.ui.locale import runtime
-
-    rules = i18n._message_rules()
-    for rx, zh, example in runtime.EXAMPLES:
-        hit = re.fullmatch(rx, example)
-        assert hit, f"rule {rx!r} does not match its example {example!r}"
-        assert {int(f) for f in i18n.placeholders(zh)} <= set(range(len(hit.groups()))), rx
-        first = next(r for r, _ in rules if r.fullmatch(example))
-        assert first.pattern == rx, f"{example!r} is taken by the earlier rule {first.pattern!r}"
-        out = i18n.message(example, "zh")
-        assert CJK.search(out) and i18n.UNTRANSLATED not in out, (example, out)
-    assert i18n.message("timing chain 4/53 · about 3 min 20 s left", "zh") == "正在给链计时：第 4/53 条 · 约剩 3 分 20 秒"
+SAME_IN_BOTH = {"id", "p", "p20", "p80", "max_abs", "max_rel", "rel_l2", "cosine"}
 
 
 def _report_texts(report, lang: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 Layers, lowest first (``docs/design.md`` draws them)::
 
-    0  pure        errors, units, vocab, report, jsonfile, childproc, words (no torch, no networkx)
+    0  pure        errors, units, vocab, report, jsonfile, childproc, words, messages (no torch, no networkx)
                    fusions.base, terminal
     1  graph       graph.*                                                  (reading ATen fx graphs)
     2  sources     sources.*           fusions.*                            (peers: neither imports the other)
@@ -27,7 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "explorer"
 
 PURE = {"explorer", "explorer.errors", "explorer.units", "explorer.vocab", "explorer.report", "explorer.stats",
-        "explorer.jsonfile", "explorer.childproc", "explorer.words", "explorer.fusions.base",
+        "explorer.jsonfile", "explorer.childproc", "explorer.words", "explorer.messages", "explorer.fusions.base",
         "explorer.terminal", "explorer.launches"}
 UI_PACKAGES = ("streamlit", "plotly", "pyvis")
 PURE_FORBIDDEN = ("torch", "networkx", "onnx", "triton", *UI_PACKAGES)

@@ -126,18 +126,12 @@ def test_an_empty_root_says_how_to_make_a_sweep(tmp_path, monkeypatch):
 
 
 def test_the_sweep_messages_have_their_chinese():
-    """Each rule of locale/sweeps.py makes Chinese of its example and no earlier rule takes it; the progress line a
-    sweep writes (with the runner's "about N s left") is translated whole."""
+    """The progress line a sweep writes (with the runner's "about N s left") is translated whole, read back against
+    the sweep's messages (``explorer.messages.SWEEPS``, tested with the others in tests/test_i18n.py)."""
     from explorer.sweeps.runner import SweepProgress
-    from explorer.ui.locale import sweeps as sweep_locale
 
     cjk = re.compile(r"[\u3400-\u9fff]")
-    rules = i18n._message_rules()
-    for rx, _zh, example in sweep_locale.EXAMPLES:
-        assert re.fullmatch(rx, example), rx
-        assert next(r for r, _ in rules if r.fullmatch(example)).pattern == rx, example
-        out = i18n.message(example, "zh")
-        assert cjk.search(out) and i18n.UNTRANSLATED not in out, (example, out)
+    assert cjk.search(i18n.message("runs/a is not a sweep folder (no results.jsonl or sweep.json in it)", "zh"))
     for state in (SweepProgress(8, 3, 1, 1, 1, left_s=125.0), SweepProgress(8, 3, 1, 1, 1, restarts=2),
                   SweepProgress(8, 8, status="done", elapsed_s=61)):
         out = i18n.message(state.line(), "zh")

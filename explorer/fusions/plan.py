@@ -14,6 +14,7 @@ import json
 from typing import Any, Iterable
 
 from explorer.errors import PlanError
+from explorer.messages import JSON, PLAN
 from explorer.jsonfile import parse_json
 from explorer.fusions import BY_NAME
 from explorer.fusions.base import Detection
@@ -37,9 +38,9 @@ class Plan(PlanInfo):
 
     def __post_init__(self) -> None:
         if self.version != PLAN_VERSION:
-            raise PlanError(f"plan version {str(self.version)[:20]} is not supported (expected {PLAN_VERSION})")
+            raise PlanError(PLAN("version", version=str(self.version)[:20], expected=PLAN_VERSION))
         if self.memory_format not in MEMORY_FORMATS:
-            raise PlanError(f"memory_format must be one of {', '.join(MEMORY_FORMATS)}, got '{self.memory_format}'")
+            raise PlanError(PLAN("memory_format", choices=", ".join(MEMORY_FORMATS), got=self.memory_format))
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": PLAN_VERSION, "model": self.model, "fingerprint": self.fingerprint,
@@ -54,65 +55,64 @@ class Plan(PlanInfo):
         """A plan from its JSON value, strictly: every field of the wrong type is an error (one line),
         never coerced (``"cuda_graphs": "false"`` is refused, not read as true); unknown fields too."""
         if not isinstance(data, dict):
-            raise PlanError("a plan must be a JSON object")
+            raise PlanError(PLAN("not_object"))
         unknown = sorted(str(k)[:40] for k in data if k not in PLAN_FIELDS)
         if unknown:
-            raise PlanError(f"plan has unknown field(s): {', '.join(unknown[:5])}")
+            raise PlanError(PLAN("unknown_fields", fields=", ".join(unknown[:5])))
         missing = [k for k in ("model", "fingerprint", "accepted") if k not in data]
         if missing:
-            raise PlanError(f"plan is missing {', '.join(missing)}")
+            raise PlanError(PLAN("missing", fields=", ".join(missing)))
         version = data.get("version", PLAN_VERSION)
         if isinstance(version, bool) or version != PLAN_VERSION or not isinstance(version, int):
-            raise PlanError(f"plan version {str(version)[:20]} is not supported (expected {PLAN_VERSION})")
+            raise PlanError(PLAN("version", version=str(version)[:20], expected=PLAN_VERSION))
         for key in ("model", "fingerprint"):
             if not isinstance(data[key], str) or not data[key] or len(data[key]) > MAX_NAME_CHARS:
-                raise PlanError(f"plan '{key}' must be a non-empty string of at most {MAX_NAME_CHARS} characters")
+                raise PlanError(PLAN("name_field", field=key, n=MAX_NAME_CHARS))
         accepted = data["accepted"]
         if not isinstance(accepted, list) or not all(isinstance(a, str) and a for a in accepted):
-            raise PlanError("plan 'accepted' must be a list of chain ids (strings)")
+            raise PlanError(PLAN("accepted_type"))
         if len(accepted) > MAX_CHAINS or len(set(accepted)) != len(accepted):
-            raise PlanError("plan 'accepted' lists a chain twice, or more chains than any model has")
+            raise PlanError(PLAN("accepted_twice"))
         kernels = data.get("kernels", {})
         if not isinstance(kernels, dict) or len(kernels) > MAX_CHAINS or not all(
                 isinstance(v, str) and v for v in kernels.values()):
-            raise PlanError("plan 'kernels' must be an object mapping chain ids to kernel names (strings)")
+            raise PlanError(PLAN("kernels_type"))
         memory_format = data.get("memory_format", "nchw")
         if not isinstance(memory_format, str):
-            raise PlanError(f"plan 'memory_format' must be one of {', '.join(MEMORY_FORMATS)}")
+            raise PlanError(PLAN("memory_format_type", choices=", ".join(MEMORY_FORMATS)))
         cuda_graphs = data.get("cuda_graphs", False)
         if not isinstance(cuda_graphs, bool):
-            raise PlanError("plan 'cuda_graphs' must be true or false")
+            raise PlanError(PLAN("cuda_graphs_type"))
         return cls(model=data["model"], fingerprint=data["fingerprint"], accepted=tuple(accepted),
                    kernels=dict(kernels), memory_format=memory_format[:40], cuda_graphs=cuda_graphs)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Plan":
         """A plan from JSON text (bounded size and nesting, ``explorer.jsonfile``), then ``from_dict``."""
-        return cls.from_dict(parse_json(text, "plan", PlanError, MAX_PLAN_BYTES))
+        return cls.from_dict(parse_json(text, JSON("plan"), PlanError, MAX_PLAN_BYTES))
 
     def check_for(self, detection: Detection) -> None:
         """Refuse a plan made for another model, naming chains this model does not have, or accepting two
         chains that share a node (a chain and one of its alternatives)."""
         if self.fingerprint != detection.fingerprint:
-            raise PlanError(f"this plan was made for model '{self.model}' (graph {self.fingerprint}), "
-                            f"not for '{detection.model}' (graph {detection.fingerprint})")
+            raise PlanError(PLAN("other_model", model=self.model, fingerprint=self.fingerprint, here=detection.model,
+                                 here_fingerprint=detection.fingerprint))
         known = detection.known_chains()
         unknown = [a for a in self.accepted if a not in known]
         if unknown:
-            raise PlanError(f"plan accepts chains this model does not have: {', '.join(unknown[:5])}")
+            raise PlanError(PLAN("unknown_accepted", chains=", ".join(unknown[:5])))
         owner: dict[str, str] = {}
         for chain_id in self.accepted:
             for n in known[chain_id].nodes:
                 if n in owner:
-                    raise PlanError(f"plan accepts {owner[n]} and {chain_id}, which share node {n}: "
-                                    f"a chain and its alternative cannot both be fused")
+                    raise PlanError(PLAN("shared_node", first=owner[n], second=chain_id, node=n))
                 owner[n] = chain_id
         for chain_id, kernel in self.kernels.items():
             if chain_id not in known:
-                raise PlanError(f"plan chooses a kernel for a chain this model does not have: {chain_id}")
+                raise PlanError(PLAN("unknown_kernel_chain", chain=chain_id))
             choices = BY_NAME[known[chain_id].pattern].kernels
             if kernel not in choices:
-                raise PlanError(f"kernel '{kernel}' is not a choice for {chain_id}: choose one of {', '.join(choices)}")
+                raise PlanError(PLAN("not_a_choice", kernel=kernel, chain=chain_id, choices=", ".join(choices)))
 
     def kernel_for(self, chain_id: str) -> str:
         """The kernel choice for one chain ("auto" unless the plan names another)."""
@@ -156,17 +156,17 @@ def make_plan(detection: Detection, accept: str | Iterable[str] = "all", reject:
     else:
         unknown = [a for a in accept if a not in BY_NAME]
         if unknown:
-            raise PlanError(f"unknown pattern(s) {', '.join(unknown)}: choose from all, none, {', '.join(BY_NAME)}")
+            raise PlanError(PLAN("unknown_patterns", patterns=", ".join(unknown), choices="all, none, " + ", ".join(BY_NAME)))
         patterns = set(accept)
     reject = set(reject)
     known = {c.id for c in detection.chains}
     unknown_ids = sorted(reject - known)
     if unknown_ids:
-        raise PlanError(f"cannot reject unknown chain(s): {', '.join(unknown_ids[:5])}")
+        raise PlanError(PLAN("reject_unknown", chains=", ".join(unknown_ids[:5])))
     accepted = tuple(c.id for c in detection.chains if c.pattern in patterns and c.id not in reject)
     unknown_ids = sorted(set(kernels or {}) - known)
     if unknown_ids:
-        raise PlanError(f"cannot choose a kernel for unknown chain(s): {', '.join(unknown_ids[:5])}")
+        raise PlanError(PLAN("kernel_unknown", chains=", ".join(unknown_ids[:5])))
     plan = Plan(model=detection.model, fingerprint=detection.fingerprint, accepted=accepted,
                 kernels={k: v for k, v in (kernels or {}).items() if v != "auto"},
                 memory_format=memory_format, cuda_graphs=cuda_graphs)
@@ -181,7 +181,7 @@ def plan_for_chains(detection: Detection, ids: Iterable[str], kernels: dict[str,
     chosen = [c.id for c in detection.accepted_chains(ids)]
     missing = sorted(set(ids) - set(chosen))
     if missing:
-        raise PlanError(f"cannot accept unknown chain(s): {', '.join(missing[:5])}")
+        raise PlanError(PLAN("accept_unknown", chains=", ".join(missing[:5])))
     plan = Plan(model=detection.model, fingerprint=detection.fingerprint, accepted=tuple(chosen),
                 kernels={k: v for k, v in (kernels or {}).items() if v != "auto"},
                 memory_format=memory_format, cuda_graphs=cuda_graphs)
@@ -194,7 +194,7 @@ def choose_alternative(plan: Plan, detection: Detection, alternative_id: str) ->
     accepted chain it overlaps; kernel choices of the chains it drops are dropped with them."""
     alt = next((a for a in detection.alternatives if a.id == alternative_id), None)
     if alt is None:
-        raise PlanError(f"this model has no alternative '{alternative_id[:200]}'")
+        raise PlanError(PLAN("no_alternative", alternative=alternative_id[:200]))
     taken = {n for c in alt.chains for n in c.nodes}
     known = detection.known_chains()
     keep = [cid for cid in plan.accepted if cid != alt.instead_of and not taken & set(known[cid].nodes)]

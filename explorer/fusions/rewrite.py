@@ -37,6 +37,7 @@ import torch
 import torch.fx
 
 from explorer.errors import PlanError
+from explorer.messages import PLAN
 from explorer.fusions import BY_NAME, generic
 from explorer.fusions.base import STAGES, WORDS, Chain, Detection
 from explorer.fusions.edit import Edit, NewAttr, Refuse, RewriteContext, UseGeneric, extract_subgraph, in_graph_order
@@ -93,7 +94,7 @@ def apply_plan(gm: torch.fx.GraphModule, detection: Detection, plan: Plan, devic
     unknown level. Never mutates ``gm``.
     """
     if level not in LEVELS:
-        raise PlanError(f"unknown fusion level '{level}': choose one of {', '.join(LEVELS)}")
+        raise PlanError(PLAN("unknown_level", level=level, choices=", ".join(LEVELS)))
     plan.check_for(detection)
     fused = copy.deepcopy(gm)
     work = [(c, _mode(c, level), plan.kernel_for(c.id)) for c in detection.accepted_chains(plan.accepted)]
@@ -154,7 +155,7 @@ def _plan_chain(ctx: RewriteContext, chain: Chain, mode: str, kernel: str) -> Ed
     otherwise the plan's kernel choice (``KERNEL_CHOICES``) picks the implementation."""
     missing = [n for n in chain.nodes if n not in ctx.by_name]
     if missing:
-        raise RuntimeError(f"chain nodes not in the graph: {', '.join(missing[:3])}")
+        raise RuntimeError(PLAN("nodes_missing", nodes=", ".join(missing[:3])))
     _check_inplace(ctx, chain)
     pattern = BY_NAME[chain.pattern]
     if mode == "fold":
@@ -198,7 +199,7 @@ def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]]
             read_attrs |= _apply_edit(gm, e, replaced)
         except Exception as exc:
             results[chain.id] = AppliedChain(chain.id, chain.pattern, UNFUSED_LABEL, "failed",
-                                             f"rewrite failed: {_one_line(exc)}", kernel)
+                                             PLAN("rewrite_failed", reason=_one_line(exc)), kernel)
             continue
         reason = _level_reason(level) if mode == "fold" and BY_NAME[chain.pattern].stage != "conv_bn" else ""
         results[chain.id] = AppliedChain(chain.id, chain.pattern, e.choice.label, "fused", reason, kernel,

@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 from explorer.childproc import child_env, kill, parse_message, signal_name, start, take_stdout
 from explorer.errors import ExplorerError, RunError
+from explorer.messages import RUN
 
 CRASH_TEST_ENV = "FUSION_EXPLORER_CHILD_CRASH_TEST"
 HOST_BUDGETS = 4
@@ -95,7 +96,7 @@ def run_child(module: str, payload: dict, timeout_s: float,
         proc = start(["-m", module, "--child"], env, stderr_file)
     except OSError as exc:
         stderr_file.close()
-        raise RunError(f"could not start the measurement process: {exc}") from None
+        raise RunError(RUN("start_failed", reason=str(exc))) from None
     lines: queue.Queue = queue.Queue()
 
     def read_stdout() -> None:
@@ -120,10 +121,10 @@ def run_child(module: str, payload: dict, timeout_s: float,
         while not eof:
             if cancel is not None and cancel.is_set():
                 kill(proc)
-                raise RunError("cancelled")
+                raise RunError(RUN("cancelled"))
             if time.monotonic() > deadline:
                 kill(proc)
-                raise RunError(f"the measurement timed out after {timeout_s:g} s and was stopped")
+                raise RunError(RUN("timed_out", limit=timeout_s))
             try:
                 raw = lines.get(timeout=0.1)
             except queue.Empty:
@@ -174,14 +175,12 @@ def _last_stderr_line(f: Any) -> str:
 
 def _crash_message(code: int | None, last: str) -> str:
     if code is not None and code < 0:
-        why = f"the measurement process was killed by {signal_name(-code)}"
-        if -code == signal.SIGKILL:
-            why += " (often: out of host memory)"
+        why = RUN("killed_oom" if -code == signal.SIGKILL else "killed", signal=signal_name(-code))
     elif code == 0:
-        why = "the measurement process ended without a report"
+        why = RUN("no_report")
     else:
-        why = f"the measurement process crashed with exit status {code}"
-    return f"{why}; last stderr line: {last}" if last else why
+        why = RUN("crashed", code=code)
+    return RUN("last_stderr", why=why, line=last) if last else why
 
 
 def child_main(work: Callable[[dict, Callable[[float, str], None]], dict]) -> int:
@@ -221,13 +220,13 @@ def child_main(work: Callable[[dict, Callable[[float, str], None]], dict]) -> in
 def describe_failure(exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [""])[0][:240]
     if type(exc).__name__ == "OutOfMemoryError":  # torch.cuda.OutOfMemoryError, without importing torch
-        return f"out of GPU memory: {first}"
+        return RUN("gpu_oom", reason=first)
     text = f"{type(exc).__name__}: {first}"
     if "CUDA" in first or "cuda" in type(exc).__name__.lower() or "cuDNN" in first:
-        return f"CUDA error: {text}"
+        return RUN("cuda_error", reason=text)
     if "can't allocate memory" in first or "not enough memory" in first.lower():
-        return f"out of host memory: {text}"
-    return f"measurement failed: {text}"
+        return RUN("host_oom", reason=text)
+    return RUN("failed", reason=text)
 
 
 def _json_default(obj: Any) -> Any:

@@ -52,6 +52,7 @@ import torch.fx
 
 from explorer import stats
 from explorer.errors import RunError
+from explorer.messages import CASTS, RUN
 from explorer.graph import aten
 from explorer.runtime import lean as lean_graphs
 from explorer.units import GIB, available_host_bytes  # noqa: F401  (the runner reads both from here)
@@ -66,9 +67,9 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RunError("device 'cuda' was requested but this machine has no usable CUDA GPU")
+        raise RunError(RUN("no_cuda"))
     if device != "cpu" and not device.startswith("cuda"):
-        raise RunError(f"unknown device '{device}' (expected auto, cuda or cpu)")
+        raise RunError(RUN("unknown_device", device=device))
     return device
 
 
@@ -76,7 +77,7 @@ def torch_dtype(name: str) -> torch.dtype:
     try:
         return DTYPES[name]
     except KeyError:
-        raise RunError(f"unknown dtype '{name}' (expected fp32, fp16 or bf16)") from None
+        raise RunError(RUN("unknown_dtype", dtype=name)) from None
 
 
 def cuda_context_lost(device: str, exc: BaseException) -> bool:
@@ -254,8 +255,7 @@ class CastRecord:
 
     def describe(self) -> str:
         name = str(self.dtype).replace("torch.", "")
-        return (f"the model's own casts kept in {name}: {len(self.args)} dtype argument(s) as the model gives "
-                f"them at {name}, {self.kept_float32} of them wider than {name} (its float32 islands)")
+        return CASTS("kept", dtype=name, n=len(self.args), wider=self.kept_float32)
 
 
 def _dtype_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
@@ -367,16 +367,14 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
         with torch.no_grad():
             typed = torch.export.export(module, meta_inputs).module()
     except Exception as exc:
-        return None, (f"the model could not be captured in {name} to read its own casts ({_one_line(exc)}): "
-                      f"the unfused graph computes every float32 op in {name}")
+        return None, CASTS("not_captured", dtype=name, reason=_one_line(exc))
     finally:
         for slots, key, value in reversed(swapped):
             slots[key] = value
     mine, theirs = _dtype_nodes(gm), _dtype_nodes(typed)
     rewires = _alias_rewires(gm, typed)
     if [_signature(n) for n in mine] != [_signature(n) for n in theirs] or rewires is None:
-        return None, (f"the model's capture in {name} differs from its float32 capture: its own casts could not "
-                      f"be matched, and the unfused graph computes every float32 op in {name}")
+        return None, CASTS("differs", dtype=name)
     args = {n.name: (str(n.target), tuple(_float_dtypes((n.args, n.kwargs)))) for n in theirs}
     wide = sum(1 for _t, ds in args.values() for d in ds if torch.finfo(d).bits > torch.finfo(dtype).bits)
     attrs: dict[str, torch.dtype] = {}
@@ -475,8 +473,7 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
 def check_fits(need_bytes: int, available_bytes: int, where: str) -> None:
     """Raise ``RunError("does not fit in memory: needs X GiB, Y GiB available")``."""
     if need_bytes > available_bytes:
-        raise RunError(f"does not fit in memory: needs {need_bytes / GIB:.1f} GiB, "
-                       f"{available_bytes / GIB:.1f} GiB available ({where})")
+        raise RunError(RUN("does_not_fit", need=need_bytes / GIB, available=available_bytes / GIB, where=where))
 
 
 def zoo_input_bytes(source: str, batch: int | None, seq_len: int | None) -> int | None:

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from explorer.errors import RunError
+from explorer.messages import RUN
 
 #: torch.compile modes a run can compare with. "default" is compared with the fused model as plain
 #: calls, "reduce-overhead" (CUDA graphs) with the fused model replayed as CUDA graphs; the autotuned
@@ -44,10 +45,10 @@ class RunSettings:
     def __post_init__(self) -> None:
         unknown = [mode for mode in self.compile_modes if mode not in COMPILE_MODES]
         if unknown:
-            raise RunError(f"unknown torch.compile mode(s) {', '.join(unknown)}: choose from {', '.join(COMPILE_MODES)}")
+            raise RunError(RUN("unknown_compile_mode", modes=", ".join(unknown), choices=", ".join(COMPILE_MODES)))
         object.__setattr__(self, "compile_modes", tuple(self.compile_modes))
         if self.cpu_threads is not None and self.cpu_threads < 1:
-            raise RunError(f"cpu_threads must be at least 1, got {self.cpu_threads}")
+            raise RunError(RUN("cpu_threads", got=self.cpu_threads))
 
     @property
     def chains_timed(self) -> bool:

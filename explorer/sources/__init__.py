@@ -33,6 +33,7 @@ import torch
 import torch.fx
 
 from explorer.sources import zoo
+from explorer.messages import LOAD
 from explorer.errors import ExplorerError, ModelLoadError
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
@@ -69,7 +70,7 @@ def capture(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], name: str
     except ExplorerError:
         raise
     except Exception as exc:  # export raises many types; the user needs one line
-        raise ModelLoadError(f"could not capture {name} with torch.export: {_first_line(exc)}") from exc
+        raise ModelLoadError(LOAD("capture_failed", name=name, reason=_first_line(exc))) from exc
     return _unlift(program)
 
 
@@ -128,11 +129,11 @@ def check_source(source: str, batch: int | None = None, seq_len: int | None = No
     from explorer.sources import isolate, limits
 
     if not isinstance(source, str) or "\x00" in source:
-        raise ModelLoadError("the model path holds a NUL byte")
+        raise ModelLoadError(LOAD("nul_path"))
     path = Path(source)
     if not path.exists():
         if os.sep in source or "." in source:
-            raise ModelLoadError(f"no such file or folder: {source}")
+            raise ModelLoadError(LOAD("no_such_path", path=source))
         zoo.get_entry(source)  # raises the "unknown model" message
     if not path.is_dir():
         _check_kind(path)
@@ -148,12 +149,8 @@ def _check_kind(path: Path) -> None:
     if suffix in (".onnx", ".pt2"):
         return
     if suffix in PICKLE_SUFFIXES:
-        raise ModelLoadError(
-            f"{path.name}: pickled PyTorch files are refused because unpickling can run arbitrary "
-            "code; save the model with torch.export.save (.pt2) or export it to ONNX"
-        )
-    raise ModelLoadError(f"{path.name}: unknown model format '{suffix or 'no suffix'}' "
-                         "(expected a zoo name, .onnx, .pt2 or a Hugging Face folder)")
+        raise ModelLoadError(LOAD("pickle_file", name=path.name))
+    raise ModelLoadError(LOAD("unknown_format", name=path.name, suffix=suffix or "no suffix"))
 
 
 def precheck(path: Path, batch: int | None = None, seq_len: int | None = None,

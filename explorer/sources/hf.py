@@ -37,6 +37,7 @@ from typing import Any, Iterator
 import torch
 
 from explorer import jsonfile
+from explorer.messages import LOAD
 from explorer.errors import ModelLoadError
 from explorer.sources import limits
 
@@ -144,9 +145,9 @@ def check_headers(path: Path) -> None:
     the isolated loader's child first."""
     folder = Path(os.path.realpath(path))
     if not folder.is_dir():
-        raise ModelLoadError(f"{path}: not a folder")
+        raise ModelLoadError(LOAD("not_folder", path=path))
     if not (folder / "config.json").exists() and not (folder / "config.json").is_symlink():
-        raise ModelLoadError(f"{path}: not a Hugging Face model folder (no config.json)")
+        raise ModelLoadError(LOAD("not_hf_folder", path=path))
     limits.resolve_inside(folder, "config.json", "config.json")
     for name in sorted(p.name for p in folder.iterdir() if p.name.endswith(".safetensors"))[:10_000]:
         real = limits.resolve_inside(folder, name, "weight file")
@@ -300,7 +301,7 @@ def model_inputs(model: torch.nn.Module, config: Any, path: Path, seq_len: int |
     limit = _first_int(config, "max_target_positions", "max_position_embeddings", "n_positions", default=128)
     default_seq = min(128, limit)
     if seq_len is not None and seq_len > limit:
-        raise ModelLoadError(f"sequence length {seq_len} exceeds this model's maximum of {limit}")
+        raise ModelLoadError(LOAD("seq_too_long", seq_len=seq_len, limit=limit))
     tensors: list = []
     if main == "input_ids" and vocab:
         tensors.append(_tokens("input_ids", vocab))
@@ -343,9 +344,9 @@ def check_folder(path: Path, batch: int | None = None, seq_len: int | None = Non
     """
     folder = Path(os.path.realpath(path))
     if not folder.is_dir():
-        raise ModelLoadError(f"{path}: not a folder")
+        raise ModelLoadError(LOAD("not_folder", path=path))
     if not (folder / "config.json").exists() and not (folder / "config.json").is_symlink():
-        raise ModelLoadError(f"{path}: not a Hugging Face model folder (no config.json)")
+        raise ModelLoadError(LOAD("not_hf_folder", path=path))
     config_dict = _read_config(folder)
     files, index = _weight_files(folder)
     declared = sum(_safetensors_bytes(real, name) for name, real in files)
@@ -353,7 +354,7 @@ def check_folder(path: Path, batch: int | None = None, seq_len: int | None = Non
     b = int(batch or 1)
     max_len = config_dict.get("max_position_embeddings")
     if seq_len is not None and isinstance(max_len, int) and seq_len > max_len:
-        raise ModelLoadError(f"sequence length {seq_len} exceeds this model's maximum of {max_len}")
+        raise ModelLoadError(LOAD("seq_too_long", seq_len=seq_len, limit=max_len))
     s = int(seq_len or min(128, max_len if isinstance(max_len, int) and max_len > 0 else 128))
     limits.check_budget(estimate_bytes(config_dict, b, s, path.name), f"{path.name} (weights and one forward "
                                                                         f"at batch {b}, sequence {s})")

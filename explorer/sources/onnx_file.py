@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from explorer.messages import LOAD
 from explorer.errors import ModelLoadError
 from explorer.sources import limits, pure_ops
 
@@ -44,7 +45,7 @@ def _parse(path: Path):
     try:
         return onnx.load_model_from_string(data)
     except Exception as err:  # protobuf raises DecodeError and friends
-        raise ModelLoadError(f"{path.name} is not a valid ONNX file ({type(err).__name__})") from None
+        raise ModelLoadError(LOAD("onnx_invalid", name=path.name, kind=type(err).__name__)) from None
 
 
 def check_header(path: Path) -> None:

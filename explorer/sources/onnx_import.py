@@ -51,6 +51,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.fx
 
+from explorer.messages import LOAD
 from explorer.errors import ExplorerError, ModelLoadError, UnsupportedOpError
 from explorer.sources import limits
 
@@ -108,9 +109,9 @@ def _load_model(path: str):
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as err:  # protobuf raises DecodeError and friends
-        raise ModelLoadError(f"{os.path.basename(path)} is not a valid ONNX file ({type(err).__name__})") from None
+        raise ModelLoadError(LOAD("onnx_invalid", name=os.path.basename(path), kind=type(err).__name__)) from None
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
-        raise ModelLoadError(f"{os.path.basename(path)} is not a valid ONNX file (no graph or outputs)")
+        raise ModelLoadError(LOAD("onnx_no_graph", name=os.path.basename(path)))
     return model
 
 

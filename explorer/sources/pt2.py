@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer import jsonfile
+from explorer.messages import LOAD
 from explorer.errors import ModelLoadError
 from explorer.sources import limits, pure_ops
 
@@ -103,9 +104,8 @@ def _open_zip(path: Path, name: str) -> zipfile.ZipFile:
     except zipfile.BadZipFile:
         handle.close()
         if head[:1] == b"\x80":
-            raise _refuse(name, "this is a pickle, not a torch.export archive; pickles are refused "
-                                "because they can run arbitrary code") from None
-        raise _refuse(name, "not a torch.export archive (not a zip file)") from None
+            raise ModelLoadError(LOAD("pt2_pickle", name=name)) from None
+        raise ModelLoadError(LOAD("pt2_not_zip", name=name)) from None
     except (OSError, ValueError, EOFError, NotImplementedError, OverflowError) as exc:
         handle.close()
         raise _refuse(name, f"not a readable zip archive ({type(exc).__name__})") from None
@@ -229,8 +229,7 @@ def _tensors(archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], conf
             raise _refuse(name, f"{config_member}: entry '{fqn}' is not an object")
         path_name = meta.get("path_name")
         if meta.get("use_pickle") is not False:
-            raise _refuse(name, f"'{fqn}' is stored as a pickle, which is refused because unpickling can "
-                                "run arbitrary code")
+            raise ModelLoadError(LOAD("pt2_pickled_tensor", name=name, tensor=fqn))
         member = f"{folder}{path_name}" if isinstance(path_name, str) else ""
         if not pattern.fullmatch(member):
             raise _refuse(name, f"'{fqn}' is stored as '{str(path_name)[:60]}', not as a raw tensor payload; refused")
@@ -556,10 +555,9 @@ def check_header(path: str | os.PathLike) -> None:
         limits.check_budget(os.fstat(handle.fileno()).st_size, name)
         head = handle.read(4)
     if head[:1] == b"\x80":
-        raise _refuse(name, "this is a pickle, not a torch.export archive; pickles are refused "
-                            "because they can run arbitrary code")
+        raise ModelLoadError(LOAD("pt2_pickle", name=name))
     if head != b"PK\x03\x04":
-        raise _refuse(name, "not a torch.export archive (not a zip file)")
+        raise ModelLoadError(LOAD("pt2_not_zip", name=name))
 
 
 def read_archive(path: str | os.PathLike, payloads: bool = True) -> Archive:

@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from explorer.messages import LOAD
 from explorer.errors import ModelLoadError
 from explorer.units import available_host_bytes
 
@@ -72,9 +73,9 @@ class InputSpec:
         b = self.batch if batch is None else int(batch)
         s = (self.seq_len or 0) if seq_len is None else int(seq_len)
         if b < 1:
-            raise ModelLoadError(f"batch must be at least 1, got {b}")
+            raise ModelLoadError(LOAD("batch", got=b))
         if self.seq_len is not None and s < 1:
-            raise ModelLoadError(f"sequence length must be at least 1, got {s}")
+            raise ModelLoadError(LOAD("seq_len", got=s))
         return b, s
 
     def nbytes(self, batch: int | None = None, seq_len: int | None = None) -> int:
@@ -99,7 +100,6 @@ class ZooEntry:
     builder: Callable[[], torch.nn.Module]
     inputs: InputSpec
     max_seq_len: int | None = None
-    benchmark_only: bool = False  # listed by the benchmarks, hidden from the menu
     calibrated: bool = False  # the builder's weights are realistic already: no ``realistic_init`` pass
     large: bool = False  # at the sizes people run (GBs of weights): CI captures it on the meta device only
 
@@ -249,8 +249,7 @@ ZOO: dict[str, ZooEntry] = {
                  InputSpec((TensorSpec("x", ("B", "S", 64)),), seq_len=32), max_seq_len=4096),
         ZooEntry("bert_large", "transformer", "features",
                  "BERT-large (24 layers, hidden 1024, eager attention)",
-                 _bert(24, 1024, 16, 4096), _tokens(BERT_VOCAB), max_seq_len=512,
-                 benchmark_only=True),
+                 _bert(24, 1024, 16, 4096), _tokens(BERT_VOCAB), max_seq_len=512),
         ZooEntry("llama_decoder", "transformer", "classification",
                  "Llama-style decoder, prefill (transformers LlamaConfig: 4 layers, hidden 512, 8 heads over 2 KV "
                  "heads, SwiGLU 1376, SDPA): Add+RMSNorm, rotary Q/K, SwiGLU; next-token logits",
@@ -276,9 +275,10 @@ def get_entry(name: str) -> ZooEntry:
         return ZOO[name]
     except KeyError:
         known = ", ".join(sorted(ZOO))
-        raise ModelLoadError(f"unknown model '{name}': the zoo has {known}") from None
+        raise ModelLoadError(LOAD("unknown_model", name=name, known=known)) from None
 
 
 def menu() -> list[ZooEntry]:
-    """Entries shown to users (the benchmark-only ones left out)."""
-    return [e for e in ZOO.values() if not e.benchmark_only]
+    """The entries of the app's menu: the whole zoo, the list ``fusion-explorer models`` prints (one list, so
+    that a model named by the command line is always one the app can open)."""
+    return list(ZOO.values())

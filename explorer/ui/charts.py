@@ -319,6 +319,7 @@ def precision_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
                 cells[k] = why
             else:
                 cells[k] = _num(v, "{:.9f}" if k in ("cosine", "top1_agreement") else "{:.2e}")
+        cells = {(t_in(lang, "chart.col.top1_agreement") if k == "top1_agreement" else k): v for k, v in cells.items()}
         rows.append({t_in(lang, "chart.col.comparison"): t_in(lang, f"chart.prec.{key}"), **cells,
                      t_in(lang, "chart.col.why_no_relative"): message(prec.refused or "", lang)
                      or t_in(lang, "chart.missing.none_refused")})

@@ -51,6 +51,16 @@ class DiagramSpec:
     color: str = "#1f77b4"
 
 
+
+#: The diagrams' font: Streamlit's own family, which the app extends with its CJK subset (explorer/ui/fonts.py),
+#: so that a diagram drawn inline in the page shows its Chinese on any machine.
+FONT_FAMILY = "'Source Sans', sans-serif"
+
+
+def fit_width(svg_text: str) -> str:
+    """An ``svg`` drawing scaled to the width of its column (its viewBox keeps the proportions)."""
+    return svg_text.replace("<svg ", '<svg style="width:100%;height:auto" ', 1)
+
 def _short(kinds: Any) -> str:
     kinds = sorted(kinds)
     return kinds[0] if len(kinds) == 1 else f"{kinds[0]}/…"
@@ -96,7 +106,7 @@ def spec_for_example(example: Any, color: str = "#1f77b4") -> DiagramSpec:
 def _text(x: float, y: float, s: str, size: int = 12, anchor: str = "middle", color: str = INK,
           weight: str = "normal") -> str:
     return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="{color}" '
-            f'font-weight="{weight}" font-family="sans-serif">{html.escape(s)}</text>')
+            f'font-weight="{weight}" font-family="{FONT_FAMILY}">{html.escape(s)}</text>')
 
 
 def _arrow(x1: float, y1: float, x2: float, y2: float, color: str, dashed: bool = False) -> str:

@@ -43,6 +43,7 @@ from typing import Any, Iterator
 
 from explorer import report as run_report
 from explorer.ui import safe_text
+from explorer.messages import UPLOAD
 from explorer.errors import ExplorerError, ModelLoadError, ReportError
 from explorer.report import Report
 
@@ -63,7 +64,7 @@ def _safe_name(name: str) -> str:
 
 def check_size(name: str, size: int) -> None:
     if size > MAX_UPLOAD_BYTES:
-        raise ModelLoadError(f"{name}: {size / 2**20:.0f} MB is over the upload limit of {MAX_UPLOAD_MB} MB")
+        raise ModelLoadError(UPLOAD("too_big", name=name, mb=size / 2**20, limit=MAX_UPLOAD_MB))
 
 
 #: The file names each model uploader takes.
@@ -130,7 +131,7 @@ def store_upload(name: str, data: bytes, extra: tuple[tuple[str, bytes], ...] = 
             (folder / _safe_name(extra_name)).write_bytes(extra_data)
     except OSError as exc:
         shutil.rmtree(folder, ignore_errors=True)
-        raise ModelLoadError(f"{_safe_name(name)}: could not store the upload: {exc.strerror}") from None
+        raise ModelLoadError(UPLOAD("store_failed", name=_safe_name(name), reason=exc.strerror)) from None
     return str(path)
 
 
@@ -199,38 +200,37 @@ def extract_zip(data: bytes, name: str = "upload.zip") -> str:
         archive = zipfile.ZipFile(io.BytesIO(data))
         infos = archive.infolist()
     except (zipfile.BadZipFile, ValueError, EOFError, NotImplementedError, OverflowError):
-        raise ModelLoadError(f"{name}: not a zip file") from None
+        raise ModelLoadError(UPLOAD("not_zip", name=name)) from None
     if len(infos) > MAX_ZIP_MEMBERS:
-        raise ModelLoadError(f"{name}: {len(infos)} members is more than {MAX_ZIP_MEMBERS}; refused")
+        raise ModelLoadError(UPLOAD("too_many_members", name=name, n=len(infos), limit=MAX_ZIP_MEMBERS))
     total = 0
     for info in infos:
         member = info.filename
         parts = member.replace("\\", "/").split("/")
         if (member.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", member) or ".." in parts
                 or re.search(r"[\x00-\x1f\x7f]", member)):
-            raise ModelLoadError(f"{name}: member {member[:120]!r} would be written outside the archive; refused")
+            raise ModelLoadError(UPLOAD("outside_archive", name=name, member=repr(member[:120])))
         # The Unix file type, where the archiver recorded one: Python's zipfile writes permission
         # bits alone (0o600), DOS archivers nothing; both are plain files.
         file_type = stat.S_IFMT(info.external_attr >> 16)
         if file_type and file_type not in (stat.S_IFREG, stat.S_IFDIR):
-            raise ModelLoadError(f"{name}: member '{member[:120]}' is a link or special file; refused")
+            raise ModelLoadError(UPLOAD("link", name=name, member=member[:120]))
         if info.file_size > 2**20 and info.file_size > MAX_INFLATION * max(info.compress_size, 1):
-            raise ModelLoadError(f"{name}: member '{member[:120]}' inflates {info.file_size // max(info.compress_size, 1)}"
-                                 f" times ({info.file_size / 2**20:.0f} MB); refused as a zip bomb")
+            raise ModelLoadError(UPLOAD("zip_bomb", name=name, member=member[:120], mb=info.file_size / 2**20,
+                                        ratio=info.file_size // max(info.compress_size, 1)))
         total += info.file_size
     if total > MAX_EXTRACT_BYTES:
-        raise ModelLoadError(f"{name}: expands to {total / 2**20:.0f} MB, over the limit of "
-                             f"{MAX_EXTRACT_BYTES / 2**20:.0f} MB")
+        raise ModelLoadError(UPLOAD("expands", name=name, mb=total / 2**20, limit=MAX_EXTRACT_BYTES / 2**20))
     models = [i.filename for i in infos if i.filename.lower().endswith((".onnx", ".pt2")) and not i.is_dir()]
     if len(models) != 1:
-        raise ModelLoadError(f"{name}: the zip must hold exactly one .onnx or .pt2 model, found {len(models)}")
+        raise ModelLoadError(UPLOAD("one_model", name=name, n=len(models)))
     folder = _fresh_dir(hashlib.sha256(data).hexdigest())
     try:
         root = folder.resolve()
         for info in infos:
             target = (folder / info.filename).resolve()
             if root not in target.parents and target != root:
-                raise ModelLoadError(f"{name}: member '{info.filename[:120]}' escapes the folder; refused")
+                raise ModelLoadError(UPLOAD("escapes", name=name, member=info.filename[:120]))
             if info.is_dir():
                 target.mkdir(parents=True, exist_ok=True)
                 continue
@@ -240,14 +240,14 @@ def extract_zip(data: bytes, name: str = "upload.zip") -> str:
                 while chunk := src.read(1 << 20):
                     written += len(chunk)
                     if written > info.file_size:
-                        raise ModelLoadError(f"{name}: member '{info.filename[:120]}' is larger than it declares")
+                        raise ModelLoadError(UPLOAD("larger", name=name, member=info.filename[:120]))
                     dst.write(chunk)
     except ModelLoadError:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError) as exc:
         shutil.rmtree(folder, ignore_errors=True)
-        raise ModelLoadError(f"{name}: could not extract it ({type(exc).__name__})") from None
+        raise ModelLoadError(UPLOAD("extract_failed", name=name, kind=type(exc).__name__)) from None
     return str(folder / models[0])
 
 
@@ -319,7 +319,7 @@ def fused_graph(model: Any, detection: Any, plan: Any):
     try:
         from explorer.fusions import rewrite
     except ImportError as exc:
-        raise ExplorerError(f"the rewriter is not available: {_one_line(exc)}") from None
+        raise ExplorerError(UPLOAD("rewriter", reason=_one_line(exc))) from None
     fused = rewrite.apply_plan(model.gm, detection, plan, device="cpu")
     return fused
 
@@ -336,7 +336,7 @@ def fused_pt2_bytes(model: Any, detection: Any, plan: Any) -> bytes:
     except ExplorerError:
         raise
     except Exception as exc:
-        raise ExplorerError(f"torch.export could not save the fused model: {_one_line(exc)}") from exc
+        raise ExplorerError(UPLOAD("pt2_save", reason=_one_line(exc))) from exc
     return buf.getvalue()
 
 
@@ -358,4 +358,4 @@ def fused_onnx_bytes(model: Any, detection: Any, plan: Any) -> bytes:
     except ExplorerError:
         raise
     except Exception as exc:
-        raise ExplorerError(f"torch.onnx.export failed: {_one_line(exc)}") from exc
+        raise ExplorerError(UPLOAD("onnx_export", reason=_one_line(exc))) from exc

@@ -16,10 +16,12 @@ Every string a user reads goes through this module:
   ``explorer.fusions.WORDS``), and rendered here by its id. A label that came
   back as plain English (a JSON report, a child process) is read back against
   the same templates. No rule is written here for a family's sentence.
-- ``message(text)`` also translates the runtime's own English (plans, progress,
-  notes, errors) by pattern (``RULES`` of ``locale/messages.py`` and
-  ``locale/runtime.py``: a regular expression and its Chinese template); a
-  message no rule knows is shown in English, marked as such in Chinese.
+- ``message(text)`` renders every other engine message the same way: what the
+  runtime, the loaders, the plans and the report write for a person is a
+  ``Message`` of ``explorer.messages`` (progress, errors, refusals, a report's
+  notes), rendered by its id, or read back from its English against those same
+  templates when it crossed a process or a JSON file as text. A text no template
+  makes is shown in English, marked as such in Chinese.
 - ``translate_text(english)``: a family message, or a text of the translation
   memory (``TEXTS`` of the locale modules: the zoo's descriptions).
 - ``language_switch()``: the sidebar's radio (widget key ``lang``); a link may
@@ -37,7 +39,6 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-import re
 import string
 from typing import Any
 
@@ -109,8 +110,33 @@ def family_words() -> dict[str, tuple[str, str]]:
 
 
 @functools.lru_cache(maxsize=1)
+def engine_words() -> dict[str, tuple[str, str]]:
+    """Every message the engine can write: the families' (``family_words``) and the runtime's, the loaders', the
+    plans' and the report's (``explorer.messages.WORDS``): {message id: (english, chinese)}."""
+    from explorer import messages
+
+    return merge_catalogs(family_words(), messages.WORDS)
+
+
+def merge_catalogs(*catalogs: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """One catalog from several; an id in two of them is an error."""
+    out: dict[str, tuple[str, str]] = {}
+    for catalog in catalogs:
+        for mid, pair in catalog.items():
+            if mid in out:
+                raise KeyError(f"message id {mid} is declared twice")
+            out[mid] = pair
+    return out
+
+
+@functools.lru_cache(maxsize=1)
 def _reader() -> Reader:
     return Reader(family_words())
+
+
+@functools.lru_cache(maxsize=1)
+def _engine_reader() -> Reader:
+    return Reader(engine_words())
 
 
 def family_message(text: Any) -> Message | None:
@@ -120,6 +146,14 @@ def family_message(text: Any) -> Message | None:
     if isinstance(text, Message):
         return text if text.id in family_words() else None
     return _reader().parse(text) if isinstance(text, str) and text else None
+
+
+def engine_message(text: Any) -> Message | None:
+    """``text`` as any engine ``Message`` (a family's or ``explorer.messages``'): itself, or read back from its
+    English; None when no template makes it."""
+    if isinstance(text, Message):
+        return text if text.id in engine_words() else None
+    return _engine_reader().parse(text.strip()) if isinstance(text, str) and text.strip() else None
 
 
 def render_family(text: Any, lang: str | None = None) -> str | None:
@@ -184,49 +218,20 @@ def family_title(family: str, lang: str | None = None) -> str:
 
 # ------------------------------------------------------------------ other engine messages
 
-@functools.lru_cache(maxsize=1)
-def _message_rules() -> list[tuple[re.Pattern, str]]:
-    """The ``RULES`` of ``locale/messages.py`` first (plans, notes, sources of figures, progress), then those of
-    every other locale module in name order (``locale/runtime.py``: the runner's progress, run and report errors,
-    the notes a run report carries). A family's own words are not here: they are ``Message`` values."""
-    from explorer.ui import locale
-    from explorer.ui.locale import messages
-
-    rules = list(messages.RULES)
-    for info in sorted(pkgutil.iter_modules(locale.__path__), key=lambda i: i.name):
-        if info.name != "messages":
-            rules += getattr(importlib.import_module(f"{locale.__name__}.{info.name}"), "RULES", [])
-    return [(re.compile(rx), zh) for rx, zh in rules]
-
-
 UNTRANSLATED = "（英文原文）"
 
 
 def message(text: Any, lang: str | None = None) -> str:
-    """An engine message in ``lang``: English as written; in Chinese a family's message by its id (or read back
-    from its English), else through the first rule of the locale modules that matches the whole text (its groups
-    fill the template; a group named ``msg...`` is translated as a message again, one named ``text...`` through
-    ``translate_text``), else the English text marked "（英文原文）"."""
+    """An engine message in ``lang``: English as written; in Chinese a ``Message`` (a family's or
+    ``explorer.messages``') by its id, or read back from its English against the same templates (its arguments
+    that are messages rendered too), else the English text marked "（英文原文）"."""
     lang = lang or current()
     if lang == "en" or not text:
         return str(text)
-    rendered = render_family(text, lang)
-    if rendered is not None:
-        return rendered
-    for rx, template in _message_rules():
-        hit = rx.fullmatch(text.strip())
-        if hit:
-            names = {index: name for name, index in rx.groupindex.items()}
-            values = []
-            for index, value in enumerate(hit.groups(), start=1):
-                value, name = value or "", names.get(index, "")
-                if name.startswith("msg"):
-                    value = message(value, lang)
-                elif name.startswith("text"):
-                    value = translate_text(value, lang)
-                values.append(value)
-            return template.format(*values)
-    return f"{text}{UNTRANSLATED}"
+    msg = engine_message(text)
+    if msg is None:
+        return f"{text}{UNTRANSLATED}"
+    return render(msg, lang, engine_words(), translate=lambda free: message(free, lang))
 
 
 def translate_phrases(text: Any, lang: str | None = None) -> str:
@@ -237,6 +242,26 @@ def translate_phrases(text: Any, lang: str | None = None) -> str:
         return str(text)
     rendered = render_family(text, lang)
     return str(text) if rendered is None else rendered
+
+
+# ------------------------------------------------------------------ Streamlit's own widget text
+
+def uploader_css(lang: str) -> str:
+    """A ``<style>`` that puts the catalog's words (``app.upload.*``) in place of the English Streamlit writes
+    into every file uploader (its button's "Upload", and "200MB per file", Streamlit's limit rather than the
+    app's): both hidden, ours shown in their place. The app's size limit is in each uploader's own label
+    (``app.limit``), so it is said once, in the chosen language."""
+    def css_text(key: str) -> str:
+        return t_in(lang, key).replace("\\", "\\\\").replace('"', '\\"')
+
+    zone = '[data-testid="stFileUploaderDropzone"]'
+    hint = f'{zone} [data-testid="stFileUploaderDropzoneInstructions"] > div'
+    label = f'{zone} button [data-testid="stMarkdownContainer"]'
+    return ("<style>"
+            f"{hint} > span,{hint} > small,{label} > p{{display:none}}"
+            f'{hint}::after{{content:"{css_text("app.upload.drop")}"}}'
+            f'{label}::after{{content:"{css_text("app.upload.button")}"}}'
+            "</style>")
 
 
 # ------------------------------------------------------------------ the switch

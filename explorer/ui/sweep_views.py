@@ -52,7 +52,9 @@ def _series_key(r: dict, x: str) -> tuple:
 
 def _series_name(key: tuple, x: str, lang: str) -> str:
     fields = dict(zip([f for f in SERIES if f != x], key))
-    parts = [str(fields["model_label"]), str(fields["plan"]), str(fields["dtype"])]
+    plan = str(fields["plan"])   # a sweep's plan: all, none, pattern names or a plan file
+    parts = [str(fields["model_label"]), t_in(lang, f"sweeps.plan.{plan}") if plan in ("all", "none") else plan,
+             str(fields["dtype"])]
     if fields.get("memory_format") not in (None, "nchw"):
         parts.append(str(fields["memory_format"]))
     if fields.get("cuda_graphs"):

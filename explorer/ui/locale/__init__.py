@@ -11,15 +11,15 @@ page and the drawn graph of ``explorer.graph_view``), ``fusions.*`` and
 and the run report's figures and tables), ``state.*`` (loading, the page
 boundary's error line, a run's live progress). A module may also define ``TEXTS = {english: chinese}``: the
 translation memory for texts written in English elsewhere and looked up by
-that text (``zoo.py``: the zoo's descriptions). ``messages.py`` and ``runtime.py``
-translate the runtime's English messages by pattern (``RULES``): plans, progress,
-run and report-file errors, upload errors, the notes a run report carries.
+that text (``zoo.py``: the zoo's descriptions). What the runtime writes (plans,
+progress, run and report-file errors, upload errors, the notes a run report
+carries) is not here either: ``explorer/messages.py`` declares it as ``Words``.
 
 What a fusion family says (its patterns' texts, near misses, refusals, kernel
 labels, its title) is not here: each family declares it in both languages beside
 its patterns (``explorer/fusions/<family>.py``'s ``WORDS``), as messages with ids.
 
-Chinese follows the seed document's terms (shared/seed/operator-fusion-overview.zh.txt):
+Chinese follows the terms of the reference article (docs/reference-article.zh.txt):
 算子融合, 内核启动 (Kernel Launch), 访存, 中间结果, 显存, 寄存器压力, 折叠, 批归一化 (BN),
 层归一化 (LayerNorm), 残差, 算术强度, 带宽, 推理, 训练.
 

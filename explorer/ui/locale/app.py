@@ -34,6 +34,10 @@ STRINGS = {
     "app.family.detector": ("detector", "目标检测"),
     "app.family.teaching": ("teaching", "教学示例"),
     "app.limit": ("Files up to {mb} MB.", "文件不超过 {mb} MB。"),
+    # Streamlit's own uploader text ("200MB per file", "Upload") is English only, and its limit is not the app's:
+    # the app hides it and shows these instead (explorer/ui/i18n.py, uploader_css)
+    "app.upload.drop": ("or drag and drop a file here", "或者把文件拖到这里"),
+    "app.upload.button": ("Upload", "上传文件"),
     "app.onnx_file": ("ONNX model (.onnx or .zip with its .onnx.data). {limit}",
                       "ONNX 模型（.onnx，或连同其 .onnx.data 的 .zip）。{limit}"),
     "app.onnx_data": ("External data (optional, e.g. model.onnx.data)", "外部数据（可选，例如 model.onnx.data）"),

@@ -103,6 +103,7 @@ STRINGS = {
 
     # ------------------------------------------------------------------ precision
     "chart.col.comparison": ("comparison", "比较"),
+    "chart.col.top1_agreement": ("top1_agreement", "top-1 一致率"),
     "chart.col.why_no_relative": ("why no relative figures", "为何没有相对误差"),
     "chart.prec.unfused": ("unfused model vs float64 (its own rounding)", "融合前模型对比 float64（它自身的舍入误差）"),
     "chart.prec.fused": ("fused model vs float64", "融合后模型对比 float64"),
@@ -142,7 +143,7 @@ STRINGS = {
     "chart.precision.y": ("max |fused - float64|", "最大 |融合后 − float64|"),
     "chart.precision.hover": ("{id}: max abs {max_abs}, rel {rel}", "{id}：最大绝对误差 {max_abs}，相对误差 {rel}"),
 
-    # ------------------------------------------------------------------ stages (the seed's staged table)
+    # ------------------------------------------------------------------ stages (the reference article's staged table)
     "chart.col.stage": ("stage", "阶段"),
     "chart.col.latency_median": ("latency ms (median)", "延迟 ms（中位数）"),
     "chart.col.throughput": ("throughput /s", "吞吐量 /s"),
@@ -155,7 +156,7 @@ STRINGS = {
     "chart.stage.all": ("all accepted", "全部接受的融合"),
     "chart.stages.latency": ("latency (ms)", "延迟（ms）"),
     "chart.stages.throughput": ("throughput (/s)", "吞吐量（/s）"),
-    "chart.stages.title": ("Staged fusion (the seed's table): original → Conv+BN folded → + epilogues → all accepted",
-                           "分阶段融合（种子文档中的表）：原始模型 → Conv+BN 折叠 → + 尾处理 → 全部接受的融合"),
+    "chart.stages.title": ("Staged fusion (the reference article's table): original → Conv+BN folded → + epilogues → all accepted",
+                           "分阶段融合（参考文章中的表）：原始模型 → Conv+BN 折叠 → + 尾处理 → 全部接受的融合"),
     "chart.stages.empty": ("no staged timings in this report", "这份报告中没有分阶段计时"),
 }

@@ -1,7 +1,7 @@
 """Strings of the Graph page (``graph.*``) and of the drawn graph itself (``gv.*``: node labels, tooltips,
 notes and the overview map of ``explorer.graph_view``, which passes its ``lang`` to ``i18n.t_in``).
 
-Terms (the seed's): kernel launch 内核启动, memory traffic 访存量, intermediate 中间结果, chain 链 / 融合链,
+Terms (the reference article's): kernel launch 内核启动, memory traffic 访存量, intermediate 中间结果, chain 链 / 融合链,
 fused kernel 融合内核, accepted / rejected 已接受 / 已拒绝, near miss 差一点匹配的候选 (as on the Learn page),
 module 模块, op 算子, node 节点, neighbourhood 邻域, hop 跳.
 """

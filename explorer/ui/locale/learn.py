@@ -32,11 +32,11 @@ STRINGS = {
     "learn.general.why": (
         "**Why fusion pays.** `conv → temp1 → bn → temp2 → relu` is three kernel launches, and two intermediate "
         "results written to device memory and read back; the fused kernel is one launch and no round trip. The "
-        "seed document quotes a ResNet-50 profile of about 40% compute, 15% kernel launches, 35% memory reads and "
+        "reference article (docs/reference-article.zh.txt: the overview of operator fusion this project grew from) quotes a ResNet-50 profile of about 40% compute, 15% kernel launches, 35% memory reads and "
         "writes of intermediates and 10% other. The tab *Where the time goes* measures what your model really "
         "spends, on this machine or from a report measured on a GPU.",
         "**为什么融合有收益。** `conv → temp1 → bn → temp2 → relu` 是 3 次内核启动，外加 2 个写回显存再读出的中间结果；"
-        "融合后的内核只启动 1 次，没有往返。种子文档引用了一次 ResNet-50 的 profiling：实际计算约 40%，Kernel Launch 约 "
+        "融合后的内核只启动 1 次，没有往返。参考文章（docs/reference-article.zh.txt，本项目由之发展而来的一篇算子融合概述）引用了一次 ResNet-50 的 profiling：实际计算约 40%，内核启动约 "
         "15%，中间结果的内存读写约 35%，其他开销约 10%。标签页《时间花在哪里》实测你的模型真正把时间花在哪里：在这台机器上，"
         "或者来自一份在 GPU 上测得的报告。"),
     "learn.general.precision": (
@@ -107,7 +107,7 @@ STRINGS = {
         "A ResNet basic block: conv → BN → ReLU → conv → BN → add (residual) → ReLU, small enough to see every "
         "op. Look at the sidebar: it says *Loaded: residual_block*.",
         "一个 ResNet 基本块：conv → BN → ReLU → conv → BN → 残差相加 → ReLU，小到每个算子都看得清。看侧栏：它显示"
-        "*Loaded: residual_block*。"),
+        "*已加载：residual_block*。"),
     "tour.s1.button": ("Load residual_block", "加载 residual_block"),
     "tour.s2.title": ("See the chain", "看清这条链"),
     "tour.s2.body": (
@@ -152,10 +152,10 @@ STRINGS = {
         "In the tab *Where the time goes*, press the profile button. Compare the bars before and after fusion: "
         "which part shrank, the launch and host overhead or the memory-bound kernels? On a CPU there are no kernel "
         "launches: the first part is the framework's own time. Then open a teaching report measured on a GPU "
-        "(ResNet-50, BERT-base) and compare with the seed's claim of 15% launches and 35% memory traffic.",
+        "(ResNet-50, BERT-base) and compare with the reference article's claim of 15% launches and 35% memory traffic.",
         "在标签页《时间花在哪里》中点击 profiling 按钮。比较融合前后的条形：缩短的是内核启动与主机开销，还是访存受限的内核？"
         "CPU 上没有内核启动：第一部分是框架自身的开销。然后打开一份在 GPU 上测得的教学报告（ResNet-50、BERT-base），"
-        "和种子文档“内核启动约 15%、内存读写约 35%”的说法比较。"),
+        "和参考文章“内核启动约 15%、内存读写约 35%”的说法比较。"),
     "tour.s5.where": ("Not profiled yet: use the button in the tab *Where the time goes*.",
                       "还没有做 profiling：请使用标签页《时间花在哪里》中的按钮。"),
     "tour.s5.check": ("I compared the breakdown before and after fusion", "我比较了融合前后的时间分解"),

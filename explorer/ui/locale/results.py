@@ -2,8 +2,7 @@
 report, the section headings, what the verdicts say and the buttons that act on them.
 
 The figures' and tables' own texts are ``chart.*`` (``locale/charts.py``); a teaching report's panels are
-``teach.*`` (``locale/teach.py``); notes and errors written in English by the runtime go through the rules of
-``locale/runtime.py``. Terms: report 报告, teaching report 教学报告, run report 运行报告, verdict 结论,
+``teach.*`` (``locale/teach.py``); notes and errors of the runtime are its messages (``explorer/messages.py``). Terms: report 报告, teaching report 教学报告, run report 运行报告, verdict 结论,
 baseline 基线, precision 精度, staged table 分阶段表, plain calls 普通调用, epilogue 尾处理.
 """
 
@@ -28,10 +27,10 @@ STRINGS = {
     # ------------------------------------------------------------------ a teaching report
     "results.teach.title": ("Teaching report: {name}", "教学报告：{name}"),
     "results.teach.intro": ("For each model the report measured: where one forward's time goes, the memory traffic "
-                            "before and after fusion, and the staged table — the seed's tables, regenerated from "
+                            "before and after fusion, and the staged table — the tables of the reference article (docs/reference-article.zh.txt, the overview of operator fusion this project grew from), regenerated from "
                             "measurements.",
                             "报告测量的每个模型：一次前向的时间花在哪里、融合前后的访存量，以及分阶段表——"
-                            "也就是用实测数据重新生成的种子文档中的表。"),
+                            "也就是用实测数据重新生成的参考文章（docs/reference-article.zh.txt，本项目由之发展而来的一篇算子融合概述）中的表。"),
     "results.teach.model": ("{name} · batch {batch}{seq} · {dtype} · {format} · {fused} chains fused",
                             "{name} · 批大小 {batch}{seq} · {dtype} · {format} · 融合了 {fused} 条链"),
     "results.teach.seq": (" · sequence {seq}", " · 序列长度 {seq}"),
@@ -83,7 +82,7 @@ STRINGS = {
                                  "below are only what the plan did.",
                                  "这份报告中没有逐链计时（快速模式，或关闭了逐链计时）：下面的结论只说明融合计划做了什么。"),
     "results.no_chains": ("No accepted chains in this report.", "这份报告中没有已接受的链。"),
-    "results.stages": ("Staged fusion (the seed's table)", "分阶段融合（种子文档中的表）"),
+    "results.stages": ("Staged fusion (the reference article's table)", "分阶段融合（参考文章中的表）"),
     "results.no_stages": ("No staged timings in this report (enable them on the Run page).",
                           "这份报告中没有分阶段计时（可在运行页开启）。"),
     "results.notes": ("Notes", "备注"),

@@ -2,8 +2,7 @@
 Run and Cancel, the run's progress and outcome.
 
 Terms: measure 测量, plan 融合计划, per-chain timing 逐链计时, staged table 分阶段表, baseline 基线, quick mode
-快速模式, repetitions 重复次数, cache 缓存; the runner's own progress and errors are translated by the rules of
-``locale/runtime.py``.
+快速模式, repetitions 重复次数, cache 缓存; the runner's own progress and errors are its messages (``explorer/messages.py``).
 """
 
 STRINGS = {
@@ -21,9 +20,9 @@ STRINGS = {
     "run.per_chain_help": ("Each accepted chain timed on its own, unfused against fused, with its verdict",
                            "每条已接受的链单独计时，融合前对比融合后，并给出结论"),
     "run.stages": ("Staged table", "分阶段表"),
-    "run.stages_help": ("The seed's staged table: the model timed at four levels of fusion, none → Conv+BN folded → "
+    "run.stages_help": ("The reference article's staged table (docs/reference-article.zh.txt, the overview of operator fusion this project grew from): the model timed at four levels of fusion, none → Conv+BN folded → "
                         "+ epilogues (activation, add) → all accepted",
-                        "种子文档中的分阶段表：按四个融合级别给模型计时，不融合 → Conv+BN 折叠 → + 尾处理（激活、残差相加）"
+                        "参考文章（docs/reference-article.zh.txt，本项目由之发展而来的一篇算子融合概述）中的分阶段表：按四个融合级别给模型计时，不融合 → Conv+BN 折叠 → + 尾处理（激活、残差相加）"
                         " → 全部接受的融合"),
     "run.compile_baseline": ("torch.compile baseline", "torch.compile 基线"),
     "run.compile_baseline_help": ("The same model through torch.compile, compared like with like",

@@ -1,6 +1,5 @@
 """Strings of the app's state module (``state.*``, ``explorer/ui/state.py``): the page boundary's error line,
-loading a model, and a run's live progress (its status, written by the runner in English, is translated by the
-rules of ``locale/runtime.py``)."""
+loading a model, and a run's live progress (its status is one of the runner's messages, ``explorer/messages.py``)."""
 
 STRINGS = {
     "state.unexpected": ("Unexpected error ({type}): {error}", "意外错误（{type}）：{error}"),

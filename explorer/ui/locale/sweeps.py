@@ -120,38 +120,7 @@ STRINGS = {
     "sweeps.open_report": ("Open its report", "打开其报告"),
     "sweeps.no_report": ("This point has no report (it failed).", "这个测量点没有报告（测量失败）。"),
     "sweeps.not_opened": ("Report not opened: {error}", "报告未打开：{error}"),
+    # a sweep's plans "all" and "none" (fusion-explorer sweep --plan all), in a series' name
+    "sweeps.plan.all": ("all", "全部融合"),
+    "sweeps.plan.none": ("none", "不融合"),
 }
-
-#: What the sweep machinery writes in English and the app shows (a running sweep's progress line, the errors of a
-#: sweep folder or an uploaded results file): (regex, Chinese template, an English example the regex must match),
-#: in the form of ``locale/runtime.py``; tried after the rules of ``messages.py`` and ``runtime.py``.
-EXAMPLES: list[tuple[str, str, str]] = [
-    (r"(\d+)/(\d+) points: (\d+) measured, (\d+) failed, (\d+) cached, (\d+) running",
-     "{0}/{1} 个测量点：{2} 个已测量，{3} 个失败，{4} 个已缓存，{5} 个正在测量",
-     "5/8 points: 3 measured, 1 failed, 1 cached, 1 running"),
-    (r"(\d+)/(\d+) points: (\d+) measured, (\d+) failed, (\d+) cached, (\d+) running, (\d+) worker restart\(s\)",
-     "{0}/{1} 个测量点：{2} 个已测量，{3} 个失败，{4} 个已缓存，{5} 个正在测量，工作进程重启 {6} 次",
-     "5/8 points: 3 measured, 1 failed, 1 cached, 1 running, 1 worker restart(s)"),
-    (r"(?P<msg>\d+/\d+ points: .+) · estimating the time left", "{0} · 正在估计剩余时间",
-     "5/8 points: 3 measured, 1 failed, 1 cached, 1 running · estimating the time left"),
-    (r"(?P<msg>\d+/\d+ points: .+) · done in (?P<msg2>\d+ s|\d+ min \d+ s)", "{0} · 已完成，用时 {1}",
-     "8/8 points: 8 measured, 0 failed, 0 cached, 0 running · done in 1 min 01 s"),
-    (r"(?P<msg>\d+/\d+ points: .+) · cancelled in (?P<msg2>\d+ s|\d+ min \d+ s)", "{0} · 已取消，用时 {1}",
-     "3/8 points: 3 measured, 0 failed, 0 cached, 0 running · cancelled in 40 s"),
-    (r"(?P<msg>\d+/\d+ points: .+) · interrupted in (?P<msg2>\d+ s|\d+ min \d+ s)", "{0} · 被中断，用时 {1}",
-     "3/8 points: 3 measured, 0 failed, 0 cached, 0 running · interrupted in 40 s"),
-    (r"sweep folder '(.+)' is outside the sweeps root (.+)", "扫描文件夹“{0}”在扫描根目录 {1} 之外",
-     "sweep folder '../x' is outside the sweeps root /srv/sweeps"),
-    (r"(.+) is not a sweep folder \(no (\S+) or (\S+) in it\)", "{0} 不是扫描文件夹（其中没有 {1} 或 {2}）",
-     "runs/a is not a sweep folder (no results.jsonl or sweep.json in it)"),
-    (r"(.+): not a readable Parquet file \((.*)\)", "{0}：不是可读的 Parquet 文件（{1}）",
-     "results.parquet: not a readable Parquet file (Parquet magic bytes not found)"),
-    (r"(.+) line (\d+): (?P<msg>.+)", "{0} 第 {1} 行：{2}",
-     "results.jsonl line 3: field 'batch' has type str, not int"),
-    (r"field '(.+)' has type (\w+), not (\w+)", "字段“{0}”的类型是 {1}，不是 {2}",
-     "field 'batch' has type str, not int"),
-    (r"(.+): sweep results are results\.jsonl or results\.parquet", "{0}：扫描结果应为 results.jsonl 或 results.parquet",
-     "notes.txt: sweep results are results.jsonl or results.parquet"),
-    (r"'(.+)' is not a point's key", "“{0}”不是测量点的键", "'../x' is not a point's key"),
-]
-RULES: list[tuple[str, str]] = [(rx, zh) for rx, zh, _ in EXAMPLES]

@@ -83,10 +83,10 @@ STRINGS = {
     "teach.report.model_failed": ("This model failed in the report: {error}", "报告中这个模型测量失败：{error}"),
 
     # ------------------------------------------------------------------ breakdown
-    "teach.bd.title": ("Where one forward's time goes (the seed's table, measured)",
-                       "一次前向的时间花在哪里（种子文档的表，实测）"),
+    "teach.bd.title": ("Where one forward's time goes (the reference article's table, measured)",
+                       "一次前向的时间花在哪里（参考文章的表，实测）"),
     "teach.bd.profile": ("Profile one forward now ({device}, {dtype}), unfused and fused",
-                         "现在 profile 一次前向（{device}，{dtype}），融合前和融合后"),
+                         "现在对一次前向做 profiling（{device}，{dtype}），融合前和融合后"),
     "teach.bd.press": ("Press the button to profile the loaded model, or open a teaching report measured on a GPU.",
                        "点击按钮对当前模型做 profiling，或者打开一份在 GPU 上测得的教学报告。"),
     "teach.bd.stale": ("This profile is of an earlier model, plan or setting: press the button again for the current one.",
@@ -98,7 +98,7 @@ STRINGS = {
                      "其余是 ATen 算子的 CPU 时间。"),
     "teach.bd.fig_title": ("Share of one forward's wall time", "一次前向墙钟时间的占比"),
     "teach.bd.x_share": ("% of the wall time", "占墙钟时间的百分比"),
-    "teach.bd.row_seed": ("seed's claim (ResNet-50)", "种子文档的说法（ResNet-50）"),
+    "teach.bd.row_seed": ("reference article's claim (ResNet-50)", "参考文章的说法（ResNet-50）"),
     "teach.bd.row_unfused": ("unfused ({ms:.3f} ms)", "融合前（{ms:.3f} ms）"),
     "teach.bd.row_fused": ("fused ({ms:.3f} ms)", "融合后（{ms:.3f} ms）"),
     "teach.bd.total_wall": ("wall time of one forward", "一次前向的墙钟时间"),
@@ -112,7 +112,7 @@ STRINGS = {
     "teach.col.unfused_share": ("unfused %", "融合前 %"),
     "teach.col.fused_ms": ("fused ms", "融合后 ms"),
     "teach.col.fused_share": ("fused %", "融合后 %"),
-    "teach.col.seed_share": ("seed's claim %", "种子文档 %"),
+    "teach.col.seed_share": ("reference article's claim %", "参考文章 %"),
     "teach.variant.unfused": ("unfused", "融合前"),
     "teach.variant.fused": ("fused", "融合后"),
     "teach.bd.read": ("How to read it: one forward took {before:.3f} ms unfused and {after:.3f} ms fused. Launch and "
@@ -121,10 +121,10 @@ STRINGS = {
                       "怎么读：一次前向融合前 {before:.3f} ms，融合后 {after:.3f} ms。内核启动与主机开销从 {launch_before:.3f} "
                       "降到 {launch_after:.3f} ms，访存受限的内核从 {mem_before:.3f} 降到 {mem_after:.3f} ms，"
                       "每次前向的内核数 {k_before} → {k_after}。"),
-    "teach.bd.seed_note": ("The seed's 40/15/35/10% is its author's ResNet-50 profile, quoted for comparison; its "
+    "teach.bd.seed_note": ("The reference article's 40/15/35/10% is its author's ResNet-50 profile, quoted for comparison; its "
                            "\"memory\" is the reading and writing of intermediate results, ours is the time of whole "
                            "kernels bound by memory bandwidth.",
-                           "种子文档的 40/15/35/10% 是作者对 ResNet-50 的 profiling，这里引用来对比；它的“内存读写”指中间结果的"
+                           "参考文章的 40/15/35/10% 是作者对 ResNet-50 的 profiling，这里引用来对比；它的“内存读写”指中间结果的"
                            "读写，我们这里是整个受显存带宽限制的内核的时间。"),
     "teach.bd.rule_title": ("How each kernel is classified", "每个内核如何归类"),
     "teach.bd.rule": (
@@ -156,7 +156,7 @@ STRINGS = {
     "teach.tr.fig_title": ("Bytes moved by one forward", "一次前向的访存字节数"),
     "teach.tr.bar_model": ("byte model", "字节模型"),
     "teach.tr.bar_ncu": ("DRAM, measured (Nsight Compute)", "显存实测（Nsight Compute）"),
-    "teach.tr.bar_seed": ("seed's claim (batch not stated)", "种子文档的说法（未说明批大小）"),
+    "teach.tr.bar_seed": ("reference article's claim (batch not stated)", "参考文章的说法（未说明批大小）"),
     "teach.tr.whole_model": ("whole model", "整个模型"),
     "teach.col.chain": ("chain", "链"),
     "teach.col.pattern": ("pattern", "模式"),
@@ -164,10 +164,10 @@ STRINGS = {
     "teach.col.after_mb": ("after, MB", "融合后 MB"),
     "teach.col.saved": ("saved", "节省"),
     "teach.tr.model_note": ("Byte model: each op reads its inputs and weights once and writes its outputs once; a fused "
-                            "chain no longer writes and reads back its intermediate results. The seed's ResNet-50 "
+                            "chain no longer writes and reads back its intermediate results. The reference article's ResNet-50 "
                             "figure, 1.2 GB → 0.7 GB, does not say its batch size.",
                             "字节模型：每个算子把输入和权重各读一次、把输出写一次；融合后的链不再写回、读回中间结果。"
-                            "种子文档的 ResNet-50 数字 1.2 GB → 0.7 GB 没有说明批大小。"),
+                            "参考文章的 ResNet-50 数字 1.2 GB → 0.7 GB 没有说明批大小。"),
     "teach.tr.no_ncu": ("No DRAM measurement here: Nsight Compute measures it on the GPU machine "
                         "(benchmarks/teach_reports.py).",
                         "这里没有显存实测：Nsight Compute 在 GPU 机器上测量（benchmarks/teach_reports.py）。"),
@@ -191,9 +191,9 @@ STRINGS = {
     "teach.stages.from_run": ("From this session's run of the loaded model.", "来自本次会话对当前模型的测量。"),
     "teach.stages.from_report": ("From the teaching report.", "来自教学报告。"),
     "teach.stages.read": ("From the original model to the last stage: {before:.3f} → {after:.3f} ms, "
-                          "{speedup:.2f}× (the seed's inspection model: 12.5 → 5.1 ms, 2.45×).",
+                          "{speedup:.2f}× (the reference article's inspection model: 12.5 → 5.1 ms, 2.45×).",
                           "从原始模型到最后一个阶段：{before:.3f} → {after:.3f} ms，{speedup:.2f} 倍"
-                          "（种子文档的工业检测模型：12.5 → 5.1 ms，2.45 倍）。"),
+                          "（参考文章的工业检测模型：12.5 → 5.1 ms，2.45 倍）。"),
     "teach.col.stage": ("stage", "阶段"),
     "teach.col.latency_ms": ("latency, ms", "推理延迟 ms"),
     "teach.col.throughput": ("throughput, items/s", "吞吐量（样本/秒）"),
@@ -278,11 +278,11 @@ STRINGS = {
 
     # ------------------------------------------------------------------ sweep
     "sweep.intro": (
-        "The seed warns that not every operator should be fused. Here one chain's micro-benchmark is re-run over "
+        "The reference article warns that not every operator should be fused. Here one chain's micro-benchmark is re-run over "
         "batch sizes and dtypes, in the background: at small shapes a chain is mostly launch cost, which fusion cuts; "
         "at large shapes its kernels are bound by memory or arithmetic, and a fused kernel under register pressure "
         "can lose.",
-        "种子文档提醒：不是所有算子都适合融合。这里在后台按不同批大小和数据类型重新跑一条链的微基准：形状小时，链的时间主要是"
+        "参考文章提醒：不是所有算子都适合融合。这里在后台按不同批大小和数据类型重新跑一条链的微基准：形状小时，链的时间主要是"
         "内核启动开销，融合正好砍掉它；形状大时，内核受访存或计算限制，寄存器压力大的融合内核可能反而更慢。"),
     "sweep.no_chains": ("No accepted chain: accept one on the Fusions page.", "没有已接受的链：请在融合页面接受至少一条。"),
     "sweep.chain": ("Chain", "链"),
@@ -304,9 +304,9 @@ STRINGS = {
                           "融合后的链在 {n} 个点上更慢（批大小 {batches}）：在那里融合不划算。"),
     "sweep.read_all_win": ("The fused chain is at least as fast at every point measured.",
                            "在所有测量点上，融合后的链都不慢。"),
-    "sweep.why": ("Timings in a shared machine's CPU are noisy; the GPU is where the seed's warning is sharpest. "
+    "sweep.why": ("Timings in a shared machine's CPU are noisy; the GPU is where the reference article's warning is sharpest. "
                   "Times are medians of alternated calls; each point's verdict is its run report's paired test.",
-                  "共享机器上的 CPU 计时噪声较大；种子文档的提醒在 GPU 上最明显。时间是交替调用的中位数；每个点的结论来自其运行报告的配对检验。"),
+                  "共享机器上的 CPU 计时噪声较大；参考文章的提醒在 GPU 上最明显。时间是交替调用的中位数；每个点的结论来自其运行报告的配对检验。"),
     "sweep.col.batch": ("batch", "批大小"),
     "sweep.col.dtype": ("dtype", "数据类型"),
     "sweep.col.unfused": ("unfused ms", "融合前 ms"),

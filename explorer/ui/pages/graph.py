@@ -29,6 +29,7 @@ import streamlit as st
 from explorer import graph_view
 from explorer.fusions import BY_NAME
 from explorer.graph_view import FusedChain, RenderOptions, ViewOptions
+from explorer.ui import fonts
 from explorer.ui import files as ui_files
 from explorer.ui import graph_overlays as overlays
 from explorer.ui import links
@@ -249,7 +250,7 @@ def page(spec, model, graph, detection) -> None:
                 st.markdown(t("graph.title_counts", title=t(f"graph.title.{name}"), nodes=nodes, launches=launches))
             for note in drawn["notes"]:
                 st.info(ui_files.escape_markdown(note))
-            st.iframe(drawn["html"], height=HEIGHT + 10)
+            st.iframe(fonts.with_font(drawn["html"], st.get_option("server.baseUrlPath")), height=HEIGHT + 10)
             st.caption(t("graph.drawing", drawn=drawn["drawn"], total=drawn["total"])
                        + (t("graph.drawing_collapsed", depth=drawn["depth"], n=len(drawn["collapsed"]))
                           if drawn["collapsed"] else ""))

@@ -136,14 +136,15 @@ def _svg(spec: diagrams.DiagramSpec, fused: bool) -> str:
 
 
 def _before_after(spec: diagrams.DiagramSpec) -> None:
-    """The unfused and the fused drawing side by side."""
+    """The unfused and the fused drawing side by side, inline in the page (an SVG shown as an image draws with
+    the machine's fonts only; inline, its Chinese uses the app's own CJK font, explorer/ui/fonts.py)."""
     left, right = st.columns(2)
     with left:
         st.markdown(f"**{t('diagram.before')}**")
-        st.image(_svg(spec, False), width="stretch")
+        st.markdown(diagrams.fit_width(_svg(spec, False)), unsafe_allow_html=True)
     with right:
         st.markdown(f"**{t('diagram.after')}**")
-        st.image(_svg(spec, True), width="stretch")
+        st.markdown(diagrams.fit_width(_svg(spec, True)), unsafe_allow_html=True)
 
 
 def _poll(name: str) -> None:
@@ -319,7 +320,18 @@ def _steps_text(p) -> str:
     if p.siblings:
         kinds = "/".join(sorted(p.steps[0].kinds))
         return t("learn.pattern.siblings_steps", kinds=kinds)
-    return p.joiner.join(("/".join(sorted(s.kinds))[:40] + ("?" if s.optional else "")) for s in p.steps)
+    return p.joiner.join(_kinds_text(s.kinds) + ("?" if s.optional else "") for s in p.steps)
+
+
+def _kinds_text(kinds, limit: int = 40) -> str:
+    """A step's op kinds joined by "/", cut after the last whole kind that fits in ``limit`` characters
+    ("relu/relu6/…", never "relu6/si")."""
+    shown: list[str] = []
+    for kind in sorted(kinds):
+        if shown and len("/".join([*shown, kind])) > limit:
+            return "/".join(shown) + "/…"
+        shown.append(kind)
+    return "/".join(shown)
 
 
 def _examples(cur) -> None:
