@@ -215,14 +215,24 @@ def select_rms_norm(device: torch.device | str, hidden: int | None = None, dtype
 
 # ====================================================================== the kernel
 
-def launch_config(hidden: int) -> tuple[int, int, int]:
-    """``(BLOCK, ROWS, num_warps)`` for rows of ``hidden`` elements.
+#: Measured launch settings, ``(BLOCK, element size, has residual) -> (ROWS, num_warps)``, chosen on the H200
+#: by ``benchmarks/bench_rms_fold.py --only rmsnorm`` (the fastest setting per shape, as a fraction of a device
+#: copy of the same bytes in the same run). Shapes not in the table take the heuristic.
+TUNED: dict[tuple[int, int, bool], tuple[int, int]] = {}
 
-    BLOCK = next power of two >= hidden; short rows are packed ``ROWS`` to a program so that a
-    program holds at least 1024 elements (at most 16 rows); warps grow with the tile so that each
-    thread holds a few 16-byte vectors (``benchmarks/bench_llm_fusions.py --sweep`` times others).
+
+def launch_config(hidden: int, element_size: int = 2, residual: bool = True) -> tuple[int, int, int]:
+    """``(BLOCK, ROWS, num_warps)`` for rows of ``hidden`` elements of ``element_size`` bytes.
+
+    BLOCK = next power of two >= hidden. ``TUNED`` holds the measured settings; otherwise short rows
+    are packed ``ROWS`` to a program so that a program holds at least 1024 elements (at most 16 rows),
+    and warps grow with the tile so that each thread holds a few 16-byte vectors
+    (``benchmarks/bench_rms_fold.py`` times the alternatives).
     """
     block = next_power_of_2(hidden)
+    tuned = TUNED.get((block, element_size, residual))
+    if tuned is not None:
+        return block, tuned[0], tuned[1]
     rows = max(1, min(16, 1024 // block))
     return block, rows, row_warps(block * rows)
 
@@ -253,24 +263,41 @@ def _build_kernel(interpret: bool):
         M, N, R_ROWS, eps,                          # R_ROWS: rows of the residual (< M: it repeats)
         HAS_R: tl.constexpr, HAS_W: tl.constexpr, WRITE_SUM: tl.constexpr, BLOCK: tl.constexpr,
         ROWS: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
+        EVEN: tl.constexpr,
     ):
-        """Program i: rows i·ROWS .. i·ROWS+ROWS-1 of x; writes their sum (if WRITE_SUM) and normalised rows."""
+        """Program i: rows i·ROWS .. i·ROWS+ROWS-1 of x; writes their sum (if WRITE_SUM) and normalised rows.
+
+        ``EVEN``: N == BLOCK and ROWS divides M, so no lane is masked: loads and stores are plain
+        16-byte vectors (a masked access is vectorised only where the compiler can prove the mask
+        constant over a vector)."""
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
         cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
         in_row = cols < N
         live = (rows < M) & in_row                                                   # (ROWS, BLOCK)
-        x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        if EVEN:
+            x = tl.load(X + rows * stride_x + cols, eviction_policy="evict_first")
+        else:
+            x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
         if HAS_R:
-            r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0,
-                        eviction_policy="evict_first")
+            if EVEN:
+                r = tl.load(R + (rows % R_ROWS) * stride_r + cols, eviction_policy="evict_first")
+            else:
+                r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0,
+                            eviction_policy="evict_first")
         # the weight is issued now, with the rows, so that its (L2) latency overlaps the reduction
         if HAS_W:
-            w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            if EVEN:
+                w = tl.load(W + cols, eviction_policy="evict_last").to(tl.float32)
+            else:
+                w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
         if HAS_R:
             # the unfused add stores the sum in the dtype, and the norm reads that rounded sum
             s = _round_to(x.to(tl.float32) + r.to(tl.float32), X.dtype.element_ty, BF16_RTNE_BY_HAND)
             if WRITE_SUM:
-                tl.store(S + rows * stride_s + cols, s, mask=live)
+                if EVEN:
+                    tl.store(S + rows * stride_s + cols, s)
+                else:
+                    tl.store(S + rows * stride_s + cols, s, mask=live)
             h = s.to(tl.float32)                                                     # (ROWS, BLOCK)
         else:
             h = x.to(tl.float32)
@@ -283,7 +310,11 @@ def _build_kernel(interpret: bool):
         h = _round_to(h, X.dtype.element_ty, BF16_RTNE_BY_HAND).to(tl.float32)
         if HAS_W:
             h = w * h                                                                # exact for 16-bit w, h
-        tl.store(Y + rows * stride_y + cols, _round_to(h, Y.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+        out = _round_to(h, Y.dtype.element_ty, BF16_RTNE_BY_HAND)
+        if EVEN:
+            tl.store(Y + rows * stride_y + cols, out)
+        else:
+            tl.store(Y + rows * stride_y + cols, out, mask=live)
 
     return _add_rms_norm_fwd
 
@@ -324,11 +355,12 @@ def _operands_choice(x, residual, weight, keep_sum) -> Choice:
                            add=add)
 
 
-def _constexprs(residual, weight, keep_sum, block, rows, interpret) -> dict:
-    """The kernel's constexpr arguments for these operands."""
+def _constexprs(residual, weight, keep_sum, block, rows, interpret, m: int, n: int) -> dict:
+    """The kernel's constexpr arguments for these operands (``m`` rows of ``n``)."""
     return dict(HAS_R=residual is not None, HAS_W=weight is not None,
                 WRITE_SUM=keep_sum and residual is not None, BLOCK=block, ROWS=rows,
-                BF16_RTNE_BY_HAND=interpret, LIBRARY_REDUCE=library_reductions_usable())
+                BF16_RTNE_BY_HAND=interpret, LIBRARY_REDUCE=library_reductions_usable(),
+                EVEN=n == block and m % rows == 0)
 
 
 def _out_dtype(x, weight) -> torch.dtype:
@@ -344,10 +376,10 @@ def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps) -> Lau
     interpret = interpreting()
     m = x.numel() // n                                                      # rows of N, row stride N
     r_rows = m if residual is None else residual.numel() // n               # < m when it broadcasts
-    block, rows, warps = launch_config(n)
+    block, rows, warps = launch_config(n, x.element_size(), residual is not None)
     rows = rows_per_prog or rows
     return Launch(_build_kernel(interpret), (cdiv(m, rows),), (n, n, n, n, m, n, r_rows),
-                  _constexprs(residual, weight, keep_sum, block, rows, interpret),
+                  _constexprs(residual, weight, keep_sum, block, rows, interpret, m, n),
                   num_warps or warps, _out_dtype(x, weight))
 
 
@@ -398,9 +430,9 @@ def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps):
     r2 = x2 if residual is None else _rows(residual, n)                     # (M, N) or (R_ROWS, N)
     w = None if weight is None else weight.contiguous()                     # (N,)
     m = x2.shape[0]
-    block, rows, warps = launch_config(n)
+    block, rows, warps = launch_config(n, x.element_size(), residual is not None)
     rows = rows_per_prog or rows
-    constexprs = _constexprs(residual, weight, keep_sum, block, rows, interpret)
+    constexprs = _constexprs(residual, weight, keep_sum, block, rows, interpret, m, n)
     y = _new_output((m, n), _out_dtype(x, weight), x.device)                # (M, N)
     s = _new_output((m, n), x.dtype, x.device) if constexprs["WRITE_SUM"] else y
     launch(_build_kernel(interpret), (cdiv(m, rows),),
