@@ -43,7 +43,8 @@ Anything else, calls autograd records, and CPU tensors without
 ``TRITON_INTERPRET=1`` take the reference; ``select_rms_norm`` is the one decision.
 
 Matching: the norm has a fan-out inside (``h`` feeds ``pow`` and the ``mul``), so
-both patterns bring their own matcher (``_match_add_rms_norm``, ``_match_rms_norm``)
+both patterns bring their own matcher (``match_add_rms_norm``, ``match_rms_norm``; the γ fold,
+``explorer.fusions.rms_fold``, matches through them too)
 over the facts ``explorer.graph.aten.facts`` records (pow exponent, reduced dims,
 the eps scalar, cast dtypes).
 """
@@ -566,7 +567,7 @@ def _finish(pattern: Pattern, matched: list[tuple[str, str, bool]], refusals: li
     return matched
 
 
-def _match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
+def match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
     """``add ─► [to(fp32)] ─► RMSNorm``: the residual add whose sum the norm reads (its matcher).
 
     The sum may leave the chain (the next residual reads it): from the add itself, or, in a graph
@@ -599,7 +600,7 @@ def _match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: d
     return _finish(pattern, matched + tail, refusals, claimed)
 
 
-def _match_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
+def match_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
     """``[to(fp32)] ─► pow(2) ─► mean ─► + eps ─► rsqrt ─► mul ─► [to] ─► [mul(weight)]`` (its matcher).
 
     The input cast belongs to the chain when only the norm reads it; an identity cast that others
@@ -622,10 +623,11 @@ def _match_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[
 # ====================================================================== rewrite
 
 def _norm_args(ctx: RewriteContext, chain, x: torch.fx.Node) -> tuple:
-    """``(weight, eps, out_dtype)`` of the chain's norm, checking that it rounds where the kernel does.
+    """``(weight, eps, hidden)`` of the chain's norm, checking that it rounds where the kernel does.
 
     The kernel rounds the normalised value to ``x``'s dtype (LlamaRMSNorm's ``.to(input_dtype)``);
-    the chain must cast back to that dtype, or never leave it.
+    the chain must cast back to that dtype, or never leave it. The weight is the operand of the
+    step with role ``weight`` (``gamma`` in the fold's chains).
     """
     xs = aten.node_val(x)
     if not isinstance(xs, torch.Tensor):
@@ -637,7 +639,7 @@ def _norm_args(ctx: RewriteContext, chain, x: torch.fx.Node) -> tuple:
     eps = ctx.scalar(aten.binary_args(ctx.node(chain, "add_eps")).other)
     if eps is None:
         raise UseGeneric(WORDS("generic.eps"))
-    weight_node = ctx.node(chain, "weight")
+    weight_node = ctx.node(chain, "weight") or ctx.node(chain, "gamma")
     weight = None
     if weight_node is not None:
         weight = edit.other_operand(weight_node, {rounded})
@@ -652,9 +654,26 @@ def _norm_args(ctx: RewriteContext, chain, x: torch.fx.Node) -> tuple:
     return weight, eps, int(xs.shape[-1])
 
 
-def rewrite_add_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
-    """add → RMSNorm as one kernel call, writing the sum too where something else reads it."""
+def plan_norm(ctx: RewriteContext, chain, *, unit: bool = False, targets: dict | None = None
+              ) -> tuple[edit.Edit, torch.fx.Node | None]:
+    """The edit of an (add +) RMSNorm chain as one kernel call, and the weight operand it read (or None).
+
+    ``unit``: the call takes no weight (the γ fold: the readers' weights carry it), so it writes
+    ``x·rsqrt(mean(x²)+eps)`` only and loads no weight. ``targets`` replaces the call targets
+    (keys ``"add"``, ``"add_normed"``, ``"rms"``: the fold's eager variant). A chain with the role
+    ``add`` is the Add+RMSNorm; the sum is written where something else reads it.
+    """
+    targets = targets or {}
     add = ctx.node(chain, "add")
+    if add is None:
+        cast_in = ctx.node(chain, "cast_in")
+        x = cast_in.args[0] if cast_in is not None else ctx.node(chain, "pow").args[0]
+        if not isinstance(x, torch.fx.Node):
+            raise UseGeneric(WORDS("generic.input"))
+        weight, eps, hidden = _norm_args(ctx, chain, x)
+        choice = select_rms_norm(ctx.device, hidden, edit.dtype_of(x), add=False)
+        return edit.whole_chain_edit(ctx, chain, targets.get("rms", fused_rms_norm),
+                                     (x, None if unit else weight, eps), choice), weight
     x, residual, out = residual_add_operands(add)
     weight, eps, hidden = _norm_args(ctx, chain, add)
     if len(chain.extra_outputs) > 1:
@@ -663,24 +682,24 @@ def rewrite_add_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     cast_in = ctx.node(chain, "cast_in")
     if sum_node is not None and sum_node is cast_in and edit.dtype_of(cast_in) != out.dtype:
         raise Refuse(WORDS("refuse.fp32"))
-    args = (x, residual, weight, eps)
+    args = (x, residual, None if unit else weight, eps)
     choice = select_rms_norm(ctx.device, hidden, out.dtype, keep_sum=sum_node is not None)
     if sum_node is None:  # nothing else reads the sum (the last norm): it is never written
-        return edit.whole_chain_edit(ctx, chain, fused_add_rms_norm_normed, args, choice)
+        return edit.whole_chain_edit(ctx, chain, targets.get("add_normed", fused_add_rms_norm_normed), args,
+                                     choice), weight
     result = ctx.by_name[chain.roles[-1][0]]
-    return edit.whole_chain_edit(ctx, chain, fused_add_rms_norm, args, choice, outputs=[sum_node, result],
-                                 tuple_result=True)  # the call returns (sum, normed)
+    return edit.whole_chain_edit(ctx, chain, targets.get("add", fused_add_rms_norm), args, choice,
+                                 outputs=[sum_node, result], tuple_result=True), weight  # returns (sum, normed)
+
+
+def rewrite_add_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """add → RMSNorm as one kernel call, writing the sum too where something else reads it."""
+    return plan_norm(ctx, chain)[0]
 
 
 def rewrite_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     """RMSNorm (no add) as one kernel call."""
-    cast_in = ctx.node(chain, "cast_in")
-    x = cast_in.args[0] if cast_in is not None else ctx.node(chain, "pow").args[0]
-    if not isinstance(x, torch.fx.Node):
-        raise UseGeneric(WORDS("generic.input"))
-    weight, eps, hidden = _norm_args(ctx, chain, x)
-    choice = select_rms_norm(ctx.device, hidden, edit.dtype_of(x), add=False)
-    return edit.whole_chain_edit(ctx, chain, fused_rms_norm, (x, weight, eps), choice)
+    return plan_norm(ctx, chain)[0]
 
 
 # ====================================================================== patterns
@@ -693,6 +712,9 @@ _NORM_STEPS = (Step(frozenset({"pow"}), "pow"), Step(frozenset({"reduce"}), "mea
                Step(frozenset({"mul"}), "normalize"), Step(_CASTS, "cast_out", optional=True),
                Step(frozenset({"mul"}), "weight", optional=True))
 
+#: The steps and cast kinds of the norm, for the families that match through this one's matchers (the γ fold).
+NORM_STEPS, CASTS = _NORM_STEPS, _CASTS
+
 #: Which families this one must claim nodes before or after (explorer.fusions.order).
 RUNS_BEFORE = ("norm",)
 
@@ -701,7 +723,7 @@ PATTERNS = (
         name="add_rms_norm", label=WORDS("add_rms_norm.label"),
         steps=(Step(frozenset({"add"}), "add", emits=True), Step(_CASTS, "cast_in", optional=True, emits=True),
                *_NORM_STEPS),
-        match=_match_add_rms_norm, color="#c49c94", rewrite=rewrite_add_rms_norm,
+        match=match_add_rms_norm, color="#c49c94", rewrite=rewrite_add_rms_norm,
         implementation=WORDS("add_rms_norm.implementation"),
         explanation=WORDS("add_rms_norm.explanation"),
         caveats=_CAVEATS,
@@ -710,7 +732,7 @@ PATTERNS = (
     Pattern(
         name="rms_norm", label=WORDS("rms_norm.label"),
         steps=_NORM_STEPS,  # anchored at pow; the matcher takes the input cast in too where only the norm reads it
-        match=_match_rms_norm, color="#dbdb8d", rewrite=rewrite_rms_norm,
+        match=match_rms_norm, color="#dbdb8d", rewrite=rewrite_rms_norm,
         implementation=WORDS("rms_norm.implementation"),
         explanation=_TEACHING,
         caveats=_CAVEATS,
