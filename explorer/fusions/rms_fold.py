@@ -84,6 +84,7 @@ WORDS = Words("rms_fold", {
                          "GEMM 的操作数做一次舍入（tests/test_fusion_rms_fold.py 测量了这两者）；它们彼此只在最后几位上不同。")),
     "label.folded": ("γ folded into {readers} (exact) + {label}, without the weight load",
                      "γ 折叠进 {readers}（精确） + {label}，不加载权重"),
+    "label.folded_plain": ("γ folded into {readers} (exact) + {label}", "γ 折叠进 {readers}（精确） + {label}"),
     "label.folded_eager": ("γ folded into {readers} (exact); the norm as eager ops without γ",
                            "γ 折叠进 {readers}（精确）；归一化用不带 γ 的 eager 算子"),
     "refuse.reader": ("the normalised row also goes to {op}, not a linear: only a linear's weight can absorb γ",
@@ -216,6 +217,31 @@ def graph_readers(g: nx.DiGraph, out: str, hidden: int) -> tuple[list[str], str 
     return linears, None, None
 
 
+def _constant_scale(g: nx.DiGraph, mul: str, row: str, hidden: int) -> list[str] | str:
+    """The nodes computing the other operand of the scale ``mul`` from constants only (Gemma's ``1 + γ`` is
+    ``to(γ) + 1``), in graph order; or the node that makes it not constant (a graph input reaches it, or
+    something else reads its steps), as a string."""
+    others = [p for p in g.predecessors(mul) if p != row]
+    if len(others) != 1:
+        return mul
+    top = others[0]
+    if (g.nodes[top].get("shapes") or [[]])[0] != [hidden]:
+        return top
+    seen, frontier = [], [top]
+    while frontier:
+        node = frontier.pop()
+        if node in seen:
+            continue
+        seen.append(node)
+        if g.nodes[node]["kind"] == "input" or len(seen) > 4:
+            return top
+        frontier += list(g.predecessors(node))
+    inside = set(seen) | {mul}
+    if any(set(g.successors(n)) - inside for n in seen):
+        return top
+    return sorted(seen, key=lambda n: g.nodes[n]["order"])
+
+
 def _fold_matcher(inner):
     """A matcher for the fold over an RMSNorm matcher of ``explorer.fusions.rms_norm``: the norm as it matches
     there, γ (role ``gamma``) required, every reader of its output a linear it can fold into."""
@@ -229,18 +255,30 @@ def _fold_matcher(inner):
         roles = {r: n for n, r, _ in matched}
         last = nodes[-1]
         hidden = (g.nodes[last].get("shapes") or [[0]])[0][-1]
+        tail: list[tuple[str, str, bool]] = []
         if "weight" not in roles:
             succ = list(g.successors(last))
-            if len(succ) == 1 and g.nodes[succ[0]]["kind"] == "mul" and not g.nodes[succ[0]].get("scalar_operand"):
-                others = [p for p in g.predecessors(succ[0]) if p != last]
+            if not (len(succ) == 1 and g.nodes[succ[0]]["kind"] == "mul"
+                    and not g.nodes[succ[0]].get("scalar_operand")):
+                raise NoMatch(None, nodes)    # no γ: nothing to fold (RMSNorm's plain pattern takes it)
+            scale = _constant_scale(g, succ[0], last, hidden)
+            if isinstance(scale, str):
                 raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label,
-                                         reason=WORDS("refuse.gamma", op=others[0] if others else succ[0])),
-                              nodes + succ)
-            raise NoMatch(None, nodes)    # no γ: nothing to fold (RMSNorm's plain pattern takes it)
+                                         reason=WORDS("refuse.gamma", op=scale)), nodes + succ)
+            # Gemma's (1 + γ), or another scale computed from constants only: folded as its value
+            tail = [(n, "gamma_const", True) for n in scale] + [(succ[0], "gamma", True)]
+            last = succ[0]
+            after = list(g.successors(last))
+            kind = g.nodes[after[0]]["kind"] if len(after) == 1 else None
+            # Gemma's ``.type_as(x)`` reads x for its dtype only
+            if (kind in rms_norm.CASTS and list(g.predecessors(after[0])) == [last]) or kind == "type_as":
+                tail.append((after[0], "cast_scaled", True))
+                last = after[0]
         _, why, offender = graph_readers(g, last, hidden)
         if why is not None:
-            raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label, reason=why), nodes + [offender])
-        return [(n, "gamma" if r == "weight" else r, c) for n, r, c in matched]
+            raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label, reason=why),
+                          nodes + [n for n, _, _ in tail] + [offender])
+        return [(n, "gamma" if r == "weight" else r, c) for n, r, c in matched] + tail
 
     match.__doc__ = f"The γ fold over ``rms_norm.{inner.__name__}`` (see ``_fold_matcher``)."
     return match
@@ -310,7 +348,15 @@ def _fold_edit(ctx: RewriteContext, chain, eager: bool) -> edit.Edit:
     norm_edit, gamma_node = rms_norm.plan_norm(ctx, chain, unit=True, targets=_EAGER if eager else None)
     if gamma_node is None:
         raise Refuse(WORDS("refuse.gamma", op=chain.node_for("gamma")))
-    gamma = ctx.constant(gamma_node, WORDS("refuse.gamma", op=gamma_node.name))
+    consts = [ctx.by_name[n] for n, r in chain.roles if r == "gamma_const"]
+    if consts:   # a scale computed from constants (Gemma's 1 + γ): its value, from the graph's own ops
+        sub, inputs = edit.extract_subgraph(ctx.gm, consts, [gamma_node], attrs_as_placeholders=False)
+        if inputs:
+            raise Refuse(WORDS("refuse.gamma", op=gamma_node.name))
+        with torch.no_grad():
+            gamma = sub()
+    else:
+        gamma = ctx.constant(gamma_node, WORDS("refuse.gamma", op=gamma_node.name))
     result = ctx.by_name[chain.roles[-1][0]]
     row_dtype = edit.dtype_of(result)
     if gamma.dtype != row_dtype:
@@ -323,7 +369,8 @@ def _fold_edit(ctx: RewriteContext, chain, eager: bool) -> edit.Edit:
         weights[target] = fold_rms_gamma(w, gamma)
     readers = ", ".join(_short(t) for t in weights)
     label = (WORDS("label.folded_eager", readers=readers) if eager
-             else WORDS("label.folded", readers=readers, label=norm_edit.choice.label))
+             else WORDS("label.folded" if norm_edit.choice.fused else "label.folded_plain", readers=readers,
+                        label=norm_edit.choice.label))
     return dataclasses.replace(norm_edit, weights=weights,
                                choice=Choice(norm_edit.choice.impl, label, norm_edit.choice.fused or eager))
 
