@@ -77,7 +77,8 @@ def test_zoo_detections_are_those_recorded_before(name, analyze_cached):
     assert [FOLDED.get(c.pattern, c.pattern) + c.id[len(c.pattern):] for c in detection.chains] == want["chains"]
     nodes = json.dumps([list(c.nodes) for c in detection.chains]).encode()
     assert hashlib.sha256(nodes).hexdigest() == want["nodes_sha256"]
-    got = [[m.pattern, list(m.nodes), str(m.reason)] for m in detection.near_misses if m.pattern not in FOLDED]
+    got = [[m.pattern, list(m.nodes), str(m.reason)] for m in detection.near_misses
+           if m.pattern not in FOLDED and m.pattern != "linear_residual"]   # both came after the record
     names = [p.name for p in PATTERNS]
 
     def outranked(miss) -> bool:

@@ -49,7 +49,7 @@ from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import Refuse, RewriteContext
 from explorer.graph import aten
-from explorer.words import Words
+from explorer.words import Message, Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("rms_fold", {
@@ -249,7 +249,11 @@ def _fold_matcher(inner):
         try:
             matched = inner(g, pattern, anchor, claimed)
         except NoMatch as why:
-            # the norm's own near misses are the RMSNorm pattern's to report (it runs next, on the same nodes)
+            # the norm's own near misses are the RMSNorm pattern's to report (it runs next, on the same nodes), but
+            # for the add it gives up to a projection's GEMM epilogue: that one is the fold's too (it runs first)
+            inner_reason = why.reason.args.get("reason") if isinstance(why.reason, Message) else None
+            if isinstance(inner_reason, Message) and inner_reason.id == "linear_residual.refuse.epilogue_wins":
+                raise
             raise NoMatch(None, why.nodes) from None
         nodes = [n for n, _, _ in matched]
         roles = {r: n for n, r, _ in matched}
