@@ -56,6 +56,8 @@ DEFAULT_PARTS = ("rmsnorm", "fold", "linres")
 SWEEP = {4096: ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (2, 16), (4, 8), (4, 16)),
          512: ((1, 1), (1, 2), (2, 2), (2, 4), (4, 4), (4, 8), (8, 4), (8, 8), (16, 8))}
 SMOKE_SWEEP = ((1, 1), (2, 2))
+#: ``--quick``: a few settings beside the default (the ones the full sweep found best somewhere).
+QUICK_SWEEP = {4096: ((1, 16), (2, 16), (4, 16)), 512: ((2, 2), (4, 4), (4, 8), (16, 8))}
 GEMM_TILES = (None, (128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (256, 128, 64, 8, 3), (128, 128, 64, 8, 4))
 
 
@@ -154,24 +156,32 @@ def bench_rmsnorm(args, device: str, log) -> dict:
             return (torch.randn(m, n, device=device, dtype=dt), torch.randn(m, n, device=device, dtype=dt),
                     (torch.randn(n, device=device) * 0.1 + 1).to(dt))
         sets = _sets(make, l2, args.rotate_l2)
-        kinds = {   # name -> (fn(x, r, w, rows, warps), reference(x, r, w), bytes, residual?)
+        kinds = {   # name -> (fn(x, r, w, rows, warps), reference(x, r, w), bytes, (residual, weight, sum written))
             "add_rms_norm": (lambda x, r, w, R, W: rn.add_rms_norm(x, r, w, 1e-6, rows_per_prog=R, num_warps=W),
-                             lambda x, r, w: rn.add_rms_norm_reference(x, r, w, 1e-6), 4 * m * n * e + n * e, True),
+                             lambda x, r, w: rn.add_rms_norm_reference(x, r, w, 1e-6), 4 * m * n * e + n * e,
+                             (True, True, True)),
             "add_rms_norm_nosum": (lambda x, r, w, R, W: rn.add_rms_norm(x, r, w, 1e-6, False, rows_per_prog=R,
                                                                          num_warps=W)[1],
                                    lambda x, r, w: rn.add_rms_norm_reference(x, r, w, 1e-6)[1],
-                                   3 * m * n * e + n * e, True),
+                                   3 * m * n * e + n * e, (True, True, False)),
             "add_rms_norm_unit": (lambda x, r, w, R, W: rn.add_rms_norm(x, r, None, 1e-6, rows_per_prog=R,
                                                                         num_warps=W),
-                                  lambda x, r, w: rn.add_rms_norm_reference(x, r, None, 1e-6), 4 * m * n * e, True),
+                                  lambda x, r, w: rn.add_rms_norm_reference(x, r, None, 1e-6), 4 * m * n * e,
+                                  (True, False, True)),
+            "add_rms_norm_unit_nosum": (lambda x, r, w, R, W: rn.add_rms_norm(x, r, None, 1e-6, False,
+                                                                              rows_per_prog=R, num_warps=W)[1],
+                                        lambda x, r, w: rn.add_rms_norm_reference(x, r, None, 1e-6)[1],
+                                        3 * m * n * e, (True, False, False)),
             "rms_norm": (lambda x, r, w, R, W: rn.rms_norm(x, w, 1e-6, rows_per_prog=R, num_warps=W),
-                         lambda x, r, w: rn.rms_norm_reference(x, w, 1e-6), 2 * m * n * e + n * e, False),
+                         lambda x, r, w: rn.rms_norm_reference(x, w, 1e-6), 2 * m * n * e + n * e,
+                         (False, True, False)),
             "rms_norm_unit": (lambda x, r, w, R, W: rn.rms_norm(x, None, 1e-6, rows_per_prog=R, num_warps=W),
-                              lambda x, r, w: rn.rms_norm_reference(x, None, 1e-6), 2 * m * n * e, False),
+                              lambda x, r, w: rn.rms_norm_reference(x, None, 1e-6), 2 * m * n * e,
+                              (False, False, False)),
         }
-        settings = SMOKE_SWEEP if args.smoke else SWEEP.get(n, SWEEP[4096])
-        for kind, (fn, ref, nbytes, has_r) in kinds.items():
-            block, d_rows, d_warps = rn.launch_config(n, e, has_r)
+        settings = SMOKE_SWEEP if args.smoke else (QUICK_SWEEP if args.quick else SWEEP).get(n, SWEEP[4096])
+        for kind, (fn, ref, nbytes, (has_r, has_w, writes)) in kinds.items():
+            block, d_rows, d_warps = rn.launch_config(n, e, has_r, has_w, writes)
             configs = {f"default[rows={d_rows},w={d_warps}]": (None, None)}
             configs.update({f"rows={r},w={w}": (r, w) for r, w in settings if (r, w) != (d_rows, d_warps)})
             variants: dict[str, tuple[Callable, list]] = {"copy": _copy_variant(nbytes, device, l2, args.rotate_l2)}
@@ -197,7 +207,7 @@ def bench_rmsnorm(args, device: str, log) -> dict:
                                   default=next(r["fraction_of_copy"] for r in fused
                                                if r["variant"].startswith("default")),
                                   meets_target=top["fraction_of_copy"] >= TARGET_FRACTION, block=block,
-                                  element_size=e, residual=has_r)
+                                  element_size=e, residual=has_r, weight=has_w, sum_written=writes)
                 log(f"[rmsnorm] {case}: best {top['variant']} {top['fraction_of_copy']:.1%} of copy "
                     f"(default {best[case]['default']:.1%})")
         del sets
@@ -394,6 +404,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rotate-l2", type=float, default=4.0, help="kernel inputs rotate over this many L2s")
     p.add_argument("--batch", type=int, default=4, help="layer part: batch")
     p.add_argument("--seq-len", type=int, default=1024, help="layer part: prompt length")
+    p.add_argument("--quick", action="store_true", help="rmsnorm part: the default and a few settings only")
     p.add_argument("--smoke", action="store_true", help="the CPU at tiny sizes (TRITON_INTERPRET=1): the plumbing")
     p.add_argument("--budget-s", type=float, default=540.0, help="no part starts after this many seconds")
     p.add_argument("--out", default=None, help="JSON path (default $OUT/bench_rms_fold.json)")

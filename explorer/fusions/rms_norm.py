@@ -218,14 +218,27 @@ def select_rms_norm(device: torch.device | str, hidden: int | None = None, dtype
 
 # ====================================================================== the kernel
 
-#: Measured launch settings, ``(BLOCK, element size, has residual) -> (ROWS, num_warps)``, chosen on the H200
-#: by ``benchmarks/bench_rms_fold.py --only rmsnorm`` (the fastest setting per shape, as a fraction of a device
-#: copy of the same bytes in the same run). Shapes not in the table take the heuristic.
-TUNED: dict[tuple[int, int, bool], tuple[int, int]] = {}
+#: Measured launch settings, ``(BLOCK, element size, residual, weight, sum written) -> (ROWS, num_warps)``: per
+#: kernel variant the setting whose worst fraction of a device copy (the same bytes, the same run) over the rows
+#: measured was highest, on the H200 in bf16 (``benchmarks/bench_rms_fold.py --only rmsnorm``;
+#: ``benchmarks/results/bench_rms_fold_h200.json``: hidden 4096 at 4096, 8192 and 16384 rows; hidden 512 at 16384).
+#: Variants not in the table take the heuristic.
+TUNED: dict[tuple[int, int, bool, bool, bool], tuple[int, int]] = {
+    (4096, 2, True, True, True): (4, 16),     # Add+RMSNorm, the sum written: 93.7-95.6% of copy
+    (4096, 2, True, True, False): (1, 16),    # Add+RMSNorm, the sum not written: 93.9-95.4%
+    (4096, 2, True, False, True): (1, 16),    # Add+RMSNorm without γ (folded): 93.1-95.3%
+    (4096, 2, False, True, False): (2, 16),   # RMSNorm: 93.3-95.7%
+    (4096, 2, False, False, False): (4, 16),  # RMSNorm without γ (folded): 94.1-94.7%
+    (512, 2, True, True, True): (2, 2),       # the zoo decoder's rows: 111.6% (a copy of 67 MB is below peak)
+    (512, 2, True, False, True): (4, 4),      # 100.8%
+    (512, 2, False, False, False): (4, 8),    # 105.2%
+}
 
 
-def launch_config(hidden: int, element_size: int = 2, residual: bool = True) -> tuple[int, int, int]:
-    """``(BLOCK, ROWS, num_warps)`` for rows of ``hidden`` elements of ``element_size`` bytes.
+def launch_config(hidden: int, element_size: int = 2, residual: bool = True, weight: bool = True,
+                  write_sum: bool | None = None) -> tuple[int, int, int]:
+    """``(BLOCK, ROWS, num_warps)`` for rows of ``hidden`` elements of ``element_size`` bytes, for the kernel
+    variant (with a residual, a weight, the sum written; ``write_sum`` defaults to ``residual``).
 
     BLOCK = next power of two >= hidden. ``TUNED`` holds the measured settings; otherwise short rows
     are packed ``ROWS`` to a program so that a program holds at least 1024 elements (at most 16 rows),
@@ -233,7 +246,8 @@ def launch_config(hidden: int, element_size: int = 2, residual: bool = True) -> 
     (``benchmarks/bench_rms_fold.py`` times the alternatives).
     """
     block = next_power_of_2(hidden)
-    tuned = TUNED.get((block, element_size, residual))
+    write_sum = residual if write_sum is None else write_sum
+    tuned = TUNED.get((block, element_size, residual, weight, residual and write_sum))
     if tuned is not None:
         return block, tuned[0], tuned[1]
     rows = max(1, min(16, 1024 // block))
@@ -287,12 +301,16 @@ def _build_kernel(interpret: bool):
             else:
                 r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0,
                             eviction_policy="evict_first")
-        # the weight is issued now, with the rows, so that its (L2) latency overlaps the reduction
+        # the weight is issued now, with the rows, so that its (L2) latency overlaps the reduction. It is loaded
+        # as a (ROWS, BLOCK) tile (each row's copy an L1 hit), in the rows' own register layout: loaded as
+        # (1, BLOCK), Triton gives it another layout and converts it through shared memory (two barriers),
+        # which cost a third of the time of short rows (RMSNorm over 512 on the H200: bench_rms_fold_h200.json)
+        w_cols = cols + rows * 0                                                     # (ROWS, BLOCK)
         if HAS_W:
             if EVEN:
-                w = tl.load(W + cols, eviction_policy="evict_last").to(tl.float32)
+                w = tl.load(W + w_cols, eviction_policy="evict_last").to(tl.float32)
             else:
-                w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+                w = tl.load(W + w_cols, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
         if HAS_R:
             # the unfused add stores the sum in the dtype, and the norm reads that rounded sum
             s = _round_to(x.to(tl.float32) + r.to(tl.float32), X.dtype.element_ty, BF16_RTNE_BY_HAND)
@@ -379,7 +397,7 @@ def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps) -> Lau
     interpret = interpreting()
     m = x.numel() // n                                                      # rows of N, row stride N
     r_rows = m if residual is None else residual.numel() // n               # < m when it broadcasts
-    block, rows, warps = launch_config(n, x.element_size(), residual is not None)
+    block, rows, warps = launch_config(n, x.element_size(), residual is not None, weight is not None, keep_sum)
     rows = rows_per_prog or rows
     return Launch(_build_kernel(interpret), (cdiv(m, rows),), (n, n, n, n, m, n, r_rows),
                   _constexprs(residual, weight, keep_sum, block, rows, interpret, m, n),
@@ -433,7 +451,7 @@ def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps):
     r2 = x2 if residual is None else _rows(residual, n)                     # (M, N) or (R_ROWS, N)
     w = None if weight is None else weight.contiguous()                     # (N,)
     m = x2.shape[0]
-    block, rows, warps = launch_config(n, x.element_size(), residual is not None)
+    block, rows, warps = launch_config(n, x.element_size(), residual is not None, weight is not None, keep_sum)
     rows = rows_per_prog or rows
     constexprs = _constexprs(residual, weight, keep_sum, block, rows, interpret, m, n)
     y = _new_output((m, n), _out_dtype(x, weight), x.device)                # (M, N)
