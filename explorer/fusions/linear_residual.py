@@ -251,8 +251,7 @@ def _match_linear_residual(g, pattern: Pattern, anchor: str, claimed: dict[str, 
         if taken == add and owner.split("@")[0] in NORM_PATTERNS and shape is not None:
             _, why = residual_home(*shape)
             m, k, n = shape
-            raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label, reason=WORDS(
-                "refuse.norm_wins", chain=owner, why=why, m=m, k=k, n=n)), nodes)
+            raise NoMatch(WORDS("refuse.norm_wins", chain=owner, why=why, m=m, k=k, n=n), nodes)
         raise NoMatch(BASE_WORDS("already_in_chain", op=g.nodes[taken]["kind"], chain=owner), nodes)
     reason = _residual(g, add, {"chain": {anchor, *path}, "prev": path[-1] if path else anchor, "prev_real": anchor})
     if reason:

@@ -251,8 +251,7 @@ def _fold_matcher(inner):
         except NoMatch as why:
             # the norm's own near misses are the RMSNorm pattern's to report (it runs next, on the same nodes), but
             # for the add it gives up to a projection's GEMM epilogue: that one is the fold's too (it runs first)
-            inner_reason = why.reason.args.get("reason") if isinstance(why.reason, Message) else None
-            if isinstance(inner_reason, Message) and inner_reason.id == "linear_residual.refuse.epilogue_wins":
+            if isinstance(why.reason, Message) and why.reason.id == "linear_residual.refuse.epilogue_wins":
                 raise
             raise NoMatch(None, why.nodes) from None
         nodes = [n for n, _, _ in matched]
@@ -267,8 +266,7 @@ def _fold_matcher(inner):
                 raise NoMatch(None, nodes)    # no γ: nothing to fold (RMSNorm's plain pattern takes it)
             scale = _constant_scale(g, succ[0], last, hidden)
             if isinstance(scale, str):
-                raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label,
-                                         reason=WORDS("refuse.gamma", op=scale)), nodes + succ)
+                raise NoMatch(WORDS("refuse.gamma", op=scale), nodes + succ)
             # Gemma's (1 + γ), or another scale computed from constants only: folded as its value
             tail = [(n, "gamma_const", True) for n in scale] + [(succ[0], "gamma", True)]
             last = succ[0]
@@ -280,8 +278,7 @@ def _fold_matcher(inner):
                 last = after[0]
         _, why, offender = graph_readers(g, last, hidden)
         if why is not None:
-            raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label, reason=why),
-                          nodes + [n for n, _, _ in tail] + [offender])
+            raise NoMatch(why, nodes + [n for n, _, _ in tail] + [offender])
         return [(n, "gamma" if r == "weight" else r, c) for n, r, c in matched] + tail
 
     match.__doc__ = f"The γ fold over ``rms_norm.{inner.__name__}`` (see ``_fold_matcher``)."

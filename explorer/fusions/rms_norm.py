@@ -604,12 +604,13 @@ def match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: di
     if attrs.get("scalar_operand") or g.in_degree(anchor) != 2:
         raise NoMatch(None, [anchor])
     refusals: list[str] = []
+    epilogue = None
     projection = residual_projection(g, anchor)
     if projection is not None and projection not in claimed and (shape := projection_shape(g, projection)):
         home, why = residual_home(*shape)
         if home == "epilogue":  # the add is measured better in the projection's GEMM epilogue (linear_residual)
             m, k, n = shape
-            refusals.append(LR_WORDS("refuse.epilogue_wins", linear=projection, why=why, m=m, k=k, n=n))
+            epilogue = LR_WORDS("refuse.epilogue_wins", linear=projection, why=why, m=m, k=k, n=n)
     matched = [(anchor, "add", True)]
     succ = _succ(g, anchor)
     casts = [s for s in succ if _is_cast(g, s)]
@@ -629,6 +630,9 @@ def match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: di
             refusals.append(WORDS("refuse.fp32_also"))
         elif outside_cast and outside_add:
             refusals.append(WORDS("refuse.both"))
+    nodes = [n for n, _, _ in matched + tail]
+    if epilogue is not None and not refusals and not any(n in claimed for n in nodes):
+        raise NoMatch(epilogue, nodes)    # the norm matched: the add is given up, and the near miss says why
     return _finish(pattern, matched + tail, refusals, claimed)
 
 
