@@ -184,6 +184,9 @@ class Pattern:
     kernels: tuple[str, ...] = ("auto", "inductor")   # kernel choices a plan may name (KERNEL_CHOICES)
     siblings: bool = False  # the steps are parallel consumers of one input, not a dataflow chain
     match: Matcher | None = None  # the pattern's own matcher (steps then name its roles and anchor kinds)
+    #: ``alone(gm, chain) -> (extra nodes, outputs)``: what a chain timed alone must also hold to compute what
+    #: the model computes, for a fold whose edit changes ops outside the chain (RMSNorm's γ into its readers)
+    alone: Callable | None = None
 
     @property
     def joiner(self) -> str:
