@@ -171,17 +171,32 @@ def select_rotary(device: torch.device | str, dtype: torch.dtype | None = None, 
 
 # ====================================================================== the kernel
 
-def launch_config(hq: int, hkv: int, head_dim: int) -> tuple[int, int, int]:
-    """``(BLOCK_H, BLOCK_HALF, num_warps)``: heads per program, padded half head dim, warps.
+def launch_config(hq: int, hkv: int, head_dim: int, tokens: int = 1 << 30) -> tuple[int, int, int, int, int, int]:
+    """``(BLOCK_HQ, BLOCK_HK, TOKENS_Q, TOKENS_K, BLOCK_HALF, num_warps)``: the program layout.
 
-    A program takes up to 2048 elements of each half (32 heads of D=128); heads per program are
-    capped by the smaller of Hq and Hkv, so K's programs are not mostly masked under GQA.
+    A program rotates one (tokens × heads × D/2) tile of q or of k: Q's programs ``TOKENS_Q`` tokens of
+    up to ``BLOCK_HQ`` heads, K's ``TOKENS_K`` tokens of up to ``BLOCK_HK`` heads, both sized to about
+    ``TILE`` elements of each half (16-byte vectors, a few per thread), so that under GQA a K program
+    moves as many bytes as a Q program instead of a quarter of them. Q's and K's programs of the same
+    tokens are launched next to each other (``_rotary_fwd``), so cos/sin rows are read from DRAM once.
     """
     block_half = next_power_of_2(head_dim // 2)
-    block_h = min(next_power_of_2(min(hq, hkv)), max(1, 2048 // block_half))
-    tile = block_h * block_half
+    cap = max(1, TILE // block_half)                     # heads of one program at most
+    block_hq = min(next_power_of_2(hq), cap)
+    block_hk = min(next_power_of_2(hkv), cap)
+    tokens_q = max(1, TILE // (block_hq * block_half))
+    tokens_k = max(tokens_q, TILE // (block_hk * block_half))
+    limit = next_power_of_2(max(1, tokens))
+    tokens_k = min(tokens_k, limit)
+    tokens_q = min(tokens_q, tokens_k)
+    tile = tokens_q * block_hq * block_half
     num_warps = 4 if tile >= 1024 else 2 if tile >= 256 else 1
-    return block_h, block_half, num_warps
+    return block_hq, block_hk, tokens_q, tokens_k, block_half, num_warps
+
+
+#: Elements of each half a program rotates (about 4 KiB in bf16: 2 vectors of 16 bytes per thread and half
+#: with 4 warps). ``benchmarks/bench_llm_epilogues.py --part rotary`` times others.
+TILE = 2048
 
 
 def _new_output_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -192,52 +207,69 @@ def _new_output_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 @functools.lru_cache(maxsize=2)
 def _build_kernel(interpret: bool):
     """Define the Triton kernel (imports Triton); cached per interpreter mode (see ``rms_norm._build_kernel``)."""
-    global tl, _round_to, _rotate_heads
+    global tl, _round_to, _rotate_tile
     triton, tl = import_triton()
     _round_to = jit_helpers(interpret).round_to
 
     @triton.jit
-    def _rotate_heads(X, O, h0, H, stride_xh, stride_oh, c1, c2, s1, s2,
-                      HALF, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr):
-        """Rotate heads h0 .. h0+BLOCK_H-1 (< H) of one token; X, O point at that token's head 0, dim 0."""
-        h = (h0 + tl.arange(0, BLOCK_H))[:, None]                                      # (BLOCK_H, 1)
-        d = tl.arange(0, BLOCK_HALF)[None, :]                                          # (1, BLOCK_HALF)
-        live = (h < H) & (d < HALF)
-        x1 = tl.load(X + h * stride_xh + d, mask=live, other=0.0).to(tl.float32)       # x[..., :D/2]
-        x2 = tl.load(X + h * stride_xh + HALF + d, mask=live, other=0.0).to(tl.float32)  # x[..., D/2:]
+    def _rotate_tile(X, O, C, SN, t0, T, S, h0, H, sx_b, sx_s, sx_h, so_b, so_s, so_h, sc_b, sc_s, ss_b, ss_s,
+                     HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
+                     BF16_RTNE_BY_HAND: tl.constexpr):
+        """Rotate tokens t0 .. t0+TOKENS-1 (< T) × heads h0 .. h0+BLOCK_H-1 (< H): a (TOKENS, BLOCK_H, HALF) tile
+        of each half, with the tokens' cos/sin rows loaded once for all the heads."""
+        tok = (t0 + tl.arange(0, TOKENS)).to(tl.int64)[:, None, None]                 # (TOKENS, 1, 1)
+        h = (h0 + tl.arange(0, BLOCK_H))[None, :, None]                                # (1, BLOCK_H, 1)
+        d = tl.arange(0, BLOCK_HALF)[None, None, :]                                    # (1, 1, BLOCK_HALF)
+        b = tok // S
+        s = tok - b * S
+        if BLOCK_HALF == HALF:                             # no mask along d: whole 16-byte vectors
+            row_live = tok < T
+            live = row_live & (h < H)
+        else:
+            row_live = (tok < T) & (d < HALF)
+            live = row_live & (h < H)
+        c = C + b * sc_b + s * sc_s + d                                                # (TOKENS, 1, BLOCK_HALF)
+        sn = SN + b * ss_b + s * ss_s + d
+        c1 = tl.load(c, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        c2 = tl.load(c + HALF, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        s1 = tl.load(sn, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        s2 = tl.load(sn + HALF, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        x = X + b * sx_b + s * sx_s + h * sx_h + d                                     # (TOKENS, BLOCK_H, BLOCK_HALF)
+        x1 = tl.load(x, mask=live, other=0.0, eviction_policy="evict_first").to(tl.float32)          # x[..., :D/2]
+        x2 = tl.load(x + HALF, mask=live, other=0.0, eviction_policy="evict_first").to(tl.float32)   # x[..., D/2:]
         o1 = x1 * c1 - x2 * s1                                                         # x·cos + (−x2)·sin
         o2 = x2 * c2 + x1 * s2                                                         # x·cos + x1·sin
-        tl.store(O + h * stride_oh + d, _round_to(o1, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
-        tl.store(O + h * stride_oh + HALF + d, _round_to(o2, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+        o = O + b * so_b + s * so_s + h * so_h + d
+        tl.store(o, _round_to(o1, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+        tl.store(o + HALF, _round_to(o2, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
 
     @triton.jit
     def _rotary_fwd(
         Q, K, C, SN, QO, KO,                                  # pointers: q, k, cos, sin, q_embed, k_embed
-        S, HQ, HKV, Q_BLOCKS, HALF,                           # seq len, heads, Q's head blocks, D/2
+        T, S, HQ, HKV,                                        # tokens (B·S), seq len, heads
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s,                   # q, k strides (B, H, S); D is contiguous
         sc_b, sc_s, ss_b, ss_s,                               # cos, sin strides (B, S); 0 for a broadcast B
         sqo_b, sqo_h, sqo_s, sko_b, sko_h, sko_s,             # output strides
-        BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
+        HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
+        TOKENS_Q: tl.constexpr, TOKENS_K: tl.constexpr, Q_BLOCKS: tl.constexpr, K_BLOCKS: tl.constexpr,
+        BF16_RTNE_BY_HAND: tl.constexpr,
     ):
-        """Program (token, head block): block < Q_BLOCKS rotates Q's heads, the rest K's; cos/sin loaded once."""
-        tok = tl.program_id(0).to(tl.int64)                                            # b·S + s
-        hb = tl.program_id(1)                                                          # head block: Q's, then K's
-        b = tok // S
-        s = tok % S
-        d = tl.arange(0, BLOCK_HALF)[None, :]                                          # (1, BLOCK_HALF)
-        dm = d < HALF
-        c = C + b * sc_b + s * sc_s
-        sn = SN + b * ss_b + s * ss_s
-        c1 = tl.load(c + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        c2 = tl.load(c + HALF + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        s1 = tl.load(sn + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        s2 = tl.load(sn + HALF + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        if hb < Q_BLOCKS:
-            _rotate_heads(Q + b * sq_b + s * sq_s, QO + b * sqo_b + s * sqo_s, hb * BLOCK_H, HQ, sq_h, sqo_h,
-                          c1, c2, s1, s2, HALF, BLOCK_H, BLOCK_HALF, BF16_RTNE_BY_HAND)
+        """1-D grid in groups of TOKENS_K tokens: first the group's Q programs (TOKENS_Q tokens × BLOCK_HQ heads
+        each), then its K programs (TOKENS_K tokens × BLOCK_HK heads), neighbours in launch order."""
+        Q_PER: tl.constexpr = (TOKENS_K // TOKENS_Q) * Q_BLOCKS
+        PER: tl.constexpr = Q_PER + K_BLOCKS
+        pid = tl.program_id(0)
+        group = pid // PER
+        j = pid - group * PER
+        t_group = group * TOKENS_K
+        if j < Q_PER:
+            _rotate_tile(Q, QO, C, SN, t_group + (j // Q_BLOCKS) * TOKENS_Q, T, S, (j % Q_BLOCKS) * BLOCK_HQ, HQ,
+                         sq_b, sq_s, sq_h, sqo_b, sqo_s, sqo_h, sc_b, sc_s, ss_b, ss_s,
+                         HALF, BLOCK_HALF, TOKENS_Q, BLOCK_HQ, BF16_RTNE_BY_HAND)
         else:
-            _rotate_heads(K + b * sk_b + s * sk_s, KO + b * sko_b + s * sko_s, (hb - Q_BLOCKS) * BLOCK_H, HKV,
-                          sk_h, sko_h, c1, c2, s1, s2, HALF, BLOCK_H, BLOCK_HALF, BF16_RTNE_BY_HAND)
+            _rotate_tile(K, KO, C, SN, t_group, T, S, (j - Q_PER) * BLOCK_HK, HKV,
+                         sk_b, sk_s, sk_h, sko_b, sko_s, sko_h, sc_b, sc_s, ss_b, ss_s,
+                         HALF, BLOCK_HALF, TOKENS_K, BLOCK_HK, BF16_RTNE_BY_HAND)
 
     return _rotary_fwd
 
@@ -258,39 +290,53 @@ def _plan(q, k, cos, sin, tuning) -> Launch:
     interpret = interpreting()
     b, hq, s, d = q.shape
     hkv = k.shape[1]
-    block_h, block_half, warps = launch_config(hq, hkv, d)
-    block_h = tuning[0] or block_h
-    q_blocks = -(-hq // block_h)
-    k_blocks = -(-hkv // block_h)
+    block_hq, block_hk, tokens_q, tokens_k, block_half, warps = launch_config(hq, hkv, d, b * s)
+    tokens_override, heads_override, warps_override = tuning
+    if tokens_override:                                 # (TOKENS_Q, TOKENS_K): tokens per Q / K program
+        tokens_q, tokens_k = tokens_override
+    if heads_override:                                  # (BLOCK_HQ, BLOCK_HK): heads per Q / K program
+        block_hq, block_hk = heads_override
+    q_blocks, k_blocks = -(-hq // block_hq), -(-hkv // block_hk)
+    groups = -(-(b * s) // tokens_k)
+    grid = (groups * ((tokens_k // tokens_q) * q_blocks + k_blocks),)
     cos_b = cos.stride(0) if cos.shape[0] > 1 else 0                              # broadcast over B
     sin_b = sin.stride(0) if sin.shape[0] > 1 else 0
-    ints = (s, hq, hkv, q_blocks, d // 2, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
+    ints = (b * s, s, hq, hkv, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
             k.stride(2), cos_b, cos.stride(1), sin_b, sin.stride(1))
-    return Launch(_build_kernel(interpret), (b * s, q_blocks + k_blocks), ints,
-                  dict(BLOCK_H=block_h, BLOCK_HALF=block_half, BF16_RTNE_BY_HAND=interpret),
-                  tuning[1] or warps, torch.promote_types(q.dtype, cos.dtype))
+    return Launch(_build_kernel(interpret), grid, ints,
+                  dict(HALF=d // 2, BLOCK_HALF=block_half, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, TOKENS_Q=tokens_q,
+                       TOKENS_K=tokens_k, Q_BLOCKS=q_blocks, K_BLOCKS=k_blocks, BF16_RTNE_BY_HAND=interpret),
+                  warps_override or warps, torch.promote_types(q.dtype, cos.dtype))
 
 
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1, *,
-           block_h: int | None = None, num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           tokens: tuple[int, int] | None = None, heads: tuple[int, int] | None = None,
+           num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``apply_rotary_pos_emb(q, k, cos, sin)`` for both q and k in one kernel launch.
 
     ``q``: (B, Hq, S, D), ``k``: (B, Hkv, S, D), any strides with a contiguous last dim; with
     ``unsqueeze_dim=2`` they are (B, S, H, D) instead. ``cos``, ``sin``: (B or 1, S, D) as
     ``LlamaRotaryEmbedding`` returns them. Returns ``(q_embed, k_embed)`` with q's and k's shapes and
     memory layouts, in ``promote(q, cos)``. Falls back to ``rotary_reference`` where ``select_rotary``
-    refuses. ``block_h`` (a power of two) and ``num_warps`` override the launch heuristics.
+    refuses. ``tokens`` = (tokens per Q program, tokens per K program), powers of two with the second a
+    multiple of the first, ``heads`` = (heads per Q program, per K program), powers of two, and
+    ``num_warps`` override the launch heuristics (``launch_config``).
     """
     if unsqueeze_dim == 2:
-        qe, ke = rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 1, block_h=block_h, num_warps=num_warps)
+        qe, ke = rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 1, tokens=tokens, heads=heads,
+                        num_warps=num_warps)
         return qe.transpose(1, 2), ke.transpose(1, 2)
     if unsqueeze_dim != 1 or needs_autograd(q, k, cos, sin):                   # the kernel is forward-only
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
-    if block_h is not None and (block_h < 1 or block_h & (block_h - 1)):
-        raise ValueError(f"block_h must be a power of two, got {block_h}")
-    key = (operand_key(q), operand_key(k), operand_key(cos), operand_key(sin), block_h, num_warps,
+    if tokens is not None:
+        tq, tk = tokens
+        if tq < 1 or tq & (tq - 1) or tk < tq or tk & (tk - 1):
+            raise ValueError(f"tokens must be powers of two (q, k) with k >= q, got {tokens}")
+    if heads is not None and any(h < 1 or h & (h - 1) for h in heads):
+        raise ValueError(f"heads must be powers of two (q, k), got {heads}")
+    key = (operand_key(q), operand_key(k), operand_key(cos), operand_key(sin), tokens, heads, num_warps,
            q.is_cuda or interpreting())
-    plan = planned(_LAUNCHES, key, _plan, q, k, cos, sin, (block_h, num_warps))
+    plan = planned(_LAUNCHES, key, _plan, q, k, cos, sin, (tokens, heads, num_warps))
     if plan.kernel is None:
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
     qo = _new_output_like(q, plan.out_dtype)                                      # (B, Hq, S, D), q's layout
