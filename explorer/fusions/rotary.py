@@ -251,13 +251,12 @@ def _build_kernel(interpret: bool):
         sc_b, sc_s, ss_b, ss_s,                               # cos, sin strides (B, S); 0 for a broadcast B
         sqo_b, sqo_h, sqo_s, sko_b, sko_h, sko_s,             # output strides
         HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
-        TOKENS_Q: tl.constexpr, TOKENS_K: tl.constexpr, Q_BLOCKS: tl.constexpr, K_BLOCKS: tl.constexpr,
-        BF16_RTNE_BY_HAND: tl.constexpr,
+        TOKENS_Q: tl.constexpr, TOKENS_K: tl.constexpr, Q_BLOCKS: tl.constexpr, Q_PER: tl.constexpr,
+        PER: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
     ):
         """1-D grid in groups of TOKENS_K tokens: first the group's Q programs (TOKENS_Q tokens × BLOCK_HQ heads
-        each), then its K programs (TOKENS_K tokens × BLOCK_HK heads), neighbours in launch order."""
-        Q_PER: tl.constexpr = (TOKENS_K // TOKENS_Q) * Q_BLOCKS
-        PER: tl.constexpr = Q_PER + K_BLOCKS
+        each), then its K programs (TOKENS_K tokens × BLOCK_HK heads), neighbours in launch order: Q_PER
+        = (TOKENS_K / TOKENS_Q)·Q_BLOCKS programs of q, PER in all."""
         pid = tl.program_id(0)
         group = pid // PER
         j = pid - group * PER
@@ -298,14 +297,16 @@ def _plan(q, k, cos, sin, tuning) -> Launch:
         block_hq, block_hk = heads_override
     q_blocks, k_blocks = -(-hq // block_hq), -(-hkv // block_hk)
     groups = -(-(b * s) // tokens_k)
-    grid = (groups * ((tokens_k // tokens_q) * q_blocks + k_blocks),)
+    q_per = (tokens_k // tokens_q) * q_blocks
+    grid = (groups * (q_per + k_blocks),)
     cos_b = cos.stride(0) if cos.shape[0] > 1 else 0                              # broadcast over B
     sin_b = sin.stride(0) if sin.shape[0] > 1 else 0
     ints = (b * s, s, hq, hkv, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
             k.stride(2), cos_b, cos.stride(1), sin_b, sin.stride(1))
     return Launch(_build_kernel(interpret), grid, ints,
                   dict(HALF=d // 2, BLOCK_HALF=block_half, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, TOKENS_Q=tokens_q,
-                       TOKENS_K=tokens_k, Q_BLOCKS=q_blocks, K_BLOCKS=k_blocks, BF16_RTNE_BY_HAND=interpret),
+                       TOKENS_K=tokens_k, Q_BLOCKS=q_blocks, Q_PER=q_per, PER=q_per + k_blocks,
+                       BF16_RTNE_BY_HAND=interpret),
                   warps_override or warps, torch.promote_types(q.dtype, cos.dtype))
 
 

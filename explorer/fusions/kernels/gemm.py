@@ -172,3 +172,195 @@ def gemm_epilogue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     plan = gemm_plan(key, a, weight, bias, z, act, m, k, a.stride(), None if z is None else z.stride(), out.stride(),
                      tiles)
     return gemm_launch(plan, key, a, weight, bias, z, out)
+
+
+# ====================================================================== paired-column GEMMs (LLM epilogues)
+#
+# One program computes two (BLOCK_M × BLOCK_N) accumulators over the same A tile: columns ``col1`` and their
+# partners ``col2`` of ``a @ weightᵀ``. The epilogue combines each pair before the store:
+#   "swiglu": weight = [W_gate; W_up] (2I, K); pair n = (gate n, up n); writes silu(g)·u to an (M, I) output:
+#             the (M, 2I) product never reaches memory.
+#   "rotary": weight = [W_q; W_k; W_v] ((Hq+2Hkv)·D, K); pair n = (column d, column d + D/2) of head n // (D/2);
+#             heads below ROT_HEADS (q's and k's) are rotated with the row's cos/sin, v's stored as they are,
+#             into the packed (M, (Hq+2Hkv)·D) output whose column views the model reshapes as it did before.
+
+PAIRED_EPILOGUES = ("swiglu", "rotary")
+
+
+@functools.lru_cache(maxsize=2)
+def _build_paired_kernel(interpret: bool):
+    """Define the paired-column GEMM (imports Triton); cached per interpreter mode."""
+    global tl, _round_for
+    _round_for = triton_round_bf16(interpret)
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _paired_gemm_kernel(
+        A, W, BIAS, C, COS, SIN,                   # a (M, K), w (N, K), bias (N,), c, cos/sin (B|1, S, D)
+        M, NP, K, sam, sak, swn, swk, scm, scn,    # NP: column pairs
+        PAIR_OFF, S, scos_b, scos_s, ssin_b, ssin_s, ROT_PAIRS,
+        EPI: tl.constexpr, HALF: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        BF16_RTNE_BY_HAND: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(NP, BLOCK_N)
+        per_group = GROUP_M * tiles_n                  # GROUP_M row tiles share their weight tiles in L2
+        first_m = (pid // per_group) * GROUP_M
+        rows_here = tl.minimum(tiles_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % per_group) % rows_here
+        pid_n = (pid % per_group) // rows_here
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                       # (BM,) output rows
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)                       # (BN,) column pairs
+        if EPI == "swiglu":
+            col1 = rn                                                      # gate column
+            col2 = rn + PAIR_OFF                                           # up column
+        else:
+            col1 = (rn // HALF) * (2 * HALF) + rn % HALF                   # head's first half
+            col2 = col1 + HALF                                             # its second half
+        rk = tl.arange(0, BLOCK_K)
+        m_live, n_live = rm < M, rn < NP
+        a_ptr = A + rm[:, None].to(tl.int64) * sam + rk[None, :] * sak    # (BM, BK)
+        w1_ptr = W + col1[None, :] * swn + rk[:, None] * swk              # (BK, BN): w[col1]ᵀ
+        w2_ptr = W + col2[None, :] * swn + rk[:, None] * swk              # (BK, BN): w[col2]ᵀ
+        acc1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k_live = k0 + rk < K
+            a = tl.load(a_ptr, mask=m_live[:, None] & k_live[None, :], other=0.0)
+            w1 = tl.load(w1_ptr, mask=k_live[:, None] & n_live[None, :], other=0.0, eviction_policy="evict_last")
+            w2 = tl.load(w2_ptr, mask=k_live[:, None] & n_live[None, :], other=0.0, eviction_policy="evict_last")
+            if BF16_RTNE_BY_HAND:  # bf16 in the interpreter only (see _gemm_epilogue_kernel)
+                a = a.to(tl.float32)
+                w1 = w1.to(tl.float32)
+                w2 = w2.to(tl.float32)
+            acc1 = tl.dot(a, w1, acc1, input_precision=DOT_PRECISION)     # fp32 accumulation
+            acc2 = tl.dot(a, w2, acc2, input_precision=DOT_PRECISION)
+            a_ptr += BLOCK_K * sak
+            w1_ptr += BLOCK_K * swk
+            w2_ptr += BLOCK_K * swk
+        if HAS_BIAS:
+            acc1 += tl.load(BIAS + col1, mask=n_live, other=0.0).to(tl.float32)[None, :]
+            acc2 += tl.load(BIAS + col2, mask=n_live, other=0.0).to(tl.float32)[None, :]
+        live = m_live[:, None] & n_live[None, :]
+        rows = rm[:, None].to(tl.int64)
+        if EPI == "swiglu":
+            out = acc1 / (1.0 + tl.exp(-acc1)) * acc2                      # silu(g)·u in fp32
+            out = _round_for(out, BF16_RTNE_BY_HAND)
+            tl.store(C + rows * scm + rn[None, :] * scn, out.to(C.dtype.element_ty, fp_downcast_rounding="rtne"),
+                     mask=live)
+        else:
+            b = rows // S                                                  # (BM, 1): the row's batch and position
+            s = rows - b * S
+            d = (rn % HALF)[None, :]
+            rot = live & (rn < ROT_PAIRS)[None, :]                         # q's and k's heads; v's stay plain
+            c1 = tl.load(COS + b * scos_b + s * scos_s + d, mask=rot, other=1.0).to(tl.float32)
+            c2 = tl.load(COS + b * scos_b + s * scos_s + HALF + d, mask=rot, other=1.0).to(tl.float32)
+            s1 = tl.load(SIN + b * ssin_b + s * ssin_s + d, mask=rot, other=0.0).to(tl.float32)
+            s2 = tl.load(SIN + b * ssin_b + s * ssin_s + HALF + d, mask=rot, other=0.0).to(tl.float32)
+            o1 = _round_for(acc1 * c1 - acc2 * s1, BF16_RTNE_BY_HAND)      # cos 1, sin 0 on v's columns
+            o2 = _round_for(acc2 * c2 + acc1 * s2, BF16_RTNE_BY_HAND)
+            tl.store(C + rows * scm + col1[None, :] * scn, o1.to(C.dtype.element_ty, fp_downcast_rounding="rtne"),
+                     mask=live)
+            tl.store(C + rows * scm + col2[None, :] * scn, o2.to(C.dtype.element_ty, fp_downcast_rounding="rtne"),
+                     mask=live)
+
+    return _paired_gemm_kernel
+
+
+def paired_config(m: int, pairs: int, k: int, element_size: int, device: torch.device,
+                  half: int | None = None) -> tuple[int, int, int, int, int]:
+    """``(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)`` of a paired GEMM: BLOCK_N column pairs, so the
+    tile computes 2·BLOCK_N columns. On CUDA 128 × 64 pairs × 64 (a 128 × 128 output tile's registers), 8
+    warps, 4 stages (3 in fp32); for rotary BLOCK_N is a multiple of D/2, so a tile covers whole heads.
+    Under the interpreter, as large as the matrices allow (its cost is per program and operation)."""
+    if device.type != "cuda":
+        block_n = min(512, max(16, next_power_of_2(pairs)))
+        return (min(256, max(16, next_power_of_2(m))), block_n, min(256, max(16, next_power_of_2(k))), 4, 1)
+    block_n = 64 if half is None else max(64, half)
+    block_k = 64 if element_size <= 2 else 32
+    block_m = 128 if m >= 2048 else 64
+    return block_m, block_n, block_k, 8 if block_m * block_n >= 128 * 64 else 4, 4 if element_size <= 2 else 3
+
+
+def paired_applies(a: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the paired GEMM takes ``a`` (M, K) and ``weight`` (N, K) (as ``gemm_applies``)."""
+    return gemm_applies(a, weight)
+
+
+def _paired(epi: str, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
+            pairs: int, pair_off: int, half: int, cos: torch.Tensor | None, sin: torch.Tensor | None, seq: int,
+            rot_pairs: int, tiles: tuple[int, ...] | None) -> torch.Tensor:
+    """Plan once per signature (``PLANS``), then launch the paired GEMM writing ``out``."""
+    m, k = a.shape
+    if m == 0 or pairs == 0:
+        return out
+    key = ("paired", epi, a.dtype, m, pairs, k, a.stride(), weight.shape, weight.stride(),
+           None if bias is None else (bias.dtype, bias.stride()), out.stride(), pair_off, half, seq, rot_pairs,
+           None if cos is None else (cos.dtype, cos.shape, cos.stride(), sin.dtype, sin.shape, sin.stride()),
+           a.device, tiles, interpreting())
+    plan = PLANS.get(key)
+    if plan is None:
+        block_m, block_n, block_k, warps, stages = paired_config(m, pairs, k, a.element_size(), a.device,
+                                                                 half if epi == "rotary" else None)
+        if tiles is not None:                   # (BLOCK_M, BLOCK_N, BLOCK_K[, num_warps, num_stages])
+            block_m, block_n, block_k = tiles[:3]
+            if len(tiles) == 5:
+                warps, stages = tiles[3:]
+        interpret = interpreting()
+        cos_b = 0 if cos is None or cos.shape[0] == 1 else cos.stride(0)
+        sin_b = 0 if sin is None or sin.shape[0] == 1 else sin.stride(0)
+        ints = (m, pairs, k, *a.stride(), weight.stride(0), weight.stride(1), *out.stride(), pair_off, seq,
+                cos_b, 0 if cos is None else cos.stride(1), sin_b, 0 if sin is None else sin.stride(1), rot_pairs)
+        constexprs = dict(EPI=epi, HALF=half, HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n,
+                          BLOCK_K=block_k, GROUP_M=8,
+                          DOT_PRECISION="ieee" if a.dtype == torch.float32 or (
+                              interpret and a.dtype == torch.bfloat16) else "tf32",
+                          BF16_RTNE_BY_HAND=interpret and a.dtype == torch.bfloat16)
+        plan = remember(PLANS, key, LaunchPlan(_build_paired_kernel(interpret),
+                                               (-(-m // block_m) * -(-pairs // block_n),), ints, constexprs,
+                                               warps, num_stages=stages))
+    pointers = (a, weight, a if bias is None else bias, out, a if cos is None else cos, a if sin is None else sin)
+    launch(plan.kernel, plan.grid, (*pointers, *plan.ints), plan.constexprs,
+           key=(key, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps,
+           num_stages=plan.num_stages)
+    return out
+
+
+def gemm_swiglu(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int,
+                out: torch.Tensor | None = None, *, tiles: tuple[int, ...] | None = None) -> torch.Tensor:
+    """``silu(a W_gateᵀ + b_gate) · (a W_upᵀ + b_up)`` as ONE Triton GEMM with SwiGLU in its epilogue.
+
+    ``a``: ``(M, K)``; ``weight``: ``[W_gate; W_up]``, ``(2I, K)``; ``bias``: ``(2I,)`` or None. Each tile
+    accumulates matching gate and up columns in fp32 and writes ``silu(g)·u`` once rounded: ``(M, I)``,
+    contiguous by default. Callers check ``paired_applies``.
+    """
+    m = a.shape[0]
+    if weight.shape[0] != 2 * intermediate:
+        raise ValueError(f"weight has {weight.shape[0]} rows, not 2 × {intermediate}")
+    if out is None:
+        out = torch.empty((m, intermediate), dtype=a.dtype, device=a.device)
+    return _paired("swiglu", a, weight, bias, out, intermediate, intermediate, 1, None, None, 1, 0, tiles)
+
+
+def gemm_rotary(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cos: torch.Tensor,
+                sin: torch.Tensor, seq: int, head_dim: int, rot_heads: int, out: torch.Tensor | None = None, *,
+                tiles: tuple[int, ...] | None = None) -> torch.Tensor:
+    """``a @ weightᵀ + bias`` as ONE Triton GEMM whose epilogue rotates the first ``rot_heads`` heads.
+
+    ``a``: ``(M, K)`` with rows ``b·seq + s``; ``weight``: ``(H·head_dim, K)`` (e.g. ``[W_q; W_k; W_v]``,
+    H = Hq + 2·Hkv, ``rot_heads`` = Hq + Hkv); ``cos``, ``sin``: ``(B or 1, seq, head_dim)`` with a contiguous
+    last dim. Head h < rot_heads of row (b, s) is written as ``t·cos[b, s] + rotate_half(t)·sin[b, s]`` from
+    the fp32 accumulator, the others as computed; one rounding. Returns ``(M, H·head_dim)``, contiguous by
+    default: the packed output a ``split`` and the model's views read as before.
+    """
+    m = a.shape[0]
+    n = weight.shape[0]
+    if head_dim % 2 or n % head_dim or not 0 <= rot_heads <= n // head_dim:
+        raise ValueError(f"{n} columns are not heads of {head_dim} with {rot_heads} rotated")
+    if cos.stride(-1) != 1 or sin.stride(-1) != 1:
+        cos, sin = cos.contiguous(), sin.contiguous()
+    if out is None:
+        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    half = head_dim // 2
+    return _paired("rotary", a, weight, bias, out, n // 2, 0, half, cos, sin, seq, rot_heads * half, tiles)
