@@ -10,7 +10,7 @@
              product never written; a sweep of tiles) | cuBLAS + our silu_mul_packed pass | cuBLAS + eager
              silu, mul | torch.compile of the eager reference | cuBLAS's GEMM alone (the matrix rate).
     qkv      x @ [W_q; W_k; W_v]^T then rotary on q and k: ours (one Triton GEMM, rotary in its epilogue, the
-             packed output the model's views read) | cuBLAS + our rotary kernel | eager | torch.compile |
+             q, k in (B, H, S, D) as apply_rotary_pos_emb returns them, v as v_proj's rows) | cuBLAS + our rotary kernel | eager | torch.compile |
              cuBLAS's GEMM alone.
 
 Every variant is timed by ``bench_llm_fusions.run_case`` (``triton.testing.do_bench``, L2 flushed, inputs
@@ -146,8 +146,9 @@ def gemm_cases(dev: str, smoke: bool, part: str) -> list[tuple[Case, int]]:
                 q, k, v = y.split((hq * d, hkv * d, hkv * d), -1)
                 return tuple(t.reshape(b, s, -1, d).transpose(1, 2) for t in (q, k, v))
 
-            def ours(x, w, c, sn, tiles=None, s=s, d=d, rh=hq + hkv, views=views):
-                return views(gemm.gemm_rotary(x, w, None, c, sn, s, d, rh, tiles=tiles))
+            def ours(x, w, c, sn, tiles=None, b=b, s=s, hq=hq, hkv=hkv, d=d):
+                q, k, v = gemm.gemm_qkv_rotary(x, w, None, c, sn, b, hq, hkv, d, tiles=tiles)
+                return q, k, v.view(b, s, hkv, d).transpose(1, 2)
 
             def cublas_pass(x, w, c, sn, views=views):
                 q, k, v = views(F.linear(x, w))
@@ -162,7 +163,7 @@ def gemm_cases(dev: str, smoke: bool, part: str) -> list[tuple[Case, int]]:
             sweep["cublas_gemm_only"] = lambda x, w, c, sn: F.linear(x, w)
             case = Case(f"qkv_rotary_gemm {name} M{m} K{hidden} Hq{hq} Hkv{hkv} D{d}", "qkv_gemm",
                         (m * hidden + heads * d * hidden + m * heads * d) * bf16.itemsize, make, ours, eager,
-                        swiglu_gemm_tolerances(), bf16, "writes the packed (M, (Hq+2Hkv)·D) output", sweep)
+                        swiglu_gemm_tolerances(), bf16, "writes q_embed, k_embed (B, H, S, D) and v (M, Hkv·D)", sweep)
             out.append((case, 2 * m * hidden * heads * d))
     return out
 

@@ -181,8 +181,9 @@ def gemm_epilogue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 #   "swiglu": weight = [W_gate; W_up] (2I, K); pair n = (gate n, up n); writes silu(g)·u to an (M, I) output:
 #             the (M, 2I) product never reaches memory.
 #   "rotary": weight = [W_q; W_k; W_v] ((Hq+2Hkv)·D, K); pair n = (column d, column d + D/2) of head n // (D/2);
-#             heads below ROT_HEADS (q's and k's) are rotated with the row's cos/sin, v's stored as they are,
-#             into the packed (M, (Hq+2Hkv)·D) output whose column views the model reshapes as it did before.
+#             q's and k's heads are rotated with the row's cos/sin and stored straight into (B, H, S, D)
+#             tensors (the layout apply_rotary_pos_emb returns: the model's view and transpose are folded
+#             into the store), v's stored plain into its own (M, Hkv·D) rows, as v_proj wrote them.
 
 PAIRED_EPILOGUES = ("swiglu", "rotary")
 
@@ -196,9 +197,9 @@ def _build_paired_kernel(interpret: bool):
 
     @triton.jit
     def _paired_gemm_kernel(
-        A, W, BIAS, C, COS, SIN,                   # a (M, K), w (N, K), bias (N,), c, cos/sin (B|1, S, D)
+        A, W, BIAS, C, QO, KO, COS, SIN,           # a (M, K), w (N, K), bias (N,), c (swiglu; rotary: v), q, k out
         M, NP, K, sam, sak, swn, swk, scm, scn,    # NP: column pairs
-        PAIR_OFF, S, scos_b, scos_s, ssin_b, ssin_s, ROT_PAIRS,
+        PAIR_OFF, S, HQ, HKV, sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, scos_b, scos_s, ssin_b, ssin_s,
         EPI: tl.constexpr, HALF: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr,
         BF16_RTNE_BY_HAND: tl.constexpr,
@@ -252,18 +253,31 @@ def _build_paired_kernel(interpret: bool):
         else:
             b = rows // S                                                  # (BM, 1): the row's batch and position
             s = rows - b * S
+            h = (rn // HALF)[None, :]                                      # (1, BN): head of q, then k, then v
             d = (rn % HALF)[None, :]
-            rot = live & (rn < ROT_PAIRS)[None, :]                         # q's and k's heads; v's stay plain
-            c1 = tl.load(COS + b * scos_b + s * scos_s + d, mask=rot, other=1.0).to(tl.float32)
-            c2 = tl.load(COS + b * scos_b + s * scos_s + HALF + d, mask=rot, other=1.0).to(tl.float32)
-            s1 = tl.load(SIN + b * ssin_b + s * ssin_s + d, mask=rot, other=0.0).to(tl.float32)
-            s2 = tl.load(SIN + b * ssin_b + s * ssin_s + HALF + d, mask=rot, other=0.0).to(tl.float32)
-            o1 = _round_for(acc1 * c1 - acc2 * s1, BF16_RTNE_BY_HAND)      # cos 1, sin 0 on v's columns
+            is_q = live & (h < HQ)
+            is_k = live & (h >= HQ) & (h < HQ + HKV)
+            is_v = live & (h >= HQ + HKV)
+            rot = is_q | is_k
+            c = COS + b * scos_b + s * scos_s + d
+            sn = SIN + b * ssin_b + s * ssin_s + d
+            c1 = tl.load(c, mask=rot, other=1.0).to(tl.float32)
+            c2 = tl.load(c + HALF, mask=rot, other=1.0).to(tl.float32)
+            s1 = tl.load(sn, mask=rot, other=0.0).to(tl.float32)
+            s2 = tl.load(sn + HALF, mask=rot, other=0.0).to(tl.float32)
+            o1 = _round_for(acc1 * c1 - acc2 * s1, BF16_RTNE_BY_HAND)      # cos 1, sin 0 on v's columns: plain
             o2 = _round_for(acc2 * c2 + acc1 * s2, BF16_RTNE_BY_HAND)
-            tl.store(C + rows * scm + col1[None, :] * scn, o1.to(C.dtype.element_ty, fp_downcast_rounding="rtne"),
-                     mask=live)
-            tl.store(C + rows * scm + col2[None, :] * scn, o2.to(C.dtype.element_ty, fp_downcast_rounding="rtne"),
-                     mask=live)
+            o1 = o1.to(C.dtype.element_ty, fp_downcast_rounding="rtne")
+            o2 = o2.to(C.dtype.element_ty, fp_downcast_rounding="rtne")
+            q_ptr = QO + b * sq_b + h * sq_h + s * sq_s + d                # (B, Hq, S, D)
+            tl.store(q_ptr, o1, mask=is_q)
+            tl.store(q_ptr + HALF, o2, mask=is_q)
+            k_ptr = KO + b * sk_b + (h - HQ) * sk_h + s * sk_s + d         # (B, Hkv, S, D)
+            tl.store(k_ptr, o1, mask=is_k)
+            tl.store(k_ptr + HALF, o2, mask=is_k)
+            v_ptr = C + rows * scm + ((h - HQ - HKV) * (2 * HALF) + d) * scn   # (M, Hkv·D)
+            tl.store(v_ptr, o1, mask=is_v)
+            tl.store(v_ptr + HALF * scn, o2, mask=is_v)
 
     return _paired_gemm_kernel
 
@@ -289,14 +303,16 @@ def paired_applies(a: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def _paired(epi: str, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor,
-            pairs: int, pair_off: int, half: int, cos: torch.Tensor | None, sin: torch.Tensor | None, seq: int,
-            rot_pairs: int, tiles: tuple[int, ...] | None) -> torch.Tensor:
-    """Plan once per signature (``PLANS``), then launch the paired GEMM writing ``out``."""
+            qo: torch.Tensor | None, ko: torch.Tensor | None, pairs: int, pair_off: int, half: int,
+            cos: torch.Tensor | None, sin: torch.Tensor | None, seq: int, hq: int, hkv: int,
+            tiles: tuple[int, ...] | None) -> None:
+    """Plan once per signature (``PLANS``), then launch the paired GEMM writing ``out`` (and ``qo``, ``ko``)."""
     m, k = a.shape
     if m == 0 or pairs == 0:
-        return out
+        return
     key = ("paired", epi, a.dtype, m, pairs, k, a.stride(), weight.shape, weight.stride(),
-           None if bias is None else (bias.dtype, bias.stride()), out.stride(), pair_off, half, seq, rot_pairs,
+           None if bias is None else (bias.dtype, bias.stride()), out.stride(), pair_off, half, seq, hq, hkv,
+           None if qo is None else (qo.shape, qo.stride(), ko.shape, ko.stride()),
            None if cos is None else (cos.dtype, cos.shape, cos.stride(), sin.dtype, sin.shape, sin.stride()),
            a.device, tiles, interpreting())
     plan = PLANS.get(key)
@@ -308,10 +324,13 @@ def _paired(epi: str, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
             if len(tiles) == 5:
                 warps, stages = tiles[3:]
         interpret = interpreting()
-        cos_b = 0 if cos is None or cos.shape[0] == 1 else cos.stride(0)
-        sin_b = 0 if sin is None or sin.shape[0] == 1 else sin.stride(0)
-        ints = (m, pairs, k, *a.stride(), weight.stride(0), weight.stride(1), *out.stride(), pair_off, seq,
-                cos_b, 0 if cos is None else cos.stride(1), sin_b, 0 if sin is None else sin.stride(1), rot_pairs)
+
+        def bs(t):                              # (batch stride: 0 where broadcast, seq stride) of a table
+            return (0, 0) if t is None else (0 if t.shape[0] == 1 else t.stride(0), t.stride(1))
+        q_strides = (0, 0, 0) if qo is None else (qo.stride(0), qo.stride(1), qo.stride(2))
+        k_strides = (0, 0, 0) if ko is None else (ko.stride(0), ko.stride(1), ko.stride(2))
+        ints = (m, pairs, k, *a.stride(), weight.stride(0), weight.stride(1), *out.stride(), pair_off, seq, hq,
+                hkv, *q_strides, *k_strides, *bs(cos), *bs(sin))
         constexprs = dict(EPI=epi, HALF=half, HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n,
                           BLOCK_K=block_k, GROUP_M=8,
                           DOT_PRECISION="ieee" if a.dtype == torch.float32 or (
@@ -320,11 +339,11 @@ def _paired(epi: str, a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         plan = remember(PLANS, key, LaunchPlan(_build_paired_kernel(interpret),
                                                (-(-m // block_m) * -(-pairs // block_n),), ints, constexprs,
                                                warps, num_stages=stages))
-    pointers = (a, weight, a if bias is None else bias, out, a if cos is None else cos, a if sin is None else sin)
+    pointers = (a, weight, a if bias is None else bias, out, out if qo is None else qo, out if ko is None else ko,
+                a if cos is None else cos, a if sin is None else sin)
     launch(plan.kernel, plan.grid, (*pointers, *plan.ints), plan.constexprs,
            key=(key, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps,
            num_stages=plan.num_stages)
-    return out
 
 
 def gemm_swiglu(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int,
@@ -340,27 +359,32 @@ def gemm_swiglu(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         raise ValueError(f"weight has {weight.shape[0]} rows, not 2 × {intermediate}")
     if out is None:
         out = torch.empty((m, intermediate), dtype=a.dtype, device=a.device)
-    return _paired("swiglu", a, weight, bias, out, intermediate, intermediate, 1, None, None, 1, 0, tiles)
+    _paired("swiglu", a, weight, bias, out, None, None, intermediate, intermediate, 1, None, None, 1, 0, 0, tiles)
+    return out
 
 
-def gemm_rotary(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cos: torch.Tensor,
-                sin: torch.Tensor, seq: int, head_dim: int, rot_heads: int, out: torch.Tensor | None = None, *,
-                tiles: tuple[int, ...] | None = None) -> torch.Tensor:
-    """``a @ weightᵀ + bias`` as ONE Triton GEMM whose epilogue rotates the first ``rot_heads`` heads.
+def gemm_qkv_rotary(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cos: torch.Tensor,
+                    sin: torch.Tensor, batch: int, heads: int, kv_heads: int, head_dim: int, *,
+                    tiles: tuple[int, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``q, k, v = split(a @ weightᵀ + bias)`` with q and k rotated, as ONE Triton GEMM (rotary in its epilogue).
 
-    ``a``: ``(M, K)`` with rows ``b·seq + s``; ``weight``: ``(H·head_dim, K)`` (e.g. ``[W_q; W_k; W_v]``,
-    H = Hq + 2·Hkv, ``rot_heads`` = Hq + Hkv); ``cos``, ``sin``: ``(B or 1, seq, head_dim)`` with a contiguous
-    last dim. Head h < rot_heads of row (b, s) is written as ``t·cos[b, s] + rotate_half(t)·sin[b, s]`` from
-    the fp32 accumulator, the others as computed; one rounding. Returns ``(M, H·head_dim)``, contiguous by
-    default: the packed output a ``split`` and the model's views read as before.
+    ``a``: ``(B·S, K)``, rows ``b·S + s``; ``weight``: ``[W_q; W_k; W_v]``, ``((Hq + 2·Hkv)·D, K)``; ``bias``
+    of its rows or None; ``cos``, ``sin``: ``(B or 1, S, D)``. Returns ``(q_embed, k_embed, v)``:
+    ``(B, Hq, S, D)`` and ``(B, Hkv, S, D)`` contiguous (what ``apply_rotary_pos_emb`` returns after the
+    model's view and transpose), each element ``t·cos + rotate_half(t)·sin`` of the fp32 accumulator
+    rounded once, and ``v`` as ``(B·S, Hkv·D)`` contiguous rows (what ``v_proj`` returns).
     """
     m = a.shape[0]
-    n = weight.shape[0]
-    if head_dim % 2 or n % head_dim or not 0 <= rot_heads <= n // head_dim:
-        raise ValueError(f"{n} columns are not heads of {head_dim} with {rot_heads} rotated")
+    d = head_dim
+    if d % 2 or weight.shape[0] != (heads + 2 * kv_heads) * d or m % batch:
+        raise ValueError(f"weight rows {weight.shape[0]} are not (Hq + 2·Hkv)·D = ({heads} + 2·{kv_heads})·{d}, "
+                         f"or {m} rows are not {batch} sequences")
+    seq = m // batch
     if cos.stride(-1) != 1 or sin.stride(-1) != 1:
         cos, sin = cos.contiguous(), sin.contiguous()
-    if out is None:
-        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
-    half = head_dim // 2
-    return _paired("rotary", a, weight, bias, out, n // 2, 0, half, cos, sin, seq, rot_heads * half, tiles)
+    qo = torch.empty((batch, heads, seq, d), dtype=a.dtype, device=a.device)
+    ko = torch.empty((batch, kv_heads, seq, d), dtype=a.dtype, device=a.device)
+    v = torch.empty((m, kv_heads * d), dtype=a.dtype, device=a.device)
+    _paired("rotary", a, weight, bias, v, qo, ko, (heads + 2 * kv_heads) * d // 2, 0, d // 2, cos, sin, seq,
+            heads, kv_heads, tiles)
+    return qo, ko, v
