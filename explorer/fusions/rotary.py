@@ -36,12 +36,16 @@ the partner tensor (k) rotated with the same cos and sin.
 from __future__ import annotations
 
 import functools
+import operator
 
 import networkx as nx
 import torch
 import torch.fx
+import torch.nn.functional as F
 
-from explorer.fusions import edit
+from explorer.fusions import edit, siblings
+from explorer.fusions.kernels import gemm as gemm_kernels
+from explorer.fusions.kernels import measured
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import RewriteContext, UseGeneric
@@ -84,6 +88,37 @@ WORDS = Words("rotary", {
     "generic.unsqueeze": ("{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor",
                           "{what} 不是对 (B, S, D) 张量做的 unsqueeze({what}, 1)"),
     "generic.different": ("q and k are rotated with different cos/sin", "q 和 k 用不同的 cos/sin 旋转"),
+    "label.with_note": ("{label}; {note}", "{label}；{note}"),
+    "label.qkv": (("one Triton GEMM over [W_q; W_k; W_v] with rotary in its epilogue: q and k rotated before the "
+                   "store, straight into (B, H, S, D)"),
+                  "一个 Triton GEMM 作用在 [W_q; W_k; W_v] 上，尾处理里做旋转：q、k 在写出前旋转，直接写成 (B, H, S, D)"),
+    "note.faster": (("rotary in the QKV GEMM's epilogue at M={m}, K={k}, {hq} over {hkv} heads of {d} in bf16: "
+                     "{ours:.3f} ms against cuBLAS + rotary kernel {base:.3f} ms on {device}: the epilogue runs there"),
+                    "在 M={m}、K={k}、{hq}/{hkv} 个 {d} 维头、bf16 下，QKV GEMM 尾处理里的旋转：{ours:.3f} ms，"
+                    "cuBLAS + 旋转内核为 {base:.3f} ms（{device}）：在那里运行尾处理版本"),
+    "note.slower": (("rotary in the QKV GEMM's epilogue (near miss): at M={m}, K={k}, {hq} over {hkv} heads of {d} in "
+                     "bf16 it measured {ours:.3f} ms against cuBLAS + rotary kernel {base:.3f} ms on {device}, so the "
+                     "rotary kernel runs after cuBLAS"),
+                    "QKV GEMM 尾处理里的旋转（差一点）：在 M={m}、K={k}、{hq}/{hkv} 个 {d} 维头、bf16 下实测 {ours:.3f} ms，"
+                    "cuBLAS + 旋转内核为 {base:.3f} ms（{device}），所以在 cuBLAS 之后运行旋转内核"),
+    "note.unmeasured": (("rotary in the QKV GEMM's epilogue is not measured at M={m}, K={k}, {hq} over {hkv} heads "
+                         "of {d}: cuBLAS + the rotary kernel run"),
+                        "QKV GEMM 尾处理里的旋转没有在 M={m}、K={k}、{hq}/{hkv} 个 {d} 维头下测过：运行 cuBLAS + 旋转内核"),
+    "note.no_qkv": ("rotary in the QKV GEMM's epilogue (near miss): {why}", "QKV GEMM 尾处理里的旋转（差一点）：{why}"),
+    "qkv.not_projection": ("{what} is not view + transpose of a linear projection",
+                           "{what} 不是对一个线性投影做 view + transpose 的结果"),
+    "qkv.no_v": ("no v projection of the same input beside q's and k's", "q、k 的投影旁边没有同一输入的 v 投影"),
+    "qkv.shared": ("the unrotated {what} is read elsewhere too", "未旋转的 {what} 还被别处读取"),
+    "qkv.order": ("the projections are not in the order q, k, v", "投影的顺序不是 q、k、v"),
+    "qkv.tables": ("cos/sin are computed after the projections", "cos/sin 在投影之后才算出"),
+    "qkv.teach": (("Why not always in the QKV GEMM? Its epilogue would rotate q and k while they are in "
+                   "registers, saving the rotary kernel's read and write of q and k (at Llama-3-8B sizes, 4096 "
+                   "tokens: 2 × 42 MB, about 25 µs), but the GEMM is then ours against cuBLAS, about 0.4 ms of "
+                   "work: a few per cent slower there and the saving is gone. So it is chosen per shape, from a "
+                   "measurement; otherwise the separate rotary kernel runs at copy speed."),
+                  ("为什么不总放进 QKV GEMM？尾处理可以在 q、k 还在寄存器里时旋转，省掉旋转内核对 q、k 的一次读和一次写"
+                   "（Llama-3-8B 尺寸、4096 个 token：2 × 42 MB，约 25 µs），但 GEMM 就成了我们的对 cuBLAS，约 0.4 ms 的计算："
+                   "慢上几个百分点，省下的就没了。所以按形状、依据实测来选；否则单独的旋转内核以拷贝的速度运行。")),
 })
 
 
@@ -352,11 +387,148 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     return qo, ko
 
 
+# ====================================================================== rotary in the QKV GEMM's epilogue
+
+def qkv_decision(device: torch.device | str, dtype: torch.dtype, m: int, k: int, hq: int, hkv: int,
+                 d: int) -> measured.Decision:
+    """Whether q and k are rotated in the QKV GEMM's epilogue at this shape: Triton must run there in one of its
+    dtypes with an even head_dim, then ``kernels.measured.decide`` (the committed H200 table)."""
+    if select_rotary(device, dtype, d).impl != "triton":
+        return measured.Decision(False, None, None, "device")
+    return measured.decide("qkv_rotary", device, dtype, m, k, hq, hkv, d)
+
+
+def qkv_note(m: int, k: int, hq: int, hkv: int, d: int) -> str | None:
+    """The kernel note of a rotary chain whose q, k, v come from one input: what the H200 table decides for bf16."""
+    decision = measured.decide("qkv_rotary", "cuda", torch.bfloat16, m, k, hq, hkv, d)
+    found = decision.measurement
+    if decision.why in ("measured_faster", "measured_slower"):
+        return WORDS("note.faster" if decision.fused else "note.slower", m=m, k=k, hq=hq, hkv=hkv, d=d,
+                     ours=found.ours_ms, base=found.baseline_ms, device=found.device)
+    if decision.why == "unmeasured":
+        return WORDS("note.unmeasured", m=m, k=k, hq=hq, hkv=hkv, d=d)
+    return None
+
+
+def qkv_rotary_reference(x, weight, bias, cos, sin, heads: int, kv_heads: int, head_dim: int):
+    """Unfused: one GEMM, split into q, k, v, each viewed (B, S, H, D) and transposed, q and k rotated
+    (``rotary``, the kernel where it runs). Returns ``(q_embed, k_embed, v)``, v as (B, S, Hkv·D)."""
+    y = F.linear(x, weight, bias)                                                     # (B, S, (Hq+2Hkv)·D)
+    q, k, v = y.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), -1)
+    b, s = x.shape[0], x.shape[1]
+    qe, ke = rotary(q.view(b, s, heads, head_dim).transpose(1, 2), k.view(b, s, kv_heads, head_dim).transpose(1, 2),
+                    cos, sin)
+    return qe, ke, v
+
+
+def qkv_rotary(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cos: torch.Tensor,
+               sin: torch.Tensor, heads: int, kv_heads: int, head_dim: int,
+               tiles: tuple[int, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v of ``x`` (B, S, in) through ``weight = [W_q; W_k; W_v]`` with q and k rotated, as ONE Triton GEMM
+    (``kernels.gemm.gemm_qkv_rotary``). Returns ``(q_embed, k_embed, v)``: (B, Hq, S, D), (B, Hkv, S, D)
+    contiguous and v as (B, S, Hkv·D) rows, the layouts the unfused model has; ``qkv_rotary_reference``
+    where the kernel does not take the operands."""
+    b = x.shape[0]
+    a = x.reshape(-1, weight.shape[1])                                                # (B·S, in)
+    if (x.dim() != 3 or needs_autograd(x, weight, bias, cos, sin) or not gemm_kernels.paired_applies(a, weight)
+            or cos.dtype != x.dtype or sin.dtype != x.dtype or cos.device != x.device or sin.device != x.device
+            or cos.dim() != 3 or cos.shape != sin.shape or cos.shape[0] not in (1, b) or cos.shape[1] != x.shape[1]
+            or cos.shape[2] != head_dim or (bias is not None and bias.dtype != x.dtype)):
+        return qkv_rotary_reference(x, weight, bias, cos, sin, heads, kv_heads, head_dim)
+    qe, ke, v = gemm_kernels.gemm_qkv_rotary(a, weight, bias, cos, sin, b, heads, kv_heads, head_dim, tiles=tiles)
+    return qe, ke, v.view(b, x.shape[1], kv_heads * head_dim)
+
+
+def _is_view(n) -> bool:
+    return isinstance(n, torch.fx.Node) and ((n.op == "call_method" and n.target == "view") or (
+        n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and aten.aten_name(n) == "view"))
+
+
+def _is_transpose_12(n) -> bool:
+    if not (isinstance(n, torch.fx.Node) and n.op == "call_function"):
+        return False
+    if n.target is torch.transpose or (isinstance(n.target, torch._ops.OpOverload) and aten.aten_name(n) == "transpose"):
+        return sorted(int(a) % 4 for a in n.args[1:3]) == [1, 2]
+    return False
+
+
+def _projection_source(t):
+    """``(getitem, packed source, index)`` where ``t`` = transpose(view(getitem(source, i)), 1, 2) and the source
+    is the siblings' one GEMM (``fused_linear_siblings`` or its lowering, ``split_with_sizes(linear(...))``);
+    None otherwise. ``packed source`` is ``(x, weight, bias, sizes)``."""
+    if not _is_transpose_12(t) or not _is_view(t.args[0]):
+        return None
+    item = t.args[0].args[0]
+    if not (isinstance(item, torch.fx.Node) and item.target is operator.getitem):
+        return None
+    src, index = item.args
+    if src.target is siblings.fused_linear_siblings:
+        x, weight, bias, sizes = src.args
+        return item, src, index, (x, weight, bias, list(sizes))
+    if src.target is torch.split_with_sizes and isinstance(src.args[0], torch.fx.Node) and (
+            src.args[0].target is torch._C._nn.linear and src.args[2] in (-1, 2)):
+        lin = src.args[0]
+        x, weight = lin.args[:2]
+        bias = lin.args[2] if len(lin.args) > 2 else lin.kwargs.get("bias")
+        return item, src, index, (x, weight, bias, list(src.args[1]))
+    return None
+
+
+def _only_user(n: torch.fx.Node, user: torch.fx.Node) -> bool:
+    return list(n.users) == [user]
+
+
+def _lower(gm, node, device, dtype) -> bool:
+    """fused_rotary whose q and k are the first two column views of the siblings' QKV GEMM, transposed, and
+    whose third view is v → one ``qkv_rotary`` call (the GEMM with rotary in its epilogue) where
+    ``qkv_decision`` chooses it for this shape; else the node stays (the rotary kernel after cuBLAS)."""
+    q, k, cos, sin = node.args
+    qs, ks = _projection_source(q), _projection_source(k)
+    if qs is None or ks is None or qs[1] is not ks[1] or (qs[2], ks[2]) != (0, 1):
+        return False
+    x, weight, bias, sizes = qs[3]
+    qv, kv = aten.node_val(q), aten.node_val(k)
+    x_val = aten.node_val(x)
+    w = edit.attr_tensor(gm, weight)
+    if (len(sizes) != 3 or not all(isinstance(v, torch.Tensor) for v in (qv, kv, x_val)) or w is None
+            or x_val.dim() != 3):
+        return False
+    hq, hkv, d = int(qv.shape[1]), int(kv.shape[1]), int(qv.shape[3])
+    if sizes != [hq * d, hkv * d, hkv * d]:
+        return False
+    getitems = {u.args[1]: u for u in qs[1].users if u.target is operator.getitem}
+    if set(getitems) != {0, 1, 2} or not all(_only_user(n.args[0], n) and _only_user(n.args[0].args[0], n.args[0])
+                                             for n in (q, k)) or not all(_only_user(n, node) for n in (q, k)):
+        return False
+    decision = qkv_decision(device, dtype, x_val.numel() // x_val.shape[-1], int(w.shape[1]), hq, hkv, d)
+    if not decision.fused:
+        return False
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    first = min(getitems.values(), key=position.__getitem__)
+    if any(isinstance(t, torch.fx.Node) and position[t] > position[first] for t in (cos, sin)):
+        return False                                    # the tables come later: the GEMM cannot move after them
+    with gm.graph.inserting_before(first):
+        call = gm.graph.call_function(qkv_rotary, (x, weight, bias, cos, sin, hq, hkv, d, decision.tiles))
+        v = gm.graph.call_function(operator.getitem, (call, 2))
+    v.meta.update(getitems[2].meta)
+    getitems[2].replace_all_uses_with(v)
+    with gm.graph.inserting_before(node):
+        outs = [gm.graph.call_function(operator.getitem, (call, i)) for i in (0, 1)]
+    for user in list(node.users):
+        if user.target is operator.getitem and user.args[1] in (0, 1):
+            outs[user.args[1]].meta.update(user.meta)
+            user.replace_all_uses_with(outs[user.args[1]])
+    return True
+
+
 # ====================================================================== fused call target
 
 def fused_rotary(q, k, cos, sin):
     """``apply_rotary_pos_emb(q, k, cos, sin)``: q and k rotated by one kernel where possible; ``(q_embed, k_embed)``."""
     return rotary(q, k, cos, sin)
+
+
+LOWERINGS = {fused_rotary: _lower}
 
 
 # ====================================================================== matching
@@ -516,8 +688,45 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     choice = select_rotary(ctx.device, qs.dtype, int(qs.shape[-1]), k_dtype=ks.dtype, cos_dtype=cs.dtype,
                            q_shape=qs.shape, k_shape=ks.shape, cos_shape=cs.shape, sin_shape=ss.shape)
     outputs = [ctx.node(chain, "q_add"), ctx.node(chain, "k_add")]
+    if choice.fused:
+        note = _qkv_rewrite_note(q, k, set(ctx.members(chain)))
+        if note is not None:
+            choice = Choice(choice.impl, WORDS("label.with_note", label=choice.label, note=note), choice.fused)
     return edit.whole_chain_edit(ctx, chain, fused_rotary, (q, k, cos, sin), choice, tensors=constants,
                                  outputs=outputs, tuple_result=True)
+
+
+def _linear_under(t: torch.fx.Node) -> torch.fx.Node | None:
+    """The linear node of ``t`` = transpose(view(linear(x)), 1, 2) in the captured graph, or None."""
+    if not _is_transpose_12(t) or not _is_view(t.args[0]):
+        return None
+    lin = t.args[0].args[0]
+    return lin if isinstance(lin, torch.fx.Node) and aten.linear_args(lin) is not None else None
+
+
+def _qkv_rewrite_note(q: torch.fx.Node, k: torch.fx.Node, members: set) -> str | None:
+    """What the QKV-epilogue choice says for this chain (shown with its label): the table's verdict at its shape,
+    or why q, k, v cannot share the GEMM (a near miss)."""
+    lq, lk = _linear_under(q), _linear_under(k)
+    for what, lin in (("q", lq), ("k", lk)):
+        if lin is None:
+            return WORDS("note.no_qkv", why=WORDS("qkv.not_projection", what=what))
+    x = aten.linear_args(lq).input
+    if aten.linear_args(lk).input is not x:
+        return WORDS("note.no_qkv", why=WORDS("qkv.not_projection", what="k"))
+    qv, kv, xv = aten.node_val(q), aten.node_val(k), aten.node_val(x)
+    if not all(isinstance(v, torch.Tensor) for v in (qv, kv, xv)) or xv.dim() != 3:
+        return None
+    hq, hkv, d = int(qv.shape[1]), int(kv.shape[1]), int(qv.shape[3])
+    vs = [u for u in x.users if u not in (lq, lk) and aten.linear_args(u) is not None
+          and aten.linear_args(u).input is x and isinstance(aten.node_val(u), torch.Tensor)
+          and aten.node_val(u).shape[-1] == hkv * d]
+    if not vs:
+        return WORDS("note.no_qkv", why=WORDS("qkv.no_v"))
+    for what, lin, t in (("q", lq, q), ("k", lk, k)):
+        if len(lin.users) != 1 or len(t.args[0].users) != 1 or not set(t.users) <= members:
+            return WORDS("note.no_qkv", why=WORDS("qkv.shared", what=what))
+    return qkv_note(xv.numel() // xv.shape[-1], int(xv.shape[-1]), hq, hkv, d)
 
 
 # ====================================================================== patterns

@@ -187,6 +187,24 @@ def gemm_epilogue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 PAIRED_EPILOGUES = ("swiglu", "rotary")
 
+#: Paired GEMM vs float64 (the unfused computation on upcast inputs), ``|out - ref| <= atol + rtol·|ref|``, for
+#: unit-scale a and weights ~ N(0, 1/K), |cos|, |sin| <= 1. 16-bit inputs: their products are exact in fp32 and
+#: the fp32 sums err by ~K·6e-8 of the sum of |terms| (<= 1e-6 absolute here); the epilogue's silu·u or rotation
+#: adds a few fp32 ulps; then ONE rounding to the dtype (<= u relative): rtol = 1.5u (fp16 4.9e-4, bf16 3.9e-3),
+#: atol 1e-5 for the fp32 part near zero. fp32 (no TF32): the same sums, no final rounding beyond fp32: 1e-5 both.
+#: The unfused model rounds the GEMM's output before silu·u or the rotation (a second rounding): against eager
+#: in the dtype, ``EPILOGUE_TOLERANCES``.
+PAIRED_TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float16: dict(rtol=7.3e-4, atol=1e-5),     # 1.5u
+    torch.bfloat16: dict(rtol=5.9e-3, atol=1e-5),    # 1.5u
+}
+
+
+def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An output the paired kernel fully overwrites (tests replace this to poison it)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
 
 @functools.lru_cache(maxsize=2)
 def _build_paired_kernel(interpret: bool):
@@ -358,7 +376,7 @@ def gemm_swiglu(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     if weight.shape[0] != 2 * intermediate:
         raise ValueError(f"weight has {weight.shape[0]} rows, not 2 × {intermediate}")
     if out is None:
-        out = torch.empty((m, intermediate), dtype=a.dtype, device=a.device)
+        out = _new_output((m, intermediate), a.dtype, a.device)
     _paired("swiglu", a, weight, bias, out, None, None, intermediate, intermediate, 1, None, None, 1, 0, 0, tiles)
     return out
 
@@ -382,9 +400,9 @@ def gemm_qkv_rotary(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     seq = m // batch
     if cos.stride(-1) != 1 or sin.stride(-1) != 1:
         cos, sin = cos.contiguous(), sin.contiguous()
-    qo = torch.empty((batch, heads, seq, d), dtype=a.dtype, device=a.device)
-    ko = torch.empty((batch, kv_heads, seq, d), dtype=a.dtype, device=a.device)
-    v = torch.empty((m, kv_heads * d), dtype=a.dtype, device=a.device)
+    qo = _new_output((batch, heads, seq, d), a.dtype, a.device)
+    ko = _new_output((batch, kv_heads, seq, d), a.dtype, a.device)
+    v = _new_output((m, kv_heads * d), a.dtype, a.device)
     _paired("rotary", a, weight, bias, v, qo, ko, (heads + 2 * kv_heads) * d // 2, 0, d // 2, cos, sin, seq,
             heads, kv_heads, tiles)
     return qo, ko, v
