@@ -84,14 +84,25 @@ def memory_cases(dev: str, smoke: bool) -> list[Case]:
             k = torch.randn(b, s, hkv, d, device=dev, dtype=bf16).transpose(1, 2)          # (B, Hkv, S, D)
             return (q, k, *_cos_sin(b, s, d, dev, bf16))
         qk = b * s * (hq + hkv) * d * bf16.itemsize
-        settings = [((tq, tk), w) for tq, tk, w in ((1, 4, 4), (2, 8, 4), (4, 16, 4), (2, 8, 8), (4, 16, 8),
-                                                     (8, 32, 8), (1, 1, 4), (8, 8, 4))]
-        sweep = {f"ours[tokens={t},w={w}]": (lambda q, k, c, sn, t=t, w=w: rot.rotary(q, k, c, sn, tokens=t,
-                                                                                       num_warps=w))
-                 for t, w in settings}
+        settings = (((4, 16), None, 4), ((2, 8), None, 4), ((1, 2), None, 4), ((1, 1), None, 4), ((1, 4), None, 4),
+                    ((2, 8), None, 8), ((1, 2), (16, 8), 4), ((2, 4), (8, 8), 4))
+        sweep = {f"ours[tokens={t},heads={h},w={w}]": (lambda q, k, c, sn, t=t, h=h, w=w: rot.rotary(
+                     q, k, c, sn, tokens=t, heads=h, num_warps=w)) for t, h, w in settings}
         cases.append(Case(f"rotary {name} B{b} S{s} Hq{hq} Hkv{hkv} D{d}", "rotary", 2 * qk + 2 * b * s * d * 2,
                           make_rope, rot.rotary, rot.rotary_reference, rot.EAGER_TOLERANCES, bf16,
                           "q, k transposed views of (B,S,H,D); writes q_embed, k_embed", sweep))
+
+        def make_packed_rope(b=b, s=s, hq=hq, hkv=hkv, d=d):
+            """q, k as the model has them after the siblings' QKV GEMM: column views of one (B, S, (Hq+2Hkv)·D)
+            output, viewed (B, S, H, D) and transposed; the outputs are then (B, H, S, D) contiguous."""
+            y = torch.randn(b, s, (hq + 2 * hkv) * d, device=dev, dtype=bf16)
+            q, k, _ = y.split((hq * d, hkv * d, hkv * d), -1)
+            return (q.view(b, s, hq, d).transpose(1, 2), k.view(b, s, hkv, d).transpose(1, 2),
+                    *_cos_sin(b, s, d, dev, bf16))
+        cases.append(Case(f"rotary on QKV column views {name} B{b} S{s} Hq{hq} Hkv{hkv} D{d}", "rotary",
+                          2 * qk + 2 * b * s * d * 2, make_packed_rope, rot.rotary, rot.rotary_reference,
+                          rot.EAGER_TOLERANCES, bf16, "the zoo graph's layout: reads column views, writes (B,H,S,D)",
+                          dict(list(sweep.items())[:4])))
         if (name, b) in ((n, bb) for n, bb, *_ in ROTARY_ONLY):
             continue
         m = b * s
@@ -223,7 +234,10 @@ def bench_part(part: str, args, device: str, log, deadline: float) -> dict:
     cases = ([(c, None) for c in memory_cases(device, args.smoke)] if part == "memory"
              else gemm_cases(device, args.smoke, part))
     rows, table, skipped = [], [], []
+    wanted = [w.strip() for w in args.cases.split(",") if w.strip()]
     for case, flops in cases:
+        if wanted and not any(w in case.name for w in wanted):
+            continue
         if time.perf_counter() > deadline:
             skipped.append(case.name)
             continue
@@ -256,6 +270,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options (the timing ones are ``bench_llm_fusions``' kernel part's)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--part", default="memory,swiglu,qkv", help="comma-separated: memory, swiglu, qkv")
+    p.add_argument("--cases", default="", help="comma-separated substrings: only the cases whose name has one")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup-ms", type=int, default=25)
     p.add_argument("--rep-ms", type=int, default=100)

@@ -118,8 +118,8 @@ def test_rotary_layout_balances_gqa():
     """Each program moves about TILE elements a half: K's programs take more tokens than Q's under GQA."""
     bhq, bhk, tq, tk, half, _ = rot.launch_config(8, 2, 64)                 # the zoo decoder
     assert (bhq, bhk, half) == (8, 2, 32) and tq * bhq * half == tk * bhk * half == rot.TILE
-    bhq, bhk, tq, tk, half, _ = rot.launch_config(32, 8, 128)               # Llama-3-8B
-    assert (bhq, bhk, tq, tk) == (32, 8, 1, 4)
+    bhq, bhk, tq, tk, half, _ = rot.launch_config(32, 8, 128)               # Llama-3-8B: one token's 32 q heads
+    assert (bhq, bhk, tq, tk) == (32, 8, 1, 2)
     assert rot.launch_config(8, 2, 64, tokens=5)[3] == 8                    # a short input: no empty groups
 
 
@@ -195,3 +195,15 @@ def test_decoder_lowered_with_epilogues_matches_float64():
         plain = measure.prepare_graph(fused.gm, "cpu", torch.float32)
     targets = [n.target for n in plain.graph.nodes if n.op == "call_function"]
     assert rot.qkv_rotary not in targets and swiglu.swiglu_epilogue not in targets
+
+
+def test_committed_table_is_the_committed_measurement():
+    """``MEASURED`` is exactly what ``table_from_bench`` reads from the committed H200 JSON: no number typed by hand."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+                      / "bench_llm_epilogues_h200.json").read_text())
+    assert measured.table_from_bench(doc) == measured.MEASURED
+    assert measured.decide("qkv_rotary", "cuda", torch.bfloat16, 16384, 512, 8, 2, 64).fused
+    assert not measured.decide("swiglu", "cuda", torch.bfloat16, 4096, 4096, 14336).fused
