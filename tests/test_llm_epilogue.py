@@ -207,3 +207,19 @@ def test_committed_table_is_the_committed_measurement():
     assert measured.table_from_bench(doc) == measured.MEASURED
     assert measured.decide("qkv_rotary", "cuda", torch.bfloat16, 16384, 512, 8, 2, 64).fused
     assert not measured.decide("swiglu", "cuda", torch.bfloat16, 4096, 4096, 14336).fused
+
+
+def test_learn_page_kernel_table_rows(tmp_path):
+    """The Learn page's table: one row per committed entry, in English and 中文, the chosen path named; a missing
+    file is None (the panel then says so in one line)."""
+    from pathlib import Path
+
+    from explorer.ui import kernel_table
+
+    doc = kernel_table.load(Path(__file__).resolve().parents[1] / "benchmarks" / "results")
+    en, zh = kernel_table.kernel_rows(doc, "en"), kernel_table.kernel_rows(doc, "zh")
+    assert len(en) == len(zh) == sum(len(doc[p]["table"]) for p in ("memory", "swiglu", "qkv"))
+    qkv = next(r for r in en if r["kernel and shape"].startswith("qkv_rotary_gemm zoo"))
+    assert qkv["what runs"] == "ours (the epilogue)" and qkv["ours (µs)"] == "57.8"
+    assert any("拷贝的" in v for r in zh for v in r.values())
+    assert kernel_table.load(tmp_path) is None

@@ -32,6 +32,15 @@ adjacent, so neighbouring programs read neighbouring memory.
 Supported: fp32, fp16, bf16; gate and up of one shape and dtype; any layout
 whose last dim is contiguous (others are copied to rows first).
 ``select_swiglu`` is the one decision; calls autograd records take the reference.
+
+SwiGLU in the GEMM's epilogue (``swiglu_epilogue``, ``kernels.gemm.gemm_swiglu``):
+one Triton GEMM whose tile accumulates matching gate and up columns (two fp32
+accumulators over the same x tile) and writes ``silu(g)·u``; the (…, 2I) product
+never reaches memory. It is our GEMM against cuBLAS, so it runs for a shape only
+where ``kernels.measured`` says it measured faster than cuBLAS + the pass
+(``epilogue_decision``, asked per call signature and by the lean lowering); the
+chain's label carries the verdict and both times (``epilogue_note``). On the
+H200 it did not win at the zoo's or Llama-3-8B's sizes (0.4% and 21% slower).
 """
 
 from __future__ import annotations
@@ -588,7 +597,7 @@ PATTERNS = (
         implementation=WORDS("swiglu.implementation"),
         explanation=WORDS("swiglu.explanation"),
         caveats=(PRECISION_CAVEAT, WORDS("swiglu.caveat"),
-                 PAYS_CAVEAT),
+                 PAYS_CAVEAT, WORDS("epilogue.teach")),
         formula=WORDS("swiglu.formula"),
     ),
 )
