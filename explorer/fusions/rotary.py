@@ -367,7 +367,7 @@ def _plan(q, k, cos, sin, tuning) -> Launch:
 
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1, *,
            tokens: tuple[int, int] | None = None, heads: tuple[int, int] | None = None,
-           num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           num_warps: int | None = None, token_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``apply_rotary_pos_emb(q, k, cos, sin)`` for both q and k in one kernel launch.
 
     ``q``: (B, Hq, S, D), ``k``: (B, Hkv, S, D), any strides with a contiguous last dim; with
@@ -376,7 +376,9 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     memory layouts, in ``promote(q, cos)``. Falls back to ``rotary_reference`` where ``select_rotary``
     refuses. ``tokens`` = (tokens per Q program, tokens per K program), powers of two with the second a
     multiple of the first, ``heads`` = (heads per Q program, per K program), powers of two, and
-    ``num_warps`` override the launch heuristics (``launch_config``).
+    ``num_warps`` override the launch heuristics (``launch_config``). ``token_major``: write the outputs as
+    transposes of (B, S, H, D) buffers whatever q's layout (a benchmark's question: what the output layout
+    costs where q and k are column views, whose ``empty_like`` is (B, H, S, D)).
     """
     if unsqueeze_dim == 2:
         qe, ke = rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 1, tokens=tokens, heads=heads,
@@ -395,8 +397,17 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     plan = planned(_LAUNCHES, key, _plan, q, k, cos, sin, (tokens, heads, num_warps))
     if plan.kernel is None:
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
-    qo = _new_output_like(q, plan.out_dtype)                                      # (B, Hq, S, D), q's layout
-    ko = _new_output_like(k, plan.out_dtype)                                      # (B, Hkv, S, D), k's layout
+    if token_major:
+        qo = _new_output_like(q.transpose(1, 2), plan.out_dtype).transpose(1, 2)   # (B, S, Hq, D) memory
+        ko = _new_output_like(k.transpose(1, 2), plan.out_dtype).transpose(1, 2)
+        if not (qo.transpose(1, 2).is_contiguous() and ko.transpose(1, 2).is_contiguous()):
+            qo = torch.empty((q.shape[0], q.shape[2], q.shape[1], q.shape[3]), dtype=plan.out_dtype,
+                             device=q.device).transpose(1, 2)
+            ko = torch.empty((k.shape[0], k.shape[2], k.shape[1], k.shape[3]), dtype=plan.out_dtype,
+                             device=k.device).transpose(1, 2)
+    else:
+        qo = _new_output_like(q, plan.out_dtype)                                  # (B, Hq, S, D), q's layout
+        ko = _new_output_like(k, plan.out_dtype)                                  # (B, Hkv, S, D), k's layout
     # output strides are read from the outputs themselves: empty_like keeps a dense layout, or makes
     # a contiguous one for a q with gaps, and the plan must not assume which
     launch(plan.kernel, plan.grid,
