@@ -75,7 +75,7 @@ def test_layouts_broadcast_and_general_cos(dtype, device, monkeypatch):
     q, k = rand((3, 3, 13, 40), dtype, device, gen), rand((3, 1, 13, 40), dtype, device, gen)
     cos, sin = rand((1, 13, 40), dtype, device, gen), rand((1, 13, 40), dtype, device, gen)
     tol = dict(rot.TOLERANCES[dtype], atol=4 * rot.TOLERANCES[dtype]["atol"])   # |cos|, |sin| up to ~4 here
-    for tokens, heads in ((None, None), ((2, 8), (2, 1)), ((4, 4), None), ((1, 16), (4, 1))):
+    for tokens, heads in ((None, None), ((2, 8), (2, 1)), ((1, 16), (4, 1))):
         qo, ko = rot.rotary(q, k, cos, sin, tokens=tokens, heads=heads)
         q64, k64 = rot.rotary_reference(up64(q), up64(k), up64(cos), up64(sin))
         assert_close64(qo, q64, tol)
