@@ -104,7 +104,7 @@ WORDS = Words("rotary", {
     "generic.unsqueeze": ("{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor",
                           "{what} 不是对 (B, S, D) 张量做的 unsqueeze({what}, 1)"),
     "generic.different": ("q and k are rotated with different cos/sin", "q 和 k 用不同的 cos/sin 旋转"),
-    "label.with_note": ("{label}; {note}", "{label}；{note}"),
+    "label.with_note": ("{label}; kernel note: {note}", "{label}；内核说明：{note}"),
     "label.qkv": (("one Triton GEMM over [W_q; W_k; W_v] with rotary in its epilogue: q and k rotated before the "
                    "store, straight into (B, H, S, D)"),
                   "一个 Triton GEMM 作用在 [W_q; W_k; W_v] 上，尾处理里做旋转：q、k 在写出前旋转，直接写成 (B, H, S, D)"),

@@ -103,7 +103,7 @@ WORDS = Words("swiglu", {
     "refuse.widths": ("gate and up widths differ ({gate} and {up})", "gate 和 up 的宽度不同（{gate} 和 {up}）"),
     "label.one_gemm": ("one GEMM over [W_gate; W_up] ({gate}+{up} columns), then {label} reading its column views",
                        "对 [W_gate; W_up] 做一次 GEMM（{gate}+{up} 列），然后{label}，读取它的列视图"),
-    "label.with_note": ("{label}; {note}", "{label}；{note}"),
+    "label.with_note": ("{label}; kernel note: {note}", "{label}；内核说明：{note}"),
     "label.epilogue": (("one Triton GEMM over [W_gate; W_up] with silu(gate)·up in its epilogue (the (…, {two_i}) "
                         "product is never written)"),
                        "一个 Triton GEMM 作用在 [W_gate; W_up] 上，尾处理里算 silu(gate)·up（(…, {two_i}) 的乘积从不写出）"),
