@@ -17,7 +17,9 @@ from pathlib import Path
 
 from explorer.words import Words, merge, render
 
-FILE = "bench_llm_epilogues_h200.json"
+#: The committed runs, first the full one, then shorter follow-ups (each row is timed against competitors of its own run).
+FILES = ("bench_llm_epilogues_h200.json", "bench_llm_epilogues_followup_h200.json")
+FILE = FILES[0]
 
 WORDS = Words("kernel_table", {
     "title": ("Per-shape kernel table: LLM kernels on the H200", "按形状的内核表：H200 上的 LLM 内核"),
@@ -55,10 +57,10 @@ def _us(ms) -> str:
     return "-" if ms is None else f"{ms * 1e3:.1f}"
 
 
-def load(results: Path) -> dict | None:
-    """The committed benchmark document, or None where it is missing or unreadable."""
+def load(results: Path, name: str = FILE) -> dict | None:
+    """A committed benchmark document, or None where it is missing or unreadable."""
     try:
-        return json.loads((results / FILE).read_text())
+        return json.loads((results / name).read_text())
     except (OSError, ValueError):
         return None
 
@@ -89,10 +91,14 @@ def panel(results: Path, lang: str) -> None:
     import streamlit as st
 
     with st.expander(_w(lang, "title")):
-        doc = load(results)
-        if doc is None:
+        docs = [(name, load(results, name)) for name in FILES]
+        if docs[0][1] is None:
             st.caption(_w(lang, "missing", file=FILE))
             return
-        env = doc.get("environment") or {}
-        st.caption(_w(lang, "intro", date=str(doc.get("date_utc", ""))[:10], device=env.get("device_name", "?")))
-        st.dataframe(kernel_rows(doc, lang), hide_index=True, width="stretch")
+        for name, doc in docs:
+            if doc is None:
+                continue
+            env = doc.get("environment") or {}
+            st.caption(_w(lang, "intro", date=str(doc.get("date_utc", ""))[:16].replace("T", " "),
+                          device=env.get("device_name", "?")) + f" ({name})")
+            st.dataframe(kernel_rows(doc, lang), hide_index=True, width="stretch")
