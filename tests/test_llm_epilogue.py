@@ -202,9 +202,11 @@ def test_committed_table_is_the_committed_measurement():
     import json
     from pathlib import Path
 
-    doc = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-                      / "bench_llm_epilogues_h200.json").read_text())
-    assert measured.table_from_bench(doc) == measured.MEASURED
+    from explorer.ui import kernel_table
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    docs = [json.loads((results / name).read_text()) for name in kernel_table.FILES if (results / name).exists()]
+    assert measured.table_from_runs(docs) == measured.MEASURED
     assert measured.decide("qkv_rotary", "cuda", torch.bfloat16, 16384, 512, 8, 2, 64).fused
     assert not measured.decide("swiglu", "cuda", torch.bfloat16, 4096, 4096, 14336).fused
 

@@ -128,3 +128,11 @@ def table_from_bench(doc: dict) -> dict[tuple, Measurement]:
                 round(row["ours_ms"], 4), round(row["baseline_ms"], 4),
                 None if row.get("inductor_ms") is None else round(row["inductor_ms"], 4), best, device)
     return out
+
+
+def table_from_runs(docs: list[dict]) -> dict[tuple, Measurement]:
+    """``table_from_bench`` of several runs, oldest first: a later run's entry for a shape replaces an earlier one."""
+    out: dict[tuple, Measurement] = {}
+    for doc in docs:
+        out.update(table_from_bench(doc))
+    return out
