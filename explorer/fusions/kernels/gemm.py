@@ -400,9 +400,11 @@ def gemm_qkv_rotary(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     seq = m // batch
     if cos.stride(-1) != 1 or sin.stride(-1) != 1:
         cos, sin = cos.contiguous(), sin.contiguous()
-    qo = _new_output((batch, heads, seq, d), a.dtype, a.device)
-    ko = _new_output((batch, kv_heads, seq, d), a.dtype, a.device)
-    v = _new_output((m, kv_heads * d), a.dtype, a.device)
+    nq, nk = batch * heads * seq * d, batch * kv_heads * seq * d
+    out = _new_output((nq + 2 * nk,), a.dtype, a.device)                # one allocation for the three outputs
+    qo = out[:nq].view(batch, heads, seq, d)
+    ko = out[nq:nq + nk].view(batch, kv_heads, seq, d)
+    v = out[nq + nk:].view(m, kv_heads * d)
     _paired("rotary", a, weight, bias, v, qo, ko, (heads + 2 * kv_heads) * d // 2, 0, d // 2, cos, sin, seq,
             heads, kv_heads, tiles)
     return qo, ko, v
