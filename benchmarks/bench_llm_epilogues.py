@@ -56,6 +56,9 @@ SMOKE_SHAPES = (("smoke", 2, 7, 24, 3, 1, 16, 20),)
 SWIGLU_TILES = ((128, 64, 64, 8, 4), (128, 64, 64, 4, 4), (128, 128, 64, 8, 3), (64, 64, 64, 4, 4),
                 (128, 64, 32, 8, 5), (256, 64, 64, 8, 3), (64, 128, 64, 8, 3), (128, 32, 64, 4, 4),
                 (256, 64, 64, 8, 4), (256, 64, 32, 8, 4), (128, 128, 64, 8, 4))
+#: Tiles (BLOCK_M, BLOCK_N interleaved columns, BLOCK_K, warps, stages) of the interleaved SwiGLU GEMM.
+INTERLEAVED_TILES = ((128, 128, 64, 8, 4), (128, 128, 64, 8, 3), (256, 128, 64, 8, 3), (128, 256, 64, 8, 3),
+                     (256, 128, 32, 8, 4), (128, 256, 64, 8, 4))
 ROTARY_TILES = ((128, 64, 64, 8, 4), (128, 64, 64, 4, 4), (128, 128, 64, 8, 3), (64, 64, 64, 4, 4),
                 (64, 128, 64, 8, 3), (128, 32, 64, 4, 4), (256, 64, 64, 8, 3))
 
@@ -135,15 +138,18 @@ def gemm_cases(dev: str, smoke: bool, part: str) -> list[tuple[Case, int]]:
             def make(m=m, hidden=hidden, inter=inter):
                 x = torch.randn(m, hidden, device=dev, dtype=bf16)
                 w = (torch.randn(2 * inter, hidden, device=dev) / hidden ** 0.5).to(bf16)
-                return x, w
+                return x, w, gemm.interleave_gate_up(w)[0]              # the interleaved copy: made at plan time
             sweep = {f"ours[{'x'.join(map(str, t[:3]))} w{t[3]} s{t[4]}]":
-                     (lambda x, w, t=t, i=inter: gemm.gemm_swiglu(x, w, None, i, tiles=t)) for t in SWIGLU_TILES}
-            sweep["cublas+pass"] = lambda x, w, i=inter: swiglu.silu_mul_packed(F.linear(x, w), i)
-            sweep["cublas_gemm_only"] = lambda x, w: F.linear(x, w)
+                     (lambda x, w, wi, t=t, i=inter: gemm.gemm_swiglu(x, w, None, i, tiles=t)) for t in SWIGLU_TILES}
+            sweep.update({f"ours[il {'x'.join(map(str, t[:3]))} w{t[3]} s{t[4]}]":
+                          (lambda x, w, wi, t=t: gemm.gemm_swiglu_interleaved(x, wi, None, tiles=t))
+                          for t in INTERLEAVED_TILES})
+            sweep["cublas+pass"] = lambda x, w, wi, i=inter: swiglu.silu_mul_packed(F.linear(x, w), i)
+            sweep["cublas_gemm_only"] = lambda x, w, wi: F.linear(x, w)
             case = Case(f"swiglu_gemm {name} M{m} K{hidden} I{inter}", "swiglu_gemm",
                         (m * hidden + 2 * inter * hidden + m * inter) * bf16.itemsize, make,
-                        lambda x, w, i=inter: gemm.gemm_swiglu(x, w, None, i),
-                        lambda x, w, i=inter: swiglu.silu_mul_packed_reference(F.linear(x, w), i),
+                        lambda x, w, wi, i=inter: gemm.gemm_swiglu(x, w, None, i),
+                        lambda x, w, wi, i=inter: swiglu.silu_mul_packed_reference(F.linear(x, w), i),
                         swiglu_gemm_tolerances(), bf16, "writes (M, I); the (M, 2I) product never", sweep)
             out.append((case, 2 * m * hidden * 2 * inter))
         else:

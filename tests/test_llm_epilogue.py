@@ -52,6 +52,24 @@ def test_gemm_swiglu_matches_float64(m, k, i, bias, dtype, device, monkeypatch):
     torch.testing.assert_close(out, eager, **gemm.TOLERANCES[dtype])
 
 
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_gemm_swiglu_interleaved_matches_float64(dtype, device, monkeypatch):
+    """The variant over interleaved rows (g_0, u_0, g_1, …): one accumulator split in registers; odd M, K and I,
+    a bias, tiles that cut M, N and K; float64 within PAIRED_TOLERANCES."""
+    gen = torch.Generator().manual_seed(41)
+    m, k, i = 37, 45, 23
+    x = rand((m, k), dtype, device, gen)
+    w = rand((2 * i, k), dtype, device, gen, scale=k ** -0.5 * 2)
+    b = rand((2 * i,), dtype, device, gen, scale=0.5)
+    w_il, b_il = gemm.interleave_gate_up(w, b)
+    assert torch.equal(w_il[1::2], w[i:]) and torch.equal(b_il[0::2], b[:i])
+    poison(monkeypatch, gemm)
+    out = gemm.gemm_swiglu_interleaved(x, w_il, b_il, tiles=(16, 32, 16))
+    ref = swiglu.silu_mul_packed_reference(F.linear(up64(x), up64(w), up64(b)), i)
+    assert_close64(out, ref, gemm.PAIRED_TOLERANCES[dtype])
+
+
 def test_swiglu_epilogue_keeps_leading_dims_and_refuses_autograd():
     """(B, S, K) in, (B, S, I) out; a call autograd records takes cuBLAS + pass (the kernel is forward-only)."""
     gen = torch.Generator().manual_seed(3)
@@ -163,7 +181,7 @@ def test_table_from_bench_reads_the_benchmark_json():
 
 # ====================================================================== the decoder, lowered with the epilogues
 
-def test_decoder_lowered_with_epilogues_matches_float64():
+def test_decoder_lowered_with_epilogues_matches_float64(monkeypatch):
     """The tiny Llama decoder's fused graph, prepared lean with both epilogues forced on: one qkv_rotary and one
     swiglu_epilogue call per layer replace the QKV GEMM + rotary kernel and the gate/up GEMM + pass, and the
     logits match the unfused graph in float64; with the epilogues off, neither call appears."""
@@ -189,6 +207,16 @@ def test_decoder_lowered_with_epilogues_matches_float64():
     assert targets.count(rot.qkv_rotary) == 1 and targets.count(swiglu.swiglu_epilogue) == 1
     assert rot.fused_rotary not in targets
     out = lean(ids)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    torch.testing.assert_close(out.double(), ref.double(), rtol=1e-4, atol=1e-4)
+    # a measured interleaved tile: the lowering interleaves the weight once and calls that variant
+    monkeypatch.setitem(measured.MEASURED, measured.key("swiglu", torch.float32, 14, 48, 40),
+                        measured.Measurement(0.1, 0.2, None, (16, 32, 16, 4, 1), "test", "interleaved"))
+    with measured.policy(swiglu="always", qkv_rotary="never"):
+        il = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    targets = [n.target for n in il.graph.nodes if n.op == "call_function"]
+    assert targets.count(swiglu.swiglu_epilogue_interleaved) == 1 and rot.qkv_rotary not in targets
+    out = il(ids)
     out = out[0] if isinstance(out, (tuple, list)) else out
     torch.testing.assert_close(out.double(), ref.double(), rtol=1e-4, atol=1e-4)
     with measured.policy(swiglu="never", qkv_rotary="never"):

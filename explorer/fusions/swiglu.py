@@ -420,6 +420,21 @@ def swiglu_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return gemm_kernels.gemm_swiglu(a, weight, bias, intermediate, tiles=tiles).view(*x.shape[:-1], intermediate)
 
 
+def swiglu_epilogue_interleaved(x: torch.Tensor, weight_il: torch.Tensor, bias_il: torch.Tensor | None,
+                                tiles: tuple[int, ...] | None = None) -> torch.Tensor:
+    """``swiglu_epilogue`` over ``kernels.gemm.interleave_gate_up``'s weight (rows g_0, u_0, g_1, u_1, …) and bias:
+    one accumulator whose neighbouring columns are split in registers (``gemm_swiglu_interleaved``). The lean
+    lowering interleaves the weight once; the unfused path where the kernel does not take the operands."""
+    k = weight_il.shape[1]
+    a = x.reshape(-1, k)
+    i = weight_il.shape[0] // 2
+    if needs_autograd(x, weight_il, bias_il) or not gemm_kernels.paired_applies(a, weight_il) or (
+            bias_il is not None and (bias_il.dtype != x.dtype or bias_il.device != x.device)):
+        gu = F.linear(x, weight_il, bias_il)                                    # (..., 2I) interleaved
+        return silu_mul_reference(gu[..., 0::2], gu[..., 1::2])
+    return gemm_kernels.gemm_swiglu_interleaved(a, weight_il, bias_il, tiles=tiles).view(*x.shape[:-1], i)
+
+
 def swiglu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int) -> torch.Tensor:
     """``silu(x W_gateᵀ + b_gate) * (x W_upᵀ + b_up)`` from ``weight = [W_gate; W_up]`` (``(2I, in)``), ``(..., I)``:
     SwiGLU in the GEMM's epilogue where ``epilogue_decision`` chooses it for this shape, else cuBLAS + pass."""
@@ -427,8 +442,9 @@ def swiglu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, int
     decision = _DECISIONS.get(key)
     if decision is None:
         decision = _DECISIONS[key] = epilogue_decision(*key)
-    if decision.fused:
-        return swiglu_epilogue(x, weight, bias, intermediate, decision.tiles)
+    if decision.fused:       # a measured interleaved tile applies to the lean lowering's copy: here the paired kernel
+        paired = decision.measurement is None or decision.measurement.variant == "paired"
+        return swiglu_epilogue(x, weight, bias, intermediate, decision.tiles if paired else None)
     return swiglu_pass(x, weight, bias, intermediate)
 
 
@@ -568,9 +584,22 @@ def _lower(gm, node, device, dtype) -> bool:
     if isinstance(x_val, torch.Tensor) and x_val.dim() >= 1 and w is not None:
         decision = epilogue_decision(device, dtype, x_val.numel() // max(1, x_val.shape[-1]), w.shape[1],
                                      intermediate)
+        if decision.fused and decision.measurement is not None and decision.measurement.variant == "interleaved":
+            b = edit.attr_tensor(gm, bias) if bias is not None else None
+            if bias is None or b is not None:
+                w_il, b_il = gemm_kernels.interleave_gate_up(w, b)              # once, for this graph
+                names = [edit.register_buffer(gm, f"{weight.target}_interleaved".replace(".", "_"), w_il)]
+                if b_il is not None:
+                    names.append(edit.register_buffer(gm, f"{bias.target}_interleaved".replace(".", "_"), b_il))
+                with gm.graph.inserting_before(node):
+                    attrs = [gm.graph.get_attr(n) for n in names]
+                return edit.replace_node(gm, node, lambda g: g.call_function(
+                    swiglu_epilogue_interleaved, (x, attrs[0], attrs[1] if len(attrs) > 1 else None,
+                                                  decision.tiles)))
         if decision.fused:
+            paired = decision.measurement is None or decision.measurement.variant == "paired"
             return edit.replace_node(gm, node, lambda g: g.call_function(
-                swiglu_epilogue, (x, weight, bias, intermediate, decision.tiles)))
+                swiglu_epilogue, (x, weight, bias, intermediate, decision.tiles if paired else None)))
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
         gu = g.call_function(torch._C._nn.linear, (x, weight, bias))                   # (..., 2I)

@@ -408,3 +408,104 @@ def gemm_qkv_rotary(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     _paired("rotary", a, weight, bias, v, qo, ko, (heads + 2 * kv_heads) * d // 2, 0, d // 2, cos, sin, seq,
             heads, kv_heads, tiles)
     return qo, ko, v
+
+
+# ====================================================================== SwiGLU over interleaved weights
+
+def interleave_gate_up(weight: torch.Tensor, bias: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``[W_gate; W_up]`` (2I, K) → rows g_0, u_0, g_1, u_1, … (2I, K), and the bias alike: done once, at plan
+    time, so that one GEMM tile holds each gate column beside its up column (``gemm_swiglu_interleaved``)."""
+    i = weight.shape[0] // 2
+    w = torch.stack((weight[:i], weight[i:]), dim=1).reshape(2 * i, weight.shape[1]).contiguous()
+    b = None if bias is None else torch.stack((bias[:i], bias[i:]), dim=1).reshape(2 * i).contiguous()
+    return w, b
+
+
+@functools.lru_cache(maxsize=2)
+def _build_interleaved_kernel(interpret: bool):
+    """Define the GEMM over interleaved gate/up rows with SwiGLU in its epilogue; cached per interpreter mode."""
+    global tl, _round_for
+    _round_for = triton_round_bf16(interpret)
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _swiglu_interleaved_kernel(
+        A, W, BIAS, C, M, N, K, sam, sak, swn, swk, scm, scn,       # N = 2I interleaved columns; C is (M, I)
+        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+        per_group = GROUP_M * tiles_n
+        first_m = (pid // per_group) * GROUP_M
+        rows_here = tl.minimum(tiles_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % per_group) % rows_here
+        pid_n = (pid % per_group) // rows_here
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)                       # interleaved columns: g, u, g, u, …
+        rk = tl.arange(0, BLOCK_K)
+        m_live, n_live = rm < M, rn < N
+        a_ptr = A + rm[:, None].to(tl.int64) * sam + rk[None, :] * sak
+        w_ptr = W + rn[None, :] * swn + rk[:, None] * swk
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k_live = k0 + rk < K
+            a = tl.load(a_ptr, mask=m_live[:, None] & k_live[None, :], other=0.0)
+            w = tl.load(w_ptr, mask=k_live[:, None] & n_live[None, :], other=0.0, eviction_policy="evict_last")
+            if BF16_RTNE_BY_HAND:
+                a = a.to(tl.float32)
+                w = w.to(tl.float32)
+            acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)
+            a_ptr += BLOCK_K * sak
+            w_ptr += BLOCK_K * swk
+        if HAS_BIAS:
+            acc += tl.load(BIAS + rn, mask=n_live, other=0.0).to(tl.float32)[None, :]
+        g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))       # neighbours: in one thread's registers
+        out = _round_for(g / (1.0 + tl.exp(-g)) * u, BF16_RTNE_BY_HAND)
+        ro = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)           # output columns
+        live = m_live[:, None] & (ro < N // 2)[None, :]
+        tl.store(C + rm[:, None].to(tl.int64) * scm + ro[None, :] * scn,
+                 out.to(C.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
+
+    return _swiglu_interleaved_kernel
+
+
+def gemm_swiglu_interleaved(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                            out: torch.Tensor | None = None, *,
+                            tiles: tuple[int, ...] | None = None) -> torch.Tensor:
+    """``silu(a W_gateᵀ + b_gate) · (a W_upᵀ + b_up)`` as ONE Triton GEMM over ``interleave_gate_up``'s weight
+    (and bias): one accumulator of 2·BLOCK_N/2 columns whose neighbouring pairs are (gate, up), split in
+    registers by the epilogue. Returns ``(M, I)``. ``tiles`` = (BLOCK_M, BLOCK_N columns, BLOCK_K[, warps,
+    stages]); the default is ``gemm_config``'s for the 2I-wide GEMM."""
+    m, k = a.shape
+    n = weight.shape[0]
+    if n % 2:
+        raise ValueError(f"an interleaved gate/up weight has an even number of rows, not {n}")
+    if out is None:
+        out = _new_output((m, n // 2), a.dtype, a.device)
+    if m == 0:
+        return out
+    key = ("swiglu_il", a.dtype, m, n, k, a.stride(), weight.stride(), None if bias is None else bias.dtype,
+           out.stride(), a.device, tiles, interpreting())
+    plan = PLANS.get(key)
+    if plan is None:
+        block_m, block_n, block_k, warps, stages = gemm_config(m, n, k, a.element_size(), a.device)
+        if tiles is not None:
+            block_m, block_n, block_k = tiles[:3]
+            if len(tiles) == 5:
+                warps, stages = tiles[3:]
+        interpret = interpreting()
+        constexprs = dict(HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
+                          DOT_PRECISION="ieee" if a.dtype == torch.float32 or (
+                              interpret and a.dtype == torch.bfloat16) else "tf32",
+                          BF16_RTNE_BY_HAND=interpret and a.dtype == torch.bfloat16)
+        plan = remember(PLANS, key, LaunchPlan(_build_interleaved_kernel(interpret),
+                                               (-(-m // block_m) * -(-n // block_n),),
+                                               (m, n, k, *a.stride(), weight.stride(0), weight.stride(1),
+                                                *out.stride()), constexprs, warps, num_stages=stages))
+    pointers = (a, weight, a if bias is None else bias, out)
+    launch(plan.kernel, plan.grid, (*pointers, *plan.ints), plan.constexprs,
+           key=(key, tuple(t.data_ptr() & 15 == 0 for t in pointers)), num_warps=plan.num_warps,
+           num_stages=plan.num_stages)
+    return out

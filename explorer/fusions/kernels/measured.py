@@ -35,8 +35,9 @@ class Measurement:
     ours_ms: float
     baseline_ms: float
     inductor_ms: float | None
-    tiles: tuple[int, int, int, int, int]          # (BLOCK_M, BLOCK_N pairs, BLOCK_K, warps, stages)
+    tiles: tuple[int, int, int, int, int] | None   # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages); None: the default
     device: str = "NVIDIA H200"
+    variant: str = "paired"   # SwiGLU: "paired" (two accumulators, BLOCK_N pairs) or "interleaved" (BLOCK_N columns)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,13 +121,14 @@ def table_from_bench(doc: dict) -> dict[tuple, Measurement]:
     for part, kind, fields in (("swiglu", "swiglu", ("M", "K", "I")), ("qkv", "qkv_rotary", ("M", "K", "Hq", "Hkv", "D"))):
         for row in (doc.get(part) or {}).get("table", []):
             shape = [int(re.search(rf"\b{f}(\d+)", row["case"]).group(1)) for f in fields]
-            tiles = re.search(r"\[(\d+)x(\d+)x(\d+) w(\d+) s(\d+)\]", row.get("ours_variant") or "")
+            tiles = re.search(r"\[(il )?(\d+)x(\d+)x(\d+) w(\d+) s(\d+)\]", row.get("ours_variant") or "")
             if row.get("ours_ms") is None or row.get("baseline_ms") is None:
                 continue
-            best = tuple(int(g) for g in tiles.groups()) if tiles else None
+            best = tuple(int(g) for g in tiles.groups()[1:]) if tiles else None
+            variant = "interleaved" if tiles and tiles.group(1) else "paired"
             out[key(kind, torch.bfloat16, *shape)] = Measurement(
                 round(row["ours_ms"], 4), round(row["baseline_ms"], 4),
-                None if row.get("inductor_ms") is None else round(row["inductor_ms"], 4), best, device)
+                None if row.get("inductor_ms") is None else round(row["inductor_ms"], 4), best, device, variant)
     return out
 
 
