@@ -3,6 +3,13 @@
 Used by the convolution family (1×1 convolutions over channels_last inputs) and
 ConvNeXt's MLP. Its reference is the unfused ``x @ Wᵀ + b (+ z)`` then the
 activation; its tolerances are the epilogue's (``explorer.fusions.epilogue``).
+
+The LLM epilogues (the swiglu and rotary families) add GEMMs whose epilogue
+combines two columns of the product before the store: ``gemm_swiglu`` (gate and up
+columns in two accumulators over one A tile), ``gemm_swiglu_interleaved`` (gate/up
+rows interleaved once at plan time, one accumulator split in registers) and
+``gemm_qkv_rotary`` (both halves of whole heads: q and k rotated, stored as
+(B, H, S, D)). Their tolerances against float64 are ``PAIRED_TOLERANCES``.
 """
 
 from __future__ import annotations
