@@ -253,3 +253,17 @@ def test_learn_page_kernel_table_rows(tmp_path):
     assert qkv["what runs"] == "ours (the epilogue)" and qkv["ours (µs)"] == "57.8"
     assert any("拷贝的" in v for r in zh for v in r.values())
     assert kernel_table.load(tmp_path) is None
+
+
+def test_fused_swiglu_call_follows_the_policy():
+    """The fused call target (the non-lean graph's) asks the decision once per signature and policy: forced on it
+    runs the epilogue GEMM, forced off cuBLAS + pass; both match float64."""
+    from unittest import mock
+
+    gen = torch.Generator().manual_seed(9)
+    x, w = rand((3, 5, 24), torch.float32, "cpu", gen), rand((40, 24), torch.float32, "cpu", gen, scale=0.2)
+    ref = swiglu.swiglu_reference(up64(x), up64(w[:20]), up64(w[20:]))
+    for mode, calls in (("always", 1), ("never", 0)):
+        with measured.policy(swiglu=mode), mock.patch.object(gemm, "gemm_swiglu", wraps=gemm.gemm_swiglu) as spy:
+            assert_close64(swiglu.fused_swiglu(x, w, None, 20), ref, gemm.PAIRED_TOLERANCES[torch.float32])
+        assert spy.call_count == calls

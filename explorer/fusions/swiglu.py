@@ -63,7 +63,7 @@ from explorer.fusions.siblings import concat_weights
 from explorer.fusions.triton_support import where
 from explorer.fusions.triton_support import (Launch, cdiv, import_triton, interpreting, jit_helpers, launch,
                                              needs_autograd, next_power_of_2, operand_key, planned,
-                                             refusal_for_device)
+                                             refusal_for_device, remember)
 from explorer.graph import aten
 from explorer.words import Words
 
@@ -403,7 +403,7 @@ def epilogue_decision(device: torch.device | str, dtype: torch.dtype, m: int, k:
     return measured.decide("swiglu", device, dtype, m, k, i)
 
 
-#: (device, dtype, M, K, I) -> Decision, asked once per signature.
+#: (device, dtype, M, K, I, policy) -> Decision, asked once per signature (bounded: ``remember``).
 _DECISIONS: dict[tuple, measured.Decision] = {}
 
 
@@ -438,10 +438,10 @@ def swiglu_epilogue_interleaved(x: torch.Tensor, weight_il: torch.Tensor, bias_i
 def swiglu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int) -> torch.Tensor:
     """``silu(x W_gateᵀ + b_gate) * (x W_upᵀ + b_up)`` from ``weight = [W_gate; W_up]`` (``(2I, in)``), ``(..., I)``:
     SwiGLU in the GEMM's epilogue where ``epilogue_decision`` chooses it for this shape, else cuBLAS + pass."""
-    key = (x.device, x.dtype, x.numel() // max(1, x.shape[-1]), weight.shape[1], intermediate)
+    key = (x.device, x.dtype, x.numel() // max(1, x.shape[-1]), weight.shape[1], intermediate, measured.POLICY)
     decision = _DECISIONS.get(key)
     if decision is None:
-        decision = _DECISIONS[key] = epilogue_decision(*key)
+        decision = remember(_DECISIONS, key, epilogue_decision(*key[:5]))
     if decision.fused:       # a measured interleaved tile applies to the lean lowering's copy: here the paired kernel
         paired = decision.measurement is None or decision.measurement.variant == "paired"
         return swiglu_epilogue(x, weight, bias, intermediate, decision.tiles if paired else None)
