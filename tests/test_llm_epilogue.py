@@ -184,7 +184,8 @@ def test_table_from_bench_reads_the_benchmark_json():
 def test_decoder_lowered_with_epilogues_matches_float64(monkeypatch):
     """The tiny Llama decoder's fused graph, prepared lean with both epilogues forced on: one qkv_rotary and one
     swiglu_epilogue call per layer replace the QKV GEMM + rotary kernel and the gate/up GEMM + pass, and the
-    logits match the unfused graph in float64; with the epilogues off, neither call appears."""
+    logits match the unfused graph in float64 (also with the interleaved SwiGLU variant, and with token-major
+    rotary outputs); with the epilogues off, neither call appears."""
     from triton_testing import detect_module, fuse_all, randomized
 
     from explorer.runtime import measure
@@ -219,10 +220,17 @@ def test_decoder_lowered_with_epilogues_matches_float64(monkeypatch):
     out = il(ids)
     out = out[0] if isinstance(out, (tuple, list)) else out
     torch.testing.assert_close(out.double(), ref.double(), rtol=1e-4, atol=1e-4)
+    # epilogues off: neither call; the rotary kernel on the column views, read by attention only, writes
+    # token-major outputs where that is switched on
+    monkeypatch.setattr(rot, "TOKEN_MAJOR_ON_COLUMN_VIEWS", True)
     with measured.policy(swiglu="never", qkv_rotary="never"):
-        plain = measure.prepare_graph(fused.gm, "cpu", torch.float32)
-    targets = [n.target for n in plain.graph.nodes if n.op == "call_function"]
+        tm = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    targets = [n.target for n in tm.graph.nodes if n.op == "call_function"]
     assert rot.qkv_rotary not in targets and swiglu.swiglu_epilogue not in targets
+    assert targets.count(rot.rotary_token_major) == 1
+    out = tm(ids)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    torch.testing.assert_close(out.double(), ref.double(), rtol=1e-4, atol=1e-4)
 
 
 def test_committed_table_is_the_committed_measurement():

@@ -509,10 +509,39 @@ def _only_user(n: torch.fx.Node, user: torch.fx.Node) -> bool:
     return list(n.users) == [user]
 
 
+#: Whether a rotary kernel that reads the QKV GEMM's column views writes token-major outputs (transposes of
+#: (B, S, H, D) buffers) where every reader is attention, which takes any strides. Off until measured
+#: faster: ``bench_llm_epilogues.py`` times it ("rotary on QKV column views", "token-major outputs").
+TOKEN_MAJOR_ON_COLUMN_VIEWS = False
+
+
+def rotary_token_major(q, k, cos, sin):
+    """``rotary`` writing its outputs as transposes of (B, S, H, D) buffers (``token_major``)."""
+    return rotary(q, k, cos, sin, token_major=True)
+
+
+def _is_attention(n: torch.fx.Node) -> bool:
+    return n.op == "call_function" and (n.target is torch._C._nn.scaled_dot_product_attention or (
+        isinstance(n.target, torch._ops.OpOverload) and aten.aten_name(n) == "scaled_dot_product_attention"))
+
+
 def _lower(gm, node, device, dtype) -> bool:
     """fused_rotary whose q and k are the first two column views of the siblings' QKV GEMM, transposed, and
     whose third view is v → one ``qkv_rotary`` call (the GEMM with rotary in its epilogue) where
-    ``qkv_decision`` chooses it for this shape; else the node stays (the rotary kernel after cuBLAS)."""
+    ``qkv_decision`` chooses it for this shape; else, with ``TOKEN_MAJOR_ON_COLUMN_VIEWS``, a rotary reading
+    column views and read by attention only writes token-major outputs; else the node stays."""
+    if _fold_qkv(gm, node, device, dtype):
+        return True
+    readers = [u for g in node.users for u in g.users]
+    if (TOKEN_MAJOR_ON_COLUMN_VIEWS and _projection_source(node.args[0]) is not None   # q: a column view
+            and readers and all(_is_attention(u) for u in readers)):
+        node.target = rotary_token_major
+        return True
+    return False
+
+
+def _fold_qkv(gm, node, device, dtype) -> bool:
+    """The QKV fold of ``_lower``: True where it replaced ``node``."""
     q, k, cos, sin = node.args
     qs, ks = _projection_source(q), _projection_source(k)
     if qs is None or ks is None or qs[1] is not ks[1] or (qs[2], ks[2]) != (0, 1):
