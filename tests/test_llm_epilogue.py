@@ -136,8 +136,8 @@ def test_rotary_layout_balances_gqa():
     """Each program moves about TILE elements a half: K's programs take more tokens than Q's under GQA."""
     bhq, bhk, tq, tk, half, _ = rot.launch_config(8, 2, 64)                 # the zoo decoder
     assert (bhq, bhk, half) == (8, 2, 32) and tq * bhq * half == tk * bhk * half == rot.TILE
-    bhq, bhk, tq, tk, half, _ = rot.launch_config(32, 8, 128)               # Llama-3-8B: one token's 32 q heads
-    assert (bhq, bhk, tq, tk) == (32, 8, 1, 2)
+    bhq, bhk, tq, tk, half, _ = rot.launch_config(32, 8, 128)               # Llama-3-8B: 16 of one token's q heads
+    assert (bhq, bhk, tq, tk) == (16, 8, 1, 2) and bhq * half == rot.TILE
     assert rot.launch_config(8, 2, 64, tokens=5)[3] == 8                    # a short input: no empty groups
 
 
@@ -245,6 +245,8 @@ def test_committed_table_is_the_committed_measurement():
     assert measured.table_from_runs(docs) == measured.MEASURED
     assert measured.decide("qkv_rotary", "cuda", torch.bfloat16, 16384, 512, 8, 2, 64).fused
     assert not measured.decide("swiglu", "cuda", torch.bfloat16, 4096, 4096, 14336).fused
+    zoo = measured.decide("swiglu", "cuda", torch.bfloat16, 16384, 512, 1376)
+    assert zoo.fused and zoo.measurement.variant == "interleaved" and zoo.tiles == (128, 256, 64, 8, 3)
 
 
 def test_learn_page_kernel_table_rows(tmp_path):

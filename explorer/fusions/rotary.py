@@ -47,6 +47,10 @@ shape only where ``kernels.measured`` says it measured faster than cuBLAS + this
 kernel (``qkv_decision``); the chain's label carries the verdict, or why q, k, v
 cannot share the GEMM (``_qkv_rewrite_note``). On the H200: 2.2x faster at the
 zoo decoder's sizes, 30% slower at Llama-3-8B's.
+
+Token-major outputs (``TOKEN_MAJOR_ON_COLUMN_VIEWS``, off): on the QKV column views
+they measured no faster at the zoo's sizes (94.2% of copy against 95.1%) and
+slower at 8B's (84.8% against 96.5%), so outputs keep ``empty_like``'s layout.
 """
 
 from __future__ import annotations
@@ -245,13 +249,15 @@ def launch_config(hq: int, hkv: int, head_dim: int, tokens: int = 1 << 30) -> tu
     return block_hq, block_hk, tokens_q, tokens_k, block_half, num_warps
 
 
-#: Elements of each half a program rotates: 1024 (2 KiB in bf16, one 16-byte vector per thread and half with
-#: 4 warps), or one token's heads where those are more (up to ``HEADS_TILE``). On the H200 the zoo decoder's
-#: rotary (8 over 2 heads of 64) ran at 94.9% of a copy with 1024-element tiles (4 × 16 tokens) against 91.1%
-#: with 2048 (``benchmarks/results/bench_llm_epilogues_h200.json``); at Llama-3-8B sizes (32 over 8 heads of
-#: 128, one token's q heads = 2048) the settings measured within 92-94.5%, inside the run's noise.
+#: Elements of each half a program rotates (``TILE``: 2 KiB in bf16, one 16-byte vector per thread and half with
+#: 4 warps), also the most heads of one token a program takes (``HEADS_TILE``), so that every program moves the
+#: same bytes. H200, same-run fractions of a copy (``benchmarks/results/bench_llm_epilogues*_h200.json``): the
+#: zoo decoder's rotary (8 over 2 heads of 64) 95.1% and, reading the QKV GEMM's column views, 95.1% (2048-element
+#: tiles: 91.1%); Llama-3-8B's (32 over 8 heads of 128) 94.8% with these 16-head, 1024-element programs against
+#: 91.1-92.6% with one token's 32 heads in a program (96.5% for that one on the column views; the 16-head split
+#: there is unmeasured).
 TILE = 1024
-HEADS_TILE = 2048
+HEADS_TILE = 1024
 
 
 def _new_output_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -510,8 +516,9 @@ def _only_user(n: torch.fx.Node, user: torch.fx.Node) -> bool:
 
 
 #: Whether a rotary kernel that reads the QKV GEMM's column views writes token-major outputs (transposes of
-#: (B, S, H, D) buffers) where every reader is attention, which takes any strides. Off until measured
-#: faster: ``bench_llm_epilogues.py`` times it ("rotary on QKV column views", "token-major outputs").
+#: (B, S, H, D) buffers) where every reader is attention, which takes any strides. Off: on the H200 it
+#: measured no faster (zoo 94.2% of copy against 95.1%; Llama-3-8B 84.8% against 96.5%;
+#: ``benchmarks/results/bench_llm_epilogues_followup_h200.json``).
 TOKEN_MAJOR_ON_COLUMN_VIEWS = False
 
 

@@ -39,8 +39,12 @@ accumulators over the same x tile) and writes ``silu(g)·u``; the (…, 2I) prod
 never reaches memory. It is our GEMM against cuBLAS, so it runs for a shape only
 where ``kernels.measured`` says it measured faster than cuBLAS + the pass
 (``epilogue_decision``, asked per call signature and by the lean lowering); the
-chain's label carries the verdict and both times (``epilogue_note``). On the
-H200 it did not win at the zoo's or Llama-3-8B's sizes (0.4% and 21% slower).
+chain's label carries the verdict and both times (``epilogue_note``). A second
+variant interleaves the gate/up rows once at plan time (``swiglu_epilogue_interleaved``,
+``gemm_swiglu_interleaved``: one accumulator whose neighbouring columns split in
+registers). On the H200 the interleaved variant won at the zoo decoder's sizes
+(112.1 against 115.8 µs) and runs there in lean graphs; at Llama-3-8B's the paired
+one lost by 21% (the interleaved one is unmeasured there), so cuBLAS + pass runs.
 """
 
 from __future__ import annotations
@@ -442,9 +446,10 @@ def swiglu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, int
     decision = _DECISIONS.get(key)
     if decision is None:
         decision = remember(_DECISIONS, key, epilogue_decision(*key[:5]))
-    if decision.fused:       # a measured interleaved tile applies to the lean lowering's copy: here the paired kernel
-        paired = decision.measurement is None or decision.measurement.variant == "paired"
-        return swiglu_epilogue(x, weight, bias, intermediate, decision.tiles if paired else None)
+    if decision.fused and (decision.measurement is None or decision.measurement.variant == "paired"):
+        return swiglu_epilogue(x, weight, bias, intermediate, decision.tiles)
+    # the interleaved variant needs the weight interleaved once (the lean lowering does it); the paired one was
+    # not measured faster at this shape, so this generic call takes cuBLAS + pass
     return swiglu_pass(x, weight, bias, intermediate)
 
 
