@@ -168,9 +168,9 @@ def kernel_cases(dev: str, smoke: bool = False) -> list[Case]:
             emb = torch.cat([pos[..., None] * inv] * 2, dim=-1)                             # (B, S, D)
             return q, k, emb.cos().to(torch.bfloat16), emb.sin().to(torch.bfloat16)
         qk = b * s * (hq + hkv) * d * 2
-        sweep = {f"fused[bh={bh},w={w}]": (lambda q, k, c, sn, bh=bh, w=w: rot.rotary(q, k, c, sn, block_h=bh,
-                                                                                       num_warps=w))
-                 for bh, w in ((2, 1), (4, 2), (8, 2), (8, 4), (16, 4), (32, 8)) if bh <= hq}
+        sweep = {f"fused[tokens={t},w={w}]": (lambda q, k, c, sn, t=t, w=w: rot.rotary(q, k, c, sn, tokens=t,
+                                                                                        num_warps=w))
+                 for t, w in (((1, 2), 4), ((2, 8), 4), ((4, 16), 4), ((1, 1), 4), ((2, 8), 8))}
         cases.append(Case(f"rotary B{b} S{s} Hq{hq} Hkv{hkv} D{d} bf16", "rotary", 2 * qk + 2 * b * s * d * 2,
                           make_rope, rot.rotary, rot.rotary_reference, rot.EAGER_TOLERANCES, torch.bfloat16,
                           "q, k transposed views of (B,S,H,D); writes q_embed, k_embed", sweep))
@@ -501,17 +501,19 @@ def aot_compile_all(arch: int = 90) -> list[dict]:
                             **compile_one(kernel, sig, dict(BLOCK_M=bm, BLOCK_N=bn, BF16_RTNE_BY_HAND=False),
                                           warps, aligned)))
     kernel = rot._build_kernel(False)
-    names = ["Q", "K", "C", "SN", "QO", "KO", "S", "HQ", "HKV", "Q_BLOCKS", "HALF", "sq_b", "sq_h", "sq_s",
-             "sk_b", "sk_h", "sk_s", "sc_b", "sc_s", "ss_b", "ss_s", "sqo_b", "sqo_h", "sqo_s", "sko_b", "sko_h",
-             "sko_s"]
+    names = ["Q", "K", "C", "SN", "QO", "KO", "T", "S", "HQ", "HKV", "sq_b", "sq_h", "sq_s", "sk_b", "sk_h", "sk_s",
+             "sc_b", "sc_s", "ss_b", "ss_s", "sqo_b", "sqo_h", "sqo_s", "sko_b", "sko_h", "sko_s"]
     for hq, hkv, d in ((32, 32, 128), (32, 8, 128), (8, 2, 64), (3, 1, 40)):
-        bh, bhalf, warps = rot.launch_config(hq, hkv, d)
+        bhq, bhk, tq, tk, bhalf, warps = rot.launch_config(hq, hkv, d)
+        q_blocks, k_blocks = -(-hq // bhq), -(-hkv // bhk)
+        q_per = (tk // tq) * q_blocks
+        consts = dict(HALF=d // 2, BLOCK_HALF=bhalf, BLOCK_HQ=bhq, BLOCK_HK=bhk, TOKENS_Q=tq, TOKENS_K=tk,
+                      Q_BLOCKS=q_blocks, Q_PER=q_per, PER=q_per + k_blocks, BF16_RTNE_BY_HAND=False)
         sig = {k: ("*bf16" if j < 6 else "i32") for j, k in enumerate(names)}
-        sig.update(BLOCK_H="constexpr", BLOCK_HALF="constexpr", BF16_RTNE_BY_HAND="constexpr")
-        aligned = names[:6] + (names[10:] if d % 32 == 0 else [])
-        records.append(dict(kernel="rotary", case=f"bf16 Hq{hq} Hkv{hkv} D{d} heads/program {bh}", num_warps=warps,
-                            **compile_one(kernel, sig, dict(BLOCK_H=bh, BLOCK_HALF=bhalf, BF16_RTNE_BY_HAND=False),
-                                          warps, tuple(aligned))))
+        sig.update({c: "constexpr" for c in consts})
+        aligned = names[:6] + (names[10:] if d % 16 == 0 else [])
+        records.append(dict(kernel="rotary", case=f"bf16 Hq{hq} Hkv{hkv} D{d} tile {tq}x{bhq} / {tk}x{bhk}",
+                            num_warps=warps, **compile_one(kernel, sig, consts, warps, tuple(aligned))))
     return records
 
 

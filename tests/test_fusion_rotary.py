@@ -68,14 +68,15 @@ def test_rotary_matches_float64(b, hq, hkv, s, d, dtype, device, monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_layouts_broadcast_and_general_cos(dtype, device, monkeypatch):
     """Contiguous q/k with cos (1, S, D) broadcast over the batch; arbitrary (not duplicated-half) cos/sin;
-    (B, S, H, D) inputs with ``unsqueeze_dim=2``; a ``block_h`` that splits Q's heads unevenly."""
+    (B, S, H, D) inputs with ``unsqueeze_dim=2``; program layouts that split Q's heads unevenly and the
+    tokens into groups with a partial last one (13 tokens a sequence, 39 in all)."""
     gen = torch.Generator().manual_seed(23)
     poison(monkeypatch, rot)
     q, k = rand((3, 3, 13, 40), dtype, device, gen), rand((3, 1, 13, 40), dtype, device, gen)
     cos, sin = rand((1, 13, 40), dtype, device, gen), rand((1, 13, 40), dtype, device, gen)
     tol = dict(rot.TOLERANCES[dtype], atol=4 * rot.TOLERANCES[dtype]["atol"])   # |cos|, |sin| up to ~4 here
-    for block_h in (None, 2):
-        qo, ko = rot.rotary(q, k, cos, sin, block_h=block_h)
+    for tokens, heads in ((None, None), ((2, 8), (2, 1)), ((1, 16), (4, 1))):
+        qo, ko = rot.rotary(q, k, cos, sin, tokens=tokens, heads=heads)
         q64, k64 = rot.rotary_reference(up64(q), up64(k), up64(cos), up64(sin))
         assert_close64(qo, q64, tol)
         assert_close64(ko, k64, tol)

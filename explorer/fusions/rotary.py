@@ -31,17 +31,41 @@ is the one decision; calls autograd records take the reference.
 Matching: q (and k) fan out to the cos product and both slices, so the pattern
 brings its own matcher (``_match_rotary``), anchored at q's ``neg``; it then finds
 the partner tensor (k) rotated with the same cos and sin.
+
+Program layout: a program rotates a (tokens × heads × D/2) tile of q or of k, about
+``TILE`` elements a half (16-byte vectors, no mask along D when D/2 is a power of
+two); under GQA K's programs take proportionally more tokens, and Q's and K's
+programs of the same tokens are neighbours in the 1-D grid (cos/sin read once).
+
+Rotary in the QKV GEMM's epilogue (``qkv_rotary``, ``kernels.gemm.gemm_qkv_rotary``):
+where q and k are the first two column views of the siblings' one QKV GEMM
+(viewed (B, S, H, D), transposed) and the third is v, the lean lowering
+(``LOWERINGS``) replaces the GEMM and this kernel by one Triton GEMM whose tile
+holds both halves of whole heads: q and k are rotated from the fp32 accumulator
+with each row's cos/sin and stored as (B, H, S, D), v stored plain. It runs for a
+shape only where ``kernels.measured`` says it measured faster than cuBLAS + this
+kernel (``qkv_decision``); the chain's label carries the verdict, or why q, k, v
+cannot share the GEMM (``_qkv_rewrite_note``). On the H200: 2.2x faster at the
+zoo decoder's sizes, 30% slower at Llama-3-8B's.
+
+Token-major outputs (``TOKEN_MAJOR_ON_COLUMN_VIEWS``, off): on the QKV column views
+they measured no faster at the zoo's sizes (94.2% of copy against 95.1%) and
+slower at 8B's (84.8% against 96.5%), so outputs keep ``empty_like``'s layout.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 
 import networkx as nx
 import torch
 import torch.fx
+import torch.nn.functional as F
 
-from explorer.fusions import edit
+from explorer.fusions import edit, siblings
+from explorer.fusions.kernels import gemm as gemm_kernels
+from explorer.fusions.kernels import measured
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import RewriteContext, UseGeneric
@@ -84,6 +108,37 @@ WORDS = Words("rotary", {
     "generic.unsqueeze": ("{what} is not unsqueeze({what}, 1) of a (B, S, D) tensor",
                           "{what} 不是对 (B, S, D) 张量做的 unsqueeze({what}, 1)"),
     "generic.different": ("q and k are rotated with different cos/sin", "q 和 k 用不同的 cos/sin 旋转"),
+    "label.with_note": ("{label}; kernel note: {note}", "{label}；内核说明：{note}"),
+    "label.qkv": (("one Triton GEMM over [W_q; W_k; W_v] with rotary in its epilogue: q and k rotated before the "
+                   "store, straight into (B, H, S, D)"),
+                  "一个 Triton GEMM 作用在 [W_q; W_k; W_v] 上，尾处理里做旋转：q、k 在写出前旋转，直接写成 (B, H, S, D)"),
+    "note.faster": (("rotary in the QKV GEMM's epilogue at M={m}, K={k}, {hq} over {hkv} heads of {d} in bf16: "
+                     "{ours:.3f} ms against cuBLAS + rotary kernel {base:.3f} ms on {device}: the epilogue runs there"),
+                    "在 M={m}、K={k}、{hq}/{hkv} 个 {d} 维头、bf16 下，QKV GEMM 尾处理里的旋转：{ours:.3f} ms，"
+                    "cuBLAS + 旋转内核为 {base:.3f} ms（{device}）：在那里运行尾处理版本"),
+    "note.slower": (("rotary in the QKV GEMM's epilogue (near miss): at M={m}, K={k}, {hq} over {hkv} heads of {d} in "
+                     "bf16 it measured {ours:.3f} ms against cuBLAS + rotary kernel {base:.3f} ms on {device}, so the "
+                     "rotary kernel runs after cuBLAS"),
+                    "QKV GEMM 尾处理里的旋转（差一点）：在 M={m}、K={k}、{hq}/{hkv} 个 {d} 维头、bf16 下实测 {ours:.3f} ms，"
+                    "cuBLAS + 旋转内核为 {base:.3f} ms（{device}），所以在 cuBLAS 之后运行旋转内核"),
+    "note.unmeasured": (("rotary in the QKV GEMM's epilogue is not measured at M={m}, K={k}, {hq} over {hkv} heads "
+                         "of {d}: cuBLAS + the rotary kernel run"),
+                        "QKV GEMM 尾处理里的旋转没有在 M={m}、K={k}、{hq}/{hkv} 个 {d} 维头下测过：运行 cuBLAS + 旋转内核"),
+    "note.no_qkv": ("rotary in the QKV GEMM's epilogue (near miss): {why}", "QKV GEMM 尾处理里的旋转（差一点）：{why}"),
+    "qkv.not_projection": ("{what} is not view + transpose of a linear projection",
+                           "{what} 不是对一个线性投影做 view + transpose 的结果"),
+    "qkv.no_v": ("no v projection of the same input beside q's and k's", "q、k 的投影旁边没有同一输入的 v 投影"),
+    "qkv.shared": ("the unrotated {what} is read elsewhere too", "未旋转的 {what} 还被别处读取"),
+    "qkv.order": ("the projections are not in the order q, k, v", "投影的顺序不是 q、k、v"),
+    "qkv.tables": ("cos/sin are computed after the projections", "cos/sin 在投影之后才算出"),
+    "qkv.teach": (("Why not always in the QKV GEMM? Its epilogue would rotate q and k while they are in "
+                   "registers, saving the rotary kernel's read and write of q and k (at Llama-3-8B sizes, 4096 "
+                   "tokens: 2 × 42 MB, about 25 µs), but the GEMM is then ours against cuBLAS, about 0.4 ms of "
+                   "work: a few per cent slower there and the saving is gone. So it is chosen per shape, from a "
+                   "measurement; otherwise the separate rotary kernel runs at copy speed."),
+                  ("为什么不总放进 QKV GEMM？尾处理可以在 q、k 还在寄存器里时旋转，省掉旋转内核对 q、k 的一次读和一次写"
+                   "（Llama-3-8B 尺寸、4096 个 token：2 × 42 MB，约 25 µs），但 GEMM 就成了我们的对 cuBLAS，约 0.4 ms 的计算："
+                   "慢上几个百分点，省下的就没了。所以按形状、依据实测来选；否则单独的旋转内核以拷贝的速度运行。")),
 })
 
 
@@ -171,17 +226,38 @@ def select_rotary(device: torch.device | str, dtype: torch.dtype | None = None, 
 
 # ====================================================================== the kernel
 
-def launch_config(hq: int, hkv: int, head_dim: int) -> tuple[int, int, int]:
-    """``(BLOCK_H, BLOCK_HALF, num_warps)``: heads per program, padded half head dim, warps.
+def launch_config(hq: int, hkv: int, head_dim: int, tokens: int = 1 << 30) -> tuple[int, int, int, int, int, int]:
+    """``(BLOCK_HQ, BLOCK_HK, TOKENS_Q, TOKENS_K, BLOCK_HALF, num_warps)``: the program layout.
 
-    A program takes up to 2048 elements of each half (32 heads of D=128); heads per program are
-    capped by the smaller of Hq and Hkv, so K's programs are not mostly masked under GQA.
+    A program rotates one (tokens × heads × D/2) tile of q or of k: Q's programs ``TOKENS_Q`` tokens of
+    up to ``BLOCK_HQ`` heads, K's ``TOKENS_K`` tokens of up to ``BLOCK_HK`` heads (at most ``HEADS_TILE``
+    elements of a half), each sized to about ``TILE`` elements of each half, so that under GQA a K program
+    moves as many bytes as a Q program instead of a quarter of them. Q's and K's programs of the same
+    tokens are launched next to each other (``_rotary_fwd``), so cos/sin rows are read from DRAM once.
     """
     block_half = next_power_of_2(head_dim // 2)
-    block_h = min(next_power_of_2(min(hq, hkv)), max(1, 2048 // block_half))
-    tile = block_h * block_half
+    cap = max(1, HEADS_TILE // block_half)               # heads of one program at most
+    block_hq = min(next_power_of_2(hq), cap)
+    block_hk = min(next_power_of_2(hkv), cap)
+    tokens_q = max(1, TILE // (block_hq * block_half))
+    tokens_k = max(tokens_q, TILE // (block_hk * block_half))
+    limit = next_power_of_2(max(1, tokens))
+    tokens_k = min(tokens_k, limit)
+    tokens_q = min(tokens_q, tokens_k)
+    tile = tokens_q * block_hq * block_half
     num_warps = 4 if tile >= 1024 else 2 if tile >= 256 else 1
-    return block_h, block_half, num_warps
+    return block_hq, block_hk, tokens_q, tokens_k, block_half, num_warps
+
+
+#: Elements of each half a program rotates (``TILE``: 2 KiB in bf16, one 16-byte vector per thread and half with
+#: 4 warps), also the most heads of one token a program takes (``HEADS_TILE``), so that every program moves the
+#: same bytes. H200, same-run fractions of a copy (``benchmarks/results/bench_llm_epilogues*_h200.json``): the
+#: zoo decoder's rotary (8 over 2 heads of 64) 95.1% and, reading the QKV GEMM's column views, 95.1% (2048-element
+#: tiles: 91.1%); Llama-3-8B's (32 over 8 heads of 128) 94.8% with these 16-head, 1024-element programs against
+#: 91.1-92.6% with one token's 32 heads in a program (96.5% for that one on the column views; the 16-head split
+#: there is unmeasured).
+TILE = 1024
+HEADS_TILE = 1024
 
 
 def _new_output_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -192,52 +268,68 @@ def _new_output_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 @functools.lru_cache(maxsize=2)
 def _build_kernel(interpret: bool):
     """Define the Triton kernel (imports Triton); cached per interpreter mode (see ``rms_norm._build_kernel``)."""
-    global tl, _round_to, _rotate_heads
+    global tl, _round_to, _rotate_tile
     triton, tl = import_triton()
     _round_to = jit_helpers(interpret).round_to
 
     @triton.jit
-    def _rotate_heads(X, O, h0, H, stride_xh, stride_oh, c1, c2, s1, s2,
-                      HALF, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr):
-        """Rotate heads h0 .. h0+BLOCK_H-1 (< H) of one token; X, O point at that token's head 0, dim 0."""
-        h = (h0 + tl.arange(0, BLOCK_H))[:, None]                                      # (BLOCK_H, 1)
-        d = tl.arange(0, BLOCK_HALF)[None, :]                                          # (1, BLOCK_HALF)
-        live = (h < H) & (d < HALF)
-        x1 = tl.load(X + h * stride_xh + d, mask=live, other=0.0).to(tl.float32)       # x[..., :D/2]
-        x2 = tl.load(X + h * stride_xh + HALF + d, mask=live, other=0.0).to(tl.float32)  # x[..., D/2:]
+    def _rotate_tile(X, O, C, SN, t0, T, S, h0, H, sx_b, sx_s, sx_h, so_b, so_s, so_h, sc_b, sc_s, ss_b, ss_s,
+                     HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
+                     BF16_RTNE_BY_HAND: tl.constexpr):
+        """Rotate tokens t0 .. t0+TOKENS-1 (< T) × heads h0 .. h0+BLOCK_H-1 (< H): a (TOKENS, BLOCK_H, HALF) tile
+        of each half, with the tokens' cos/sin rows loaded once for all the heads."""
+        tok = (t0 + tl.arange(0, TOKENS)).to(tl.int64)[:, None, None]                 # (TOKENS, 1, 1)
+        h = (h0 + tl.arange(0, BLOCK_H))[None, :, None]                                # (1, BLOCK_H, 1)
+        d = tl.arange(0, BLOCK_HALF)[None, None, :]                                    # (1, 1, BLOCK_HALF)
+        b = tok // S
+        s = tok - b * S
+        if BLOCK_HALF == HALF:                             # no mask along d: whole 16-byte vectors
+            row_live = tok < T
+            live = row_live & (h < H)
+        else:
+            row_live = (tok < T) & (d < HALF)
+            live = row_live & (h < H)
+        c = C + b * sc_b + s * sc_s + d                                                # (TOKENS, 1, BLOCK_HALF)
+        sn = SN + b * ss_b + s * ss_s + d
+        c1 = tl.load(c, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        c2 = tl.load(c + HALF, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        s1 = tl.load(sn, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        s2 = tl.load(sn + HALF, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        x = X + b * sx_b + s * sx_s + h * sx_h + d                                     # (TOKENS, BLOCK_H, BLOCK_HALF)
+        x1 = tl.load(x, mask=live, other=0.0, eviction_policy="evict_first").to(tl.float32)          # x[..., :D/2]
+        x2 = tl.load(x + HALF, mask=live, other=0.0, eviction_policy="evict_first").to(tl.float32)   # x[..., D/2:]
         o1 = x1 * c1 - x2 * s1                                                         # x·cos + (−x2)·sin
         o2 = x2 * c2 + x1 * s2                                                         # x·cos + x1·sin
-        tl.store(O + h * stride_oh + d, _round_to(o1, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
-        tl.store(O + h * stride_oh + HALF + d, _round_to(o2, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+        o = O + b * so_b + s * so_s + h * so_h + d
+        tl.store(o, _round_to(o1, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+        tl.store(o + HALF, _round_to(o2, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
 
     @triton.jit
     def _rotary_fwd(
         Q, K, C, SN, QO, KO,                                  # pointers: q, k, cos, sin, q_embed, k_embed
-        S, HQ, HKV, Q_BLOCKS, HALF,                           # seq len, heads, Q's head blocks, D/2
+        T, S, HQ, HKV,                                        # tokens (B·S), seq len, heads
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s,                   # q, k strides (B, H, S); D is contiguous
         sc_b, sc_s, ss_b, ss_s,                               # cos, sin strides (B, S); 0 for a broadcast B
         sqo_b, sqo_h, sqo_s, sko_b, sko_h, sko_s,             # output strides
-        BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
+        HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
+        TOKENS_Q: tl.constexpr, TOKENS_K: tl.constexpr, Q_BLOCKS: tl.constexpr, Q_PER: tl.constexpr,
+        PER: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
     ):
-        """Program (token, head block): block < Q_BLOCKS rotates Q's heads, the rest K's; cos/sin loaded once."""
-        tok = tl.program_id(0).to(tl.int64)                                            # b·S + s
-        hb = tl.program_id(1)                                                          # head block: Q's, then K's
-        b = tok // S
-        s = tok % S
-        d = tl.arange(0, BLOCK_HALF)[None, :]                                          # (1, BLOCK_HALF)
-        dm = d < HALF
-        c = C + b * sc_b + s * sc_s
-        sn = SN + b * ss_b + s * ss_s
-        c1 = tl.load(c + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        c2 = tl.load(c + HALF + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        s1 = tl.load(sn + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        s2 = tl.load(sn + HALF + d, mask=dm, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        if hb < Q_BLOCKS:
-            _rotate_heads(Q + b * sq_b + s * sq_s, QO + b * sqo_b + s * sqo_s, hb * BLOCK_H, HQ, sq_h, sqo_h,
-                          c1, c2, s1, s2, HALF, BLOCK_H, BLOCK_HALF, BF16_RTNE_BY_HAND)
+        """1-D grid in groups of TOKENS_K tokens: first the group's Q programs (TOKENS_Q tokens × BLOCK_HQ heads
+        each), then its K programs (TOKENS_K tokens × BLOCK_HK heads), neighbours in launch order: Q_PER
+        = (TOKENS_K / TOKENS_Q)·Q_BLOCKS programs of q, PER in all."""
+        pid = tl.program_id(0)
+        group = pid // PER
+        j = pid - group * PER
+        t_group = group * TOKENS_K
+        if j < Q_PER:
+            _rotate_tile(Q, QO, C, SN, t_group + (j // Q_BLOCKS) * TOKENS_Q, T, S, (j % Q_BLOCKS) * BLOCK_HQ, HQ,
+                         sq_b, sq_s, sq_h, sqo_b, sqo_s, sqo_h, sc_b, sc_s, ss_b, ss_s,
+                         HALF, BLOCK_HALF, TOKENS_Q, BLOCK_HQ, BF16_RTNE_BY_HAND)
         else:
-            _rotate_heads(K + b * sk_b + s * sk_s, KO + b * sko_b + s * sko_s, (hb - Q_BLOCKS) * BLOCK_H, HKV,
-                          sk_h, sko_h, c1, c2, s1, s2, HALF, BLOCK_H, BLOCK_HALF, BF16_RTNE_BY_HAND)
+            _rotate_tile(K, KO, C, SN, t_group, T, S, (j - Q_PER) * BLOCK_HK, HKV,
+                         sk_b, sk_s, sk_h, sko_b, sko_s, sko_h, sc_b, sc_s, ss_b, ss_s,
+                         HALF, BLOCK_HALF, TOKENS_K, BLOCK_HK, BF16_RTNE_BY_HAND)
 
     return _rotary_fwd
 
@@ -258,43 +350,70 @@ def _plan(q, k, cos, sin, tuning) -> Launch:
     interpret = interpreting()
     b, hq, s, d = q.shape
     hkv = k.shape[1]
-    block_h, block_half, warps = launch_config(hq, hkv, d)
-    block_h = tuning[0] or block_h
-    q_blocks = -(-hq // block_h)
-    k_blocks = -(-hkv // block_h)
+    block_hq, block_hk, tokens_q, tokens_k, block_half, warps = launch_config(hq, hkv, d, b * s)
+    tokens_override, heads_override, warps_override = tuning
+    if tokens_override:                                 # (TOKENS_Q, TOKENS_K): tokens per Q / K program
+        tokens_q, tokens_k = tokens_override
+    if heads_override:                                  # (BLOCK_HQ, BLOCK_HK): heads per Q / K program
+        block_hq, block_hk = heads_override
+    q_blocks, k_blocks = -(-hq // block_hq), -(-hkv // block_hk)
+    groups = -(-(b * s) // tokens_k)
+    q_per = (tokens_k // tokens_q) * q_blocks
+    grid = (groups * (q_per + k_blocks),)
     cos_b = cos.stride(0) if cos.shape[0] > 1 else 0                              # broadcast over B
     sin_b = sin.stride(0) if sin.shape[0] > 1 else 0
-    ints = (s, hq, hkv, q_blocks, d // 2, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
+    ints = (b * s, s, hq, hkv, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
             k.stride(2), cos_b, cos.stride(1), sin_b, sin.stride(1))
-    return Launch(_build_kernel(interpret), (b * s, q_blocks + k_blocks), ints,
-                  dict(BLOCK_H=block_h, BLOCK_HALF=block_half, BF16_RTNE_BY_HAND=interpret),
-                  tuning[1] or warps, torch.promote_types(q.dtype, cos.dtype))
+    return Launch(_build_kernel(interpret), grid, ints,
+                  dict(HALF=d // 2, BLOCK_HALF=block_half, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, TOKENS_Q=tokens_q,
+                       TOKENS_K=tokens_k, Q_BLOCKS=q_blocks, Q_PER=q_per, PER=q_per + k_blocks,
+                       BF16_RTNE_BY_HAND=interpret),
+                  warps_override or warps, torch.promote_types(q.dtype, cos.dtype))
 
 
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1, *,
-           block_h: int | None = None, num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           tokens: tuple[int, int] | None = None, heads: tuple[int, int] | None = None,
+           num_warps: int | None = None, token_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``apply_rotary_pos_emb(q, k, cos, sin)`` for both q and k in one kernel launch.
 
     ``q``: (B, Hq, S, D), ``k``: (B, Hkv, S, D), any strides with a contiguous last dim; with
     ``unsqueeze_dim=2`` they are (B, S, H, D) instead. ``cos``, ``sin``: (B or 1, S, D) as
     ``LlamaRotaryEmbedding`` returns them. Returns ``(q_embed, k_embed)`` with q's and k's shapes and
     memory layouts, in ``promote(q, cos)``. Falls back to ``rotary_reference`` where ``select_rotary``
-    refuses. ``block_h`` (a power of two) and ``num_warps`` override the launch heuristics.
+    refuses. ``tokens`` = (tokens per Q program, tokens per K program), powers of two with the second a
+    multiple of the first, ``heads`` = (heads per Q program, per K program), powers of two, and
+    ``num_warps`` override the launch heuristics (``launch_config``). ``token_major``: write the outputs as
+    transposes of (B, S, H, D) buffers whatever q's layout (a benchmark's question: what the output layout
+    costs where q and k are column views, whose ``empty_like`` is (B, H, S, D)).
     """
     if unsqueeze_dim == 2:
-        qe, ke = rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 1, block_h=block_h, num_warps=num_warps)
+        qe, ke = rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 1, tokens=tokens, heads=heads,
+                        num_warps=num_warps)
         return qe.transpose(1, 2), ke.transpose(1, 2)
     if unsqueeze_dim != 1 or needs_autograd(q, k, cos, sin):                   # the kernel is forward-only
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
-    if block_h is not None and (block_h < 1 or block_h & (block_h - 1)):
-        raise ValueError(f"block_h must be a power of two, got {block_h}")
-    key = (operand_key(q), operand_key(k), operand_key(cos), operand_key(sin), block_h, num_warps,
+    if tokens is not None:
+        tq, tk = tokens
+        if tq < 1 or tq & (tq - 1) or tk < tq or tk & (tk - 1):
+            raise ValueError(f"tokens must be powers of two (q, k) with k >= q, got {tokens}")
+    if heads is not None and any(h < 1 or h & (h - 1) for h in heads):
+        raise ValueError(f"heads must be powers of two (q, k), got {heads}")
+    key = (operand_key(q), operand_key(k), operand_key(cos), operand_key(sin), tokens, heads, num_warps,
            q.is_cuda or interpreting())
-    plan = planned(_LAUNCHES, key, _plan, q, k, cos, sin, (block_h, num_warps))
+    plan = planned(_LAUNCHES, key, _plan, q, k, cos, sin, (tokens, heads, num_warps))
     if plan.kernel is None:
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
-    qo = _new_output_like(q, plan.out_dtype)                                      # (B, Hq, S, D), q's layout
-    ko = _new_output_like(k, plan.out_dtype)                                      # (B, Hkv, S, D), k's layout
+    if token_major:
+        qo = _new_output_like(q.transpose(1, 2), plan.out_dtype).transpose(1, 2)   # (B, S, Hq, D) memory
+        ko = _new_output_like(k.transpose(1, 2), plan.out_dtype).transpose(1, 2)
+        if not (qo.transpose(1, 2).is_contiguous() and ko.transpose(1, 2).is_contiguous()):
+            qo = torch.empty((q.shape[0], q.shape[2], q.shape[1], q.shape[3]), dtype=plan.out_dtype,
+                             device=q.device).transpose(1, 2)
+            ko = torch.empty((k.shape[0], k.shape[2], k.shape[1], k.shape[3]), dtype=plan.out_dtype,
+                             device=k.device).transpose(1, 2)
+    else:
+        qo = _new_output_like(q, plan.out_dtype)                                  # (B, Hq, S, D), q's layout
+        ko = _new_output_like(k, plan.out_dtype)                                  # (B, Hkv, S, D), k's layout
     # output strides are read from the outputs themselves: empty_like keeps a dense layout, or makes
     # a contiguous one for a q with gaps, and the plan must not assume which
     launch(plan.kernel, plan.grid,
@@ -305,11 +424,178 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     return qo, ko
 
 
+# ====================================================================== rotary in the QKV GEMM's epilogue
+
+def qkv_decision(device: torch.device | str, dtype: torch.dtype, m: int, k: int, hq: int, hkv: int,
+                 d: int) -> measured.Decision:
+    """Whether q and k are rotated in the QKV GEMM's epilogue at this shape: Triton must run there in one of its
+    dtypes with an even head_dim, then ``kernels.measured.decide`` (the committed H200 table)."""
+    if select_rotary(device, dtype, d).impl != "triton":
+        return measured.Decision(False, None, None, "device")
+    return measured.decide("qkv_rotary", device, dtype, m, k, hq, hkv, d)
+
+
+def qkv_note(m: int, k: int, hq: int, hkv: int, d: int) -> str | None:
+    """The kernel note of a rotary chain whose q, k, v come from one input: what the H200 table decides for bf16."""
+    decision = measured.decide("qkv_rotary", "cuda", torch.bfloat16, m, k, hq, hkv, d)
+    found = decision.measurement
+    if decision.why in ("measured_faster", "measured_slower"):
+        return WORDS("note.faster" if decision.fused else "note.slower", m=m, k=k, hq=hq, hkv=hkv, d=d,
+                     ours=found.ours_ms, base=found.baseline_ms, device=found.device)
+    if decision.why == "unmeasured":
+        return WORDS("note.unmeasured", m=m, k=k, hq=hq, hkv=hkv, d=d)
+    return None
+
+
+def qkv_rotary_reference(x, weight, bias, cos, sin, heads: int, kv_heads: int, head_dim: int):
+    """Unfused: one GEMM, split into q, k, v, each viewed (B, S, H, D) and transposed, q and k rotated
+    (``rotary``, the kernel where it runs). Returns ``(q_embed, k_embed, v)``, v as (B, S, Hkv·D)."""
+    y = F.linear(x, weight, bias)                                                     # (B, S, (Hq+2Hkv)·D)
+    q, k, v = y.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), -1)
+    b, s = x.shape[0], x.shape[1]
+    qe, ke = rotary(q.view(b, s, heads, head_dim).transpose(1, 2), k.view(b, s, kv_heads, head_dim).transpose(1, 2),
+                    cos, sin)
+    return qe, ke, v
+
+
+def qkv_rotary(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cos: torch.Tensor,
+               sin: torch.Tensor, heads: int, kv_heads: int, head_dim: int,
+               tiles: tuple[int, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v of ``x`` (B, S, in) through ``weight = [W_q; W_k; W_v]`` with q and k rotated, as ONE Triton GEMM
+    (``kernels.gemm.gemm_qkv_rotary``). Returns ``(q_embed, k_embed, v)``: (B, Hq, S, D), (B, Hkv, S, D)
+    contiguous and v as (B, S, Hkv·D) rows, the layouts the unfused model has; ``qkv_rotary_reference``
+    where the kernel does not take the operands."""
+    b = x.shape[0]
+    a = x.reshape(-1, weight.shape[1])                                                # (B·S, in)
+    if (x.dim() != 3 or needs_autograd(x, weight, bias, cos, sin) or not gemm_kernels.paired_applies(a, weight)
+            or cos.dtype != x.dtype or sin.dtype != x.dtype or cos.device != x.device or sin.device != x.device
+            or cos.dim() != 3 or cos.shape != sin.shape or cos.shape[0] not in (1, b) or cos.shape[1] != x.shape[1]
+            or cos.shape[2] != head_dim or (bias is not None and bias.dtype != x.dtype)):
+        return qkv_rotary_reference(x, weight, bias, cos, sin, heads, kv_heads, head_dim)
+    qe, ke, v = gemm_kernels.gemm_qkv_rotary(a, weight, bias, cos, sin, b, heads, kv_heads, head_dim, tiles=tiles)
+    return qe, ke, v.view(b, x.shape[1], kv_heads * head_dim)
+
+
+def _is_view(n) -> bool:
+    return isinstance(n, torch.fx.Node) and ((n.op == "call_method" and n.target == "view") or (
+        n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and aten.aten_name(n) == "view"))
+
+
+def _is_transpose_12(n) -> bool:
+    if not (isinstance(n, torch.fx.Node) and n.op == "call_function"):
+        return False
+    if n.target is torch.transpose or (isinstance(n.target, torch._ops.OpOverload) and aten.aten_name(n) == "transpose"):
+        return sorted(int(a) % 4 for a in n.args[1:3]) == [1, 2]
+    return False
+
+
+def _projection_source(t):
+    """``(getitem, packed source, index)`` where ``t`` = transpose(view(getitem(source, i)), 1, 2) and the source
+    is the siblings' one GEMM (``fused_linear_siblings`` or its lowering, ``split_with_sizes(linear(...))``);
+    None otherwise. ``packed source`` is ``(x, weight, bias, sizes)``."""
+    if not _is_transpose_12(t) or not _is_view(t.args[0]):
+        return None
+    item = t.args[0].args[0]
+    if not (isinstance(item, torch.fx.Node) and item.target is operator.getitem):
+        return None
+    src, index = item.args
+    if src.target is siblings.fused_linear_siblings:
+        x, weight, bias, sizes = src.args
+        return item, src, index, (x, weight, bias, list(sizes))
+    if src.target is torch.split_with_sizes and isinstance(src.args[0], torch.fx.Node) and (
+            src.args[0].target is torch._C._nn.linear and src.args[2] in (-1, 2)):
+        lin = src.args[0]
+        x, weight = lin.args[:2]
+        bias = lin.args[2] if len(lin.args) > 2 else lin.kwargs.get("bias")
+        return item, src, index, (x, weight, bias, list(src.args[1]))
+    return None
+
+
+def _only_user(n: torch.fx.Node, user: torch.fx.Node) -> bool:
+    return list(n.users) == [user]
+
+
+#: Whether a rotary kernel that reads the QKV GEMM's column views writes token-major outputs (transposes of
+#: (B, S, H, D) buffers) where every reader is attention, which takes any strides. Off: on the H200 it
+#: measured no faster (zoo 94.2% of copy against 95.1%; Llama-3-8B 84.8% against 96.5%;
+#: ``benchmarks/results/bench_llm_epilogues_followup_h200.json``).
+TOKEN_MAJOR_ON_COLUMN_VIEWS = False
+
+
+def rotary_token_major(q, k, cos, sin):
+    """``rotary`` writing its outputs as transposes of (B, S, H, D) buffers (``token_major``)."""
+    return rotary(q, k, cos, sin, token_major=True)
+
+
+def _is_attention(n: torch.fx.Node) -> bool:
+    return n.op == "call_function" and (n.target is torch._C._nn.scaled_dot_product_attention or (
+        isinstance(n.target, torch._ops.OpOverload) and aten.aten_name(n) == "scaled_dot_product_attention"))
+
+
+def _lower(gm, node, device, dtype) -> bool:
+    """fused_rotary whose q and k are the first two column views of the siblings' QKV GEMM, transposed, and
+    whose third view is v → one ``qkv_rotary`` call (the GEMM with rotary in its epilogue) where
+    ``qkv_decision`` chooses it for this shape; else, with ``TOKEN_MAJOR_ON_COLUMN_VIEWS``, a rotary reading
+    column views and read by attention only writes token-major outputs; else the node stays."""
+    if _fold_qkv(gm, node, device, dtype):
+        return True
+    readers = [u for g in node.users for u in g.users]
+    if (TOKEN_MAJOR_ON_COLUMN_VIEWS and _projection_source(node.args[0]) is not None   # q: a column view
+            and readers and all(_is_attention(u) for u in readers)):
+        node.target = rotary_token_major
+        return True
+    return False
+
+
+def _fold_qkv(gm, node, device, dtype) -> bool:
+    """The QKV fold of ``_lower``: True where it replaced ``node``."""
+    q, k, cos, sin = node.args
+    qs, ks = _projection_source(q), _projection_source(k)
+    if qs is None or ks is None or qs[1] is not ks[1] or (qs[2], ks[2]) != (0, 1):
+        return False
+    x, weight, bias, sizes = qs[3]
+    qv, kv = aten.node_val(q), aten.node_val(k)
+    x_val = aten.node_val(x)
+    w = edit.attr_tensor(gm, weight)
+    if (len(sizes) != 3 or not all(isinstance(v, torch.Tensor) for v in (qv, kv, x_val)) or w is None
+            or x_val.dim() != 3):
+        return False
+    hq, hkv, d = int(qv.shape[1]), int(kv.shape[1]), int(qv.shape[3])
+    if sizes != [hq * d, hkv * d, hkv * d]:
+        return False
+    getitems = {u.args[1]: u for u in qs[1].users if u.target is operator.getitem}
+    if set(getitems) != {0, 1, 2} or not all(_only_user(n.args[0], n) and _only_user(n.args[0].args[0], n.args[0])
+                                             for n in (q, k)) or not all(_only_user(n, node) for n in (q, k)):
+        return False
+    decision = qkv_decision(device, dtype, x_val.numel() // x_val.shape[-1], int(w.shape[1]), hq, hkv, d)
+    if not decision.fused:
+        return False
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    first = min(getitems.values(), key=position.__getitem__)
+    if any(isinstance(t, torch.fx.Node) and position[t] > position[first] for t in (cos, sin)):
+        return False                                    # the tables come later: the GEMM cannot move after them
+    with gm.graph.inserting_before(first):
+        call = gm.graph.call_function(qkv_rotary, (x, weight, bias, cos, sin, hq, hkv, d, decision.tiles))
+        v = gm.graph.call_function(operator.getitem, (call, 2))
+    v.meta.update(getitems[2].meta)
+    getitems[2].replace_all_uses_with(v)
+    with gm.graph.inserting_before(node):
+        outs = [gm.graph.call_function(operator.getitem, (call, i)) for i in (0, 1)]
+    for user in list(node.users):
+        if user.target is operator.getitem and user.args[1] in (0, 1):
+            outs[user.args[1]].meta.update(user.meta)
+            user.replace_all_uses_with(outs[user.args[1]])
+    return True
+
+
 # ====================================================================== fused call target
 
 def fused_rotary(q, k, cos, sin):
     """``apply_rotary_pos_emb(q, k, cos, sin)``: q and k rotated by one kernel where possible; ``(q_embed, k_embed)``."""
     return rotary(q, k, cos, sin)
+
+
+LOWERINGS = {fused_rotary: _lower}
 
 
 # ====================================================================== matching
@@ -469,8 +755,45 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     choice = select_rotary(ctx.device, qs.dtype, int(qs.shape[-1]), k_dtype=ks.dtype, cos_dtype=cs.dtype,
                            q_shape=qs.shape, k_shape=ks.shape, cos_shape=cs.shape, sin_shape=ss.shape)
     outputs = [ctx.node(chain, "q_add"), ctx.node(chain, "k_add")]
+    if choice.fused:
+        note = _qkv_rewrite_note(q, k, set(ctx.members(chain)))
+        if note is not None:
+            choice = Choice(choice.impl, WORDS("label.with_note", label=choice.label, note=note), choice.fused)
     return edit.whole_chain_edit(ctx, chain, fused_rotary, (q, k, cos, sin), choice, tensors=constants,
                                  outputs=outputs, tuple_result=True)
+
+
+def _linear_under(t: torch.fx.Node) -> torch.fx.Node | None:
+    """The linear node of ``t`` = transpose(view(linear(x)), 1, 2) in the captured graph, or None."""
+    if not _is_transpose_12(t) or not _is_view(t.args[0]):
+        return None
+    lin = t.args[0].args[0]
+    return lin if isinstance(lin, torch.fx.Node) and aten.linear_args(lin) is not None else None
+
+
+def _qkv_rewrite_note(q: torch.fx.Node, k: torch.fx.Node, members: set) -> str | None:
+    """What the QKV-epilogue choice says for this chain (shown with its label): the table's verdict at its shape,
+    or why q, k, v cannot share the GEMM (a near miss)."""
+    lq, lk = _linear_under(q), _linear_under(k)
+    for what, lin in (("q", lq), ("k", lk)):
+        if lin is None:
+            return WORDS("note.no_qkv", why=WORDS("qkv.not_projection", what=what))
+    x = aten.linear_args(lq).input
+    if aten.linear_args(lk).input is not x:
+        return WORDS("note.no_qkv", why=WORDS("qkv.not_projection", what="k"))
+    qv, kv, xv = aten.node_val(q), aten.node_val(k), aten.node_val(x)
+    if not all(isinstance(v, torch.Tensor) for v in (qv, kv, xv)) or xv.dim() != 3:
+        return None
+    hq, hkv, d = int(qv.shape[1]), int(kv.shape[1]), int(qv.shape[3])
+    vs = [u for u in x.users if u not in (lq, lk) and aten.linear_args(u) is not None
+          and aten.linear_args(u).input is x and isinstance(aten.node_val(u), torch.Tensor)
+          and aten.node_val(u).shape[-1] == hkv * d]
+    if not vs:
+        return WORDS("note.no_qkv", why=WORDS("qkv.no_v"))
+    for what, lin, t in (("q", lq, q), ("k", lk, k)):
+        if len(lin.users) != 1 or len(t.args[0].users) != 1 or not set(t.users) <= members:
+            return WORDS("note.no_qkv", why=WORDS("qkv.shared", what=what))
+    return qkv_note(xv.numel() // xv.shape[-1], int(xv.shape[-1]), hq, hkv, d)
 
 
 # ====================================================================== patterns
@@ -487,7 +810,7 @@ PATTERNS = (
         match=_match_rotary, color="#ff9896", rewrite=rewrite,
         implementation=WORDS("rotary.implementation"),
         explanation=WORDS("rotary.explanation"),
-        caveats=(PRECISION_CAVEAT, WORDS("rotary.caveat")),
+        caveats=(PRECISION_CAVEAT, WORDS("rotary.caveat"), WORDS("qkv.teach")),
         formula=WORDS("rotary.formula"),
     ),
 )

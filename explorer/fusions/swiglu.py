@@ -32,6 +32,19 @@ adjacent, so neighbouring programs read neighbouring memory.
 Supported: fp32, fp16, bf16; gate and up of one shape and dtype; any layout
 whose last dim is contiguous (others are copied to rows first).
 ``select_swiglu`` is the one decision; calls autograd records take the reference.
+
+SwiGLU in the GEMM's epilogue (``swiglu_epilogue``, ``kernels.gemm.gemm_swiglu``):
+one Triton GEMM whose tile accumulates matching gate and up columns (two fp32
+accumulators over the same x tile) and writes ``silu(g)·u``; the (…, 2I) product
+never reaches memory. It is our GEMM against cuBLAS, so it runs for a shape only
+where ``kernels.measured`` says it measured faster than cuBLAS + the pass
+(``epilogue_decision``, asked per call signature and by the lean lowering); the
+chain's label carries the verdict and both times (``epilogue_note``). A second
+variant interleaves the gate/up rows once at plan time (``swiglu_epilogue_interleaved``,
+``gemm_swiglu_interleaved``: one accumulator whose neighbouring columns split in
+registers). On the H200 the interleaved variant won at the zoo decoder's sizes
+(112.1 against 115.8 µs) and runs there in lean graphs; at Llama-3-8B's the paired
+one lost by 21% (the interleaved one is unmeasured there), so cuBLAS + pass runs.
 """
 
 from __future__ import annotations
@@ -48,11 +61,13 @@ from explorer.fusions import edit
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
+from explorer.fusions.kernels import gemm as gemm_kernels
+from explorer.fusions.kernels import measured
 from explorer.fusions.siblings import concat_weights
 from explorer.fusions.triton_support import where
 from explorer.fusions.triton_support import (Launch, cdiv, import_triton, interpreting, jit_helpers, launch,
                                              needs_autograd, next_power_of_2, operand_key, planned,
-                                             refusal_for_device)
+                                             refusal_for_device, remember)
 from explorer.graph import aten
 from explorer.words import Words
 
@@ -92,6 +107,31 @@ WORDS = Words("swiglu", {
     "refuse.widths": ("gate and up widths differ ({gate} and {up})", "gate 和 up 的宽度不同（{gate} 和 {up}）"),
     "label.one_gemm": ("one GEMM over [W_gate; W_up] ({gate}+{up} columns), then {label} reading its column views",
                        "对 [W_gate; W_up] 做一次 GEMM（{gate}+{up} 列），然后{label}，读取它的列视图"),
+    "label.with_note": ("{label}; kernel note: {note}", "{label}；内核说明：{note}"),
+    "label.epilogue": (("one Triton GEMM over [W_gate; W_up] with silu(gate)·up in its epilogue (the (…, {two_i}) "
+                        "product is never written)"),
+                       "一个 Triton GEMM 作用在 [W_gate; W_up] 上，尾处理里算 silu(gate)·up（(…, {two_i}) 的乘积从不写出）"),
+    "note.faster": (("SwiGLU in the GEMM's epilogue at M={m}, K={k}, I={i} in bf16: {ours:.3f} ms against cuBLAS + "
+                     "pass {base:.3f} ms on {device}: the epilogue runs there"),
+                    "在 M={m}、K={k}、I={i}、bf16 下，GEMM 尾处理里的 SwiGLU：{ours:.3f} ms，cuBLAS + 单独一遍为 "
+                    "{base:.3f} ms（{device}）：在那里运行尾处理版本"),
+    "note.slower": (("SwiGLU in the GEMM's epilogue (near miss): at M={m}, K={k}, I={i} in bf16 it measured {ours:.3f} "
+                     "ms against cuBLAS + pass {base:.3f} ms on {device}, so cuBLAS + pass runs"),
+                    "GEMM 尾处理里的 SwiGLU（差一点）：在 M={m}、K={k}、I={i}、bf16 下实测 {ours:.3f} ms，cuBLAS + 单独一遍为 "
+                    "{base:.3f} ms（{device}），所以运行 cuBLAS + 单独一遍"),
+    "note.unmeasured": (("SwiGLU in the GEMM's epilogue is not measured at M={m}, K={k}, I={i}: cuBLAS + pass runs "
+                         "(benchmarks/bench_llm_epilogues.py measures a shape)"),
+                        "GEMM 尾处理里的 SwiGLU 没有在 M={m}、K={k}、I={i} 下测过：运行 cuBLAS + 单独一遍"
+                        "（benchmarks/bench_llm_epilogues.py 可测量某个形状）"),
+    "epilogue.teach": (("Why not always in the epilogue? The fused GEMM never writes the 2·I-wide product and never "
+                        "reads it back (at Llama-3-8B sizes, 4096 tokens: 235 MB written and read, about 0.15 ms "
+                        "of a 1.4 ms GEMM), but it is a Triton GEMM against cuBLAS: if it computes the matrix "
+                        "product even 10% slower, the bytes saved do not pay. Small hidden sizes (the GEMM short "
+                        "in K, the output large next to the work) favour the epilogue; large ones favour cuBLAS. "
+                        "So it is chosen per shape, from a measurement."),
+                       ("为什么不总放进尾处理？融合的 GEMM 不写出 2·I 宽的乘积、也不再读回（Llama-3-8B 尺寸、4096 个 token 时："
+                        "写 235 MB 再读回，约占 1.4 ms GEMM 中的 0.15 ms），但它是 Triton GEMM 对 cuBLAS：矩阵乘只要慢 10%，"
+                        "省下的字节就不划算。隐藏维小（GEMM 的 K 短，输出相对计算量大）时尾处理占优；大时 cuBLAS 占优。所以按形状、依据实测来选。")),
 })
 
 
@@ -353,10 +393,77 @@ def silu_mul_packed(gu: torch.Tensor, sizes: int | Sequence[int], *, block_m: in
     return _run("packed", gu, gu, i, tuning)
 
 
-def swiglu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int) -> torch.Tensor:
-    """``silu(x W_gateᵀ + b_gate) * (x W_upᵀ + b_up)`` from ``weight = [W_gate; W_up]`` (``(2I, in)``):
-    one GEMM, then ``silu_mul_packed`` on its column views. Returns ``(..., I)``."""
+def swiglu_pass(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int) -> torch.Tensor:
+    """cuBLAS + pass: one GEMM over ``weight = [W_gate; W_up]`` (``(2I, in)``), then ``silu_mul_packed`` on its
+    column views. Returns ``(..., I)``."""
     return silu_mul_packed(F.linear(x, weight, bias), intermediate)             # (..., 2I) -> (..., I)
+
+
+def epilogue_decision(device: torch.device | str, dtype: torch.dtype, m: int, k: int, i: int) -> measured.Decision:
+    """Whether SwiGLU runs in the GEMM's epilogue at (M, K, I) in ``dtype`` on ``device``: Triton must run there in
+    one of its dtypes, then ``kernels.measured.decide`` (the committed H200 table)."""
+    if select_swiglu(device, dtype).impl != "triton":
+        return measured.Decision(False, None, None, "device")
+    return measured.decide("swiglu", device, dtype, m, k, i)
+
+
+#: (device, dtype, M, K, I, policy) -> Decision, asked once per signature (bounded: ``remember``).
+_DECISIONS: dict[tuple, measured.Decision] = {}
+
+
+def swiglu_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int,
+                    tiles: tuple[int, ...] | None = None) -> torch.Tensor:
+    """``silu(x W_gateᵀ + b_gate) * (x W_upᵀ + b_up)`` as one Triton GEMM with SwiGLU in its epilogue
+    (``kernels.gemm.gemm_swiglu``): the (…, 2I) product never reaches memory. Returns ``(..., I)``; the
+    cuBLAS + pass path where the kernel does not take the operands (autograd, a device or dtype mismatch)."""
+    k = weight.shape[1]
+    a = x.reshape(-1, k)                                                        # (M, K): a view where it can be
+    if needs_autograd(x, weight, bias) or not gemm_kernels.paired_applies(a, weight) or (
+            bias is not None and (bias.dtype != x.dtype or bias.device != x.device)):
+        return swiglu_pass(x, weight, bias, intermediate)
+    return gemm_kernels.gemm_swiglu(a, weight, bias, intermediate, tiles=tiles).view(*x.shape[:-1], intermediate)
+
+
+def swiglu_epilogue_interleaved(x: torch.Tensor, weight_il: torch.Tensor, bias_il: torch.Tensor | None,
+                                tiles: tuple[int, ...] | None = None) -> torch.Tensor:
+    """``swiglu_epilogue`` over ``kernels.gemm.interleave_gate_up``'s weight (rows g_0, u_0, g_1, u_1, …) and bias:
+    one accumulator whose neighbouring columns are split in registers (``gemm_swiglu_interleaved``). The lean
+    lowering interleaves the weight once; the unfused path where the kernel does not take the operands."""
+    k = weight_il.shape[1]
+    a = x.reshape(-1, k)
+    i = weight_il.shape[0] // 2
+    if needs_autograd(x, weight_il, bias_il) or not gemm_kernels.paired_applies(a, weight_il) or (
+            bias_il is not None and (bias_il.dtype != x.dtype or bias_il.device != x.device)):
+        gu = F.linear(x, weight_il, bias_il)                                    # (..., 2I) interleaved
+        return silu_mul_reference(gu[..., 0::2], gu[..., 1::2])
+    return gemm_kernels.gemm_swiglu_interleaved(a, weight_il, bias_il, tiles=tiles).view(*x.shape[:-1], i)
+
+
+def swiglu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int) -> torch.Tensor:
+    """``silu(x W_gateᵀ + b_gate) * (x W_upᵀ + b_up)`` from ``weight = [W_gate; W_up]`` (``(2I, in)``), ``(..., I)``:
+    SwiGLU in the GEMM's epilogue where ``epilogue_decision`` chooses it for this shape, else cuBLAS + pass."""
+    key = (x.device, x.dtype, x.numel() // max(1, x.shape[-1]), weight.shape[1], intermediate, measured.POLICY)
+    decision = _DECISIONS.get(key)
+    if decision is None:
+        decision = remember(_DECISIONS, key, epilogue_decision(*key[:5]))
+    if decision.fused and (decision.measurement is None or decision.measurement.variant == "paired"):
+        return swiglu_epilogue(x, weight, bias, intermediate, decision.tiles)
+    # the interleaved variant needs the weight interleaved once (the lean lowering does it); the paired one was
+    # not measured faster at this shape, so this generic call takes cuBLAS + pass
+    return swiglu_pass(x, weight, bias, intermediate)
+
+
+def epilogue_note(m: int, k: int, i: int) -> str | None:
+    """The kernel note of a chain at (M, K, I): what the H200 table decides for bf16, with both times (None
+    where the policy forces a path)."""
+    decision = measured.decide("swiglu", "cuda", torch.bfloat16, m, k, i)
+    found = decision.measurement
+    if decision.why in ("measured_faster", "measured_slower"):
+        return WORDS("note.faster" if decision.fused else "note.slower", m=m, k=k, i=i, ours=found.ours_ms,
+                     base=found.baseline_ms, device=found.device)
+    if decision.why == "unmeasured":
+        return WORDS("note.unmeasured", m=m, k=k, i=i)
+    return None
 
 
 # ====================================================================== fused call target
@@ -455,7 +562,17 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         bias_arg = NewAttr(f"{key}_gate_up_bias")
     elementwise = select_swiglu(ctx.device, edit.dtype_of(mul))
     label = WORDS("label.one_gemm", gate=sizes[0], up=sizes[1], label=elementwise.label)
-    choice = Choice("one_gemm_" + elementwise.impl, label, True)   # one GEMM fewer either way
+    impl = "one_gemm_" + elementwise.impl
+    x_val = aten.node_val(gate.input)
+    if isinstance(x_val, torch.Tensor) and x_val.dim() >= 1:
+        m, k = x_val.numel() // max(1, x_val.shape[-1]), int(weight.shape[1])
+        decision = epilogue_decision(ctx.device, edit.dtype_of(mul), m, k, sizes[0])
+        if decision.fused:
+            label, impl = WORDS("label.epilogue", two_i=2 * sizes[0]), "gemm_epilogue"
+        note = epilogue_note(m, k, sizes[0])
+        if note is not None:
+            label = WORDS("label.with_note", label=label, note=note)
+    choice = Choice(impl, label, True)   # one GEMM fewer either way
     return edit.whole_chain_edit(ctx, chain, fused_swiglu, (gate.input, NewAttr(f"{key}_gate_up_weight"), bias_arg,
                                                             sizes[0]), choice, tensors=tensors)
 
@@ -463,9 +580,31 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
 # ====================================================================== lowering (lean graphs)
 
 def _lower(gm, node, device, dtype) -> bool:
-    """fused_swiglu → ``linear`` over the concatenated weights, then ``silu_mul_packed`` (which takes the
-    kernel ``select_swiglu`` picks): the same kernels, without the wrapper's frame."""
+    """fused_swiglu → ``swiglu_epilogue`` with its tile where ``epilogue_decision`` chooses the epilogue for this
+    shape, else ``linear`` over the concatenated weights, then ``silu_mul_packed`` (which takes the kernel
+    ``select_swiglu`` picks): the same kernels, without the wrapper's frame."""
     x, weight, bias, intermediate = node.args
+    x_val = aten.node_val(x)
+    w = edit.attr_tensor(gm, weight)
+    if isinstance(x_val, torch.Tensor) and x_val.dim() >= 1 and w is not None:
+        decision = epilogue_decision(device, dtype, x_val.numel() // max(1, x_val.shape[-1]), w.shape[1],
+                                     intermediate)
+        if decision.fused and decision.measurement is not None and decision.measurement.variant == "interleaved":
+            b = edit.attr_tensor(gm, bias) if bias is not None else None
+            if bias is None or b is not None:
+                w_il, b_il = gemm_kernels.interleave_gate_up(w, b)              # once, for this graph
+                names = [edit.register_buffer(gm, f"{weight.target}_interleaved".replace(".", "_"), w_il)]
+                if b_il is not None:
+                    names.append(edit.register_buffer(gm, f"{bias.target}_interleaved".replace(".", "_"), b_il))
+                with gm.graph.inserting_before(node):
+                    attrs = [gm.graph.get_attr(n) for n in names]
+                return edit.replace_node(gm, node, lambda g: g.call_function(
+                    swiglu_epilogue_interleaved, (x, attrs[0], attrs[1] if len(attrs) > 1 else None,
+                                                  decision.tiles)))
+        if decision.fused:
+            paired = decision.measurement is None or decision.measurement.variant == "paired"
+            return edit.replace_node(gm, node, lambda g: g.call_function(
+                swiglu_epilogue, (x, weight, bias, intermediate, decision.tiles if paired else None)))
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
         gu = g.call_function(torch._C._nn.linear, (x, weight, bias))                   # (..., 2I)
@@ -492,7 +631,7 @@ PATTERNS = (
         implementation=WORDS("swiglu.implementation"),
         explanation=WORDS("swiglu.explanation"),
         caveats=(PRECISION_CAVEAT, WORDS("swiglu.caveat"),
-                 PAYS_CAVEAT),
+                 PAYS_CAVEAT, WORDS("epilogue.teach")),
         formula=WORDS("swiglu.formula"),
     ),
 )

@@ -38,7 +38,7 @@ from explorer.teaching import examples as teach_examples
 from explorer.teaching import predict as teach_predict
 from explorer.teaching import readers
 from explorer.teaching import report as teach_report
-from explorer.ui import diagrams, tasks
+from explorer.ui import diagrams, kernel_table, tasks
 from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui import teaching_panels as panels
 from explorer.ui import state as ui_state
@@ -174,6 +174,7 @@ def _intro() -> None:
         st.markdown(t("learn.general.training"))
         st.markdown(t("learn.general.pays"))
         _committed_evidence()
+    kernel_table.panel(RESULTS, current_language())   # the LLM kernels per shape, from the committed H200 JSON
 
 
 def _committed_evidence() -> None:
