@@ -46,6 +46,7 @@ from explorer.ui.i18n import message, t
 from explorer.errors import ExplorerError, PlanError, ReportError
 from explorer.fusions.plan import Plan, make_plan
 from explorer.report import Report
+from explorer.runtime.progress import Countdown
 
 DEFAULTS: dict[str, Any] = {
     "active": None,
@@ -356,12 +357,17 @@ class RunJob:
     error: str | None = None
     cancelled: bool = False
     done: bool = False
-    started: float = dataclasses.field(default_factory=time.time)
+    started: float = dataclasses.field(default_factory=time.time)   # the click: the elapsed time counts from it
     thread: threading.Thread | None = None
+    countdown: Countdown | None = None
+
+    def __post_init__(self) -> None:
+        self.countdown = Countdown(self.started, self.message)
 
     def progress(self, fraction: float, message: str) -> None:
-        self.fraction = min(max(float(fraction), 0.0), 1.0)
         self.message = str(message)
+        self.countdown.update(fraction, self.message)
+        self.fraction = self.countdown.view()[0]
 
 
 @st.cache_resource(show_spinner=False)
@@ -422,6 +428,7 @@ def cancel_run() -> None:
     if job is not None and not job.done:
         job.cancel.set()
         job.message = "cancelling…"
+        job.countdown.update(job.countdown.reported, job.message)
 
 
 def finish_run() -> None:
@@ -449,10 +456,11 @@ def live_progress(where: str = "page") -> None:
     job = st.session_state.get("run_job")
     if job is None:
         return
-    elapsed = time.time() - job.started
-    text = t("state.progress", status=message(job.message), elapsed=elapsed)
+    # the time left counted down between the runner's statuses, the bar a fraction of the time since the click
+    fraction, _status, _left, elapsed = job.countdown.view()
+    text = t("state.progress", status=message(job.countdown.line()), elapsed=elapsed)
     if where == "sidebar":
-        st.caption(t("state.in_progress", fraction=job.fraction))
-    st.progress(job.fraction, text=text)
+        st.caption(t("state.in_progress", fraction=fraction))
+    st.progress(fraction, text=text)
     if job.done:
         st.rerun(scope="app")
