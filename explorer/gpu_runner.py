@@ -188,6 +188,10 @@ def _merge(pieces: list[tuple[dict, list[str]]], failures: list[dict], fresh: in
     all_failures += failures
     order = {p: i for i, p in enumerate(PHASES)}
     merged["failures"] = sorted(all_failures, key=lambda f: order.get(str(f.get("phase")), len(order)))
+    hosts = [d["host"] for d, _owned in pieces if isinstance(d.get("host"), dict)]
+    if len(hosts) > 1:   # every child's samples: the host was busy if it was during any of them
+        merged["host"] = {**hosts[0], "load_1min": [x for h in hosts for x in h.get("load_1min") or []],
+                          "busy": any(bool(h.get("busy")) for h in hosts)}
     merged["notes"] = notes
     merged["fresh_processes"] = fresh
     merged["duration_s"] = round(duration, 2) if duration else merged.get("duration_s")

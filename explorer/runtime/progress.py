@@ -40,11 +40,11 @@ COSTS_ENV = "FUSION_EXPLORER_COSTS"
 #: Guesses for what has never been measured on this machine (seconds): starting the measuring
 #: process (Python, torch, the engine), loading a zoo model, one forward on the CPU / on CUDA.
 PRIOR_CHILD_START_S = 6.0
-PRIOR_LOAD_S = 6.0
+PRIOR_LOAD_S = 4.0
 PRIOR_FORWARD_S = {"cpu": 0.05, "cuda": 0.01}
 #: A chain timed alone: building and preparing its two graphs, a float64 check, warm-up, paired rounds
 #: (``measure.TimingPlan.for_device(short=True)``) and two launch counts, before any was measured.
-PRIOR_CHAIN_S = {"cpu": 1.2, "cuda": 2.0}
+PRIOR_CHAIN_S = {"cpu": 0.15, "cuda": 0.6}
 #: Compiling with torch.compile, per mode, before a compile was measured.
 PRIOR_COMPILE_S = {"cpu": 25.0, "cuda": 50.0}
 #: How many units of progress a phase without its own count is worth when blending estimate and rate.

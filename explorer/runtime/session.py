@@ -51,8 +51,8 @@ import torch
 from explorer import stats
 from explorer.fusion_engine import analyze, fuse
 from explorer.fusions.plan import Plan, make_plan
-from explorer.report import (NOT_MEASURED, PHASES, Environment, InputInfo, Measurement, ModelInfo, PhaseFailure,
-                             PlanInfo, Report, Verdict)
+from explorer.report import (NOT_MEASURED, PHASES, Environment, HostLoad, InputInfo, Measurement, ModelInfo,
+                             PhaseFailure, PlanInfo, Report, Verdict)
 from explorer.runtime import measure as m
 from explorer.runtime.baselines import baselines
 from explorer.runtime.chains import chain_benchmarks, chain_entry
@@ -67,9 +67,11 @@ from explorer.sources import describe_source
 PRECISION_NOTE = ("max_rel = max|out-ref| / max|ref|; rel_l2 = ||out-ref|| / ||ref||; ref = {ref}; top1_agreement "
                   "only for classification (argmax of last dim); relative figures are refused (with the reason) "
                   "when the reference is all zero, constant or denormal in the run's dtype")
-#: Quick mode on the CPU runs one intra-op thread unless told otherwise: on a CPU shared with other work,
-#: the threads of one op wait for each other (a ResNet-50 forward took 0.11 s on 1 thread, 0.3-2.4 s on 2).
-QUICK_CPU_THREADS = 1
+#: Every CPU run, quick or not, runs one intra-op thread unless the settings say otherwise (``cpu_threads``), so
+#: that two runs a user compares were taken alike; on a CPU shared with other work the threads of one op wait
+#: for each other (a ResNet-50 forward took 0.11 s on 1 thread, 0.3-2.4 s on 2).
+DEFAULT_CPU_THREADS = 1
+QUICK_CPU_THREADS = DEFAULT_CPU_THREADS   # the older name
 GRAPH_CALLS_NOTE = ("unfused and fused graphs alike are timed lean (explorer.runtime.lean): ATen calls through "
                     "their public bindings, fused calls resolved once to the library call they take on this "
                     "device, weights read as plain attributes; the same kernels either way")
@@ -161,18 +163,21 @@ def measure_phases(source: str, plan_data: dict | None, settings: RunSettings,
     phase starts and ``{"snapshot": report dict, "done": [...]}`` after setup and after each phase.
     """
     cuda = m.resolve_device(settings.device).startswith("cuda")
-    threads = settings.cpu_threads or (QUICK_CPU_THREADS if settings.quick and not cuda else None)
+    threads = settings.cpu_threads or (DEFAULT_CPU_THREADS if not cuda else None)
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)  # before anything runs; environment() records it
     try:
+        first_load = host_load_1min()
         run = _setup(source, plan_data, settings, emit, tuple(phases), threads)
+        run.load[:0] = [first_load, host_load_1min()]
         send = on_part or (lambda part: None)
         send({"snapshot": _report(run).to_dict(), "done": []})
         wanted = [p for p in PHASES if p in phases and settings.runs_phase(p)]
         for i, phase in enumerate(wanted):
             send({"started": phase})
             lost = _run_phase(run, phase)
+            run.load.append(host_load_1min())
             send({"snapshot": _report(run).to_dict(), "done": list(run.done)})
             if lost:
                 return _report(run), tuple(wanted[i + 1:])
@@ -231,6 +236,7 @@ class _Run:
     baselines: tuple = ()
     failures: list = dataclasses.field(default_factory=list)
     done: list = dataclasses.field(default_factory=list)
+    load: list = dataclasses.field(default_factory=list)   # the host's 1-minute load, sampled (HostLoad)
 
     @property
     def cuda(self) -> bool:
@@ -499,8 +505,12 @@ def _report(run: _Run) -> Report:
     if s.quick:
         notes.append("quick mode: fewer repetitions and no per-chain timing; verdicts may be undecided")
     if run.threads is not None:
-        notes.append(f"{run.threads} intra-op thread(s) on the CPU" + (" (quick mode's default: stable on a shared "
-                                                                       "CPU)" if s.cpu_threads is None else ""))
+        notes.append(f"{run.threads} intra-op thread(s) on the CPU" + (" (the default of every CPU run, quick or "
+                                                                       "not: stable on a shared CPU)"
+                                                                       if s.cpu_threads is None else ""))
+    host = host_load(run.load, torch.get_num_threads(), s.cpu_threads is not None)
+    if host.busy:
+        notes.append(host.warning())
     graph_launches = int(detection.totals.get("launches", 0))
     fused_launches = graph_launches - sum(detection.chain(c).launches_saved for c in run.fused_ids)
     main_failed = next((f for f in run.failures if f.phase == "main"), None)
@@ -526,5 +536,30 @@ def _report(run: _Run) -> Report:
                     "fused = unfused minus the fused chains' intermediates"),
         graph_calls_note=GRAPH_CALLS_NOTE,
         rotation_note=run.rotation,
-        failures=tuple(run.failures),
+        failures=tuple(run.failures), host=host,
         duration_s=round(time.perf_counter() - run.t_start, 2))
+
+
+def host_cores() -> int:
+    """The CPUs this process may run on (its affinity), else the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def host_load_1min() -> float | None:
+    """``os.getloadavg()``'s 1-minute average, or None where the system has none."""
+    try:
+        return round(float(os.getloadavg()[0]), 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def host_load(samples: list, torch_threads: int, threads_set: bool) -> HostLoad:
+    """The report's ``HostLoad`` from the samples taken (busy: the highest above the cores)."""
+    kept = tuple(float(x) for x in samples if x is not None)
+    cores = host_cores()
+    return HostLoad(cores=cores, torch_threads=int(torch_threads), load_1min=kept,
+                    busy=bool(kept) and max(kept) > cores, threads_set=threads_set)
+

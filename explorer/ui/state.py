@@ -89,6 +89,7 @@ PERSISTENT_WIDGETS: dict[str, Any] = {
     "run_stages": True,
     "run_compile_baseline": False,
     "run_quick": False,
+    "run_cpu_threads": 0,        # 0: the runner's default (one thread on the CPU, quick or not)
     "fusions_filter": [],
     "lang": "en",                # the sidebar's language switch (explorer.ui.i18n)
     "teach_source": "now",

@@ -38,6 +38,7 @@ EXAMPLES: list[tuple[str, str, str]] = [
     (r"(\d+) s", "{0} 秒", "45 s"),
     (r"(\d+) min (\d+) s", "{0} 分 {1} 秒", "3 min 20 s"),
     (r"starting…", "正在启动…", "starting…"),
+    (r"starting the measurement process", "正在启动测量进程", "starting the measurement process"),
     (r"cancelling…", "正在取消…", "cancelling…"),
     (r"loading (.+)", "正在加载 {0}", "loading resnet50"),
     (r"applying the plan", "正在应用融合计划", "applying the plan"),
@@ -337,7 +338,16 @@ EXAMPLES: list[tuple[str, str, str]] = [
     (r"(\d+) intra-op thread\(s\) on the CPU \(quick mode's default: stable on a shared CPU\)",
      "CPU 上用 {0} 个算子内线程（快速模式的默认值：在共享的 CPU 上更稳定）",
      "1 intra-op thread(s) on the CPU (quick mode's default: stable on a shared CPU)"),
+    (r"(\d+) intra-op thread\(s\) on the CPU \(the default of every CPU run, quick or not: stable on a shared CPU\)",
+     "CPU 上用 {0} 个算子内线程（每次 CPU 运行的默认值，快速模式与否都一样：在共享的 CPU 上更稳定）",
+     "1 intra-op thread(s) on the CPU (the default of every CPU run, quick or not: stable on a shared CPU)"),
     (r"(\d+) intra-op thread\(s\) on the CPU", "CPU 上用 {0} 个算子内线程", "2 intra-op thread(s) on the CPU"),
+    (r"the host was busy while this run measured: 1-minute load average up to ([\d.]+) on (\d+) core\(s\); other "
+     r"work shared the CPU, so times are slower and noisier than on an idle host",
+     "本次测量期间主机很忙：1 分钟平均负载最高 {0}，而只有 {1} 个核心；其他工作占用了 CPU，所以时间比空闲主机上更慢、"
+     "波动更大",
+     "the host was busy while this run measured: 1-minute load average up to 5.3 on 2 core(s); other work shared "
+     "the CPU, so times are slower and noisier than on an idle host"),
     (r"Upgraded from report version 1: per-chain verdicts are the old spread rule \(fused p20 above unfused p80\), "
      r"not a statistical test; re-measure for tested verdicts\.?",
      "由版本 1 的报告升级而来：逐链结论用的是旧的离散度规则（融合后的 p20 高于融合前的 p80），不是统计检验；"
