@@ -91,7 +91,9 @@ def test_keys_built_from_parts_exist():
     from explorer.teaching.examples import FAMILY_OF
     from explorer.teaching.predict import REASONS
 
-    wanted = [f"teach.cat.{c}" for c in CATEGORIES]
+    from explorer.runtime.breakdown import OP_KINDS
+
+    wanted = [f"teach.cat.{c}" for c in CATEGORIES] + [f"teach.kind.{k}" for k in OP_KINDS]
     wanted += [f"teach.{k}.{v}" for v in ("unfused", "fused") for k in ("variant",)]
     wanted += [f"teach.bd.row_{v}" for v in ("unfused", "fused")]
     wanted += [f"teach.col.{v}_{x}" for v in ("unfused", "fused") for x in ("ms", "share")]

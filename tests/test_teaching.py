@@ -135,6 +135,10 @@ def test_breakdown_of_a_real_forward_on_the_cpu(residual):
         assert math.isclose(sum(b.categories_ms.values()), b.wall_ms, rel_tol=1e-9), name
         assert min(b.categories_ms.values()) >= 0 and b.kernels > 0
         assert b.by_intensity > 0  # the nodes' counts reached the kernels
+        # the CPU's honest split: op time by kind of op, adding up to the ops' time
+        assert set(b.by_kind_ms) == set(bd.OP_KINDS) and b.ops == b.kernels, name
+        assert math.isclose(sum(b.by_kind_ms.values()), b.busy_ms, rel_tol=1e-4, abs_tol=1e-5), name
+        assert b.by_kind_ms["convolution"] > 0, name
     # the fused graph runs fewer top-level ops: conv+BN folded, the activation in place after the conv
     assert out["fused"].kernels < out["unfused"].kernels
     top = {r["node"] for r in out["fused"].top}

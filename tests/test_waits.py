@@ -97,3 +97,13 @@ def test_a_quick_run_ends_within_30_percent_of_its_estimate(tmp_path, monkeypatc
     for t, left, status in late:
         assert abs(t + left - total) <= 0.3 * total + 0.5, (status, t, left, total)  # 0.5 s: whole seconds shown
     assert seen[-1][2].startswith("done in")
+
+
+
+def test_the_views_list_the_engines_kinds_of_op():
+    from explorer.runtime import breakdown as bd
+    from explorer.ui import teaching_views
+
+    assert teaching_views.OP_KINDS == bd.OP_KINDS and teaching_views.GPU_TEACHING_REPORT == bd.GPU_TEACHING_REPORT
+    assert [bd.op_kind(n) for n in ("aten::conv2d", "aten::addmm", "aten::batch_norm", "aten::relu_", "aten::add_",
+                                    "aten::_softmax", "aten::view", "aten::lift_fresh")] == list(bd.OP_KINDS)
