@@ -119,6 +119,8 @@ def test_profile_sweep_and_bisect_run_in_the_background():
     _wait(at, "sweep")
     points = at.session_state["tasks"]["sweep"].result
     assert [(p.batch, p.dtype) for p in points] == [(1, "fp32"), (2, "fp32")] and all(p.speedup for p in points)
+    assert all(p.verdict and p.decided is not None for p in points)   # each point's paired test, as in a run
+    assert any("结论（配对检验）" in df.value.columns for df in at.dataframe)
     assert any("chart_sweep" in c.proto.id for c in at.get("plotly_chart"))
 
     at.button(key="bisect_start").click().run()

@@ -220,7 +220,10 @@ def sweep_figure(points: list[dict[str, Any]], title: str) -> go.Figure:
     fig = go.Figure()
     for dtype in sorted({p["dtype"] for p in points}):
         mine = sorted((p for p in points if p["dtype"] == dtype and p.get("speedup")), key=lambda p: p["batch"])
+        # a hollow marker where the paired test could not decide
         fig.add_trace(go.Scatter(x=[p["batch"] for p in mine], y=[p["speedup"] for p in mine], mode="lines+markers",
+                                 marker={"size": 9, "symbol": ["circle-open" if p.get("undecided") else "circle"
+                                                               for p in mine]},
                                  name=dtype, customdata=[[p["unfused_ms"], p["fused_ms"]] for p in mine],
                                  hovertemplate=t("teach.sweep.hover") + "<extra>" + dtype + "</extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#dc2626", annotation_text=t("teach.sweep.break_even"))

@@ -335,9 +335,18 @@ STRINGS = {
                           "融合后的链在 {n} 个点上更慢（批大小 {batches}）：在那里融合不划算。"),
     "sweep.read_all_win": ("The fused chain is at least as fast at every point measured.",
                            "在所有测量点上，融合后的链都不慢。"),
+    "sweep.read_undecided": ("At {n} point(s), batch {batches}, the paired test could not decide with the rounds it "
+                             "had: neither faster nor slower can be said there (run the sweep again, or on a quieter "
+                             "machine).",
+                             "在 {n} 个点上（批大小 {batches}），配对检验用现有的轮数无法判定：那里既不能说更快，也不能说更慢"
+                             "（请再扫描一次，或换一台更空闲的机器）。"),
+    "sweep.col.verdict": ("verdict (paired test)", "结论（配对检验）"),
+    "sweep.undecided": ("undecided ({n} rounds)", "无法判定（{n} 轮）"),
     "sweep.why": ("Timings in a shared machine's CPU are noisy; the GPU is where the seed's warning is sharpest. "
-                  "Times are medians of alternated calls; each point's verdict is its run report's paired test.",
-                  "共享机器上的 CPU 计时噪声较大；种子文档的提醒在 GPU 上最明显。时间是交替调用的中位数；每个点的结论来自其运行报告的配对检验。"),
+                  "Times are medians of alternated calls; each point's verdict is its run report's paired test (Wilcoxon "
+                  "signed-rank over paired rounds, 3% minimum effect), as in a run.",
+                  "共享机器上的 CPU 计时噪声较大；种子文档的提醒在 GPU 上最明显。时间是交替调用的中位数；每个点的结论来自其运行报告的配对检验（对配对轮次做 Wilcoxon 符号秩检验，最小效应 3%），"
+                  "与一次运行相同。"),
     "sweep.col.batch": ("batch", "批大小"),
     "sweep.col.dtype": ("dtype", "数据类型"),
     "sweep.col.unfused": ("unfused ms", "融合前 ms"),
