@@ -46,7 +46,7 @@ from explorer.ui.i18n import message, t
 from explorer.errors import ExplorerError, PlanError, ReportError
 from explorer.fusions.plan import Plan, make_plan
 from explorer.report import Report
-from explorer.runtime.progress import Countdown
+from explorer.runtime.progress import CostMemory, Countdown
 
 DEFAULTS: dict[str, Any] = {
     "active": None,
@@ -149,8 +149,14 @@ def request_load(spec: LoadSpec) -> None:
     if spec == ss.failed_spec:
         return  # its error is still shown; do not retry on every rerun
     try:
-        with st.spinner(t("state.loading", label=ui_files.escape_markdown(spec.label))):
+        seconds, measured = load_estimate(spec)
+        started = time.monotonic()
+        with st.spinner(t(f"state.loading.{spec.kind}", label=ui_files.escape_markdown(spec.label))
+                        + " " + (t("state.load_estimate", s=seconds) if measured else t("state.load_guess", s=seconds))):
             model, graph, detection = load_analysis(spec.source, spec.batch, spec.seq_len)
+        took = time.monotonic() - started
+        if took > 0.5:   # not answered from the cache: a real load, the next estimate's measure
+            _remember_load(spec, took)
     except ExplorerError as exc:
         ss.failed_spec, ss.load_error = spec, str(exc)
         return
@@ -163,6 +169,46 @@ def request_load(spec: LoadSpec) -> None:
     keep_uploads({spec.source})
     if detection.fingerprint not in ss.accepted:
         ss.accepted[detection.fingerprint] = {c.id for c in detection.chains}
+
+
+#: Seconds per MB of file a load takes before one of its kind was measured (a first guess), and the least it takes.
+LOAD_GUESS_S_PER_MB = {"onnx": 1.0, "pt2": 0.6, "hf": 0.4}
+LOAD_MIN_S = {"zoo": 4.0, "onnx": 4.0, "pt2": 4.0, "hf": 6.0}
+
+
+def _source_mb(spec: LoadSpec) -> float:
+    """The size of a file source in MB (a folder: its files), 0 for a zoo model."""
+    if spec.kind == "zoo":
+        return 0.0
+    try:
+        from pathlib import Path
+
+        path = Path(spec.source)
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()][:1000]
+        return sum(p.stat().st_size for p in files) / 1e6
+    except OSError:
+        return 0.0
+
+
+def load_estimate(spec: LoadSpec) -> tuple[float, bool]:
+    """(seconds a load of ``spec`` should take, whether that was measured on this machine): a zoo model's last
+    load, or a file's size times the seconds per MB that loads of its kind took (``CostMemory``)."""
+    memory = CostMemory()
+    if spec.kind == "zoo":
+        last = memory.get(f"load:{spec.source}|{spec.batch}|{spec.seq_len}")
+        return (last, True) if last is not None else (LOAD_MIN_S["zoo"], False)
+    rate = memory.get(f"load_s_per_mb:{spec.kind}")
+    mb = _source_mb(spec)
+    guess = rate if rate is not None else LOAD_GUESS_S_PER_MB.get(spec.kind, 1.0)
+    return max(LOAD_MIN_S.get(spec.kind, 4.0), guess * mb), rate is not None
+
+
+def _remember_load(spec: LoadSpec, seconds: float) -> None:
+    memory = CostMemory()
+    memory.record(f"load:{spec.source}|{spec.batch}|{spec.seq_len}", seconds)
+    mb = _source_mb(spec)
+    if spec.kind != "zoo" and mb >= 1.0:
+        memory.record(f"load_s_per_mb:{spec.kind}", seconds / mb, average=True)
 
 
 def keep_uploads(keep: set[str]) -> None:
