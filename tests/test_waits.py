@@ -107,3 +107,11 @@ def test_the_views_list_the_engines_kinds_of_op():
     assert teaching_views.OP_KINDS == bd.OP_KINDS and teaching_views.GPU_TEACHING_REPORT == bd.GPU_TEACHING_REPORT
     assert [bd.op_kind(n) for n in ("aten::conv2d", "aten::addmm", "aten::batch_norm", "aten::relu_", "aten::add_",
                                     "aten::_softmax", "aten::view", "aten::lift_fresh")] == list(bd.OP_KINDS)
+
+
+def test_a_countdown_past_its_estimate_says_so():
+    c = Countdown(0.0)
+    c.update(0.5, with_left("loading", 5))
+    c.at = 0.0
+    assert c.line(now=3.0) == with_left("loading", 2)
+    assert c.line(now=10.0) == "loading · taking longer than estimated"   # not "about 0 s left" for ever

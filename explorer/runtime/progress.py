@@ -311,6 +311,16 @@ class Countdown:
         return self._shown, self.status, left, elapsed
 
     def line(self, now: float | None = None) -> str:
-        """``status · about N s left`` as of now (or the status alone while there is no estimate)."""
+        """``status · about N s left`` as of now (the status alone while there is no estimate; ``status · taking
+        longer than estimated`` once the estimate has run out and no new status has come)."""
+        now = time.time() if now is None else now
         _fraction, text, left, _elapsed = self.view(now)
-        return text if left is None else with_left(text, left)
+        if left is None:
+            return text
+        if left <= 0 and self.left_s is not None and now - self.at > self.left_s + 1.0:
+            return f"{text} · {OVERDUE}"
+        return with_left(text, left)
+
+
+#: What a countdown says once its estimate has run out (``Countdown.line``).
+OVERDUE = "taking longer than estimated"

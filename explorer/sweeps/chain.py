@@ -69,6 +69,10 @@ def sweep_chain(source: str, chain_id: str, batches: Sequence[int], dtypes: Sequ
                                                          - (time.monotonic() - started)))
         on_step(p.fraction, line)
 
+    if on_step:   # before the workers start (seconds on a busy machine): the time the whole sweep should take
+        first = memory.get(key) or (memory.get("child_start", PRIOR_CHILD_START_S)
+                                    + memory.get(f"load:{source}|None|{seq_len}", PRIOR_LOAD_S) + 5.0)
+        on_step(0.0, with_left(f"starting the sweep's worker for {total} point(s)", first * total))
     try:
         summary = run_sweep(spec, where, "local", cancel=cancel, progress=progress if on_step else None)
         store = SweepStore(summary.folder)

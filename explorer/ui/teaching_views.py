@@ -64,7 +64,13 @@ def cpu_kind_rows(breakdowns: dict[str, dict]) -> list[dict[str, Any]]:
             continue
         rows.append({t("teach.col.kind"): t(f"teach.kind.{k}"),
                      **{t(f"teach.col.{v}_ms"): round(ms, 3) for v, ms in values.items()}})
-    for label, read in ((t("teach.bd.cpu_between"), lambda b: round(b["categories_ms"]["launch_host"], 3)),
+    def between(b: dict) -> Any:
+        # the ops' own time can fill the whole wall time (it is measured node by node): then nothing between
+        # them can be told apart, which is not "0 ms"
+        ms = b["categories_ms"]["launch_host"]
+        return round(ms, 3) if ms > 0.01 * (b["wall_ms"] or 0.0) else "-"
+
+    for label, read in ((t("teach.bd.cpu_between"), between),
                         (t("teach.bd.total_wall"), lambda b: round(b["wall_ms"], 3)),
                         (t("teach.bd.cpu_ops"), lambda b: b.get("ops") or b["kernels"])):
         rows.append({t("teach.col.kind"): label, **{t(f"teach.col.{v}_ms"): read(b) for v, b in breakdowns.items()
