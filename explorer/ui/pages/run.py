@@ -26,7 +26,7 @@ from explorer.ui import charts
 from explorer.ui import state as ui_state
 from explorer.ui.files import escape_markdown as plain
 from explorer.ui.i18n import current as current_language
-from explorer.ui.i18n import message, t
+from explorer.ui.i18n import message, t, t_in
 
 
 def _settings(spec):
@@ -69,7 +69,7 @@ def page(spec, model, graph, detection) -> None:
     c[2].checkbox(t("run.compile_baseline"), key="run_compile_baseline", help=t("run.compile_baseline_help"))
     c[3].checkbox(t("run.quick"), key="run_quick", help=t("run.quick_help"))
     c[4].selectbox(t("run.cpu_threads"), [0, *range(1, (os.cpu_count() or 1) + 1)], key="run_cpu_threads",
-                   format_func=lambda n: t("run.cpu_threads_default") if n == 0 else str(n),
+                   format_func=lambda n, lang=lang: t_in(lang, "run.cpu_threads_default") if n == 0 else str(n),
                    help=t("run.cpu_threads_help"))
 
     try:
