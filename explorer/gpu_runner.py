@@ -33,7 +33,8 @@ from typing import Any, Callable
 from explorer.errors import ReportError, RunError
 from explorer.report import PHASES, Report
 from explorer.runtime.child import child_main, run_child
-from explorer.runtime.progress import PRIOR_CHILD_START_S, CostMemory, format_seconds, split_left, with_left
+from explorer.runtime.progress import (ESTIMATING, PRIOR_CHILD_START_S, CostMemory, format_seconds, split_left,
+                                       with_left)
 from explorer.runtime.settings import RunSettings
 
 __all__ = ["Report", "RunSettings", "run"]
@@ -148,7 +149,10 @@ class _Clock:
         last = self.memory.get(self.key)
         # the whole run's time only when a run like this one was measured before; else the child's first
         # status (right after it started) brings the first estimate
-        self._send("starting the measurement process", None if last is None else start + last)
+        if last is None:
+            self._send(f"starting the measurement process · {ESTIMATING}", None)
+        else:
+            self._send("starting the measurement process", start + last)
 
     def progress(self, fraction: float, status: str) -> None:
         if not self.answered and self.spawned is not None:

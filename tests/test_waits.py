@@ -51,9 +51,8 @@ def test_countdown_counts_from_the_click_and_between_statuses():
 
 def test_the_cost_model_grows_with_what_is_known():
     timing = {"target_s": 0.4, "min_reps": 8, "max_reps": 200, "budget_s": 1.5}
-    short = {"target_s": 0.05, "min_reps": 10, "max_reps": 30, "budget_s": 0.6}
     phases = ("reference", "main", "chains", "stages")
-    common = dict(cuda=False, timing=timing, short_timing=short, quick=False, phases=phases, chains_timed=True,
+    common = dict(cuda=False, timing=timing, quick=False, phases=phases, chains_timed=True,
                   stage_graphs=3, stages=True, compile_modes=0, fuse_s=0.1)
     small = run_estimates(forward_s=0.01, chains_to_time=5, **common)
     slow = run_estimates(forward_s=0.2, chains_to_time=5, **common)

@@ -160,15 +160,14 @@ def paired_s(forward_s: float, variants: int, target_s: float, min_reps: int, ma
     return variants * warm_up_s(forward_s, cuda) + rounds * per_round + added
 
 
-def run_estimates(*, cuda: bool, forward_s: float, timing: dict, short_timing: dict, quick: bool,
+def run_estimates(*, cuda: bool, forward_s: float, timing: dict, quick: bool,
                   phases: tuple[str, ...], chains_to_time: int, chains_timed: bool, stage_graphs: int,
                   stages: bool, compile_modes: int, fuse_s: float, warmup: int | None = None,
                   reps: int | None = None, chain_s: float | None = None) -> dict[str, float]:
     """Seconds for each phase of a run still to come (``report.PHASES``; 0 for one that does not run).
 
-    ``forward_s``: one steady forward of the unfused model (measured, or remembered); ``timing`` and
-    ``short_timing``: the whole model's and a chain's ``TimingPlan`` as dicts (target_s, min_reps,
-    max_reps, budget_s); ``chains_to_time``: chains with a fused kernel (the others are not timed);
+    ``forward_s``: one steady forward of the unfused model (measured, or remembered); ``timing``: the
+    whole model's ``TimingPlan`` as a dict (target_s, min_reps, max_reps, budget_s); ``chains_to_time``: chains with a fused kernel (the others are not timed);
     ``stage_graphs``: distinct stage graphs; ``fuse_s``: applying the plan once; ``chain_s``: one
     chain's cost measured earlier (else ``PRIOR_CHAIN_S``)."""
     device = "cuda" if cuda else "cpu"
@@ -324,3 +323,5 @@ class Countdown:
 
 #: What a countdown says once its estimate has run out (``Countdown.line``).
 OVERDUE = "taking longer than estimated"
+#: What a status says before anything it could be priced from was measured.
+ESTIMATING = "estimating the time left"

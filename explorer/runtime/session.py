@@ -50,6 +50,7 @@ import torch
 
 from explorer import stats
 from explorer.fusion_engine import analyze, fuse
+from explorer.fusions import rewrite
 from explorer.fusions.plan import Plan, make_plan
 from explorer.report import (NOT_MEASURED, PHASES, Environment, HostLoad, InputInfo, Measurement, ModelInfo,
                              PhaseFailure, PlanInfo, Report, Verdict)
@@ -450,8 +451,6 @@ def _chains_to_time(accepted: list, applied: dict) -> int:
 def _stage_graphs(accepted: list) -> int:
     """Distinct graphs of the staged table, as ``stages.describe_stages`` will find them: levels that apply
     a different set of (chain, how much) than the level before."""
-    from explorer.fusions import rewrite
-
     seen, graphs = set(), 0
     for level in rewrite.LEVELS:
         modes = tuple(sorted((c.id, rewrite._mode(c, level) or "") for c in accepted)) if level != "none" else ()
@@ -467,11 +466,10 @@ def _phase_estimates(settings: RunSettings, phases: tuple[str, ...], cuda: bool,
                      chain_s: float | None) -> dict[str, float]:
     """``progress.run_estimates`` for these settings (a forward's time measured, remembered or guessed)."""
     timing = m.TimingPlan.for_device(device, settings.warmup, settings.reps, quick=settings.quick)
-    short = m.TimingPlan.for_device(device, short=True)
     fields = ("target_s", "min_reps", "max_reps", "budget_s")
     return run_estimates(
         cuda=cuda, forward_s=forward_s if forward_s is not None else PRIOR_FORWARD_S["cuda" if cuda else "cpu"],
-        timing={k: getattr(timing, k) for k in fields}, short_timing={k: getattr(short, k) for k in fields},
+        timing={k: getattr(timing, k) for k in fields},
         quick=settings.quick, phases=phases, chains_to_time=int(chains_to_time), chains_timed=settings.chains_timed,
         stage_graphs=stage_graphs, stages=settings.stages,
         compile_modes=len(settings.compile_modes) if settings.compile_baseline else 0, fuse_s=fuse_s,

@@ -40,6 +40,8 @@ EXAMPLES: list[tuple[str, str, str]] = [
     (r"starting…", "正在启动…", "starting…"),
     (r"starting the measurement process", "正在启动测量进程", "starting the measurement process"),
     (r"(?P<msg>.+) · taking longer than estimated", "{0} · 比估计的要久", "loading resnet50 · taking longer than estimated"),
+    (r"starting the measurement process · estimating the time left", "正在启动测量进程 · 正在估计剩余时间",
+     "starting the measurement process · estimating the time left"),
     (r"starting the sweep's worker for (\d+) point\(s\)", "正在为 {0} 个点启动扫描的工作进程",
      "starting the sweep's worker for 5 point(s)"),
     (r"cancelling…", "正在取消…", "cancelling…"),
