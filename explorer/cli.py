@@ -248,6 +248,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(text)
     print(visible_lines(summary_table(report)), file=sys.stderr)
+    if report.host is not None and report.host.busy:
+        print(f"warning: {report.host.warning()}", file=sys.stderr)
     return 0
 
 

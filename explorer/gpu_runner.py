@@ -24,6 +24,7 @@ plotly or pyvis either.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -32,6 +33,8 @@ from typing import Any, Callable
 from explorer.errors import ReportError, RunError
 from explorer.report import PHASES, Report
 from explorer.runtime.child import child_main, run_child
+from explorer.runtime.progress import (ESTIMATING, PRIOR_CHILD_START_S, CostMemory, format_seconds, split_left,
+                                       with_left)
 from explorer.runtime.settings import RunSettings
 
 __all__ = ["Report", "RunSettings", "run"]
@@ -60,6 +63,7 @@ def run(source: str, plan: Any | None, settings: RunSettings,
     """
     deadline = time.monotonic() + float(settings.timeout_s)
     todo = [p for p in PHASES if settings.runs_phase(p)]
+    clock = _Clock(progress, source, settings)
     pieces: list[tuple[dict, list[str]]] = []      # (report dict, the phases it owns)
     failures: list[dict] = []
     fresh = 0
@@ -78,8 +82,9 @@ def run(source: str, plan: Any | None, settings: RunSettings,
         left_s = deadline - time.monotonic()
         if left_s <= 0:
             raise RunError(f"the measurement timed out after {settings.timeout_s:g} s and was stopped")
+        clock.starting()
         try:
-            data = run_child("explorer.gpu_runner", payload, left_s, progress, cancel, on_part=keep)
+            data = run_child("explorer.gpu_runner", payload, left_s, clock.progress, cancel, on_part=keep)
         except RunError as exc:
             if cancel is not None and cancel.is_set():
                 raise
@@ -108,9 +113,60 @@ def run(source: str, plan: Any | None, settings: RunSettings,
         fresh += bool(todo)
     merged = _merge(pieces, failures, fresh)
     try:
-        return Report.from_dict(merged, "the measurement's report")
+        report = Report.from_dict(merged, "the measurement's report")
     except ReportError as exc:
         raise RunError(str(exc)) from None
+    clock.finished()
+    return report
+
+
+class _Clock:
+    """The caller's side of the time left (``explorer.runtime.progress``): before a child answers, the
+    time to start one (measured by earlier runs) plus what the last run of this model took; then the
+    child's own estimate. The fraction passed on is of the time since ``run`` was called."""
+
+    def __init__(self, progress: Callable[[float, str], None] | None, source: str, settings: RunSettings) -> None:
+        self._progress = progress or (lambda f, s: None)
+        self.memory = CostMemory()
+        self.key = f"run:{source}|{settings.batch}|{settings.seq_len}|" + "|".join(
+            str(x) for x in (settings.device, settings.dtype, settings.quick, settings.chains_timed, settings.stages,
+                             settings.compile_baseline, settings.compile_modes))
+        self.t0 = time.monotonic()
+        self.spawned: float | None = None
+        self.answered = False
+        self.shown = 0.0
+
+    def _send(self, status: str, left: float | None) -> None:
+        elapsed = time.monotonic() - self.t0
+        if left is not None:
+            self.shown = max(self.shown, min(0.99, elapsed / (elapsed + left) if elapsed + left > 0 else 0.0))
+        self._progress(self.shown, status if left is None else with_left(status, left))
+
+    def starting(self) -> None:
+        """A child is about to start: say so, with the time it takes to start one and the run after it."""
+        self.spawned, self.answered = time.monotonic(), False
+        start = self.memory.get("child_start", PRIOR_CHILD_START_S)
+        last = self.memory.get(self.key)
+        # the whole run's time only when a run like this one was measured before; else the child's first
+        # status (right after it started) brings the first estimate
+        if last is None:
+            self._send(f"starting the measurement process · {ESTIMATING}", None)
+        else:
+            self._send("starting the measurement process", start + last)
+
+    def progress(self, fraction: float, status: str) -> None:
+        if not self.answered and self.spawned is not None:
+            self.answered = True
+            self.memory.record("child_start", time.monotonic() - self.spawned, average=True)
+        if fraction >= 1.0:
+            return   # the child's "done": the run is done once its report is read (``finished``)
+        text, left = split_left(status)
+        self._send(text, left)
+
+    def finished(self) -> None:
+        took = time.monotonic() - self.t0
+        self.memory.record(self.key, max(0.0, took - self.memory.get("child_start", PRIOR_CHILD_START_S)))
+        self._progress(1.0, f"done in {format_seconds(took)}")
 
 
 def _merge(pieces: list[tuple[dict, list[str]]], failures: list[dict], fresh: int) -> dict:
@@ -136,6 +192,10 @@ def _merge(pieces: list[tuple[dict, list[str]]], failures: list[dict], fresh: in
     all_failures += failures
     order = {p: i for i, p in enumerate(PHASES)}
     merged["failures"] = sorted(all_failures, key=lambda f: order.get(str(f.get("phase")), len(order)))
+    hosts = [d["host"] for d, _owned in pieces if isinstance(d.get("host"), dict)]
+    if len(hosts) > 1:   # every child's samples: the host was busy if it was during any of them
+        merged["host"] = {**hosts[0], "load_1min": [x for h in hosts for x in h.get("load_1min") or []],
+                          "busy": any(bool(h.get("busy")) for h in hosts)}
     merged["notes"] = notes
     merged["fresh_processes"] = fresh
     merged["duration_s"] = round(duration, 2) if duration else merged.get("duration_s")
@@ -155,7 +215,12 @@ def _measure_in_child(payload: dict, emit: Callable[[float, str], None]) -> dict
 
 if __name__ == "__main__":
     if "--child" in sys.argv[1:]:
-        sys.exit(child_main(_measure_in_child))
+        code = child_main(_measure_in_child)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # The report is sent: skip the interpreter's teardown of torch and the models (1-6 s measured on the
+        # 2-core CPU, a wait with nothing left to show), which os._exit does not run.
+        os._exit(code)
     print("usage: python -m explorer.gpu_runner --child  (arguments as JSON on stdin); "
           "use the fusion-explorer CLI to run a measurement", file=sys.stderr)
     sys.exit(2)

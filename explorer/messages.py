@@ -66,6 +66,8 @@ PROGRESS = Words("progress", {
         "正在交替给 {n} 个变体计时"),
     "reading_casts": ("reading the model's own casts in {dtype}", "正在读取模型自身在 {dtype} 下的类型转换"),
     "starting_process": ("starting the measurement process", "正在启动测量进程"),
+    "taking_longer": ("{msg} · taking longer than estimated", "{msg} · 比估计的要久"),
+    "starting_sweep_worker": ("starting the sweep's worker for {n:d} point(s)", "正在为 {n} 个点启动扫描的工作进程"),
 })
 
 #: Run errors (runtime.child, runtime.measure, runtime.settings, gpu_runner, ui.state).

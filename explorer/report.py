@@ -14,6 +14,7 @@ One schema, frozen dataclasses, a version, strict validation on load::
       baselines: Baseline...        eager and torch.compile modes, each paired with its like
       failures: PhaseFailure...     a phase that failed (a fault, an out-of-memory, a compile failure):
                                     which, on which variant, why; the other phases' results stay
+      host: HostLoad                the host's load while it measured, its cores, torch's threads
       notes                         what a reader must know (rotation, quick mode, upgrades)
 
 The runner (``explorer.runtime.session``) builds it and computes every derived
@@ -403,6 +404,33 @@ class Environment:
 
 
 @dataclasses.dataclass(frozen=True)
+class HostLoad:
+    """How busy the host was while the run measured. ``load_1min``: ``os.getloadavg()``'s 1-minute average
+    sampled at the start, after each phase and at the end; ``cores``: the CPUs this process may use;
+    ``torch_threads``: torch's intra-op threads in the measuring process (``threads_set``: by the user's
+    setting, not the default); ``busy``: the highest sample was above the cores, so other work shared the
+    CPU and the times are slower and noisier than on an idle host."""
+
+    cores: int
+    torch_threads: int
+    load_1min: tuple[float, ...] = ()
+    busy: bool = False
+    threads_set: bool = False
+
+    @property
+    def peak(self) -> float | None:
+        return max(self.load_1min) if self.load_1min else None
+
+    def warning(self) -> str:
+        """The one line the report's notes, the command line and the app say when the host was busy ("")."""
+        if not self.busy or self.peak is None:
+            return ""
+        return (f"the host was busy while this run measured: 1-minute load average up to {self.peak:.1f} on "
+                f"{self.cores} core(s); other work shared the CPU, so times are slower and noisier than on an idle "
+                "host")
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
     """A whole run: see the module docstring."""
 
@@ -427,6 +455,7 @@ class Report:
     duration_s: float | None = None
     failures: tuple[PhaseFailure, ...] = ()
     fresh_processes: int = 0
+    host: HostLoad | None = None
     upgraded_from: int | None = None
     version: int = REPORT_VERSION
 
@@ -592,6 +621,7 @@ _NON_NEGATIVE = {
            "batch", "seq_len", "chains_detected", "ops", "params", "flops", "cudnn", "duration_s", "version",
            "upgraded_from"},
     Verdict: {"ratio", "ci_low", "ci_high", "p_value"},
+    HostLoad: {"cores", "torch_threads", "load_1min"},
 }
 #: Float fields that may hold NaN or infinity (errors of outputs that were not finite); every
 #: other float is finite.

@@ -92,7 +92,10 @@ def test_keys_built_from_parts_exist():
     from explorer.teaching.examples import FAMILY_OF
     from explorer.teaching.predict import REASONS
 
-    wanted = [f"teach.cat.{c}" for c in CATEGORIES]
+    from explorer.runtime.breakdown import OP_KINDS
+
+    wanted = [f"teach.cat.{c}" for c in CATEGORIES] + [f"teach.kind.{k}" for k in OP_KINDS]
+    wanted += [f"state.loading.{kind}" for kind in ("zoo", "onnx", "pt2", "hf")]   # ui.state.LoadSpec.kind
     wanted += [f"teach.{k}.{v}" for v in ("unfused", "fused") for k in ("variant",)]
     wanted += [f"teach.bd.row_{v}" for v in ("unfused", "fused")]
     wanted += [f"teach.col.{v}_{x}" for v in ("unfused", "fused") for x in ("ms", "share")]

@@ -14,6 +14,7 @@ from explorer.errors import ReportError
 from explorer.fusion_engine import fuse
 from explorer.fusions.conv import FOLD_TOLERANCE_F64, fold_conv_bn
 from explorer.graph import aten
+from explorer.report import SAME
 from explorer.runtime import breakdown as bd
 from explorer.runtime import ceilings as ceil
 from explorer.runtime import measure as m
@@ -135,6 +136,10 @@ def test_breakdown_of_a_real_forward_on_the_cpu(residual):
         assert math.isclose(sum(b.categories_ms.values()), b.wall_ms, rel_tol=1e-9), name
         assert min(b.categories_ms.values()) >= 0 and b.kernels > 0
         assert b.by_intensity > 0  # the nodes' counts reached the kernels
+        # the CPU's honest split: op time by kind of op, adding up to the ops' time
+        assert set(b.by_kind_ms) == set(bd.OP_KINDS) and b.ops == b.kernels, name
+        assert math.isclose(sum(b.by_kind_ms.values()), b.busy_ms, rel_tol=1e-4, abs_tol=1e-5), name
+        assert b.by_kind_ms["convolution"] > 0, name
     # the fused graph runs fewer top-level ops: conv+BN folded, the activation in place after the conv
     assert out["fused"].kernels < out["unfused"].kernels
     top = {r["node"] for r in out["fused"].top}
@@ -295,6 +300,10 @@ def test_sweep_returns_a_point_per_batch_and_dtype(residual):
     assert [(p.batch, p.dtype) for p in points] == [(1, "fp32"), (2, "fp32")]
     for p in points:
         assert p.error is None and p.speedup > 0 and p.unfused_ms > 0 and p.fused_ms > 0
+        # decided by the paired test, as a run's chains are: 3 rounds are too few to call anything faster or
+        # slower, whatever the medians say: "undecided"
+        assert p.verdict == SAME and p.decided is False and p.rounds == 3 and p.undecided
+        assert p.to_dict()["undecided"] is True
     assert points[1].bytes_unfused > points[0].bytes_unfused   # activations grow with the batch
     missing = sweep_chain("residual_block", "no_such@chain", [1], ["fp32"], "cpu", timing=QUICK)
     assert missing[0].error and "not detected" in missing[0].error

@@ -109,7 +109,8 @@ def test_profile_sweep_and_bisect_run_in_the_background():
     assert at.session_state["tasks"]["profile"] is not None
     _wait(at, "profile")
     assert not at.error, [e.value for e in at.error]
-    assert any("CPU profiling" in w.value for w in at.warning)
+    # a CPU profile says what it can and cannot show, and where the GPU picture is (the committed H200 report)
+    assert any("CPU 上的 profiling" in i.value and "teaching_report_h200.json" in i.value for i in at.info)
     keys = {c.proto.id for c in at.get("plotly_chart")}
     assert any("chart_breakdown" in k for k in keys), keys
 
@@ -118,6 +119,8 @@ def test_profile_sweep_and_bisect_run_in_the_background():
     _wait(at, "sweep")
     points = at.session_state["tasks"]["sweep"].result
     assert [(p.batch, p.dtype) for p in points] == [(1, "fp32"), (2, "fp32")] and all(p.speedup for p in points)
+    assert all(p.verdict and p.decided is not None for p in points)   # each point's paired test, as in a run
+    assert any("结论（配对检验）" in df.value.columns for df in at.dataframe)
     assert any("chart_sweep" in c.proto.id for c in at.get("plotly_chart"))
 
     at.button(key="bisect_start").click().run()

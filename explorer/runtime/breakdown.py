@@ -37,6 +37,18 @@ overhead (Python between the calls). The profiler's own cost per op would count
 as op time there, so each node's ops are scaled to the node's time measured
 without the profiler (``perf_counter`` around each call, median of 5 runs).
 ``Breakdown.is_cpu`` says so and the views say it plainly.
+
+What a CPU profile can show, and what it cannot. It measures each op's time (a
+function call on the host) and so which kinds of op take the time
+(``by_kind_ms``: convolution, matmul, normalization, activation, elementwise,
+softmax/attention, data movement, other; ``op_kind``), how many ops a forward
+runs before and after fusion, and the time between ops. It cannot show kernel
+launch overhead (an op is a call, not a launch: nothing waits on a device), nor
+whether an op is bound by memory or by arithmetic: a host timer does not see
+DRAM stalls (that needs hardware counters), so the CPU's memory/compute split
+here is only the byte model's intensity against a nominal ridge. The views show
+the CPU's time by kind of op and say this; the GPU picture of the seed's table
+is the committed H200 teaching report (``benchmarks/results/teaching_report_h200.json``).
 """
 
 from __future__ import annotations
@@ -56,6 +68,32 @@ from explorer.graph import aten
 from explorer.runtime import measure as m
 
 CATEGORIES = ("launch_host", "memory_bound", "compute_bound", "other")
+#: Kinds of op a CPU profile splits its time into (``op_kind``), in the order the views list them.
+OP_KINDS = ("convolution", "matmul", "normalization", "activation", "elementwise", "softmax_attention",
+            "data_movement", "other")
+#: The GPU picture of the seed's table, measured on an H200 (the views point to it from a CPU profile).
+GPU_TEACHING_REPORT = "benchmarks/results/teaching_report_h200.json"
+_KINDS = (("softmax_attention", re.compile(r"softmax|attention|sdpa|flash|fmha", re.I)),
+          ("convolution", re.compile(r"conv|mkldnn_convolution|cudnn", re.I)),
+          ("matmul", re.compile(r"\bmm\b|::mm|bmm|addmm|matmul|linear|gemm|baddbmm|einsum", re.I)),
+          ("normalization", re.compile(r"batch_norm|layer_norm|group_norm|rms_norm|instance_norm|native_norm", re.I)),
+          ("activation", re.compile(r"relu|gelu|silu|sigmoid|tanh|hardswish|hardtanh|hardsigmoid|mish|elu|"
+                                    r"leaky|softplus|clamp", re.I)),
+          ("data_movement", re.compile(r"copy|clone|contiguous|cat|stack|view|reshape|permute|transpose|expand|"
+                                       r"slice|select|index|gather|pad|to_copy|_to|empty|zeros|split|chunk|flatten|"
+                                       r"unsqueeze|squeeze|t\b", re.I)),
+          ("elementwise", re.compile(r"add|sub|mul|div|pow|exp|log|sqrt|rsqrt|neg|mean|sum|max|min|where|"
+                                     r"masked|fill|cumsum|amax|var|std|abs|pool", re.I)))
+
+
+def op_kind(name: str) -> str:
+    """The kind of op (``OP_KINDS``) of an ATen op or kernel name (``aten::conv2d`` → "convolution"), by name;
+    a fused call of ours is named by what it computes first (``fused_conv_bn_act`` → "convolution")."""
+    name = name.split("::", 1)[-1] if "::" in name else name
+    for kind, pattern in _KINDS:
+        if pattern.search(name):
+            return kind
+    return "other"
 LABEL_PREFIX = "fx::"
 
 RULE = ("kernels issued by a graph node with known FLOP and byte counts: compute-bound when the node's "
@@ -140,6 +178,8 @@ class Breakdown:
     wall_p80_ms: float | None = None
     notes: tuple[str, ...] = ()
     top: tuple[dict, ...] = ()
+    by_kind_ms: dict[str, float] = dataclasses.field(default_factory=dict)   # op time by ``OP_KINDS`` (ms)
+    ops: int | None = None   # ops (CPU) or kernels (CUDA) per forward: ``kernels``, kept under its CPU name
 
     def fractions(self) -> dict[str, float]:
         """Each category's share of the wall time (0..1)."""
@@ -196,7 +236,12 @@ def combine(variant: str, device: str, wall_ms: float, kernels: Sequence[KernelT
         entry["us"] += k.us
         entry["kernels"] += 1
     top = sorted(by_node.values(), key=lambda e: -e["us"])[:15]
-    return Breakdown(
+    by_kind = {kind: 0.0 for kind in OP_KINDS}
+    for k in kernels:
+        by_kind[op_kind(k.name)] += k.us / 1e3
+    scale = busy / (total_us / 1e3) if total_us > 0 else 1.0   # the same scaling as the busy categories
+    by_kind = {kind: round(v * scale, 6) for kind, v in by_kind.items()}
+    return Breakdown(by_kind_ms=by_kind, ops=len(kernels),
         variant=variant, device=device, is_cpu=not device.startswith("cuda"), wall_ms=float(wall_ms),
         busy_ms=float(busy), categories_ms={c: float(categories[c]) for c in CATEGORIES},
         kernels=len(kernels), by_intensity=ways["intensity"], by_name=ways["name"] + ways["name (copy)"],

@@ -50,14 +50,16 @@ import torch
 
 from explorer import stats
 from explorer.fusion_engine import Analysis, analyze, fuse, launch_counts
+from explorer.fusions import rewrite
 from explorer.fusions.plan import Plan, make_plan
-from explorer.report import (NOT_MEASURED, PHASES, Environment, InputInfo, Measurement, ModelInfo, PhaseFailure,
-                             PlanInfo, Report, Verdict)
+from explorer.report import (NOT_MEASURED, PHASES, Environment, HostLoad, InputInfo, Measurement, ModelInfo,
+                             PhaseFailure, PlanInfo, Report, Verdict)
 from explorer.runtime import measure as m
 from explorer.runtime.baselines import baselines
 from explorer.runtime.chains import chain_benchmarks, chain_entry
 from explorer.runtime.child import describe_failure
-from explorer.runtime.progress import Schedule
+from explorer.runtime.progress import (PRIOR_FORWARD_S, PRIOR_LOAD_S, CostMemory, Schedule, model_key,
+                                       run_estimates)
 from explorer.runtime.settings import RunSettings
 from explorer.runtime.stages import stage_measurements
 from explorer.runtime.variants import make_variant, measure_variants, precision_of, reference_output
@@ -66,9 +68,11 @@ from explorer.sources import describe_source
 PRECISION_NOTE = ("max_rel = max|out-ref| / max|ref|; rel_l2 = ||out-ref|| / ||ref||; ref = {ref}; top1_agreement "
                   "only for classification (argmax of last dim); relative figures are refused (with the reason) "
                   "when the reference is all zero, constant or denormal in the run's dtype")
-#: Quick mode on the CPU runs one intra-op thread unless told otherwise: on a CPU shared with other work,
-#: the threads of one op wait for each other (a ResNet-50 forward took 0.11 s on 1 thread, 0.3-2.4 s on 2).
-QUICK_CPU_THREADS = 1
+#: Every CPU run, quick or not, runs one intra-op thread unless the settings say otherwise (``cpu_threads``), so
+#: that two runs a user compares were taken alike; on a CPU shared with other work the threads of one op wait
+#: for each other (a ResNet-50 forward took 0.11 s on 1 thread, 0.3-2.4 s on 2).
+DEFAULT_CPU_THREADS = 1
+QUICK_CPU_THREADS = DEFAULT_CPU_THREADS   # the older name
 GRAPH_CALLS_NOTE = ("unfused and fused graphs alike are timed lean (explorer.runtime.lean): ATen calls through "
                     "their public bindings, fused calls resolved once to the library call they take on this "
                     "device, weights read as plain attributes; the same kernels either way")
@@ -160,18 +164,21 @@ def measure_phases(source: str, plan_data: dict | None, settings: RunSettings,
     phase starts and ``{"snapshot": report dict, "done": [...]}`` after setup and after each phase.
     """
     cuda = m.resolve_device(settings.device).startswith("cuda")
-    threads = settings.cpu_threads or (QUICK_CPU_THREADS if settings.quick and not cuda else None)
+    threads = settings.cpu_threads or (DEFAULT_CPU_THREADS if not cuda else None)
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)  # before anything runs; environment() records it
     try:
+        first_load = host_load_1min()
         run = _setup(source, plan_data, settings, emit, tuple(phases), threads)
+        run.load[:0] = [first_load, host_load_1min()]
         send = on_part or (lambda part: None)
         send({"snapshot": _report(run).to_dict(), "done": []})
         wanted = [p for p in PHASES if p in phases and settings.runs_phase(p)]
         for i, phase in enumerate(wanted):
             send({"started": phase})
             lost = _run_phase(run, phase)
+            run.load.append(host_load_1min())
             send({"snapshot": _report(run).to_dict(), "done": list(run.done)})
             if lost:
                 return _report(run), tuple(wanted[i + 1:])
@@ -211,6 +218,10 @@ class _Run:
     bytes_fused: int
     fuse_s: float
     notes: list = dataclasses.field(default_factory=list)
+    memory: Any = None
+    key: str = ""
+    chains_to_time: int = 0
+    stage_graphs: int = 3
     ref: Any = None
     ref_where: str = ""
     forward_s: float | None = None
@@ -226,6 +237,7 @@ class _Run:
     baselines: tuple = ()
     failures: list = dataclasses.field(default_factory=list)
     done: list = dataclasses.field(default_factory=list)
+    load: list = dataclasses.field(default_factory=list)   # the host's 1-minute load, sampled (HostLoad)
 
     @property
     def cuda(self) -> bool:
@@ -238,20 +250,23 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     t_start = time.perf_counter()
     device = m.resolve_device(settings.device)
     cuda = device.startswith("cuda")
-    # Rough first estimates (seconds); revised once a forward has been timed.
+    memory = CostMemory()
+    key = model_key(source, settings.batch, settings.seq_len)
+    # First estimates from what earlier runs of this model measured (or stated guesses); revised once the
+    # chains are known, again once a forward has been timed, and as each phase goes (explorer.runtime.progress).
     schedule = Schedule(emit or (lambda f, s: None), {
-        "load": 10.0, "prepare": 3.0, "reference": 3.0 if "reference" in phases else 0.0,
-        "main": (10.0 if settings.quick else 20.0) if "main" in phases else 0.0,
-        "chains": 60.0 if settings.chains_timed and "chains" in phases else 0.0,
-        "stages": 15.0 if settings.stages and "stages" in phases else 0.0,
-        "baselines": 60.0 * len(settings.compile_modes) if settings.compile_baseline and "baselines" in phases
-        else 0.0})
+        "load": memory.get(f"load:{key}", PRIOR_LOAD_S), "prepare": memory.get(f"prepare:{key}", 1.0),
+        **_phase_estimates(settings, phases, cuda, device, memory.get(_forward_key(key, device, settings.dtype)),
+                           memory.get(f"chains:{key}", 0.0), 3, memory.get(f"fuse:{key}", 0.3),
+                           memory.get(f"chain:{device}"))})
     dtype = m.torch_dtype(settings.dtype)
     environment = _environment(device)
 
     schedule.emit("load", 0.0, f"loading {source}")
     _check_memory(source, settings)
+    t0 = time.perf_counter()
     analysis = analyze(source, batch=settings.batch, seq_len=settings.seq_len)
+    memory.record(f"load:{key}", time.perf_counter() - t0)
     model, graph, detection = analysis
     plan = make_plan(detection, "all") if plan_data is None else Plan.from_dict(plan_data)
     plan.check_for(detection)
@@ -283,13 +298,19 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     ratio = m.element_ratio(dtype)
     bytes_unfused = m.graph_bytes(graph, dtype)
     bytes_fused = int(bytes_unfused - ratio * sum(detection.chain(cid).bytes_saved for cid in fused_ids))
+    accepted = detection.accepted_chains(plan.accepted)
+    to_time = _chains_to_time(accepted, applied)
+    memory.record(f"chains:{key}", to_time)
+    memory.record(f"fuse:{key}", fuse_s)
+    schedule.revise(**_phase_estimates(settings, phases, cuda, device,
+                                       memory.get(_forward_key(key, device, settings.dtype)), to_time,
+                                       _stage_graphs(accepted), fuse_s, memory.get(f"chain:{device}")))
     return _Run(settings=settings, phases=phases, threads=threads, t_start=t_start, device=device, dtype=dtype,
                 schedule=schedule, environment=environment, model=model, graph=graph, detection=detection,
-                plan=plan, applied=applied, fused_ids=fused_ids,
-                accepted=detection.accepted_chains(plan.accepted), channels_last=channels_last,
+                plan=plan, applied=applied, fused_ids=fused_ids, accepted=accepted, channels_last=channels_last,
                 classification=model.task == "classification", unfused_gm=unfused_gm, fused_gm=fused_gm,
                 inputs=inputs, casts=casts, bytes_unfused=bytes_unfused, bytes_fused=bytes_fused, fuse_s=fuse_s,
-                notes=notes)
+                notes=notes, memory=memory, key=key, chains_to_time=to_time, stage_graphs=_stage_graphs(accepted))
 
 
 def _run_phase(run: _Run, phase: str) -> bool:
@@ -365,23 +386,16 @@ def _timing(run: _Run) -> m.TimingPlan:
 
 def _phase_main(run: _Run) -> None:
     """The main A/B: paired rounds, more while the verdict is open."""
-    s, timing, forward_s = run.settings, _timing(run), _forward_s(run)
-    per_variant = max(timing.target_s, timing.min_reps * forward_s)
-    timed_chains = sum(1 for c in run.accepted if run.applied.get(c.id) is not None
-                       and run.applied[c.id].fused_kernel and run.applied[c.id].status == "fused")
-    run.schedule.revise(
-        main=2 * per_variant + 12 * forward_s + 0.5 * timing.budget_s,
-        chains=timed_chains * (1.2 if run.cuda else 0.5) if s.chains_timed and "chains" in run.phases else 0.0,
-        stages=(3 * run.fuse_s + 3 * (max(timing.target_s / 2, (4 if s.quick else timing.min_reps) * forward_s)
-                                      + 4 * forward_s)) if s.stages and "stages" in run.phases else 0.0,
-        baselines=((45.0 if run.cuda else 20.0) * len(s.compile_modes) + 4 * per_variant)
-        if s.compile_baseline and "baselines" in run.phases else 0.0)
+    timing, forward_s = _timing(run), _forward_s(run)
+    _revise(run, forward_s)
     run.schedule.emit("main", 0.0, "warming up unfused and fused")
     graphs = run.plan.cuda_graphs
     variants = [make_variant("unfused", run.unfused_gm, run.inputs, run.device, graphs),
                 make_variant("fused", run.fused_gm, run.inputs, run.device, graphs)]
 
     def main_round(r: int, n: int) -> None:
+        if r == 1:
+            run.schedule.revise(units={"main": n})
         if r % max(1, n // 20) == 0 or r == n:
             run.schedule.emit("main", 0.8 * r / n, f"timing unfused vs fused, round {r}/{n}")
 
@@ -391,13 +405,20 @@ def _phase_main(run: _Run) -> None:
     basis = "CUDA-graph replays" if variants[1].cuda_graph else "synchronised calls"
     run.verdict = stats.compare(samples["unfused"], samples["fused"], basis=f"whole model, {basis}")
     run.unfused, run.fused = main["unfused"], main["fused"]
+    if not variants[0].cuda_graph and run.unfused.latency is not None and run.unfused.latency.median > 0:
+        run.forward_s = run.unfused.latency.median / 1e3   # many forwards' median: the later phases' unit
+        _revise(run, run.forward_s)
 
 
 def _phase_chains(run: _Run) -> None:
+    t0 = time.perf_counter()
+    run.schedule.revise(units={"chains": max(len(run.accepted), 1)})
     run.chains = tuple(chain_benchmarks(run.model, run.graph, run.detection, run.accepted, run.applied, run.device,
                                         run.dtype, run.settings, run.schedule.for_phase("chains"),
                                         cuda_graphs=run.plan.cuda_graphs, casts=run.casts))
     run.rotation = run.chains[0].rotation if run.chains else ""
+    if run.chains_to_time:
+        run.memory.record(f"chain:{run.device}", (time.perf_counter() - t0) / run.chains_to_time, average=True)
 
 
 def _phase_stages(run: _Run) -> None:
@@ -415,6 +436,52 @@ def _phase_baselines(run: _Run) -> None:
     run.baselines = baselines(run.model, run.fused_gm, run.inputs, run.device, run.dtype, run.channels_last,
                               run.settings, run.schedule.for_phase("baselines"), ref=run.ref,
                               classification=run.classification, casts=run.casts)
+
+
+def _forward_key(key: str, device: str, dtype: str) -> str:
+    return f"forward:{key}:{device}:{dtype}"
+
+
+def _chains_to_time(accepted: list, applied: dict) -> int:
+    """Chains the chains phase times (fused, with a fused kernel on this device); the others cost nothing."""
+    return sum(1 for c in accepted if applied.get(c.id) is not None and applied[c.id].status == "fused"
+               and applied[c.id].fused_kernel)
+
+
+def _stage_graphs(accepted: list) -> int:
+    """Distinct graphs of the staged table, as ``stages.describe_stages`` will find them: levels that apply
+    a different set of (chain, how much) than the level before."""
+    seen, graphs = set(), 0
+    for level in rewrite.LEVELS:
+        modes = tuple(sorted((c.id, rewrite._mode(c, level) or "") for c in accepted)) if level != "none" else ()
+        modes = tuple(x for x in modes if x[1])
+        if modes not in seen:
+            seen.add(modes)
+            graphs += 1
+    return graphs
+
+
+def _phase_estimates(settings: RunSettings, phases: tuple[str, ...], cuda: bool, device: str,
+                     forward_s: float | None, chains_to_time: float, stage_graphs: int, fuse_s: float,
+                     chain_s: float | None) -> dict[str, float]:
+    """``progress.run_estimates`` for these settings (a forward's time measured, remembered or guessed)."""
+    timing = m.TimingPlan.for_device(device, settings.warmup, settings.reps, quick=settings.quick)
+    fields = ("target_s", "min_reps", "max_reps", "budget_s")
+    return run_estimates(
+        cuda=cuda, forward_s=forward_s if forward_s is not None else PRIOR_FORWARD_S["cuda" if cuda else "cpu"],
+        timing={k: getattr(timing, k) for k in fields},
+        quick=settings.quick, phases=phases, chains_to_time=int(chains_to_time), chains_timed=settings.chains_timed,
+        stage_graphs=stage_graphs, stages=settings.stages,
+        compile_modes=len(settings.compile_modes) if settings.compile_baseline else 0, fuse_s=fuse_s,
+        warmup=settings.warmup, reps=settings.reps, chain_s=chain_s)
+
+
+def _revise(run: _Run, forward_s: float) -> None:
+    """Re-price the phases not yet finished from a measured forward, and remember it for the next run."""
+    run.memory.record(_forward_key(run.key, run.device, run.settings.dtype), forward_s)
+    estimates = _phase_estimates(run.settings, run.phases, run.cuda, run.device, forward_s, run.chains_to_time,
+                                 run.stage_graphs, run.fuse_s, run.memory.get(f"chain:{run.device}"))
+    run.schedule.revise(**{p: v for p, v in estimates.items() if p not in run.done})
 
 
 PHASE_WORK: dict[str, Callable[[_Run], None]] = {
@@ -436,8 +503,12 @@ def _report(run: _Run) -> Report:
     if s.quick:
         notes.append("quick mode: fewer repetitions and no per-chain timing; verdicts may be undecided")
     if run.threads is not None:
-        notes.append(f"{run.threads} intra-op thread(s) on the CPU" + (" (quick mode's default: stable on a shared "
-                                                                       "CPU)" if s.cpu_threads is None else ""))
+        notes.append(f"{run.threads} intra-op thread(s) on the CPU" + (" (the default of every CPU run, quick or "
+                                                                       "not: stable on a shared CPU)"
+                                                                       if s.cpu_threads is None else ""))
+    host = host_load(run.load, torch.get_num_threads(), s.cpu_threads is not None)
+    if host.busy:
+        notes.append(host.warning())
     counted = launch_counts(Analysis(run.model, run.graph, detection), run.applied.values(), run.fused_ids, run.device)
     graph_launches, fused_launches = counted.before, counted.after  # the device's, per kernel (explorer.launches)
     main_failed = next((f for f in run.failures if f.phase == "main"), None)
@@ -463,5 +534,30 @@ def _report(run: _Run) -> Report:
                     "fused = unfused minus the fused chains' intermediates"),
         graph_calls_note=GRAPH_CALLS_NOTE,
         rotation_note=run.rotation,
-        failures=tuple(run.failures),
+        failures=tuple(run.failures), host=host,
         duration_s=round(time.perf_counter() - run.t_start, 2))
+
+
+def host_cores() -> int:
+    """The CPUs this process may run on (its affinity), else the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def host_load_1min() -> float | None:
+    """``os.getloadavg()``'s 1-minute average, or None where the system has none."""
+    try:
+        return round(float(os.getloadavg()[0]), 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def host_load(samples: list, torch_threads: int, threads_set: bool) -> HostLoad:
+    """The report's ``HostLoad`` from the samples taken (busy: the highest above the cores)."""
+    kept = tuple(float(x) for x in samples if x is not None)
+    cores = host_cores()
+    return HostLoad(cores=cores, torch_threads=int(torch_threads), load_1min=kept,
+                    busy=bool(kept) and max(kept) > cores, threads_set=threads_set)
+

@@ -8,9 +8,16 @@ for each batch size the model is loaded again at that batch
 (``fusion_engine.analyze``: the chain has the same id, fx node names do not
 depend on the batch), the chain is cut out alone (``rewrite.chain_module``),
 prepared as the runner prepares it (``measure.prepare_graph``) in each dtype,
-and its unfused and fused forms are timed alternated (``measure.time_alternated``).
-Each point records the speed-up (unfused median / fused median), the times
-with their spread, and the chain's bytes by the byte model.
+and its unfused and fused forms are timed in paired, alternated rounds
+(``measure.time_paired``, rounds added while the verdict is open), as a run
+times a chain. Each point records the speed-up (unfused median / fused
+median), the times with their spread, the chain's bytes by the byte model, and
+the verdict of the same paired test as a run's (``explorer.stats.compare``:
+faster, slower or no significant difference, with its interval and whether the
+rounds decided it): a point is "slower" only when the test says so, and
+"undecided" (``SweepPoint.undecided``) when the rounds ran out first. Medians
+alone decide nothing: one stalled round of a shared machine moved them enough
+for two sweeps of one chain to disagree.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from explorer import stats
 from explorer.fusion_engine import analyze
+from explorer.report import SAME, Verdict
 from explorer.fusions import rewrite
 from explorer.runtime import measure as m
 from explorer.runtime.traffic import chain_bytes
@@ -43,10 +52,25 @@ class SweepPoint:
     bytes_unfused: int | None = None
     bytes_fused: int | None = None
     error: str | None = None
-    verdict: str | None = None   # the paired test's label when the point comes from a run report (explorer.sweeps.chain)
+    verdict: str | None = None   # the paired test's label (explorer.stats.compare; a run report's, explorer.sweeps.chain)
+    decided: bool | None = None  # whether the rounds decided that verdict (False: "undecided")
+    ci_low: float | None = None  # the verdict's 95% interval of the fused/unfused time ratio
+    ci_high: float | None = None
+    rounds: int | None = None    # the paired rounds the verdict rests on
+
+    @property
+    def undecided(self) -> bool:
+        """Timed, but the paired test could not decide: neither "faster" nor "slower" nor "no difference"."""
+        return self.verdict == SAME and self.decided is False
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "undecided": self.undecided}
+
+
+def verdict_fields(verdict: Verdict) -> dict[str, Any]:
+    """A verdict's fields as a sweep point keeps them."""
+    return {"verdict": verdict.label, "decided": verdict.decided, "ci_low": verdict.ci_low,
+            "ci_high": verdict.ci_high, "rounds": verdict.n}
 
 
 def time_chain(analysis: Any, chain_id: str, device: str, dtype_name: str, timing: m.TimingPlan,
@@ -65,14 +89,16 @@ def time_chain(analysis: Any, chain_id: str, device: str, dtype_name: str, timin
         u = m.prepare_graph(unfused, device, dtype)
         f = m.prepare_graph(fused, device, dtype)
         x = m.prepare_inputs(inputs, device, dtype)
-        lat = m.time_alternated({"unfused": lambda: u(*x), "fused": lambda: f(*x)}, device, timing)
+        samples = m.time_paired({"unfused": lambda: u(*x), "fused": lambda: f(*x)}, (("unfused", "fused"),),
+                                device, timing)
     except Exception as exc:  # one point failing (out of memory, a dtype the device lacks) keeps the others
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
         return SweepPoint(batch, dtype_name, bytes_unfused=before, bytes_fused=after, error=m._one_line(exc))
-    lu, lf = lat["unfused"], lat["fused"]
+    lu, lf = m.summarize(samples["unfused"]), m.summarize(samples["fused"])
+    verdict = stats.compare(samples["unfused"], samples["fused"], basis="synchronised calls")
     return SweepPoint(batch, dtype_name, lu["median"], lf["median"], lu["p20"], lu["p80"], lf["p20"], lf["p80"],
-                      m.speedup(lu["median"], lf["median"]), before, after)
+                      m.speedup(lu["median"], lf["median"]), before, after, **verdict_fields(verdict))
 
 
 def sweep_chain(source: str, chain_id: str, batches: Sequence[int], dtypes: Sequence[str], device: str = "cpu",

@@ -46,6 +46,7 @@ from explorer.ui.i18n import message, t
 from explorer.errors import ExplorerError, PlanError, ReportError
 from explorer.fusions.plan import Plan, choose_alternative, plan_for_chains
 from explorer.report import Report
+from explorer.runtime.progress import CostMemory, Countdown
 
 DEFAULTS: dict[str, Any] = {
     "active": None,
@@ -88,6 +89,7 @@ PERSISTENT_WIDGETS: dict[str, Any] = {
     "run_stages": True,
     "run_compile_baseline": False,
     "run_quick": False,
+    "run_cpu_threads": 0,        # 0: the runner's default (one thread on the CPU, quick or not)
     "fusions_filter": [],
     "lang": "en",                # the sidebar's language switch (explorer.ui.i18n)
     "teach_source": "now",
@@ -147,8 +149,14 @@ def request_load(spec: LoadSpec) -> None:
     if spec == ss.failed_spec:
         return  # its error is still shown; do not retry on every rerun
     try:
-        with st.spinner(t("state.loading", label=ui_files.escape_markdown(spec.label))):
+        seconds, measured = load_estimate(spec)
+        started = time.monotonic()
+        with st.spinner(t(f"state.loading.{spec.kind}", label=ui_files.escape_markdown(spec.label))
+                        + " " + (t("state.load_estimate", s=seconds) if measured else t("state.load_guess", s=seconds))):
             model, graph, detection = load_analysis(spec.source, spec.batch, spec.seq_len)
+        took = time.monotonic() - started
+        if took > 0.5:   # not answered from the cache: a real load, the next estimate's measure
+            _remember_load(spec, took)
     except ExplorerError as exc:
         ss.failed_spec, ss.load_error = spec, str(exc)
         return
@@ -161,6 +169,46 @@ def request_load(spec: LoadSpec) -> None:
     keep_uploads({spec.source})
     if detection.fingerprint not in ss.accepted:
         ss.accepted[detection.fingerprint] = {c.id for c in detection.chains}
+
+
+#: Seconds per MB of file a load takes before one of its kind was measured (a first guess), and the least it takes.
+LOAD_GUESS_S_PER_MB = {"onnx": 1.0, "pt2": 0.6, "hf": 0.4}
+LOAD_MIN_S = {"zoo": 4.0, "onnx": 4.0, "pt2": 4.0, "hf": 6.0}
+
+
+def _source_mb(spec: LoadSpec) -> float:
+    """The size of a file source in MB (a folder: its files), 0 for a zoo model."""
+    if spec.kind == "zoo":
+        return 0.0
+    try:
+        from pathlib import Path
+
+        path = Path(spec.source)
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()][:1000]
+        return sum(p.stat().st_size for p in files) / 1e6
+    except OSError:
+        return 0.0
+
+
+def load_estimate(spec: LoadSpec) -> tuple[float, bool]:
+    """(seconds a load of ``spec`` should take, whether that was measured on this machine): a zoo model's last
+    load, or a file's size times the seconds per MB that loads of its kind took (``CostMemory``)."""
+    memory = CostMemory()
+    if spec.kind == "zoo":
+        last = memory.get(f"load:{spec.source}|{spec.batch}|{spec.seq_len}")
+        return (last, True) if last is not None else (LOAD_MIN_S["zoo"], False)
+    rate = memory.get(f"load_s_per_mb:{spec.kind}")
+    mb = _source_mb(spec)
+    guess = rate if rate is not None else LOAD_GUESS_S_PER_MB.get(spec.kind, 1.0)
+    return max(LOAD_MIN_S.get(spec.kind, 4.0), guess * mb), rate is not None
+
+
+def _remember_load(spec: LoadSpec, seconds: float) -> None:
+    memory = CostMemory()
+    memory.record(f"load:{spec.source}|{spec.batch}|{spec.seq_len}", seconds)
+    mb = _source_mb(spec)
+    if spec.kind != "zoo" and mb >= 1.0:
+        memory.record(f"load_s_per_mb:{spec.kind}", seconds / mb, average=True)
 
 
 def keep_uploads(keep: set[str]) -> None:
@@ -210,9 +258,10 @@ def accepted_ids(detection) -> set[str]:
     return ss.accepted[detection.fingerprint]
 
 
-def set_accepted(detection, ids) -> None:
+def set_accepted(detection, ids, reset_table: bool = True) -> None:
     """Accept exactly ``ids`` (detected or alternative chains). A chain just accepted wins over an accepted
-    one it shares nodes with (a chain and its alternative are never both accepted)."""
+    one it shares nodes with (a chain and its alternative are never both accepted). ``reset_table``: draw the
+    chains table anew (not from the table's own edit callback, which keeps its key)."""
     known = detection.known_chains()
     before = st.session_state.accepted.get(detection.fingerprint, set())
     ids = set(ids) & set(known)
@@ -220,7 +269,8 @@ def set_accepted(detection, ids) -> None:
         nodes = set(known[new].nodes)
         ids = {i for i in ids if i == new or not nodes & set(known[i].nodes)}
     st.session_state.accepted[detection.fingerprint] = ids
-    st.session_state.editor_version += 1
+    if reset_table:
+        st.session_state.editor_version += 1
 
 
 def use_alternative(detection, alternative_id: str) -> None:
@@ -416,12 +466,17 @@ class RunJob:
     error: str | None = None
     cancelled: bool = False
     done: bool = False
-    started: float = dataclasses.field(default_factory=time.time)
+    started: float = dataclasses.field(default_factory=time.time)   # the click: the elapsed time counts from it
     thread: threading.Thread | None = None
+    countdown: Countdown | None = None
+
+    def __post_init__(self) -> None:
+        self.countdown = Countdown(self.started, self.message)
 
     def progress(self, fraction: float, message: str) -> None:
-        self.fraction = min(max(float(fraction), 0.0), 1.0)
         self.message = str(message)
+        self.countdown.update(fraction, self.message)
+        self.fraction = self.countdown.view()[0]
 
 
 @st.cache_resource(show_spinner=False)
@@ -482,6 +537,7 @@ def cancel_run() -> None:
     if job is not None and not job.done:
         job.cancel.set()
         job.message = "cancelling…"
+        job.countdown.update(job.countdown.reported, job.message)
 
 
 def finish_run() -> None:
@@ -509,10 +565,11 @@ def live_progress(where: str = "page") -> None:
     job = st.session_state.get("run_job")
     if job is None:
         return
-    elapsed = time.time() - job.started
-    text = t("state.progress", status=message(job.message), elapsed=elapsed)
+    # the time left counted down between the runner's statuses, the bar a fraction of the time since the click
+    fraction, _status, _left, elapsed = job.countdown.view()
+    text = t("state.progress", status=message(job.countdown.line()), elapsed=elapsed)
     if where == "sidebar":
-        st.caption(t("state.in_progress", fraction=job.fraction))
-    st.progress(job.fraction, text=text)
+        st.caption(t("state.in_progress", fraction=fraction))
+    st.progress(fraction, text=text)
     if job.done:
         st.rerun(scope="app")

@@ -2,7 +2,8 @@
 
 Like the run (``explorer.ui.state.RunJob``), a task runs in a thread so that
 the page never blocks; unlike the run it stays in this process (it is a few
-small graphs, not a whole measurement). One task per name at a time; its
+small graphs, not a whole measurement; a sweep starts its own workers). Its
+progress says the time left, counted from the click (``TaskJob.view``). One task per name at a time; its
 result (or its one-line error) stays until the same name starts again.
 
 Session state: ``tasks`` ({name: TaskJob}), initialised by ``explorer.ui.state``.
@@ -18,6 +19,10 @@ from typing import Any, Callable
 import streamlit as st
 
 from explorer.errors import ExplorerError
+from explorer.runtime.progress import Countdown, split_left, with_left
+
+#: The part of a task done before its own rate prices the rest (fewer steps say too little).
+MIN_RATE_FRACTION = 0.1
 
 
 @dataclasses.dataclass
@@ -33,14 +38,33 @@ class TaskJob:
     error: str | None = None
     done: bool = False
     cancelled: bool = False
-    started: float = dataclasses.field(default_factory=time.time)
+    started: float = dataclasses.field(default_factory=time.time)   # the click
     finished: float | None = None
     thread: threading.Thread | None = None
+    countdown: Countdown | None = None
+
+    def __post_init__(self) -> None:
+        self.countdown = Countdown(self.started, "")
 
     def progress(self, fraction: float, message: str) -> None:
-        """The ``on_step`` callback the computation calls."""
-        self.fraction = min(max(float(fraction), 0.0), 1.0)
+        """The ``on_step`` callback the computation calls. A status without its own time left (a bisect's
+        steps, a profile's) gets one from the rate its steps go at, once a tenth of them is done: elapsed
+        × (1 − done) / done; a sweep's status brings its own (``explorer.sweeps.chain``)."""
+        fraction = min(max(float(fraction), 0.0), 1.0)
+        text, left = split_left(str(message))
+        if left is None and MIN_RATE_FRACTION <= fraction < 1.0:
+            elapsed = time.time() - self.started
+            message = with_left(text, elapsed * (1.0 - fraction) / fraction)
+        self.countdown.update(fraction, str(message))
+        self.fraction = self.countdown.view()[0] if split_left(str(message))[1] is not None else fraction
         self.message = str(message)
+
+    def view(self) -> tuple[float, str, float]:
+        """(the bar's fraction, the status with the time left as of now, seconds since the click)."""
+        fraction, _text, left, elapsed = self.countdown.view()
+        if left is None:
+            fraction = self.fraction
+        return fraction, self.countdown.line(), elapsed
 
     @property
     def running(self) -> bool:

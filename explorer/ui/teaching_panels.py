@@ -34,7 +34,8 @@ def breakdown_panel(bd: dict, model_name: str = "", key: str = "chart_breakdown"
         return
     cpu = any(b.get("is_cpu") for b in bd.values())
     if cpu:
-        st.warning(t("teach.bd.cpu"))
+        _cpu_breakdown(bd, key)
+        return
     st.plotly_chart(views.breakdown_figure(bd), key=key, width="stretch")
     st.dataframe(views.breakdown_rows(bd), hide_index=True, width="stretch")
     unf, fus = bd.get("unfused"), bd.get("fused")
@@ -59,6 +60,20 @@ def breakdown_panel(bd: dict, model_name: str = "", key: str = "chart_breakdown"
                                t("teach.col.us"): round(r["us"], 1),
                                t("teach.col.intensity"): f"{r['intensity']:.1f}" if r.get("intensity") else "—"}
                               for r in top], hide_index=True, width="stretch")
+
+
+def _cpu_breakdown(bd: dict, key: str) -> None:
+    """A CPU profile, honestly: where the CPU's time goes by kind of op, before and after fusion, what such a
+    profile cannot show (launch overhead, memory- or compute-bound), and where the GPU picture is."""
+    st.info(t("teach.bd.cpu_limits", report=views.GPU_TEACHING_REPORT))
+    unf, fus = bd.get("unfused"), bd.get("fused")
+    if not any((b or {}).get("by_kind_ms") for b in (unf, fus)):
+        return   # an older CPU profile without the time by kind of op: the explanation alone
+    st.plotly_chart(views.cpu_kind_figure(bd), key=key, width="stretch")
+    st.dataframe(views.cpu_kind_rows(bd), hide_index=True, width="stretch")
+    if unf and fus:
+        st.markdown(t("teach.bd.cpu_read", before=unf["wall_ms"], after=fus["wall_ms"],
+                      ops_before=unf.get("ops") or unf["kernels"], ops_after=fus.get("ops") or fus["kernels"]))
 
 
 def traffic_panel(traffic: dict, model_name: str = "", key: str = "chart_traffic") -> None:

@@ -30,6 +30,54 @@ SEED_BREAKDOWN = {"compute_bound": 0.40, "launch_host": 0.15, "memory_bound": 0.
 SEED_TRAFFIC = {"resnet50": (1.2e9, 0.7e9), "bert_base": (2.8e9, 1.6e9)}
 
 
+#: The GPU picture of the seed's table (``explorer.runtime.breakdown.GPU_TEACHING_REPORT``), named from a CPU profile.
+GPU_TEACHING_REPORT = "benchmarks/results/teaching_report_h200.json"
+#: Kinds of op a CPU profile's time is split into (``explorer.runtime.breakdown.OP_KINDS``), in order.
+OP_KINDS = ("convolution", "matmul", "normalization", "activation", "elementwise", "softmax_attention",
+            "data_movement", "other")
+
+
+def cpu_kind_figure(breakdowns: dict[str, dict]) -> go.Figure:
+    """Milliseconds of CPU time per kind of op, unfused beside fused (a CPU profile's honest figure)."""
+    kinds = [k for k in OP_KINDS if any((b.get("by_kind_ms") or {}).get(k) for b in breakdowns.values())]
+    fig = go.Figure()
+    for variant, color in (("unfused", "#9ca3af"), ("fused", "#3b82f6")):
+        b = breakdowns.get(variant)
+        if not b:
+            continue
+        got = b.get("by_kind_ms") or {}
+        fig.add_trace(go.Bar(name=t(f"teach.variant.{variant}"), orientation="h", marker_color=color,
+                             y=[t(f"teach.kind.{k}") for k in kinds], x=[got.get(k, 0.0) for k in kinds],
+                             hovertemplate="%{y}: %{x:.3f} ms<extra>" + t(f"teach.variant.{variant}") + "</extra>"))
+    fig.update_layout(barmode="group", title=t("teach.bd.cpu_fig_title"), xaxis_title=t("teach.bd.cpu_x"),
+                      yaxis={"autorange": "reversed"}, height=120 + 45 * max(len(kinds), 1), legend_orientation="h",
+                      legend_y=-0.25, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def cpu_kind_rows(breakdowns: dict[str, dict]) -> list[dict[str, Any]]:
+    """One row per kind of op (ms unfused and fused), then the time between ops, the wall time and the ops."""
+    rows = []
+    for k in OP_KINDS:
+        values = {v: (b.get("by_kind_ms") or {}).get(k, 0.0) for v, b in breakdowns.items() if b}
+        if not any(values.values()):
+            continue
+        rows.append({t("teach.col.kind"): t(f"teach.kind.{k}"),
+                     **{t(f"teach.col.{v}_ms"): round(ms, 3) for v, ms in values.items()}})
+    def between(b: dict) -> Any:
+        # the ops' own time can fill the whole wall time (it is measured node by node): then nothing between
+        # them can be told apart, which is not "0 ms"
+        ms = b["categories_ms"]["launch_host"]
+        return round(ms, 3) if ms > 0.01 * (b["wall_ms"] or 0.0) else "-"
+
+    for label, read in ((t("teach.bd.cpu_between"), between),
+                        (t("teach.bd.total_wall"), lambda b: round(b["wall_ms"], 3)),
+                        (t("teach.bd.cpu_ops"), lambda b: b.get("ops") or b["kernels"])):
+        rows.append({t("teach.col.kind"): label, **{t(f"teach.col.{v}_ms"): read(b) for v, b in breakdowns.items()
+                                                    if b}})
+    return rows
+
+
 def category_label(category: str, cpu: bool = False) -> str:
     """The translated name of a breakdown category (the CPU's first category is framework overhead)."""
     if category == "launch_host" and cpu:
@@ -180,7 +228,10 @@ def sweep_figure(points: list[dict[str, Any]], title: str) -> go.Figure:
     fig = go.Figure()
     for dtype in sorted({p["dtype"] for p in points}):
         mine = sorted((p for p in points if p["dtype"] == dtype and p.get("speedup")), key=lambda p: p["batch"])
+        # a hollow marker where the paired test could not decide
         fig.add_trace(go.Scatter(x=[p["batch"] for p in mine], y=[p["speedup"] for p in mine], mode="lines+markers",
+                                 marker={"size": 9, "symbol": ["circle-open" if p.get("undecided") else "circle"
+                                                               for p in mine]},
                                  name=dtype, customdata=[[p["unfused_ms"], p["fused_ms"]] for p in mine],
                                  hovertemplate=t("teach.sweep.hover") + "<extra>" + dtype + "</extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#dc2626", annotation_text=t("teach.sweep.break_even"))

@@ -35,9 +35,23 @@ STRINGS = {
                       "这个安装中没有测量程序（explorer.gpu_runner）。"),
     "run.start": ("Run", "运行"),
     "run.cancel": ("Cancel", "取消"),
-    "run.estimate": ("The estimate of the time left appears once the first forward is timed, and is revised as each "
-                     "phase ends.",
-                     "第一次前向计时完成后才会显示剩余时间的估计，每个阶段结束时再修正。"),
+    "run.estimate": ("The time left is priced from what this run has measured so far (and what earlier runs of this "
+                     "model measured on this machine), counted from when you pressed Run, and revised as each phase "
+                     "goes; the bar is the share of the time, not of the steps.",
+                     "剩余时间按本次运行已经测得的开销估算（以及这台机器上之前运行这个模型时测得的开销），从你点击"
+                     "“运行”时开始计时，并随每个阶段的进展修正；进度条表示时间的比例，而不是步骤的比例。"),
+    "run.cpu_threads": ("CPU threads", "CPU 线程数"),
+    "run.cpu_threads_default": ("default (1 on the CPU)", "默认（CPU 上为 1）"),
+    "run.cpu_threads_help": ("torch's intra-op threads in the measuring process. The default is the same for quick and "
+                             "normal runs, so that two runs you compare were taken alike; one thread keeps a shared "
+                             "CPU's timings stable.",
+                             "测量进程中 torch 的算子内线程数。快速模式与普通运行的默认值相同，这样你比较的两次运行"
+                             "是在同样条件下测得的；一个线程能让共享 CPU 上的计时更稳定。"),
+    "run.host": ("Host while measuring: 1-minute load average up to {load:.1f} on {cores} core(s); {threads} torch "
+                 "thread(s) ({how}).",
+                 "测量期间的主机：1 分钟平均负载最高 {load:.1f}，共 {cores} 个核心；torch 线程数 {threads}（{how}）。"),
+    "run.threads_set": ("your setting", "你的设置"),
+    "run.threads_default": ("the default", "默认值"),
     "run.cancelled": ("Run cancelled: nothing was measured; press Run to start again.",
                       "运行已取消：没有测量任何东西；点击“运行”重新开始。"),
     "run.failed": ("Run failed: {error}", "运行失败：{error}"),

@@ -96,6 +96,37 @@ STRINGS = {
                      "own time (Python, dispatch, allocation); the rest is the ATen ops' CPU time.",
                      "CPU profiling：这里没有 GPU 意义上的内核启动。第一部分是框架自身的开销（Python、分派、内存分配），"
                      "其余是 ATen 算子的 CPU 时间。"),
+    "teach.bd.cpu_limits": (
+        "**A CPU profile shows where the CPU's time goes by kind of op**, before and after fusion: each op is timed "
+        "as it runs (without the profiler's own cost), and fusion shows up as fewer ops and less time in the kinds "
+        "it merges. **It cannot show kernel launch overhead** (on a CPU an op is a function call: nothing is "
+        "launched and no device waits), **nor whether an op is bound by memory or by arithmetic** (a timer on the "
+        "host does not see memory stalls; that needs hardware counters). The reference article's table (实际计算 / Kernel Launch "
+        "/ 内存读写 / 其他开销) is a GPU picture: open the committed H200 teaching report (`{report}`, above: "
+        "*Open*) to see it measured.",
+        "**CPU 上的 profiling 能显示 CPU 的时间按算子种类花在哪里**，融合前和融合后都有：每个算子运行时单独计时（不含 "
+        "profiler 自身的开销），融合表现为算子更少、被合并的那几类算子用时更少。**它显示不了内核启动开销**（在 CPU 上"
+        "一个算子就是一次函数调用：没有什么被“启动”，也没有设备在等），**也看不出一个算子受限于访存还是计算**（主机上的"
+        "计时器看不到内存停顿，这需要硬件计数器）。参考文章的表（实际计算 / 内核启动 / 内存读写 / 其他开销）是 GPU 上的"
+        "情形：打开已提交的 H200 教学报告（`{report}`，见上方的“打开”）就能看到实测结果。"),
+    "teach.bd.cpu_fig_title": ("CPU time of one forward by kind of op", "一次前向的 CPU 时间（按算子种类）"),
+    "teach.bd.cpu_x": ("ms of CPU time", "CPU 时间（ms）"),
+    "teach.bd.cpu_between": ("between ops (Python, dispatch)", "算子之间（Python、分派）"),
+    "teach.bd.cpu_ops": ("ops per forward", "每次前向的算子数"),
+    "teach.bd.cpu_read": ("How to read it: one forward took {before:.3f} ms unfused and {after:.3f} ms fused, with "
+                          "{ops_before} → {ops_after} ops. The rows show which kinds of op the fused model spends less "
+                          "(or more) time in.",
+                          "怎么读：一次前向融合前 {before:.3f} ms，融合后 {after:.3f} ms，算子数 {ops_before} → "
+                          "{ops_after}。各行显示融合后的模型在哪些种类的算子上花的时间更少（或更多）。"),
+    "teach.col.kind": ("kind of op", "算子种类"),
+    "teach.kind.convolution": ("convolution", "卷积"),
+    "teach.kind.matmul": ("matmul / linear", "矩阵乘 / 线性层"),
+    "teach.kind.normalization": ("normalization", "归一化"),
+    "teach.kind.activation": ("activation", "激活"),
+    "teach.kind.elementwise": ("elementwise, reductions, pooling", "逐元素、归约、池化"),
+    "teach.kind.softmax_attention": ("softmax / attention", "softmax / 注意力"),
+    "teach.kind.data_movement": ("views, copies, concatenation", "视图、拷贝、拼接"),
+    "teach.kind.other": ("other", "其他"),
     "teach.bd.fig_title": ("Share of one forward's wall time", "一次前向墙钟时间的占比"),
     "teach.bd.x_share": ("% of the wall time", "占墙钟时间的百分比"),
     "teach.bd.row_seed": ("reference article's claim (ResNet-50)", "参考文章的说法（ResNet-50）"),
@@ -304,9 +335,18 @@ STRINGS = {
                           "融合后的链在 {n} 个点上更慢（批大小 {batches}）：在那里融合不划算。"),
     "sweep.read_all_win": ("The fused chain is at least as fast at every point measured.",
                            "在所有测量点上，融合后的链都不慢。"),
+    "sweep.read_undecided": ("At {n} point(s), batch {batches}, the paired test could not decide with the rounds it "
+                             "had: neither faster nor slower can be said there (run the sweep again, or on a quieter "
+                             "machine).",
+                             "在 {n} 个点上（批大小 {batches}），配对检验用现有的轮数无法判定：那里既不能说更快，也不能说更慢"
+                             "（请再扫描一次，或换一台更空闲的机器）。"),
+    "sweep.col.verdict": ("verdict (paired test)", "结论（配对检验）"),
+    "sweep.undecided": ("undecided ({n} rounds)", "无法判定（{n} 轮）"),
     "sweep.why": ("Timings in a shared machine's CPU are noisy; the GPU is where the reference article's warning is sharpest. "
-                  "Times are medians of alternated calls; each point's verdict is its run report's paired test.",
-                  "共享机器上的 CPU 计时噪声较大；参考文章的提醒在 GPU 上最明显。时间是交替调用的中位数；每个点的结论来自其运行报告的配对检验。"),
+                  "Times are medians of alternated calls; each point's verdict is its run report's paired test (Wilcoxon "
+                  "signed-rank over paired rounds, 3% minimum effect), as in a run.",
+                  "共享机器上的 CPU 计时噪声较大；参考文章的提醒在 GPU 上最明显。时间是交替调用的中位数；每个点的结论来自其运行报告的配对检验（对配对轮次做 Wilcoxon 符号秩检验，最小效应 3%），"
+                  "与一次运行相同。"),
     "sweep.col.batch": ("batch", "批大小"),
     "sweep.col.dtype": ("dtype", "数据类型"),
     "sweep.col.unfused": ("unfused ms", "融合前 ms"),

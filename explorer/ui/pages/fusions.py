@@ -170,6 +170,26 @@ def _saved(table, chain) -> int:
     return got.saved if got is not None else chain.launches_saved
 
 
+def _on_table_edit(detection, shown_ids: list[str], key: str) -> None:
+    """Callback of the chains table: every edit so far (``edited_rows``, relative to the table as drawn)
+    becomes the accepted set and kernel choices, without resetting the table (no new key, no rerun of its own)."""
+    state = st.session_state.get(key) or {}
+    rows = (state.get("edited_rows") if hasattr(state, "get") else None) or {}
+    accepted = set(ui_state.accepted_ids(detection))
+    by_id = detection.known_chains()
+    for index, change in rows.items():
+        try:
+            cid = shown_ids[int(index)]
+        except (ValueError, IndexError):
+            continue
+        if "accept" in change:
+            (accepted.add if change["accept"] else accepted.discard)(cid)
+        choice = change.get("kernel")
+        if choice is not None and cid in by_id and choice in _kernels(by_id[cid].pattern):
+            ui_state.set_kernel(detection, cid, choice)   # a choice not the pattern's is refused on the page
+    ui_state.set_accepted(detection, accepted, reset_table=False)
+
+
 def _apply_edits(detection, shown, accepted, edited: pd.DataFrame) -> list[str]:
     """Turn the table's edits into choices; return the kernel edits refused (not the pattern's)."""
     if len(edited) != len(shown):
@@ -264,11 +284,15 @@ def _chains_section(detection, accepted) -> None:
                                                      help=t("fusions.col.also_help")),
         "id": st.column_config.TextColumn(t("fusions.col.id"), width=175, help=t("fusions.col.id_help")),
     }
+    editor_key = f"chains_editor_{ss.editor_version}"
     edited = st.data_editor(
-        table, key=f"chains_editor_{ss.editor_version}", hide_index=True, width="stretch",
+        table, key=editor_key, hide_index=True, width="stretch",
         disabled=[c for c in table.columns if c not in ("accept", "kernel")],
         column_config={k: v for k, v in config.items() if k in table.columns},
         height=min(35 * (len(shown) + 1) + 3, 520),
+        # each click applied in its callback, before the rerun, keeping the table's key: a click made while
+        # the page reruns reaches the same widget and is applied with the next one, never dropped
+        on_change=_on_table_edit, args=(detection, [c.id for c in shown], editor_key),
     )
     for line in _apply_edits(detection, shown, accepted, edited):
         st.warning(t("fusions.kernel_not_changed", line=ui_files.escape_markdown(line)))

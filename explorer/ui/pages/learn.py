@@ -38,7 +38,7 @@ from explorer.teaching import examples as teach_examples
 from explorer.teaching import predict as teach_predict
 from explorer.teaching import readers
 from explorer.teaching import report as teach_report
-from explorer.ui import diagrams, kernel_table, tasks
+from explorer.ui import charts, diagrams, kernel_table, tasks
 from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui import teaching_panels as panels
 from explorer.ui import state as ui_state
@@ -155,8 +155,8 @@ def _poll(name: str) -> None:
         if job is None:
             return
         if job.running:
-            st.progress(job.fraction, text=t("learn.task.progress", message=message(job.message),
-                                             seconds=f"{time.time() - job.started:.0f}"))
+            fraction, status, elapsed = job.view()   # the time left counted down, the bar a share of the time
+            st.progress(fraction, text=t("learn.task.progress", message=message(status), seconds=f"{elapsed:.0f}"))
         elif job.finished and time.time() - job.finished < 2:
             st.rerun(scope="app")
 
@@ -622,13 +622,21 @@ def _sweep_result(job, detection) -> None:
     if good:
         st.plotly_chart(views.sweep_figure(good, t("sweep.fig_title", chain=chain_title)), key="chart_sweep",
                         width="stretch")
-        # the report's paired test where the point has one (a sweep point), else the medians (an older result)
-        losing = [p for p in good if (p["verdict"] == SLOWER if p.get("verdict") else p["speedup"] < 1)]
-        st.markdown(t("sweep.read_losing", n=len(losing), batches=", ".join(str(p["batch"]) for p in losing))
-                    if losing else t("sweep.read_all_win"))
+        # each point decided by the paired test of its report, as a run decides; medians alone decide nothing
+        losing = [p for p in good if p.get("verdict") == SLOWER]
+        open_ = [p for p in good if p.get("undecided") or not p.get("verdict")]
+        if losing:
+            st.markdown(t("sweep.read_losing", n=len(losing), batches=", ".join(str(p["batch"]) for p in losing)))
+        if open_:
+            st.markdown(t("sweep.read_undecided", n=len(open_), batches=", ".join(str(p["batch"]) for p in open_)))
+        if not losing and not open_:
+            st.markdown(t("sweep.read_all_win"))
+    lang = current_language()
     st.dataframe([{t("sweep.col.batch"): p["batch"], t("sweep.col.dtype"): p["dtype"],
                    t("sweep.col.unfused"): p["unfused_ms"], t("sweep.col.fused"): p["fused_ms"],
                    t("sweep.col.speedup"): _x(p["speedup"]),
+                   t("sweep.col.verdict"): (t("sweep.undecided", n=p.get("rounds") or 0) if p.get("undecided")
+                                            else charts.verdict_label(p["verdict"], lang) if p.get("verdict") else "-"),
                    t("sweep.col.bytes"): human_bytes(p["bytes_unfused"]) if p.get("bytes_unfused") else "-",
                    t("sweep.col.error"): message(p["error"]) if p.get("error") else ""} for p in points],
                  hide_index=True, width="stretch")

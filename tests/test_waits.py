@@ -1,0 +1,116 @@
+"""Waits that say how long: the time-left model, the countdown from the click, a real run against its estimate."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from explorer.runtime.progress import (Countdown, CostMemory, Schedule, format_seconds, run_estimates, split_left,
+                                       with_left)
+
+
+def test_status_carries_its_time_left_both_ways():
+    for seconds in (0, 7, 89, 95, 200, 3700):
+        text, left = split_left(with_left("timing chain 3/9", seconds))
+        assert text == "timing chain 3/9" and left == float(round(seconds)) if seconds < 90 else left == seconds
+    assert split_left("done in 4 s") == ("done in 4 s", None)
+    assert format_seconds(200) == "3 min 20 s"
+
+
+def test_a_phase_slower_than_priced_shows_it_from_its_own_rate():
+    """The estimate said 1 s for 10 rounds; 3 rounds took 3 s: the time left follows the rate (7 s, weighed
+    3:1 against the estimate after 3 of 10 rounds: over 5 s), not the estimate (which would say 0)."""
+    seen = []
+    schedule = Schedule(lambda f, s: seen.append((f, s)), {"main": 1.0, "stages": 2.0}, units={"main": 10})
+    schedule.emit("main", 0.0, "warming up")
+    schedule._phase_start -= 3.0   # 3 s spent in the phase (no sleeping in a test)
+    schedule.started -= 3.0
+    schedule.emit("main", 0.3, "round 3/10")
+    _text, left = split_left(seen[-1][1])
+    assert 5.0 <= left - 2.0 <= 8.0, seen[-1]   # the phase's 5-7 s and the stages' 2 s
+    assert 0.2 < seen[-1][0] < 0.4               # 3 s done of ~10: the bar is a fraction of the time
+
+
+def test_countdown_counts_from_the_click_and_between_statuses():
+    click = 1000.0
+    c = Countdown(click)
+    fraction, status, left, elapsed = c.view(now=click + 2)
+    assert (fraction, status, left, elapsed) == (0.0, "starting…", None, 2.0)   # no estimate yet: no number
+    c.update(0.9, with_left("loading", 30))   # the work's own fraction of steps is not the bar's
+    c.at = click + 10
+    fraction, status, left, elapsed = c.view(now=click + 16)
+    assert status == "loading" and left == 24 and elapsed == 16
+    assert fraction == pytest.approx(16 / 40)
+    c.update(0.95, with_left("timing", 200))   # the run looks longer: the bar waits, it never goes back
+    c.at = click + 17
+    assert c.view(now=click + 17)[0] == pytest.approx(16 / 40)
+    c.update(1.0, "done in 40 s")
+    assert c.view(now=click + 41)[0] == 1.0
+
+
+def test_the_cost_model_grows_with_what_is_known():
+    timing = {"target_s": 0.4, "min_reps": 8, "max_reps": 200, "budget_s": 1.5}
+    phases = ("reference", "main", "chains", "stages")
+    common = dict(cuda=False, timing=timing, quick=False, phases=phases, chains_timed=True,
+                  stage_graphs=3, stages=True, compile_modes=0, fuse_s=0.1)
+    small = run_estimates(forward_s=0.01, chains_to_time=5, **common)
+    slow = run_estimates(forward_s=0.2, chains_to_time=5, **common)
+    more = run_estimates(forward_s=0.01, chains_to_time=50, chain_s=1.0, **common)
+    assert slow["main"] > 2 * small["main"] and slow["stages"] > small["stages"]
+    assert more["chains"] == 50.0 and small["baselines"] == 0.0
+    assert run_estimates(forward_s=0.01, chains_to_time=5, **{**common, "chains_timed": False})["chains"] == 0.0
+
+
+def test_cost_memory_keeps_what_was_measured(tmp_path):
+    memory = CostMemory(tmp_path / "costs.json")
+    assert memory.get("child_start", 6.0) == 6.0
+    memory.record("child_start", 2.0, average=True)
+    memory.record("child_start", 4.0, average=True)
+    assert memory.get("child_start") == pytest.approx(0.3 * 2.0 + 0.7 * 4.0)
+    (tmp_path / "costs.json").write_text("not json")
+    assert CostMemory(tmp_path / "costs.json").get("child_start") is None   # unreadable: simply empty
+
+
+def test_a_quick_run_ends_within_30_percent_of_its_estimate(tmp_path, monkeypatch):
+    """A real quick run of a zoo model on the CPU, the second of two (the first measured this machine's
+    costs): from the first 10% of its time on, every status's elapsed + time left is within ±30% of the
+    time the run really took, counted from the call (the click)."""
+    from explorer import gpu_runner
+    from explorer.runtime.settings import RunSettings
+
+    monkeypatch.setenv("FUSION_EXPLORER_COSTS", str(tmp_path / "costs.json"))
+    settings = RunSettings(device="cpu", quick=True)
+    gpu_runner.run("residual_block", None, settings)
+    seen: list[tuple[float, float | None, str]] = []
+    t0 = time.monotonic()
+
+    def progress(fraction: float, status: str) -> None:
+        seen.append((time.monotonic() - t0, split_left(status)[1], status))
+
+    gpu_runner.run("residual_block", None, settings, progress=progress)
+    total = time.monotonic() - t0
+    assert seen[0][1] is not None, seen[0]   # an estimate from the click on, measured by the first run
+    late = [(t, left, s) for t, left, s in seen if t >= 0.1 * total and left is not None]
+    assert late, seen
+    for t, left, status in late:
+        assert abs(t + left - total) <= 0.3 * total + 0.5, (status, t, left, total)  # 0.5 s: whole seconds shown
+    assert seen[-1][2].startswith("done in")
+
+
+
+def test_the_views_list_the_engines_kinds_of_op():
+    from explorer.runtime import breakdown as bd
+    from explorer.ui import teaching_views
+
+    assert teaching_views.OP_KINDS == bd.OP_KINDS and teaching_views.GPU_TEACHING_REPORT == bd.GPU_TEACHING_REPORT
+    assert [bd.op_kind(n) for n in ("aten::conv2d", "aten::addmm", "aten::batch_norm", "aten::relu_", "aten::add_",
+                                    "aten::_softmax", "aten::view", "aten::lift_fresh")] == list(bd.OP_KINDS)
+
+
+def test_a_countdown_past_its_estimate_says_so():
+    c = Countdown(0.0)
+    c.update(0.5, with_left("loading", 5))
+    c.at = 0.0
+    assert c.line(now=3.0) == with_left("loading", 2)
+    assert c.line(now=10.0) == "loading · taking longer than estimated"   # not "about 0 s left" for ever
