@@ -79,14 +79,25 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The devices ``detect`` counts kernel launches for (each chain's kernel differs between them).
+LAUNCH_DEVICES = ("cpu", "cuda")
+
+
 def cmd_detect(args: argparse.Namespace) -> int:
-    from explorer.fusion_engine import analyze
+    from explorer.fusion_engine import analyze, chain_launch_table
     from explorer.fusions import BY_NAME, PATTERNS
 
-    model, graph, det = analyze(args.model, batch=args.batch, seq_len=args.seq_len)
+    analysis = analyze(args.model, batch=args.batch, seq_len=args.seq_len)
+    model, graph, det = analysis
     result = det.to_dict()
     result["model"] = model.name
     result["source"] = model.source
+    # the launches each device saves, with each chain's kernel there (explorer.launches: the pages' count)
+    tables = {dev: chain_launch_table(analysis, None, dev) for dev in LAUNCH_DEVICES}
+    result["launches_by_device"] = {
+        dev: {"before": tab.before, "after": tab.after, "saved": tab.saved,
+              "chains": {c.chain_id: {"unfused": c.unfused, "fused": c.fused} for c in tab.chains}}
+        for dev, tab in tables.items()}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -96,15 +107,22 @@ def cmd_detect(args: argparse.Namespace) -> int:
           f"{human_bytes(t.get('bytes', 0))} moved unfused")
     print()
     width = max(len(p.label) for p in PATTERNS)
-    print(f"{'id':<34} {'pattern':<{width}} {'bytes saved':>12} {'launches':>8}  origin")
+    heads = "".join(f" {'saves ' + dev:>11}" for dev in LAUNCH_DEVICES)
+    print(f"{'id':<34} {'pattern':<{width}} {'bytes saved':>12}{heads}  chain")
     for c in det.chains:
-        joiner = " | " if c.siblings else " -> "  # siblings read one input side by side
-        print(f"{clean(c.id):<34} {BY_NAME[c.pattern].label:<{width}} {human_bytes(c.bytes_saved):>12} "
-              f"{c.launches_saved:>8}  {clean(joiner.join(c.names))}")
+        saved = "".join(f" {tables[dev].of(c.id).saved:>11}" for dev in LAUNCH_DEVICES)
+        print(f"{clean(c.id):<34} {BY_NAME[c.pattern].label:<{width}} {human_bytes(c.bytes_saved):>12}"
+              f"{saved}  {clean(c.title)}")
     print()
     print("chains per pattern: " + ", ".join(f"{p.label} {det.counts[p.name]}" for p in PATTERNS if det.counts[p.name]))
-    print(f"total: {len(det.chains)} chains, {result['launches_saved']} launches and "
-          f"{human_bytes(result['bytes_saved'])} of intermediate traffic saved")
+    print(f"total: {len(det.chains)} chains, {human_bytes(result['bytes_saved'])} of intermediate traffic saved; "
+          "kernel launches (each chain's kernel on that device): "
+          + ", ".join(f"{dev} {tab.before} -> {tab.after} (saves {tab.saved})" for dev, tab in tables.items()))
+    if det.alternatives:
+        print(f"\nalso possible ({len(det.alternatives)}; choose one with: fusion-explorer plan MODEL --use ID):")
+        for a in det.alternatives:
+            words = ", then ".join(BY_NAME[c.pattern].label for c in a.chains)
+            print(f"  instead of {clean(a.instead_of)}: {words}  [{clean(a.id)}]")
     if det.near_misses:
         print(f"\nnear misses ({len(det.near_misses)}):")
         for m in det.near_misses:
@@ -141,6 +159,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
             kernels.setdefault(chain_id, "separate_epilogue")
     plan = make_plan(det, accept=args.accept, reject=reject, memory_format=args.memory_format,
                      cuda_graphs=args.cuda_graphs, kernels=kernels)
+    if args.use:
+        from explorer.fusions.plan import choose_alternative
+
+        for alternative in args.use:
+            plan = choose_alternative(plan, det, alternative.strip())
     if args.out:
         _write_out(args.out, plan.to_json() + "\n", "the plan")
     else:
@@ -489,6 +512,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", action="append", metavar="ID=CHOICE",
                    help="kernel choice for one chain (auto, separate_epilogue, inductor: the pattern's list); "
                         "repeat for more chains")
+    p.add_argument("--use", action="append", metavar="ALTERNATIVE",
+                   help="accept an alternative (as 'fusion-explorer detect' lists it: 'conv_bn@conv2d_1 + elementwise_chain@add') "
+                        "in place of the chain it competes with; repeat for more")
     p.add_argument("--separate-gpu-slower", dest="separate_gpu_slower", metavar="REPORT",
                    help="choose separate_epilogue for every conv/linear chain that this CUDA report measured "
                         "slower fused even as CUDA graphs (the fused kernel itself slower on the GPU)")

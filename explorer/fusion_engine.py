@@ -10,6 +10,11 @@ input: the Q, K and V projections of an attention layer. It has no
 side effects on the graph; it returns a ``Detection``:
 
 - ``chains``: non-overlapping ``Chain`` values (every node in at most one);
+- ``alternatives``: for a chain, other ways to fuse its nodes that the order
+  did not take (``Alternative``): a pattern that runs later, matched where the
+  chain's claim was all that stopped it, alone or followed by the chains its
+  rest then forms (Conv+BN, then Add+ReLU, instead of Conv+BN+Add+ReLU). A plan
+  may accept them instead of the chain; the runner measures them like any chain;
 - ``near_misses``: candidates a guard refused, each with a readable reason
   ("conv output has 2 consumers", "BatchNorm in training mode", ...): a family's
   ``Message`` (``explorer.words``), English as a ``str``, rendered by the UI in
@@ -24,6 +29,8 @@ command line)::
 
     analyze(source) ─► Analysis(model, graph, detection)
     fuse(analysis, plan, device, level) ─► FusedModel (a new graph; the original untouched)
+    launch_counts(analysis, applied, accepted, device) ─► launches.LaunchCounts (the device's kernel
+        launches before and after; ``chain_launch_table`` every chain's, as if accepted)
 
     >>> analysis = analyze("resnet50")
     >>> analysis.detection.counts["conv_bn_act"]
@@ -32,13 +39,15 @@ command line)::
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Iterable, NamedTuple
 
 import networkx as nx
 
+from explorer import launches
 from explorer.fusions import ALREADY_FUSED, PATTERNS
-from explorer.fusions.base import WORDS, Chain, Detection, NearMiss, NoMatch, Pattern, Step
+from explorer.fusions.base import WORDS, Alternative, Chain, Detection, NearMiss, NoMatch, Pattern, Step
 from explorer.fusions.plan import Plan, make_plan
 from explorer.fusions.rewrite import FusedModel, apply_plan
 from explorer.graph.build import build_graph, topo_nodes
@@ -242,6 +251,8 @@ def detect(g: nx.DiGraph, patterns: Iterable[Pattern] = PATTERNS) -> Detection:
         for n in by_kind.get(kind, ()):
             refused.append(NearMiss(pattern_name, (n,), WORDS("already_fused", op=g.nodes[n]['target'].split('.')[1])))
     chains.sort(key=lambda c: g.nodes[c.nodes[0]]["order"])
+    patterns = tuple(patterns)
+    alternatives = tuple(alt for c in chains for alt in _alternatives(g, patterns, by_kind, c, claimed))
     per_pattern = Counter(c.pattern for c in chains)
     return Detection(
         model=str(g.graph.get("model", "model")),
@@ -250,7 +261,68 @@ def detect(g: nx.DiGraph, patterns: Iterable[Pattern] = PATTERNS) -> Detection:
         near_misses=tuple(_keep_informative(refused, claimed)),
         totals={k: int(g.graph[k]) for k in ("nodes", "ops", "params", "flops", "bytes", "launches") if k in g.graph},
         counts={p.name: per_pattern.get(p.name, 0) for p in PATTERNS},
+        alternatives=alternatives,
     )
+
+
+def _try(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> Chain | None:
+    try:
+        matcher = pattern.match or (_match_siblings if pattern.siblings else _match)
+        return _make_chain(g, pattern, matcher(g, pattern, anchor, claimed))
+    except NoMatch:
+        return None
+
+
+def _alternatives(g: nx.DiGraph, patterns: tuple[Pattern, ...], by_kind: dict[str, list[str]], chain: Chain,
+                  claimed: dict[str, str]) -> list[Alternative]:
+    """Other ways to fuse ``chain``'s nodes: each pattern of another name, tried at the chain's nodes and their
+    neighbours as if the chain had claimed nothing. A match that takes a node of the chain is kept when it
+    reaches beyond the chain, or when the rest of the chain then forms chains of its own (a partition); a
+    match that is only a part of the chain, leaving its other ops unfused, is no alternative worth a choice."""
+    nodes = set(chain.nodes)
+    free = {n: c for n, c in claimed.items() if c != chain.id}
+    near = set(nodes)
+    for n in chain.nodes:
+        near.update(g.predecessors(n))
+        near.update(g.successors(n))
+    found: list[Alternative] = []
+    seen: set[tuple[str, ...]] = set()
+    for pattern in patterns:
+        if pattern.name == chain.pattern:
+            continue
+        kinds = set(pattern.anchor_kinds)
+        for anchor in sorted((n for n in near if g.nodes[n]["kind"] in kinds), key=lambda n: g.nodes[n]["order"]):
+            if anchor in free:
+                continue
+            alt = _try(g, pattern, anchor, free)
+            if alt is None or not nodes & set(alt.nodes):
+                continue
+            rest = _rest_chains(g, patterns, by_kind, nodes - set(alt.nodes),
+                                {**free, **{n: alt.id for n in alt.nodes}})
+            key = tuple(sorted(c.id for c in (alt, *rest)))
+            if key in seen or (set(alt.nodes) <= nodes and not rest):
+                continue
+            seen.add(key)
+            found.append(Alternative(chain.id, tuple(sorted((alt, *rest), key=lambda c: g.nodes[c.nodes[0]]["order"]))))
+    return found
+
+
+def _rest_chains(g: nx.DiGraph, patterns: tuple[Pattern, ...], by_kind: dict[str, list[str]], rest: set[str],
+                 claimed: dict[str, str]) -> list[Chain]:
+    """The chains the registry's order forms among ``rest`` (a chain's nodes an alternative left), given ``claimed``."""
+    out: list[Chain] = []
+    claimed = dict(claimed)
+    for pattern in patterns:
+        for anchor in sorted((n for k in pattern.anchor_kinds for n in by_kind.get(k, ()) if n in rest),
+                             key=lambda n: g.nodes[n]["order"]):
+            if anchor in claimed:
+                continue
+            chain = _try(g, pattern, anchor, claimed)
+            if chain is None or not set(chain.nodes) <= rest | {n for n in chain.nodes if n not in claimed}:
+                continue
+            out.append(chain)
+            claimed.update({n: chain.id for n in chain.nodes})
+    return out
 
 
 def _outranked(reason: str, pattern: Pattern) -> bool:
@@ -299,3 +371,55 @@ def fuse(analysis: Analysis, plan: Plan | None = None, device: str = "cpu", leve
     """The fused model a plan makes (every chain accepted when ``plan`` is None); the original is untouched."""
     plan = plan if plan is not None else make_plan(analysis.detection, "all")
     return apply_plan(analysis.model.gm, analysis.detection, plan, device, level)
+
+
+def unfused_launches(graph: nx.DiGraph, chain: Chain) -> int:
+    """The kernels a chain's ops launch unfused (the graph's ``launches`` of its nodes: views launch none)."""
+    return int(sum(graph.nodes[n].get("launches", 0) for n in chain.nodes if n in graph))
+
+
+def launch_counts(analysis: Analysis, applied: Iterable, accepted: Iterable[str], device: str) -> launches.LaunchCounts:
+    """The model's kernel launches on ``device`` before and after the ``accepted`` chains, each chain's from
+    what the rewrite made of it (``applied``: ``AppliedChain`` values, ``explorer.launches``). The one count
+    the Graph and Fusions pages, the runner's report and the command line show."""
+    graph, detection = analysis.graph, analysis.detection
+    by_id = {a.chain_id: a for a in applied}
+    per_chain = {c.id: launches.chain_launches(c.id, unfused_launches(graph, c), by_id.get(c.id))
+                 for c in detection.known_chains().values() if c.id in by_id}
+    return launches.count(int(detection.totals.get("launches", 0)), per_chain, accepted, device)
+
+
+def chain_launch_table(analysis: Analysis, plan: Plan | None, device: str) -> launches.LaunchCounts:
+    """Every chain's launches on ``device`` with ``plan``'s kernel choices and memory format, as if every
+    chain were accepted (a chain's kernel does not depend on which others are): the Fusions page's column,
+    and, restricted to the accepted chains (``launches.count``), the count of any plan of those choices."""
+    plan = plan if plan is not None else make_plan(analysis.detection, "all")
+    every = make_plan(analysis.detection, "all", memory_format=plan.memory_format, cuda_graphs=plan.cuda_graphs,
+                      kernels=dict(plan.kernels))
+    fused = apply_plan(analysis.model.gm, analysis.detection, every, device, "all")
+    table = launch_counts(analysis, fused.applied, every.accepted, device)
+    extra = [c for r in _alternative_rounds(analysis, every, device) for c in r.chains]
+    return dataclasses.replace(table, chains=table.chains + tuple(extra)) if extra else table
+
+
+def _alternative_rounds(analysis: Analysis, every: Plan, device: str) -> list[launches.LaunchCounts]:
+    """The alternatives' chains' launches: rounds of plans, each taking as many alternatives as do not overlap
+    (a chain's kernel does not depend on which others are accepted, as in ``chain_launch_table``)."""
+    from explorer.fusions.plan import choose_alternative
+
+    pending, rounds = list(analysis.detection.alternatives), []
+    while pending:
+        plan, taken, later, chosen = every, set(), [], []
+        for alt in pending:
+            nodes = {n for c in alt.chains for n in c.nodes}
+            if nodes & taken or alt.instead_of in {a.instead_of for a in chosen}:
+                later.append(alt)
+                continue
+            plan = choose_alternative(plan, analysis.detection, alt.id)
+            taken |= nodes
+            chosen.append(alt)
+        fused = apply_plan(analysis.model.gm, analysis.detection, plan, device, "all")
+        ids = [c.id for a in chosen for c in a.chains]
+        rounds.append(launch_counts(analysis, fused.applied, ids, device))
+        pending = later
+    return rounds

@@ -53,6 +53,7 @@ from typing import Iterable, Mapping
 
 import networkx as nx
 
+from explorer import launches as launch_counts
 from explorer.fusions import BY_NAME, PATTERNS, UNKNOWN_COLOR, color_of
 from explorer.fusions.base import Chain, Detection
 from explorer.ui.i18n import t_in, translate_phrases, translate_text
@@ -194,6 +195,14 @@ class FusedChain:
     kernel: str
     implementation: str
     fused_kernel: bool = True
+    status: str = "fused"
+
+
+def chain_launches(graph: nx.DiGraph, chain: Chain, info: FusedChain | None) -> launch_counts.ChainLaunches:
+    """A chain's kernel launches on the device its ``info`` was made for (``explorer.launches``, the count the
+    runner's report and the command line show): its ops' unfused, what its kernel runs fused."""
+    unfused = int(sum(graph.nodes[n].get("launches", 0) for n in chain.nodes if n in graph))
+    return launch_counts.chain_launches(chain.id, unfused, info)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,28 +225,9 @@ def natural_key(text: str) -> tuple:
 
 
 def chain_name(chain: Chain) -> str:
-    """A person's name for a chain, from its ops' module paths: the common module, then each op's
-    own part (``layer1.0: conv1 → bn1 → relu``). An op whose path is the common module itself (the
-    residual add of ``layer1.0``) or that shares its path with the others (BERT's attention scores)
-    is named by its kind; parts that are bare numbers keep their parent (``downsample.0``).
-    ``Chain.title`` is the engine's shorter form; the id stays the stable key."""
-    names = [n.split(".") for n in chain.names]
-    if not names or len(names) != len(chain.ops):
-        return chain.title
-    common = 0
-    while all(len(p) > common for p in names) and len({p[common] for p in names}) == 1:
-        common += 1
-    rests = [".".join(p[common:]) for p in names]
-    if common and all(r.isdigit() for r in rests if r) and any(rests):
-        common -= 1                                  # downsample.0 → downsample.1, not 0 → 1
-        rests = [".".join(p[common:]) for p in names]
-    if len(set(rests)) < len(rests):                 # one module for several ops: their kinds say more
-        rests = list(chain.ops)
-    else:
-        rests = [r or kind for r, kind in zip(rests, chain.ops)]
-    prefix = ".".join(names[0][:common])
-    body = (" ∥ " if chain.siblings else " → ").join(rests)
-    return f"{prefix}: {body}" if prefix else body
+    """A person's name for a chain: the engine's one name (``Chain.title``: module path and ops,
+    ``layer1.0: conv3 → bn3 → add → relu``), the same on every page, the command line and the report."""
+    return chain.title
 
 
 def legend(detection: Detection | None = None) -> list[LegendItem]:
@@ -347,7 +337,8 @@ def fused_graph(graph: nx.DiGraph, detection: Detection, fused: Mapping[str, Fus
             dtypes=last.get("dtypes", []),
             bytes_read=sum(a.get("bytes_read", 0) for a in attrs), bytes_written=last.get("bytes_written", 0),
             flops=sum(a.get("flops", 0) for a in attrs),
-            launches=max(sum(a.get("launches", 0) for a in attrs) - chain.launches_saved, 0),
+            launches=chain_launches(graph, chain, info).fused,
+            launches_unfused=chain_launches(graph, chain, info).unfused,
             chain=cid, pattern=chain.pattern, kernel=info.kernel, implementation=info.implementation,
             fused_kernel=info.fused_kernel, members=tuple(members), title=chain_name(chain))
     for s, t, a in graph.edges(data=True):
@@ -363,11 +354,11 @@ def fused_graph(graph: nx.DiGraph, detection: Detection, fused: Mapping[str, Fus
 
 def fused_counts(graph: nx.DiGraph, detection: Detection, fused: Mapping[str, FusedChain]) -> FusedCounts:
     """Node and kernel-launch counts before and after the fusions in ``fused``; the launches removed
-    are the engine's ``Chain.launches_saved`` of those chains."""
+    are each chain's on the device ``fused`` was made for (``chain_launches``: ``explorer.launches``)."""
     chains = [c for c in detection.chains if c.id in fused]
     removed_nodes = sum(len([n for n in c.nodes if n in graph]) - 1 for c in chains)
     launches = sum(int(a.get("launches", 0)) for _, a in graph.nodes(data=True))
-    saved = sum(c.launches_saved for c in chains)
+    saved = sum(chain_launches(graph, c, fused[c.id]).saved for c in chains)
     return FusedCounts(graph.number_of_nodes(), graph.number_of_nodes() - removed_nodes,
                        launches, launches - saved, len(chains))
 
@@ -803,15 +794,15 @@ def _fused_node(nid: str, a: dict, chains: dict, highlighted: bool, lang: str = 
     box_label = _box_label(BY_NAME[pattern].label, lang, chars) if pattern in BY_NAME else pattern
     members = a.get("members", ())
     first = chain.names[0] if chain is not None and chain.names else str(a.get("origin", ""))
-    kernels = re.search(r"\((\d+) (?:fused )?(?:kernels?|calls?)", str(a.get("implementation", "")))
-    kernel = f"⚙ {a.get('kernel', '?')}" + (f" ×{kernels.group(1)}" if kernels and kernels.group(1) != "1" else "")
+    n_launches = a.get("launches")
+    kernel = f"⚙ {a.get('kernel', '?')}" + (f" ×{n_launches}" if isinstance(n_launches, int) and n_launches > 1 else "")
     label = "\n".join([_fit(box_label, chars), _fit(first, chars), kernel[:chars]])
     fill, border = _chain_colours(pattern, True)
     lines = [t_in(lang, "gv.tip.fused_chain", name=a.get("title") or nid), t_in(lang, "gv.tip.chain_id", id=nid),
              t_in(lang, "gv.tip.pattern", pattern=label_of), t_in(lang, "gv.tip.kernel", kernel=a.get("kernel", "?")),
              t_in(lang, "gv.tip.runs", implementation=implementation_text(str(a.get("implementation", "?")), lang)),
              t_in(lang, "gv.tip.replaces", n=len(members), ops=chain.ops_text if chain else ", ".join(members)),
-             t_in(lang, "gv.tip.launches", n=a.get("launches", "?"))]
+             t_in(lang, "gv.tip.launches_device", before=a.get("launches_unfused", "?"), n=a.get("launches", "?"))]
     if not a.get("fused_kernel", True):
         lines.append(t_in(lang, "gv.tip.no_fused_kernel"))
     return ViewNode(id=nid, label=label, title="\n".join(lines), fill=fill, border=border,

@@ -137,6 +137,10 @@ PLAN = Words("plan", {
                     "{here_fingerprint})",
                     "这个融合计划是为模型“{model}”（计算图 {fingerprint}）制定的，不是为“{here}”（计算图 {here_fingerprint}）"),
     "unknown_accepted": ("plan accepts chains this model does not have: {chains}", "融合计划接受了这个模型没有的链：{chains}"),
+    "shared_node": ("plan accepts {first} and {second}, which share node {node}: a chain and its alternative cannot "
+                    "both be fused", "融合计划同时接受了 {first} 和 {second}，它们共用节点 {node}：一条链和它的替代方案不能同时融合"),
+    "accept_unknown": ("cannot accept unknown chain(s): {chains}", "无法接受未知的链：{chains}"),
+    "no_alternative": ("this model has no alternative '{alternative}'", "这个模型没有替代方案“{alternative}”"),
     "unknown_kernel_chain": ("plan chooses a kernel for a chain this model does not have: {chain}",
                              "融合计划为这个模型没有的链选择了内核：{chain}"),
     "unknown_patterns": ("unknown pattern(s) {patterns}: choose from {choices}", "未知的融合模式 {patterns}：可选 {choices}"),

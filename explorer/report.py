@@ -63,6 +63,15 @@ SAME = "no significant difference"
 NO_KERNEL = "no fused kernel here"
 NOT_MEASURED = "not measured"
 VERDICTS = (FASTER, SLOWER, SAME, NO_KERNEL, NOT_MEASURED)
+#: How a verdict reads where its stored label would say too much (``Verdict.reading``; never stored): a
+#: SAME whose rounds ran out before the test could tell, and a ratio with no paired samples behind it
+#: (a version 1 report's whole model: its two medians, no test).
+UNDECIDED = "undecided"
+UNTESTED = "not tested"
+READINGS = VERDICTS + (UNDECIDED, UNTESTED)
+#: What the one speed-up of the project is (``Verdict.speedup``): said beside it wherever it is explained.
+SPEEDUP_DEFINITION = ("speed-up = unfused time ÷ fused time: the median of the paired per-round ratios, with the "
+                      "95% bootstrap interval of that median")
 
 # What limits a chain that is slower: the host issuing calls, or the GPU itself.
 HOST, GPU = "host", "gpu"
@@ -158,18 +167,43 @@ class Verdict:
 
     @property
     def speedup(self) -> float | None:
+        """THE speed-up (``SPEEDUP_DEFINITION``): 1 / ``ratio``, the median of the paired per-round ratios
+        unfused ÷ fused; ``interval`` is its 95% interval. None where nothing was timed."""
         return 1.0 / self.ratio if self.ratio else None
+
+    @property
+    def tested(self) -> bool:
+        """Whether a paired test stands behind the ratio (an interval from paired rounds)."""
+        return self.n > 0 and self.ci_low is not None and self.ci_high is not None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The 95% interval of ``speedup`` (low, high), or None where untested."""
+        if not self.tested or not self.ci_low or not self.ci_high:
+            return None
+        return 1.0 / self.ci_high, 1.0 / self.ci_low
+
+    @property
+    def reading(self) -> str:
+        """The word to show (one of ``READINGS``): the label, but ``UNDECIDED`` for a SAME the test could not
+        decide, and ``UNTESTED`` for a ratio measured without a paired test (never "not measured" beside a
+        number)."""
+        if self.label == SAME and not self.decided:
+            return UNDECIDED
+        if self.label == NOT_MEASURED and self.ratio is not None:
+            return UNTESTED
+        return self.label
 
     def describe(self) -> str:
         """One line: ``slower: 0.91x (95% CI 0.88-0.94x), p=0.001, 60 rounds``."""
+        word = self.reading
         if self.ratio is None:
-            return self.label + (f" ({self.note})" if self.note else "")
-        if self.n == 0 or self.ci_low is None or self.ci_high is None:
-            return f"{self.label}: {self.speedup:.2f}x, no paired test ({self.method or self.note})"
-        lo = f"{1 / self.ci_high:.2f}" if self.ci_high else "?"
-        hi = f"{1 / self.ci_low:.2f}" if self.ci_low else "?"
+            return word + (f" ({self.note})" if self.note else "")
+        if not self.tested:
+            return f"{word}: {self.speedup:.2f}x, no paired test ({self.method or self.note})"
+        lo, hi = self.interval or (None, None)
         p = f", p={self.p_value:.2g}" if self.p_value is not None else ""
-        return f"{self.label}: {self.speedup:.2f}x (95% CI {lo}-{hi}x){p}, {self.n} rounds"
+        return f"{word}: {self.speedup:.2f}x (95% CI {lo:.2f}-{hi:.2f}x){p}, {self.n} rounds"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,13 +247,23 @@ class ChainResult:
 
     @property
     def speedup(self) -> float | None:
-        """Unfused median over fused median, synchronised calls."""
-        return _ratio(self.unfused, self.fused)
+        """THE chain's speed-up: its decisive verdict's (``verdict.speedup``, on ``verdict.basis``), the
+        statistic its interval (``verdict.interval``) and its label are about; None where not timed.
+        Never the ratio of the two medians (``unfused.median / fused.median``), which a busy host can
+        put far outside that interval."""
+        return self.verdict.speedup
+
+    @property
+    def plain_speedup(self) -> float | None:
+        """The speed-up as synchronised calls (``plain``'s; the decisive verdict's where it is on that basis)."""
+        if self.plain is not None:
+            return self.plain.speedup
+        return self.verdict.speedup if self.graph is None or self.verdict is not self.graph else None
 
     @property
     def graph_speedup(self) -> float | None:
-        """The same as CUDA-graph replays (None where not measured)."""
-        return _ratio(self.unfused_graph, self.fused_graph)
+        """The speed-up as CUDA-graph replays (``graph``'s; None where not measured)."""
+        return self.graph.speedup if self.graph is not None else None
 
     @property
     def slower(self) -> bool:
@@ -390,8 +434,9 @@ class Report:
 
     @property
     def speedup(self) -> float | None:
-        """Unfused median over fused median (whole model)."""
-        return _ratio(self.unfused.latency, self.fused.latency)
+        """THE whole-model speed-up: the verdict's (``Verdict.speedup``: the median of the paired per-round
+        ratios, with ``verdict.interval``); None where the main phase did not run."""
+        return self.verdict.speedup
 
     @property
     def is_cpu(self) -> bool:
@@ -641,12 +686,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-def _ratio(before: Latency | None, after: Latency | None) -> float | None:
-    if before is None or after is None or not before.median or not after.median:
-        return None
-    return before.median / after.median
 
 
 # ====================================================================== version 1
@@ -933,6 +972,27 @@ def _v1_baselines(v: _V1, data: dict, plan: dict) -> list[dict]:
     return out
 
 
+# ====================================================================== reading plain JSON
+
+def verdict_speedup(verdict: Any) -> float | None:
+    """``Verdict.speedup`` of a typed verdict or of its JSON object (None where it has no ratio)."""
+    ratio = verdict.ratio if isinstance(verdict, Verdict) else (verdict.get("ratio") if isinstance(verdict, dict)
+                                                                else None)
+    return 1.0 / ratio if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio > 0 else None
+
+
+def chain_speedups(entry: Any) -> tuple[float | None, float | None]:
+    """(speed-up, speed-up as CUDA-graph replays) of one chain: a ``ChainResult`` or its JSON object (a
+    version 2 report's; ``load`` upgrades version 1). The same statistics as ``ChainResult.speedup`` and
+    ``graph_speedup``, for readers of plain JSON (the teaching readers, the graph's overlays)."""
+    if isinstance(entry, ChainResult):
+        return entry.speedup, entry.graph_speedup
+    if not isinstance(entry, dict):
+        return None, None
+    graph = entry.get("graph")
+    return verdict_speedup(entry.get("verdict")), verdict_speedup(graph) if isinstance(graph, dict) else None
+
+
 # ====================================================================== text
 
 def summary_table(report: Report) -> str:
@@ -956,6 +1016,9 @@ def summary_table(report: Report) -> str:
     row("unfused", report.unfused)
     row("fused", report.fused)
     lines.append(f"fused vs unfused: {report.verdict.describe()}")
+    lines.append(f"  ({SPEEDUP_DEFINITION})")
+    launches = launch_lines(report)
+    lines += launches
     for s in report.stages:
         if s.latency is not None:
             row(f"stage: {s.label}", None, s.latency, s.throughput)
@@ -970,18 +1033,34 @@ def summary_table(report: Report) -> str:
         elif b.error:
             lines.append(f"baseline: {b.label}: {b.error}")
     if report.chains:
-        counts = report.verdict_counts()
+        counts = {word: sum(1 for c in report.chains if c.verdict.reading == word) for word in READINGS}
         slower = report.slower_chains
         lines.append(f"chains: {len(report.chains)} accepted: " + ", ".join(f"{n} {label}" for label, n in counts.items() if n)
                      + (f" (slower: {', '.join(slower[:5])}{' ...' if len(slower) > 5 else ''})" if slower else ""))
-    if report.speedup:
-        lines.append(f"speed-up fused vs unfused: {report.speedup:.3f}x")
+        for c in sorted((c for c in report.chains if c.speedup is not None), key=lambda c: -(c.speedup or 0)):
+            lines.append(f"  {c.title}: {c.verdict.describe()}"
+                         + (f" [{c.launches_unfused} -> {c.launches_fused} launches measured]"
+                            if c.launches_unfused is not None and c.launches_fused is not None else ""))
     for f in report.failures:
         lines.append(f"phase {f.phase} {'not run' if f.not_run else 'FAILED'}"
                      + (f" ({f.variant})" if f.variant else "") + f": {f.reason}")
     if report.fresh_processes:
         lines.append(f"{report.fresh_processes} fresh measuring process(es) ran the phases after a lost one")
     return "\n".join(visible(line) for line in lines)  # a name holding a newline cannot add a line
+
+
+def launch_lines(report: Report) -> list[str]:
+    """The kernel launches in words: the graph model's count for the report's device and kernel choices
+    (``explorer.launches``), then the profiler's measured count, each with its saving."""
+    u, f, device = report.unfused, report.fused, report.environment.device
+    lines = []
+    if u.graph_launches is not None and f.graph_launches is not None:
+        lines.append(f"kernel launches on {device} (graph model, this plan's kernels): {u.graph_launches} -> "
+                     f"{f.graph_launches} (saves {u.graph_launches - f.graph_launches})")
+    if u.kernel_launches is not None and f.kernel_launches is not None:
+        lines.append(f"kernel launches measured ({u.launches_kind or 'profiler'}): {u.kernel_launches} -> "
+                     f"{f.kernel_launches} (saves {u.kernel_launches - f.kernel_launches})")
+    return lines
 
 
 def _fmt(x: Any, digits: int = 3) -> str:

@@ -41,15 +41,17 @@ def test_comparison_figure_has_error_bars_baselines_and_missing_memory():
     assert latency[0].error_y.array[0] == pytest.approx(0.2)
     memory_texts = [t.text[0] for t in fig.data if t.xaxis == "x3"]
     assert memory_texts == ["n/a", "n/a", "n/a"]
-    rows = charts.summary_rows(_report())
-    assert rows[0]["fused / unfused"] == pytest.approx(0.75)
+    rows = charts.summary_rows(_report())   # the latency row's change is THE speed-up, with its interval
+    assert rows[0]["change, fused against unfused"] == "speed-up 1.33× [95% CI 1.29–1.37×]"
+    assert None not in [v for r in rows for v in r.values()]
     baselines = {r["variant"]: r for r in charts.baseline_rows(_report())}
     compiled = baselines["torch.compile (default)"]
-    assert compiled["compared with"] == "fused" and compiled["compile s"] == 12.5
-    assert compiled["verdict (fused vs this)"] == "faster" and compiled["median ms"] == pytest.approx(1.8)
+    assert compiled["compared with"] == "fused" and compiled["compile s"] == "12.5"
+    assert compiled["verdict (fused vs this)"] == "faster" and compiled["median ms"] == "1.800"
 
 
 def test_chain_bars_styled_by_the_one_verdict_and_slower_has_its_own_colour():
+    from explorer import report as R
     from explorer.fusions import PATTERNS, UNKNOWN_COLOR
 
     fig = charts.chain_speedup_figure(_report())
@@ -58,7 +60,8 @@ def test_chain_bars_styled_by_the_one_verdict_and_slower_has_its_own_colour():
     by_chain = dict(zip(bars.y, zip(bars.marker.color, bars.marker.pattern.shape)))
     assert by_chain["layer: b"] == (charts.SLOWER_COLOR, charts.SLOWER_PATTERN)            # verdict: slower
     assert by_chain["layer: a"] == (graph_view.color_of("conv_bn_act"), "")                # verdict: faster
-    assert by_chain["layer: c"] == (charts.NO_KERNEL_COLOR, charts.NO_KERNEL_PATTERN)      # no fused kernel
+    assert "layer: c" not in by_chain                     # no fused kernel: not timed, so no bar (and no 1.00x)
+    assert charts.bar_style(R.NO_KERNEL, "conv_bn_act") == (charts.NO_KERNEL_COLOR, charts.NO_KERNEL_PATTERN, 1.0)
     assert any(t.name == "slower after fusion" for t in fig.data)
 
     def rgb(color: str) -> tuple[int, ...]:
@@ -79,7 +82,7 @@ def test_chain_rows_and_slower_split_by_what_limits_them():
 
     report = _report()
     rows = {r["id"]: r for r in charts.chain_rows(report)}
-    assert rows["b"]["verdict"] == R.SLOWER and rows["b"]["limited by"] == R.GPU and rows["b"]["p"] == 0.001
+    assert rows["b"]["verdict"] == R.SLOWER and rows["b"]["limited by"] == R.GPU and rows["b"]["p"] == "0.001"
     assert rows["a"]["chain"] == "layer: a" and rows["a"]["95% CI"]
     assert rows["c"]["verdict"] == R.NO_KERNEL
     assert "speed-up, CUDA graph" not in rows["a"]                     # no graph timings in this report
@@ -87,10 +90,10 @@ def test_chain_rows_and_slower_split_by_what_limits_them():
     assert charts.slower_where(report) == {"host": [], "gpu": ["b"], "unknown": []}
     chains = list(report.chains)
     chains[1] = dataclasses.replace(chains[1], limited_by=R.HOST, unfused_graph=chains[1].unfused,
-                                    fused_graph=chains[1].unfused)
+                                    fused_graph=chains[1].unfused, graph=R.Verdict(R.SAME, ratio=1.0))
     report = dataclasses.replace(report, chains=tuple(chains))
     rows = {r["id"]: r for r in charts.chain_rows(report)}
-    assert rows["b"]["speed-up, CUDA graph"] == pytest.approx(1.0)
+    assert rows["b"]["speed-up, CUDA graph"] == "1.00× (medians, no paired test)"
     assert charts.slower_where(report) == {"host": ["b"], "gpu": [], "unknown": []}
 
 
@@ -124,11 +127,12 @@ def test_load_report_reads_a_real_report_and_refuses_the_rest():
 def test_stages_and_precision_tables():
     rows = charts.stages_rows(_report())
     assert [r["stage"] for r in rows] == ["none", "conv_bn", "activation", "all"]   # all four, always
-    assert rows[2]["speed-up"] == pytest.approx(2.0 / 1.8)
-    assert rows[3]["latency ms (median)"] is None and rows[3]["graph"] == "..."
+    assert rows[2]["speed-up over the original (medians)"] == f"{2.0 / 1.8:.2f}×"
+    assert rows[3]["latency ms (median)"] == "same graph as 'activation': not timed again" and rows[3]["graph"] == "..."
     assert [b.x for b in charts.stages_figure(_report()).data][0] == ("none", "conv_bn", "activation")
     prec = charts.precision_rows(_report())
-    assert prec[0]["max_abs"] == 1e-6 and prec[1]["top1_agreement"] == 1.0 and prec[0]["why no relative figures"] == ""
+    assert prec[0]["max_abs"] == "1.00e-06" and prec[1]["top1_agreement"] == "1.000000000"
+    assert prec[0]["why no relative figures"] == "—"
     assert charts.chain_precision_figure(_report()).data is not None
 
 
@@ -525,7 +529,7 @@ def test_fusions_table_kernel_column_bulk_kernel_and_measured_speedups():
         "chains": [{"id": conv.id, "speedup": 1.3, "verdict": "faster"}, {"id": res.id, "speedup": 0.8, "slower": True}]})
     at.run()
     table = next(d for d in at.dataframe if "kernel" in d.value.columns)
-    assert table.value[["speed-up", "verdict"]].values.tolist() == [[1.3, "faster"], [0.8, "slower"]]
+    assert table.value[["speed-up", "verdict"]].values.tolist() == [["1.30×", "faster"], ["0.80×", "slower"]]
     at.session_state["last_report"] = ("other", {"model": {"name": "resnet50", "fingerprint": "0" * 16},
                                                  "chains": [{"id": conv.id, "speedup": 9.0}]})
     at.run()

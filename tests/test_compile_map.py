@@ -134,7 +134,7 @@ def test_llama_block_kernels_map_to_our_nodes(llama):
     sdpa = [n for n, a in graph.nodes(data=True) if a["kind"] == "sdpa"]
     assert len(sdpa) == 1 and owner[sdpa[0]].kind == "extern" and "scaled_dot_product" in owner[sdpa[0]].name
     status = comparison.status_of()
-    norms = [c.id for c in det.chains if c.pattern in ("rms_norm", "add_rms_norm")]
+    norms = [c.id for c in det.chains if c.pattern in ("rms_norm", "add_rms_norm", "rms_fold", "add_rms_fold")]
     assert norms and all(status[c] in ("both", "partly") for c in norms)
     swiglu = [c for c in det.chains if c.pattern == "swiglu"]
     assert len(swiglu) == 1 and status[swiglu[0].id] == "partly"   # two GEMMs, then silu(gate)·up in one kernel

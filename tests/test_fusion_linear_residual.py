@@ -136,3 +136,66 @@ def test_its_texts_in_both_languages():
     assert "残差" in i18n.pattern_text(p, "explanation", "zh")
     assert i18n.family_title("linear_residual", "zh") == "线性层 + 残差相加"
     assert all(i18n.has_translation(c) for c in p.caveats)
+
+
+# ====================================================================== the add two fusions want
+
+def test_residual_home_reads_the_measured_table(monkeypatch):
+    """One decision per shape: the table's threshold in M, a shape not in it keeps the add with the Add+RMSNorm, and
+    the policy forces either side; each answer says on what it rests."""
+    monkeypatch.setattr(lr, "RESIDUAL_EPILOGUE_WINS", {(4096, 4096): 8192})
+    assert lr.residual_home(16384, 4096, 4096)[0] == "epilogue"
+    assert lr.residual_home(4096, 4096, 4096) == ("norm", lr.WORDS("why.measured_faster"))
+    assert lr.residual_home(16384, 14336, 4096) == ("norm", lr.WORDS("why.not_measured"))
+    monkeypatch.setattr(lr, "RESIDUAL_OWNER", "epilogue")
+    assert lr.residual_home(1, 14336, 4096)[0] == "epilogue"
+
+
+@pytest.mark.parametrize("home", ["norm", "epilogue"])
+def test_a_captured_llama_gives_the_add_to_the_faster_home(home, monkeypatch):
+    """transformers' Llama as captured (``residual + o_proj(...)``, ``residual + down_proj(...)``): with the add
+    measured better in the Add+RMSNorm, every such add is an Add+RMSNorm chain (γ folded) and linear_residual shows
+    a near miss saying why; measured better in the epilogue (the table says so for these shapes), every o_proj and
+    down_proj carries its add, the norm after it reads the sum (γ still folded), and the Add+RMSNorm shows the near
+    miss. Both fuse to what the model computes; the reasons read in Chinese."""
+    import transformers
+
+    from triton_testing import randomized, tiny_llama_config
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setenv("EXPLORER_GENERIC_COMPILE", "0")
+    layers = 1
+    model = randomized(transformers.LlamaModel(tiny_llama_config(layers)), 11).eval()
+
+    class Hidden(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, use_cache=False).last_hidden_state
+
+    wrapped = Hidden(model).eval()
+    ids = torch.randint(0, 32, (1, 9), generator=torch.Generator().manual_seed(0))
+    if home == "epilogue":   # 9 rows; o_proj 120 -> 120, down_proj 200 -> 120
+        monkeypatch.setattr(lr, "RESIDUAL_EPILOGUE_WINS", {(120, 120): 1, (200, 120): 1})
+    gm, det = detect_module(wrapped, (ids,), "llama")
+    # per layer two residual adds (after o_proj, after down_proj), each before a norm; the last norm is the model's
+    # output (no reader to fold γ into)
+    if home == "norm":
+        assert det.counts["linear_residual"] == 0
+        assert det.counts["add_rms_fold"] == 2 * layers - 1 and det.counts["add_rms_norm"] == 1
+        misses = [m for m in det.near_misses if m.pattern == "linear_residual"]
+        assert len(misses) == 2 * layers and all("stays with add_rms_" in str(m.reason) for m in misses)
+        assert all("残差相加留在" in i18n.message(m.reason, "zh") for m in misses)
+    else:
+        assert det.counts["linear_residual"] == 2 * layers and det.counts["add_rms_fold"] == 0
+        assert det.counts["rms_fold"] == 2 * layers and det.counts["rms_norm"] == 1
+        misses = [m for m in det.near_misses if m.pattern in ("add_rms_fold", "add_rms_norm")]
+        assert {m.nodes[0] for m in misses} == {c.node_for("add") for c in det.chains if c.pattern == "linear_residual"}
+        assert all("GEMM epilogue of linear" in str(m.reason) for m in misses)
+        assert all("GEMM 尾处理" in i18n.message(m.reason, "zh") for m in misses)
+    fused = fuse_all(gm, det)
+    assert {a.status for a in fused.applied} == {"fused"}
+    with torch.no_grad():
+        torch.testing.assert_close(fused.gm(ids), wrapped(ids), rtol=2e-5, atol=2e-5)

@@ -21,6 +21,8 @@ import pytest
 from explorer.fusions import BY_NAME, FAMILIES, PATTERNS, order
 from explorer.sources.zoo import ZOO
 
+#: The γ fold's patterns, and the patterns whose chains (same nodes) they replace.
+FOLDED = {"add_rms_fold": "add_rms_norm", "rms_fold": "rms_norm"}
 RECORD = json.loads((Path(__file__).parent / "data" / "zoo_detections_before_issue21.json").read_text())["models"]
 
 
@@ -70,10 +72,13 @@ def test_zoo_detections_are_those_recorded_before(name, analyze_cached):
     slow there too, is marked slow.)"""
     detection = analyze_cached(name, None, 32 if ZOO[name].inputs.seq_len else None).detection
     want = RECORD[name]
-    assert [c.id for c in detection.chains] == want["chains"]
+    # issue 22: RMSNorm's γ fold (rms_fold) takes the norms whose readers are all linears, over the same nodes
+    # as the Add+RMSNorm / RMSNorm chains recorded; its own near misses are new
+    assert [FOLDED.get(c.pattern, c.pattern) + c.id[len(c.pattern):] for c in detection.chains] == want["chains"]
     nodes = json.dumps([list(c.nodes) for c in detection.chains]).encode()
     assert hashlib.sha256(nodes).hexdigest() == want["nodes_sha256"]
-    got = [[m.pattern, list(m.nodes), str(m.reason)] for m in detection.near_misses]
+    got = [[m.pattern, list(m.nodes), str(m.reason)] for m in detection.near_misses
+           if m.pattern not in FOLDED and m.pattern != "linear_residual"]   # both came after the record
     names = [p.name for p in PATTERNS]
 
     def outranked(miss) -> bool:

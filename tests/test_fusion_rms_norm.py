@@ -216,10 +216,16 @@ class _PreNormStack(torch.nn.Module):
 
 
 def _stack(blocks: int, dtype=torch.float32):
-    """A seeded ``_PreNormStack`` in ``dtype``, its input (2, 7, 103) and its detection."""
+    """A seeded ``_PreNormStack`` in ``dtype``, its input (2, 7, 103) and its detection without the γ fold (whose
+    patterns run first and would take every norm a linear reads: ``tests/test_fusion_rms_fold.py``)."""
+    from explorer.fusion_engine import detect
+    from explorer.fusions import PATTERNS
+    from explorer.graph.build import build_graph
+
     model = randomized(_PreNormStack(blocks=blocks), 3).to(dtype).eval()
     x = rand((2, 7, 103), dtype, "cpu", torch.Generator().manual_seed(0))
-    gm, det = detect_module(model, (x,), "prenorm")
+    gm, _ = detect_module(model, (x,), "prenorm")
+    det = detect(build_graph(gm, "prenorm"), [p for p in PATTERNS if not p.name.endswith("rms_fold")])
     return model, x, gm, det
 
 

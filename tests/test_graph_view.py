@@ -204,12 +204,19 @@ def test_fused_graph_has_one_node_per_fused_chain(resnet):
     node = g.nodes[chain.id]
     assert node["kind"] == "fused" and node["kernel"] == fused[chain.id].kernel and node["members"] == chain.nodes
     counts = graph_view.fused_counts(graph, det, fused)
-    assert (counts.nodes_before - counts.nodes_after, counts.launches_before - counts.launches_after) == (saved, saved)
+    # nodes: one per chain; launches: the CPU's (conv then the activation in place: only the BatchNorm goes),
+    # the engine's one count (fusion_engine.launch_counts, which the runner's report carries)
+    from explorer.fusion_engine import launch_counts
+
+    engine = launch_counts(resnet, fuse(resnet, None, "cpu").applied, [c.id for c in det.chains], "cpu")
+    assert counts.nodes_before - counts.nodes_after == saved
+    assert (counts.launches_before, counts.launches_after) == (engine.before, engine.after) == (174, 121)
     view = graph_view.build_view(g, det, list(fused))
     kinds = {n.kind for n in view.nodes}
     assert "fused" in kinds and len(view.nodes) == 59 and not view.bands
     drawn = next(n for n in view.nodes if n.id == chain.id)
     assert fused[chain.id].kernel in drawn.label and chain.id in drawn.title
+    assert g.nodes[chain.id]["launches"] == 2 and "×2" in drawn.label and "3 → 2" in drawn.title  # CPU: conv, relu_
     assert graph_view.overlapping_nodes(view) == [] and graph_view.hidden_edges(view) == []
     # an op of a fused chain is found through its chain node
     assert view.drawn_id(chain.nodes[1]) == chain.id

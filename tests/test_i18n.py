@@ -906,7 +906,8 @@ def test_run_and_results_pages_in_both_languages(lang):
     at.button(key="results_open_committed").click().run()
     _check_page(at, lang, ("results.per_chain", "chart.col.speedup", "chart.col.ci", "chart.col.rounds"))
     table = next(d for d in at.dataframe if T("chart.col.ci") in d.value.columns)
-    assert set(table.value[T("chart.col.verdict")]) <= {T(f"chart.verdict.{v}") for v in ("faster", "same")}
+    assert set(table.value[T("chart.col.verdict")]) <= {T(f"chart.verdict.{v}") for v in ("faster", "same",
+                                                                                           "undecided", "slower")}
     titles = _plotly_titles(at)
     assert any(T("chart.speedup.title") == x for x in titles.values()), titles
 

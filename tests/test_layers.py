@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1] / "explorer"
 
 PURE = {"explorer", "explorer.errors", "explorer.units", "explorer.vocab", "explorer.report", "explorer.stats",
         "explorer.jsonfile", "explorer.childproc", "explorer.words", "explorer.messages", "explorer.fusions.base",
-        "explorer.terminal"}
+        "explorer.terminal", "explorer.launches"}
 UI_PACKAGES = ("streamlit", "plotly", "pyvis")
 PURE_FORBIDDEN = ("torch", "networkx", "onnx", "triton", *UI_PACKAGES)
 

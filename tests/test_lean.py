@@ -231,3 +231,42 @@ def test_lean_graph_on_gpu(name, dtype):
         a, b = _first(plain(*x)).double(), _first(lean_gm(*x)).double()
     # The same kernels: equal up to nondeterministic algorithm choice inside the libraries.
     assert float((a - b).norm() / a.norm()) < 1e-3
+
+
+def test_values_that_depend_on_no_input_are_computed_once_on_a_decoder():
+    """The zoo decoder's rotary angles (arange → matmul → cat → cos/sin → casts) fold into two attributes;
+    every output is bitwise what the unfolded graph computes, unfused and fused, in bf16 too."""
+    model, _, fused = _fused("llama_decoder")
+    for gm in (model.gm, fused.gm):
+        for dtype in (torch.float32, torch.bfloat16):
+            plain = measure.prepare_graph(gm, "cpu", dtype, lean=False)
+            lean_gm = measure.prepare_graph(gm, "cpu", dtype)
+            targets = [str(n.target) for n in lean_gm.graph.nodes if n.op in ("call_function", "call_method")]
+            assert not [t for t in targets if "arange" in t or t.endswith(("cos.default", "sin.default"))], targets
+            folded = [n.target for n in lean_gm.graph.nodes if n.op == "get_attr" and "_folded_" in n.target]
+            assert len(folded) >= 2, folded
+            inputs = measure.prepare_inputs(model.example_inputs, "cpu", dtype)
+            with torch.inference_mode():
+                assert torch.equal(_first(plain(*inputs)), _first(lean_gm(*inputs)))
+
+
+def test_folding_leaves_inputs_randomness_writes_and_large_values_alone():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("big", torch.ones(64, 64))
+
+        def forward(self, x):
+            small = torch.arange(8, dtype=torch.float32).cos()            # folds
+            noise = torch.rand(8)                                         # random: stays
+            big = self.big * 2                                            # over the limit given below: stays
+            return x + small + noise * 0, big + x.sum()
+
+    gm = torch.export.export(M(), (torch.ones(8),)).module()
+    n = lean.fold_constants(gm, max_bytes=1024)
+    assert n == 1
+    code = gm.code
+    assert "aten.rand" in code and "aten.mul" in code and "aten.cos" not in code
+    out, total = gm(torch.ones(8))
+    assert torch.equal(out, 1 + torch.arange(8, dtype=torch.float32).cos())
+    assert torch.equal(total, torch.full((64, 64), 2.0 + 8))

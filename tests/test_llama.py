@@ -40,11 +40,12 @@ def expected_counts(layers: int) -> dict[str, int]:
     Each layer has two residual adds, and each feeds an RMSNorm: the attention's sum feeds the
     layer's ``post_attention_layernorm``, the MLP's sum the next layer's ``input_layernorm`` (after
     the last layer, the final norm): 2 Add+RMSNorm per layer. The first layer's ``input_layernorm``
-    reads the embeddings, with no add before it: 1 plain RMSNorm. Per layer, one SwiGLU MLP, one
+    reads the embeddings, with no add before it: 1 plain RMSNorm. Every norm's readers are linears (Q/K/V,
+    gate/up, the LM head), so each has its γ folded (rms_fold, add_rms_fold). Per layer, one SwiGLU MLP, one
     rotary embedding of q and k, and one group of Q/K/V projections. Nothing else fuses.
     """
     counts = {p.name: 0 for p in PATTERNS}
-    counts.update(add_rms_norm=2 * layers, rms_norm=1, swiglu=layers, rotary=layers, linear_siblings=layers)
+    counts.update(add_rms_fold=2 * layers, rms_fold=1, swiglu=layers, rotary=layers, linear_siblings=layers)
     return counts
 
 
@@ -65,7 +66,7 @@ def test_detection_counts_follow_the_architecture(analyze_cached, name):
     next residual reads it); the Q/K/V groups are three linears; the zoo lists both models."""
     model, graph, det = analyze_cached(name, BATCH, SEQ)
     assert det.counts == expected_counts(LAYERS)
-    adds = [c for c in det.chains if c.pattern == "add_rms_norm"]
+    adds = [c for c in det.chains if c.pattern == "add_rms_fold"]
     assert [bool(c.extra_outputs) for c in adds] == [True] * (2 * LAYERS - 1) + [False]
     assert all(c.ops == ("linear",) * 3 for c in det.chains if c.pattern == "linear_siblings")
     assert all(c.ops == ("mul", "neg", "cat", "mul", "add") * 2 for c in det.chains if c.pattern == "rotary")

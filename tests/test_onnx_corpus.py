@@ -66,8 +66,10 @@ def _gpt2_counts() -> dict[str, int]:
 def _llama_counts() -> dict[str, int]:
     """Llama-style decoder: per layer the Q/K/V siblings, rotary on q and k, SwiGLU, scores, and two
     Add+RMSNorm (the residual sums into post_attention_layernorm and the next input_layernorm / final
-    norm); the first input_layernorm has no add before it: one plain RMSNorm."""
-    return {"add_rms_norm": 2 * L, "rms_norm": 1, "linear_siblings": L, "rotary": L, "swiglu": L,
+    norm); the first input_layernorm has no add before it: one plain RMSNorm. Every norm that linears read
+    has its γ folded into them (rms_fold, add_rms_fold); the final norm is the model's output (no head): no fold."""
+    return {"add_rms_fold": 2 * L - 1, "add_rms_norm": 1, "rms_fold": 1, "linear_siblings": L, "rotary": L,
+            "swiglu": L,
             "matmul_softmax": L}
 
 

@@ -42,6 +42,7 @@ FAMILY_NAMES: tuple[str, ...] = (
     "squeeze_excite",
     "convnext",
     "linear_residual",
+    "rms_fold",
 )
 FAMILIES: tuple[ModuleType, ...] = tuple(importlib.import_module(f"{__name__}.{n}") for n in FAMILY_NAMES)
 

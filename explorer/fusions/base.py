@@ -184,6 +184,9 @@ class Pattern:
     kernels: tuple[str, ...] = ("auto", "inductor")   # kernel choices a plan may name (KERNEL_CHOICES)
     siblings: bool = False  # the steps are parallel consumers of one input, not a dataflow chain
     match: Matcher | None = None  # the pattern's own matcher (steps then name its roles and anchor kinds)
+    #: ``alone(gm, chain) -> (extra nodes, outputs)``: what a chain timed alone must also hold to compute what
+    #: the model computes, for a fold whose edit changes ops outside the chain (RMSNorm's γ into its readers)
+    alone: Callable | None = None
 
     @property
     def joiner(self) -> str:
@@ -246,14 +249,30 @@ class Chain:
 
     @property
     def title(self) -> str:
-        """A person's name for the chain, from its ops' module paths: ``layer1.0: conv1 → bn1 → relu``
-        (the common module path, then each op's own part; the id stays the stable key)."""
-        parts = [n.split(".") for n in self.names]
+        """THE person's name for the chain (every page, the command line and the report show this one),
+        from its ops' module paths: the common module, then each op's own part
+        (``layer1.0: conv3 → bn3 → add → relu``). An op whose path is the common module itself (the
+        residual add of ``layer1.0``) is named by its kind; where ops share one path (BERT's attention
+        scores) all are named by their kinds; parts that are bare numbers keep their parent
+        (``downsample: 0 → 1``). The id stays the stable key."""
+        names = [str(n).split(".") for n in self.names]
+        joiner = " ∥ " if self.siblings else " → "
+        if not names:
+            return joiner.join(self.ops)
+        kinds = list(self.ops) if len(self.ops) == len(names) else [""] * len(names)
         common = 0
-        while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+        while all(len(p) > common for p in names) and len({p[common] for p in names}) == 1:
             common += 1
-        prefix = ".".join(parts[0][:common])
-        body = (" ∥ " if self.siblings else " → ").join(".".join(p[common:]) for p in parts)
+        rests = [".".join(p[common:]) for p in names]
+        if common and all(r.isdigit() for r in rests if r) and any(rests):
+            common -= 1                                  # downsample.0 → downsample.1, not 0 → 1
+            rests = [".".join(p[common:]) for p in names]
+        if len(set(rests)) < len(rests) and all(kinds):  # one module for several ops: their kinds say more
+            rests = kinds
+        else:
+            rests = [r or k or "·" for r, k in zip(rests, kinds)]
+        prefix = ".".join(names[0][:common])
+        body = joiner.join(rests)
         return f"{prefix}: {body}" if prefix else body
 
     @property
@@ -283,8 +302,30 @@ class NearMiss:
 
 
 @dataclasses.dataclass(frozen=True)
+class Alternative:
+    """Another way to fuse the nodes of a chain, which the registry's order did not take.
+
+    ``chains``: the alternative's chains, in graph order (one, or a partition such as Conv+BN then
+    Add+ReLU where the chain was Conv+BN+Add+ReLU); ``instead_of``: the chain they replace. Each of
+    ``chains`` claims only nodes of that chain or nodes no chain claimed, so a plan can accept them
+    in its place (``Plan.check_for`` refuses two accepted chains that share a node).
+    """
+
+    instead_of: str
+    chains: tuple[Chain, ...]
+
+    @property
+    def id(self) -> str:
+        return " + ".join(c.id for c in self.chains)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"instead_of": self.instead_of, "chains": [c.id for c in self.chains]}
+
+
+@dataclasses.dataclass(frozen=True)
 class Detection:
-    """The result of ``detect``: chains, near misses, per-pattern counts (registry order) and totals."""
+    """The result of ``detect``: chains, near misses, per-pattern counts (registry order) and totals;
+    ``alternatives``: other ways to fuse a chain's nodes (``Alternative``), which a plan may choose."""
 
     model: str
     fingerprint: str
@@ -292,12 +333,43 @@ class Detection:
     near_misses: tuple[NearMiss, ...]
     totals: dict[str, int]
     counts: dict[str, int]
+    alternatives: tuple[Alternative, ...] = ()
 
     def chain(self, chain_id: str) -> Chain:
+        """The chain with this id: one of ``chains``, or of an alternative's."""
         for ch in self.chains:
             if ch.id == chain_id:
                 return ch
+        for alt in self.alternatives:
+            for ch in alt.chains:
+                if ch.id == chain_id:
+                    return ch
         raise KeyError(chain_id)
+
+    def alternatives_of(self, chain_id: str) -> tuple[Alternative, ...]:
+        """The alternatives to one chain (none for most)."""
+        return tuple(a for a in self.alternatives if a.instead_of == chain_id)
+
+    def accepted_chains(self, ids) -> list[Chain]:
+        """The chains named by ``ids`` (detected or alternative), in graph order: each detected chain,
+        then the alternatives' chains that replace it."""
+        ids = set(ids)
+        out: list[Chain] = []
+        seen: set[str] = set()
+        for c in self.chains:
+            for cand in (c, *(x for a in self.alternatives_of(c.id) for x in a.chains)):
+                if cand.id in ids and cand.id not in seen:
+                    seen.add(cand.id)
+                    out.append(cand)
+        return out
+
+    def known_chains(self) -> dict[str, Chain]:
+        """Every chain a plan may accept, by id: the detected ones and every alternative's."""
+        out = {c.id: c for c in self.chains}
+        for alt in self.alternatives:
+            for c in alt.chains:
+                out.setdefault(c.id, c)
+        return out
 
     def node_to_chain(self) -> dict[str, str]:
         return {n: ch.id for ch in self.chains for n in ch.nodes}
@@ -311,6 +383,8 @@ class Detection:
             "chains": [c.to_dict() for c in self.chains],
             "counts": dict(self.counts),
             "near_misses": [m.to_dict() for m in self.near_misses],
+            "alternatives": [a.to_dict() for a in self.alternatives],
+            "alternative_chains": [c.to_dict() for a in self.alternatives for c in a.chains],
             "bytes_saved": sum(c.bytes_saved for c in self.chains),
             "launches_saved": sum(c.launches_saved for c in self.chains),
         }

@@ -47,7 +47,11 @@ class Edit:
     With ``tuple_result`` the call returns a tuple and ``outputs[i]``'s users read
     item ``i`` (``None`` entries are items nothing reads). ``tensors`` and
     ``modules`` are registered on the graph module under fresh names and
-    referenced through ``NewAttr(key)`` in ``args``.
+    referenced through ``NewAttr(key)`` in ``args``. ``weights`` (a fold into
+    ops outside the chain: RMSNorm's γ into the linears that read it) maps
+    ``get_attr`` targets to the values that replace theirs; such an edit is
+    applied as soon as it is planned, so that the chains planned after it
+    (sibling linears concatenating those weights) read the folded values.
     """
 
     chain: Chain
@@ -59,6 +63,7 @@ class Edit:
     tensors: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     modules: dict[str, torch.nn.Module] = dataclasses.field(default_factory=dict)
     tuple_result: bool = False
+    weights: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -92,14 +92,21 @@ class Plan(PlanInfo):
         return cls.from_dict(parse_json(text, JSON("plan"), PlanError, MAX_PLAN_BYTES))
 
     def check_for(self, detection: Detection) -> None:
-        """Refuse a plan made for another model, or naming chains this model does not have."""
+        """Refuse a plan made for another model, naming chains this model does not have, or accepting two
+        chains that share a node (a chain and one of its alternatives)."""
         if self.fingerprint != detection.fingerprint:
             raise PlanError(PLAN("other_model", model=self.model, fingerprint=self.fingerprint, here=detection.model,
                                  here_fingerprint=detection.fingerprint))
-        known = {c.id: c for c in detection.chains}
+        known = detection.known_chains()
         unknown = [a for a in self.accepted if a not in known]
         if unknown:
             raise PlanError(PLAN("unknown_accepted", chains=", ".join(unknown[:5])))
+        owner: dict[str, str] = {}
+        for chain_id in self.accepted:
+            for n in known[chain_id].nodes:
+                if n in owner:
+                    raise PlanError(PLAN("shared_node", first=owner[n], second=chain_id, node=n))
+                owner[n] = chain_id
         for chain_id, kernel in self.kernels.items():
             if chain_id not in known:
                 raise PlanError(PLAN("unknown_kernel_chain", chain=chain_id))
@@ -165,3 +172,32 @@ def make_plan(detection: Detection, accept: str | Iterable[str] = "all", reject:
                 memory_format=memory_format, cuda_graphs=cuda_graphs)
     plan.check_for(detection)
     return plan
+
+
+def plan_for_chains(detection: Detection, ids: Iterable[str], kernels: dict[str, str] | None = None,
+                    memory_format: str = "nchw", cuda_graphs: bool = False) -> Plan:
+    """A plan accepting exactly the chains ``ids`` (detected or alternative), checked (``Plan.check_for``)."""
+    ids = list(ids)
+    chosen = [c.id for c in detection.accepted_chains(ids)]
+    missing = sorted(set(ids) - set(chosen))
+    if missing:
+        raise PlanError(PLAN("accept_unknown", chains=", ".join(missing[:5])))
+    plan = Plan(model=detection.model, fingerprint=detection.fingerprint, accepted=tuple(chosen),
+                kernels={k: v for k, v in (kernels or {}).items() if v != "auto"},
+                memory_format=memory_format, cuda_graphs=cuda_graphs)
+    plan.check_for(detection)
+    return plan
+
+
+def choose_alternative(plan: Plan, detection: Detection, alternative_id: str) -> Plan:
+    """``plan`` with one alternative (``Alternative.id``) accepted in place of the chain it replaces, and of any
+    accepted chain it overlaps; kernel choices of the chains it drops are dropped with them."""
+    alt = next((a for a in detection.alternatives if a.id == alternative_id), None)
+    if alt is None:
+        raise PlanError(PLAN("no_alternative", alternative=alternative_id[:200]))
+    taken = {n for c in alt.chains for n in c.nodes}
+    known = detection.known_chains()
+    keep = [cid for cid in plan.accepted if cid != alt.instead_of and not taken & set(known[cid].nodes)]
+    ids = keep + [c.id for c in alt.chains]
+    return plan_for_chains(detection, ids, {k: v for k, v in plan.kernels.items() if k in set(ids)},
+                           plan.memory_format, plan.cuda_graphs)

@@ -97,8 +97,7 @@ def apply_plan(gm: torch.fx.GraphModule, detection: Detection, plan: Plan, devic
         raise PlanError(PLAN("unknown_level", level=level, choices=", ".join(LEVELS)))
     plan.check_for(detection)
     fused = copy.deepcopy(gm)
-    accepted = set(plan.accepted)
-    work = [(c, _mode(c, level), plan.kernel_for(c.id)) for c in detection.chains if c.id in accepted]
+    work = [(c, _mode(c, level), plan.kernel_for(c.id)) for c in detection.accepted_chains(plan.accepted)]
     return FusedModel(gm=fused, applied=_rewrite(fused, work, _device(device), level))
 
 
@@ -117,8 +116,13 @@ def chain_module(gm: torch.fx.GraphModule, detection: Detection, chain_id: str, 
     chain = detection.chain(chain_id)
     dev = _device(device)
     by_name = {n.name: n for n in gm.graph.nodes}
-    members = [by_name[n] for n in in_graph_order(gm, chain.nodes)]
+    names = list(chain.nodes)
     outputs = [by_name[n] for n in chain.outputs]
+    alone = BY_NAME[chain.pattern].alone
+    if alone is not None:  # a fold into ops outside the chain: they come along, and their outputs are the chain's
+        extra, outputs = alone(gm, chain)
+        names += [n.name for n in extra]
+    members = [by_name[n] for n in in_graph_order(gm, names)]
     unfused, inputs = extract_subgraph(gm, members, outputs, attrs_as_placeholders=False)
     unfused = unfused.to(dev)
     fused = copy.deepcopy(unfused)
@@ -138,8 +142,9 @@ def _mode(chain: Chain, level: str) -> str | None:
     pattern = BY_NAME[chain.pattern]
     if STAGES.index(pattern.stage) <= STAGES.index(level):
         return "full"
-    if pattern.fold is not None and chain.node_for("bn") is not None and STAGES.index(level) >= 1:
-        return "fold"
+    if (pattern.fold is not None and STAGES.index(level) >= 1
+            and (chain.node_for("bn") is not None or chain.node_for("gamma") is not None)):
+        return "fold"   # a BatchNorm folded into its conv, or RMSNorm's γ into its readers
     return None
 
 
@@ -179,6 +184,8 @@ def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]]
     ctx = RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, dev)
     results: dict[str, AppliedChain] = {}
     edits: list[tuple[Edit, str, str]] = []
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
+    read_attrs: set[str] = set()
     for chain, mode, kernel in work:
         def unfused(status: str, reason: str) -> AppliedChain:
             return AppliedChain(chain.id, chain.pattern, UNFUSED_LABEL, status, reason, kernel)
@@ -187,13 +194,27 @@ def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]]
             results[chain.id] = unfused("refused", _level_reason(level))
             continue
         try:
-            edits.append((_plan_chain(ctx, chain, mode, kernel), mode, kernel))
+            e = _plan_chain(ctx, chain, mode, kernel)
         except Refuse as why:
             results[chain.id] = unfused("refused", _one_line(why))
+            continue
         except Exception as exc:  # one chain's failure must not stop the others
             results[chain.id] = unfused("failed", WORDS("planning_failed", reason=_one_line(exc)))
-    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
-    read_attrs: set[str] = set()
+            continue
+        if not e.weights:
+            edits.append((e, mode, kernel))
+            continue
+        # A fold into ops outside the chain: applied now, so that the chains planned after it (graph order:
+        # its readers come later) read the folded weights; a failure restores them.
+        previous = _swap_weights(gm, e.weights)
+        try:
+            read_attrs |= _apply_edit(gm, e, replaced)
+        except Exception as exc:
+            _swap_weights(gm, previous)
+            results[chain.id] = unfused("failed", f"rewrite failed: {_one_line(exc)}")
+            continue
+        results[chain.id] = AppliedChain(chain.id, chain.pattern, e.choice.label, "fused", "", kernel,
+                                         e.choice.impl, e.choice.fused)
     for e, mode, kernel in edits:
         chain = e.chain
         try:
@@ -295,6 +316,23 @@ def _apply_edit(gm: torch.fx.GraphModule, e: Edit, replaced: dict[torch.fx.Node,
                 graph.erase_node(user)
         graph.erase_node(node)
     return read
+
+
+def _swap_weights(gm: torch.fx.GraphModule, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Give the ``get_attr`` targets in ``weights`` those values (a parameter stays a parameter, with its
+    ``requires_grad``); returns the values they held, to restore them."""
+    previous = {}
+    for target, value in weights.items():
+        owner, leaf = aten.attr_owner(gm, target)
+        old = getattr(owner, leaf)
+        previous[target] = old
+        if isinstance(owner, torch.nn.Module) and leaf in owner._parameters:
+            owner._parameters[leaf] = torch.nn.Parameter(value, requires_grad=old.requires_grad)
+        elif isinstance(owner, torch.nn.Module) and leaf in owner._buffers:
+            owner._buffers[leaf] = value
+        else:
+            setattr(owner, leaf, value)
+    return previous
 
 
 def _copy_val(new: torch.fx.Node, old: torch.fx.Node) -> None:

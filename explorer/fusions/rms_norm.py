@@ -43,7 +43,8 @@ Anything else, calls autograd records, and CPU tensors without
 ``TRITON_INTERPRET=1`` take the reference; ``select_rms_norm`` is the one decision.
 
 Matching: the norm has a fan-out inside (``h`` feeds ``pow`` and the ``mul``), so
-both patterns bring their own matcher (``_match_add_rms_norm``, ``_match_rms_norm``)
+both patterns bring their own matcher (``match_add_rms_norm``, ``match_rms_norm``; the γ fold,
+``explorer.fusions.rms_fold``, matches through them too)
 over the facts ``explorer.graph.aten.facts`` records (pow exponent, reduced dims,
 the eps scalar, cast dtypes).
 """
@@ -60,6 +61,8 @@ from explorer.fusions import edit
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric, leading_broadcast, residual_add_operands
+from explorer.fusions.linear_residual import WORDS as LR_WORDS
+from explorer.fusions.linear_residual import projection_shape, residual_home, residual_projection
 from explorer.fusions.triton_support import where
 from explorer.fusions.triton_support import (Launch, cdiv, contiguous_key, import_triton, interpreting, jit_helpers,
                                              launch, library_reductions_usable, needs_autograd, next_power_of_2,
@@ -215,14 +218,38 @@ def select_rms_norm(device: torch.device | str, hidden: int | None = None, dtype
 
 # ====================================================================== the kernel
 
-def launch_config(hidden: int) -> tuple[int, int, int]:
-    """``(BLOCK, ROWS, num_warps)`` for rows of ``hidden`` elements.
+#: Measured launch settings, ``(BLOCK, element size, residual, weight, sum written) -> (ROWS, num_warps)``: per
+#: kernel variant the setting whose worst fraction of a device copy (the same bytes, the same run) over the rows
+#: measured was highest, on the H200 in bf16 (``benchmarks/bench_rms_fold.py --only rmsnorm``;
+#: ``benchmarks/results/bench_rms_fold_h200.json``: hidden 4096 at 4096, 8192 and 16384 rows; hidden 512 at 16384).
+#: Variants not in the table take the heuristic.
+TUNED: dict[tuple[int, int, bool, bool, bool], tuple[int, int]] = {
+    (4096, 2, True, True, True): (4, 16),     # Add+RMSNorm, the sum written: 93.7-95.6% of copy
+    (4096, 2, True, True, False): (1, 16),    # Add+RMSNorm, the sum not written: 93.9-95.4%
+    (4096, 2, True, False, True): (1, 16),    # Add+RMSNorm without γ (folded): 93.1-95.3%
+    (4096, 2, False, True, False): (2, 16),   # RMSNorm: 93.3-95.7%
+    (4096, 2, False, False, False): (4, 16),  # RMSNorm without γ (folded): 94.1-94.7%
+    (512, 2, True, True, True): (2, 2),       # the zoo decoder's rows: 111.6% (a copy of 67 MB is below peak)
+    (512, 2, True, False, True): (4, 4),      # 100.8%
+    (512, 2, False, False, False): (4, 8),    # 105.2%
+}
 
-    BLOCK = next power of two >= hidden; short rows are packed ``ROWS`` to a program so that a
-    program holds at least 1024 elements (at most 16 rows); warps grow with the tile so that each
-    thread holds a few 16-byte vectors (``benchmarks/bench_llm_fusions.py --sweep`` times others).
+
+def launch_config(hidden: int, element_size: int = 2, residual: bool = True, weight: bool = True,
+                  write_sum: bool | None = None) -> tuple[int, int, int]:
+    """``(BLOCK, ROWS, num_warps)`` for rows of ``hidden`` elements of ``element_size`` bytes, for the kernel
+    variant (with a residual, a weight, the sum written; ``write_sum`` defaults to ``residual``).
+
+    BLOCK = next power of two >= hidden. ``TUNED`` holds the measured settings; otherwise short rows
+    are packed ``ROWS`` to a program so that a program holds at least 1024 elements (at most 16 rows),
+    and warps grow with the tile so that each thread holds a few 16-byte vectors
+    (``benchmarks/bench_rms_fold.py`` times the alternatives).
     """
     block = next_power_of_2(hidden)
+    write_sum = residual if write_sum is None else write_sum
+    tuned = TUNED.get((block, element_size, residual, weight, residual and write_sum))
+    if tuned is not None:
+        return block, tuned[0], tuned[1]
     rows = max(1, min(16, 1024 // block))
     return block, rows, row_warps(block * rows)
 
@@ -230,6 +257,12 @@ def launch_config(hidden: int) -> tuple[int, int, int]:
 def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Allocate an output the kernel fully overwrites (tests replace this to poison it)."""
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _new_output_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``_new_output`` shaped like the contiguous ``t``: ``empty_like`` parses less than ``empty`` (about half the
+    host time of a small call on the H200); tests replace this too."""
+    return torch.empty_like(t) if dtype == t.dtype else torch.empty_like(t, dtype=dtype)
 
 
 @functools.lru_cache(maxsize=2)
@@ -253,24 +286,45 @@ def _build_kernel(interpret: bool):
         M, N, R_ROWS, eps,                          # R_ROWS: rows of the residual (< M: it repeats)
         HAS_R: tl.constexpr, HAS_W: tl.constexpr, WRITE_SUM: tl.constexpr, BLOCK: tl.constexpr,
         ROWS: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
+        EVEN: tl.constexpr,
     ):
-        """Program i: rows i·ROWS .. i·ROWS+ROWS-1 of x; writes their sum (if WRITE_SUM) and normalised rows."""
+        """Program i: rows i·ROWS .. i·ROWS+ROWS-1 of x; writes their sum (if WRITE_SUM) and normalised rows.
+
+        ``EVEN``: N == BLOCK and ROWS divides M, so no lane is masked: loads and stores are plain
+        16-byte vectors (a masked access is vectorised only where the compiler can prove the mask
+        constant over a vector)."""
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
         cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
         in_row = cols < N
         live = (rows < M) & in_row                                                   # (ROWS, BLOCK)
-        x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        if EVEN:
+            x = tl.load(X + rows * stride_x + cols, eviction_policy="evict_first")
+        else:
+            x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
         if HAS_R:
-            r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0,
-                        eviction_policy="evict_first")
-        # the weight is issued now, with the rows, so that its (L2) latency overlaps the reduction
+            if EVEN:
+                r = tl.load(R + (rows % R_ROWS) * stride_r + cols, eviction_policy="evict_first")
+            else:
+                r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0,
+                            eviction_policy="evict_first")
+        # the weight is issued now, with the rows, so that its (L2) latency overlaps the reduction. It is loaded
+        # as a (ROWS, BLOCK) tile (each row's copy an L1 hit), in the rows' own register layout: loaded as
+        # (1, BLOCK), Triton gives it another layout and converts it through shared memory (two barriers),
+        # which cost a third of the time of short rows (RMSNorm over 512 on the H200: bench_rms_fold_h200.json)
+        w_cols = cols + rows * 0                                                     # (ROWS, BLOCK)
         if HAS_W:
-            w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            if EVEN:
+                w = tl.load(W + w_cols, eviction_policy="evict_last").to(tl.float32)
+            else:
+                w = tl.load(W + w_cols, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
         if HAS_R:
             # the unfused add stores the sum in the dtype, and the norm reads that rounded sum
             s = _round_to(x.to(tl.float32) + r.to(tl.float32), X.dtype.element_ty, BF16_RTNE_BY_HAND)
             if WRITE_SUM:
-                tl.store(S + rows * stride_s + cols, s, mask=live)
+                if EVEN:
+                    tl.store(S + rows * stride_s + cols, s)
+                else:
+                    tl.store(S + rows * stride_s + cols, s, mask=live)
             h = s.to(tl.float32)                                                     # (ROWS, BLOCK)
         else:
             h = x.to(tl.float32)
@@ -283,7 +337,11 @@ def _build_kernel(interpret: bool):
         h = _round_to(h, X.dtype.element_ty, BF16_RTNE_BY_HAND).to(tl.float32)
         if HAS_W:
             h = w * h                                                                # exact for 16-bit w, h
-        tl.store(Y + rows * stride_y + cols, _round_to(h, Y.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+        out = _round_to(h, Y.dtype.element_ty, BF16_RTNE_BY_HAND)
+        if EVEN:
+            tl.store(Y + rows * stride_y + cols, out)
+        else:
+            tl.store(Y + rows * stride_y + cols, out, mask=live)
 
     return _add_rms_norm_fwd
 
@@ -324,11 +382,12 @@ def _operands_choice(x, residual, weight, keep_sum) -> Choice:
                            add=add)
 
 
-def _constexprs(residual, weight, keep_sum, block, rows, interpret) -> dict:
-    """The kernel's constexpr arguments for these operands."""
+def _constexprs(residual, weight, keep_sum, block, rows, interpret, m: int, n: int) -> dict:
+    """The kernel's constexpr arguments for these operands (``m`` rows of ``n``)."""
     return dict(HAS_R=residual is not None, HAS_W=weight is not None,
                 WRITE_SUM=keep_sum and residual is not None, BLOCK=block, ROWS=rows,
-                BF16_RTNE_BY_HAND=interpret, LIBRARY_REDUCE=library_reductions_usable())
+                BF16_RTNE_BY_HAND=interpret, LIBRARY_REDUCE=library_reductions_usable(),
+                EVEN=n == block and m % rows == 0)
 
 
 def _out_dtype(x, weight) -> torch.dtype:
@@ -344,10 +403,10 @@ def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps) -> Lau
     interpret = interpreting()
     m = x.numel() // n                                                      # rows of N, row stride N
     r_rows = m if residual is None else residual.numel() // n               # < m when it broadcasts
-    block, rows, warps = launch_config(n)
+    block, rows, warps = launch_config(n, x.element_size(), residual is not None, weight is not None, keep_sum)
     rows = rows_per_prog or rows
     return Launch(_build_kernel(interpret), (cdiv(m, rows),), (n, n, n, n, m, n, r_rows),
-                  _constexprs(residual, weight, keep_sum, block, rows, interpret),
+                  _constexprs(residual, weight, keep_sum, block, rows, interpret, m, n),
                   num_warps or warps, _out_dtype(x, weight))
 
 
@@ -380,8 +439,8 @@ def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps):
     if plan.kernel is None:
         return _reference(x, residual, weight, eps, keep_sum)
     write_sum = plan.constexprs["WRITE_SUM"]
-    y = _new_output(x.shape, plan.out_dtype, x.device)                      # (..., N)
-    s = _new_output(x.shape, x.dtype, x.device) if write_sum else y         # S is never stored to otherwise
+    y = _new_output_like(x, plan.out_dtype)                                 # (..., N)
+    s = _new_output_like(x, x.dtype) if write_sum else y                    # S is never stored to otherwise
     launch(plan.kernel, plan.grid,
            (x, x if residual is None else residual, x if weight is None else weight, s, y, *plan.ints, eps),
            plan.constexprs, key=key, num_warps=plan.num_warps)
@@ -398,9 +457,9 @@ def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps):
     r2 = x2 if residual is None else _rows(residual, n)                     # (M, N) or (R_ROWS, N)
     w = None if weight is None else weight.contiguous()                     # (N,)
     m = x2.shape[0]
-    block, rows, warps = launch_config(n)
+    block, rows, warps = launch_config(n, x.element_size(), residual is not None, weight is not None, keep_sum)
     rows = rows_per_prog or rows
-    constexprs = _constexprs(residual, weight, keep_sum, block, rows, interpret)
+    constexprs = _constexprs(residual, weight, keep_sum, block, rows, interpret, m, n)
     y = _new_output((m, n), _out_dtype(x, weight), x.device)                # (M, N)
     s = _new_output((m, n), x.dtype, x.device) if constexprs["WRITE_SUM"] else y
     launch(_build_kernel(interpret), (cdiv(m, rows),),
@@ -534,7 +593,7 @@ def _finish(pattern: Pattern, matched: list[tuple[str, str, bool]], refusals: li
     return matched
 
 
-def _match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
+def match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
     """``add ─► [to(fp32)] ─► RMSNorm``: the residual add whose sum the norm reads (its matcher).
 
     The sum may leave the chain (the next residual reads it): from the add itself, or, in a graph
@@ -545,6 +604,13 @@ def _match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: d
     if attrs.get("scalar_operand") or g.in_degree(anchor) != 2:
         raise NoMatch(None, [anchor])
     refusals: list[str] = []
+    epilogue = None
+    projection = residual_projection(g, anchor)
+    if projection is not None and projection not in claimed and (shape := projection_shape(g, projection)):
+        home, why = residual_home(*shape)
+        if home == "epilogue":  # the add is measured better in the projection's GEMM epilogue (linear_residual)
+            m, k, n = shape
+            epilogue = LR_WORDS("refuse.epilogue_wins", linear=projection, why=why, m=m, k=k, n=n)
     matched = [(anchor, "add", True)]
     succ = _succ(g, anchor)
     casts = [s for s in succ if _is_cast(g, s)]
@@ -564,10 +630,13 @@ def _match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: d
             refusals.append(WORDS("refuse.fp32_also"))
         elif outside_cast and outside_add:
             refusals.append(WORDS("refuse.both"))
+    nodes = [n for n, _, _ in matched + tail]
+    if epilogue is not None and not refusals and not any(n in claimed for n in nodes):
+        raise NoMatch(epilogue, nodes)    # the norm matched: the add is given up, and the near miss says why
     return _finish(pattern, matched + tail, refusals, claimed)
 
 
-def _match_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
+def match_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
     """``[to(fp32)] ─► pow(2) ─► mean ─► + eps ─► rsqrt ─► mul ─► [to] ─► [mul(weight)]`` (its matcher).
 
     The input cast belongs to the chain when only the norm reads it; an identity cast that others
@@ -590,10 +659,11 @@ def _match_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[
 # ====================================================================== rewrite
 
 def _norm_args(ctx: RewriteContext, chain, x: torch.fx.Node) -> tuple:
-    """``(weight, eps, out_dtype)`` of the chain's norm, checking that it rounds where the kernel does.
+    """``(weight, eps, hidden)`` of the chain's norm, checking that it rounds where the kernel does.
 
     The kernel rounds the normalised value to ``x``'s dtype (LlamaRMSNorm's ``.to(input_dtype)``);
-    the chain must cast back to that dtype, or never leave it.
+    the chain must cast back to that dtype, or never leave it. The weight is the operand of the
+    step with role ``weight`` (``gamma`` in the fold's chains).
     """
     xs = aten.node_val(x)
     if not isinstance(xs, torch.Tensor):
@@ -605,7 +675,7 @@ def _norm_args(ctx: RewriteContext, chain, x: torch.fx.Node) -> tuple:
     eps = ctx.scalar(aten.binary_args(ctx.node(chain, "add_eps")).other)
     if eps is None:
         raise UseGeneric(WORDS("generic.eps"))
-    weight_node = ctx.node(chain, "weight")
+    weight_node = ctx.node(chain, "weight") or ctx.node(chain, "gamma")
     weight = None
     if weight_node is not None:
         weight = edit.other_operand(weight_node, {rounded})
@@ -620,9 +690,26 @@ def _norm_args(ctx: RewriteContext, chain, x: torch.fx.Node) -> tuple:
     return weight, eps, int(xs.shape[-1])
 
 
-def rewrite_add_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
-    """add → RMSNorm as one kernel call, writing the sum too where something else reads it."""
+def plan_norm(ctx: RewriteContext, chain, *, unit: bool = False, targets: dict | None = None
+              ) -> tuple[edit.Edit, torch.fx.Node | None]:
+    """The edit of an (add +) RMSNorm chain as one kernel call, and the weight operand it read (or None).
+
+    ``unit``: the call takes no weight (the γ fold: the readers' weights carry it), so it writes
+    ``x·rsqrt(mean(x²)+eps)`` only and loads no weight. ``targets`` replaces the call targets
+    (keys ``"add"``, ``"add_normed"``, ``"rms"``: the fold's eager variant). A chain with the role
+    ``add`` is the Add+RMSNorm; the sum is written where something else reads it.
+    """
+    targets = targets or {}
     add = ctx.node(chain, "add")
+    if add is None:
+        cast_in = ctx.node(chain, "cast_in")
+        x = cast_in.args[0] if cast_in is not None else ctx.node(chain, "pow").args[0]
+        if not isinstance(x, torch.fx.Node):
+            raise UseGeneric(WORDS("generic.input"))
+        weight, eps, hidden = _norm_args(ctx, chain, x)
+        choice = select_rms_norm(ctx.device, hidden, edit.dtype_of(x), add=False)
+        return edit.whole_chain_edit(ctx, chain, targets.get("rms", fused_rms_norm),
+                                     (x, None if unit else weight, eps), choice), weight
     x, residual, out = residual_add_operands(add)
     weight, eps, hidden = _norm_args(ctx, chain, add)
     if len(chain.extra_outputs) > 1:
@@ -631,24 +718,24 @@ def rewrite_add_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     cast_in = ctx.node(chain, "cast_in")
     if sum_node is not None and sum_node is cast_in and edit.dtype_of(cast_in) != out.dtype:
         raise Refuse(WORDS("refuse.fp32"))
-    args = (x, residual, weight, eps)
+    args = (x, residual, None if unit else weight, eps)
     choice = select_rms_norm(ctx.device, hidden, out.dtype, keep_sum=sum_node is not None)
     if sum_node is None:  # nothing else reads the sum (the last norm): it is never written
-        return edit.whole_chain_edit(ctx, chain, fused_add_rms_norm_normed, args, choice)
+        return edit.whole_chain_edit(ctx, chain, targets.get("add_normed", fused_add_rms_norm_normed), args,
+                                     choice), weight
     result = ctx.by_name[chain.roles[-1][0]]
-    return edit.whole_chain_edit(ctx, chain, fused_add_rms_norm, args, choice, outputs=[sum_node, result],
-                                 tuple_result=True)  # the call returns (sum, normed)
+    return edit.whole_chain_edit(ctx, chain, targets.get("add", fused_add_rms_norm), args, choice,
+                                 outputs=[sum_node, result], tuple_result=True), weight  # returns (sum, normed)
+
+
+def rewrite_add_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """add → RMSNorm as one kernel call, writing the sum too where something else reads it."""
+    return plan_norm(ctx, chain)[0]
 
 
 def rewrite_rms_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     """RMSNorm (no add) as one kernel call."""
-    cast_in = ctx.node(chain, "cast_in")
-    x = cast_in.args[0] if cast_in is not None else ctx.node(chain, "pow").args[0]
-    if not isinstance(x, torch.fx.Node):
-        raise UseGeneric(WORDS("generic.input"))
-    weight, eps, hidden = _norm_args(ctx, chain, x)
-    choice = select_rms_norm(ctx.device, hidden, edit.dtype_of(x), add=False)
-    return edit.whole_chain_edit(ctx, chain, fused_rms_norm, (x, weight, eps), choice)
+    return plan_norm(ctx, chain)[0]
 
 
 # ====================================================================== patterns
@@ -661,6 +748,9 @@ _NORM_STEPS = (Step(frozenset({"pow"}), "pow"), Step(frozenset({"reduce"}), "mea
                Step(frozenset({"mul"}), "normalize"), Step(_CASTS, "cast_out", optional=True),
                Step(frozenset({"mul"}), "weight", optional=True))
 
+#: The steps and cast kinds of the norm, for the families that match through this one's matchers (the γ fold).
+NORM_STEPS, CASTS = _NORM_STEPS, _CASTS
+
 #: Which families this one must claim nodes before or after (explorer.fusions.order).
 RUNS_BEFORE = ("norm",)
 
@@ -669,7 +759,7 @@ PATTERNS = (
         name="add_rms_norm", label=WORDS("add_rms_norm.label"),
         steps=(Step(frozenset({"add"}), "add", emits=True), Step(_CASTS, "cast_in", optional=True, emits=True),
                *_NORM_STEPS),
-        match=_match_add_rms_norm, color="#c49c94", rewrite=rewrite_add_rms_norm,
+        match=match_add_rms_norm, color="#c49c94", rewrite=rewrite_add_rms_norm,
         implementation=WORDS("add_rms_norm.implementation"),
         explanation=WORDS("add_rms_norm.explanation"),
         caveats=_CAVEATS,
@@ -678,7 +768,7 @@ PATTERNS = (
     Pattern(
         name="rms_norm", label=WORDS("rms_norm.label"),
         steps=_NORM_STEPS,  # anchored at pow; the matcher takes the input cast in too where only the norm reads it
-        match=_match_rms_norm, color="#dbdb8d", rewrite=rewrite_rms_norm,
+        match=match_rms_norm, color="#dbdb8d", rewrite=rewrite_rms_norm,
         implementation=WORDS("rms_norm.implementation"),
         explanation=_TEACHING,
         caveats=_CAVEATS,

@@ -15,7 +15,6 @@ resolves closure variables.
 
 from __future__ import annotations
 
-import collections
 import functools
 import os
 import types
@@ -238,20 +237,104 @@ def contiguous_key(*tensors: torch.Tensor | None) -> tuple | None:
 # ------------------------------------------------------------------ launching
 
 class _Compiled:
-    """One kernel compiled for one specialisation, with a launcher per grid."""
+    """One kernel compiled for one specialisation: its bound launcher (``direct``) or a runner per grid."""
 
-    __slots__ = ("handle", "const_values", "runners")
+    __slots__ = ("handle", "const_values", "runners", "direct")
 
     def __init__(self, handle: Any, const_values: tuple) -> None:
         self.handle = handle                  # triton.compiler.CompiledKernel
         self.const_values = const_values      # constexpr values, in parameter order
         self.runners: dict[tuple, Any] = {}   # grid -> the handle's launcher for that grid
+        self.direct = bind_launcher(handle)   # (grid, stream, args) -> None, or None: use the runners
 
 
-#: Compiled kernels by launch signature, least recently used first; see ``launch``. Bounded:
-#: a process that sees ever new shapes recompiles the oldest instead of growing without end.
-_COMPILED: collections.OrderedDict[Any, _Compiled] = collections.OrderedDict()
-MAX_COMPILED = 1024
+#: The Triton versions whose launcher ``bind_launcher`` knows how to call directly (``major.minor``).
+#: Each is checked on a GPU against the runner it bypasses (``tests/test_gpu_launch.py``); on any other
+#: version every launch takes Triton's own runner, as before.
+DIRECT_LAUNCH_VERSIONS = ("3.6",)
+
+
+def _triton_minor() -> str:
+    import triton
+    return ".".join(triton.__version__.split(".")[:2])
+
+
+def bind_launcher(handle: Any) -> Callable[[tuple, int, tuple], None] | None:
+    """Bind a compiled kernel's C launcher once, so that a launch is one call with the grid, stream and arguments.
+
+    What ``CompiledKernel[grid](*args)`` does at every call, through two Python frames and two closures
+    defined anew each time: read the launch hooks, build launch metadata for them, allocate the global and
+    profile scratch buffers the kernel declares, then call the generated C ``launch`` with the function
+    handle, the cooperative-grid and PDL flags, the packed metadata and the arguments. For a kernel that
+    declares no scratch, run while no launch hook is set, all of that but the C call is the same at every
+    launch, so it is done here once. Returns None (callers keep the runner) on a Triton version not in
+    ``DIRECT_LAUNCH_VERSIONS``, for a kernel with scratch, or where the launcher is not the shape known.
+    Hooks set later (a profiler such as Proton) are honoured: ``launch`` checks them at every call.
+    """
+    try:
+        if _triton_minor() not in DIRECT_LAUNCH_VERSIONS:
+            return None
+        handle._init_handles()
+        run = handle.run
+        if type(run).__name__ != "CudaLauncher" or getattr(run, "gsan_enabled", False):
+            return None
+        if run.global_scratch_size or run.profile_scratch_size:
+            return None
+        c_launch, function, metadata = run.launch, handle.function, handle.packed_metadata
+        coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+    except Exception:  # anything unexpected in Triton's internals: keep its own path
+        return None
+
+    def direct(grid: tuple, stream: int, args: tuple) -> None:
+        # Triton 3.6's CudaLauncher.__call__ with no scratch and no hooks: global and profile scratch
+        # None, then the runner's (packed metadata, launch metadata, enter hook, exit hook, *args).
+        c_launch(grid[0], grid[1], grid[2], stream, function, coop, pdl, None, None,
+                 metadata, None, None, None, *args)
+
+    return direct
+
+
+@functools.lru_cache(maxsize=1)
+def _runtime_knobs() -> Any:
+    from triton import knobs
+    return knobs.runtime
+
+
+def _hook_active(hook: Any) -> bool:
+    # Triton 3.6 keeps an empty ``HookChain`` installed by default: it is a hook only once something is added.
+    return hook is not None and (not hasattr(hook, "calls") or bool(hook.calls))
+
+
+def _hooks_set() -> bool:
+    """Whether a launch hook is installed (a profiler such as Proton): then every launch takes the runner."""
+    knobs = _runtime_knobs()
+    return _hook_active(knobs.launch_enter_hook) or _hook_active(knobs.launch_exit_hook)
+
+
+#: Each kernel's compiled specialisations, by launch signature and device, kept on the kernel object
+#: itself (``_explorer_compiled``) so that finding one hashes the signature only, never the kernel
+#: (a ``JITFunction`` hashes its source key). Bounded per kernel: a process that sees ever new shapes
+#: recompiles the oldest instead of growing without end. ``_CACHES`` lists them for ``compiled_entries``.
+_CACHES: list[dict] = []
+MAX_COMPILED = 256
+
+
+def _new_cache(kernel: Any) -> dict:
+    cache: dict = {}
+    kernel._explorer_compiled = cache
+    _CACHES.append(cache)
+    return cache
+
+
+def compiled_entries() -> list[_Compiled]:
+    """Every compiled specialisation ``launch`` keeps (all kernels)."""
+    return [entry for cache in _CACHES for entry in cache.values()]
+
+
+def clear_compiled() -> None:
+    """Forget every compiled specialisation: the next launch of each goes through the JIT again."""
+    for cache in _CACHES:
+        cache.clear()
 
 
 def _specialization(arg: Any) -> tuple:
@@ -281,8 +364,9 @@ def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], ke
     this path and the planned call of ``add_layernorm`` (measured in
     ``benchmarks/results/host_overhead_h200.json`` and ``host_overhead_fastpath_h200.json``). The first
     call for a signature goes through the JIT, which compiles and returns the compiled
-    kernel; later calls with the same signature launch that handle directly, through a
-    launcher kept per grid, on the current stream of the first tensor's device.
+    kernel; later calls with the same signature launch that handle directly, on the current
+    stream of the first tensor's device: through its C launcher bound once (``bind_launcher``)
+    where the Triton version allows, else through Triton's runner kept per grid.
 
     ``args`` are the kernel's runtime arguments in order; its constexpr parameters must
     all come after them. ``key``, when given, must determine everything Triton
@@ -298,20 +382,30 @@ def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], ke
     if key is None:
         key = (tuple(constexprs.items()), tuple(sorted(options.items())),
                tuple(_specialization(a) for a in args))
-    key = (kernel, key, first.get_device())
-    hit = _COMPILED.get(key)
+    device = first.get_device()
+    cache = getattr(kernel, "_explorer_compiled", None)
+    if cache is None:
+        cache = _new_cache(kernel)
+    key = (key, device)
+    hit = cache.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **constexprs, **options)
         if interpreting():  # an interpreted kernel has no compiled handle to keep
             return
         if compiled is not None and hasattr(compiled, "__getitem__"):
             names = list(kernel.arg_names)[len(args):]
-            _COMPILED[key] = _Compiled(compiled, tuple(constexprs[n] for n in names))
-            if len(_COMPILED) > MAX_COMPILED:
-                _COMPILED.popitem(last=False)
+            if len(cache) >= MAX_COMPILED:
+                cache.pop(next(iter(cache)))  # the oldest specialisation
+            cache[key] = _Compiled(compiled, tuple(constexprs[n] for n in names))
         return
-    _COMPILED.move_to_end(key)
-    runner = hit.runners.get(grid)
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    if hit.direct is not None and not _hooks_set():
+        grid3 = hit.runners.get(grid)
+        if grid3 is None:
+            grid3 = hit.runners[grid] = tuple(grid) + (1,) * (3 - len(grid))
+        hit.direct(grid3, stream, (*args, *hit.const_values))
+        return
+    runner = hit.runners.get(("runner", grid))
     if runner is None:  # the handle wants 3 grid dims
-        runner = hit.runners[grid] = hit.handle[tuple(grid) + (1,) * (3 - len(grid))]
-    runner(*args, *hit.const_values, stream=torch._C._cuda_getCurrentRawStream(key[2]))
+        runner = hit.runners[("runner", grid)] = hit.handle[tuple(grid) + (1,) * (3 - len(grid))]
+    runner(*args, *hit.const_values, stream=stream)

@@ -363,6 +363,9 @@ def facts(node: torch.fx.Node, kind: str) -> dict[str, Any]:
         out["first_input"] = lin.input.name
         out["const_weight"] = _is_attr(lin.weight)
         out["has_bias"] = lin.bias is not None
+        if _is_attr(lin.weight):   # which weight, and how many ops read it (tied weights: more than one)
+            out["weight_attr"] = str(lin.weight.target)
+            out["weight_users"] = len(lin.weight.users)
     conv = conv_args(node) if kind == "conv" else None
     if conv is not None:
         out["groups"] = int(conv.groups) if isinstance(conv.groups, int) else 1

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 
-from explorer.fusions.plan import make_plan
+from explorer.fusions.plan import plan_for_chains
 from explorer.fusions.rewrite import apply_plan
 from explorer.runtime import measure as m
 
@@ -85,8 +85,7 @@ def default_fuse(analysis: Any, kernels: dict[str, str] | None = None, device: s
 
     def fuse(ids: Sequence[str]) -> torch.fx.GraphModule:
         keep = set(ids)
-        plan = make_plan(detection, "all", reject=[c.id for c in detection.chains if c.id not in keep],
-                         kernels={k: v for k, v in (kernels or {}).items() if k in keep})
+        plan = plan_for_chains(detection, ids, kernels={k: v for k, v in (kernels or {}).items() if k in keep})
         return apply_plan(model.gm, detection, plan, device).gm
 
     return fuse
@@ -107,7 +106,7 @@ def precision_bisect(analysis: Any, chain_ids: Sequence[str], device: str = "cpu
     device = m.resolve_device(device)
     emit = on_step or (lambda f, s: None)
     model, _graph, detection = analysis
-    ids = [c.id for c in detection.chains if c.id in set(chain_ids)]
+    ids = [c.id for c in detection.accepted_chains(chain_ids)]
     fuse = fuse or default_fuse(analysis, device=device)
     torch_dtype = m.torch_dtype(dtype)
     classification = model.task == "classification"

@@ -218,7 +218,7 @@ def node_costs(gm: torch.fx.GraphModule, graph: Any, detection: Any, dtype: torc
     the same name and the same ATen target.
     """
     ratio = m.element_ratio(dtype)
-    chains = {c.id: c for c in detection.chains}
+    chains = detection.known_chains()
     costs: dict[str, tuple[float, float]] = {}
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method", "call_module"):

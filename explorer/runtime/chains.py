@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-from explorer import stats
+from explorer import launches, stats
+from explorer.fusion_engine import unfused_launches
 from explorer.fusions import rewrite
 from explorer.report import GPU, HOST, NO_KERNEL, NOT_MEASURED, SLOWER, ChainResult, Verdict
 from explorer.runtime import measure as m
@@ -56,7 +57,8 @@ def chain_entry(chain: Any, applied: Any, graph: Any, dtype: Any, verdict: Verdi
         kernel=getattr(applied, "kernel", "auto") if applied else "auto", fused_kernel=fused_kernel,
         verdict=verdict, bytes_unfused=b_unfused,
         bytes_fused=int(b_unfused - chain.bytes_saved * m.element_ratio(dtype)),
-        graph_launches_saved=chain.launches_saved, rotation=rotation)
+        graph_launches_saved=launches.chain_launches(chain.id, unfused_launches(graph, chain), applied).saved,
+        rotation=rotation)
 
 
 def limited_by(plain: Verdict | None, graph: Verdict | None) -> str | None:

@@ -30,6 +30,13 @@ about twice a plain attribute read (same JSON), and BERT-base reads about 200
 per forward. ``pin_attrs`` makes each read a plain
 instance-attribute lookup of the same tensor object.
 
+A fourth: values that depend on no input. A decoder recomputes its rotary
+angles at every forward (``arange`` → ``matmul`` with the inverse frequencies →
+``cat`` → ``cos``/``sin`` → casts: ten launches for two small tensors that are
+the same at every call of a prepared graph, whose sequence length is fixed).
+``fold_constants`` computes such values once, with the same ops on the same
+device, and the graph reads the result as an attribute.
+
 A lean graph is final: it is tied to the state it was made in. Pinned reads
 follow a parameter through ``.to()`` (PyTorch moves parameters in place) but
 not a buffer, and a later ``torch.backends.cudnn.enabled = False`` does not
@@ -42,6 +49,8 @@ lacks.
 from __future__ import annotations
 
 from typing import Any
+
+import operator
 
 import torch
 import torch.fx
@@ -161,3 +170,88 @@ def specialize_fused_calls(gm: torch.fx.GraphModule, device: torch.device | str,
         gm.graph.lint()
         gm.recompile()
     return changed
+
+
+# ------------------------------------------------------------------ values that depend on no input
+
+#: A computed constant larger than this stays computed at each call: folding trades device memory for launches.
+FOLD_MAX_BYTES = 16 * 2**20
+
+#: Public functions (the targets ``lower_aten_calls`` writes) that are pure and deterministic.
+_PURE_PUBLIC = {target for kind, target in PUBLIC_BINDINGS.values() if kind == "function"}
+_PURE_METHODS = {target for kind, target in PUBLIC_BINDINGS.values() if kind == "method"
+                 and not target.endswith("_")}
+
+
+def _foldable(node: torch.fx.Node) -> bool:
+    """Whether ``node`` may be computed once: a pure, deterministic op that writes none of its inputs."""
+    target = node.target
+    if node.op == "call_method":
+        return target in _PURE_METHODS
+    if node.op != "call_function":
+        return False
+    if target is operator.getitem:
+        return True
+    if isinstance(target, torch._ops.OpOverload):
+        schema = target._schema
+        return (not schema.is_mutable and torch.Tag.nondeterministic_seeded not in target.tags
+                and torch.Tag.dynamic_output_shape not in target.tags)
+    return target in _PURE_PUBLIC and not getattr(target, "__name__", "").endswith("_")
+
+
+def _nbytes(value: Any) -> int | None:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    return None
+
+
+def fold_constants(gm: torch.fx.GraphModule, max_bytes: int = FOLD_MAX_BYTES) -> int:
+    """Compute once every tensor that depends on no graph input; the graph then reads it as an attribute.
+
+    Only pure, deterministic, non-mutating ops are evaluated (``_foldable``), in graph order, with the
+    graph's own tensors (moved and cast already: ``prepare_graph`` calls this last), so the stored value
+    is the one each call would have computed. A value is kept only where it leaves the constant part of
+    the graph (a node outside it reads it) and is at most ``max_bytes``; larger ones and non-tensors stay
+    computed. Edits ``gm`` in place and returns how many nodes now read a folded value.
+    """
+    values: dict[torch.fx.Node, Any] = {}
+    computed: list[torch.fx.Node] = []
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            values[node] = attr_value(gm, node.target)
+            continue
+        if node.op not in ("call_function", "call_method") or not _foldable(node):
+            continue
+        if not all(n in values for n in node.all_input_nodes):
+            continue
+        args = torch.fx.node.map_arg(node.args, lambda n: values[n])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: values[n])
+        try:
+            with torch.no_grad():
+                if node.op == "call_method":
+                    value = getattr(args[0], node.target)(*args[1:], **kwargs)
+                else:
+                    value = node.target(*args, **kwargs)
+        except Exception:  # leave it to the call: the forward raises, or runs, as it did
+            continue
+        values[node] = value
+        computed.append(node)
+    folded = 0
+    for node in computed:
+        size = _nbytes(values[node])
+        if size is None or size > max_bytes or all(u in values for u in node.users):
+            continue
+        name = "_folded_" + node.name
+        while hasattr(gm, name):
+            name += "_"
+        gm.register_buffer(name, values[node], persistent=False)
+        with gm.graph.inserting_before(node):
+            attr = gm.graph.get_attr(name)
+        attr.meta = dict(node.meta)
+        node.replace_all_uses_with(attr)
+        folded += 1
+    if folded:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return folded

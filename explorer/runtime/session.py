@@ -49,7 +49,7 @@ from typing import Any, Callable
 import torch
 
 from explorer import stats
-from explorer.fusion_engine import analyze, fuse
+from explorer.fusion_engine import Analysis, analyze, fuse, launch_counts
 from explorer.fusions.plan import Plan, make_plan
 from explorer.report import (NOT_MEASURED, PHASES, Environment, InputInfo, Measurement, ModelInfo, PhaseFailure,
                              PlanInfo, Report, Verdict)
@@ -286,7 +286,7 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     return _Run(settings=settings, phases=phases, threads=threads, t_start=t_start, device=device, dtype=dtype,
                 schedule=schedule, environment=environment, model=model, graph=graph, detection=detection,
                 plan=plan, applied=applied, fused_ids=fused_ids,
-                accepted=[c for c in detection.chains if c.id in set(plan.accepted)], channels_last=channels_last,
+                accepted=detection.accepted_chains(plan.accepted), channels_last=channels_last,
                 classification=model.task == "classification", unfused_gm=unfused_gm, fused_gm=fused_gm,
                 inputs=inputs, casts=casts, bytes_unfused=bytes_unfused, bytes_fused=bytes_fused, fuse_s=fuse_s,
                 notes=notes)
@@ -438,8 +438,8 @@ def _report(run: _Run) -> Report:
     if run.threads is not None:
         notes.append(f"{run.threads} intra-op thread(s) on the CPU" + (" (quick mode's default: stable on a shared "
                                                                        "CPU)" if s.cpu_threads is None else ""))
-    graph_launches = int(detection.totals.get("launches", 0))
-    fused_launches = graph_launches - sum(detection.chain(c).launches_saved for c in run.fused_ids)
+    counted = launch_counts(Analysis(run.model, run.graph, detection), run.applied.values(), run.fused_ids, run.device)
+    graph_launches, fused_launches = counted.before, counted.after  # the device's, per kernel (explorer.launches)
     main_failed = next((f for f in run.failures if f.phase == "main"), None)
     not_timed = "not timed: the main phase failed (the report's failures say why)" if main_failed else "not timed"
     unfused = run.unfused or Measurement(name="unfused", note=not_timed, bytes_moved=run.bytes_unfused)

@@ -56,7 +56,7 @@ def describe_stages(model: Any, detection: Any, plan: Any, device: str
                     ) -> list[tuple[Stage, torch.fx.GraphModule | None]]:
     """Every level's graph and its description (no timing): ``(Stage, gm)``, gm None when the
     graph is identical to an earlier stage's (``Stage.same_as`` names it)."""
-    accepted = [c for c in detection.chains if c.id in set(plan.accepted)]
+    accepted = detection.accepted_chains(plan.accepted)
     out: list[tuple[Stage, torch.fx.GraphModule | None]] = []
     seen: dict[tuple[str, ...], str] = {}
     previous: dict[str, int] | None = None

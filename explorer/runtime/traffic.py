@@ -75,15 +75,13 @@ def traffic_table(graph: Any, detection: Any, chain_ids: Iterable[str], dtype: t
     ids = set(chain_ids)
     ratio = m.element_ratio(dtype)
     rows = []
-    for chain in detection.chains:
-        if chain.id not in ids:
-            continue
+    for chain in detection.accepted_chains(ids):
         before, after = chain_bytes(graph, chain, dtype)
         rows.append({"id": chain.id, "pattern": chain.pattern, "title": chain.title, "bytes_unfused": before,
                      "bytes_fused": after, "bytes_saved": before - after,
                      "fraction_saved": (before - after) / before if before else 0.0})
     total_before = int(m.graph_bytes(graph, dtype))
-    saved = int(round(sum(c.bytes_saved for c in detection.chains if c.id in ids) * ratio))
+    saved = int(round(sum(c.bytes_saved for c in detection.accepted_chains(ids)) * ratio))
     total = {"bytes_unfused": total_before, "bytes_fused": total_before - saved, "bytes_saved": saved,
              "fraction_saved": saved / total_before if total_before else 0.0}
     return {"chains": rows, "total": total, "note": BYTE_MODEL_NOTE}

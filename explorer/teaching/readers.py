@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from explorer.report import verdict_speedup
+
 
 def as_plain(value: Any) -> Any:
     """Dataclasses and objects with ``to_dict`` as plain dicts (recursively through lists); others unchanged."""
@@ -62,9 +64,15 @@ def chain_timing(c: Any) -> MeasuredChain | None:
         slower = c.get("slower")
     else:  # version 2: latencies as {median, p20, p80, reps}, the decision in a verdict
         u, f = _median(c.get("unfused")), _median(c.get("fused"))
-        ug, fg = _median(c.get("unfused_graph")), _median(c.get("fused_graph"))
         verdict = c.get("verdict")
         slower = (verdict.get("label") == "slower") if isinstance(verdict, dict) else None
+        if u is None or f is None:
+            return None
+        # the speed-ups are the verdicts' (the median of the paired ratios: ``explorer.report``), as every
+        # page shows them; synchronised calls, and CUDA-graph replays where measured
+        plain = c.get("plain") if isinstance(c.get("plain"), dict) else verdict
+        return MeasuredChain(str(c["id"]), u, f, verdict_speedup(plain), verdict_speedup(c.get("graph")),
+                             bool(slower) if slower is not None else None)
     if u is None or f is None:
         return None
     return MeasuredChain(str(c["id"]), u, f, _ratio(u, f), _ratio(ug, fg),

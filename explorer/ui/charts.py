@@ -27,8 +27,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from explorer.fusions import BY_NAME, color_of
-from explorer.report import (FASTER, GPU, HOST, NO_KERNEL, NOT_MEASURED, SAME, SLOWER, Latency, Measurement,
-                             Report, Verdict)
+from explorer.report import (FASTER, GPU, HOST, NO_KERNEL, NOT_MEASURED, SAME, SLOWER, UNDECIDED, UNTESTED, Latency,
+                             Measurement, Report, Verdict)
 from explorer.ui.i18n import catalog, message, t_in, translate_text
 
 UNFUSED_COLOR = "#8c8c8c"
@@ -41,9 +41,10 @@ SLOWER_PATTERN = "x"
 NO_KERNEL_COLOR = "#d9d9d9"
 NO_KERNEL_PATTERN = "/"
 SAME_OPACITY = 0.4
-#: The catalog key of each verdict label (``explorer.report.VERDICTS``).
+#: The catalog key of each verdict reading (``explorer.report.READINGS``: the labels, undecided, not tested).
 VERDICT_KEYS = {FASTER: "chart.verdict.faster", SLOWER: "chart.verdict.slower", SAME: "chart.verdict.same",
-                NO_KERNEL: "chart.verdict.no_kernel", NOT_MEASURED: "chart.verdict.not_measured"}
+                NO_KERNEL: "chart.verdict.no_kernel", NOT_MEASURED: "chart.verdict.not_measured",
+                UNDECIDED: "chart.verdict.undecided", UNTESTED: "chart.verdict.untested"}
 #: The legend's name of a verdict in the per-chain figure.
 LEGEND_KEYS = {SAME: "chart.legend.same", SLOWER: "chart.legend.slower"}
 
@@ -96,16 +97,36 @@ def status_label(status: str, lang: str = "en") -> str:
 
 def describe_verdict(v: Verdict, lang: str = "en") -> str:
     """``Verdict.describe`` in ``lang``: ``slower: 0.91x (95% CI 0.88-0.94x), p=0.001, 60 rounds``."""
-    label = verdict_label(v.label, lang)
+    label = verdict_label(v.reading, lang)
     if v.ratio is None:
         return t_in(lang, "chart.describe.note", label=label, note=message(v.note, lang)) if v.note else label
-    if v.n == 0 or v.ci_low is None or v.ci_high is None:
+    if not v.tested:
         return t_in(lang, "chart.describe.untested", label=label, speedup=v.speedup,
                     why=message(v.method or v.note, lang))
-    lo = f"{1 / v.ci_high:.2f}" if v.ci_high else "?"
-    hi = f"{1 / v.ci_low:.2f}" if v.ci_low else "?"
+    lo, hi = v.interval or (0.0, 0.0)
     p = t_in(lang, "chart.describe.p", p=v.p_value) if v.p_value is not None else ""
-    return t_in(lang, "chart.describe.tested", label=label, speedup=v.speedup, lo=lo, hi=hi, p=p, n=v.n)
+    return t_in(lang, "chart.describe.tested", label=label, speedup=v.speedup, lo=f"{lo:.2f}", hi=f"{hi:.2f}", p=p,
+                n=v.n)
+
+
+def speedup_text(v: Verdict | None, lang: str = "en", why: str = "") -> str:
+    """A speed-up cell: ``1.12×`` with its 95% interval (``[1.08–1.15]``), or why there is none (``why``, or
+    the verdict's reading): the one statistic (``Verdict.speedup``), never a bare None."""
+    if v is None or v.speedup is None:
+        return why or (verdict_label(v.reading, lang) if v is not None else t_in(lang, "chart.missing.not_measured"))
+    if not v.tested:
+        return t_in(lang, "chart.cell.untested", x=v.speedup)
+    lo, hi = v.interval or (0.0, 0.0)
+    return t_in(lang, "chart.cell.speedup", x=v.speedup, lo=lo, hi=hi)
+
+
+def _num(x: Any, fmt: str = "{:.3f}", missing: str = "") -> str:
+    """A number as text (tables show no raw None: ``missing`` says why where it is absent)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return missing
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return fmt.format(x)
 
 
 def _value(m: Measurement | None, key: str, scale: float = 1.0) -> float | None:
@@ -192,14 +213,50 @@ def _short(v: float) -> str:
     return f"{v:.3g}"
 
 
+def _missing(report: Report, m: Measurement, key: str, lang: str) -> str:
+    """Why ``key`` of ``m`` is absent, in words (never a bare None)."""
+    if m.latency is None and key in ("latency", "throughput"):
+        return t_in(lang, "chart.missing.not_timed")
+    if key == "peak_memory_bytes" and report.is_cpu:
+        return t_in(lang, "chart.missing.memory_cpu")
+    if key == "kernel_launches" and m.launches_kind.startswith("not counted"):
+        return message(m.launches_kind, lang)
+    return t_in(lang, "chart.missing.not_measured")
+
+
 def summary_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
-    """Rows (metric, unfused, fused, fused / unfused) for the headline table, then the verdict."""
+    """Rows (metric, unfused, fused, change) for the headline table, every cell text. The latency row's change
+    is THE speed-up (the verdict's: the median of the paired ratios, with its 95% interval), the same figure
+    as the headline and the command line; the other rows' change is fused ÷ unfused, said so. Kernel launches
+    come twice: measured by the profiler, and the graph model of this device and plan (the Graph and Fusions
+    pages' count); both with their saving."""
+    col_change = t_in(lang, "chart.ratio")
     rows = []
+    fmt = {"latency": "{:.3f}", "throughput": "{:,.1f}", "peak_memory_bytes": "{:,.1f}", "kernel_launches": "{:d}",
+           "bytes_moved": "{:,.1f}"}
     for key, _unit, scale in METRICS:
         u, f = _value(report.unfused, key, scale), _value(report.fused, key, scale)
+        if key == "kernel_launches":
+            u, f = (None if u is None else int(u)), (None if f is None else int(f))
+        if key == "latency":
+            change = speedup_text(report.verdict, lang, "" if report.verdict.speedup is not None
+                                  else t_in(lang, "chart.missing.not_timed"))
+            change = t_in(lang, "chart.change.speedup", value=change) if report.verdict.speedup is not None else change
+        elif key == "kernel_launches":
+            change = t_in(lang, "chart.change.saves", n=u - f) if u is not None and f is not None else ""
+        else:
+            change = t_in(lang, "chart.change.ratio", r=f / u) if (u and f is not None) else ""
         rows.append({t_in(lang, "chart.col.metric"): t_in(lang, f"chart.row.{key}"),
-                     t_in(lang, "chart.unfused"): u, t_in(lang, "chart.fused"): f,
-                     t_in(lang, "chart.ratio"): (f / u) if (u and f is not None) else None})
+                     t_in(lang, "chart.unfused"): _num(u, fmt[key], _missing(report, report.unfused, key, lang)),
+                     t_in(lang, "chart.fused"): _num(f, fmt[key], _missing(report, report.fused, key, lang)),
+                     col_change: change})
+        if key == "kernel_launches" and report.unfused.graph_launches is not None \
+                and report.fused.graph_launches is not None:
+            gu, gf = report.unfused.graph_launches, report.fused.graph_launches
+            rows.append({t_in(lang, "chart.col.metric"): t_in(lang, "chart.row.graph_launches",
+                                                              device=report.environment.device),
+                         t_in(lang, "chart.unfused"): str(gu), t_in(lang, "chart.fused"): str(gf),
+                         col_change: t_in(lang, "chart.change.saves", n=gu - gf)})
     return rows
 
 
@@ -225,15 +282,16 @@ def baseline_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
             col("method"): t_in(lang, "chart.fused") if b.method == "fused" else b.method,
             col("mode"): b.mode or "", col("cuda_graphs"): b.cuda_graphs,
             col("memory_format"): b.memory_format,
-            col("median_ms"): lat.median if lat else None, "p20": lat.p20 if lat else None,
-            "p80": lat.p80 if lat else None,
-            col("kernels"): m.kernel_launches if m else None,
-            col("gpu_busy_ms"): m.gpu_busy_ms if m else None,
-            col("rel_l2_f64"): m.precision.rel_l2 if m and m.precision else None,
-            col("compile_s"): b.compile_s,
+            col("median_ms"): _num(lat.median if lat else None, "{:.3f}", "—"),
+            "p20": _num(lat.p20 if lat else None, "{:.3f}", "—"), "p80": _num(lat.p80 if lat else None, "{:.3f}", "—"),
+            col("kernels"): _num(m.kernel_launches if m else None, "{:d}", "—"),
+            col("gpu_busy_ms"): _num(m.gpu_busy_ms if m else None, "{:.3f}",
+                                     t_in(lang, "chart.missing.cpu") if report.is_cpu else "—"),
+            col("rel_l2_f64"): _num(m.precision.rel_l2 if m and m.precision else None, "{:.2e}", "—"),
+            col("compile_s"): _num(b.compile_s, "{:.1f}", "—"),
             col("compared_with"): (b.pairs_with or "") if lang == "en" or partner is None
             else variant_label(partner.name, partner.label, lang),
-            col("fused_speedup"): b.verdict.speedup if b.verdict else None,
+            col("fused_speedup"): speedup_text(b.verdict, lang, "—"),
             col("baseline_verdict"): verdict_label(b.verdict.label, lang) if b.verdict
             else message(b.error or "", lang),
         })
@@ -251,10 +309,20 @@ def precision_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
                       ("fused_vs_unfused", report.fused_vs_unfused)):
         if prec is None:
             continue
-        rows.append({t_in(lang, "chart.col.comparison"): t_in(lang, f"chart.prec.{key}"),
-                     **{(t_in(lang, "chart.col.top1_agreement") if k == "top1_agreement" else k): getattr(prec, k)
-                        for k in PRECISION_KEYS},
-                     t_in(lang, "chart.col.why_no_relative"): message(prec.refused or "", lang)})
+        cells = {}
+        for k in PRECISION_KEYS:
+            v = getattr(prec, k)
+            if v is None:
+                why = (message(prec.refused, lang) if prec.refused and k != "max_abs"
+                       else t_in(lang, "chart.missing.top1") if k == "top1_agreement"
+                       else t_in(lang, "chart.missing.not_measured"))
+                cells[k] = why
+            else:
+                cells[k] = _num(v, "{:.9f}" if k in ("cosine", "top1_agreement") else "{:.2e}")
+        cells = {(t_in(lang, "chart.col.top1_agreement") if k == "top1_agreement" else k): v for k, v in cells.items()}
+        rows.append({t_in(lang, "chart.col.comparison"): t_in(lang, f"chart.prec.{key}"), **cells,
+                     t_in(lang, "chart.col.why_no_relative"): message(prec.refused or "", lang)
+                     or t_in(lang, "chart.missing.none_refused")})
     return rows
 
 
@@ -271,27 +339,42 @@ def chain_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
     rows = []
     for c in sorted(report.chains, key=lambda c: -(c.speedup or 0)):
         v = c.verdict
+        why = _not_timed(c, lang)
         row: dict[str, Any] = {col("chain"): c.title, "id": c.id,
                                col("pattern"): translate_text(BY_NAME[c.pattern].label, lang) if c.pattern in BY_NAME
                                else c.pattern,
-                               col("verdict"): verdict_label(v.label, lang)}
+                               col("verdict"): verdict_label(v.reading, lang)}
         if chosen:
             row[col("kernel")] = c.kernel
-        row[col("speedup")] = c.speedup
+        row[col("speedup")] = speedup_text(v, lang, why) if v.speedup is None else _num(v.speedup, "{:.2f}×")
         if graphs:
-            row[col("speedup_graph")] = c.graph_speedup
+            row[col("speedup_graph")] = (speedup_text(c.graph, lang) if c.graph is not None
+                                         else t_in(lang, "chart.missing.not_measured"))
+        interval = v.interval
         row.update({
-            col("ci"): (f"{1 / v.ci_high:.2f}–{1 / v.ci_low:.2f}x" if v.ci_low and v.ci_high else ""),
-            "p": v.p_value, col("rounds"): v.n or None,
+            col("ci"): f"{interval[0]:.2f}–{interval[1]:.2f}×" if interval else (
+                t_in(lang, "chart.cell.no_test") if v.speedup is not None else why),
+            "p": _num(v.p_value, "{:.2g}", "—"), col("rounds"): str(v.n) if v.n else "—",
             col("limited_by"): t_in(lang, f"chart.limit.{c.limited_by}") if c.limited_by in (HOST, GPU)
-            else (c.limited_by or ""),
-            col("unfused_ms"): c.unfused.median if c.unfused else None,
-            col("fused_ms"): c.fused.median if c.fused else None,
-            col("launches"): f"{c.launches_unfused} → {c.launches_fused}" if c.launches_unfused is not None else "",
-            col("max_abs_err"): c.max_abs, col("rel_err"): c.rel_err, col("status"): status_label(c.status, lang),
+            else (c.limited_by or "—"),
+            col("unfused_ms"): _num(c.unfused.median if c.unfused else None, "{:.4f}", "—"),
+            col("fused_ms"): _num(c.fused.median if c.fused else None, "{:.4f}", "—"),
+            col("launches"): f"{c.launches_unfused} → {c.launches_fused}" if c.launches_unfused is not None
+            and c.launches_fused is not None else "—",
+            col("max_abs_err"): _num(c.max_abs, "{:.2e}", "—"), col("rel_err"): _num(c.rel_err, "{:.2e}", "—"),
+            col("status"): status_label(c.status, lang),
             col("note"): NOTE_SEP.get(lang, "; ").join(message(x, lang) for x in (v.note, c.reason) if x)})
         rows.append(row)
     return rows
+
+
+def _not_timed(c: Any, lang: str) -> str:
+    """Why a chain has no speed-up: not fused (and why), no fused kernel here, not timed."""
+    if c.status != "fused":
+        return t_in(lang, "chart.missing.not_fused", status=status_label(c.status, lang))
+    if c.verdict.label == NO_KERNEL:
+        return verdict_label(NO_KERNEL, lang)
+    return t_in(lang, "chart.missing.not_timed")
 
 
 def slower_where(report: Report) -> dict[str, list[str]]:
@@ -326,12 +409,19 @@ def chain_speedup_figure(report: Report, lang: str = "en") -> go.Figure:
     measured = sorted((c for c in report.chains if c.speedup is not None), key=lambda c: c.speedup)
     styles = [bar_style(c.verdict.label, c.pattern) for c in measured]
     hover = [f"{c.title}<br>{c.id}<br>{_pattern_label(c.pattern, lang)}: "
-             f"{c.unfused.median:.4f} ms → {c.fused.median:.4f} ms<br>{describe_verdict(c.verdict, lang)}"
+             + (t_in(lang, "chart.hover.medians", u=c.unfused.median, f=c.fused.median) if c.unfused and c.fused
+                else "")
+             + describe_verdict(c.verdict, lang)
              + (t_in(lang, "chart.hover.graph", x=c.graph_speedup) if c.graph_speedup is not None else "")
              for c in measured]
-    fig = go.Figure(go.Bar(x=[c.speedup for c in measured], y=[c.title for c in measured], orientation="h",
+    # A log axis, each bar from 1 (no change) to its speed-up: 0.5x and 2x are as long, and one chain far from
+    # the others cannot make the rest unreadable. Each bar is labelled with its speed-up and interval.
+    fig = go.Figure(go.Bar(x=[c.speedup - 1.0 for c in measured], base=[1.0] * len(measured),
+                           y=[c.title for c in measured], orientation="h",
                            marker=dict(color=[s[0] for s in styles], pattern_shape=[s[1] for s in styles],
                                        opacity=[s[2] for s in styles]),
+                           text=[speedup_text(c.verdict, lang) for c in measured], textposition="outside",
+                           cliponaxis=False, customdata=[c.speedup for c in measured],
                            hovertext=hover, hoverinfo="text", showlegend=False))
     fig.add_vline(x=1.0, line_dash="dash", line_color="#444", annotation_text=t_in(lang, "chart.speedup.no_change"),
                   annotation_position="top")
@@ -343,6 +433,10 @@ def chain_speedup_figure(report: Report, lang: str = "en") -> go.Figure:
             fig.add_trace(go.Bar(x=[None], y=[None], name=t_in(lang, LEGEND_KEYS[verdict]),
                                  marker=dict(color=color if verdict == SLOWER else "#888888",
                                              pattern_shape=shape, opacity=opacity)))
+    values = [c.speedup for c in measured] or [1.0]
+    low, high = min(min(values), 1.0), max(max(values), 1.0)
+    span = max(math.log10(high) - math.log10(low), 0.1)
+    fig.update_xaxes(type="log", range=[math.log10(low) - 0.08 * span - 0.02, math.log10(high) + 0.45 * span + 0.05])
     fig.update_layout(title=t_in(lang, "chart.speedup.title"), xaxis_title=t_in(lang, "chart.speedup.x"),
                       height=max(300, 22 * len(measured) + 120),
                       margin=dict(l=10, r=10, t=60, b=40), yaxis=dict(automargin=True),
@@ -379,11 +473,16 @@ def _stage_values(report: Report, lang: str) -> list[dict[str, Any]]:
     for s in report.stages:
         lat: Latency | None = s.latency
         mem = s.peak_memory_bytes
+        same = (t_in(lang, "chart.missing.same_stage", stage=next(
+            (stage_label(o.stage, o.label, lang) for o in report.stages if o.stage == s.same_as), s.same_as))
+            if s.same_as else t_in(lang, "chart.missing.not_timed"))
         out.append({"stage": stage_label(s.stage, s.label, lang), "latency": lat.median if lat else None,
                     "p20": lat.p20 if lat else None, "p80": lat.p80 if lat else None,
                     "throughput": s.throughput, "memory": mem / 2**20 if mem is not None else None,
                     "speedup": (first.median / lat.median) if (first and lat) else None,
-                    "ops": s.graph_ops or None, "graph": message(s.differs, lang)})
+                    "ops": s.graph_ops or None, "graph": message(s.differs, lang), "why": same,
+                    "memory_why": t_in(lang, "chart.missing.memory_cpu") if report.is_cpu
+                    else (same if lat is None else t_in(lang, "chart.missing.not_measured"))})
     return out
 
 
@@ -391,9 +490,16 @@ def stages_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
     """The seed's staged table, all four stages: latency, throughput, memory, speed-up over the original,
     and how each stage's graph differs from the previous one (or which stage it is identical to)."""
     col = lambda name: t_in(lang, f"chart.col.{name}")  # noqa: E731
-    return [{col("stage"): v["stage"], col("latency_median"): v["latency"], "p20": v["p20"], "p80": v["p80"],
-             col("throughput"): v["throughput"], col("memory_mib"): v["memory"], col("speedup"): v["speedup"],
-             col("ops"): v["ops"], col("graph"): v["graph"]} for v in _stage_values(report, lang)]
+    rows = []
+    for v in _stage_values(report, lang):
+        why = v["why"]
+        rows.append({col("stage"): v["stage"], col("latency_median"): _num(v["latency"], "{:.3f}", why),
+                     "p20": _num(v["p20"], "{:.3f}", "—"), "p80": _num(v["p80"], "{:.3f}", "—"),
+                     col("throughput"): _num(v["throughput"], "{:,.1f}", "—"),
+                     col("memory_mib"): _num(v["memory"], "{:,.1f}", v["memory_why"]),
+                     col("speedup_stage"): _num(v["speedup"], "{:.2f}×", "—"),
+                     col("ops"): str(v["ops"]) if v["ops"] else "—", col("graph"): v["graph"]})
+    return rows
 
 
 def stages_figure(report: Report, lang: str = "en") -> go.Figure:

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping
 
 from explorer import graph_view
 from explorer.fusions.base import Chain, Detection
+from explorer.report import chain_speedups
 from explorer.ui.i18n import t_in
 from explorer.units import human_bytes
 
@@ -206,12 +207,6 @@ def report_matches(report: Any, detection: Detection) -> bool:
     return model.get("name") == detection.model
 
 
-def _median(lat: Any) -> float | None:
-    if isinstance(lat, dict) and isinstance(lat.get("median"), (int, float)):
-        return float(lat["median"])
-    return None
-
-
 def overlay_values(measure: str, report: Any, detection: Detection,
                    predicted: Mapping[str, float] | None = None, lang: str = "en") -> dict[str, OverlayValue]:
     """{chain id: OverlayValue} of every chain ``report`` measured, under ``measure`` (``OVERLAYS``).
@@ -229,8 +224,7 @@ def overlay_values(measure: str, report: Any, detection: Detection,
         cid = str(e["id"])
         verdict = e.get("verdict") or {}
         label = str(verdict.get("label", "")) if isinstance(verdict, dict) else str(verdict)
-        u, f = _median(e.get("unfused")), _median(e.get("fused"))
-        speedup = u / f if u and f else None
+        speedup = chain_speedups(e)[0]   # THE chain speed-up (its verdict's paired estimate), as the Results page
         if measure == "speedup":
             if speedup is not None:
                 out[cid] = OverlayValue(speedup, f"{speedup:.2f}×", label)

@@ -44,7 +44,7 @@ import streamlit as st
 from explorer.ui import files as ui_files
 from explorer.ui.i18n import message, t
 from explorer.errors import ExplorerError, PlanError, ReportError
-from explorer.fusions.plan import Plan, make_plan
+from explorer.fusions.plan import Plan, choose_alternative, plan_for_chains
 from explorer.report import Report
 
 DEFAULTS: dict[str, Any] = {
@@ -211,8 +211,22 @@ def accepted_ids(detection) -> set[str]:
 
 
 def set_accepted(detection, ids) -> None:
-    known = {c.id for c in detection.chains}
-    st.session_state.accepted[detection.fingerprint] = set(ids) & known
+    """Accept exactly ``ids`` (detected or alternative chains). A chain just accepted wins over an accepted
+    one it shares nodes with (a chain and its alternative are never both accepted)."""
+    known = detection.known_chains()
+    before = st.session_state.accepted.get(detection.fingerprint, set())
+    ids = set(ids) & set(known)
+    for new in [i for i in ids if i not in before]:
+        nodes = set(known[new].nodes)
+        ids = {i for i in ids if i == new or not nodes & set(known[i].nodes)}
+    st.session_state.accepted[detection.fingerprint] = ids
+    st.session_state.editor_version += 1
+
+
+def use_alternative(detection, alternative_id: str) -> None:
+    """Accept one alternative in place of the chain it replaces (``plan.choose_alternative``)."""
+    plan = choose_alternative(current_plan(detection), detection, alternative_id)
+    st.session_state.accepted[detection.fingerprint] = set(plan.accepted)
     st.session_state.editor_version += 1
 
 
@@ -239,12 +253,58 @@ def set_kernels(detection, choices: dict[str, str]) -> None:
 
 
 def current_plan(detection) -> Plan:
-    """The plan of the user's choices (``plan.make_plan``) with the sidebar's global levers."""
+    """The plan of the user's choices (``plan.plan_for_chains``) with the sidebar's global levers."""
     acc = accepted_ids(detection)
-    return make_plan(detection, accept="all", reject=[c.id for c in detection.chains if c.id not in acc],
-                     memory_format=st.session_state.get("memory_format", "nchw"),
-                     cuda_graphs=bool(st.session_state.get("cuda_graphs", False)),
-                     kernels=st.session_state.kernels.get(detection.fingerprint, {}))
+    return plan_for_chains(detection, acc, memory_format=st.session_state.get("memory_format", "nchw"),
+                           cuda_graphs=bool(st.session_state.get("cuda_graphs", False)),
+                           kernels=st.session_state.kernels.get(detection.fingerprint, {}))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _launch_table(source: str, batch, seq_len, fingerprint: str, kernels_json: str, memory_format: str,
+                  device: str):
+    """Every chain's launches on ``device`` for these kernel choices (``fusion_engine.chain_launch_table``)."""
+    import json
+
+    from explorer.fusion_engine import chain_launch_table
+
+    analysis = load_analysis(source, batch, seq_len)
+    plan = make_plan(analysis.detection, "all", memory_format=memory_format, kernels=json.loads(kernels_json))
+    return chain_launch_table(analysis, plan, device)
+
+
+def launches(spec: LoadSpec, detection, device: str | None = None):
+    """The current plan's kernel launches on the sidebar's device (``explorer.launches.LaunchCounts``: before,
+    after, each accepted chain's), the one count the Graph and Fusions pages show; ``.of(id)`` any chain's
+    as if accepted comes from ``launch_table``."""
+    from explorer import launches as launch_counts
+
+    table = launch_table(spec, detection, device)
+    return launch_counts.count(table.before, {c.chain_id: c for c in table.chains}, sorted(accepted_ids(detection)),
+                               table.device)
+
+
+def launches_for(spec: LoadSpec, detection, plan, device: str):
+    """The launches of ``plan`` (a ``Plan`` or a report's ``PlanInfo``) on ``device``, counted as ``launches``."""
+    import json
+
+    from explorer import launches as launch_counts
+
+    table = _launch_table(spec.source, spec.batch, spec.seq_len, detection.fingerprint,
+                          json.dumps(dict(sorted(plan.kernels.items()))), plan.memory_format,
+                          "cuda" if str(device).startswith("cuda") else "cpu")
+    accepted = [c for c in plan.accepted if table.of(c) is not None]
+    return launch_counts.count(table.before, {c.chain_id: c for c in table.chains}, accepted, table.device)
+
+
+def launch_table(spec: LoadSpec, detection, device: str | None = None):
+    """Every chain's launches on the sidebar's device as if accepted, with the plan's kernel choices."""
+    import json
+
+    plan = current_plan(detection)
+    return _launch_table(spec.source, spec.batch, spec.seq_len, detection.fingerprint,
+                         json.dumps(dict(sorted(plan.kernels.items()))), plan.memory_format,
+                         device or st.session_state.get("device", "cpu"))
 
 
 def apply_plan_text(text: bytes | str, detection) -> Plan:

@@ -57,7 +57,7 @@ def breakdown_panel(bd: dict, model_name: str = "", key: str = "chart_breakdown"
                 st.dataframe([{t("teach.col.node"): r.get("node") or "-", t("teach.col.kernel"): r["kernel"][:80],
                                t("teach.col.category"): views.category_label(r["category"], b.get("is_cpu")),
                                t("teach.col.us"): round(r["us"], 1),
-                               t("teach.col.intensity"): round(r["intensity"], 1) if r.get("intensity") else None}
+                               t("teach.col.intensity"): f"{r['intensity']:.1f}" if r.get("intensity") else "—"}
                               for r in top], hide_index=True, width="stretch")
 
 

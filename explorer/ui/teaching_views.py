@@ -136,12 +136,14 @@ def stage_table(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         same = r.get("same_as")
         peak = r.get("peak_memory_bytes")
+        # a stage not timed again (its graph is an earlier one's) says so in every cell, never "None"
+        missing = t("teach.stage.same_as", stage=t(f"teach.stage.{same}")) if same else t("chart.missing.not_timed")
         out.append({
             t("teach.col.stage"): t(f"teach.stage.{r['stage']}") if r["stage"] in ("none", "conv_bn", "activation", "all")
             else r["label"],
-            t("teach.col.latency_ms"): round(r["latency_ms"], 4) if r.get("latency_ms") is not None else None,
-            t("teach.col.throughput"): round(r["throughput"], 1) if r.get("throughput") else None,
-            t("teach.col.memory"): human_bytes(peak) if peak else t("teach.na_cpu_memory"),
+            t("teach.col.latency_ms"): f"{r['latency_ms']:.4f}" if r.get("latency_ms") is not None else missing,
+            t("teach.col.throughput"): f"{r['throughput']:,.1f}" if r.get("throughput") else missing,
+            t("teach.col.memory"): human_bytes(peak) if peak else (missing if same else t("teach.na_cpu_memory")),
             t("teach.col.note"): t("teach.stage.same_as", stage=t(f"teach.stage.{same}")) if same else "",
         })
     return out

@@ -41,10 +41,27 @@ STRINGS = {
     "fusions.col.extra_help": ("Intermediates the fused kernel must still write",
                                "融合内核仍须写出的中间结果"),
     "fusions.col.speedup": ("speed-up", "加速比"),
+    "fusions.col.speedup_paired_help": (
+        "Measured, this chain alone: the median of the paired ratios unfused ÷ fused (the Results page shows its "
+        "95% interval)",
+        "实测，单独这条链：配对的融合前 ÷ 融合后之比的中位数（结果页给出它的 95% 置信区间）"),
+    "fusions.not_in_report": ("not in the report (not accepted when it ran)", "报告中没有（运行时未被接受）"),
     "fusions.col.speedup_help": ("Measured, this chain alone: unfused time / fused time",
                                  "实测，只看这条链：未融合时间 / 融合后时间"),
     "fusions.col.verdict": ("verdict", "结论"),
     "fusions.col.id": ("id", "编号"),
+    "fusions.col.also": ("also possible", "也可以"),
+    "fusions.col.also_help": ("Other ways to fuse these nodes, which the pattern order did not take: choose one in "
+                              "the one-chain panel below",
+                              "这些节点的其他融合方式（模式顺序没有选它们）：在下面的单条链面板中选择"),
+    "fusions.alt.then": (", then ", "，然后 "),
+    "fusions.alt.instead": ("chosen instead of {chain}", "替代 {chain}"),
+    "fusions.alt.title": ("**Also possible** (competing fusions of the same nodes):",
+                          "**也可以**（同一组节点的其他融合方式）："),
+    "fusions.alt.use": ("Use this instead", "改用这个"),
+    "fusions.alt.in_use": (" — in use", " —— 使用中"),
+    "fusions.alt.note": ("The run measures a chosen alternative like any chain: compare the two on the Results page.",
+                         "运行时会像测量其他链一样测量所选的替代方案：可在结果页比较两者。"),
     "fusions.col.id_help": ("The chain's stable id (plans and reports use it)", "链的固定编号（融合计划和报告都用它）"),
     "fusions.kernel_refused": ("{chain}: '{choice}' is not a kernel of {pattern} (choose {choices})",
                                "{chain}：“{choice}”不是 {pattern} 的内核（可选 {choices}）"),
@@ -53,6 +70,13 @@ STRINGS = {
         "{accepted} of {chains} accepted · would save {launches} launches and {traffic} of memory traffic (graph "
         "byte model, fp32).",
         "{chains} 条链中已接受 {accepted} 条 · 可省下 {launches} 次内核启动和 {traffic} 访存量（按计算图的字节模型，fp32）。"),
+    "fusions.summary_device": (
+        "{accepted} of {chains} accepted · on {device} would save {launches} kernel launches ({before} → {after}) and "
+        "{traffic} of memory traffic (graph byte model, fp32).",
+        "{chains} 条链中已接受 {accepted} 条 · 在 {device} 上可省下 {launches} 次内核启动（{before} → {after}）和 "
+        "{traffic} 访存量（按计算图的字节模型，fp32）。"),
+    "fusions.col.launches_device_help": ("Kernel launches saved on {device} with this chain's kernel choice",
+                                         "按这条链选择的内核，在 {device} 上省下的内核启动次数"),
     "fusions.summary_measured": (" Speed-up and verdict: the latest report of this model (Results page).",
                                  "加速比和结论来自这个模型最近的一份报告（结果页）。"),
     "fusions.summary_run": (" Run the model (Run page) to see each chain's measured speed-up here.",

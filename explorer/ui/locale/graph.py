@@ -14,6 +14,21 @@ STRINGS = {
         "they save **{launches}** kernel launches and **{traffic}** of traffic · **{near}** near misses",
         "**{model}** · {ops} 个算子，计算图中 **{nodes}** 个节点 · 已接受 **{accepted} / {chains}** 条可融合的链 · "
         "省下 **{launches}** 次内核启动和 **{traffic}** 访存量 · **{near}** 个差一点匹配的候选"),
+    "graph.summary_device": (
+        "**{model}** · {ops} ops in **{nodes}** graph nodes · **{accepted} / {chains}** fusible chains accepted · "
+        "on **{device}** they save **{launches}** kernel launches ({before} → {after}) and **{traffic}** of traffic · "
+        "**{near}** near misses",
+        "**{model}** · {ops} 个算子，计算图中 **{nodes}** 个节点 · 已接受 **{accepted} / {chains}** 条可融合的链 · "
+        "在 **{device}** 上省下 **{launches}** 次内核启动（{before} → {after}）和 **{traffic}** 访存量 · "
+        "**{near}** 个差一点匹配的候选"),
+    "graph.cpu_launches": (
+        "On the CPU a fused chain still runs some of its ops one after another: Conv+BN+ReLU becomes conv (with the "
+        "BatchNorm folded into its weights) then ReLU in place, 2 launches instead of 3 (⚙ ×2 on its node); on a GPU "
+        "one fused kernel runs it (3 → 1). The saving above is this CPU's; with CUDA the same plan would save "
+        "{gpu_saved} ({gpu_before} → {gpu_after}).",
+        "在 CPU 上，融合后的链仍有部分算子依次单独运行：Conv+BN+ReLU 变成卷积（BatchNorm 已折叠进权重）再原地做 ReLU，"
+        "2 次启动而不是 3 次（节点上标 ⚙ ×2）；在 GPU 上由一个融合内核完成（3 → 1）。上面的节省量是这台 CPU 的；"
+        "换成 CUDA，同一个融合计划会省下 {gpu_saved} 次（{gpu_before} → {gpu_after}）。"),
     "graph.whole": ("(whole graph)", "（整个计算图）"),
     "graph.mode.original": ("Original", "原始"),
     "graph.mode.fused": ("Fused", "融合后"),
@@ -77,6 +92,15 @@ STRINGS = {
     "graph.legend.rejected": ("rejected chain (dashed)", "已拒绝的链（虚线）"),
     "graph.legend.plain": ("in no chain", "不属于任何链"),
     "graph.legend.band": ("a band: one chain", "一条色带：一条链"),
+    "graph.legend.io": ("model input / output", "模型输入 / 输出"),
+    "graph.legend.module": ("a module box: collapsed ops (its chains' colour when they are accepted)",
+                            "模块框：折叠起来的算子（其中的链被接受时显示链的颜色）"),
+    "graph.legend.module_rejected": ("dashed module box: some of its chains rejected",
+                                     "虚线模块框：其中有链被拒绝"),
+    "graph.legend.fused": ("fused chain: one node, ⚙ its kernel (×n: n launches on this device)",
+                           "融合后的链：一个节点，⚙ 后是它的内核（×n：在此设备上启动 n 次）"),
+    "graph.legend.no_kernel": ("dashed fused node: no fused kernel here, the same ops run one after another",
+                               "虚线的融合节点：这里没有融合内核，原来的算子依次运行"),
 
     # ------------------------------------------------------------------ the drawing (explorer.graph_view)
     "gv.scalar": ("scalar", "标量"),
@@ -95,6 +119,8 @@ STRINGS = {
     "gv.tip.runs": ("runs: {implementation}", "实际运行：{implementation}"),
     "gv.tip.replaces": ("replaces {n} nodes: {ops}", "替换 {n} 个节点：{ops}"),
     "gv.tip.launches": ("kernel launches: {n}", "内核启动次数：{n}"),
+    "gv.tip.launches_device": ("kernel launches on this device: {before} → {n} (what its kernel runs here)",
+                               "在此设备上的内核启动次数：{before} → {n}（按它的内核在这里实际运行的计）"),
     "gv.tip.no_fused_kernel": ("no fused kernel for it here: the same ops run one after another",
                                "这里没有它的融合内核：同样的算子依次运行"),
     "gv.tip.module": ("module {module}: {ops} ops, {chains} chains ({accepted} accepted)",

@@ -117,6 +117,14 @@ STRINGS = {
         "第一条链是 **{chain}**（{ops}）。不融合时是 3 个内核，2 个中间结果要写回显存再读回（下图红色）；融合后是 1 个内核，"
         "中间结果留在寄存器里。在计算图页面上这条链是同一种颜色：把鼠标悬停在节点上，可以看到形状和字节数。"),
     "tour.s2.link": ("Open the Graph page", "打开计算图页面"),
+    "tour.s2.cpu": (
+        "On this CPU the fused chain is not one kernel: PyTorch has no fused conv+ReLU for the CPU, so the fused "
+        "form runs the conv (BatchNorm folded into its weights) and then ReLU in place: 2 launches instead of 3. "
+        "That is why the Graph page's fused node says ⚙ ×2 here, and why its header counts the CPU's saving; on a "
+        "GPU one kernel runs the whole chain.",
+        "在这台 CPU 上，融合后的链不是 1 个内核：PyTorch 在 CPU 上没有融合的 conv+ReLU，所以融合后先做卷积（BatchNorm "
+        "已折叠进权重），再原地做 ReLU：2 次启动而不是 3 次。所以计算图页面上融合节点标着 ⚙ ×2，页首统计的也是 CPU "
+        "上的节省量；在 GPU 上，整条链由一个内核完成。"),
     "tour.s2.check": ("I found the chain on the Graph page", "我在计算图页面上找到了这条链"),
     "tour.s3.title": ("Fold BN by hand", "手算 BN 折叠"),
     "tour.s3.body": (

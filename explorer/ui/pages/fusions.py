@@ -5,7 +5,10 @@ speed-up and verdict beside it; near misses; the plan.
 Widget keys: chains_editor_<editor_version> (the table), fusions_filter, bulk_pattern,
 bulk_accept_pattern, bulk_reject_pattern, bulk_accept_all, bulk_reject_all, bulk_kernel,
 bulk_kernel_set, chain_pick, chain_accept, chain_reject, kernel@<chain id> (the kernel choice in
-the one-chain panel), plan_download, plan_file.
+the one-chain panel), alt_use@<chain id>#<i> (use the chain's i-th alternative instead), plan_download,
+plan_file. Competing fusions: a chain's alternatives (``Detection.alternatives``) are listed in the table's
+"also possible" column and in the one-chain panel; a chosen alternative's chains appear in the table after
+the chain they replace.
 
 Every text is in the sidebar's language (``i18n.t``, ``locale/fusions.py``); the chain table keeps its
 column ids in English (the edits and the tests read them) and shows translated headers through its
@@ -107,7 +110,29 @@ def measured(report, detection) -> dict[str, tuple[float | None, str]]:
     return out
 
 
-def _table(detection, shown, accepted, results) -> pd.DataFrame:
+def _rows(detection, accepted, patterns) -> list:
+    """The table's chains: the detected ones (those of ``patterns`` when given), each followed by the chains
+    of an alternative the user chose in its place."""
+    out = []
+    for c in detection.chains:
+        if patterns and c.pattern not in patterns:
+            continue
+        out.append(c)
+        out.extend(x for a in detection.alternatives_of(c.id) for x in a.chains
+                   if x.id in accepted and x not in out)
+    return out
+
+
+def _also(detection, chain) -> str:
+    """The alternatives to ``chain`` in a few words ("Conv+BN, then Add+act"), or the chain it replaces."""
+    alts = detection.alternatives_of(chain.id)
+    if alts:
+        return "; ".join(t("fusions.alt.then").join(_label(x.pattern) for x in a.chains) for a in alts)
+    replaced = next((a.instead_of for a in detection.alternatives if chain in a.chains), None)
+    return t("fusions.alt.instead", chain=chain_name(detection.chain(replaced))) if replaced else ""
+
+
+def _table(detection, shown, accepted, results, table=None) -> pd.DataFrame:
     """The chain table; its column ids stay English (``_apply_edits`` and the tests read them), the headers
     shown are translated by ``_chains_section``'s column configuration."""
     columns = {
@@ -115,15 +140,34 @@ def _table(detection, shown, accepted, results) -> pd.DataFrame:
         "chain": [chain_name(c) for c in shown],
         "pattern": [_label(c.pattern) for c in shown],
         "kernel": [ui_state.kernel_for(detection, c.id) for c in shown],
-        "launches saved": pd.Series([c.launches_saved for c in shown], dtype="int64"),
+        "launches saved": pd.Series([_saved(table, c) for c in shown], dtype="int64"),
         "bytes saved (MiB)": pd.Series([c.bytes_saved / 2**20 for c in shown], dtype="float64"),
         "extra outputs": [", ".join(c.extra_outputs) for c in shown],
     }
-    if results:
-        columns["speed-up"] = pd.Series([results.get(c.id, (None, ""))[0] for c in shown], dtype="float64")
-        columns["verdict"] = [verdict_text(results.get(c.id, (None, ""))[1]) for c in shown]
+    if detection.alternatives:
+        columns["also possible"] = [_also(detection, c) for c in shown]
+    if results:   # text: the speed-up with its interval, or why there is none (never a bare None)
+        columns["speed-up"] = [_speedup_cell(results.get(c.id)) for c in shown]
+        columns["verdict"] = [verdict_text(results.get(c.id, (None, ""))[1]) or t("fusions.not_in_report")
+                              for c in shown]
     columns["id"] = [c.id for c in shown]
     return pd.DataFrame(columns)
+
+
+def _speedup_cell(result) -> str:
+    """A chain's measured speed-up as the Results page writes it, or why the report has none."""
+    if result is None:
+        return t("fusions.not_in_report")
+    speedup, verdict = result
+    if speedup is None:
+        return verdict_text(verdict) or t("fusions.not_in_report")
+    return f"{speedup:.2f}×"
+
+
+def _saved(table, chain) -> int:
+    """The launches ``chain`` saves on the sidebar's device with its kernel choice (``ui_state.launch_table``)."""
+    got = table.of(chain.id) if table is not None else None
+    return got.saved if got is not None else chain.launches_saved
 
 
 def _apply_edits(detection, shown, accepted, edited: pd.DataFrame) -> list[str]:
@@ -190,10 +234,13 @@ def _chains_section(detection, accepted) -> None:
     # --- the table: accept and kernel are editable
     st.multiselect(t("fusions.filter"), patterns, key="fusions_filter",
                    format_func=lambda p, lang=lang: _label(p, lang), placeholder=t("fusions.filter_placeholder"))
-    shown = [c for c in detection.chains if not ss.fusions_filter or c.pattern in ss.fusions_filter]
+    shown = _rows(detection, accepted, ss.fusions_filter)
     report = ss.last_report[1] if ss.get("last_report") else None
     results = measured(report, detection)
-    table = _table(detection, shown, accepted, results)
+    spec = ui_state.current()[0]
+    launch_table = ui_state.launch_table(spec, detection)   # the device's, per kernel choice (explorer.launches)
+    counted = ui_state.launches(spec, detection)
+    table = _table(detection, shown, accepted, results, launch_table)
     all_kernels = list(dict.fromkeys(k for c in detection.chains for k in _kernels(c.pattern)))
     config = {
         "accept": st.column_config.CheckboxColumn(t("fusions.col.accept"), help=t("fusions.col.accept_help"),
@@ -204,14 +251,17 @@ def _chains_section(detection, accepted) -> None:
             t("fusions.col.kernel"), options=all_kernels, required=True, width=120,
             help=t("fusions.col.kernel_help", choices="; ".join(f"{k}: {_kernel_choice(k)}" for k in all_kernels))),
         "launches saved": st.column_config.NumberColumn(t("fusions.col.launches"), width=80,
-                                                        help=t("fusions.col.launches_help")),
+                                                        help=t("fusions.col.launches_device_help",
+                                                               device=counted.device)),
         "bytes saved (MiB)": st.column_config.NumberColumn(t("fusions.col.mib"), format="%.2f", width=80,
                                                            help=t("fusions.col.mib_help")),
         "extra outputs": st.column_config.TextColumn(t("fusions.col.extra"), width=90,
                                                      help=t("fusions.col.extra_help")),
-        "speed-up": st.column_config.NumberColumn(t("fusions.col.speedup"), format="%.2f×", width=80,
-                                                  help=t("fusions.col.speedup_help")),
+        "speed-up": st.column_config.TextColumn(t("fusions.col.speedup"), width=80,
+                                                help=t("fusions.col.speedup_paired_help")),
         "verdict": st.column_config.TextColumn(t("fusions.col.verdict"), width=70),
+        "also possible": st.column_config.TextColumn(t("fusions.col.also"), width=170,
+                                                     help=t("fusions.col.also_help")),
         "id": st.column_config.TextColumn(t("fusions.col.id"), width=175, help=t("fusions.col.id_help")),
     }
     edited = st.data_editor(
@@ -222,15 +272,15 @@ def _chains_section(detection, accepted) -> None:
     )
     for line in _apply_edits(detection, shown, accepted, edited):
         st.warning(t("fusions.kernel_not_changed", line=ui_files.escape_markdown(line)))
-    acc_chains = [c for c in detection.chains if c.id in accepted]
-    st.caption(t("fusions.summary", accepted=len(acc_chains), chains=len(detection.chains),
-                 launches=sum(c.launches_saved for c in acc_chains),
+    acc_chains = detection.accepted_chains(accepted)
+    st.caption(t("fusions.summary_device", accepted=len(acc_chains), chains=len(detection.chains),
+                 launches=counted.saved, before=counted.before, after=counted.after, device=counted.device,
                  traffic=human_bytes(sum(c.bytes_saved for c in acc_chains)))
                + (t("fusions.summary_measured") if results else t("fusions.summary_run")))
 
     # --- one chain
     with st.expander(t("fusions.one.title"), expanded=False):
-        ids = [c.id for c in detection.chains]
+        ids = [c.id for c in _rows(detection, accepted, ())]
         if ss.get("chain_pick") not in ids:
             ss.chain_pick = ids[0]
         cid = st.selectbox(t("fusions.one.chain"), ids, key="chain_pick",
@@ -240,7 +290,7 @@ def _chains_section(detection, accepted) -> None:
         st.markdown(t("fusions.one.details", pattern=_label(chain.pattern),
                       state=t("fusions.one.accepted") if cid in accepted else t("fusions.one.rejected"),
                       id=code(chain.id), ops=code(chain.ops_text), origin=code(", ".join(chain.names)),
-                      launches=chain.launches_saved, bytes=human_bytes(chain.bytes_saved))
+                      launches=_saved(launch_table, chain), bytes=human_bytes(chain.bytes_saved))
                     + (t("fusions.one.extra", outputs=plain(", ".join(chain.extra_outputs))) if chain.extra_outputs
                        else "")
                     + (t("fusions.one.measured", speedup=speedup, verdict=plain(verdict_text(verdict)))
@@ -259,6 +309,23 @@ def _chains_section(detection, accepted) -> None:
         st.selectbox(t("fusions.one.kernel"), choices, key=key,
                      format_func=lambda k, lang=lang: f"{k}: {_kernel_choice(k, lang)}",
                      on_change=lambda: ui_state.set_kernels(detection, {cid: st.session_state[key]}))
+        _alternatives_panel(detection, chain, accepted)
+
+
+def _alternatives_panel(detection, chain, accepted) -> None:
+    """The other ways to fuse this chain's nodes (competing patterns), each with a button to use it instead."""
+    alts = detection.alternatives_of(chain.id)
+    if not alts:
+        return
+    st.markdown(t("fusions.alt.title"))
+    for i, alt in enumerate(alts):
+        cols = st.columns([4, 1], vertical_alignment="center")
+        words = t("fusions.alt.then").join(f"{_label(x.pattern)} ({plain(chain_name(x))})" for x in alt.chains)
+        in_use = all(x.id in accepted for x in alt.chains)
+        cols[0].markdown(f"- {words}" + (t("fusions.alt.in_use") if in_use else ""))
+        cols[1].button(t("fusions.alt.use"), key=f"alt_use@{chain.id}#{i}", disabled=in_use,
+                       on_click=ui_state.use_alternative, args=(detection, alt.id))
+    st.caption(t("fusions.alt.note"))
 
 
 def _near_misses(detection) -> None:

@@ -82,8 +82,9 @@ def _chip(color: str, text: str, border: str = "none") -> str:
             f"border:{border};vertical-align:middle'></span> {text}</span>")
 
 
-def legend_html(detection, lang: str = "en") -> str:
-    """The legend: only the patterns this model has (with their chain counts), then the states."""
+def legend_html(detection, lang: str = "en", fused: bool = False) -> str:
+    """The legend: only the patterns this model has (with their chain counts), then every style the view
+    draws (``fused``: the fused view's too: a fused chain's node, and a dashed one where no fused kernel runs)."""
     def label(item) -> str:
         return t_in(lang, "graph.legend.unknown") if item.name == "unknown" else translate_text(item.label, lang)
 
@@ -93,6 +94,14 @@ def legend_html(detection, lang: str = "en") -> str:
                        "2px dashed #555"))
     chips.append(_chip(graph_view.PLAIN_COLOR, html_lib.escape(t_in(lang, "graph.legend.plain")), "1px solid #999"))
     chips.append(_chip("#ffffff", html_lib.escape(t_in(lang, "graph.legend.band")), "2px solid #777"))
+    chips.append(_chip(graph_view.IO_COLOR, html_lib.escape(t_in(lang, "graph.legend.io")), "1px solid #999"))
+    chips.append(_chip(graph_view.GROUP_COLOR, html_lib.escape(t_in(lang, "graph.legend.module")),
+                       f"2px solid {graph_view.GROUP_BORDER}"))
+    chips.append(_chip(graph_view.REJECTED_FILL, html_lib.escape(t_in(lang, "graph.legend.module_rejected")),
+                       "2px dashed #555"))
+    if fused:
+        chips.append(_chip("#dddddd", html_lib.escape(t_in(lang, "graph.legend.fused")), "2px solid #333"))
+        chips.append(_chip("#dddddd", html_lib.escape(t_in(lang, "graph.legend.no_kernel")), "2px dashed #333"))
     return "<div style='font-size:0.85rem;line-height:1.5'>" + "".join(chips) + "</div>"
 
 
@@ -122,11 +131,15 @@ def page(spec, model, graph, detection) -> None:
     lang = current_language()
     accepted = ui_state.accepted_ids(detection)
     acc_chains = [c for c in detection.chains if c.id in accepted]
-    st.markdown(t("graph.summary", model=ui_files.escape_markdown(model.name), ops=graph.graph.get("ops", 0),
+    counted = ui_state.launches(spec, detection)   # the device's launches, per kernel (explorer.launches)
+    st.markdown(t("graph.summary_device", model=ui_files.escape_markdown(model.name), ops=graph.graph.get("ops", 0),
                   nodes=graph.number_of_nodes(), accepted=len(acc_chains), chains=len(detection.chains),
-                  launches=sum(c.launches_saved for c in acc_chains),
+                  launches=counted.saved, before=counted.before, after=counted.after, device=counted.device,
                   traffic=graph_view.human_bytes(sum(c.bytes_saved for c in acc_chains)),
                   near=len(detection.near_misses)))
+    if counted.device == "cpu" and any(c.fused_kernel and c.fused > 1 for c in counted.chains):
+        gpu = ui_state.launches(spec, detection, "cuda")   # the GPU's count of the same plan, for comparison
+        st.caption(t("graph.cpu_launches", gpu_saved=gpu.saved, gpu_before=gpu.before, gpu_after=gpu.after))
 
     # --- controls: the view, search, one chain; the layout's settings in a popover
     # the view on a row of its own (five views), then search, one chain and the layout
@@ -182,7 +195,7 @@ def page(spec, model, graph, detection) -> None:
             st.caption(t("graph.matches_marked", n=len(hits), i=hits.index(current) + 1,
                          node=ui_files.escape_markdown(current)))
     if ss.graph_mode not in ("compile", "compare"):   # those views draw their own legend
-        st.markdown(legend_html(detection, lang), unsafe_allow_html=True)
+        st.markdown(legend_html(detection, lang, fused=ss.graph_mode in ("fused", "side")), unsafe_allow_html=True)
 
     options = ViewOptions(depth=int(ss.graph_depth), expand=tuple(ss.graph_expand), focus=focus,
                           hops=int(ss.graph_hops), highlight=tuple(hits), reveal=current,
@@ -233,7 +246,7 @@ def page(spec, model, graph, detection) -> None:
         with column:
             if name in ("original", "fused") and (len(names) > 1 or name == "fused"):
                 nodes = counts.nodes_before if name == "original" else counts.nodes_after
-                launches = counts.launches_before if name == "original" else counts.launches_after
+                launches = counted.before if name == "original" else counted.after
                 st.markdown(t("graph.title_counts", title=t(f"graph.title.{name}"), nodes=nodes, launches=launches))
             for note in drawn["notes"]:
                 st.info(ui_files.escape_markdown(note))
@@ -242,14 +255,14 @@ def page(spec, model, graph, detection) -> None:
                        + (t("graph.drawing_collapsed", depth=drawn["depth"], n=len(drawn["collapsed"]))
                           if drawn["collapsed"] else ""))
             export = drawn["html"] if layer is not None else overlays.decorate(
-                drawn["html"], None, legend_html(detection, lang))
+                drawn["html"], None, legend_html(detection, lang, fused=name == "fused"))
             st.download_button(t("graph.export"), overlays.export_html(export),
                                file_name=f"{_file_stem(model.name)}_{name}.html", mime="text/html",
                                key=f"graph_export_{name}", help=t("graph.export_help"))
     if mode in ("fused", "side"):
         st.markdown(t("graph.fused_summary", before=counts.nodes_before, after=counts.nodes_after,
-                      launches_before=counts.launches_before, launches_after=counts.launches_after,
-                      saved=counts.launches_before - counts.launches_after, fused=counts.chains_fused,
+                      launches_before=counted.before, launches_after=counted.after,
+                      saved=counted.saved, fused=counts.chains_fused,
                       device=ss.get("device", "cpu")))
     if mode == "compare" and compiled is not None:
         _compare_tables(detection, compiled[1], lang)

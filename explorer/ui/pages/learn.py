@@ -227,6 +227,8 @@ def _tour(cur) -> None:
     seen = "seen" in done
     step(2, seen, t("tour.s2.title"))
     st.markdown(t("tour.s2.body", chain=plain(chain.title), ops=code(chain.ops_text)))
+    if st.session_state.get("device", "cpu") == "cpu":   # the Graph page shows the CPU's launches: say why
+        st.caption(t("tour.s2.cpu"))
     ex = teach_examples.traffic_example(graph, chain, "fp32")
     _before_after(diagrams.spec_for_example(ex, BY_NAME[chain.pattern].color))
     st.page_link("ui/pages/graph.py", label=t("tour.s2.link"), icon=":material/hub:")

@@ -23,6 +23,8 @@ separate_gpu_slower, results_open_committed; select box: results_committed; uplo
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from pathlib import Path
 
 import streamlit as st
@@ -34,7 +36,7 @@ from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t
 from explorer.fusions.plan import gpu_slower_chains, slower_chains
-from explorer.report import PHASES, Report
+from explorer.report import PHASES, READINGS, Report
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 
@@ -133,7 +135,28 @@ def _teaching_report(name: str, rep: dict) -> None:
                     st.markdown(f"- {plain(message(n))}")
 
 
+def _named_by_engine(report: Report) -> Report:
+    """The report with each chain named by the engine's one name (``Chain.title``) when it was measured on the
+    loaded model: a report saved before the names were unified keeps its old titles otherwise."""
+    detection = _detection_of(report)
+    if detection is None:
+        return report
+    known = {c.id: c.title for c in detection.chains}
+    # the graph model's launches of this report's plan on its device, as the Graph and Fusions pages count them
+    # (a report saved before the count was per device carries the GPU's saving on every device)
+    spec = ui_state.current()[0]
+    table = ui_state.launches_for(spec, detection, report.plan, report.environment.device)
+    saved = {c.chain_id: c.saved for c in table.chains}
+    return dataclasses.replace(
+        report, chains=tuple(dataclasses.replace(c, title=known.get(c.id, c.title),
+                                                 graph_launches_saved=saved.get(c.id, c.graph_launches_saved))
+                             for c in report.chains),
+        unfused=dataclasses.replace(report.unfused, graph_launches=table.before),
+        fused=dataclasses.replace(report.fused, graph_launches=table.after))
+
+
 def _run_report(report: Report) -> None:
+    report = _named_by_engine(report)
     lang = current_language()
     st.subheader(t("results.title", model=plain(report.model.name or t("results.model"))))
     st.caption(plain(charts.device_caption(report, lang)))
@@ -165,26 +188,24 @@ def _run_report(report: Report) -> None:
         st.dataframe(charts.baseline_rows(report, lang), hide_index=True, width="stretch", key="table_baselines")
 
     st.markdown("#### " + t("results.precision"))
-    sci = {k: st.column_config.NumberColumn(format="%.2e")
-           for k in ("max_abs", "max_rel", "rel_l2", t("chart.col.max_abs_err"), t("chart.col.rel_err"), "p")}
-    sci["cosine"] = st.column_config.NumberColumn(format="%.9f")
-    st.dataframe(charts.precision_rows(report, lang), hide_index=True, width="stretch", column_config=sci)
+    st.dataframe(charts.precision_rows(report, lang), hide_index=True, width="stretch")  # cells are text: no None
     if report.precision_note:
         st.caption(plain(message(report.precision_note)))
 
     st.markdown("#### " + t("results.per_chain"))
     rows = charts.chain_rows(report, lang)
     if any(c.speedup is not None for c in report.chains):
-        counts = report.verdict_counts()
+        counts = Counter(c.verdict.reading for c in report.chains)   # as the table reads them (undecided too)
         st.markdown(plain(charts.LIST_SEP.get(lang, ", ").join(
-            t("results.count", n=n, label=charts.verdict_label(label, lang)) for label, n in counts.items() if n)))
+            t("results.count", n=counts[label], label=charts.verdict_label(label, lang)) for label in READINGS
+            if counts[label])))
         slower = report.slower_chains
         if slower:
             st.warning(t("results.slower", n=len(slower)))
             _offer_reject_slower(report)
         _explain_slower(report)  # says nothing when no chain is slower either way
         st.plotly_chart(charts.chain_speedup_figure(report, lang), key="chart_chain_speedup", width="stretch")
-        st.dataframe(rows, hide_index=True, width="stretch", column_config=sci)
+        st.dataframe(rows, hide_index=True, width="stretch")
         st.plotly_chart(charts.chain_precision_figure(report, lang), key="chart_chain_precision", width="stretch")
         if report.rotation_note:
             st.caption(plain(message(report.rotation_note)))
