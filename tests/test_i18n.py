@@ -623,7 +623,7 @@ NAMES = {
     "nchw", "nhwc", "channels", "dtype", "language", "fp", "bf", "qkv", "rotary", "lean", "pickle", "graph",
     "mean", "var", "eps", "gamma", "beta", "sqrt", "round", "max", "min", "log", "cos", "sin", "out", "ref", "mul",
     "rsqrt", "batch", "heads", "layer", "scale", "temp", "reduce-overhead", "max-autotune", "compile", "sweep",
-    "tensor", "cpp", "auto", "bias", "sequence", "argmax", "cosine", "nvidia", "ncu", "hbm", "mask",
+    "tensor", "cpp", "auto", "bias", "sequence", "argmax", "cosine", "nvidia", "ncu", "hbm", "mask", "diag", "eval",
 }
 
 
