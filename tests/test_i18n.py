@@ -626,8 +626,20 @@ NAMES = {
     "nchw", "nhwc", "channels", "dtype", "language", "fp", "bf", "qkv", "rotary", "lean", "pickle", "graph",
     "mean", "var", "eps", "gamma", "beta", "sqrt", "round", "max", "min", "log", "cos", "sin", "out", "ref", "mul",
     "rsqrt", "batch", "heads", "layer", "scale", "temp", "reduce-overhead", "max-autotune", "compile", "sweep",
-    "tensor", "cpp", "auto", "bias", "sequence", "argmax", "cosine", "nvidia", "ncu",
+    "tensor", "cpp", "auto", "bias", "sequence", "argmax", "cosine", "nvidia", "ncu", "hbm", "mask", "diag", "eval",
 }
+
+
+def _op_names() -> set[str]:
+    """The op vocabulary (ATen base names and their kinds: ``cat``, ``sigmoid``, ...), as the diagrams and tables
+    name ops."""
+    from explorer import vocab
+
+    names = set(vocab.KIND_BY_ATEN_NAME) | set(vocab.KIND_BY_ATEN_NAME.values()) | set(vocab.ELEMENTWISE)
+    return {part for n in names for part in n.lower().split("_") if len(part) >= 3}
+
+
+NAMES |= _op_names()
 _TAG = re.compile(r"<[^>]*>")
 _CODE = re.compile(r"`[^`]*`")
 _NAME_TOKEN = re.compile(r"\S*(?:[_/\\=@0-9²]|\w\.\w)\S*")     # identifiers, paths, files, versions, numbers

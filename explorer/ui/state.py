@@ -44,7 +44,7 @@ import streamlit as st
 from explorer.ui import files as ui_files
 from explorer.ui.i18n import message, t
 from explorer.errors import ExplorerError, PlanError, ReportError
-from explorer.fusions.plan import Plan, choose_alternative, plan_for_chains
+from explorer.fusions.plan import Plan, choose_alternative, make_plan, plan_for_chains
 from explorer.report import Report
 from explorer.runtime.progress import CostMemory, Countdown
 
