@@ -223,7 +223,7 @@ def select_rms_norm(device: torch.device | str, hidden: int | None = None, dtype
 #: measured was highest, on the H200 in bf16 (``benchmarks/bench_rms_fold.py --only rmsnorm``: the full sweep in
 #: ``benchmarks/results/bench_rms_fold_h200.json``, the kernel as it is now in ``bench_rms_fold_h200_run2.json``;
 #: hidden 4096 at 4096, 8192 and 16384 rows, hidden 512 at 16384). The fractions below are run 2's, per row count.
-#: Variants not in the table take the heuristic.
+#: fp16 shares bf16's entries (the same bytes; not measured on its own); fp32 and other widths take the heuristic.
 TUNED: dict[tuple[int, int, bool, bool, bool], tuple[int, int]] = {
     (4096, 2, True, True, True): (4, 16),     # Add+RMSNorm, the sum written: 95.2 / 93.1 / 94.0% of copy
     (4096, 2, True, True, False): (1, 16),    # Add+RMSNorm, the sum not written: 92.6 / 93.4 / 93.5%
