@@ -369,6 +369,12 @@ EXAMPLES: list[tuple[str, str, str]] = [
      "{0} 个 BN 折叠进了各自的卷积（batch_norm 算子 {1} → {2}，算子 {3} → {4}）；激活和相加仍是单独的算子",
      "53 BatchNorm(s) folded into their convs (53 → 0 batch_norm ops, 175 → 122 ops); activations and adds still "
      "separate ops"),
+    (r"(\d+) BatchNorm\(s\) folded into their convs \((\d+) → (\d+) batch_norm ops, (\d+) → (\d+) ops\); activations "
+     r"and adds still separate ops; (\d+) RMSNorm γ folded into the linears that read them",
+     "{0} 个 BN 折叠进了各自的卷积（batch_norm 算子 {1} → {2}，算子 {3} → {4}）；激活和相加仍是单独的算子；{5} 个 RMSNorm 的 γ "
+     "折叠进了读取它们的线性层",
+     "0 BatchNorm(s) folded into their convs (0 → 0 batch_norm ops, 700 → 690 ops); activations and adds still "
+     "separate ops; 9 RMSNorm γ folded into the linears that read them"),
     (r"conv/GEMM epilogues fused: (\d+) fused call\(s\), (\d+) → (\d+) ops", "卷积/GEMM 尾处理已融合：{0} 次融合调用，算子 {1} → {2}",
      "conv/GEMM epilogues fused: 53 fused call(s), 122 → 57 ops"),
     (r"every accepted chain applied: (\d+) chain\(s\), (\d+) fused call\(s\), (\d+) → (\d+) ops",
