@@ -391,6 +391,11 @@ STAGES = Words("stages", {
         "捕获到的计算图：{n} 个算子，没有任何融合"),
     "batchnorm_folded_into_their": ("{n:d} BatchNorm(s) folded into their convs ({n2:d} → {n3:d} batch_norm ops, {n4:d} → {n5:d} ops); activations and adds still separate ops",
         "{n} 个 BN 折叠进了各自的卷积（batch_norm 算子 {n2} → {n3}，算子 {n4} → {n5}）；激活和相加仍是单独的算子"),
+    "batchnorm_and_gamma_folded": ("{n:d} BatchNorm(s) folded into their convs ({n2:d} → {n3:d} batch_norm ops, {n4:d} → "
+                                   "{n5:d} ops); activations and adds still separate ops; {n6:d} RMSNorm γ folded into "
+                                   "the linears that read them",
+        "{n} 个 BN 折叠进了各自的卷积（batch_norm 算子 {n2} → {n3}，算子 {n4} → {n5}）；激活和相加仍是单独的算子；{n6} 个 "
+        "RMSNorm 的 γ 折叠进了读取它们的线性层"),
     "conv_gemm_epilogues_fused": ("conv/GEMM epilogues fused: {n:d} fused call(s), {n2:d} → {n3:d} ops",
         "卷积/GEMM 尾处理已融合：{n} 次融合调用，算子 {n2} → {n3}"),
     "every_accepted_chain_applied": ("every accepted chain applied: {n:d} chain(s), {n2:d} fused call(s), {n3:d} → {n4:d} ops",

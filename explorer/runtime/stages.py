@@ -70,6 +70,7 @@ def describe_stages(model: Any, detection: Any, plan: Any, device: str
         done = {cid for cid, a in applied.items() if a.status == "fused"}
         full = sum(1 for cid in done if modes.get(cid) == "full")
         folded = sum(1 for cid in done if modes.get(cid) == "fold")
+        gammas = sum(1 for c in accepted if c.id in done and modes.get(c.id) == "fold" and c.node_for("gamma"))
         counts = _count(gm)
         sig = graph_signature(gm)
         label = STAGE_LABELS.get(level, level)
@@ -78,7 +79,7 @@ def describe_stages(model: Any, detection: Any, plan: Any, device: str
             differs = (f"the same graph as '{STAGE_LABELS.get(same_as, same_as)}': no accepted chain is applied "
                        "first at this stage")
         else:
-            differs = _differs(level, previous, counts, full, folded)
+            differs = _differs(level, previous, counts, full, folded, gammas)
             seen[sig] = level
         out.append((Stage(stage=level, label=label, differs=differs, chains_fused=full, chains_folded=folded,
                           same_as=same_as, **counts), None if same_as else gm))
@@ -86,13 +87,16 @@ def describe_stages(model: Any, detection: Any, plan: Any, device: str
     return out
 
 
-def _differs(level: str, previous: dict[str, int] | None, now: dict[str, int], full: int, folded: int) -> str:
+def _differs(level: str, previous: dict[str, int] | None, now: dict[str, int], full: int, folded: int,
+             gammas: int = 0) -> str:
+    """What a stage changed; ``gammas`` of the ``folded`` chains fold RMSNorm's γ into linears, not a BatchNorm."""
     if previous is None:
         return f"the captured graph: {now['graph_ops']} ops, nothing fused"
     ops = f"{previous['graph_ops']} → {now['graph_ops']} ops"
     if level == "conv_bn":
-        return (f"{folded + full} BatchNorm(s) folded into their convs ({previous['batch_norms']} → "
+        text = (f"{folded + full - gammas} BatchNorm(s) folded into their convs ({previous['batch_norms']} → "
                 f"{now['batch_norms']} batch_norm ops, {ops}); activations and adds still separate ops")
+        return text + (f"; {gammas} RMSNorm γ folded into the linears that read them" if gammas else "")
     if level == "activation":
         return f"conv/GEMM epilogues fused: {now['fused_calls']} fused call(s), {ops}"
     return f"every accepted chain applied: {full} chain(s), {now['fused_calls']} fused call(s), {ops}"
