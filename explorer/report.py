@@ -255,13 +255,6 @@ class ChainResult:
         return self.verdict.speedup
 
     @property
-    def plain_speedup(self) -> float | None:
-        """The speed-up as synchronised calls (``plain``'s; the decisive verdict's where it is on that basis)."""
-        if self.plain is not None:
-            return self.plain.speedup
-        return self.verdict.speedup if self.graph is None or self.verdict is not self.graph else None
-
-    @property
     def graph_speedup(self) -> float | None:
         """The speed-up as CUDA-graph replays (``graph``'s; None where not measured)."""
         return self.graph.speedup if self.graph is not None else None

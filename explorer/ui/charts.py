@@ -430,7 +430,9 @@ def chain_speedup_figure(report: Report, lang: str = "en") -> go.Figure:
     for verdict in (SAME, SLOWER):
         if any(c.verdict.label == verdict for c in measured):
             color, shape, opacity = bar_style(verdict, "")
-            fig.add_trace(go.Bar(x=[None], y=[None], name=t_in(lang, LEGEND_KEYS[verdict]),
+            undecided = verdict == SAME and any(c.verdict.reading == UNDECIDED for c in measured)
+            fig.add_trace(go.Bar(x=[None], y=[None], name=t_in(lang, "chart.legend.same_undecided" if undecided
+                                                               else LEGEND_KEYS[verdict]),
                                  marker=dict(color=color if verdict == SLOWER else "#888888",
                                              pattern_shape=shape, opacity=opacity)))
     values = [c.speedup for c in measured] or [1.0]

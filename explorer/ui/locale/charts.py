@@ -76,6 +76,7 @@ STRINGS = {
     "chart.verdict.not_measured": ("not measured", "未测量"),
     "chart.legend.slower": ("slower after fusion", "融合后变慢"),
     "chart.legend.same": ("no significant difference", "无显著差异"),
+    "chart.legend.same_undecided": ("no significant difference, or undecided (faded)", "无显著差异或尚无定论（浅色）"),
 
     # ------------------------------------------------------------------ baselines
     "chart.col.variant": ("variant", "运行方式"),
