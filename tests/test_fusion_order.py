@@ -64,11 +64,11 @@ def test_the_registry_follows_what_the_families_declare():
 # detection is test_zoo_sizes', on the meta device).
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "bert_large" else n
                                   for n in sorted(ZOO) if not ZOO[n].large])
-def test_zoo_detections_are_those_recorded_before(name, analyze_cached):
+def test_zoo_detections_are_those_recorded_before(name, detection_cached):
     """Chains exactly as recorded; near misses as recorded less those the order now explains. (Token models at
     sequence length 32, the analyses ``tests/test_engine.py`` caches: the graph's nodes do not depend on it; BERT-large,
     slow there too, is marked slow.)"""
-    detection = analyze_cached(name, None, 32 if ZOO[name].inputs.seq_len else None).detection
+    _, detection = detection_cached(name, None, 32 if ZOO[name].inputs.seq_len else None)
     want = RECORD[name]
     assert [c.id for c in detection.chains] == want["chains"]
     nodes = json.dumps([list(c.nodes) for c in detection.chains]).encode()
