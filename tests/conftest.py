@@ -1,7 +1,7 @@
 """Shared fixtures, and the suite's housekeeping that keeps ``make test`` inside a 2-core, 24 GiB machine.
 
 - ``analyze_cached``: analyses of zoo models shared by every test and file that loads the same model,
-  within a memory budget (``AnalysisCache``): the least recently used are dropped past it, so the
+  within a memory budget (``AnalysisCache``, 1 GB of tensors): the least recently used are dropped past it, so the
   session never holds every zoo model at once (it did: 13 GB resident, issue 26).
 - After each test file: its module-level ``functools.lru_cache`` wrappers are cleared, torch.compile's
   state is reset, the garbage collector runs and glibc gives freed heap pages back to the system, so one
@@ -28,7 +28,7 @@ import time
 import pytest
 
 #: Bytes of model tensors the analysis cache may hold across tests (``FUSION_EXPLORER_TEST_CACHE_MB``).
-CACHE_BUDGET = int(os.environ.get("FUSION_EXPLORER_TEST_CACHE_MB", "1200")) * 2**20
+CACHE_BUDGET = int(os.environ.get("FUSION_EXPLORER_TEST_CACHE_MB", "1000")) * 2**20
 
 
 def _tensor_bytes(analysis) -> int:
@@ -47,7 +47,8 @@ def _tensor_bytes(analysis) -> int:
 
 
 class AnalysisCache:
-    """``(model, graph, detection)`` of zoo models, least recently used dropped past ``budget`` bytes.
+    """``(model, graph, detection)`` of zoo models, least recently used dropped past ``budget`` bytes, and
+    past half of it before a new model is built (its size is known only once it is).
 
     The entry just made stays even when it alone is over the budget (BERT-large is 1.3 GB): the test
     that asked for it and the ones after it on the same model share it until another model is analysed.
@@ -67,13 +68,22 @@ class AnalysisCache:
             return self.entries[key][0]
         from explorer.fusion_engine import analyze
 
+        self._trim(self.budget // 2)   # room for the new model while it is built (its size is not known yet)
         analysis = analyze(name, batch=batch, seq_len=seq_len)
         self.made += 1
         self.entries[key] = (analysis, _tensor_bytes(analysis))
         self.detections[key] = (analysis.graph, analysis.detection)
-        while len(self.entries) > 1 and sum(size for _, size in self.entries.values()) > self.budget:
-            self.entries.popitem(last=False)
+        self._trim(self.budget, keep=1)
         return analysis
+
+    def _trim(self, limit: int, keep: int = 0) -> None:
+        """Drop the least recently used entries until they hold at most ``limit`` bytes (or ``keep`` are left)."""
+        dropped = False
+        while len(self.entries) > keep and sum(size for _, size in self.entries.values()) > limit:
+            self.entries.popitem(last=False)
+            dropped = True
+        if dropped:
+            gc.collect()   # an fx graph's nodes and the graph refer to each other: freed by the collector only
 
     def detected(self, name: str, batch: int | None = None, seq_len: int | None = None):
         """``(graph, detection)`` of a zoo model, from its analysis (made once for the session)."""
