@@ -50,8 +50,8 @@ class AnalysisCache:
     """``(model, graph, detection)`` of zoo models, least recently used dropped past ``budget`` bytes, and
     past half of it before a new model is built (its size is known only once it is).
 
-    The entry just made stays even when it alone is over the budget (BERT-large is 1.3 GB): the test
-    that asked for it and the ones after it on the same model share it until another model is analysed.
+    The entry just made stays even when it alone is over the budget (BERT-large is 1.3 GB): the tests
+    after it on the same model share it until another model is analysed or its file ends.
     Each analysis' graph and detection (a few MB, no weights) are kept for the session: ``detected``.
     """
 
@@ -68,15 +68,15 @@ class AnalysisCache:
             return self.entries[key][0]
         from explorer.fusion_engine import analyze
 
-        self._trim(self.budget // 2)   # room for the new model while it is built (its size is not known yet)
+        self.trim(self.budget // 2)   # room for the new model while it is built (its size is not known yet)
         analysis = analyze(name, batch=batch, seq_len=seq_len)
         self.made += 1
         self.entries[key] = (analysis, _tensor_bytes(analysis))
         self.detections[key] = (analysis.graph, analysis.detection)
-        self._trim(self.budget, keep=1)
+        self.trim(self.budget, keep=1)
         return analysis
 
-    def _trim(self, limit: int, keep: int = 0) -> None:
+    def trim(self, limit: int, keep: int = 0) -> None:
         """Drop the least recently used entries until they hold at most ``limit`` bytes (or ``keep`` are left)."""
         dropped = False
         while len(self.entries) > keep and sum(size for _, size in self.entries.values()) > limit:
@@ -157,12 +157,15 @@ except (OSError, AttributeError):   # not glibc
 
 
 def release_memory(module=None) -> None:
-    """Drop what a finished test file left behind: its module's lru caches, torch.compile's compiled
-    code and guards, unreachable objects, and the heap pages glibc keeps after they are freed."""
+    """Drop what a finished test file left behind: its module's lru caches, a shared analysis over the
+    cache's budget, torch.compile's compiled code and guards, unreachable objects, and the heap pages
+    glibc keeps after they are freed."""
     if module is not None:
         for value in list(vars(module).values()):
-            if isinstance(value, functools._lru_cache_wrapper) and getattr(value, "__module__", None) == module.__name__:
+            mine = getattr(value, "__module__", None) == module.__name__
+            if mine and isinstance(value, functools._lru_cache_wrapper):
                 value.cache_clear()
+    analyzed.trim(analyzed.budget)   # an entry over the budget on its own is kept for its file only
     if "torch._dynamo" in sys.modules:
         sys.modules["torch._dynamo"].reset()
     gc.collect()
