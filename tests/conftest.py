@@ -1,15 +1,18 @@
 """Shared fixtures, and the suite's housekeeping that keeps ``make test`` inside a 2-core, 24 GiB machine.
 
 - ``analyze_cached``: analyses of zoo models shared by every test and file that loads the same model,
-  within a memory budget (``AnalysisCache``, 1 GB of tensors): the least recently used are dropped past it, so the
-  session never holds every zoo model at once (it did: 13 GB resident, issue 26).
-- After each test file: its module-level ``functools.lru_cache`` wrappers are cleared, torch.compile's
-  state is reset, the garbage collector runs and glibc gives freed heap pages back to the system, so one
-  file's models do not stay resident under the next.
+  within a memory budget (``AnalysisCache``, 1 GB of tensors): the least recently used are dropped
+  past it, so the session never holds every zoo model at once (it did: 13 GB resident, issue 26).
+  ``detection_cached``: their graphs and detections (no weights), kept for the session.
+- After a test that leaves the process 256 MB larger, a full garbage collection (an fx graph and its
+  module refer to each other: without it a test's models stay until the collector's next full pass).
+- After each test file: its module-level ``functools.lru_cache`` wrappers are cleared, the shared
+  analyses trimmed to half their budget, torch.compile's state is reset, the garbage collector runs
+  and glibc gives freed heap pages back to the system, so one file's models do not stay under the next.
 - A line per file: which file ran, its tests, its time, the process's resident memory after it and its
   peak during it (the kernel's high-water mark, reset at each file's start), and the largest child
   process so far, so a slow or heavy file shows where it is. ``FUSION_EXPLORER_SUITE_LOG=path`` also
-  writes these as tab-separated rows (the table in docs/test-suite.md was made so).
+  writes these as tab-separated rows (docs/test-suite.md's tables were made so).
 - The browser tests' app (``app_url``) is started once per module that asks for it.
 """
 
@@ -51,7 +54,9 @@ class AnalysisCache:
     past half of it before a new model is built (its size is known only once it is).
 
     The entry just made stays even when it alone is over the budget (BERT-large is 1.3 GB): the tests
-    after it on the same model share it until another model is analysed or its file ends.
+    after it on the same model share it until another model is analysed or its file ends. At each
+    file's end the cache is trimmed to half its budget (``release_memory``): the small models stay
+    shared across files, the large ones are made again where a later file needs them (seconds each).
     Each analysis' graph and detection (a few MB, no weights) are kept for the session: ``detected``.
     """
 
@@ -165,12 +170,16 @@ def release_memory(module=None) -> None:
             mine = getattr(value, "__module__", None) == module.__name__
             if mine and isinstance(value, functools._lru_cache_wrapper):
                 value.cache_clear()
-    analyzed.trim(analyzed.budget)   # an entry over the budget on its own is kept for its file only
+    analyzed.trim(analyzed.budget // 2)   # files that load their own models run beside at most 0.5 GB of it
     if "torch._dynamo" in sys.modules:
         sys.modules["torch._dynamo"].reset()
     gc.collect()
     if _trim is not None:
         _trim(0)
+
+
+#: A test that leaves the process this much larger (kB) is followed by a full collection.
+GREW_KB = 256 * 1024
 
 
 def _gb(kb: int) -> str:
@@ -241,7 +250,12 @@ def pytest_collection_finish(session) -> None:
 def pytest_runtest_protocol(item, nextitem):
     if _report is not None and item.path != _report.current:
         _report.begin_file(item.path)
+    before = _status_kb("VmRSS")
     yield
+    if _status_kb("VmRSS") - before > GREW_KB:   # a test's models and graphs (cycles) freed now, not at
+        gc.collect()                              # the collector's next full pass, tests later
+        if _trim is not None:
+            _trim(0)
     # the module's fixtures are torn down by now when the next test is in another file (or there is none)
     if _report is not None and (nextitem is None or nextitem.path != item.path):
         _report.end_file(item.nodeid.split("::")[0], getattr(item, "module", None))
