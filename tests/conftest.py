@@ -10,8 +10,8 @@
   analyses trimmed to half their budget, torch.compile's state is reset, the garbage collector runs
   and glibc gives freed heap pages back to the system, so one file's models do not stay under the next.
 - A line per file: which file ran, its tests, its time, the process's resident memory after it and its
-  peak during it (the kernel's high-water mark, reset at each file's start), and the largest child
-  process so far, so a slow or heavy file shows where it is. ``FUSION_EXPLORER_SUITE_LOG=path`` also
+  peak during it (the kernel's high-water mark, reset at each file's start), so a slow or heavy file
+  shows where it is. ``FUSION_EXPLORER_SUITE_LOG=path`` also
   writes these as tab-separated rows (docs/test-suite.md's tables were made so).
 - The browser tests' app (``app_url``) is started once per module that asks for it.
 """
@@ -24,7 +24,6 @@ import functools
 import gc
 import os
 import re
-import resource
 import sys
 import time
 
@@ -151,10 +150,6 @@ def _reset_peak() -> None:
         pass
 
 
-def _children_peak_kb() -> int:
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-
-
 try:
     _trim = ctypes.CDLL("libc.so.6").malloc_trim
 except (OSError, AttributeError):   # not glibc
@@ -201,7 +196,7 @@ class _FileReport:
         self.log = os.environ.get("FUSION_EXPLORER_SUITE_LOG")
         if self.log:
             with open(self.log, "w") as f:
-                f.write("file\ttests\tseconds\trss_after_gb\tpeak_gb\tchildren_peak_gb\tload1\n")
+                f.write("file\ttests\tseconds\trss_after_gb\tpeak_gb\tload1\n")
 
     def begin_file(self, path) -> None:
         self.current = path
@@ -216,13 +211,11 @@ class _FileReport:
         after = _status_kb("VmRSS")
         self.peak_kb = max(self.peak_kb, peak)
         self.files_done += 1
-        children = _children_peak_kb()
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
         tests = ", ".join(f"{n} {k}" for k, n in sorted(self.outcomes.items()))
         elapsed = time.monotonic() - self.start
         line = (f"[{self.files_done}/{self.files_total}] {path}: {tests or 'no tests'} in {seconds:.1f} s "
-                f"(suite {elapsed / 60:.1f} min); resident {_gb(after)} after, peak {_gb(peak)}; "
-                f"largest child so far {_gb(children)}; load {load:.1f}")
+                f"(suite {elapsed / 60:.1f} min); resident {_gb(after)} after, peak {_gb(peak)}; load {load:.1f}")
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.ensure_newline()
@@ -230,7 +223,7 @@ class _FileReport:
         if self.log:
             with open(self.log, "a") as f:
                 f.write(f"{path}\t{sum(self.outcomes.values())}\t{seconds:.1f}\t{after / 2**20:.2f}\t"
-                        f"{peak / 2**20:.2f}\t{children / 2**20:.2f}\t{load:.1f}\n")
+                        f"{peak / 2**20:.2f}\t{load:.1f}\n")
 
 
 _report: _FileReport | None = None
@@ -274,5 +267,4 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if _report is not None and _report.files_done:
         terminalreporter.write_line(
             f"suite: {_report.files_done} files in {(time.monotonic() - _report.start) / 60:.1f} min; the pytest "
-            f"process peaked at {_gb(_report.peak_kb)} resident, the largest child at {_gb(_children_peak_kb())}; "
-            f"{analyzed.made} zoo analyses made")
+            f"process peaked at {_gb(_report.peak_kb)} resident; {analyzed.made} zoo analyses made")
