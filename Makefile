@@ -1,11 +1,13 @@
 # Two commands on a fresh machine:
 #   make app    set up .venv and start the app on the default model (ResNet-50)
-#   make test   set up .venv (and Chromium for the browser test) and run every test
+#   make test   set up .venv (and Chromium for the browser test) and run the tests (a line per file:
+#               its time and peak memory; docs/test-suite.md)
+#   make test-all  the same and the `duplicate` tests (larger copies of real-size ones)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: app test setup browser
+.PHONY: app test test-all setup browser
 
 $(BIN)/fusion-explorer: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,5 +26,11 @@ browser:
 	@(command -v chromium >/dev/null 2>&1 && fc-list :lang=zh 2>/dev/null | grep -q .) || \
 		(apt-get update -q && apt-get install -y -q chromium fonts-noto-cjk)
 
+# One thread per process: the suite's tests (and the children they start) on a 2-core machine.
+TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
 test: setup browser
-	$(BIN)/python -m pytest -q
+	$(TEST_ENV) $(BIN)/python -m pytest -m "not duplicate" --durations=15
+
+test-all: setup browser
+	$(TEST_ENV) $(BIN)/python -m pytest --durations=15

@@ -108,6 +108,7 @@ def test_every_zoo_model_loads_captures_detects(analyze_cached, name):
 
 
 @pytest.mark.slow
+@pytest.mark.duplicate  # BERT-base's test at 24 layers: make test-all (docs/test-suite.md)
 def test_bert_large_captures(analyze_cached):
     _, _, det = analyze_cached("bert_large", 1, 32)
     assert det.counts["add_layer_norm"] == 49 and det.counts["matmul_softmax"] == 24

@@ -19,6 +19,7 @@ same dependency. The engine and the runtime never import the UI packages.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import networkx as nx
@@ -89,7 +90,8 @@ def _imports(module: str, path: Path) -> list[tuple[str, bool]]:
     return out
 
 
-def _explorer_edges() -> list[tuple[str, str, bool]]:
+@functools.lru_cache(maxsize=1)  # every file parsed once per run, not once per parametrized test
+def _explorer_edges() -> tuple[tuple[str, str, bool], ...]:
     edges = []
     for module, path in MODULES.items():
         for target, top in _imports(module, path):
@@ -98,7 +100,7 @@ def _explorer_edges() -> list[tuple[str, str, bool]]:
                     target = target.rpartition(".")[0]
                 if target in MODULES and target != module:
                     edges.append((module, target, top))
-    return edges
+    return tuple(edges)
 
 
 def test_every_module_has_a_layer_and_a_docstring():

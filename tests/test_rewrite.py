@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import operator
 import shutil
 
@@ -38,8 +39,6 @@ F32_RTOL = 1e-4
 
 slow = pytest.mark.slow
 
-_CACHE: dict[tuple, tuple] = {}
-
 
 @pytest.fixture(autouse=True)
 def _plain_cpu_paths(monkeypatch):
@@ -47,11 +46,13 @@ def _plain_cpu_paths(monkeypatch):
     monkeypatch.setenv("EXPLORER_GENERIC_COMPILE", "0")
 
 
+@functools.lru_cache(maxsize=None)   # for this file: tests/conftest.py clears it at the file's end
+def _analysis(name: str, batch: int | None, seq_len: int | None):
+    return analyze(name, batch=batch, seq_len=seq_len)
+
+
 def _analyzed(name: str, batch: int | None = None, seq_len: int | None = None):
-    key = (name, batch, seq_len)
-    if key not in _CACHE:
-        _CACHE[key] = analyze(name, batch=batch, seq_len=seq_len)
-    model, _, detection = _CACHE[key]
+    model, _, detection = _analysis(name, batch, seq_len)
     return model, detection
 
 
