@@ -358,6 +358,9 @@ def facts(node: torch.fx.Node, kind: str) -> dict[str, Any]:
         out["norm_dims"] = len(shape) if isinstance(shape, (list, tuple)) else 1
     if kind == "matmul" and node.args and isinstance(node.args[0], torch.fx.Node):
         out["first_input"] = node.args[0].name
+    if kind == "einsum" and len(node.args) > 1 and isinstance(node.args[1], (list, tuple)) and node.args[1] \
+            and isinstance(node.args[1][0], torch.fx.Node):
+        out["first_input"] = node.args[1][0].name   # an einsum's first operand, as a matmul's
     lin = linear_args(node) if kind == "linear" else None
     if lin is not None and isinstance(lin.input, torch.fx.Node):
         out["first_input"] = lin.input.name
