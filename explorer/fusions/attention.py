@@ -137,9 +137,13 @@ def _additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tenso
 
 
 def matmul_softmax_reference(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
-                             mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Unfused: ``softmax(a @ b * scale + mask, dim=-1)``, each step its own op."""
-    s = torch.matmul(a, b) * scale                                            # (..., M, N)
+                             mask: torch.Tensor | None = None, tscale: torch.Tensor | None = None) -> torch.Tensor:
+    """Unfused: ``softmax(a @ b * tscale * scale + mask, dim=-1)``, each step its own op (``tscale``: a tensor
+    constant along the rows and columns of the scores, such as a per-head scale, or None)."""
+    s = torch.matmul(a, b)
+    if tscale is not None:
+        s = s * tscale
+    s = s * scale                                                             # (..., M, N)
     if mask is not None:
         s = s + _additive_mask(mask, s.dtype)
     return torch.softmax(s, dim=-1)
@@ -213,14 +217,15 @@ def _build_kernel(interpret: bool):
 
     @triton.jit
     def _matmul_softmax_fwd(
-        A, Bm, MASK, O,
+        A, Bm, MASK, O, TS,
         M, N, K, B1,                                   # B1: size of the inner batch dim
         sa0, sa1, sam, sak,                            # strides of a as (B0, B1, M, K)
         sb0, sb1, sbk, sbn,                            # strides of b as (B0, B1, K, N)
         sk0, sk1, skm, skn,                            # strides of the mask as (B0, B1, M, N); 0 = broadcast
         so0, so1, som, son,
+        st0, st1,                                      # strides of the tensor scale as (B0, B1); 0 = broadcast
         scale,
-        HAS_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+        HAS_MASK: tl.constexpr, HAS_TSCALE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
         LIBRARY_REDUCE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):
@@ -246,6 +251,8 @@ def _build_kernel(interpret: bool):
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        if HAS_TSCALE:  # a per-(batch, head) scale on the fp32 scores, as the unfused graph multiplies them
+            acc = acc * tl.load(TS + b0 * st0 + b1 * st1).to(tl.float32)
         s = acc * scale
         if HAS_MASK:
             m_ptr = MASK + b0 * sk0 + b1 * sk1 + rows[:, None] * skm + cols[None, :] * skn
@@ -285,7 +292,7 @@ def _as_4d(t: torch.Tensor, batch: tuple[int, ...], last2: tuple[int, int]) -> t
 
 
 def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
+                   mask: torch.Tensor | None = None, tscale: torch.Tensor | None = None) -> torch.Tensor:
     """``softmax(a @ b * scale + mask, dim=-1)`` from one kernel where ``select_matmul_softmax`` allows.
 
     ``a``: ``(..., M, K)``; ``b``: ``(..., K, N)``; batch dims broadcast;
@@ -293,8 +300,8 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
     (a ``(B, 1, 1, N)`` padding mask is read with stride 0, never expanded in
     memory). Returns ``(..., M, N)`` in the input dtype.
     """
-    if select_for_tensors(a, b, mask).impl != "triton":
-        return matmul_softmax_reference(a, b, scale, mask)
+    if select_for_tensors(a, b, mask).impl != "triton" or (tscale is not None and tscale.device != a.device):
+        return matmul_softmax_reference(a, b, scale, mask, tscale)
     m, k = a.shape[-2:]
     n = b.shape[-1]
     mask = _additive_mask(mask, torch.float32)
@@ -303,19 +310,26 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
     a4 = _as_4d(a, batch, (m, k))                                              # (B0, B1, M, K)
     b4 = _as_4d(b, batch, (k, n))                                              # (B0, B1, K, N)
     mask4 = _as_4d(mask, batch, (m, n)) if mask is not None else None          # (B0, B1, M, N), strides may be 0
+    if tscale is not None:
+        batch = tuple(torch.broadcast_shapes(batch, tscale.shape[:-2]))
+        a4, b4 = _as_4d(a, batch, (m, k)), _as_4d(b, batch, (k, n))
+        mask4 = _as_4d(mask, batch, (m, n)) if mask is not None else None
+    ts4 = _as_4d(tscale, batch, (1, 1)) if tscale is not None else None       # (B0, B1, 1, 1), strides may be 0
     out = _new_output(batch + (m, n), a.dtype, a.device)
     o4 = _as_4d(out, batch, (m, n))
     cfg = launch_config(n, k, a.element_size())
     b0, b1 = a4.shape[0], a4.shape[1]
     grid = (b0 * b1, cdiv(m, cfg["BLOCK_M"]))
     mk = mask4 if mask4 is not None else a4
+    ts = ts4 if ts4 is not None else a4
     upcast = interpreting() and a.dtype == torch.bfloat16
     kernel = _build_kernel(interpreting())
     options = {k: cfg[k] for k in ("num_warps", "num_stages")}
     launch(
         kernel, grid,
-        (a4, b4, mk, o4, m, n, k, b1, *a4.stride(), *b4.stride(), *mk.stride(), *o4.stride(), float(scale)),
-        dict(HAS_MASK=mask4 is not None,
+        (a4, b4, mk, o4, ts, m, n, k, b1, *a4.stride(), *b4.stride(), *mk.stride(), *o4.stride(),
+         *ts.stride()[:2], float(scale)),
+        dict(HAS_MASK=mask4 is not None, HAS_TSCALE=ts4 is not None,
              DOT_PRECISION="ieee" if a.dtype == torch.float32 or upcast else "tf32",
              UPCAST=upcast, LIBRARY_REDUCE=library_reductions_usable(),
              BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"]),
@@ -539,10 +553,14 @@ def scores_softmax_reference(a, b, scale=1.0, qscale=None, qdiv=False, b_is_k=Fa
 
 
 def fused_scores_softmax(a, b, scale, qscale, qdiv, b_is_k, terms, shape):
-    """``softmax(a @ b · scale + Σ terms)`` in ``shape``: scores from a matmul, an einsum or a ``baddbmm``,
-    a tensor scale folded into the queries, the bias and the mask summed once; one Triton kernel where it runs."""
-    a, b = _scores_operands(a, b, qscale, qdiv, b_is_k, shape)
-    return matmul_softmax(a, b, scale, _total_mask(terms, shape, a))
+    """``softmax(a @ b · t · scale + Σ terms)`` in ``shape``: scores from a matmul, an einsum or a ``baddbmm``,
+    the tensor scale ``t`` (constant along the score rows and columns) applied to the fp32 scores in the kernel,
+    the bias and the mask summed once; one Triton kernel where it runs."""
+    a, b = _scores_operands(a, b, None, False, b_is_k, shape)
+    tscale = None
+    if qscale is not None:
+        tscale = 1.0 / qscale.float() if qdiv else qscale
+    return matmul_softmax(a, b, scale, _total_mask(terms, shape, a), tscale)
 
 
 def fused_attention_forms(q, b, v, scale, qscale, qdiv, b_is_k, terms, shape=None):
@@ -650,6 +668,8 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
             if tshape is None or any(d != 1 for d in tshape[-2:]) or len(tshape) > len(scores_shape or ()):
                 raise Refuse(WORDS("refuse.scale_rows", shape=list(tshape or ())))
             qscale, qdiv = operand, is_div
+            if shape is not None and tuple(shape) != tuple(scores_shape):
+                raise UseGeneric(WORDS("generic.reshape", before=list(scores_shape), after=list(shape)))
     for role in ("mask",) + _MORE_MASKS:
         node = ctx.node(chain, role)
         if node is None:
