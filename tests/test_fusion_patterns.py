@@ -30,6 +30,40 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # ---------------------------------------------------------------------- the fused calls against float64
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_soft_capped_scores_softmax(dtype):
+    """Gemma2: softmax(50·tanh(q@kᵀ·s / 50) + causal) in one kernel (scores scaled ×8 so the cap bends them)."""
+    gen = torch.Generator().manual_seed(5)
+    q, k = rand((2, 3, 11, 10), dtype, "cpu", gen, 3.0), rand((2, 3, 13, 10), dtype, "cpu", gen, 3.0)
+    causal = torch.triu(torch.full((11, 13), float("-inf"), dtype=dtype), 3)
+    out = attention.fused_scores_softmax(q, k, 10 ** -0.5, None, False, True, ((causal, [2, 3, 11, 13], 1.0),),
+                                         None, 50.0)
+    s = up64(q) @ up64(k).transpose(-2, -1) * 10 ** -0.5
+    assert s.abs().max() > 25                                                 # the cap changes the scores
+    want = torch.softmax(torch.tanh(s / 50.0) * 50.0 + up64(causal), -1)
+    assert_close64(out, want, attention.TOLERANCES[dtype])
+    assert not torch.allclose(out.double(), torch.softmax(s + up64(causal), -1), atol=1e-2)
+
+
+class _CappedBlock(torch.nn.Module):
+    def forward(self, q, k, v):
+        s = torch.tanh(q @ k.transpose(-2, -1) * 0.3 / 30.0) * 30.0
+        return s.softmax(-1) @ v
+
+
+def test_a_soft_cap_before_the_second_matmul_goes_to_inductor_with_its_reason():
+    from explorer.fusions.edit import RewriteContext, UseGeneric
+
+    q, k, v = torch.randn(2, 9, 8), torch.randn(2, 10, 8), torch.randn(2, 10, 8)
+    gm, det = detect_module(_CappedBlock(), (q, k, v))
+    (chain,) = [c for c in det.chains if c.pattern == "matmul_softmax"]
+    assert chain.node_for("context") is not None and chain.node_for("cap_tanh") is not None
+    with pytest.raises(UseGeneric) as why:
+        attention.rewrite(RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, torch.device("cpu")), chain, "auto")
+    assert why.value.args[0].id == "attention.generic.softcap"
+    assert ALL_WORDS["attention.generic.softcap"][1].startswith("softmax 之前")
+
+
 def test_einsum_forms():
     assert attention.einsum_form("bhqd,bhkd->bhqk") == "k"
     assert attention.einsum_form("b h i d, b h d j -> b h i j") == "kn"
@@ -214,7 +248,7 @@ def _build(name):
 #: Counts derived from each architecture at the layers built above (L = layers):
 #: GPT-2 (L=1): an attention per layer; LayerNorms ln_1 (after the embeddings' dropout, read by the residual
 #: too), ln_2 and ln_f, each after an add: 2L+1; one c_fc addmm + written-out tanh GELU per layer.
-#: Gemma2 (L=2): one soft-capped attention per layer. BLOOM (L=1): one baddbmm attention per layer.
+#: Gemma2 (L=2): one soft-capped attention per layer (the Triton scores kernel takes the cap). BLOOM (L=1): one baddbmm attention per layer.
 #: Falcon (L=1): dense_h_to_4h (x @ W.T) + GELU per layer. CLIP (L=1): fc1 + quick GELU per layer.
 #: ViT (L=1): LayerNorms before (after the embeddings' dropout), after, and the final one: 2L+1.
 #: Swin-V2 (depth 2): a tensor-scaled attention per block, the shifted one with its window mask (3 adds).
@@ -234,7 +268,7 @@ PINNED = {
 #: takes the chain.
 IMPLS = {
     "gpt2": {"linear_act_forms": {"separate"}, "add_layer_norm": {"triton"}},
-    "gemma2": {"matmul_softmax": {"inductor"}},
+    "gemma2": {"matmul_softmax": {"triton"}},
     "bloom": {"matmul_softmax": {"triton"}},
     "falcon": {"linear_act_forms": {"separate"}},
     "clip": {"linear_act_forms": {"separate"}},
@@ -255,7 +289,6 @@ def public(request):
 def test_public_architectures_counts_and_fused_outputs(public, monkeypatch):
     """The pinned counts; the new chains (only those: the others are their families' tests, and inductor's compile
     of generic chains costs seconds) fused with the implementation named, computing what the model does."""
-    from explorer.fusions.edit import RewriteContext, UseGeneric
     from explorer.fusions.plan import make_plan
     from explorer.fusions.rewrite import apply_plan
 
@@ -263,14 +296,8 @@ def test_public_architectures_counts_and_fused_outputs(public, monkeypatch):
     name, gm, det, inputs = public
     for pattern, count in PINNED[name].items():
         assert det.counts[pattern] == count, (name, pattern, det.counts)
-    if name == "gemma2":  # the soft-cap: found, and handed to inductor with its reason (not compiled here)
-        ctx = RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, torch.device("cpu"))
-        for chain in (c for c in det.chains if c.pattern == "matmul_softmax"):
-            assert chain.node_for("cap_tanh") is not None
-            with pytest.raises(UseGeneric) as why:
-                attention.rewrite(ctx, chain, "auto")
-            assert why.value.args[0].id == "attention.generic.softcap"
-        return
+    if name == "gemma2":
+        assert all(c.node_for("cap_tanh") is not None for c in det.chains if c.pattern == "matmul_softmax")
     fused = apply_plan(gm, det, make_plan(det, list(IMPLS[name])), "cpu")
     for pattern, impls in IMPLS[name].items():
         got = {a.impl for a in fused.applied if a.pattern == pattern}

@@ -92,9 +92,12 @@ WORDS = Words("attention", {
     "refuse.scale_rows": (("the scale is a tensor of shape {shape} that varies along the score rows or columns "
                            "(only a per-head or per-batch scale folds into the queries)"),
                           "缩放因子是形状为 {shape} 的张量，沿分数的行或列变化（只有按头或按批的缩放能并入查询）"),
-    "generic.softcap": (("a tanh soft-cap before the softmax (cap·tanh(s/cap)): neither SDPA nor the Triton kernel "
-                         "computes it, so inductor compiles the chain"),
-                        "softmax 之前有 tanh 软上限（cap·tanh(s/cap)）：SDPA 和 Triton 内核都不计算它，所以由 inductor 编译这条链"),
+    "generic.softcap": (("a tanh soft-cap before the softmax (cap·tanh(s/cap)) and the chain ends in the second "
+                         "MatMul: SDPA has no soft-cap, so inductor compiles the chain"),
+                        "softmax 之前有 tanh 软上限（cap·tanh(s/cap)），且链以第二个 MatMul 结尾：SDPA 没有软上限，所以由 inductor 编译这条链"),
+    "generic.softcap_form": (("a tanh before the softmax that is not cap·tanh(s / cap) with one constant cap: "
+                              "inductor compiles the chain"),
+                             "softmax 之前的 tanh 不是同一个常量 cap 的 cap·tanh(s / cap)：由 inductor 编译这条链"),
     "generic.einsum": ("einsum '{equation}' is not a batched matrix product", "einsum“{equation}”不是批量矩阵乘法"),
     "generic.reshape": (("a view between the scores and the softmax changes more than the batch dims "
                          "({before} to {after})"),
@@ -137,13 +140,17 @@ def _additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tenso
 
 
 def matmul_softmax_reference(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
-                             mask: torch.Tensor | None = None, tscale: torch.Tensor | None = None) -> torch.Tensor:
-    """Unfused: ``softmax(a @ b * tscale * scale + mask, dim=-1)``, each step its own op (``tscale``: a tensor
-    constant along the rows and columns of the scores, such as a per-head scale, or None)."""
+                             mask: torch.Tensor | None = None, tscale: torch.Tensor | None = None,
+                             cap: float | None = None) -> torch.Tensor:
+    """Unfused: ``softmax(softcap(a @ b * tscale * scale) + mask, dim=-1)``, each step its own op (``tscale``: a
+    tensor constant along the rows and columns of the scores, such as a per-head scale, or None; ``cap``: Gemma2's
+    soft-cap ``cap·tanh(s / cap)``, or None)."""
     s = torch.matmul(a, b)
     if tscale is not None:
         s = s * tscale
     s = s * scale                                                             # (..., M, N)
+    if cap is not None:
+        s = torch.tanh(s / cap) * cap
     if mask is not None:
         s = s + _additive_mask(mask, s.dtype)
     return torch.softmax(s, dim=-1)
@@ -224,8 +231,8 @@ def _build_kernel(interpret: bool):
         sk0, sk1, skm, skn,                            # strides of the mask as (B0, B1, M, N); 0 = broadcast
         so0, so1, som, son,
         st0, st1,                                      # strides of the tensor scale as (B0, B1); 0 = broadcast
-        scale,
-        HAS_MASK: tl.constexpr, HAS_TSCALE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+        scale, cap,
+        HAS_MASK: tl.constexpr, HAS_TSCALE: tl.constexpr, HAS_CAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
         LIBRARY_REDUCE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):
@@ -254,6 +261,11 @@ def _build_kernel(interpret: bool):
         if HAS_TSCALE:  # a per-(batch, head) scale on the fp32 scores, as the unfused graph multiplies them
             acc = acc * tl.load(TS + b0 * st0 + b1 * st1).to(tl.float32)
         s = acc * scale
+        if HAS_CAP:  # Gemma2's soft-cap cap·tanh(s / cap); tanh(|u|) = (1 - e) / (1 + e), e = exp(-2|u|)
+            u = s / cap
+            e = tl.exp(-2.0 * tl.abs(u))
+            th = (1.0 - e) / (1.0 + e)
+            s = cap * tl.where(u < 0.0, -th, th)
         if HAS_MASK:
             m_ptr = MASK + b0 * sk0 + b1 * sk1 + rows[:, None] * skm + cols[None, :] * skn
             s = s + tl.load(m_ptr, mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
@@ -292,7 +304,8 @@ def _as_4d(t: torch.Tensor, batch: tuple[int, ...], last2: tuple[int, int]) -> t
 
 
 def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
-                   mask: torch.Tensor | None = None, tscale: torch.Tensor | None = None) -> torch.Tensor:
+                   mask: torch.Tensor | None = None, tscale: torch.Tensor | None = None,
+                   cap: float | None = None) -> torch.Tensor:
     """``softmax(a @ b * scale + mask, dim=-1)`` from one kernel where ``select_matmul_softmax`` allows.
 
     ``a``: ``(..., M, K)``; ``b``: ``(..., K, N)``; batch dims broadcast;
@@ -301,7 +314,7 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
     memory). Returns ``(..., M, N)`` in the input dtype.
     """
     if select_for_tensors(a, b, mask).impl != "triton" or (tscale is not None and tscale.device != a.device):
-        return matmul_softmax_reference(a, b, scale, mask, tscale)
+        return matmul_softmax_reference(a, b, scale, mask, tscale, cap)
     m, k = a.shape[-2:]
     n = b.shape[-1]
     mask = _additive_mask(mask, torch.float32)
@@ -328,8 +341,8 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
     launch(
         kernel, grid,
         (a4, b4, mk, o4, ts, m, n, k, b1, *a4.stride(), *b4.stride(), *mk.stride(), *o4.stride(),
-         *ts.stride()[:2], float(scale)),
-        dict(HAS_MASK=mask4 is not None, HAS_TSCALE=ts4 is not None,
+         *ts.stride()[:2], float(scale), float(cap or 1.0)),
+        dict(HAS_MASK=mask4 is not None, HAS_TSCALE=ts4 is not None, HAS_CAP=cap is not None,
              DOT_PRECISION="ieee" if a.dtype == torch.float32 or upcast else "tf32",
              UPCAST=upcast, LIBRARY_REDUCE=library_reductions_usable(),
              BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"]),
@@ -538,13 +551,16 @@ def _total_mask(terms, shape, like: torch.Tensor) -> torch.Tensor | None:
     return _mask_like(total, like)
 
 
-def scores_softmax_reference(a, b, scale=1.0, qscale=None, qdiv=False, b_is_k=False, terms=(), shape=None):
+def scores_softmax_reference(a, b, scale=1.0, qscale=None, qdiv=False, b_is_k=False, terms=(), shape=None,
+                             cap=None):
     """Unfused, in the model's order: ``(a @ b)`` (scaled by ``scale`` and the tensor ``qscale``), then each
     additive term in the shape it was added in, regrouped to ``shape``, then the softmax."""
     s = torch.matmul(a, b.transpose(-2, -1) if b_is_k else b)
     if qscale is not None:
         s = s / qscale if qdiv else s * qscale
     s = s * scale
+    if cap is not None:
+        s = torch.tanh(s / cap) * cap
     for t, at_shape, coef in terms:
         s = s.reshape(tuple(at_shape)) + _additive_mask(t, s.dtype) * coef
     if shape is not None:
@@ -552,15 +568,16 @@ def scores_softmax_reference(a, b, scale=1.0, qscale=None, qdiv=False, b_is_k=Fa
     return torch.softmax(s, dim=-1)
 
 
-def fused_scores_softmax(a, b, scale, qscale, qdiv, b_is_k, terms, shape):
+def fused_scores_softmax(a, b, scale, qscale, qdiv, b_is_k, terms, shape, cap=None):
     """``softmax(a @ b · t · scale + Σ terms)`` in ``shape``: scores from a matmul, an einsum or a ``baddbmm``,
     the tensor scale ``t`` (constant along the score rows and columns) applied to the fp32 scores in the kernel,
-    the bias and the mask summed once; one Triton kernel where it runs."""
+    the bias and the mask summed once, Gemma2's soft-cap ``cap·tanh(s / cap)`` (``cap``) before them; one
+    Triton kernel where it runs."""
     a, b = _scores_operands(a, b, None, False, b_is_k, shape)
     tscale = None
     if qscale is not None:
         tscale = 1.0 / qscale.float() if qdiv else qscale
-    return matmul_softmax(a, b, scale, _total_mask(terms, shape, a), tscale)
+    return matmul_softmax(a, b, scale, _total_mask(terms, shape, a), tscale, cap)
 
 
 def fused_attention_forms(q, b, v, scale, qscale, qdiv, b_is_k, terms, shape=None):
@@ -628,13 +645,27 @@ def _check_views(ctx: RewriteContext, chain, scores_shape) -> tuple[int, ...] | 
     return out if reshaped else None
 
 
+def _soft_cap(ctx: RewriteContext, chain, members: set) -> float | None:
+    """The cap of ``cap·tanh(s / cap)`` (div, tanh, mul by the same constant), None without one; any other
+    tanh form goes to inductor."""
+    nodes = [ctx.node(chain, r) for r in _CAP_ROLES]
+    if all(n is None for n in nodes):
+        return None
+    div, _tanh, mul = nodes
+    if div is None or mul is None or not isinstance(div.args[0], torch.fx.Node) or div.args[0] not in members:
+        raise UseGeneric(WORDS("generic.softcap_form"))
+    caps = [ctx.scalar(edit.other_operand(n, members, allow_scalar=True)) for n in (div, mul)]
+    if caps[0] is None or caps[0] != caps[1] or caps[0] == 0:
+        raise UseGeneric(WORDS("generic.softcap_form"))
+    return float(caps[0])
+
+
 def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
     """Scores from ``einsum``/``baddbmm``/``bmm``, a tensor scale, a bias and a mask (views between them),
     as one Triton scores→softmax kernel or, with the second MatMul, one SDPA call with an additive mask."""
-    if any(ctx.node(chain, r) is not None for r in _CAP_ROLES):
-        raise UseGeneric(WORDS("generic.softcap"))
     scores, softmax = ctx.node(chain, "scores"), ctx.node(chain, "softmax")
     members = set(ctx.members(chain))
+    cap = _soft_cap(ctx, chain, members)
     scores_shape = aten.static_shape(scores)
     shape = _check_views(ctx, chain, scores_shape)
     scale, terms = 1.0, []
@@ -704,8 +735,10 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
                                        batch + (int(k), int(n)), True, bool(terms))
         label = WORDS("label.forms", label=choice.label, scores=name, terms=len(terms))
         return edit.whole_chain_edit(ctx, chain, fused_scores_softmax,
-                                     (a, b, scale, qscale, qdiv, b_is_k, terms, shape),
+                                     (a, b, scale, qscale, qdiv, b_is_k, terms, shape, cap),
                                      Choice(choice.impl, label, choice.fused))
+    if cap is not None:
+        raise UseGeneric(WORDS("generic.softcap"))
     if shape is not None and tuple(shape) != tuple(scores_shape):
         raise UseGeneric(WORDS("generic.reshape_context"))
     cform = _matmul_form(context)
