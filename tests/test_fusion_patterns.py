@@ -309,3 +309,63 @@ def test_public_architectures_counts_and_fused_outputs(public, monkeypatch):
     scale = want.abs().max().item()
     assert scale > 0 and math.isfinite(scale)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * scale)
+
+
+# ---------------------------------------------------------------------- squeeze-excite with a BatchNorm inside
+
+class _SEWithNorm(torch.nn.Module):
+    """ReXNet's squeeze-excite as its public definition writes it (timm ``rexnet.SEWithNorm``: mean, 1×1 conv,
+    BatchNorm, ReLU, 1×1 conv, sigmoid gate); timm is not installed, so it is restated here."""
+
+    def __init__(self, c: int, rd: int):
+        super().__init__()
+        self.fc1 = torch.nn.Conv2d(c, rd, 1)
+        self.bn = torch.nn.BatchNorm2d(rd)
+        self.fc2 = torch.nn.Conv2d(rd, c, 1)
+
+    def forward(self, x):
+        s = x.mean((2, 3), keepdim=True)
+        s = torch.relu(self.bn(self.fc1(s)))
+        return x * torch.sigmoid(self.fc2(s))
+
+
+class _ReXNetBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 24, 3, padding=1)
+        self.se = _SEWithNorm(24, 6)
+
+    def forward(self, x):
+        return self.se(self.conv(x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batch_norm_folds_into_the_squeeze_fc(dtype):
+    from explorer.fusions.squeeze_excite import fold_bn_into_fc
+
+    gen = torch.Generator().manual_seed(6)
+    w, b = rand((6, 24, 1, 1), dtype, "cpu", gen, 0.2), rand((6,), dtype, "cpu", gen)
+    gamma, beta = rand((6,), dtype, "cpu", gen, 0.1, 1.0), rand((6,), dtype, "cpu", gen)
+    mean, var = rand((6,), dtype, "cpu", gen), rand((6,), dtype, "cpu", gen).abs() + 0.5
+    s = rand((3, 24, 1, 1), dtype, "cpu", gen)
+    wf, bf = fold_bn_into_fc(w, b, gamma, beta, mean, var, 1e-5)
+    want = F.batch_norm(F.conv2d(up64(s), up64(w), up64(b)), up64(mean), up64(var), up64(gamma), up64(beta),
+                        False, 0.0, 1e-5)
+    assert_close64(F.conv2d(s, wf, bf), want, EPILOGUE_TOLERANCES[dtype])
+
+
+def test_squeeze_excite_with_a_batch_norm_is_found_and_fused(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.manual_seed(0)
+    module = _ReXNetBlock().eval()
+    with torch.no_grad():
+        module.se.bn.running_mean.normal_()
+        module.se.bn.running_var.uniform_(0.5, 2.0)
+        module.se.bn.weight.normal_(1.0, 0.2)
+    x = torch.randn(2, 3, 9, 11)
+    gm, det = detect_module(module, (x,))
+    (chain,) = [c for c in det.chains if c.pattern == "squeeze_excite"]
+    assert chain.node_for("bn") is not None
+    fused = fuse_all(gm, det)
+    assert all(a.status == "fused" for a in fused.applied if a.pattern == "squeeze_excite")
+    torch.testing.assert_close(fused.gm(x), gm(x), rtol=1e-5, atol=1e-5)
