@@ -369,3 +369,38 @@ def test_squeeze_excite_with_a_batch_norm_is_found_and_fused(monkeypatch):
     fused = fuse_all(gm, det)
     assert all(a.status == "fused" for a in fused.applied if a.pattern == "squeeze_excite")
     torch.testing.assert_close(fused.gm(x), gm(x), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------- GroupNorm + activation
+
+class _UNetBlock(torch.nn.Module):
+    """A diffusion UNet's ResNet block head (GroupNorm(32 → 8 groups here), SiLU, conv), as diffusers writes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(4, 12)
+        self.conv = torch.nn.Conv2d(12, 12, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(F.silu(self.norm(x)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_group_norm_act_against_float64(dtype):
+    gen = torch.Generator().manual_seed(7)
+    x = rand((3, 12, 7, 5), dtype, "cpu", gen, 2.0, 0.5)
+    w, b = rand((12,), dtype, "cpu", gen, 0.1, 1.0), rand((12,), dtype, "cpu", gen, 0.1)
+    out = norm.fused_group_norm_act(x, 4, w, b, 1e-5, "silu")
+    assert_close64(out, norm.group_norm_act_reference(up64(x), 4, up64(w), up64(b), 1e-5, "silu"),
+                   EPILOGUE_TOLERANCES[dtype])
+
+
+def test_group_norm_act_is_found_and_fused():
+    torch.manual_seed(0)
+    x = torch.randn(2, 12, 6, 5)
+    gm, det = detect_module(_UNetBlock(), (x,))
+    assert det.counts["group_norm_act"] == 1
+    fused = fuse_all(gm, det)
+    (applied,) = [a for a in fused.applied if a.pattern == "group_norm_act"]
+    assert applied.status == "fused" and applied.implementation.id == "norm.label.group_norm"
+    torch.testing.assert_close(fused.gm(x), gm(x), rtol=1e-5, atol=1e-5)

@@ -72,6 +72,18 @@ WORDS = Words("norm", {
     "why.rows": ("rows of {hidden} are outside 1..{max}", "行长 {hidden} 超出 1..{max}"),
     "generic.not_add_ln": ("{add} → {ln} is not add → layer_norm", "{add} → {ln} 不是 add → layer_norm"),
     "generic.view": ("a view between the add and the LayerNorm", "相加和 LayerNorm 之间有一个视图"),
+    "group_norm_act.label": ("GroupNorm+act", "GroupNorm+激活"),
+    "group_norm_act.implementation": (("group_norm, then the activation in place on its output (no new buffer); no "
+                                       "fused kernel yet: a candidate for one Triton program per (sample, group)"),
+                                      "先 group_norm，再在其输出上原地做激活（不分配新缓冲区）；还没有融合内核：候选方案是每个（样本，组）一个 Triton 程序"),
+    "group_norm_act.explanation": (("GroupNorm normalises each group of channels of each sample (diffusion UNets, "
+                                    "detection heads) and is nearly always followed by SiLU or ReLU. Applying the "
+                                    "activation in place saves the second output buffer; a fused kernel would also "
+                                    "save its write and re-read."),
+                                   ("GroupNorm 对每个样本的每组通道做归一化（扩散模型的 UNet、检测头），后面几乎总跟着 SiLU 或 ReLU。原地做激活省掉第二个输出缓冲区；"
+                                    "融合内核还能省掉它的一次写出和读回。")),
+    "label.group_norm": ("group_norm + {act} in place (2 kernels, one buffer)", "group_norm + 原地 {act}（2 个内核，一个缓冲区）"),
+    "generic.group_act": ("activation {act} has no in-place form here", "激活函数 {act} 在这里没有原地形式"),
     "generic.view_last": (("a {op} between the add and the LayerNorm changes the normalised dim ({before} to "
                            "{after})"),
                           "相加和 LayerNorm 之间的 {op} 改变了被归一化的维度（{before} 变为 {after}）"),
@@ -397,6 +409,40 @@ def _rows_kept(ctx: RewriteContext, chain, node, add, n: int) -> None:
         raise UseGeneric(WORDS("generic.view"))
 
 
+# ====================================================================== GroupNorm + activation
+
+GROUP_NORM_ACTIVATIONS = ("relu", "silu", "gelu", "gelu_tanh", "hardswish", "sigmoid", "tanh")
+
+
+def group_norm_act_reference(x, groups: int, weight, bias, eps: float, act: str):
+    """Unfused: ``act(group_norm(x))``, the activation out of place."""
+    from explorer.fusions.epilogue import apply_activation
+
+    return apply_activation(torch.nn.functional.group_norm(x, groups, weight, bias, eps), act)
+
+
+def fused_group_norm_act(x, groups, weight, bias, eps, act):
+    """``act(group_norm(x))`` with the activation applied in place on the norm's output (the same rounding as the
+    unfused pair: each op rounds once to the dtype)."""
+    from explorer.fusions.epilogue import apply_activation_
+
+    return apply_activation_(torch.nn.functional.group_norm(x, groups, weight, bias, eps), act)
+
+
+def rewrite_group_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """group_norm → act as one call, the activation in place."""
+    edit.only_identity_views(ctx, chain)
+    gn = ctx.node(chain, "group_norm")
+    a = aten.args_of(gn)
+    act = aten.activation_name(ctx.node(chain, "act"))
+    if aten.aten_name(gn) != "group_norm" or act not in GROUP_NORM_ACTIVATIONS:
+        raise UseGeneric(WORDS("generic.group_act", act=act))
+    choice = Choice("separate", WORDS("label.group_norm", act=act), False)
+    return edit.whole_chain_edit(ctx, chain, fused_group_norm_act,
+                                 (a["input"], a["num_groups"], a.get("weight"), a.get("bias"), a.get("eps", 1e-5), act),
+                                 choice)
+
+
 # ====================================================================== patterns
 
 def _last_dim_norm(g, node: str, ctx: dict) -> str | None:
@@ -414,5 +460,14 @@ PATTERNS = (
         implementation=WORDS("add_layer_norm.implementation"),
         explanation=WORDS("add_layer_norm.explanation"),
         caveats=(PRECISION_CAVEAT, WORDS("add_layer_norm.caveat")),
+    ),
+    Pattern(
+        name="group_norm_act", label=WORDS("group_norm_act.label"),
+        steps=(Step(frozenset({"group_norm"}), "group_norm"),
+               Step(frozenset(GROUP_NORM_ACTIVATIONS) - {"gelu_tanh"}, "act")),
+        color="#dbb0a0", rewrite=rewrite_group_norm,
+        implementation=WORDS("group_norm_act.implementation"),
+        explanation=WORDS("group_norm_act.explanation"),
+        caveats=(PRECISION_CAVEAT,),
     ),
 )
