@@ -84,6 +84,23 @@ def _follow(g: nx.DiGraph, start: str, owner: str) -> tuple[list[str], str] | st
     return path, node
 
 
+def _branches(g: nx.DiGraph, start: str) -> list[tuple[list[str], str]]:
+    """Every compute op reached from ``start`` through transparent ops that fan out (an eval-mode dropout
+    or a reshape of a residual sum that the next block also reads), each with an empty path: the
+    transparent ops are shared, so they stay outside the chain and read its output, which it writes."""
+    found, todo, seen = [], [start], set()
+    while todo:
+        node = todo.pop(0)
+        if node in seen:
+            continue
+        seen.add(node)
+        if g.nodes[node]["kind"] in TRANSPARENT:
+            todo.extend(_successors(g, node))
+        else:
+            found.append(([], node))
+    return sorted(found, key=lambda pn: g.nodes[pn[1]]["order"])
+
+
 def _match(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list[tuple[str, str, bool]]:
     """Match ``pattern`` at ``anchor``. Returns [(node, role, is_compute)] or raises NoMatch.
 
@@ -104,7 +121,9 @@ def _match(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]
         fanout_reason = None
         for c in consumers:
             followed = _follow(g, c, cur)
-            if isinstance(followed, str):
+            if isinstance(followed, str) and cur_step.emits:
+                candidates.extend(_branches(g, c))   # the op's output is written anyway: one more reader is free
+            elif isinstance(followed, str):
                 fanout_reason = followed
             else:
                 candidates.append(followed)

@@ -56,6 +56,7 @@ VIEW_NAMES = frozenset({
     "unsqueeze", "squeeze", "flatten", "unflatten", "alias", "detach", "select", "slice",
     "unbind", "split", "split_with_sizes", "chunk", "narrow", "as_strided", "view_as",
     "lift_fresh_copy", "getitem",
+    "swapaxes", "swapdims", "mT", "numpy_T", "movedim", "moveaxis",   # transposes under other names
 })
 
 #: Ops that carry no tensor work at all and are left out of the graph view.

@@ -29,6 +29,8 @@ to the input dtype (the unfused path also rounds the scores).
 from __future__ import annotations
 
 import functools
+import math
+from typing import Any
 
 import torch
 import torch.fx
@@ -87,6 +89,24 @@ WORDS = Words("attention", {
     "generic.attn_no_shapes": ("attention operands without shapes", "注意力的操作数没有形状"),
     "generic.broadcast": ("attention operands with broadcast batch dims", "注意力的操作数在批维度上广播"),
     "refuse.left": ("softmax output is not the left operand of the next MatMul", "softmax 的输出不是下一个 MatMul 的左操作数"),
+    "refuse.scale_rows": (("the scale is a tensor of shape {shape} that varies along the score rows or columns "
+                           "(only a per-head or per-batch scale folds into the queries)"),
+                          "缩放因子是形状为 {shape} 的张量，沿分数的行或列变化（只有按头或按批的缩放能并入查询）"),
+    "generic.softcap": (("a tanh soft-cap before the softmax (cap·tanh(s/cap)) and the chain ends in the second "
+                         "MatMul: SDPA has no soft-cap, so inductor compiles the chain"),
+                        "softmax 之前有 tanh 软上限（cap·tanh(s/cap)），且链以第二个 MatMul 结尾：SDPA 没有软上限，所以由 inductor 编译这条链"),
+    "generic.softcap_form": (("a tanh before the softmax that is not cap·tanh(s / cap) with one constant cap: "
+                              "inductor compiles the chain"),
+                             "softmax 之前的 tanh 不是同一个常量 cap 的 cap·tanh(s / cap)：由 inductor 编译这条链"),
+    "generic.einsum": ("einsum '{equation}' is not a batched matrix product", "einsum“{equation}”不是批量矩阵乘法"),
+    "generic.reshape": (("a view between the scores and the softmax changes more than the batch dims "
+                         "({before} to {after})"),
+                        "分数和 softmax 之间的视图不只改变批维度（{before} 变为 {after}）"),
+    "generic.reshape_context": (("a view regroups the scores for the softmax and the chain ends in the second "
+                                 "MatMul: the attention call would need the same view of Q, K and V"),
+                                "一个视图为 softmax 重新分组了分数，而链以第二个 MatMul 结尾：注意力调用还需要对 Q、K、V 做同样的视图"),
+    "generic.mask_operand": ("{node}: an additive term that is not a tensor of the graph", "{node}：加性项不是计算图中的张量"),
+    "label.forms": ("{label}; scores from {scores}, {terms} additive term(s)", "{label}；分数来自 {scores}，{terms} 个加性项"),
 })
 
 
@@ -120,9 +140,17 @@ def _additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tenso
 
 
 def matmul_softmax_reference(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
-                             mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Unfused: ``softmax(a @ b * scale + mask, dim=-1)``, each step its own op."""
-    s = torch.matmul(a, b) * scale                                            # (..., M, N)
+                             mask: torch.Tensor | None = None, tscale: torch.Tensor | None = None,
+                             cap: float | None = None) -> torch.Tensor:
+    """Unfused: ``softmax(softcap(a @ b * tscale * scale) + mask, dim=-1)``, each step its own op (``tscale``: a
+    tensor constant along the rows and columns of the scores, such as a per-head scale, or None; ``cap``: Gemma2's
+    soft-cap ``cap·tanh(s / cap)``, or None)."""
+    s = torch.matmul(a, b)
+    if tscale is not None:
+        s = s * tscale
+    s = s * scale                                                             # (..., M, N)
+    if cap is not None:
+        s = torch.tanh(s / cap) * cap
     if mask is not None:
         s = s + _additive_mask(mask, s.dtype)
     return torch.softmax(s, dim=-1)
@@ -196,14 +224,15 @@ def _build_kernel(interpret: bool):
 
     @triton.jit
     def _matmul_softmax_fwd(
-        A, Bm, MASK, O,
+        A, Bm, MASK, O, TS,
         M, N, K, B1,                                   # B1: size of the inner batch dim
         sa0, sa1, sam, sak,                            # strides of a as (B0, B1, M, K)
         sb0, sb1, sbk, sbn,                            # strides of b as (B0, B1, K, N)
         sk0, sk1, skm, skn,                            # strides of the mask as (B0, B1, M, N); 0 = broadcast
         so0, so1, som, son,
-        scale,
-        HAS_MASK: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+        st0, st1,                                      # strides of the tensor scale as (B0, B1); 0 = broadcast
+        scale, cap,
+        HAS_MASK: tl.constexpr, HAS_TSCALE: tl.constexpr, HAS_CAP: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
         LIBRARY_REDUCE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):
@@ -229,7 +258,14 @@ def _build_kernel(interpret: bool):
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        if HAS_TSCALE:  # a per-(batch, head) scale on the fp32 scores, as the unfused graph multiplies them
+            acc = acc * tl.load(TS + b0 * st0 + b1 * st1).to(tl.float32)
         s = acc * scale
+        if HAS_CAP:  # Gemma2's soft-cap cap·tanh(s / cap); tanh(|u|) = (1 - e) / (1 + e), e = exp(-2|u|)
+            u = s / cap
+            e = tl.exp(-2.0 * tl.abs(u))
+            th = (1.0 - e) / (1.0 + e)
+            s = cap * tl.where(u < 0.0, -th, th)
         if HAS_MASK:
             m_ptr = MASK + b0 * sk0 + b1 * sk1 + rows[:, None] * skm + cols[None, :] * skn
             s = s + tl.load(m_ptr, mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
@@ -268,7 +304,8 @@ def _as_4d(t: torch.Tensor, batch: tuple[int, ...], last2: tuple[int, int]) -> t
 
 
 def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
+                   mask: torch.Tensor | None = None, tscale: torch.Tensor | None = None,
+                   cap: float | None = None) -> torch.Tensor:
     """``softmax(a @ b * scale + mask, dim=-1)`` from one kernel where ``select_matmul_softmax`` allows.
 
     ``a``: ``(..., M, K)``; ``b``: ``(..., K, N)``; batch dims broadcast;
@@ -276,8 +313,8 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
     (a ``(B, 1, 1, N)`` padding mask is read with stride 0, never expanded in
     memory). Returns ``(..., M, N)`` in the input dtype.
     """
-    if select_for_tensors(a, b, mask).impl != "triton":
-        return matmul_softmax_reference(a, b, scale, mask)
+    if select_for_tensors(a, b, mask).impl != "triton" or (tscale is not None and tscale.device != a.device):
+        return matmul_softmax_reference(a, b, scale, mask, tscale, cap)
     m, k = a.shape[-2:]
     n = b.shape[-1]
     mask = _additive_mask(mask, torch.float32)
@@ -286,19 +323,26 @@ def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
     a4 = _as_4d(a, batch, (m, k))                                              # (B0, B1, M, K)
     b4 = _as_4d(b, batch, (k, n))                                              # (B0, B1, K, N)
     mask4 = _as_4d(mask, batch, (m, n)) if mask is not None else None          # (B0, B1, M, N), strides may be 0
+    if tscale is not None:
+        batch = tuple(torch.broadcast_shapes(batch, tscale.shape[:-2]))
+        a4, b4 = _as_4d(a, batch, (m, k)), _as_4d(b, batch, (k, n))
+        mask4 = _as_4d(mask, batch, (m, n)) if mask is not None else None
+    ts4 = _as_4d(tscale, batch, (1, 1)) if tscale is not None else None       # (B0, B1, 1, 1), strides may be 0
     out = _new_output(batch + (m, n), a.dtype, a.device)
     o4 = _as_4d(out, batch, (m, n))
     cfg = launch_config(n, k, a.element_size())
     b0, b1 = a4.shape[0], a4.shape[1]
     grid = (b0 * b1, cdiv(m, cfg["BLOCK_M"]))
     mk = mask4 if mask4 is not None else a4
+    ts = ts4 if ts4 is not None else a4
     upcast = interpreting() and a.dtype == torch.bfloat16
     kernel = _build_kernel(interpreting())
     options = {k: cfg[k] for k in ("num_warps", "num_stages")}
     launch(
         kernel, grid,
-        (a4, b4, mk, o4, m, n, k, b1, *a4.stride(), *b4.stride(), *mk.stride(), *o4.stride(), float(scale)),
-        dict(HAS_MASK=mask4 is not None,
+        (a4, b4, mk, o4, ts, m, n, k, b1, *a4.stride(), *b4.stride(), *mk.stride(), *o4.stride(),
+         *ts.stride()[:2], float(scale), float(cap or 1.0)),
+        dict(HAS_MASK=mask4 is not None, HAS_TSCALE=ts4 is not None, HAS_CAP=cap is not None,
              DOT_PRECISION="ieee" if a.dtype == torch.float32 or upcast else "tf32",
              UPCAST=upcast, LIBRARY_REDUCE=library_reductions_usable(),
              BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"]),
@@ -373,7 +417,9 @@ def _untransposed(b) -> torch.fx.Node | None:
         return None
     nd = sval.dim()
     name = aten.aten_name(b)
-    if name == "transpose":
+    if name == "mT":
+        return src
+    if name in ("transpose", "swapaxes", "swapdims"):
         dims = sorted(d % nd for d in b.args[1:3])
         return src if dims == [nd - 2, nd - 1] else None
     if name == "permute":
@@ -383,7 +429,12 @@ def _untransposed(b) -> torch.fx.Node | None:
 
 
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
-    """matmul [→ scale] [→ mask] → softmax [→ matmul] as one Triton kernel, or SDPA for the whole block."""
+    """matmul [→ scale] [→ mask] → softmax [→ matmul] as one Triton kernel, or SDPA for the whole block.
+
+    The forms real models write (scores from ``einsum``/``baddbmm``, a bias and a mask, a tensor scale, views
+    between the adds, a soft-cap) go through ``_rewrite_forms``; the plain form keeps its own targets."""
+    if not _plain(ctx, chain):
+        return _rewrite_forms(ctx, chain)
     scores, softmax = ctx.node(chain, "scores"), ctx.node(chain, "softmax")
     members = set(ctx.members(chain))
     edit.only_identity_views(ctx, chain)  # refuses training-mode dropout before the second MatMul
@@ -439,6 +490,269 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     return edit.whole_chain_edit(ctx, chain, target, (a, first_k, v, scale, mask), select_attention(ctx.device))
 
 
+# ---------------------------------------------------------------------- the forms real models write
+
+#: Views that only regroup the batch dims of the scores when their last two dims stay (BLOOM's
+#: ``(B·H, q, k) → (B, H, q, k)``, Swin's ``(B·nW, H, N, N) → (B, nW, H, N, N)`` around the window mask).
+_RESHAPES = frozenset({"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "flatten", "unflatten"})
+_CAP_ROLES = ("cap_div", "cap_tanh", "cap_mul")
+_MORE_MASKS = ("mask2", "mask3")
+
+
+def einsum_form(equation: str) -> str | None:
+    """``"k"`` for ``…ik,…jk->…ij`` (the second operand is K), ``"kn"`` for ``…ik,…kj->…ij`` (a plain
+    batched matmul), None for any other equation (repeated, summed or broadcast indices)."""
+    eq = str(equation).replace(" ", "")
+    if eq.count("->") != 1 or "." in eq:
+        return None
+    lhs, out = eq.split("->")
+    if lhs.count(",") != 1:
+        return None
+    x, y = lhs.split(",")
+    if not (len(x) == len(y) == len(out) >= 2) or len(set(x)) != len(x) or len(set(y)) != len(y):
+        return None
+    batch = out[:-2]
+    if x[:-2] != batch or y[:-2] != batch:
+        return None
+    i, k = x[-2:]
+    j = out[-1]
+    if out[-2] != i or len({i, j, k}) != 3 or set(batch) & {i, j, k}:
+        return None
+    if y[-2:] == j + k:
+        return "k"
+    if y[-2:] == k + j:
+        return "kn"
+    return None
+
+
+def _scores_operands(a, b, qscale, qdiv, b_is_k, shape):
+    """The scores' operands as ``(…, M, K) @ (…, K, N)``: the tensor scale folded into the queries
+    (``(a·t) @ b == (a @ b)·t`` when ``t`` is constant along M and N), regrouped to ``shape``'s batch dims."""
+    if qscale is not None:
+        a = a / qscale if qdiv else a * qscale
+    if b_is_k:
+        b = b.transpose(-2, -1)
+    if shape is not None:
+        a = a.reshape(tuple(shape[:-2]) + tuple(a.shape[-2:]))
+        b = b.reshape(tuple(shape[:-2]) + tuple(b.shape[-2:]))
+    return a, b
+
+
+def _total_mask(terms, shape, like: torch.Tensor) -> torch.Tensor | None:
+    """The sum of the additive terms, each as it was added (its shape then), in the softmax's shape."""
+    total = None
+    for t, at_shape, coef in terms:
+        t = _additive_mask(t, like.dtype)
+        if coef != 1:
+            t = t * coef
+        if shape is not None and tuple(at_shape) != tuple(shape):
+            t = t.expand(tuple(at_shape)).reshape(tuple(shape))
+        total = t if total is None else total + t
+    return _mask_like(total, like)
+
+
+def scores_softmax_reference(a, b, scale=1.0, qscale=None, qdiv=False, b_is_k=False, terms=(), shape=None,
+                             cap=None):
+    """Unfused, in the model's order: ``(a @ b)`` (scaled by ``scale`` and the tensor ``qscale``), then each
+    additive term in the shape it was added in, regrouped to ``shape``, then the softmax."""
+    s = torch.matmul(a, b.transpose(-2, -1) if b_is_k else b)
+    if qscale is not None:
+        s = s / qscale if qdiv else s * qscale
+    s = s * scale
+    if cap is not None:
+        s = torch.tanh(s / cap) * cap
+    for t, at_shape, coef in terms:
+        s = s.reshape(tuple(at_shape)) + _additive_mask(t, s.dtype) * coef
+    if shape is not None:
+        s = s.reshape(tuple(shape))
+    return torch.softmax(s, dim=-1)
+
+
+def fused_scores_softmax(a, b, scale, qscale, qdiv, b_is_k, terms, shape, cap=None):
+    """``softmax(a @ b · t · scale + Σ terms)`` in ``shape``: scores from a matmul, an einsum or a ``baddbmm``,
+    the tensor scale ``t`` (constant along the score rows and columns) applied to the fp32 scores in the kernel,
+    the bias and the mask summed once, Gemma2's soft-cap ``cap·tanh(s / cap)`` (``cap``) before them; one
+    Triton kernel where it runs."""
+    a, b = _scores_operands(a, b, None, False, b_is_k, shape)
+    tscale = None
+    if qscale is not None:
+        tscale = 1.0 / qscale.float() if qdiv else qscale
+    return matmul_softmax(a, b, scale, _total_mask(terms, shape, a), tscale, cap)
+
+
+def fused_attention_forms(q, b, v, scale, qscale, qdiv, b_is_k, terms, shape=None):
+    """The whole block as one SDPA call with its additive mask (exact for a bias plus a mask: SDPA adds
+    ``attn_mask`` to the scaled scores before its softmax); ``shape`` is the scores' own shape when terms were
+    added in a regrouped one (Swin's window mask), else None."""
+    q, b = _scores_operands(q, b, qscale, qdiv, b_is_k, None)
+    return attention(q, b.transpose(-2, -1), v, scale, _total_mask(terms, shape, q))
+
+
+def _plain(ctx: RewriteContext, chain) -> bool:
+    """The form the first kernel was written for: a matmul, a scalar scale, at most one add, no regrouping."""
+    scores = ctx.node(chain, "scores")
+    if aten.aten_name(scores) != "matmul" or any(ctx.node(chain, r) is not None for r in _CAP_ROLES + _MORE_MASKS):
+        return False
+    scale_node = ctx.node(chain, "scale")
+    if scale_node is not None:
+        members = set(ctx.members(chain))
+        operand = edit.other_operand(scale_node, members, allow_scalar=True)
+        if ctx.scalar(operand) is None:
+            return False
+    compute = set(chain.compute_nodes)
+    return not any(aten.aten_name(ctx.by_name[n]) in _RESHAPES for n in chain.nodes if n not in compute)
+
+
+def _matmul_form(node) -> tuple[Any, Any, bool] | None:
+    """``(a, b, b_is_k)`` of a matmul-like node (``matmul``/``bmm``/a matmul-form ``einsum``), else None."""
+    name = aten.aten_name(node)
+    if name in ("matmul", "bmm"):
+        return node.args[0], node.args[1], False
+    if name == "einsum":
+        form = einsum_form(node.args[0])
+        operands = node.args[1]
+        if form is None or not isinstance(operands, (list, tuple)) or len(operands) != 2:
+            return None
+        return operands[0], operands[1], form == "k"
+    return None
+
+
+def _check_views(ctx: RewriteContext, chain, scores_shape) -> tuple[int, ...] | None:
+    """The softmax's shape when views between the scores and the softmax regroup the batch dims (else None);
+    refuses training dropout and any other op or reshape."""
+    compute = set(chain.compute_nodes)
+    softmax = ctx.node(chain, "softmax")
+    reshaped = False
+    for name in chain.nodes:
+        if name in compute:
+            continue
+        node = ctx.by_name[name]
+        aname = aten.aten_name(node)
+        if aname.startswith("dropout") or aname == "feature_dropout":
+            if aten.is_training_dropout(node):
+                raise Refuse(BASE_WORDS("training_dropout"))
+            continue
+        if aname in ("alias", "detach") or (aname == "getitem" and node.args[1] == 0):
+            continue
+        shape = aten.static_shape(node)
+        if aname not in _RESHAPES or shape is None or scores_shape is None:
+            raise UseGeneric(BASE_WORDS("op_inside", op=aname))
+        if tuple(shape[-2:]) != tuple(scores_shape[-2:]) or math.prod(shape) != math.prod(scores_shape):
+            raise UseGeneric(WORDS("generic.reshape", before=list(scores_shape), after=list(shape)))
+        if tuple(shape) != tuple(scores_shape):
+            reshaped = True
+    out = aten.static_shape(softmax)
+    return out if reshaped else None
+
+
+def _soft_cap(ctx: RewriteContext, chain, members: set) -> float | None:
+    """The cap of ``cap·tanh(s / cap)`` (div, tanh, mul by the same constant), None without one; any other
+    tanh form goes to inductor."""
+    nodes = [ctx.node(chain, r) for r in _CAP_ROLES]
+    if all(n is None for n in nodes):
+        return None
+    div, _tanh, mul = nodes
+    if div is None or mul is None or not isinstance(div.args[0], torch.fx.Node) or div.args[0] not in members:
+        raise UseGeneric(WORDS("generic.softcap_form"))
+    caps = [ctx.scalar(edit.other_operand(n, members, allow_scalar=True)) for n in (div, mul)]
+    if caps[0] is None or caps[0] != caps[1] or caps[0] == 0:
+        raise UseGeneric(WORDS("generic.softcap_form"))
+    return float(caps[0])
+
+
+def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
+    """Scores from ``einsum``/``baddbmm``/``bmm``, a tensor scale, a bias and a mask (views between them),
+    as one Triton scores→softmax kernel or, with the second MatMul, one SDPA call with an additive mask."""
+    scores, softmax = ctx.node(chain, "scores"), ctx.node(chain, "softmax")
+    members = set(ctx.members(chain))
+    cap = _soft_cap(ctx, chain, members)
+    scores_shape = aten.static_shape(scores)
+    shape = _check_views(ctx, chain, scores_shape)
+    scale, terms = 1.0, []
+    name = aten.aten_name(scores)
+    if name == "baddbmm":
+        args = aten.args_of(scores)
+        a, b, b_is_k = args["batch1"], args["batch2"], False
+        scale = float(args.get("alpha", 1))
+        if not isinstance(args["self"], torch.fx.Node) or scores_shape is None:
+            raise UseGeneric(WORDS("generic.mask_operand", node=scores.name))
+        if float(args.get("beta", 1)) != 0:
+            terms.append((args["self"], list(scores_shape), float(args.get("beta", 1))))
+    else:
+        form = _matmul_form(scores)
+        if form is None:
+            raise UseGeneric(WORDS("generic.einsum", equation=scores.args[0]) if name == "einsum"
+                             else WORDS("generic.not_matmul", op=name))
+        a, b, b_is_k = form
+    qscale, qdiv = None, False
+    scale_node = ctx.node(chain, "scale")
+    if scale_node is not None:
+        operand = edit.other_operand(scale_node, members, allow_scalar=True)
+        value = ctx.scalar(operand)
+        is_div = aten.kind_of(scale_node) == "div"
+        if is_div and isinstance(scale_node.args[0], torch.fx.Node) and scale_node.args[0] not in members:
+            raise UseGeneric(WORDS("generic.scalar_div"))
+        if value is not None:
+            scale *= 1.0 / value if is_div else value
+        else:
+            tshape = aten.static_shape(operand)
+            if tshape is None or any(d != 1 for d in tshape[-2:]) or len(tshape) > len(scores_shape or ()):
+                raise Refuse(WORDS("refuse.scale_rows", shape=list(tshape or ())))
+            qscale, qdiv = operand, is_div
+            if shape is not None and tuple(shape) != tuple(scores_shape):
+                raise UseGeneric(WORDS("generic.reshape", before=list(scores_shape), after=list(shape)))
+    for role in ("mask",) + _MORE_MASKS:
+        node = ctx.node(chain, role)
+        if node is None:
+            continue
+        edit.check_alpha(node)
+        other = edit.other_operand(node, members, allow_scalar=True)
+        if isinstance(other, torch.fx.Node):
+            terms.append((other, list(aten.static_shape(node) or ()), 1.0))
+        elif ctx.scalar(other) is None:
+            raise UseGeneric(WORDS("generic.mask_operand", node=node.name))
+        # a constant shift does not change a softmax: dropped
+    sm = aten.softmax_args(softmax)
+    sval = aten.node_val(softmax)
+    if sm is None:
+        raise UseGeneric(WORDS("generic.not_softmax", op=aten.aten_name(softmax)))
+    if not isinstance(sval, torch.Tensor) or sm.dim not in (-1, sval.dim() - 1):
+        raise Refuse(WORDS("refuse.dim", dim=sm.dim))
+    if sm.dtype not in (None, sval.dtype):
+        raise UseGeneric(WORDS("generic.casts"))
+    if sm.half_to_float:
+        raise UseGeneric(WORDS("generic.upcasts"))
+    terms = tuple(terms)
+    av, bv = aten.node_val(a), aten.node_val(b)
+    if not isinstance(av, torch.Tensor) or not isinstance(bv, torch.Tensor):
+        raise UseGeneric(WORDS("generic.no_shapes"))
+    context = ctx.node(chain, "context")
+    if context is None:
+        m, k = av.shape[-2:]
+        n = bv.shape[-2] if b_is_k else bv.shape[-1]
+        batch = tuple(shape[:-2]) if shape is not None else tuple(av.shape[:-2])
+        choice = select_matmul_softmax(ctx.device, av.dtype, bv.dtype, batch + (int(m), int(k)),
+                                       batch + (int(k), int(n)), True, bool(terms))
+        label = WORDS("label.forms", label=choice.label, scores=name, terms=len(terms))
+        return edit.whole_chain_edit(ctx, chain, fused_scores_softmax,
+                                     (a, b, scale, qscale, qdiv, b_is_k, terms, shape, cap),
+                                     Choice(choice.impl, label, choice.fused))
+    if cap is not None:
+        raise UseGeneric(WORDS("generic.softcap"))
+    if shape is not None and tuple(shape) != tuple(scores_shape):
+        raise UseGeneric(WORDS("generic.reshape_context"))
+    cform = _matmul_form(context)
+    if cform is None or cform[2]:
+        raise UseGeneric(WORDS("generic.not_matmul", op=aten.aten_name(context)))
+    v = cform[1]
+    vv = aten.node_val(v)
+    if not isinstance(vv, torch.Tensor) or av.dim() < 2 or not (av.shape[:-2] == bv.shape[:-2] == vv.shape[:-2]):
+        raise UseGeneric(WORDS("generic.broadcast"))
+    choice = select_attention(ctx.device)
+    label = WORDS("label.forms", label=choice.label, scores=name, terms=len(terms))
+    return edit.whole_chain_edit(ctx, chain, fused_attention_forms, (a, b, v, scale, qscale, qdiv, b_is_k, terms, shape),
+                                 Choice(choice.impl, label, choice.fused))
+
 def select_attention(device: torch.device | str) -> Choice:
     """How the whole attention block runs: PyTorch's fused SDPA kernel for the device."""
     device = torch.device(device)
@@ -450,9 +764,15 @@ def select_attention(device: torch.device | str) -> Choice:
 # ====================================================================== patterns
 
 def _scalar_scale(g, node: str, ctx: dict) -> str | None:
+    """A constant, or a tensor constant along the score rows and columns (Swin-V2's per-head
+    ``logit_scale``: it folds into the queries); a tensor that varies along them is refused."""
     if g.nodes[node].get("scalar_operand") or g.in_degree(node) == 1:
         return None
-    return WORDS("refuse.scale_tensor")
+    others = [p for p in g.predecessors(node) if p != ctx["prev"]]
+    shapes = [g.nodes[p].get("shapes") or [[]] for p in others]
+    if len(others) == 1 and shapes[0] and all(d == 1 for d in shapes[0][0][-2:]):
+        return None
+    return WORDS("refuse.scale_rows", shape=shapes[0][0] if shapes and shapes[0] else [])
 
 
 def _probs_left_operand(g, node: str, ctx: dict) -> str | None:
@@ -471,11 +791,16 @@ PATTERNS = (
     Pattern(
         name="matmul_softmax", label=WORDS("matmul_softmax.label"),
         steps=(
-            Step(frozenset({"matmul"}), "scores"),
+            Step(frozenset({"matmul", "baddbmm", "einsum"}), "scores"),
             Step(frozenset({"mul", "div"}), "scale", optional=True, guard=_scalar_scale),
-            Step(frozenset({"add"}), "mask", optional=True),
+            Step(frozenset({"div"}), "cap_div", optional=True),       # Gemma2's soft-cap: cap·tanh(s / cap)
+            Step(frozenset({"tanh"}), "cap_tanh", optional=True),
+            Step(frozenset({"mul"}), "cap_mul", optional=True),
+            Step(frozenset({"add"}), "mask", optional=True),          # a bias, or a mask
+            Step(frozenset({"add"}), "mask2", optional=True),         # a bias and a mask (Swin's shifted windows)
+            Step(frozenset({"add"}), "mask3", optional=True),         # (HF Swin-V2 adds its window mask twice)
             Step(frozenset({"softmax"}), "softmax"),
-            Step(frozenset({"matmul"}), "context", optional=True, guard=_probs_left_operand),
+            Step(frozenset({"matmul", "einsum"}), "context", optional=True, guard=_probs_left_operand),
         ),
         color="#d62728", rewrite=rewrite,
         implementation=WORDS("matmul_softmax.implementation"),

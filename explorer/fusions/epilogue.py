@@ -39,6 +39,16 @@ class Activation:
     in_place_kwargs: tuple[tuple[str, object], ...] = ()
 
 
+def quick_gelu(t: torch.Tensor) -> torch.Tensor:
+    """CLIP's quick GELU, ``x·sigmoid(1.702·x)``, as the model writes it."""
+    return t * torch.sigmoid(1.702 * t)
+
+
+def quick_gelu_(t: torch.Tensor) -> torch.Tensor:
+    """``quick_gelu`` overwriting ``t`` (one temporary for the gate)."""
+    return t.mul_(torch.sigmoid(t * 1.702))
+
+
 ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
     Activation("none", lambda t: t, None),
     Activation("relu", torch.relu, torch.relu_),
@@ -51,6 +61,7 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
     Activation("hardsigmoid", F.hardsigmoid, torch._C._nn.hardsigmoid_),
     Activation("tanh", torch.tanh, torch.tanh_),
     Activation("sigmoid", torch.sigmoid, torch.sigmoid_),
+    Activation("quick_gelu", quick_gelu, quick_gelu_),
 )}
 
 
@@ -101,7 +112,7 @@ EPILOGUE_TOLERANCES = {
 
 #: Activations ``triton_activation`` computes (every entry of ``ACTIVATIONS``).
 TRITON_ACTIVATIONS = ("none", "relu", "relu6", "silu", "gelu", "gelu_tanh", "hardswish", "hardsigmoid",
-                      "tanh", "sigmoid")
+                      "tanh", "sigmoid", "quick_gelu")
 
 
 @functools.lru_cache(maxsize=2)
@@ -142,6 +153,8 @@ def triton_activation(interpret: bool):
             v = 0.5 * v * (1.0 + tl.where(u < 0.0, -th, th))
         elif ACT == "sigmoid":
             v = 1.0 / (1.0 + tl.exp(-v))
+        elif ACT == "quick_gelu":
+            v = v / (1.0 + tl.exp(-1.702 * v))                     # x·sigmoid(1.702x)
         elif ACT == "tanh":
             e = tl.exp(-2.0 * tl.abs(v))
             th = (1.0 - e) / (1.0 + e)

@@ -22,18 +22,19 @@ lean lowering all ask it.
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import torch
 import torch.fx
 
 from explorer.fusions import edit
-from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.base import WORDS as BASE_WORDS
-from explorer.fusions.edit import RewriteContext, UseGeneric
+from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import EPILOGUE_TOLERANCES, apply_activation, apply_activation_, check, in_place_node
 from explorer.graph import aten
-from explorer.vocab import ACTIVATIONS
+from explorer.vocab import ACTIVATIONS, TRANSPARENT
 from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
@@ -59,10 +60,27 @@ WORDS = Words("linear", {
     "label.separate": ("linear + {act} in place (2 kernels)", "linear + 原地 {act}（2 个内核）"),
     "generic.not_plain": ("{op} is not a plain linear", "{op} 不是普通的线性层"),
     "generic.no_epilogue": ("activation {act} has no linear epilogue", "激活函数 {act} 没有线性层尾处理"),
+    "generic.addmm": ("an addmm with beta or alpha != 1, or a bias that is not one row", "addmm 的 beta 或 alpha 不等于 1，或偏置不是一行"),
+    "generic.bias_shape": ("the add after x @ W.T is not a bias of the output width (shape {shape})",
+                           "x @ W.T 之后的加法不是与输出宽度相同的偏置（形状 {shape}）"),
+    "forms.label": ("Linear+bias+act (as written)", "Linear+偏置+激活（按模型的写法）"),
+    "forms.implementation": (("the same GEMM epilogue as Linear+bias+act, for a linear written as addmm or x @ W.T + b, "
+                              "a reshape before the activation, or a GELU written out (GPT-2's tanh GELU, CLIP's "
+                              "quick GELU)"),
+                             "与 Linear+偏置+激活 相同的 GEMM 尾处理，适用于写成 addmm 或 x @ W.T + b 的线性层、激活前的 reshape，"
+                             "或逐项写出的 GELU（GPT-2 的 tanh GELU、CLIP 的 quick GELU）"),
+    "forms.explanation": (("Models write the same linear layer and activation in other words: GPT-2's Conv1D is an "
+                           "addmm, Falcon multiplies by W.T and adds the bias, GPT-2 spells its tanh GELU out in 8 "
+                           "elementwise ops and CLIP its quick GELU x·sigmoid(1.702x) in 3. Read as what they are, "
+                           "they are one GEMM with its epilogue: the pre-activation tensor and every intermediate of "
+                           "the formula stay unwritten."),
+                          ("模型会用别的写法表达同样的线性层和激活：GPT-2 的 Conv1D 是 addmm，Falcon 乘以 W.T 再加偏置，GPT-2 用 8 个逐元素算子写出 "
+                           "tanh GELU，CLIP 用 3 个算子写出 quick GELU x·sigmoid(1.702x)。按其本义读出来，它们就是一个带尾处理的 GEMM：激活前的张量"
+                           "和公式里的每个中间结果都不必写出。")),
 })
 
 
-LINEAR_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh", "none")
+LINEAR_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh", "hardswish", "quick_gelu", "none")
 #: PyTorch reads DISABLE_ADDMM_CUDA_LT once per process too (``getDisableAddmmCudaLt``).
 _LT_DISABLED = os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1"
 _LT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -166,6 +184,10 @@ def fused_linear_separate_epilogue(x, weight, bias, act):
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     """linear → act as one cuBLASLt epilogue call where it applies; the kernel choice
     "separate_epilogue" runs the linear, then the activation in place."""
+    compute = set(chain.compute_nodes)
+    if aten.aten_name(ctx.node(chain, "linear")) != "linear" or any(
+            aten.aten_name(ctx.by_name[n]) in _ROW_VIEWS for n in chain.nodes if n not in compute):
+        return rewrite_forms(ctx, chain, kernel)   # addmm, or a reshape before the activation
     edit.only_identity_views(ctx, chain)
     lin_node = ctx.node(chain, "linear")
     lin = aten.linear_args(lin_node)
@@ -228,6 +250,181 @@ LOWERINGS = {
 }
 
 
+# ====================================================================== the forms real models write
+
+def fused_linear_act_forms(x, weight, bias, act, weight_t, shape):
+    """``act(x @ Wᵀ + b)`` where the model wrote the linear as ``addmm`` (GPT-2's Conv1D keeps ``Wᵀ``, so
+    ``weight_t``), as ``x @ W.T + b`` (Falcon) or with a reshape before the activation; ``shape`` is the
+    activation's output shape (None: the linear's own)."""
+    y = linear_act(x, weight.t() if weight_t else weight, bias, act)
+    return y if shape is None else y.reshape(tuple(shape))
+
+
+def _linear_operands(ctx: RewriteContext, chain) -> tuple:
+    """``(x, weight, weight_t, bias)`` of the chain's linear, however it is written; ``UseGeneric`` otherwise."""
+    node = ctx.node(chain, "linear")
+    name = aten.aten_name(node)
+    if name == "linear":
+        lin = aten.linear_args(node)
+        return lin.input, lin.weight, False, lin.bias
+    if name == "addmm":
+        a = aten.args_of(node)
+        if a.get("beta", 1) != 1 or a.get("alpha", 1) != 1 or aten.static_shape(a["self"]) is None \
+                or len(aten.static_shape(a["self"])) != 1:
+            raise UseGeneric(WORDS("generic.addmm"))
+        w = aten.transposed_weight(a["mat2"])
+        return (a["mat1"], w, False, a["self"]) if w is not None else (a["mat1"], a["mat2"], True, a["self"])
+    w = aten.transposed_weight(node.args[1]) if name == "matmul" and len(node.args) > 1 else None
+    if w is None:
+        raise UseGeneric(WORDS("generic.not_plain", op=name))
+    bias = None
+    bias_node = ctx.node(chain, "bias")
+    if bias_node is not None:
+        edit.check_alpha(bias_node)
+        bias = edit.other_operand(bias_node, set(ctx.members(chain)))
+        shape = aten.static_shape(bias)
+        if bias.op != "get_attr" or shape is None or len(shape) != 1 or shape[0] != aten.static_shape(w)[0]:
+            raise UseGeneric(WORDS("generic.bias_shape", shape=list(shape or ())))
+    return node.args[0], w, False, bias
+
+
+def _act_of(ctx: RewriteContext, chain) -> str:
+    """The activation the chain applies: its one op's, a written-out GELU's, or none (a linear and its bias)."""
+    roles = {r for _, r in chain.roles}
+    if "gelu_tanh" in roles:
+        return "gelu_tanh"
+    if "qgelu_sigmoid" in roles:
+        return "quick_gelu"
+    node = ctx.node(chain, "act")
+    return "none" if node is None else aten.activation_name(node)
+
+
+def rewrite_forms(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """A linear written as ``addmm`` or ``x @ W.T (+ b)``, reshaped before its activation, or followed by a
+    written-out GELU: one ``linear_act`` call (the cuBLASLt epilogue where it applies), reshaped as the model."""
+    compute = set(chain.compute_nodes)
+    for name in chain.nodes:
+        if name in compute:
+            continue
+        node = ctx.by_name[name]
+        aname = aten.aten_name(node)
+        if (aname.startswith("dropout") or aname == "feature_dropout") and aten.is_training_dropout(node):
+            raise Refuse(BASE_WORDS("training_dropout"))
+        if aname not in _ROW_VIEWS and not aname.startswith("dropout") and aname not in ("alias", "detach"):
+            raise UseGeneric(BASE_WORDS("op_inside", op=aname))
+    x, weight, weight_t, bias = _linear_operands(ctx, chain)
+    act = _act_of(ctx, chain)
+    if act not in LINEAR_ACTIVATIONS:
+        raise UseGeneric(WORDS("generic.no_epilogue", act=act))
+    lin_node = ctx.node(chain, "linear")
+    last = ctx.by_name[chain.roles[-1][0]]
+    out_shape, lin_shape = aten.static_shape(last), aten.static_shape(lin_node)
+    shape = list(out_shape) if out_shape is not None and out_shape != lin_shape else None
+    w = aten.static_shape(weight) or (2, 2)
+    if weight_t:
+        w = tuple(reversed(w))
+    choice = select_linear_act(ctx.device, edit.dtype_of(lin_node), act, w[-1], w[0], kernel == "separate_epilogue")
+    label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, BASE_WORDS("gemm_epilogue"))
+    return edit.whole_chain_edit(ctx, chain, fused_linear_act_forms, (x, weight, bias, act, weight_t, shape),
+                                 Choice(choice.impl, label, choice.fused))
+
+
+_ROW_VIEWS = frozenset({"view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze"})
+
+
+def _close(value, want: float) -> bool:
+    return isinstance(value, (int, float)) and abs(float(value) - want) <= 1e-4 * abs(want)
+
+
+def _only(g, node: str) -> str | None:
+    succ = list(g.successors(node))
+    return succ[0] if len(succ) == 1 else None
+
+
+def _through_views(g, node: str) -> tuple[list[str], str, list[str]]:
+    """From ``node`` along single-consumer views: (the views, the last node, its consumers in order)."""
+    path = []
+    while True:
+        succ = sorted(g.successors(node), key=lambda n: g.nodes[n]["order"])
+        if len(succ) == 1 and g.nodes[succ[0]]["kind"] in TRANSPARENT:
+            node = succ[0]
+            path.append(node)
+            continue
+        return path, node, succ
+
+
+def written_activation(g, y: str, users: list[str]) -> list[tuple[str, str]] | None:
+    """The nodes of a GELU written out from ``y`` as ``(node, role)`` (the last one's role ``act``), or None.
+
+    GPT-2's ``0.5·y·(1 + tanh(√(2/π)·(y + 0.044715·y³)))`` (8 ops) and CLIP's ``y·sigmoid(1.702·y)`` (3 ops),
+    as torch.export writes them; every inner value must have no reader outside the formula."""
+    kinds = {}
+    for u in users:
+        kinds.setdefault(g.nodes[u]["kind"], []).append(u)
+    attr = g.nodes
+    if sorted(kinds) == ["add", "mul", "pow"] and all(len(v) == 1 for v in kinds.values()):
+        ma, p, ac = kinds["mul"][0], kinds["pow"][0], kinds["add"][0]
+        mb = _only(g, p)
+        if not (_close(attr[ma].get("scalar"), 0.5) and _close(attr[p].get("exponent"), 3.0) and mb
+                and attr[mb]["kind"] == "mul" and _close(attr[mb].get("scalar"), 0.044715) and _only(g, mb) == ac):
+            return None
+        md = _only(g, ac)
+        t = _only(g, md) if md else None
+        ae = _only(g, t) if t else None
+        mf = _only(g, ae) if ae else None
+        if not (md and attr[md]["kind"] == "mul" and _close(attr[md].get("scalar"), math.sqrt(2 / math.pi))
+                and t and attr[t]["kind"] == "tanh" and ae and attr[ae]["kind"] == "add"
+                and _close(attr[ae].get("scalar"), 1.0) and mf and attr[mf]["kind"] == "mul"
+                and _only(g, ma) == mf and set(g.predecessors(mf)) == {ma, ae}):
+            return None
+        return [(ma, "gelu_half"), (p, "gelu_cube"), (mb, "gelu_coef"), (ac, "gelu_inner"), (md, "gelu_scale"),
+                (t, "gelu_tanh"), (ae, "gelu_one"), (mf, "act")]
+    if list(kinds) == ["mul"] and len(users) == 2:
+        scaled = [u for u in users if _close(attr[u].get("scalar"), 1.702)]
+        if len(scaled) != 1:
+            return None
+        ma = scaled[0]
+        mc = next(u for u in users if u != ma)
+        s = _only(g, ma)
+        if not (s and attr[s]["kind"] == "sigmoid" and _only(g, s) == mc and set(g.predecessors(mc)) == {y, s}):
+            return None
+        return [(ma, "qgelu_scale"), (s, "qgelu_sigmoid"), (mc, "act")]
+    return None
+
+
+_SINGLE_ACTS = frozenset({"relu", "gelu", "silu", "tanh", "hardswish"})
+
+
+def _match_forms(g, pattern: Pattern, anchor: str, claimed: dict) -> list:
+    """A linear (or ``x @ W.T`` of a constant ``W``), an optional constant bias add, then a written-out GELU or,
+    for ``x @ W.T``, one activation; ``x @ W.T + b`` alone is a linear with its bias."""
+    attrs = g.nodes[anchor]
+    if attrs["kind"] == "matmul" and not attrs.get("weight_t"):
+        raise NoMatch(None, [anchor])
+    matched = [(anchor, "linear", True)]
+    path, y, users = _through_views(g, anchor)
+    matched += [(p, "view", False) for p in path]
+    if attrs["kind"] == "matmul" and len(users) == 1 and g.nodes[users[0]]["kind"] == "add" \
+            and g.nodes[users[0]].get("const_operand") and not g.nodes[users[0]].get("scalar_operand"):
+        matched.append((users[0], "bias", True))
+        path, y, users = _through_views(g, users[0])
+        matched += [(p, "view", False) for p in path]
+    act = written_activation(g, y, users)
+    if act is None and attrs["kind"] == "matmul" and len(users) == 1 and g.nodes[users[0]]["kind"] in _SINGLE_ACTS:
+        act = [(users[0], "act")]
+    if act is None:
+        if len(matched) > 1 and matched[-1][1] == "bias" or any(r == "bias" for _, r, _ in matched):
+            while matched[-1][1] == "view":
+                matched.pop()          # the views after the bias are not the chain's
+            act = []
+        else:
+            raise NoMatch(None, [n for n, _, _ in matched])
+    matched += [(n, r, True) for n, r in act]
+    if any(n in claimed for n, _, _ in matched):
+        raise NoMatch(None, [n for n, _, _ in matched])
+    return matched
+
+
 # ====================================================================== patterns
 
 #: Which families this one must claim nodes before or after (explorer.fusions.order).
@@ -241,6 +438,15 @@ PATTERNS = (
         color="#9467bd", kernels=("auto", "separate_epilogue", "inductor"), rewrite=rewrite,
         implementation=WORDS("linear_act.implementation"),
         explanation=WORDS("linear_act.explanation"),
+        caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
+    ),
+    Pattern(
+        name="linear_act_forms", label=WORDS("forms.label"), stage="activation",
+        steps=(Step(frozenset({"linear", "matmul"}), "linear"), Step(frozenset({"add"}), "bias", optional=True),
+               Step(frozenset(ACTIVATIONS | {"mul"}), "act", optional=True)),
+        match=_match_forms, color="#c5b0d5", kernels=("auto", "separate_epilogue", "inductor"), rewrite=rewrite_forms,
+        implementation=WORDS("forms.implementation"),
+        explanation=WORDS("forms.explanation"),
         caveats=(PRECISION_CAVEAT, PAYS_CAVEAT),
     ),
 )

@@ -72,6 +72,21 @@ WORDS = Words("norm", {
     "why.rows": ("rows of {hidden} are outside 1..{max}", "行长 {hidden} 超出 1..{max}"),
     "generic.not_add_ln": ("{add} → {ln} is not add → layer_norm", "{add} → {ln} 不是 add → layer_norm"),
     "generic.view": ("a view between the add and the LayerNorm", "相加和 LayerNorm 之间有一个视图"),
+    "group_norm_act.label": ("GroupNorm+act", "GroupNorm+激活"),
+    "group_norm_act.implementation": (("group_norm, then the activation in place on its output (no new buffer); no "
+                                       "fused kernel yet: a candidate for one Triton program per (sample, group)"),
+                                      "先 group_norm，再在其输出上原地做激活（不分配新缓冲区）；还没有融合内核：候选方案是每个（样本，组）一个 Triton 程序"),
+    "group_norm_act.explanation": (("GroupNorm normalises each group of channels of each sample (diffusion UNets, "
+                                    "detection heads) and is nearly always followed by SiLU or ReLU. Applying the "
+                                    "activation in place saves the second output buffer; a fused kernel would also "
+                                    "save its write and re-read."),
+                                   ("GroupNorm 对每个样本的每组通道做归一化（扩散模型的 UNet、检测头），后面几乎总跟着 SiLU 或 ReLU。原地做激活省掉第二个输出缓冲区；"
+                                    "融合内核还能省掉它的一次写出和读回。")),
+    "label.group_norm": ("group_norm + {act} in place (2 kernels, one buffer)", "group_norm + 原地 {act}（2 个内核，一个缓冲区）"),
+    "generic.group_act": ("activation {act} has no in-place form here", "激活函数 {act} 在这里没有原地形式"),
+    "generic.view_last": (("a {op} between the add and the LayerNorm changes the normalised dim ({before} to "
+                           "{after})"),
+                          "相加和 LayerNorm 之间的 {op} 改变了被归一化的维度（{before} 变为 {after}）"),
     "refuse.last_dim": ("LayerNorm normalizes over more than the last dimension", "LayerNorm 归一化的不只是最后一维"),
 })
 
@@ -324,6 +339,14 @@ def fused_add_layer_norm(x, residual, weight, bias, eps):
     return add_layernorm(x, residual, weight, bias, eps)
 
 
+def fused_add_layer_norm_viewed(x, residual, weight, bias, eps, shape, keep_sum=True):
+    """``(x + residual, layer_norm(x + residual))`` where the LayerNorm reads the sum through a view that keeps its
+    rows (OPT's ``(B·T, C) → (B, T, C)``; an eval-mode dropout): the normalised rows are the same, in ``shape``.
+    Without ``keep_sum`` (nothing outside the chain reads the sum) only the normalised output is returned."""
+    s, y = add_layernorm(x, residual, weight, bias, eps, keep_sum=keep_sum)
+    return (s, y.reshape(tuple(shape))) if keep_sum else y.reshape(tuple(shape))
+
+
 def fused_add_layer_norm_normed(x, residual, weight, bias, eps):
     """``layer_norm(x + residual)`` from one kernel where possible; the sum (read by nothing else) is not written."""
     return add_layernorm(x, residual, weight, bias, eps, keep_sum=False)[1]
@@ -333,23 +356,91 @@ def fused_add_layer_norm_normed(x, residual, weight, bias, eps):
 
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     """add → layer_norm as one kernel call, writing the sum too where something else reads it."""
-    edit.only_identity_views(ctx, chain)
     add, ln_node = ctx.node(chain, "add"), ctx.node(chain, "layer_norm")
+    if ln_node is not None and ln_node.args and ln_node.args[0] is add:
+        edit.only_identity_views(ctx, chain)
     ln = aten.layer_norm_args(ln_node)
     if ln is None or aten.aten_name(ln_node) != "layer_norm" or aten.aten_name(add) != "add":
         raise UseGeneric(WORDS("generic.not_add_ln", add=aten.aten_name(add), ln=aten.aten_name(ln_node)))
     x, residual, out = residual_add_operands(add)
-    if ln.input is not add:
-        raise UseGeneric(WORDS("generic.view"))
     if list(ln.normalized_shape) != [out.shape[-1]]:
         raise Refuse(WORDS("refuse.last_dim"))
     args = (x, residual, ln.weight, ln.bias, ln.eps)
     keep_sum = add.name in chain.extra_outputs
+    if ln.input is not add:
+        # read through views shared with the next residual (outside the chain): the sum is written anyway
+        _rows_kept(ctx, chain, ln.input, add, int(out.shape[-1]))
+        choice = select_add_layer_norm(ctx.device, int(out.shape[-1]), out.dtype, keep_sum)
+        shape = list(aten.static_shape(ln_node) or out.shape)
+        if not keep_sum:
+            return edit.whole_chain_edit(ctx, chain, fused_add_layer_norm_viewed, (*args, shape, False), choice)
+        return edit.whole_chain_edit(ctx, chain, fused_add_layer_norm_viewed, (*args, shape, True), choice,
+                                     outputs=[add, ln_node], tuple_result=True)
     choice = select_add_layer_norm(ctx.device, int(out.shape[-1]), out.dtype, keep_sum)
     if not keep_sum:  # nothing else reads the sum (post-norm): it is never written
         return edit.whole_chain_edit(ctx, chain, fused_add_layer_norm_normed, args, choice)
     return edit.whole_chain_edit(ctx, chain, fused_add_layer_norm, args, choice, outputs=[add, ln_node],
                                  tuple_result=True)  # the call returns (sum, normed)
+
+
+_ROW_VIEWS = frozenset({"view", "_unsafe_view", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze"})
+
+
+def _rows_kept(ctx: RewriteContext, chain, node, add, n: int) -> None:
+    """``node`` reads ``add`` through eval-mode dropout, aliases and reshapes that keep the last dim (``n``), and the
+    chain holds no other view; else the chain is refused (training dropout) or left to inductor (any other op)."""
+    on_path = set()
+    while node is not add:
+        on_path.add(node)
+        if not isinstance(node, torch.fx.Node) or node.op != "call_function" or not node.args:
+            raise UseGeneric(WORDS("generic.view"))
+        name = aten.aten_name(node)
+        shape = aten.static_shape(node)
+        if name.startswith("dropout") or name == "feature_dropout":
+            if aten.is_training_dropout(node):
+                raise Refuse(BASE_WORDS("training_dropout"))
+        elif name not in _ROW_VIEWS and name not in ("alias", "detach"):
+            raise UseGeneric(BASE_WORDS("op_inside", op=name))
+        elif shape is None or shape[-1] != n:
+            raise UseGeneric(WORDS("generic.view_last", op=name, before=n, after=list(shape or ())))
+        node = node.args[0]
+    compute = set(chain.compute_nodes)
+    if any(ctx.by_name[m] not in on_path for m in chain.nodes if m not in compute):
+        raise UseGeneric(WORDS("generic.view"))
+
+
+# ====================================================================== GroupNorm + activation
+
+GROUP_NORM_ACTIVATIONS = ("relu", "silu", "gelu", "gelu_tanh", "hardswish", "sigmoid", "tanh")
+
+
+def group_norm_act_reference(x, groups: int, weight, bias, eps: float, act: str):
+    """Unfused: ``act(group_norm(x))``, the activation out of place."""
+    from explorer.fusions.epilogue import apply_activation
+
+    return apply_activation(torch.nn.functional.group_norm(x, groups, weight, bias, eps), act)
+
+
+def fused_group_norm_act(x, groups, weight, bias, eps, act):
+    """``act(group_norm(x))`` with the activation applied in place on the norm's output (the same rounding as the
+    unfused pair: each op rounds once to the dtype)."""
+    from explorer.fusions.epilogue import apply_activation_
+
+    return apply_activation_(torch.nn.functional.group_norm(x, groups, weight, bias, eps), act)
+
+
+def rewrite_group_norm(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+    """group_norm → act as one call, the activation in place."""
+    edit.only_identity_views(ctx, chain)
+    gn = ctx.node(chain, "group_norm")
+    a = aten.args_of(gn)
+    act = aten.activation_name(ctx.node(chain, "act"))
+    if aten.aten_name(gn) != "group_norm" or act not in GROUP_NORM_ACTIVATIONS:
+        raise UseGeneric(WORDS("generic.group_act", act=act))
+    choice = Choice("separate", WORDS("label.group_norm", act=act), False)
+    return edit.whole_chain_edit(ctx, chain, fused_group_norm_act,
+                                 (a["input"], a["num_groups"], a.get("weight"), a.get("bias"), a.get("eps", 1e-5), act),
+                                 choice)
 
 
 # ====================================================================== patterns
@@ -369,5 +460,14 @@ PATTERNS = (
         implementation=WORDS("add_layer_norm.implementation"),
         explanation=WORDS("add_layer_norm.explanation"),
         caveats=(PRECISION_CAVEAT, WORDS("add_layer_norm.caveat")),
+    ),
+    Pattern(
+        name="group_norm_act", label=WORDS("group_norm_act.label"),
+        steps=(Step(frozenset({"group_norm"}), "group_norm"),
+               Step(frozenset(GROUP_NORM_ACTIVATIONS) - {"gelu_tanh"}, "act")),
+        color="#dbb0a0", rewrite=rewrite_group_norm,
+        implementation=WORDS("group_norm_act.implementation"),
+        explanation=WORDS("group_norm_act.explanation"),
+        caveats=(PRECISION_CAVEAT,),
     ),
 )

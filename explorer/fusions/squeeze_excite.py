@@ -56,7 +56,7 @@ from explorer.fusions import edit
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.kernels.common import LAYOUTS, conv_nd, layout_of, sm_count
-from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
+from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import TRITON_ACTIVATIONS, apply_activation, check, in_place_node, triton_activation
 from explorer.fusions.triton_support import no_triton, where
 from explorer.fusions.triton_support import (import_triton, interpreting, jit_helpers, launch,
@@ -101,6 +101,8 @@ WORDS = Words("squeeze_excite", {
     "refuse.pool": ("the average pool does not pool to one value per channel", "平均池化没有把每个通道池化成一个值"),
     "refuse.fc": ("the FC layer is not a plain 1×1 convolution", "全连接层不是普通的 1×1 卷积"),
     "refuse.pooled": ("the multiply does not scale the tensor that was pooled", "乘法缩放的不是被池化的那个张量"),
+    "refuse.bn_training": ("the BatchNorm between the squeeze FCs is in training mode", "两个压缩全连接层之间的 BN 处于训练模式"),
+    "what.bn": ("the BatchNorm after fc1", "fc1 之后的 BN"),
 })
 
 
@@ -485,6 +487,10 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         raise Refuse(WORDS("refuse.scale"))
     w1, b1 = _fc(ctx, ctx.node(chain, "fc1"), "fc1")
     w2, b2 = _fc(ctx, ctx.node(chain, "fc2"), "fc2")
+    tensors = {}
+    bn_node = ctx.node(chain, "bn")
+    if bn_node is not None:  # ReXNet: fc1 → BatchNorm → act; an eval BatchNorm after a 1×1 conv folds into it
+        w1, b1, tensors = _fold_bn(ctx, bn_node, w1, b1)
     act = aten.activation_name(ctx.node(chain, "act"))
     gate = aten.activation_name(ctx.node(chain, "gate"))
     if act not in SE_ACTIVATIONS or gate not in GATES:
@@ -495,7 +501,33 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     choice = select_squeeze_excite(ctx.device, xv.dtype, act, gate)
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("fused_kernel"))
     return edit.whole_chain_edit(ctx, chain, fused_squeeze_excite, (x, w1, b1, w2, b2, act, gate),
-                                 Choice(choice.impl, label, choice.fused))
+                                 Choice(choice.impl, label, choice.fused), tensors=tensors)
+
+
+def fold_bn_into_fc(w: torch.Tensor, b: torch.Tensor | None, gamma, beta, mean, var, eps: float):
+    """``(w', b')`` with ``fc'(x) == batch_norm(fc(x))`` (eval): each output channel scaled by
+    ``γ/√(var + ε)`` and shifted; computed in float64, returned in the weight's dtype."""
+    w64 = w.double()
+    scale = (gamma.double() if gamma is not None else torch.ones_like(mean, dtype=torch.float64)) \
+        / torch.sqrt(var.double() + eps)
+    shift = beta.double() if beta is not None else torch.zeros_like(scale)
+    b64 = b.double() if b is not None else torch.zeros_like(scale)
+    wf = w64 * scale.view(-1, *([1] * (w.dim() - 1)))
+    bf = (b64 - mean.double()) * scale + shift
+    return wf.to(w.dtype), bf.to(w.dtype)
+
+
+def _fold_bn(ctx: RewriteContext, bn_node, w1, b1):
+    bn = aten.batch_norm_args(bn_node)
+    if bn is None or bn.training:
+        raise Refuse(WORDS("refuse.bn_training"))
+    what = WORDS("what.bn")
+    w, b = ctx.constant(w1, what), ctx.constant(b1, what)
+    gamma, beta = ctx.constant(bn.weight, what), ctx.constant(bn.bias, what)
+    mean, var = ctx.constant(bn.running_mean, what), ctx.constant(bn.running_var, what)
+    wf, bf = fold_bn_into_fc(w, b, gamma, beta, mean, var, float(bn.eps))
+    key = f"{bn_node.name}_se"
+    return NewAttr(f"{key}_w1"), NewAttr(f"{key}_b1"), {f"{key}_w1": wf, f"{key}_b1": bf}
 
 
 # ====================================================================== lowering (lean graphs)
@@ -564,6 +596,10 @@ def _scales_pooled_input(g, node: str, ctx: dict) -> str | None:
     return None
 
 
+def _eval_bn(g, node: str, ctx: dict) -> str | None:
+    return WORDS("refuse.bn_training") if g.nodes[node].get("training") else None
+
+
 _FC = frozenset({"conv", "linear"})
 
 #: Which families this one must claim nodes before or after (explorer.fusions.order).
@@ -574,6 +610,7 @@ PATTERNS = (
         name="squeeze_excite", label=WORDS("squeeze_excite.label"),
         steps=(Step(frozenset({"avg_pool", "reduce"}), "pool"),
                Step(_FC, "fc1", guard=_fc_after_global_pool),
+               Step(frozenset({"batch_norm"}), "bn", optional=True, guard=_eval_bn),   # ReXNet's SE
                Step(frozenset(SE_ACTIVATIONS) - {"gelu_tanh", "sigmoid", "hardsigmoid"}, "act"),
                Step(_FC, "fc2", guard=_one_by_one),
                Step(frozenset(GATES), "gate"),

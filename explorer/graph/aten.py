@@ -342,6 +342,29 @@ def _is_attr(value: Any) -> bool:
     return isinstance(value, torch.fx.Node) and value.op == "get_attr"
 
 
+def _transposed_weight(value: Any) -> torch.fx.Node | None:
+    """``W`` when ``value`` is ``W.T`` (``t``, ``numpy_T``, ``mT``, a transpose or swap of dims 0 and 1, a
+    ``[1, 0]`` permute) of a 2-D constant ``W``, else None."""
+    if not isinstance(value, torch.fx.Node) or value.op != "call_function" or not value.args:
+        return None
+    src = value.args[0]
+    if not _is_attr(src) or _rank(src) != 2:
+        return None
+    name = aten_name(value)
+    if name in ("t", "numpy_T", "mT"):
+        return src
+    if name in ("transpose", "swapaxes", "swapdims") and sorted(d % 2 for d in value.args[1:3]) == [0, 1]:
+        return src
+    if name == "permute" and [d % 2 for d in value.args[1]] == [1, 0]:
+        return src
+    return None
+
+
+def transposed_weight(value: Any) -> torch.fx.Node | None:
+    """The public name of ``_transposed_weight`` (read by the linear family's rewrite)."""
+    return _transposed_weight(value)
+
+
 def facts(node: torch.fx.Node, kind: str) -> dict[str, Any]:
     """Per-kind facts the pattern guards read (kept small: they become graph attributes)."""
     out: dict[str, Any] = {}
@@ -358,6 +381,11 @@ def facts(node: torch.fx.Node, kind: str) -> dict[str, Any]:
         out["norm_dims"] = len(shape) if isinstance(shape, (list, tuple)) else 1
     if kind == "matmul" and node.args and isinstance(node.args[0], torch.fx.Node):
         out["first_input"] = node.args[0].name
+    if kind == "matmul" and len(node.args) > 1 and _transposed_weight(node.args[1]) is not None:
+        out["weight_t"] = True     # x @ W.T with W a 2-D constant: a linear written out (Falcon)
+    if kind == "einsum" and len(node.args) > 1 and isinstance(node.args[1], (list, tuple)) and node.args[1] \
+            and isinstance(node.args[1][0], torch.fx.Node):
+        out["first_input"] = node.args[1][0].name   # an einsum's first operand, as a matmul's
     lin = linear_args(node) if kind == "linear" else None
     if lin is not None and isinstance(lin.input, torch.fx.Node):
         out["first_input"] = lin.input.name
