@@ -248,7 +248,7 @@ def test_no_module_outside_the_registry_spells_a_pattern_name():
     root = Path(__file__).resolve().parents[1] / "explorer"
     spelled = []
     for path in root.rglob("*.py"):
-        if path.parent.name == "fusions":
+        if "fusions" in path.relative_to(root).parts:   # the families and their kernels own their names
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and node.value in BY_NAME and node.value not in STAGES:
