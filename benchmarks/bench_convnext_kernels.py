@@ -1,11 +1,21 @@
-"""ConvNeXt-Tiny's three block kernels, stage by stage, against what they replace (CUDA only).
+"""ConvNeXt-Tiny's block kernels stage by stage, its LayerNorm2d, and the whole model (CUDA only).
 
 ::
 
     dwln  depthwise 7×7 + bias + LayerNorm over C, (N=32, C, H, W) fp16 channels_last, C/H = 96/56, 192/28,
           384/14, 768/7: the depthwise kernel with its LayerNorm epilogue (conv.depthwise_conv) at its
           default tile (three chunks of C/3 channels), at the power-of-two tile it had before, and a
-          sweep of tiles | cuDNN's conv + permute + layer_norm (eager) | torch.compile of that (default)
+          sweep of tiles | cuDNN's conv + permute + layer_norm (eager) | cuDNN's conv without bias + our
+          one-pass LayerNorm adding it (``cudnn_conv+triton_ln``: convnext's ``cudnn_ln``) | torch.compile
+    mlp   the whole MLP t → fc1 → GELU → fc2 (+b, γ folded) + x, every way ``convnext.mlp_impl`` runs it:
+          cuBLAS + passes, two Triton GEMMs with epilogues, cuBLAS fc1 + the GELU-prologue GEMM (and its
+          configs swept), the two mixes | torch.compile; the run prints the per-shape tables it suggests
+          (``convnext.DWLN_MEASURED``, ``MLP_MEASURED``)
+    ln2d  the stem's conv 4×4/4 + LayerNorm2d, the downsamplings' and the head's LayerNorm2d: our one pass
+          against permute + layer_norm and torch.compile
+    model ConvNeXt-Tiny whole: unfused graph, fused (measured defaults) and fused with each ConvNeXt policy
+          switch forced, fused + CUDA graphs, compile default, reduce-overhead, max-autotune-no-cudagraphs
+          (paired rounds), GPU busy from the profiler
     fc1   (N·H·W, C) @ (4C, C)ᵀ + b, exact GELU: our Triton GEMM with the epilogue at its default config and
           a sweep of configs | cuBLAS linear + GELU (eager) | torch.compile (default)
     fc2   (N·H·W, 4C) @ (C, 4C)ᵀ + b + the block input (residual): the same variants
@@ -21,7 +31,8 @@ prints each stage's best tile beside the default.
 Usage::
 
     python benchmarks/bench_convnext_kernels.py [--out PATH] [--stages 0,1,2,3] [--no-sweep] [--no-compile]
-                                                [--only dwln,fc1,fc2]
+                                                [--only dwln,fc1,fc2,mlp,ln2d,model] [--sweep-only mlp]
+                                                [--budget-s 540]
     TRITON_INTERPRET=1 python benchmarks/bench_convnext_kernels.py --smoke    # no GPU: checks only
 
 Without CUDA (and without ``--smoke``) nothing is timed: it says so and writes why. Beside

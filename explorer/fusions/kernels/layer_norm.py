@@ -9,9 +9,9 @@ reduces mean and variance in fp32 and writes ``γ·x̂ + β`` (or ``x̂`` alone,
 into the next layer) rounded once. ``rows_layer_norm_reference`` is the unfused computation;
 ``LAYER_NORM_TOLERANCES`` its error model.
 
-One program holds ``ROWS`` whole rows (``BLOCK_C = next_pow2(C)`` lanes, masked beyond C): about 2048
-fp32 values over 4 warps, two 16-byte vectors per thread for 16-bit data; rows of 2048 or more get 8
-warps and one row each. Under the interpreter, few large programs. The launch is planned once per call
+One program holds ``ROWS`` whole rows, each as chunks of a power-of-two number of channels that divides C
+(``rows_tile``: masked whole chunks keep the loads 16-byte vectors; ConvNeXt's C = 3·2^k is 3 chunks of
+2^k): about 2048 fp32 values over 4 warps; rows of 2048 or more get 8 warps and one row each. Under the interpreter, few large programs. The launch is planned once per call
 signature (``PLANS``), so that a call costs the host a dictionary look-up, one allocation and the launch.
 """
 
@@ -62,31 +62,38 @@ def _build_kernel(interpret: bool):
     def _rows_layer_norm_kernel(
         X, PRE, W, B, Y,                              # x, y: (M, C) contiguous; pre, w, b: (C,); unused alias X
         M, eps,
-        C: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr, HAS_PRE: tl.constexpr,
+        C: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, ROWS: tl.constexpr, HAS_PRE: tl.constexpr,
         HAS_W: tl.constexpr, HAS_B: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
         BF16_RTNE_BY_HAND: tl.constexpr,
     ):
-        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]    # (ROWS, 1)
-        cols = tl.arange(0, BLOCK_C)[None, :]                                         # (1, BC)
+        # A row of C is CHUNKS chunks of CHUNK contiguous channels (a (ROWS, CHUNKS, CHUNK) tile; chunks at or
+        # beyond C masked whole): with CHUNK a power of two dividing C, every live chunk is whole, so the loads
+        # and stores stay 16-byte vectors where a (ROWS, next_pow2(C)) tile masked at C would not be.
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None, None]   # (ROWS, 1, 1)
+        chunk = tl.arange(0, CHUNKS)[None, :, None]                                      # (1, CHUNKS, 1)
+        cols = chunk * CHUNK + tl.arange(0, CHUNK)[None, None, :]                        # (1, CHUNKS, CHUNK)
         in_row = cols < C
-        live = (rows < M) & in_row                                                    # (ROWS, BC)
+        live = (rows < M) & in_row                                                       # (ROWS, CHUNKS, CHUNK)
         v = tl.load(X + rows * C + cols, mask=live, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        # the per-channel vectors loaded as whole tiles in x's layout (a (1, CHUNKS, CHUNK) load takes a layout of
+        # its own: scalar loads and a trip through shared memory); they are L1 hits after the first row
+        vec = cols + rows * 0                                                            # (ROWS, CHUNKS, CHUNK)
         if HAS_PRE:
-            v += tl.load(PRE + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            v += tl.load(PRE + vec, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
         if HAS_W:                                     # issued with the rows: their latency overlaps the sums
-            w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            w = tl.load(W + vec, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
         if HAS_B:
-            b = tl.load(B + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            b = tl.load(B + vec, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
         if LIBRARY_REDUCE:
-            mean = tl.sum(v, axis=1) / C                                              # (ROWS,)
+            mean = tl.sum(tl.sum(v, axis=2), axis=1) / C                                # (ROWS,)
         else:
-            mean = tl.reduce(v, 1, _add) / C
-        d = tl.where(in_row, v - mean[:, None], 0.0)                                  # dead lanes add nothing
+            mean = tl.reduce(tl.reduce(v, 2, _add), 1, _add) / C
+        d = tl.where(in_row, v - mean[:, None, None], 0.0)                              # dead lanes add nothing
         if LIBRARY_REDUCE:
-            var = tl.sum(d * d, axis=1) / C
+            var = tl.sum(tl.sum(d * d, axis=2), axis=1) / C
         else:
-            var = tl.reduce(d * d, 1, _add) / C
-        y = d * (1.0 / tl.sqrt(var + eps))[:, None]
+            var = tl.reduce(tl.reduce(d * d, 2, _add), 1, _add) / C
+        y = d * (1.0 / tl.sqrt(var + eps))[:, None, None]
         if HAS_W:
             y = y * w
         if HAS_B:
@@ -96,15 +103,21 @@ def _build_kernel(interpret: bool):
     return _rows_layer_norm_kernel
 
 
-def rows_tile(channels: int, rows: int, device: torch.device) -> tuple[int, int, int]:
-    """``(ROWS, BLOCK_C, num_warps)``: whole rows of ``next_pow2(C)`` lanes, about 2048 values per program
-    over 4 warps (one row and 8 warps from 2048 lanes up); interpreted, up to 65536 values per program."""
-    block_c = next_power_of_2(channels)
+def rows_tile(channels: int, rows: int, device: torch.device) -> tuple[int, int, int, int]:
+    """``(ROWS, CHUNK, CHUNKS, num_warps)``: a row is ``CHUNKS`` chunks of ``CHUNK`` channels, CHUNK the largest
+    power of two up to 256 dividing C where that is at least 8 (ConvNeXt's C = 3·2^k: 3 live chunks of 4),
+    else one chunk of next_pow2(C); about 2048 values per program over 4 warps (one row and 8+ warps from 2048
+    lanes up); interpreted, up to 65536 values per program."""
+    chunk = min(256, channels & -channels)
+    if chunk < 8:
+        chunk = next_power_of_2(channels)
+    chunks = next_power_of_2(-(-channels // chunk))
+    lanes = chunk * chunks
     if device.type != "cuda":
-        return max(1, min(next_power_of_2(rows), 65536 // block_c)), block_c, 4
-    if block_c >= 2048:
-        return 1, block_c, 8 if block_c <= 8192 else 16
-    return 2048 // block_c, block_c, 4
+        return max(1, min(next_power_of_2(rows), 65536 // lanes)), chunk, chunks, 4
+    if lanes >= 2048:
+        return 1, chunk, chunks, 8 if lanes <= 8192 else 16
+    return 2048 // lanes, chunk, chunks, 4
 
 
 def rows_layer_norm_applies(x: torch.Tensor, *vectors: torch.Tensor | None) -> bool:
@@ -124,9 +137,9 @@ def _plan(x: torch.Tensor, weight, bias, pre_bias) -> LaunchPlan:
         return LaunchPlan(out_shape="fallback")
     c = x.shape[-1]
     m = x.numel() // c
-    per_program, block_c, warps = rows_tile(c, m, x.device)
+    per_program, chunk, chunks, warps = rows_tile(c, m, x.device)
     interpret = interpreting()
-    constexprs = dict(C=c, BLOCK_C=block_c, ROWS=per_program, HAS_PRE=pre_bias is not None,
+    constexprs = dict(C=c, CHUNK=chunk, CHUNKS=chunks, ROWS=per_program, HAS_PRE=pre_bias is not None,
                       HAS_W=weight is not None, HAS_B=bias is not None, LIBRARY_REDUCE=library_reductions_usable(),
                       BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16)
     return LaunchPlan(_build_kernel(interpret), (-(-m // per_program),), (m,), constexprs, warps)
