@@ -57,9 +57,10 @@ import torch.nn.functional as F
 
 from explorer.fusions import edit, linear
 from explorer.fusions.kernels import policy
-from explorer.fusions.kernels.bias_act import bias_act_
-from explorer.fusions.kernels.common import cached_plan, conv_nd, conv_out_shape, fallback_plan, is_depthwise, layout_of
-from explorer.fusions.kernels.depthwise import depthwise_applies, depthwise_conv, pack_depthwise_weight
+from explorer.fusions.kernels.bias_act import bias_act_, plan_bias_act
+from explorer.fusions.kernels.common import (PLANS, LaunchPlan, cached_plan, conv_nd, conv_out_shape, fallback_plan,
+                                             is_depthwise, layout_of)
+from explorer.fusions.kernels.depthwise import depthwise_applies, pack_depthwise_weight, plan_depthwise
 from explorer.fusions.kernels.gemm import gemm_applies, gemm_launch, gemm_plan
 from explorer.fusions.kernels.gemm_prologue import gemm_act_prologue_applies, prologue_launch, prologue_plan
 from explorer.fusions.kernels.layer_norm import channels_layer_norm, rows_layer_norm
@@ -67,7 +68,7 @@ from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import apply_activation_
-from explorer.fusions.triton_support import interpreting, triton_runs_on, where
+from explorer.fusions.triton_support import interpreting, launch, remember, triton_runs_on, where
 from explorer.graph import aten
 from explorer.words import Words
 
@@ -382,25 +383,43 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
 
 # ====================================================================== the block
 
+def _aligned(*tensors: torch.Tensor | None) -> tuple:
+    """Which pointers are 16-byte aligned (Triton specialises a launch on it), None for a missing operand."""
+    return tuple(None if t is None else t.data_ptr() & 15 == 0 for t in tensors)
+
+
 def depthwise_layer_norm(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
                          stride, padding, dilation, ln_weight, ln_bias, eps: float) -> torch.Tensor:
     """``layer_norm(dwconv(x) + b)`` over the channels, as ``(N, H', W', C)``: one Triton kernel where
     it takes the operands (``depthwise_applies``: a channels_last input on a device Triton runs
     on), reading the weight ``packed`` (``pack_depthwise_weight``; ``weight`` itself works too,
-    more slowly); otherwise cuDNN's conv, a permute and ``layer_norm``."""
-    c = x.shape[1]
-    key = ("convnext-dwln", x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.device,
-           policy.POLICY.depthwise_triton, interpreting())
-    decision = cached_plan(key)
-    if decision is None:
-        use = policy.POLICY.depthwise_triton and c <= MAX_CHANNELS and depthwise_applies(x, weight, weight.shape[0])
-        decision = fallback_plan(key, "kernel" if use else "fallback")
-    if decision.out_shape == "kernel":
-        y = depthwise_conv(x, packed, bias, None, stride, padding, dilation, "none",
-                                norm=(ln_weight, ln_bias, eps))                  # (N, C, H', W') channels_last
-        return y.permute(0, 2, 3, 1)                                             # (N, H', W', C) contiguous
-    y = torch.conv2d(x, weight, bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H', W', C)
-    return F.layer_norm(y, (c,), ln_weight, ln_bias, eps)
+    more slowly); otherwise cuDNN's conv, a permute and ``layer_norm``.
+
+    The checks, the tile and every integer argument are worked out once per call signature (``PLANS``);
+    a repeated call is the key, one allocation and the launch."""
+    key = ("convnext-dwln", x.shape, x.stride(), x.dtype, x.device, weight.shape,
+           _aligned(x, packed, bias, ln_weight, ln_bias), policy.POLICY.depthwise_triton, x.is_cuda or interpreting())
+    plan = cached_plan(key)
+    if plan is None:
+        c = x.shape[1]
+        if policy.POLICY.depthwise_triton and c <= MAX_CHANNELS and depthwise_applies(x, weight, weight.shape[0]):
+            dw = plan_depthwise(x, packed, bias, None, stride, padding, dilation, "none", (ln_weight, ln_bias, eps),
+                                None)
+            out_strides = torch.empty(dw.out_shape, device="meta", memory_format=torch.channels_last).stride()
+            plan = remember(PLANS, key, LaunchPlan(dw.kernel, dw.grid, (*dw.ints, *out_strides, *dw.tail),
+                                                   dw.constexprs, dw.num_warps, out_shape=dw.out_shape))
+        else:
+            plan = fallback_plan(key)
+    if plan.out_shape == "fallback":
+        c = x.shape[1]
+        y = torch.conv2d(x, weight, bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H', W', C)
+        return F.layer_norm(y, (c,), ln_weight, ln_bias, eps)
+    out = torch.empty(plan.out_shape, dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+    if plan.kernel is not None:
+        launch(plan.kernel, plan.grid, (x, packed, x if bias is None else bias, x, out,
+                                        x if ln_weight is None else ln_weight, x if ln_bias is None else ln_bias,
+                                        *plan.ints), plan.constexprs, key=key, num_warps=plan.num_warps)
+    return out.permute(0, 2, 3, 1)                                                # (N, H', W', C) contiguous
 
 
 def conv_then_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride, padding,
@@ -434,7 +453,7 @@ def mlp_hidden(t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, act: 
     family decides. Planned once per call signature."""
     c = t.shape[-1]
     key = ("convnext-fc1", t.shape, t.stride(), t.dtype, t.device, w1.shape, w1.stride(), w1.dtype,
-           None if b1 is None else b1.dtype, act, gemm, interpreting())
+           None if b1 is None else b1.dtype, act, gemm, t.is_cuda or interpreting())
     plan = cached_plan(key)
     if plan is None:
         rows = t.reshape(-1, c)
@@ -448,28 +467,46 @@ def mlp_hidden(t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, act: 
     return gemm_launch(plan, key, t, w1, b1, None, out)
 
 
+def _plan_projection(h, w2, b2, x, gemm: bool, key: tuple) -> LaunchPlan:
+    """How ``project_residual`` runs for one call signature: ``out_shape`` names the path, the plan holds the
+    launch (the GEMM's, or the residual pass's after cuBLAS)."""
+    n, c, hh, ww = x.shape
+    if gemm and gemm_applies(h, w2) and h.shape[0] == n * hh * ww > 0:
+        z = x if layout_of(x) == "nhwc" else None      # the residual read in the epilogue, as rows of x
+        plan = gemm_plan(key, h, w2, b2, z, "none", h.shape[0], h.shape[1], h.stride(),
+                         None if z is None else (c, 1), (c, 1))
+        plan.out_shape = "residual in the epilogue" if z is not None else "residual pass"
+        return plan
+    y = torch.empty((n, c, hh, ww), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+    plan = plan_bias_act(y, None, x, "none") if x.numel() else LaunchPlan()
+    if plan.kernel is None or plan.z_layout is not None:
+        return LaunchPlan(out_shape="fallback")
+    plan.out_shape = "cublas + residual pass"
+    return plan
+
+
 def project_residual(h: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None, x: torch.Tensor,
                      gemm: bool) -> torch.Tensor:
     """``x + (h @ w2ᵀ + b2)`` as ``(N, C, H, W)`` (channels_last memory): one Triton GEMM that adds the bias and
     the residual in its epilogue where ``x`` is channels_last (its pixels are then rows of stride C) and ``gemm``;
-    else the GEMM (or ``linear``) and ``residual_add_``. Planned once per call signature."""
-    n, c, hh, ww = x.shape
+    else cuBLAS's linear and the residual as one Triton pass (``residual_add_``'s kernel, launched here from the
+    plan). Planned once per call signature: a repeated call is the key, the linear and one launch."""
     key = ("convnext-fc2", h.shape, h.stride(), x.shape, x.stride(), x.dtype, x.device, w2.shape, w2.stride(),
-           w2.dtype, None if b2 is None else b2.dtype, gemm, interpreting())
+           w2.dtype, None if b2 is None else b2.dtype, gemm, _aligned(h, x, w2, b2), x.is_cuda or interpreting())
     plan = cached_plan(key)
     if plan is None:
-        if gemm and gemm_applies(h, w2) and h.shape[0] == n * hh * ww > 0:
-            z = x if layout_of(x) == "nhwc" else None      # the residual read in the epilogue, as rows of x
-            plan = gemm_plan(key, h, w2, b2, z, "none", h.shape[0], h.shape[1], h.stride(),
-                                  None if z is None else (c, 1), (c, 1))
-            plan.out_shape = "residual in the epilogue" if z is not None else "residual pass"
-        else:
-            plan = fallback_plan(key)
-    if plan.out_shape == "fallback":
+        plan = remember(PLANS, key, _plan_projection(h, w2, b2, x, gemm, key))
+    n, c, hh, ww = x.shape
+    path = plan.out_shape
+    if path == "cublas + residual pass":
+        y = F.linear(h, w2, b2).view(n, hh, ww, c).permute(0, 3, 1, 2)      # (N, C, H, W) channels_last
+        launch(plan.kernel, plan.grid, (y, y, x, *plan.ints), plan.constexprs, key=key, num_warps=plan.num_warps)
+        return y
+    if path == "fallback":
         y = F.linear(h, w2, b2).view(n, hh, ww, c).permute(0, 3, 1, 2)      # (N, C, H, W)
         return residual_add_(y, x)
     out = torch.empty((n, c, hh, ww), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
-    if plan.out_shape == "residual in the epilogue":
+    if path == "residual in the epilogue":
         return gemm_launch(plan, key, h, w2, b2, x, out)
     return residual_add_(gemm_launch(plan, key, h, w2, b2, None, out), x)
 
@@ -482,7 +519,8 @@ def project_gelu_residual(hp: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor |
     activation, the linear and ``residual_add_``. Planned once per call signature."""
     n, c, hh, ww = x.shape
     key = ("convnext-fc2-prologue", hp.shape, hp.stride(), x.shape, x.stride(), x.dtype, x.device, w2.shape,
-           w2.stride(), w2.dtype, None if b2 is None else b2.dtype, act, interpreting())
+           w2.stride(), w2.dtype, None if b2 is None else b2.dtype, act, _aligned(hp, x, w2, b2),
+           x.is_cuda or interpreting())
     plan = cached_plan(key)
     if plan is None:
         if (layout_of(x) == "nhwc" and hp.shape[0] == n * hh * ww > 0 and hp.dtype == x.dtype

@@ -175,6 +175,6 @@ def gemm_act_prologue(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         return out
     key = ("gemm-prologue", a.shape, a.stride(), a.dtype, a.device, weight.shape, weight.stride(),
            None if bias is None else bias.dtype, None if z is None else (z.dtype, z.stride()), out.stride(), act,
-           tiles, interpreting())
+           tiles, a.is_cuda or interpreting())
     plan = prologue_plan(key, a, weight, bias, None if z is None else z.stride(), out.stride(), act, tiles)
     return prologue_launch(plan, key, a, weight, bias, z, out)

@@ -151,7 +151,7 @@ def _key(x, weight, bias, eps, pre_bias) -> tuple:
     return ("rows-ln", x.shape, x.dtype, x.device, x.is_contiguous(), x.data_ptr() & 15,
             None if weight is None else (weight.dtype, weight.data_ptr() & 15),
             None if bias is None else (bias.dtype, bias.data_ptr() & 15),
-            None if pre_bias is None else (pre_bias.dtype, pre_bias.data_ptr() & 15), eps, interpreting())
+            None if pre_bias is None else (pre_bias.dtype, pre_bias.data_ptr() & 15), eps, x.is_cuda or interpreting())
 
 
 def rows_layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
@@ -166,11 +166,16 @@ def rows_layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Te
         plan = remember(PLANS, key, _plan(x, weight, bias, pre_bias))
     if plan.out_shape == "fallback":
         return rows_layer_norm_reference(x, weight, bias, eps, pre_bias)
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = _new_output(x.shape, x.dtype, x.device)
     launch(plan.kernel, plan.grid, (x, x if pre_bias is None else pre_bias, x if weight is None else weight,
                                     x if bias is None else bias, out, *plan.ints, eps),
            plan.constexprs, key=key, num_warps=plan.num_warps)
     return out
+
+
+def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A new contiguous output the kernel fully overwrites (tests replace this to poison it)."""
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def channels_layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
