@@ -382,8 +382,9 @@ def model_table(m: dict) -> list[str]:
 
 
 def suggested_tables(rows: list[dict]) -> dict:
-    """The per-shape tables ``convnext.DWLN_MEASURED`` and ``MLP_MEASURED`` this run's medians give (µs)."""
-    dwln, mlp = {}, {}
+    """The per-shape tables ``convnext.DWLN_MEASURED``, ``MLP_MEASURED`` and ``PROLOGUE_TILES`` this run's medians
+    give (µs; the GELU-prologue GEMM at its fastest swept tile)."""
+    dwln, mlp, tiles = {}, {}, {}
     for c, hw in STAGES:
         mine = {r["variant"]: r["ms"]["median"] * 1e3 for r in rows if r["kind"] == "dwln" and r["channels"] == c}
         if "tap_kernel" in mine and "cudnn_conv+triton_ln" in mine:
@@ -391,9 +392,15 @@ def suggested_tables(rows: list[dict]) -> dict:
             dwln[f"{c},{hw},{hw}"] = ["triton" if ours < split else "cudnn_ln", round(ours, 1), round(split, 1)]
         m = {r["variant"]: r["ms"]["median"] * 1e3 for r in rows if r["kind"] == "mlp" and r["channels"] == c}
         impls = {k: round(m[k], 1) for k in convnext.MLP_IMPLS if k in m}
+        swept = {k: v for k, v in m.items() if k.startswith("gelu_prologue")}
+        if swept:                                   # the prologue GEMM at its fastest tile (the default among them)
+            best = min(swept, key=swept.get)
+            impls["gelu_prologue"] = round(swept[best], 1)
+            if best != "gelu_prologue":
+                tiles[f"{c},{hw},{hw}"] = [int(v) for v in best.split("_")[-1].split("x")]
         if impls:
             mlp[f"{c},{hw},{hw}"] = [min(impls, key=impls.get), impls]
-    return {"DWLN_MEASURED": dwln, "MLP_MEASURED": mlp}
+    return {"DWLN_MEASURED": dwln, "MLP_MEASURED": mlp, "PROLOGUE_TILES": tiles}
 
 
 def _stage_list(text: str) -> list[int]:

@@ -280,6 +280,9 @@ MLP_MEASURED: dict[tuple[int, int, int], tuple[str, dict[str, float]]] = {}
 #: Where a shape was not measured: cuBLAS and one pass each (their medians were the lower or level ones at
 #: every stage of ConvNeXt-Tiny against the Triton GEMMs: ``bench_convnext_kernels_split_h200.json``).
 MLP_DEFAULT = "cublas"
+#: The GELU-prologue GEMM's tile per shape, ``(C, H, W) -> (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)``:
+#: the sweep's fastest in the same run as ``MLP_MEASURED``; elsewhere ``gemm_prologue.prologue_config``.
+PROLOGUE_TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
 MLP_IMPLS = ("cublas", "triton_gemm", "gelu_prologue")
 
 
@@ -525,7 +528,8 @@ def project_gelu_residual(hp: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor |
     if plan is None:
         if (layout_of(x) == "nhwc" and hp.shape[0] == n * hh * ww > 0 and hp.dtype == x.dtype
                 and gemm_act_prologue_applies(hp, w2)):
-            plan = prologue_plan(key, hp, w2, b2, (c, 1), (c, 1), act)
+            tiles = PROLOGUE_TILES.get((c, hh, ww)) if x.is_cuda else None
+            plan = prologue_plan(key, hp, w2, b2, (c, 1), (c, 1), act, tiles)
         else:
             plan = fallback_plan(key)
     if plan.out_shape == "fallback":
