@@ -386,6 +386,11 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
 
 # ====================================================================== the block
 
+def _geometry(value):
+    """A conv's stride, padding or dilation as a hashable key part (an int, or a tuple of a list's ints)."""
+    return value if isinstance(value, int) else tuple(value)
+
+
 def _aligned(*tensors: torch.Tensor | None) -> tuple:
     """Which pointers are 16-byte aligned (Triton specialises a launch on it), None for a missing operand."""
     return tuple(None if t is None else t.data_ptr() & 15 == 0 for t in tensors)
@@ -400,8 +405,11 @@ def depthwise_layer_norm(x: torch.Tensor, weight: torch.Tensor, packed: torch.Te
 
     The checks, the tile and every integer argument are worked out once per call signature (``PLANS``);
     a repeated call is the key, one allocation and the launch."""
-    key = ("convnext-dwln", x.shape, x.stride(), x.dtype, x.device, weight.shape,
-           _aligned(x, packed, bias, ln_weight, ln_bias), policy.POLICY.depthwise_triton, x.is_cuda or interpreting())
+    key = ("convnext-dwln", x.shape, x.stride(), x.dtype, x.device, weight.shape, packed.stride(), packed.dtype,
+           None if bias is None else bias.dtype, None if ln_weight is None else ln_weight.dtype,
+           None if ln_bias is None else ln_bias.dtype, _geometry(stride), _geometry(padding), _geometry(dilation),
+           eps, _aligned(x, packed, bias, ln_weight, ln_bias), policy.POLICY.depthwise_triton,
+           x.is_cuda or interpreting())
     plan = cached_plan(key)
     if plan is None:
         c = x.shape[1]
