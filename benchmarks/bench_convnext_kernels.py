@@ -316,6 +316,7 @@ MODEL_VARIANTS = {
     "fused_dwln_triton": dict(convnext_dwln="triton"),
     "fused_dwln_cudnn_ln": dict(convnext_dwln="cudnn_ln"),
     "fused_mlp_cublas": dict(convnext_mlp="cublas"),
+    "fused_mlp_triton_fc1": dict(convnext_mlp="triton_fc1"),
     "fused_mlp_triton_gemm": dict(convnext_mlp="triton_gemm"),
     "fused_mlp_gelu_prologue": dict(convnext_mlp="gelu_prologue"),
     "fused_ln2d_off": dict(convnext_ln2d=False),
@@ -391,7 +392,8 @@ def suggested_tables(rows: list[dict]) -> dict:
             ours, split = mine["tap_kernel"], mine["cudnn_conv+triton_ln"]
             dwln[f"{c},{hw},{hw}"] = ["triton" if ours < split else "cudnn_ln", round(ours, 1), round(split, 1)]
         m = {r["variant"]: r["ms"]["median"] * 1e3 for r in rows if r["kind"] == "mlp" and r["channels"] == c}
-        impls = {k: round(m[k], 1) for k in convnext.MLP_IMPLS if k in m}
+        m.setdefault("triton_fc1", m.get("triton_fc1+cublas_fc2"))      # the variant's name in the table
+        impls = {k: round(m[k], 1) for k in convnext.MLP_IMPLS if m.get(k) is not None}
         swept = {k: v for k, v in m.items() if k.startswith("gelu_prologue")}
         if swept:                                   # the prologue GEMM at its fastest tile (the default among them)
             best = min(swept, key=swept.get)

@@ -22,6 +22,9 @@ from explorer.fusions import BY_NAME, FAMILIES, PATTERNS, order
 from explorer.sources.zoo import ZOO
 
 RECORD = json.loads((Path(__file__).parent / "data" / "zoo_detections_before_issue21.json").read_text())["models"]
+#: Patterns added after the record, whose chains it cannot hold (ConvNeXt's LayerNorm2d: claims nothing another
+#: pattern had; ``test_cnn_models`` counts them from the architecture).
+ADDED_SINCE = {"convnext_stem_ln", "convnext_downsample_ln", "convnext_head_ln"}
 
 
 def _family(name: str, patterns: tuple[str, ...], **relation) -> types.ModuleType:
@@ -70,8 +73,9 @@ def test_zoo_detections_are_those_recorded_before(name, analyze_cached):
     slow there too, is marked slow.)"""
     detection = analyze_cached(name, None, 32 if ZOO[name].inputs.seq_len else None).detection
     want = RECORD[name]
-    assert [c.id for c in detection.chains] == want["chains"]
-    nodes = json.dumps([list(c.nodes) for c in detection.chains]).encode()
+    chains = [c for c in detection.chains if c.pattern not in ADDED_SINCE]
+    assert [c.id for c in chains] == want["chains"]
+    nodes = json.dumps([list(c.nodes) for c in chains]).encode()
     assert hashlib.sha256(nodes).hexdigest() == want["nodes_sha256"]
     got = [[m.pattern, list(m.nodes), str(m.reason)] for m in detection.near_misses]
     names = [p.name for p in PATTERNS]

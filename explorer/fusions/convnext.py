@@ -65,11 +65,12 @@ from explorer.fusions.kernels.gemm import gemm_applies, gemm_launch, gemm_plan
 from explorer.fusions.kernels.gemm_prologue import gemm_act_prologue_applies, prologue_launch, prologue_plan
 from explorer.fusions.kernels.layer_norm import channels_layer_norm, rows_layer_norm
 from explorer.fusions.base import WORDS as BASE_WORDS
-from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import apply_activation_
 from explorer.fusions.triton_support import interpreting, launch, remember, triton_runs_on, where
 from explorer.graph import aten
+from explorer.vocab import TRANSPARENT
 from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
@@ -117,20 +118,35 @@ WORDS = Words("convnext", {
     "residual.torch": ("residual add_", "残差 add_"),
     "label.triton": ("triton dwconv+bias+LayerNorm (1 kernel) + {mlp}",
                      "triton dwconv+bias+LayerNorm（1 个内核） + {mlp}"),
+    "label.triton.noted": ("triton dwconv+bias+LayerNorm (1 kernel) + {mlp} [chosen by: {note}]",
+                           "triton dwconv+bias+LayerNorm（1 个内核） + {mlp}【依据：{note}】"),
     "label.triton_cl": (("triton dwconv+bias+LayerNorm (1 kernel for a channels_last input, else conv + "
                          "layer_norm) + {mlp}"),
                         "triton dwconv+bias+LayerNorm（1 个内核，限 channels_last 输入，否则 conv + layer_norm） + {mlp}"),
+    "label.triton_cl.noted": (("triton dwconv+bias+LayerNorm (1 kernel for a channels_last input, "
+                               "else conv + layer_norm) + {mlp} [chosen by: {note}]"),
+                              ("triton dwconv+bias+LayerNorm（1 个内核，限 channels_last 输入，否则 conv + "
+                               "layer_norm） + {mlp}【依据：{note}】")),
     "label.reference": ("dwconv+bias + layer_norm + {mlp} ({why})", "dwconv+bias + layer_norm + {mlp}（{why}）"),
     "label.cudnn_ln": ("cuDNN dwconv + triton bias+LayerNorm (1 pass) + {mlp}",
                        "cuDNN 深度可分离卷积 + triton 偏置+LayerNorm（1 遍） + {mlp}"),
+    "label.cudnn_ln.noted": ("cuDNN dwconv + triton bias+LayerNorm (1 pass) + {mlp} [chosen by: {note}]",
+                             "cuDNN 深度可分离卷积 + triton 偏置+LayerNorm（1 遍） + {mlp}【依据：{note}】"),
     "label.cudnn_ln_cl": (("cuDNN dwconv + triton bias+LayerNorm (1 pass for a channels_last input, else "
                            "layer_norm) + {mlp}"),
                           "cuDNN 深度可分离卷积 + triton 偏置+LayerNorm（1 遍，限 channels_last 输入，否则 layer_norm） + {mlp}"),
+    "label.cudnn_ln_cl.noted": (("cuDNN dwconv + triton bias+LayerNorm (1 pass for a channels_last "
+                                 "input, else layer_norm) + {mlp} [chosen by: {note}]"),
+                                ("cuDNN 深度可分离卷积 + triton 偏置+LayerNorm（1 遍，限 channels_last 输入，否则 "
+                                 "layer_norm） + {mlp}【依据：{note}】")),
+    "mlp.fc1": (("triton GEMM+bias+{act} (1 kernel) + cuBLAS linear, layer scale folded (1 kernel) + triton residual "
+                 "add (1 pass)"),
+                ("triton GEMM+偏置+{act}（1 个内核） + cuBLAS 线性层，折叠 layer scale（1 个内核） + triton 残差相加（1 遍）")),
     "mlp.prologue": (("cuBLAS linear+bias (1 kernel) + triton GEMM with the {act} applied to its input as it "
                       "loads it, bias and residual in its epilogue, layer scale folded (1 kernel: no {act} pass)"),
                      ("cuBLAS linear+偏置（1 个内核） + triton GEMM：读入输入时就地做 {act}，尾处理加偏置和残差，折叠 layer scale"
                       "（1 个内核：没有单独的 {act} 遍）")),
-    "with_note": ("{label} [{note}]", "{label}【{note}】"),
+    "notes.two": ("{first}; {second}", "{first}；{second}"),
     "stem.label": ("ConvNeXt stem: conv + LayerNorm2d", "ConvNeXt stem：卷积 + LayerNorm2d"),
     "downsample.label": ("ConvNeXt downsampling: LayerNorm2d + conv", "ConvNeXt 下采样：LayerNorm2d + 卷积"),
     "head.label": ("ConvNeXt head: LayerNorm2d + linear", "ConvNeXt 头部：LayerNorm2d + 线性层"),
@@ -165,6 +181,11 @@ WORDS = Words("convnext", {
     "ln2d.head.folded": ("triton LayerNorm (1 pass, affine folded into the linear) + linear",
                          "triton LayerNorm（1 遍，仿射折叠进线性层） + 线性层"),
     "ln2d.reference": ("permute + layer_norm + the next layer ({why})", "permute + layer_norm + 下一层（{why}）"),
+    "ln2d.noted": ("{label} [chosen by: measured at C={c} {h}×{w}: ours {ours:.0f} µs, torch {torch:.0f} µs]",
+                   "{label}【依据：在 C={c} {h}×{w} 实测：我们的 {ours:.0f} µs，torch {torch:.0f} µs】"),
+    "ln2d.why_measured": ("measured faster at C={c} {h}×{w}: torch {torch:.0f} µs, ours {ours:.0f} µs",
+                          "在 C={c} {h}×{w} 实测更快：torch {torch:.0f} µs，我们的 {ours:.0f} µs"),
+    "ln2d.why_policy": ("kernels.policy: convnext_ln2d off", "kernels.policy：convnext_ln2d 已关闭"),
     "ln2d.kernel": ("the one-pass LayerNorm2d", "单遍 LayerNorm2d"),
     "refuse.ln2d": ("the LayerNorm is not over the channels of a permuted (N, C, H, W) map",
                     "该 LayerNorm 不是对 permute 后的 (N, C, H, W) 特征图在通道上归一化"),
@@ -181,7 +202,9 @@ WORDS = Words("convnext", {
     "measured.none": ("not measured at this shape: the default", "此形状未实测：使用默认"),
     "measured.dwln": ("measured at C={c} {h}×{w}: our kernel {ours:.0f} µs, cuDNN + LayerNorm pass {split:.0f} µs",
                       "在 C={c} {h}×{w} 实测：我们的内核 {ours:.0f} µs，cuDNN + LayerNorm 遍 {split:.0f} µs"),
-    "measured.mlp": ("measured at C={c} {h}×{w}: {times}", "在 C={c} {h}×{w} 实测：{times}"),
+    "measured.mlp": (("the MLP measured at C={c} {h}×{w} in bursts that include each launch's host cost: {times}; "
+                      "chosen with each GEMM's GPU time too (convnext.MLP_MEASURED)"),
+                     "MLP 在 C={c} {h}×{w} 以连续调用实测（含每次启动的主机开销）：{times}；选择时也考虑了各 GEMM 的 GPU 时间（convnext.MLP_MEASURED）"),
     "why.dtype": ("dtype {dtype}", "数据类型 {dtype}"),
     "why.policy": ("conv.POLICY: depthwise_triton off", "conv.POLICY：depthwise_triton 已关闭"),
     "why.channels": ("{channels} channels > {max}", "{channels} 个通道 > {max}"),
@@ -262,28 +285,62 @@ def convnext_block_reference(x, dw_weight, dw_bias, ln_weight, ln_bias, eps, w1,
 
 # ====================================================================== selection
 
-#: The depthwise 7×7 + bias + LayerNorm step, measured per shape (fp16, batch 32, channels_last, H200; the
-#: medians of ``benchmarks/bench_convnext_kernels.py``): ``(C, H, W) -> (impl, µs of our one kernel, µs of
-#: cuDNN's conv + the one-pass LayerNorm)``; the faster one runs. Shapes not in it take ``DWLN_DEFAULT``.
-DWLN_MEASURED: dict[tuple[int, int, int], tuple[str, float, float]] = {}
+#: The depthwise 7×7 + bias + LayerNorm step, measured per shape (fp16, batch 32, channels_last, H200; medians of
+#: bursts of 10 calls, ``benchmarks/results/bench_convnext_perstage_h200.json``): ``(C, H, W) -> (impl, µs of our
+#: one kernel, µs of cuDNN's conv + the one-pass LayerNorm)``; the faster one runs. ConvNeXt-Small has the same
+#: four stage shapes (more blocks in the third). Shapes not in it take ``DWLN_DEFAULT``.
+DWLN_MEASURED: dict[tuple[int, int, int], tuple[str, float, float]] = {
+    (96, 56, 56): ("cudnn_ln", 139.9, 83.9),
+    (192, 28, 28): ("cudnn_ln", 70.9, 55.3),
+    (384, 14, 14): ("cudnn_ln", 49.3, 39.4),
+    (768, 7, 7): ("triton", 44.1, 61.9),
+}
 #: Where a shape was not measured: cuDNN's depthwise conv (without its bias) and the one-pass LayerNorm that
-#: adds it, inductor's split: in ConvNeXt-Tiny's profile (H200, fp16, batch 32) its 18 convs and LayerNorms
-#: took about 0.84 ms of GPU time against 1.52 ms for our one kernel (``docs/kernel-notes.md``).
+#: adds it, inductor's split (it won at three of ConvNeXt-Tiny's four stages, above).
 DWLN_DEFAULT = "cudnn_ln"
 DWLN_IMPLS = ("triton", "cudnn_ln")
 
-#: The MLP (fc1, GELU, fc2 with γ folded, + x), measured per shape like ``DWLN_MEASURED``:
-#: ``(C, H, W) -> (impl, {impl: µs})``. ``cublas``: cuBLAS + the GELU pass, cuBLAS + the residual pass;
-#: ``triton_gemm``: two Triton GEMMs with their epilogues; ``gelu_prologue``: cuBLAS's fc1, then ONE Triton
-#: GEMM applying the GELU to its input as it loads it, with the bias and the residual in its epilogue.
-MLP_MEASURED: dict[tuple[int, int, int], tuple[str, dict[str, float]]] = {}
-#: Where a shape was not measured: cuBLAS and one pass each (their medians were the lower or level ones at
-#: every stage of ConvNeXt-Tiny against the Triton GEMMs: ``bench_convnext_kernels_split_h200.json``).
+#: The MLP (fc1, GELU, fc2 with γ folded, + x) per shape: ``(C, H, W) -> (impl, {impl: µs})``, the medians of the
+#: whole MLP in the same run as ``DWLN_MEASURED`` (bursts: they include the host's cost of each launch, four for
+#: ``cublas``, three for ``triton_fc1``, two for ``triton_gemm``). ``cublas``: cuBLAS + the GELU pass, cuBLAS + the
+#: residual pass; ``triton_fc1``: fc1 as our Triton GEMM with the exact GELU in its epilogue, then cuBLAS + the
+#: residual pass; ``triton_gemm``: both as Triton GEMMs with their epilogues; ``gelu_prologue``: cuBLAS's fc1,
+#: then ONE Triton GEMM applying the GELU to its input as it loads it (at its best swept tile it only tied
+#: cuBLAS at the first stage and lost elsewhere: kept as a switch, not chosen).
+#: The choice weighs the GPU time too: each GEMM alone, GPU-bound (``bench_convnext_kernels_split_h200.json``),
+#: our fc1 ties cuBLAS + GELU at the 2nd and 4th stages (53 against 52 µs, 29 against 29) and loses at the 1st and
+#: 3rd (95/90, 37/32), and our fc2 + residual loses to cuBLAS + the pass at every stage (34/27 at the 2nd), and
+#: the model with both Triton GEMMs took 0.35 ms more GPU time (3.42 against 3.07 ms). So ``triton_fc1`` where it
+#: ties on the GPU and saves a launch, cuBLAS elsewhere, although ``triton_gemm``'s fewer launches measured faster
+#: in these host-inclusive bursts at the 2nd to 4th stages.
+MLP_MEASURED: dict[tuple[int, int, int], tuple[str, dict[str, float]]] = {
+    (96, 56, 56): ("cublas", {"cublas": 138.5, "triton_fc1": 143.0, "triton_gemm": 148.0, "gelu_prologue": 138.7}),
+    (192, 28, 28): ("triton_fc1", {"cublas": 116.1, "triton_fc1": 86.9, "triton_gemm": 89.6, "gelu_prologue": 102.6}),
+    (384, 14, 14): ("cublas", {"cublas": 86.2, "triton_fc1": 65.5, "triton_gemm": 69.5, "gelu_prologue": 89.1}),
+    (768, 7, 7): ("triton_fc1", {"cublas": 129.2, "triton_fc1": 99.0, "triton_gemm": 76.3, "gelu_prologue": 139.3}),
+}
+#: Where a shape was not measured: cuBLAS and one pass each (the lower GPU time wherever each kernel was timed).
 MLP_DEFAULT = "cublas"
-#: The GELU-prologue GEMM's tile per shape, ``(C, H, W) -> (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)``:
-#: the sweep's fastest in the same run as ``MLP_MEASURED``; elsewhere ``gemm_prologue.prologue_config``.
-PROLOGUE_TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
-MLP_IMPLS = ("cublas", "triton_gemm", "gelu_prologue")
+MLP_IMPLS = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue")
+#: The GELU-prologue GEMM's tile per shape (the sweep's fastest in the same run), ``(BLOCK_M, BLOCK_N, BLOCK_K,
+#: num_warps, num_stages)``; elsewhere ``gemm_prologue.prologue_config``.
+PROLOGUE_TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
+    (96, 56, 56): (128, 128, 32, 4, 5), (192, 28, 28): (128, 256, 64, 8, 3), (384, 14, 14): (128, 256, 64, 8, 3),
+    (768, 7, 7): (64, 256, 64, 8, 3),
+}
+#: The LayerNorm2d passes per shape, ``(C, H, W)`` of the normalised map ``-> (impl, µs ours, µs torch)`` in the same
+#: run (the stem's with its conv 4×4/4): ``triton`` (our one pass) or ``torch`` (permute + ``layer_norm``). The
+#: small ones are bound by the launch (each a few µs of memory time): torch's C++ ``layer_norm`` launches faster
+#: than our Python-side Triton launch. Unmeasured shapes: ``triton``.
+LN2D_MEASURED: dict[tuple[int, int, int], tuple[str, float, float]] = {
+    (96, 56, 56): ("triton", 32.4, 113.8),
+    (192, 28, 28): ("triton", 34.5, 34.9),
+    (384, 14, 14): ("torch", 24.0, 16.7),
+    (768, 1, 1): ("torch", 22.9, 15.4),
+}
+#: The stem (conv 4×4/4 → LayerNorm2d over 96 channels at 56×56): cuDNN's conv without its bias + our pass adding
+#: it, 82.2 µs, against cuDNN's conv with its bias (ATen's extra pass) + layer_norm, 171.1 µs (same run).
+STEM_MEASURED = {(96, 56, 56): ("triton", 82.2, 171.1)}
 
 
 def _shape_key(channels: int | None, hw: tuple[int, int] | None) -> tuple[int, int, int] | None:
@@ -308,7 +365,7 @@ def dwln_impl(device: torch.device | str, dtype: torch.dtype, channels: int | No
 
 def mlp_impl(device: torch.device | str, dtype: torch.dtype, channels: int | None = None,
              hw: tuple[int, int] | None = None, act: str = "gelu") -> str:
-    """How the MLP runs: ``cublas``, ``triton_gemm`` or ``gelu_prologue`` (``MLP_MEASURED``); ``cublas`` where
+    """How the MLP runs: ``cublas``, ``triton_fc1``, ``triton_gemm`` or ``gelu_prologue`` (``MLP_MEASURED``); ``cublas`` where
     Triton does not run (then the residual pass is torch's ``add_``). ``policy.POLICY.mlp_gemm_triton`` forces
     ``triton_gemm`` (and ``gemm_triton`` off rules out both Triton GEMMs), ``convnext_mlp`` forces any."""
     if not (triton_runs_on(device) and dtype in SUPPORTED_DTYPES and policy.POLICY.gemm_triton):
@@ -353,6 +410,8 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
     mlp_choice = mlp_impl(device, dtype, channels, hw, act)
     if mlp_choice == "triton_gemm":
         mlp, fused = WORDS("mlp.gemm", act=act), True
+    elif mlp_choice == "triton_fc1":
+        mlp, fused = WORDS("mlp.fc1", act=act), True
     elif mlp_choice == "gelu_prologue":
         mlp, fused = WORDS("mlp.prologue", act=act), True
     else:
@@ -372,7 +431,9 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
             notes.append(_measured_note(MLP_MEASURED, key, mlp_choice))
         notes = list(dict.fromkeys(notes))                 # "not measured" once
         if notes:
-            label = WORDS("with_note", label=label, note="; ".join(notes))
+            note = notes[0] if len(notes) == 1 else WORDS("notes.two", first=notes[0], second=notes[1])
+            label = WORDS(("label.triton" if impl == "triton" else "label.cudnn_ln") + tail + ".noted", mlp=mlp,
+                          note=note)
         return Choice(impl, where(label, device), True)
     if not triton:
         why = BASE_WORDS("no_triton", device=device.type) if not triton_runs_on(device) else \
@@ -562,9 +623,8 @@ def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, 
     mlp = mlp_impl(x.device, x.dtype, c, hw, act)
     if mlp == "gelu_prologue":
         return project_gelu_residual(F.linear(t.reshape(-1, c), w1, b1), w2, b2, x, act)
-    gemm = mlp == "triton_gemm"
-    h = mlp_hidden(t, w1, b1, act, gemm)                                           # (N·H·W, 4C)
-    return project_residual(h, w2, b2, x, gemm)                                    # (N, C, H, W)
+    h = mlp_hidden(t, w1, b1, act, mlp in ("triton_gemm", "triton_fc1"))          # (N·H·W, 4C)
+    return project_residual(h, w2, b2, x, mlp == "triton_gemm")                    # (N, C, H, W)
 
 
 def fused_convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, ln_bias, eps, w1, b1, act,
@@ -667,9 +727,9 @@ def _lower(gm, node, device, dtype) -> bool:
             y = g.call_function(torch.conv2d, (x, dw_w, dw_b, stride, padding, dilation, c))
             t = g.call_function(torch.layer_norm, (g.call_function(torch.permute, (y, [0, 2, 3, 1])), [c], ln_w,
                                                    ln_b, eps))
-        if mlp == "triton_gemm":
+        if mlp in ("triton_gemm", "triton_fc1"):
             h = g.call_function(mlp_hidden, (t, w1, b1, act, True))                      # (N·H·W, 4C)
-            return g.call_function(project_residual, (h, w2, b2, x, True))
+            return g.call_function(project_residual, (h, w2, b2, x, mlp == "triton_gemm"))
         rows = g.call_function(torch.reshape, (t, [-1, c]))
         if mlp == "gelu_prologue":
             hp = g.call_function(torch._C._nn.linear, (rows, w1, b1))                     # (N·H·W, 4C)
@@ -687,7 +747,7 @@ def _lower(gm, node, device, dtype) -> bool:
 
 
 
-# ====================================================================== the stem's, downsamplings' and head's LayerNorm2d
+# ====================================================================== LayerNorm2d: the stem, downsamplings, head
 
 def fold_layer_norm_affine(weight: torch.Tensor, bias: torch.Tensor | None, gamma: torch.Tensor | None,
                            beta: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -710,6 +770,21 @@ def _ln2d_on() -> bool:
     return policy.POLICY.convnext_ln2d
 
 
+def ln2d_impl(device: torch.device | str, dtype: torch.dtype, key: tuple[int, int, int] | None,
+              stem: bool = False) -> str:
+    """How a LayerNorm2d over the map ``key`` = (C, H, W) runs: ``triton`` (our one pass) where Triton runs,
+    ``policy.POLICY.convnext_ln2d`` is on and the measured table (``STEM_MEASURED``, ``LN2D_MEASURED``) does not
+    say ``torch`` for the shape; else ``torch``."""
+    if not (_ln2d_on() and triton_runs_on(device) and dtype in SUPPORTED_DTYPES):
+        return "torch"
+    return (STEM_MEASURED if stem else LN2D_MEASURED).get(key, ("triton",))[0]
+
+
+def _map_key(t: torch.Tensor) -> tuple[int, int, int]:
+    """(C, H, W) of an (N, H, W, C) map."""
+    return (t.shape[3], t.shape[1], t.shape[2])
+
+
 def conv_layer_norm2d(x, weight, bias, stride, padding, dilation, groups, ln_weight, ln_bias, eps) -> torch.Tensor:
     """The stem: ``layer_norm(conv(x) + b)`` over the channels as ``(N, H', W', C)``: cuDNN's conv WITHOUT its
     bias, then ``channels_layer_norm`` adding the bias in its one pass (the reference where Triton does not run
@@ -720,9 +795,9 @@ def conv_layer_norm2d(x, weight, bias, stride, padding, dilation, groups, ln_wei
 
 def fused_conv_layer_norm2d(x, weight, bias, stride, padding, dilation, groups, ln_weight, ln_bias, eps):
     """conv → permute → layer_norm(C), as ``(N, H', W', C)`` (what the LayerNorm returned)."""
-    if not _ln2d_on():
-        y = torch.conv2d(x, weight, bias, stride, padding, dilation, groups).permute(0, 2, 3, 1)
-        return F.layer_norm(y, (y.shape[-1],), ln_weight, ln_bias, eps)
+    out = conv_out_shape(x.shape, weight.shape, stride, padding, dilation)
+    if ln2d_impl(x.device, x.dtype, (out[1], out[2], out[3]), stem=True) != "triton":
+        return _stem_reference(x, weight, bias, stride, padding, dilation, groups, ln_weight, ln_bias, eps)
     return conv_layer_norm2d(x, weight, bias, stride, padding, dilation, groups, ln_weight, ln_bias, eps)
 
 
@@ -730,27 +805,41 @@ def fused_layer_norm2d_conv(t, ln_weight, ln_bias, eps, weight, bias, stride, pa
     """A downsampling: ``conv(layer_norm(t).permute(0, 3, 1, 2))`` for ``t`` ``(N, H, W, C)`` (the permuted
     block output), the LayerNorm as one pass (``rows_layer_norm``; γ, β are None where the rewrite folded them
     into the conv's weights), then cuDNN's conv."""
-    n = rows_layer_norm(t, ln_weight, ln_bias, eps) if _ln2d_on() else \
-        F.layer_norm(t, (t.shape[-1],), ln_weight, ln_bias, eps)
-    return torch.conv2d(n.permute(0, 3, 1, 2), weight, bias, stride, padding, dilation, groups)
+    if ln2d_impl(t.device, t.dtype, _map_key(t)) != "triton":
+        return _downsample_reference(t, ln_weight, ln_bias, eps, weight, bias, stride, padding, dilation, groups)
+    return _downsample_direct(t, ln_weight, ln_bias, eps, weight, bias, stride, padding, dilation, groups)
 
 
 def fused_layer_norm_linear(t, ln_weight, ln_bias, eps, weight, bias):
     """The head: ``linear(flatten(layer_norm(t)))`` for ``t`` ``(N, 1, 1, C)``, the LayerNorm as one pass (γ, β
     folded into the linear by the rewrite), then the linear."""
-    n = rows_layer_norm(t, ln_weight, ln_bias, eps) if _ln2d_on() else \
-        F.layer_norm(t, (t.shape[-1],), ln_weight, ln_bias, eps)
-    return F.linear(n.reshape(n.shape[0], -1), weight, bias)
+    if ln2d_impl(t.device, t.dtype, _map_key(t)) != "triton":
+        return _head_reference(t, ln_weight, ln_bias, eps, weight, bias)
+    return _head_direct(t, ln_weight, ln_bias, eps, weight, bias)
 
 
-def select_layer_norm2d(device: torch.device | str, dtype: torch.dtype, where_: str, folded: bool) -> Choice:
-    """How a LayerNorm2d chain runs: ``triton`` (one LayerNorm pass over channels_last rows, with the conv's
-    bias (stem) or with its affine folded into the next layer) where Triton runs, else ``reference``."""
+def select_layer_norm2d(device: torch.device | str, dtype: torch.dtype, where_: str, folded: bool,
+                        key: tuple[int, int, int] | None = None) -> Choice:
+    """How a LayerNorm2d chain runs (``ln2d_impl`` for its map ``key`` = (C, H, W)): ``triton`` (one LayerNorm pass
+    over channels_last rows, with the conv's bias (stem) or with its affine folded into the next layer), or
+    ``reference`` (permute + ``layer_norm``: no Triton, or measured faster at the shape: the label says so)."""
     device = torch.device(device)
-    if triton_runs_on(device) and dtype in SUPPORTED_DTYPES and policy.POLICY.convnext_ln2d:
+    table = STEM_MEASURED if where_ == "stem" else LN2D_MEASURED
+    if ln2d_impl(device, dtype, key, stem=where_ == "stem") == "triton":
         label = WORDS("ln2d." + where_ + (".folded" if folded else ""))
+        if key in table:
+            _, ours, torch_us = table[key]
+            label = WORDS("ln2d.noted", label=label, c=key[0], h=key[1], w=key[2], ours=ours, torch=torch_us)
         return Choice("triton", where(label, device), True)
-    why = BASE_WORDS("no_triton", device=device.type) if not triton_runs_on(device) else WORDS("why.dtype", dtype=dtype)
+    if key in table and triton_runs_on(device) and _ln2d_on():
+        _, ours, torch_us = table[key]
+        why = WORDS("ln2d.why_measured", c=key[0], h=key[1], w=key[2], ours=ours, torch=torch_us)
+    elif not triton_runs_on(device):
+        why = BASE_WORDS("no_triton", device=device.type)
+    elif not _ln2d_on():
+        why = WORDS("ln2d.why_policy")
+    else:
+        why = WORDS("why.dtype", dtype=dtype)
     return Choice("reference", where(WORDS("ln2d.reference", why=why), device), False)
 
 
@@ -778,7 +867,8 @@ def rewrite_stem(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     geometry = edit.int_lists(2, c.stride, c.padding, c.dilation)
     if geometry is None or not isinstance(c.groups, int):
         raise UseGeneric(WORDS("generic.geometry"))
-    choice = select_layer_norm2d(ctx.device, edit.dtype_of(cv), "stem", False)
+    out = aten.static_shape(ln_node)
+    choice = select_layer_norm2d(ctx.device, edit.dtype_of(cv), "stem", False, (out[3], out[1], out[2]))
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("ln2d.kernel"))
     args = (c.input, c.weight, c.bias, *geometry, c.groups, ln.weight, ln.bias, ln.eps)
     return edit.whole_chain_edit(ctx, chain, fused_conv_layer_norm2d, args, Choice(choice.impl, label, choice.fused))
@@ -814,7 +904,9 @@ def rewrite_downsample(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         raise UseGeneric(WORDS("generic.geometry"))
     fold = not any(geometry[1])
     lw, lb, w, b, tensors = _folded_affine(ctx, ln, c.weight, c.bias, fold, cv.name)
-    choice = select_layer_norm2d(ctx.device, edit.dtype_of(cv), "downsample", lw is None and lb is None)
+    shape = aten.static_shape(ln_node)
+    choice = select_layer_norm2d(ctx.device, edit.dtype_of(cv), "downsample", lw is None and lb is None,
+                                 (shape[3], shape[1], shape[2]))
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("ln2d.kernel"))
     args = (ln.input, lw, lb, ln.eps, w, b, *geometry, c.groups)
     return edit.whole_chain_edit(ctx, chain, fused_layer_norm2d_conv, args, Choice(choice.impl, label, choice.fused),
@@ -835,18 +927,20 @@ def rewrite_head(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     if lin is None:
         raise UseGeneric(WORDS("generic.mlp"))
     lw, lb, w, b, tensors = _folded_affine(ctx, ln, lin.weight, lin.bias, True, fc.name)
-    choice = select_layer_norm2d(ctx.device, edit.dtype_of(fc), "head", True)
+    choice = select_layer_norm2d(ctx.device, edit.dtype_of(fc), "head", True, (shape[3], shape[1], shape[2]))
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("ln2d.kernel"))
     args = (ln.input, lw, lb, ln.eps, w, b)
     return edit.whole_chain_edit(ctx, chain, fused_layer_norm_linear, args, Choice(choice.impl, label, choice.fused),
                                  tensors)
 
 
-def _lower_ln2d(direct, fallback):
-    """A lowering that calls ``direct`` (the one-pass LayerNorm) where ``policy.POLICY.convnext_ln2d`` is on
-    when the graph is prepared, else ``fallback`` (the same ops as torch's), the choice baked into the graph."""
+def _lower_ln2d(direct, fallback, stem: bool = False):
+    """A lowering that calls ``direct`` (the one-pass LayerNorm) where ``ln2d_impl`` says ``triton`` for the
+    node's map when the graph is prepared, else ``fallback`` (the same ops as torch's): the choice baked in."""
     def lower(gm, node, device, dtype) -> bool:
-        target = direct if _ln2d_on() else fallback
+        shape = aten.static_shape(node) if stem else aten.static_shape(node.args[0])
+        key = None if shape is None or len(shape) != 4 else (shape[3], shape[1], shape[2])
+        target = direct if ln2d_impl(device, dtype, key, stem) == "triton" else fallback
         edit.replace_node(gm, node, lambda g: g.call_function(target, tuple(node.args)))
         return True
     return lower
@@ -879,7 +973,7 @@ def _head_direct(t, ln_weight, ln_bias, eps, weight, bias):
 
 
 LOWERINGS = {fused_convnext_block: _lower,
-             fused_conv_layer_norm2d: _lower_ln2d(conv_layer_norm2d, _stem_reference),
+             fused_conv_layer_norm2d: _lower_ln2d(conv_layer_norm2d, _stem_reference, stem=True),
              fused_layer_norm2d_conv: _lower_ln2d(_downsample_direct, _downsample_reference),
              fused_layer_norm_linear: _lower_ln2d(_head_direct, _head_reference)}
 
@@ -954,22 +1048,29 @@ def _ln_after_conv(g, node: str, ctx: dict) -> str | None:
     return None
 
 
-def _conv_after_ln2d(g, node: str, ctx: dict) -> str | None:
-    """The LayerNorm before the conv is a LayerNorm2d: over C of a permuted (N, C, H, W) map."""
-    ln = ctx["prev_real"]
-    shape = _ln2d_shape(g, ln)
-    if shape is None or not _permuted_from(g, ln, [shape[0], shape[3], shape[1], shape[2]]):
-        return WORDS("refuse.ln2d")
-    return None
-
-
-def _linear_after_ln2d(g, node: str, ctx: dict) -> str | None:
-    """The head: the LayerNorm2d of a pooled (N, C, 1, 1) map."""
-    ln = ctx["prev_real"]
-    shape = _ln2d_shape(g, ln)
-    if shape is None or shape[1:3] != [1, 1] or not _permuted_from(g, ln, [shape[0], shape[3], 1, 1]):
-        return WORDS("refuse.ln2d")
-    return None
+def _match_after_ln2d(kind: str, role: str, pooled: bool):
+    """The matcher of a pattern anchored on a LayerNorm2d (a LayerNorm over C of a permuted (N, C, H, W) map;
+    ``pooled``: of a 1×1 map, the head) followed, through views, by one ``kind`` op: ``[(ln, "norm"), views...,
+    (op, role)]``. Anything else is no match at all (not a near miss): a transformer's LayerNorm → linear is not
+    this pattern's candidate."""
+    def match(g, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
+        shape = _ln2d_shape(g, anchor)
+        if (shape is None or (pooled and shape[1:3] != [1, 1])
+                or not _permuted_from(g, anchor, [shape[0], shape[3], shape[1], shape[2]])):
+            raise NoMatch(None, [anchor])
+        path, node = [], anchor
+        while True:
+            succ = list(g.successors(node))
+            if len(succ) != 1:
+                raise NoMatch(None, [anchor])
+            node = succ[0]
+            if g.nodes[node]["kind"] not in TRANSPARENT:
+                break
+            path.append(node)
+        if g.nodes[node]["kind"] != kind or any(n in claimed for n in (anchor, node, *path)):
+            raise NoMatch(None, [anchor])
+        return [(anchor, "norm", True), *((p, "view", False) for p in path), (node, role, True)]
+    return match
 
 
 #: Which families this one must claim nodes before or after (explorer.fusions.order).
@@ -1001,16 +1102,16 @@ PATTERNS = (
     ),
     Pattern(
         name="convnext_downsample_ln", label=WORDS("downsample.label"),
-        steps=(Step(frozenset({"layer_norm"}), "norm"),
-               Step(frozenset({"conv"}), "conv", guard=_conv_after_ln2d)),
+        steps=(Step(frozenset({"layer_norm"}), "norm"), Step(frozenset({"conv"}), "conv")),
+        match=_match_after_ln2d("conv", "conv", pooled=False),
         color="#9c9ede", rewrite=rewrite_downsample,
         implementation=WORDS("ln2d.implementation"), explanation=WORDS("downsample.explanation"),
         caveats=(PRECISION_CAVEAT, WORDS("ln2d.caveat")), formula=WORDS("ln2d.formula"),
     ),
     Pattern(
         name="convnext_head_ln", label=WORDS("head.label"),
-        steps=(Step(frozenset({"layer_norm"}), "norm"),
-               Step(frozenset({"linear"}), "fc", guard=_linear_after_ln2d)),
+        steps=(Step(frozenset({"layer_norm"}), "norm"), Step(frozenset({"linear"}), "fc")),
+        match=_match_after_ln2d("linear", "fc", pooled=True),
         color="#9c9ede", rewrite=rewrite_head,
         implementation=WORDS("ln2d.implementation"), explanation=WORDS("head.explanation"),
         caveats=(PRECISION_CAVEAT, WORDS("ln2d.caveat")), formula=WORDS("ln2d.formula"),

@@ -11,8 +11,9 @@ into the next layer) rounded once. ``rows_layer_norm_reference`` is the unfused 
 
 One program holds ``ROWS`` whole rows, each as chunks of a power-of-two number of channels that divides C
 (``rows_tile``: masked whole chunks keep the loads 16-byte vectors; ConvNeXt's C = 3·2^k is 3 chunks of
-2^k): about 2048 fp32 values over 4 warps; rows of 2048 or more get 8 warps and one row each. Under the interpreter, few large programs. The launch is planned once per call
-signature (``PLANS``), so that a call costs the host a dictionary look-up, one allocation and the launch.
+2^k): about 2048 fp32 values over 4 warps; rows of 2048 or more get 8 warps and one row each. Under the
+interpreter, few large programs. The launch is planned once per call signature (``PLANS``), so that a call
+costs the host a dictionary look-up, one allocation and the launch.
 """
 
 from __future__ import annotations
