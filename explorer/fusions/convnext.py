@@ -118,27 +118,27 @@ WORDS = Words("convnext", {
     "residual.torch": ("residual add_", "残差 add_"),
     "label.triton": ("triton dwconv+bias+LayerNorm (1 kernel) + {mlp}",
                      "triton dwconv+bias+LayerNorm（1 个内核） + {mlp}"),
-    "label.triton.noted": ("triton dwconv+bias+LayerNorm (1 kernel) + {mlp} [chosen by: {note}]",
-                           "triton dwconv+bias+LayerNorm（1 个内核） + {mlp}【依据：{note}】"),
+    "label.triton.noted": ("triton dwconv+bias+LayerNorm (1 kernel) [chosen by: {note}] + {mlp}",
+                           "triton dwconv+bias+LayerNorm（1 个内核）【依据：{note}】 + {mlp}"),
     "label.triton_cl": (("triton dwconv+bias+LayerNorm (1 kernel for a channels_last input, else conv + "
                          "layer_norm) + {mlp}"),
                         "triton dwconv+bias+LayerNorm（1 个内核，限 channels_last 输入，否则 conv + layer_norm） + {mlp}"),
     "label.triton_cl.noted": (("triton dwconv+bias+LayerNorm (1 kernel for a channels_last input, "
-                               "else conv + layer_norm) + {mlp} [chosen by: {note}]"),
+                               "else conv + layer_norm) [chosen by: {note}] + {mlp}"),
                               ("triton dwconv+bias+LayerNorm（1 个内核，限 channels_last 输入，否则 conv + "
-                               "layer_norm） + {mlp}【依据：{note}】")),
+                               "layer_norm）【依据：{note}】 + {mlp}")),
     "label.reference": ("dwconv+bias + layer_norm + {mlp} ({why})", "dwconv+bias + layer_norm + {mlp}（{why}）"),
     "label.cudnn_ln": ("cuDNN dwconv + triton bias+LayerNorm (1 pass) + {mlp}",
                        "cuDNN 深度可分离卷积 + triton 偏置+LayerNorm（1 遍） + {mlp}"),
-    "label.cudnn_ln.noted": ("cuDNN dwconv + triton bias+LayerNorm (1 pass) + {mlp} [chosen by: {note}]",
-                             "cuDNN 深度可分离卷积 + triton 偏置+LayerNorm（1 遍） + {mlp}【依据：{note}】"),
+    "label.cudnn_ln.noted": ("cuDNN dwconv + triton bias+LayerNorm (1 pass) [chosen by: {note}] + {mlp}",
+                             "cuDNN 深度可分离卷积 + triton 偏置+LayerNorm（1 遍）【依据：{note}】 + {mlp}"),
     "label.cudnn_ln_cl": (("cuDNN dwconv + triton bias+LayerNorm (1 pass for a channels_last input, else "
                            "layer_norm) + {mlp}"),
                           "cuDNN 深度可分离卷积 + triton 偏置+LayerNorm（1 遍，限 channels_last 输入，否则 layer_norm） + {mlp}"),
     "label.cudnn_ln_cl.noted": (("cuDNN dwconv + triton bias+LayerNorm (1 pass for a channels_last "
-                                 "input, else layer_norm) + {mlp} [chosen by: {note}]"),
+                                 "input, else layer_norm) [chosen by: {note}] + {mlp}"),
                                 ("cuDNN 深度可分离卷积 + triton 偏置+LayerNorm（1 遍，限 channels_last 输入，否则 "
-                                 "layer_norm） + {mlp}【依据：{note}】")),
+                                 "layer_norm）【依据：{note}】 + {mlp}")),
     "mlp.fc1": (("triton GEMM+bias+{act} (1 kernel) + cuBLAS linear, layer scale folded (1 kernel) + triton residual "
                  "add (1 pass)"),
                 ("triton GEMM+偏置+{act}（1 个内核） + cuBLAS 线性层，折叠 layer scale（1 个内核） + triton 残差相加（1 遍）")),
@@ -146,7 +146,7 @@ WORDS = Words("convnext", {
                       "loads it, bias and residual in its epilogue, layer scale folded (1 kernel: no {act} pass)"),
                      ("cuBLAS linear+偏置（1 个内核） + triton GEMM：读入输入时就地做 {act}，尾处理加偏置和残差，折叠 layer scale"
                       "（1 个内核：没有单独的 {act} 遍）")),
-    "notes.two": ("{first}; {second}", "{first}；{second}"),
+    "notes.two": ("{first}; for the MLP, {second}", "{first}；MLP：{second}"),
     "stem.label": ("ConvNeXt stem: conv + LayerNorm2d", "ConvNeXt stem：卷积 + LayerNorm2d"),
     "downsample.label": ("ConvNeXt downsampling: LayerNorm2d + conv", "ConvNeXt 下采样：LayerNorm2d + 卷积"),
     "head.label": ("ConvNeXt head: LayerNorm2d + linear", "ConvNeXt 头部：LayerNorm2d + 线性层"),
@@ -202,9 +202,9 @@ WORDS = Words("convnext", {
     "measured.none": ("not measured at this shape: the default", "此形状未实测：使用默认"),
     "measured.dwln": ("measured at C={c} {h}×{w}: our kernel {ours:.0f} µs, cuDNN + LayerNorm pass {split:.0f} µs",
                       "在 C={c} {h}×{w} 实测：我们的内核 {ours:.0f} µs，cuDNN + LayerNorm 遍 {split:.0f} µs"),
-    "measured.mlp": (("the MLP measured at C={c} {h}×{w} in bursts that include each launch's host cost: {times}; "
+    "measured.mlp": (("measured at C={c} {h}×{w} in bursts that include each launch's host cost: {times}; "
                       "chosen with each GEMM's GPU time too (convnext.MLP_MEASURED)"),
-                     "MLP 在 C={c} {h}×{w} 以连续调用实测（含每次启动的主机开销）：{times}；选择时也考虑了各 GEMM 的 GPU 时间（convnext.MLP_MEASURED）"),
+                     "在 C={c} {h}×{w} 以连续调用实测（含每次启动的主机开销）：{times}；选择时也考虑了各 GEMM 的 GPU 时间（convnext.MLP_MEASURED）"),
     "why.dtype": ("dtype {dtype}", "数据类型 {dtype}"),
     "why.policy": ("conv.POLICY: depthwise_triton off", "conv.POLICY：depthwise_triton 已关闭"),
     "why.channels": ("{channels} channels > {max}", "{channels} 个通道 > {max}"),
