@@ -1,4 +1,4 @@
-"""The ConvNeXt block: depthwise conv + LayerNorm in one kernel, the layer scale folded, the residual in one pass.
+"""The ConvNeXt block and ConvNeXt's LayerNorm2d: each step chosen per shape from measurement, the folds exact.
 
 ::
 
@@ -7,46 +7,50 @@
        │    (cuDNN)   (bias kernel)        (1 kernel)      (cuBLASLt)    (1 kernel)  (cuBLASLt)               (1)  (1)
        └──────────────────────────────────────────────────────────────────────────────────────────────────────────┘
 
-    fused, as selected by default where Triton runs and the input is channels_last (5 kernels)
-    x ─┬─► depthwise_conv(x, w, b, norm=LN) ─► t (M=N·H·W, C) ─► linear+b₁ ─► GELU ─► linear(γ·W₂)+γ·b₂ ─► +x ─► y
-       │      ONE Triton kernel: conv, bias and              (cuBLASLt)   (1 pass)  (cuBLASLt)         (1 pass)
-       │      the LayerNorm over the C channels
-       └───────────────────────────────────────────────────────────────────────────────────────────────▲
+    fused: the first step as ``dwln_impl`` chooses for the shape (``DWLN_MEASURED``), then the MLP as ``mlp_impl``
+    chooses (``MLP_MEASURED``), the layer scale folded into the second linear
+    x ─┬─► cudnn_ln:  cuDNN dwconv (no bias) ─► ONE LayerNorm pass adding the bias (kernels.layer_norm)
+       │   triton:    ONE Triton kernel: conv, bias and the LayerNorm over C (kernels.depthwise)
+       │      ─► t (M=N·H·W, C) ─► cublas:      linear+b₁ ─► GELU pass ─► linear(γ·W₂)+γ·b₂ ─► +x pass ─► y
+       │                           triton_fc1:  Triton GEMM+b₁+GELU ─► linear(γ·W₂)+γ·b₂ ─► +x pass
+       │                           triton_gemm: Triton GEMM+b₁+GELU ─► Triton GEMM(γ·W₂)+γ·b₂+x
+       │                           gelu_prologue: linear+b₁ ─► Triton GEMM(GELU(h)·(γ·W₂)ᵀ)+γ·b₂+x
+       └───────────────────────────────────────────────────────────────────────────────────────────▲
 
-    with policy.POLICY.mlp_gemm_triton (3 kernels): each linear ONE Triton GEMM with its epilogue, the
-    first with the bias and GELU, the second with the bias and the residual (x's rows) read in it
+    LayerNorm2d (permute → layer_norm(C) → permute), one pass over the channels_last rows each:
+      stem        conv 4×4/4 (no bias) ─► LayerNorm pass adding the conv's bias
+      downsample  LayerNorm pass (γ, β folded into the conv 2×2/2: exact without padding) ─► conv
+      head        LayerNorm pass (γ, β folded into the classifier) ─► linear
 
 What each step buys, and why it is this way:
 
-- **Depthwise conv + bias + LayerNorm, one kernel** (``depthwise_conv`` with a
-  LayerNorm epilogue): the conv output is never written and read back three times
-  (bias add, LayerNorm, and in NCHW the copy of the permuted tensor). One program
-  holds every channel of a few output pixels (``depthwise_tiles``; ConvNeXt's
-  C = 3·2^k channels as three power-of-two chunks), so the mean and variance are a
-  reduction over its tile; the output is channels_last, i.e. exactly the contiguous
-  ``(N·H·W, C)`` matrix the first linear reads. It needs Triton (CUDA, or the
-  interpreter on the CPU) and a channels_last input; otherwise cuDNN's conv, then
-  ``layer_norm``.
+- **Depthwise conv + bias + LayerNorm**: our one kernel (``depthwise_conv`` with a LayerNorm
+  epilogue) never writes the conv output, but it is bound by instruction issue (each input
+  element loaded and converted 49 times: ``docs/kernel-notes.md``); cuDNN's depthwise conv
+  without its bias, then one LayerNorm pass that adds the bias (inductor's split), measured
+  faster at ConvNeXt-Tiny's first three stages on the H200 and ours at the 7×7 one
+  (``DWLN_MEASURED``). Both need Triton and a channels_last input; otherwise cuDNN's conv,
+  then ``layer_norm``.
 - **Layer scale folded into the second linear**: ``γ · (h W₂ᵀ + b₂) = h (γW₂)ᵀ + γb₂``
   per output channel, exact algebra done once in float64 like the BatchNorm fold
   (``fold_layer_scale``): the multiply disappears.
-- **The residual as one pass** (``residual_add_``); eager runs the multiply by γ and the
-  add as two.
-- **The linears stay on cuBLAS by default.** cuBLASLt's GELU epilogue is the tanh
-  approximation (``linear.gelu_epilogue_variant`` probes it), so the exact GELU is a pass
-  of its own there. Our Triton GEMM with the exact GELU (and the second with the residual)
-  in its epilogue saves those passes, and still its medians were above cuBLAS plus the pass,
-  or within 2%, at every stage of ConvNeXt-Tiny on the H200 with its default tiles
-  (fp16, batch 32: ``benchmarks/results/bench_convnext_kernels_split_h200.json``; one swept
-  config beat cuBLAS on the first stage's second linear, 41 against 48 µs, and per-shape
-  tiles are not chosen yet), and the model's profiled GPU time grew with it (3.42 against 3.07
-  ms, one profiled forward each).
-  So it is behind ``kernels.policy.POLICY.mlp_gemm_triton``, which the model benchmark switches on
-  beside the default.
+- **The residual as one pass** (``residual_add_``'s kernel, launched from the call's plan);
+  eager runs the multiply by γ and the add as two.
+- **The MLP per shape** (``MLP_MEASURED``): cuBLASLt's GELU epilogue is the tanh
+  approximation, so after cuBLAS the exact GELU is a pass of its own; our Triton GEMM with
+  the exact GELU in its epilogue (``triton_fc1``) ties cuBLAS + the pass on the GPU at two
+  stages and saves a launch there; cuBLAS elsewhere. Both linears as Triton GEMMs
+  (``triton_gemm``) launch least but took 0.35 ms more GPU time in the model; the GEMM that
+  applies the GELU to its input (``gelu_prologue``, ``kernels.gemm_prologue``) removes the
+  pass but lost to cuBLAS + the pass. Both stay ``kernels.policy`` switches.
+- **LayerNorm2d**: one pass over the rows (``kernels.layer_norm``), the stem conv's bias
+  added in it, the affine folded into the next layer where exact (``fold_layer_norm_affine``);
+  torch's ``layer_norm`` where it measured faster (``LN2D_MEASURED``: the launch-bound ones).
 
-Whether the whole block pays is measured, not assumed: ``benchmarks/bench_cnn_fusions.py``
-times the fused model with ``kernels.policy.POLICY``'s switches flipped beside it.
-``select_convnext_block`` is the one decision the runtime call, the label and the lowering ask.
+Whether the whole model pays is measured, not assumed: ``benchmarks/bench_convnext_kernels.py --only model``
+times the fused model with each ``kernels.policy`` ConvNeXt switch forced beside the defaults.
+``select_convnext_block`` and ``select_layer_norm2d`` are the decisions the runtime call, the label and the
+lowering ask; each label says the measurement behind its choice.
 """
 
 from __future__ import annotations
@@ -93,17 +97,15 @@ WORDS = Words("convnext", {
     "caveat": (("Folding the layer scale into the second linear rounds γ·W₂ to the weights' dtype once, as "
                 "BatchNorm folding does; valid in inference and training alike (it is exact algebra)."),
                "把 layer scale 折叠进第二个线性层时，γ·W₂ 会按权重的数据类型舍入一次，和 BN 折叠一样；推理和训练都成立（这是精确的代数变换）。"),
-    "caveat_measured": (("Slower than torch.compile where it was measured (ConvNeXt-Tiny, fp16, batch 32, H200): "
-                         "faster than eager (0.95x of its time) but 1.18x the time of torch.compile's default "
-                         "mode and, with CUDA graphs, 1.20x that of reduce-overhead; the depthwise 7x7 + "
-                         "LayerNorm kernel takes more GPU time than cuDNN's conv with inductor's LayerNorm "
-                         "(benchmarks/results/bench_cnn_fusions_convnext_tiny_quick_h200.json). Time these chains "
-                         "on your GPU before accepting them, or give them the inductor kernel."),
-                        ("在实测中比 torch.compile 慢（ConvNeXt-Tiny，fp16，batch 32，H200）：比 eager 快（耗时为其 0.95 倍），但耗时是 "
-                         "torch.compile 默认模式的 1.18 倍，使用 CUDA graph 时是 reduce-overhead 的 1.20 倍；深度可分离 7x7 卷积 + "
-                         "LayerNorm 内核占用的 GPU 时间多于 cuDNN 卷积加 inductor 的 "
-                         "LayerNorm（benchmarks/results/bench_cnn_fusions_convnext_tiny_quick_h200.json）。接受这些链之前，先在你的 "
-                         "GPU 上给它们计时，或者为它们选择 inductor 内核。")),
+    "caveat_measured": (("Measured on the H200 (ConvNeXt-Tiny, fp16, batch 32): with our depthwise+LayerNorm kernel "
+                         "at every stage the fused model was 1.18x the time of torch.compile's default mode "
+                         "(bench_cnn_fusions_convnext_tiny_quick_h200.json); the per-stage choices now made "
+                         "(bench_convnext_perstage_h200.json) were measured stage by stage, not yet as a whole "
+                         "model. Time these chains on your GPU before accepting them."),
+                        ("在 H200 上实测（ConvNeXt-Tiny，fp16，batch 32）：每个 stage 都用我们的深度可分离卷积+LayerNorm 内核时，融合模型耗时是 "
+                         "torch.compile 默认模式的 1.18 倍（bench_cnn_fusions_convnext_tiny_quick_h200.json）；现在按 stage "
+                         "做出的选择（bench_convnext_perstage_h200.json）是逐 stage 实测的，尚未作为整个模型实测。接受这些链之前，先在你的 "
+                         "GPU 上给它们计时。")),
     "convnext_block.formula": ("gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2   (per output channel)",
                                "gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2（逐输出通道）"),
     "mlp.gemm": (("triton GEMM+bias+{act} (1 kernel) + triton GEMM+bias+residual, layer scale folded (1 kernel; a "
@@ -365,8 +367,8 @@ def dwln_impl(device: torch.device | str, dtype: torch.dtype, channels: int | No
 
 def mlp_impl(device: torch.device | str, dtype: torch.dtype, channels: int | None = None,
              hw: tuple[int, int] | None = None, act: str = "gelu") -> str:
-    """How the MLP runs: ``cublas``, ``triton_fc1``, ``triton_gemm`` or ``gelu_prologue`` (``MLP_MEASURED``); ``cublas`` where
-    Triton does not run (then the residual pass is torch's ``add_``). ``policy.POLICY.mlp_gemm_triton`` forces
+    """How the MLP runs: ``cublas``, ``triton_fc1``, ``triton_gemm`` or ``gelu_prologue`` (``MLP_MEASURED``);
+    ``cublas`` where Triton does not run (then the residual pass is torch's ``add_``). ``policy.POLICY.mlp_gemm_triton`` forces
     ``triton_gemm`` (and ``gemm_triton`` off rules out both Triton GEMMs), ``convnext_mlp`` forces any."""
     if not (triton_runs_on(device) and dtype in SUPPORTED_DTYPES and policy.POLICY.gemm_triton):
         return "cublas"
