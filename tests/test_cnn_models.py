@@ -143,7 +143,9 @@ def test_fused_model_through_the_triton_interpreter(name, monkeypatch, analyze_c
     gm = capture(module, (x,), name)
     det = detect(build_graph(gm, name))
     fused = apply_plan(gm, det, make_plan(det), "cpu")
-    assert all("triton" in a.implementation for a in fused.applied), [a.implementation for a in fused.applied]
+    # (ConvNeXt's head LayerNorm2d keeps torch's layer_norm where that measured faster: convnext.LN2D_MEASURED)
+    assert all("triton" in a.implementation or "measured faster" in a.implementation
+               for a in fused.applied), [a.implementation for a in fused.applied]
     gm, fgm = gm.to(memory_format=torch.channels_last), fused.gm.to(memory_format=torch.channels_last)
     x = x.contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
