@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, KERNEL_DEVICE, assert_close64, compile_for_sm90,
+from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, KERNEL_DEVICE, assert_close64, compile_for_sm90,
                             detect_module, needs_backend, poison, rand, triton_interpreter, up64)  # noqa: F401
 
 import torchvision  # after triton_testing: importing torchvision imports Triton
