@@ -1,11 +1,21 @@
-"""ConvNeXt-Tiny's three block kernels, stage by stage, against what they replace (CUDA only).
+"""ConvNeXt-Tiny's block kernels stage by stage, its LayerNorm2d, and the whole model (CUDA only).
 
 ::
 
     dwln  depthwise 7×7 + bias + LayerNorm over C, (N=32, C, H, W) fp16 channels_last, C/H = 96/56, 192/28,
           384/14, 768/7: the depthwise kernel with its LayerNorm epilogue (conv.depthwise_conv) at its
           default tile (three chunks of C/3 channels), at the power-of-two tile it had before, and a
-          sweep of tiles | cuDNN's conv + permute + layer_norm (eager) | torch.compile of that (default)
+          sweep of tiles | cuDNN's conv + permute + layer_norm (eager) | cuDNN's conv without bias + our
+          one-pass LayerNorm adding it (``cudnn_conv+triton_ln``: convnext's ``cudnn_ln``) | torch.compile
+    mlp   the whole MLP t → fc1 → GELU → fc2 (+b, γ folded) + x, every way ``convnext.mlp_impl`` runs it:
+          cuBLAS + passes, two Triton GEMMs with epilogues, cuBLAS fc1 + the GELU-prologue GEMM (and its
+          configs swept), the two mixes | torch.compile; the run prints the per-shape tables it suggests
+          (``convnext.DWLN_MEASURED``, ``MLP_MEASURED``)
+    ln2d  the stem's conv 4×4/4 + LayerNorm2d, the downsamplings' and the head's LayerNorm2d: our one pass
+          against permute + layer_norm and torch.compile
+    model ConvNeXt-Tiny whole: unfused graph, fused (measured defaults) and fused with each ConvNeXt policy
+          switch forced, fused + CUDA graphs, compile default, reduce-overhead, max-autotune-no-cudagraphs
+          (paired rounds), GPU busy from the profiler
     fc1   (N·H·W, C) @ (4C, C)ᵀ + b, exact GELU: our Triton GEMM with the epilogue at its default config and
           a sweep of configs | cuBLAS linear + GELU (eager) | torch.compile (default)
     fc2   (N·H·W, 4C) @ (C, 4C)ᵀ + b + the block input (residual): the same variants
@@ -21,7 +31,8 @@ prints each stage's best tile beside the default.
 Usage::
 
     python benchmarks/bench_convnext_kernels.py [--out PATH] [--stages 0,1,2,3] [--no-sweep] [--no-compile]
-                                                [--only dwln,fc1,fc2]
+                                                [--only dwln,fc1,fc2,mlp,ln2d,model] [--sweep-only mlp]
+                                                [--budget-s 540]
     TRITON_INTERPRET=1 python benchmarks/bench_convnext_kernels.py --smoke    # no GPU: checks only
 
 Without CUDA (and without ``--smoke``) nothing is timed: it says so and writes why. Beside
@@ -33,6 +44,8 @@ times the library alternatives the selections choose between, call bursts betwee
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -45,7 +58,10 @@ import torch.nn.functional as F  # noqa: E402
 
 import bench_kernels as bk  # noqa: E402
 from benchmarks._common import results_path, run_stamp, write_json, write_skipped  # noqa: E402
-from explorer.fusions import conv, convnext  # noqa: E402
+from explorer.fusions import conv, convnext, linear  # noqa: E402
+from explorer.fusions.kernels.bias_act import bias_act_  # noqa: E402
+from explorer.fusions.kernels.gemm_prologue import gemm_act_prologue  # noqa: E402
+from explorer.fusions.kernels.layer_norm import LAYER_NORM_TOLERANCES, channels_layer_norm  # noqa: E402
 
 #: ConvNeXt-Tiny's four stages at 224×224: (channels, height = width).
 STAGES = ((96, 56), (192, 28), (384, 14), (768, 7))
@@ -56,8 +72,12 @@ BURST = 10
 DTYPE = torch.float16
 #: Tiles of the depthwise kernel tried per stage: (BLOCK_P, num_warps), BLOCK_C = C/3 (three chunks).
 TAP_TILES = [(bp, w) for bp in (4, 8, 16, 32, 64) for w in (2, 4, 8)]
-#: Kernels per section, for ``--only``.
-KINDS = ("dwln", "fc1", "fc2")
+#: Kernels per section, for ``--only``: the three block kernels, the whole MLP (fc1 → GELU → fc2 + x, every
+#: way ``convnext.mlp_impl`` can run it), the stem/downsample/head LayerNorm2d (``ln2d``), and the whole model.
+KINDS = ("dwln", "fc1", "fc2", "mlp", "ln2d", "model")
+#: ConvNeXt-Tiny's LayerNorm2d inputs: the stem's (after its conv 4×4/4 of the 224×224 image, bias added in the
+#: LayerNorm), the three downsamplings' and the head's (after the average pool): (channels, height = width, stem).
+LN2D_SHAPES = ((96, 56, True), (96, 56, False), (192, 28, False), (384, 14, False), (768, 1, False))
 #: GEMM configs tried (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages).
 GEMM_CONFIGS = [(128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (64, 128, 64, 4, 4),
                 (128, 64, 64, 4, 4), (64, 256, 64, 8, 3), (128, 128, 32, 4, 5)]
@@ -72,7 +92,8 @@ def random_tensor(shape, gen, scale, device, dtype):
     return (torch.randn(shape, generator=gen) * scale).to(dtype).to(device)
 
 
-def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS, smoke: bool = False) -> list[dict]:
+def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS, smoke: bool = False,
+               sweep_kinds=KINDS) -> list[dict]:
     """Every variant of the three kernels at one stage: checked, timed (not with ``smoke``), summarised."""
     device, dtype, batch = ("cpu", torch.float32, SMOKE_BATCH) if smoke else ("cuda", DTYPE, BATCH)
     tap_tiles, gemm_configs = (SMOKE_TAP_TILES, SMOKE_GEMM_CONFIGS) if smoke else (TAP_TILES, GEMM_CONFIGS)
@@ -137,8 +158,13 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS, s
                                                               norm=(lw, lb, eps), tiles=pow2_tile).permute(0, 2, 3, 1),
         "cudnn_conv+layer_norm": lambda i: F.layer_norm(
             F.conv2d(xs[i % sets], w, b, 1, 3, 1, c).permute(0, 2, 3, 1), (c,), lw, lb, eps),
+        # inductor's split: cuDNN's conv without its bias, then our one LayerNorm pass adding it (convnext's cudnn_ln)
+        "cudnn_conv+triton_ln": lambda i: channels_layer_norm(F.conv2d(xs[i % sets], w, None, 1, 3, 1, c), lw, lb,
+                                                              eps, b),
+        "cudnn_conv_bias+triton_ln": lambda i: channels_layer_norm(F.conv2d(xs[i % sets], w, b, 1, 3, 1, c), lw,
+                                                                   lb, eps),
     }
-    if sweep and dw:
+    if sweep and dw and "dwln" in sweep_kinds:
         for bp, warps in tap_tiles:
             if bp * (c // 3) < 32 * warps:                 # fewer channel-pixels than threads
                 continue
@@ -157,7 +183,7 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS, s
         "triton_gemm": lambda i: conv.gemm_epilogue(ts[i % sets].reshape(m, c), w1, b1, None, "gelu"),
         "cublas_linear+gelu": lambda i: F.gelu(F.linear(ts[i % sets].reshape(m, c), w1, b1)),
     }
-    if sweep and f1:
+    if sweep and f1 and "fc1" in sweep_kinds:
         for cfg in gemm_configs:
             f1["gemm_" + "x".join(map(str, cfg))] = (lambda i, t=cfg: conv.gemm_epilogue(
                 ts[i % sets].reshape(m, c), w1, b1, None, "gelu", tiles=t))
@@ -173,7 +199,7 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS, s
         "cublas_linear+add": lambda i: F.linear(hs[i % sets], w2, b2).add_(rows_of[i % sets]),
         "cublas_addmm_residual+bias": lambda i: torch.addmm(rows_of[i % sets], hs[i % sets], w2.t()).add_(b2),
     }
-    if sweep and f2:
+    if sweep and f2 and "fc2" in sweep_kinds:
         for cfg in gemm_configs:
             f2["gemm_" + "x".join(map(str, cfg))] = (lambda i, t=cfg: conv.gemm_epilogue(
                 hs[i % sets], w2, b2, rows_of[i % sets], "none", tiles=t))
@@ -182,7 +208,201 @@ def stage_rows(c: int, hw: int, sweep: bool, compile_: bool, log, kinds=KINDS, s
         f2["torch_compile"] = lambda i: g2(hs[i % sets], rows_of[i % sets])
     if f2:
         run("fc2", f2, fc2_64, convnext.TOLERANCES[dtype], (m * 4 * c + 4 * c * c + 2 * m * c) * 2, 2 * m * c * 4 * c)
+
+    # ---- the whole MLP: fc1 → GELU → fc2 (γ folded) + x, every way convnext.mlp_impl runs it
+    if "mlp" in kinds:
+        mlp64 = F.linear(F.gelu(F.linear(ts[0].reshape(m, c).double(), w1.double(), b1.double())), w2.double(),
+                         b2.double()) + rows_of[0].double()
+
+        def cublas_fc1_gelu(i):
+            return linear.linear_act(ts[i % sets].reshape(m, c), w1, b1, "gelu")          # cuBLAS + the GELU pass
+
+        def triton_fc1_gelu(i):
+            return conv.gemm_epilogue(ts[i % sets].reshape(m, c), w1, b1, None, "gelu")
+
+        mv = {
+            "cublas": lambda i: bias_act_(F.linear(cublas_fc1_gelu(i), w2, b2), None, rows_of[i % sets], "none"),
+            "triton_gemm": lambda i: conv.gemm_epilogue(triton_fc1_gelu(i), w2, b2, rows_of[i % sets], "none"),
+            "gelu_prologue": lambda i: gemm_act_prologue(F.linear(ts[i % sets].reshape(m, c), w1, b1), w2, b2,
+                                                         rows_of[i % sets], "gelu"),
+            "triton_fc1+cublas_fc2": lambda i: bias_act_(F.linear(triton_fc1_gelu(i), w2, b2), None,
+                                                         rows_of[i % sets], "none"),
+            "cublas_fc1+triton_fc2": lambda i: conv.gemm_epilogue(cublas_fc1_gelu(i), w2, b2, rows_of[i % sets],
+                                                                  "none"),
+        }
+        if sweep and "mlp" in sweep_kinds:
+            for cfg in gemm_configs:
+                mv["gelu_prologue_" + "x".join(map(str, cfg))] = (lambda i, t=cfg: gemm_act_prologue(
+                    F.linear(ts[i % sets].reshape(m, c), w1, b1), w2, b2, rows_of[i % sets], "gelu", tiles=t))
+        if compile_:
+            g3 = torch.compile(lambda t, r: F.linear(F.gelu(F.linear(t, w1, b1)), w2, b2) + r)
+            mv["torch_compile"] = lambda i: g3(ts[i % sets].reshape(m, c), rows_of[i % sets])
+        run("mlp", mv, mlp64, convnext.TOLERANCES[dtype], (2 * m * c + 8 * c * c + m * c) * 2, 4 * m * c * 4 * c)
     return rows
+
+
+def ln2d_rows(compile_: bool, log, smoke: bool = False) -> list[dict]:
+    """ConvNeXt-Tiny's five LayerNorm2d (``LN2D_SHAPES``): our one pass against ``permute → layer_norm`` (eager)
+    and torch.compile of it; the stem's with its conv 4×4/4 (bias in the LayerNorm, or in cuDNN's conv)."""
+    device, dtype, batch = ("cpu", torch.float32, SMOKE_BATCH) if smoke else ("cuda", DTYPE, BATCH)
+    shapes = [(24, 8, True), (24, 8, False), (48, 1, False)] if smoke else LN2D_SHAPES
+    rows: list[dict] = []
+    for c, hw, stem in shapes:
+        gen = torch.Generator().manual_seed(c + hw)
+        lw = random_tensor(c, gen, 0.2, device, dtype) + 1
+        lb, b = random_tensor(c, gen, 0.2, device, dtype), random_tensor(c, gen, 0.5, device, dtype)
+        eps = 1e-6
+        tol = LAYER_NORM_TOLERANCES[dtype]
+        if stem:
+            side = hw * 4
+            sets = 2 if smoke else bk.rotation(batch * 3 * side * side * 2 * 3,
+                                               torch.cuda.get_device_properties(0).L2_cache_size, cap=8)
+            xs = [random_tensor((batch, 3, side, side), gen, 1.0, device, dtype).to(memory_format=torch.channels_last)
+                  for _ in range(sets)]
+            w = random_tensor((c, 3, 4, 4), gen, 48 ** -0.5, device, dtype)
+            ref64 = F.layer_norm(F.conv2d(xs[0].double(), w.double(), b.double(), 4).permute(0, 2, 3, 1), (c,),
+                                 lw.double(), lb.double(), eps)
+            variants = {
+                "cudnn_conv_bias+layer_norm": lambda i: F.layer_norm(
+                    F.conv2d(xs[i % sets], w, b, 4).permute(0, 2, 3, 1), (c,), lw, lb, eps),
+                "cudnn_conv+triton_ln": lambda i: channels_layer_norm(F.conv2d(xs[i % sets], w, None, 4), lw, lb,
+                                                                      eps, b),
+            }
+            if compile_:
+                stem_c = torch.compile(lambda x: F.layer_norm(F.conv2d(x, w, b, 4).permute(0, 2, 3, 1), (c,), lw, lb,
+                                                              eps))
+                variants["torch_compile"] = lambda i: stem_c(xs[i % sets])
+            moved = (batch * 3 * side * side + 2 * batch * c * hw * hw) * 2
+        else:
+            sets = 2 if smoke else bk.rotation(batch * c * hw * hw * 2 * 2,
+                                               torch.cuda.get_device_properties(0).L2_cache_size, cap=16)
+            xs = [random_tensor((batch, c, hw, hw), gen, 2.0, device, dtype).to(memory_format=torch.channels_last)
+                  for _ in range(sets)]
+            ref64 = F.layer_norm(xs[0].double().permute(0, 2, 3, 1), (c,), lw.double(), lb.double(), eps)
+            variants = {
+                "layer_norm": lambda i: F.layer_norm(xs[i % sets].permute(0, 2, 3, 1), (c,), lw, lb, eps),
+                "triton_ln": lambda i: channels_layer_norm(xs[i % sets], lw, lb, eps),
+            }
+            if compile_:
+                ln_c = torch.compile(lambda x: F.layer_norm(x.permute(0, 2, 3, 1), (c,), lw, lb, eps))
+                variants["torch_compile"] = lambda i: ln_c(xs[i % sets])
+            moved = 2 * batch * c * hw * hw * 2
+        checks = {}
+        for name, fn in variants.items():
+            try:
+                checks[name] = bk.error_vs(fn(0).float(), ref64, tol)
+            except Exception as exc:
+                checks[name] = {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        kind_rows = []
+        if smoke:
+            kind_rows = [dict(variant=n, ms=None) for n in variants]
+        else:
+            good = {n: f for n, f in variants.items() if checks[n].get("ok")}
+            burst = {n: (lambda i, f=f: [f(BURST * i + j) for j in range(BURST)][-1]) for n, f in good.items()}
+            timing = {n: {k: (v / BURST if k != "n" else v) for k, v in t.items()}
+                      for n, t in bk.time_variants(burst, reps=10, rounds=6, warmup_s=0.1).items()}
+            kind_rows = [bk.summarize(n, t, moved, None) for n, t in timing.items()]
+            best = min(timing, key=lambda n: timing[n]["median"])
+            log(f"  ln2d C={c} {hw}x{hw}{' stem' if stem else ''}: best {best} {timing[best]['median'] * 1e3:.1f} us")
+        for r in kind_rows:
+            r.update(kind="ln2d", channels=c, hw=hw, stem=stem, check=checks[r["variant"]])
+            rows.append(r)
+    return rows
+
+
+#: The whole-model variants beside ``fused`` (the measured defaults): each prepared with one of
+#: ``kernels.policy.POLICY``'s ConvNeXt switches forced, to see what each choice buys in the model.
+MODEL_VARIANTS = {
+    "fused_dwln_triton": dict(convnext_dwln="triton"),
+    "fused_dwln_cudnn_ln": dict(convnext_dwln="cudnn_ln"),
+    "fused_mlp_cublas": dict(convnext_mlp="cublas"),
+    "fused_mlp_triton_fc1": dict(convnext_mlp="triton_fc1"),
+    "fused_mlp_triton_gemm": dict(convnext_mlp="triton_gemm"),
+    "fused_mlp_gelu_prologue": dict(convnext_mlp="gelu_prologue"),
+    "fused_ln2d_off": dict(convnext_ln2d=False),
+}
+
+
+def model_line(args, log, deadline: float, checkpoint, smoke: bool = False) -> dict:
+    """ConvNeXt-Tiny whole, fp16, batch 32, channels_last: the unfused graph, the fused graph with the measured
+    defaults and with each ``MODEL_VARIANTS`` switch, fused + CUDA graphs, compile default, reduce-overhead and
+    max-autotune-no-cudagraphs (``_common.sessions_against_compile``: paired rounds, then a second session for
+    max-autotune), each with its GPU busy time from the profiler (one profiled forward)."""
+    import functools
+
+    from benchmarks import _common as common
+    from explorer.fusion_engine import analyze, fuse
+    from explorer.runtime import measure
+
+    device = "cpu" if smoke else "cuda"
+    dtype = torch.float32 if smoke else DTYPE
+    batch = 1 if smoke else BATCH
+    analysis = analyze("convnext_tiny", batch)
+    model, _, det = analysis
+    fused = fuse(analysis, None, device)
+    x = measure.prepare_inputs(model.example_inputs, device, dtype, channels_last=True)
+    ref_gm = measure.prepare_graph(model.gm, device, torch.float64)
+    with torch.inference_mode():
+        ref = ref_gm(*measure.prepare_inputs(model.example_inputs, device, torch.float64)).detach().cpu()
+    del ref_gm
+    variants = {}
+    unfused = measure.prepare_graph(model.gm, device, dtype, channels_last=True)
+    fgm = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
+    variants["unfused"] = lambda: unfused(*x)
+    variants["fused"] = lambda: fgm(*x)
+    keep = [unfused, fgm]
+    for name, switches in MODEL_VARIANTS.items():
+        with conv.policy(**switches):
+            g = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
+        keep.append(g)
+        variants[name] = (lambda g=g: g(*x))
+    eager = measure.prepare_module(model.module, device, dtype, channels_last=True)
+    head = dict(model="convnext_tiny", batch=batch, dtype=str(dtype).replace("torch.", ""),
+                memory_format="channels_last", chains=dict(det.counts),
+                applied=sorted({(a.pattern, a.status, a.implementation) for a in fused.applied}))
+    session_args = argparse.Namespace(no_compile=args.no_compile or smoke, quick=False, smoke=smoke)
+    out = common.sessions_against_compile(
+        variants, eager, x, ref, head, [], device=device, args=session_args, deadline=deadline, log=log,
+        profile=functools.partial(common.profile_forward, top=12, cpu_ops=False), checkpoint=checkpoint)
+    del keep
+    return out
+
+
+def model_table(m: dict) -> list[str]:
+    """One line per model variant: median ms (p20-p80), GPU busy ms, kernels, precision."""
+    lines = [f"{'model variant':34} {'median ms':>10} {'p20-p80':>15} {'GPU busy':>9} {'kernels':>8} {'rel_l2':>9}"]
+    for name, r in sorted(m["variants"].items(), key=lambda kv: kv[1]["latency_ms"]["median"]):
+        t = r["latency_ms"]
+        busy = r.get("gpu_busy_ms")
+        lines.append(f"{name:34} {t['median']:10.3f} {t['p20']:7.3f}-{t['p80']:<7.3f} "
+                     f"{'-' if busy is None else f'{busy:.3f}':>9} {r.get('kernels') or '-':>8} "
+                     f"{r['precision']['rel_l2']:9.2e}")
+    for v in m.get("verdicts", []):
+        lines.append(f"  {v.get('target')}: {v.get('label')} (ratio {v.get('ratio', float('nan')):.3f})")
+    return lines
+
+
+def suggested_tables(rows: list[dict]) -> dict:
+    """The per-shape tables ``convnext.DWLN_MEASURED``, ``MLP_MEASURED`` and ``PROLOGUE_TILES`` this run's medians
+    give (µs; the GELU-prologue GEMM at its fastest swept tile)."""
+    dwln, mlp, tiles = {}, {}, {}
+    for c, hw in STAGES:
+        mine = {r["variant"]: r["ms"]["median"] * 1e3 for r in rows if r["kind"] == "dwln" and r["channels"] == c}
+        if "tap_kernel" in mine and "cudnn_conv+triton_ln" in mine:
+            ours, split = mine["tap_kernel"], mine["cudnn_conv+triton_ln"]
+            dwln[f"{c},{hw},{hw}"] = ["triton" if ours < split else "cudnn_ln", round(ours, 1), round(split, 1)]
+        m = {r["variant"]: r["ms"]["median"] * 1e3 for r in rows if r["kind"] == "mlp" and r["channels"] == c}
+        m.setdefault("triton_fc1", m.get("triton_fc1+cublas_fc2"))      # the variant's name in the table
+        impls = {k: round(m[k], 1) for k in convnext.MLP_IMPLS if m.get(k) is not None}
+        swept = {k: v for k, v in m.items() if k.startswith("gelu_prologue")}
+        if swept:                                   # the prologue GEMM at its fastest tile (the default among them)
+            best = min(swept, key=swept.get)
+            impls["gelu_prologue"] = round(swept[best], 1)
+            if best != "gelu_prologue":
+                tiles[f"{c},{hw},{hw}"] = [int(v) for v in best.split("_")[-1].split("x")]
+        if impls:
+            mlp[f"{c},{hw},{hw}"] = [min(impls, key=impls.get), impls]
+    return {"DWLN_MEASURED": dwln, "MLP_MEASURED": mlp, "PROLOGUE_TILES": tiles}
 
 
 def _stage_list(text: str) -> list[int]:
@@ -210,7 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default="0,1,2,3", type=_stage_list, help="of 0,1,2,3 (C = 96...768)")
     parser.add_argument("--no-sweep", action="store_true", help="only the default tiles and the libraries")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
-    parser.add_argument("--only", default=",".join(KINDS), type=_kind_list, help="kernels to time: dwln,fc1,fc2")
+    parser.add_argument("--only", default="dwln,fc1,fc2,mlp,ln2d", type=_kind_list,
+                        help="what to time, of " + ",".join(KINDS) + " (model: the whole ConvNeXt-Tiny line)")
+    parser.add_argument("--sweep-only", default=",".join(KINDS), type=_kind_list,
+                        help="sweep tiles/configs only for these kinds (default all)")
+    parser.add_argument("--budget-s", type=float, default=540.0,
+                        help="no compile of the model line starts after this many seconds (default 540)")
     parser.add_argument("--smoke", action="store_true",
                         help="no GPU: one tiny stage on the CPU, Triton interpreted (set TRITON_INTERPRET=1 "
                              "before Python starts), every variant checked against float64, nothing timed")
@@ -219,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"schema": "bench_convnext_kernels/1", **run_stamp()}
     if args.smoke:
         rows = stage_rows(*SMOKE_STAGE, True, False, print, args.only, smoke=True)
+        if "ln2d" in args.only:
+            rows += ln2d_rows(False, print, smoke=True)
         doc.update(label="SMOKE: CPU, Triton interpreted, fp32, not timed", rows=rows)
         write_json(path, doc)
         failed = [f"{r['kind']} {r['variant']}: {r['check']}" for r in rows if not r["check"].get("ok")]
@@ -235,27 +462,50 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
     rows = []
-    for s in args.stages:
+    doc["rows"] = rows
+    block_kinds = [k for k in args.only if k in ("dwln", "fc1", "fc2", "mlp")]
+    for s in args.stages if block_kinds else []:
         c, hw = STAGES[s]
         log(f"stage {s}: C={c} {hw}x{hw}")
-        rows += stage_rows(c, hw, not args.no_sweep, not args.no_compile, log, args.only)
-        doc["rows"] = rows
+        rows += stage_rows(c, hw, not args.no_sweep, not args.no_compile, log, block_kinds,
+                           sweep_kinds=args.sweep_only)
+        doc["suggested"] = suggested_tables(rows)
         write_json(path, doc)
+    if "ln2d" in args.only:
+        log("ln2d: the stem's, the downsamplings' and the head's LayerNorm2d")
+        rows += ln2d_rows(not args.no_compile, log)
+        write_json(path, doc)
+    if "model" in args.only:
+        log("model: ConvNeXt-Tiny whole")
+
+        def checkpoint(partial):
+            doc["model"] = partial
+            write_json(path, doc)
+
+        doc["model"] = model_line(args, lambda msg: log(f"[model] {msg}"), started + args.budget_s, checkpoint)
     doc["wall_s"] = round(time.perf_counter() - started, 1)
     write_json(path, doc)
     print(f"{'kind':5} {'C':>4} {'variant':32} {'median us':>10} {'p20':>8} {'p80':>8} {'GB/s':>7}")
-    for kind in ("dwln", "fc1", "fc2"):
+    for kind in ("dwln", "fc1", "fc2", "mlp"):
         for c, hw in STAGES:
             mine = [r for r in rows if r["kind"] == kind and r["channels"] == c]
             if not mine:
                 continue
             best = min(mine, key=lambda r: r["ms"]["median"])
-            show = {r["variant"]: r for r in mine if not r["variant"][5:6].isdigit()}
+            show = {r["variant"]: r for r in mine if not re.search(r"_\d+x\d+", r["variant"])}
             show[best["variant"]] = best
             for name, r in sorted(show.items(), key=lambda kv: kv[1]["ms"]["median"]):
                 t = r["ms"]
                 print(f"{kind:5} {c:4} {name + (' *' if r is best else ''):32} {t['median'] * 1e3:10.1f} "
                       f"{t['p20'] * 1e3:8.1f} {t['p80'] * 1e3:8.1f} {r.get('gbps', 0):7.0f}")
+    for r in sorted((r for r in rows if r["kind"] == "ln2d"), key=lambda r: (r["channels"], -r["hw"])):
+        t = r["ms"]
+        print(f"ln2d  {r['channels']:4} {r['hw']:3}{' stem' if r['stem'] else '     '} {r['variant']:26} "
+              f"{t['median'] * 1e3:10.1f} {t['p20'] * 1e3:8.1f} {t['p80'] * 1e3:8.1f} {r.get('gbps', 0):7.0f}")
+    if doc.get("suggested"):
+        print("suggested tables:", json.dumps(doc["suggested"]))
+    if doc.get("model"):
+        print("\n".join(model_table(doc["model"])))
     print(f"wrote {path}")
     return 0
 

@@ -51,7 +51,13 @@ def expected_counts(name: str) -> dict[str, int]:
 
     model = _architecture(name)
     if name == "convnext_tiny":
-        return {"convnext_block": sum(isinstance(m, CNBlock) for m in model.modules())}
+        from torchvision.models.convnext import LayerNorm2d
+
+        # LayerNorm2d: the stem's (after its conv), one before each downsampling conv, the head's (before its linear)
+        downsample = sum(isinstance(m, torch.nn.Sequential) and len(m) == 2 and isinstance(m[0], LayerNorm2d)
+                         for m in model.features)
+        return {"convnext_block": sum(isinstance(m, CNBlock) for m in model.modules()), "convnext_stem_ln": 1,
+                "convnext_downsample_ln": downsample, "convnext_head_ln": 1}
     kind = InvertedResidual if name == "mobilenet_v2" else MBConv
     blocks = [m for m in model.modules() if isinstance(m, kind)]
     layers = [b.conv if name == "mobilenet_v2" else b.block for b in blocks]
@@ -104,7 +110,8 @@ def test_the_derivation_matches_the_papers_tables():
     expanded = sum(n for t, n, _, _ in b0 if t != 1)
     assert expected_counts("efficientnet_b0") == {"conv_bn_act": 2 + expanded + blocks, "conv_bn_add": residual,
                                                   "conv_bn": blocks - residual, "squeeze_excite": blocks}
-    assert expected_counts("convnext_tiny") == {"convnext_block": 3 + 3 + 9 + 3}
+    assert expected_counts("convnext_tiny") == {"convnext_block": 3 + 3 + 9 + 3, "convnext_stem_ln": 1,
+                                                "convnext_downsample_ln": 3, "convnext_head_ln": 1}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -136,7 +143,9 @@ def test_fused_model_through_the_triton_interpreter(name, monkeypatch, analyze_c
     gm = capture(module, (x,), name)
     det = detect(build_graph(gm, name))
     fused = apply_plan(gm, det, make_plan(det), "cpu")
-    assert all("triton" in a.implementation for a in fused.applied), [a.implementation for a in fused.applied]
+    # (ConvNeXt's head LayerNorm2d keeps torch's layer_norm where that measured faster: convnext.LN2D_MEASURED)
+    assert all("triton" in a.implementation or "measured faster" in a.implementation
+               for a in fused.applied), [a.implementation for a in fused.applied]
     gm, fgm = gm.to(memory_format=torch.channels_last), fused.gm.to(memory_format=torch.channels_last)
     x = x.contiguous(memory_format=torch.channels_last)
     with torch.no_grad():

@@ -122,14 +122,25 @@ def test_selection_says_why(monkeypatch):
     cpu = convnext.select_convnext_block("cpu", torch.float32, 96)
     assert cpu.impl == "reference" and "no Triton on cpu" in cpu.label and "residual add_" in cpu.label
     if triton_support.triton_available():
-        cuda = convnext.select_convnext_block("cuda", torch.float16, 96)
+        monkeypatch.setattr(convnext, "DWLN_MEASURED", {(96, 56, 56): ("triton", 90.0, 120.0)})
+        monkeypatch.setattr(convnext, "MLP_MEASURED", {(96, 56, 56): ("gelu_prologue", {"cublas": 150.0,
+                                                                                        "gelu_prologue": 120.0})})
+        cuda = convnext.select_convnext_block("cuda", torch.float16, 96, hw=(56, 56))
         assert cuda.impl == "triton" and cuda.label.startswith("triton dwconv+bias+LayerNorm (1 kernel")
-        assert "linear+gelu" in cuda.label and "triton GEMM" not in cuda.label, "cuBLAS measured faster"
+        assert "our kernel 90 µs, cuDNN + LayerNorm pass 120 µs" in cuda.label, "the measurement is said"
+        assert "applied to its input" in cuda.label and "gelu_prologue 120 µs, cublas 150 µs" in cuda.label
+        other = convnext.select_convnext_block("cuda", torch.float16, 96, hw=(28, 28))
+        assert other.impl == convnext.DWLN_DEFAULT == "cudnn_ln" and "not measured" in other.label
+        assert other.label.startswith("cuDNN dwconv + triton bias+LayerNorm (1 pass")
+        assert "linear+gelu" in other.label and "triton GEMM" not in other.label, "cuBLAS by default"
         with conv.policy(mlp_gemm_triton=True):
             gemm = convnext.select_convnext_block("cuda", torch.float16, 96)
         assert "triton GEMM+bias+gelu (1 kernel)" in gemm.label
-        assert convnext.select_convnext_block("cuda", torch.float16, 4096).impl == "reference"
+        with conv.policy(convnext_dwln="triton"):
+            assert convnext.select_convnext_block("cuda", torch.float16, 4096).impl == "cudnn_ln", "too wide"
         assert convnext.select_convnext_block("cuda", torch.float16, 96, layout="nchw").impl == "reference"
+        with conv.policy(depthwise_triton=False):
+            assert convnext.select_convnext_block("cuda", torch.float16, 96).impl == "reference"
 
 
 # ===================================================================== pattern and rewrite
@@ -180,37 +191,44 @@ def test_rewrite_without_triton_is_exact_in_float64(monkeypatch):
 
 
 @needs_backend
-@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-def test_rewrite_through_triton(layout):
+@pytest.mark.parametrize("layout, dwln", [("nchw", "triton"), ("nhwc", "triton"), ("nhwc", "cudnn_ln")])
+def test_rewrite_through_triton(layout, dwln):
     x = torch.randn(2, 40, 7, 6, generator=torch.Generator().manual_seed(2))
-    fused = _check_rewrite(nn.Sequential(block(40, 0), block(40, 1)), x, 2e-5, layout)
-    assert all(a.impl == "triton" and "LayerNorm (1 kernel" in a.implementation for a in fused.applied)
+    with conv.policy(convnext_dwln=dwln):
+        fused = _check_rewrite(nn.Sequential(block(40, 0), block(40, 1)), x, 2e-5, layout)
+    label = "LayerNorm (1 kernel" if dwln == "triton" else "bias+LayerNorm (1 pass"
+    assert all(a.impl == dwln and label in a.implementation for a in fused.applied)
 
 
-@pytest.mark.parametrize("triton, mlp_gemm", [(False, False), (True, False), (True, True)],
-                         ids=["reference", "triton", "triton-mlp-gemm"])
-def test_lowering(triton, mlp_gemm, monkeypatch):
-    """A lean graph names ``depthwise_layer_norm`` where Triton runs, and the GEMM with the GELU epilogue where
-    ``mlp_gemm_triton`` is on too; the library calls and the linear family's lowering of the GELU linear otherwise;
-    it computes what the plain graph does."""
+@pytest.mark.parametrize("dwln, mlp", [("reference", "cublas"), ("triton", "cublas"), ("cudnn_ln", "gelu_prologue"),
+                                       ("triton", "triton_gemm")])
+def test_lowering(dwln, mlp, monkeypatch):
+    """A lean graph names each step as ``dwln_impl`` and ``mlp_impl`` chose (``depthwise_layer_norm``; cuDNN's
+    conv + ``channels_layer_norm``; conv + ``layer_norm``; then ``mlp_hidden``'s GEMM, ``project_gelu_residual``
+    after cuBLAS's fc1, or the linear family's lowering), and computes what the plain graph does."""
+    triton = dwln != "reference"
     if triton and not (HAS_CUDA or INTERPRET):
         pytest.skip("Triton runs neither compiled nor interpreted")
     if not triton:
         monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    x = torch.randn(2, 24, 7, 6, generator=torch.Generator().manual_seed(3), device=DEVICE)
+    x = torch.randn(3, 24, 7, 7, generator=torch.Generator().manual_seed(3), device=DEVICE)
     gm, det = _detect(block(24).to(DEVICE), x)
     fused = apply_plan(gm, det, make_plan(det), DEVICE)
     plain = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True, lean=False)
-    with conv.policy(mlp_gemm_triton=mlp_gemm):
+    forced = {} if not triton else dict(convnext_dwln=dwln, convnext_mlp=mlp)
+    with conv.policy(**forced):
         lean_gm = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True)
     targets = [n.target for n in lean_gm.graph.nodes if n.op == "call_function"]
     assert convnext.fused_convnext_block not in targets
-    assert (convnext.depthwise_layer_norm in targets) == triton
-    assert (convnext.mlp_hidden in targets) == mlp_gemm
-    assert (torch.layer_norm in targets) != triton and convnext.project_residual in targets
+    assert (convnext.depthwise_layer_norm in targets) == (dwln == "triton")
+    assert (convnext.channels_layer_norm in targets) == (dwln == "cudnn_ln")
+    assert (torch.layer_norm in targets) == (dwln == "reference")
+    assert (convnext.mlp_hidden in targets) == (mlp == "triton_gemm")
+    assert (convnext.project_gelu_residual in targets) == (mlp == "gelu_prologue")
+    assert (convnext.project_residual in targets) == (mlp != "gelu_prologue")
     x = x.contiguous(memory_format=torch.channels_last)
     with torch.inference_mode():
-        torch.testing.assert_close(lean_gm(x), plain(x), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(lean_gm(x), plain(x), rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.skipif(not INTERPRET, reason="needs Triton's interpreter (no CUDA here)")
@@ -227,7 +245,8 @@ def test_kernel_benchmark_smoke_checks_every_variant(tmp_path, monkeypatch):
     out = tmp_path / "smoke.json"
     assert bench.main(["--smoke", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert {r["kind"] for r in rows} == {"dwln", "fc1", "fc2"} and all(r["check"]["ok"] for r in rows)
+    assert {r["kind"] for r in rows} == {"dwln", "fc1", "fc2", "mlp", "ln2d"} and all(r["check"]["ok"] for r in rows)
+    assert {"cudnn_conv+triton_ln", "gelu_prologue", "triton_ln"} <= {r["variant"] for r in rows}
     assert any(r["variant"].startswith("tap_") and r["variant"][4].isdigit() for r in rows), "the tile sweep ran"
     monkeypatch.setattr(convnext, "TOLERANCES", {k: dict(rtol=0.0, atol=0.0) for k in convnext.TOLERANCES})
     assert bench.main(["--smoke", "--only", "fc1", "--out", str(out)]) == 1

@@ -27,6 +27,9 @@ RECORD = json.loads((Path(__file__).parent / "data" / "zoo_detections_before_iss
 #: Chains found since the record, by a change that says why (issue 20: Add+LayerNorm across the eval-mode dropout
 #: after ViT's position embedding, whose sum the first block's residual also reads).
 ADDED_SINCE = {"vit_b_16": ("add_layer_norm@add",)}
+#: Patterns added after the record, whose chains it cannot hold (ConvNeXt's LayerNorm2d: claims nothing another
+#: pattern had; ``test_cnn_models`` counts them from the architecture).
+PATTERNS_SINCE = {"convnext_stem_ln", "convnext_downsample_ln", "convnext_head_ln"}
 
 
 def _family(name: str, patterns: tuple[str, ...], **relation) -> types.ModuleType:
@@ -79,7 +82,7 @@ def test_zoo_detections_are_those_recorded_before(name, detection_cached):
     # as the Add+RMSNorm / RMSNorm chains recorded; its own near misses are new
     added = ADDED_SINCE.get(name, ())
     assert all(a in {c.id for c in detection.chains} for a in added)
-    chains = [c for c in detection.chains if c.id not in added]
+    chains = [c for c in detection.chains if c.id not in added and c.pattern not in PATTERNS_SINCE]
     assert [FOLDED.get(c.pattern, c.pattern) + c.id[len(c.pattern):] for c in chains] == want["chains"]
     nodes = json.dumps([list(c.nodes) for c in chains]).encode()
     assert hashlib.sha256(nodes).hexdigest() == want["nodes_sha256"]
@@ -94,4 +97,5 @@ def test_zoo_detections_are_those_recorded_before(name, detection_cached):
         owner = reason.rsplit(" ", 1)[-1].split("@")[0]
         return owner != pattern and names.index(owner) < names.index(pattern)
 
-    assert got == [m for m in want["near_misses"] if not outranked(m)]
+    since = {n for c in detection.chains if c.pattern in PATTERNS_SINCE for n in c.nodes}     # now claimed first
+    assert got == [m for m in want["near_misses"] if not outranked(m) and not set(m[1]) & since]

@@ -121,8 +121,9 @@ def _check_epilogue_operands(y: torch.Tensor, bias: torch.Tensor | None, z: torc
             raise ValueError(f"all operands must be on {y.device}, got one on {t.device}")
 
 
-def _plan_bias_act(y, bias, z, act, block, num_warps) -> LaunchPlan:
-    """Decide whether the epilogue kernel runs for these operands, and prepare its launch."""
+def plan_bias_act(y, bias, z, act, block=None, num_warps=None) -> LaunchPlan:
+    """Decide whether the epilogue kernel runs for these operands, and prepare its launch (``kernel`` None: the
+    torch ops run instead); callers that plan a whole step launch it themselves (``convnext.project_residual``)."""
     _check_epilogue_operands(y, bias, z)
     layout = layout_of(y)
     if (layout not in LAYOUTS or y.dtype not in TRITON_DTYPES or not triton_runs_on(y.device) or y.numel() == 0
@@ -180,8 +181,8 @@ def bias_act_(y: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor | None
     and reused: a model makes the same calls on every forward.
     """
     check(act, EPILOGUE_ACTIVATIONS)
-    key = (operand_key(y), operand_key(bias), operand_key(z), act, block, num_warps, interpreting())
-    plan = planned(PLANS, key, _plan_bias_act, y, bias, z, act, block, num_warps)
+    key = (operand_key(y), operand_key(bias), operand_key(z), act, block, num_warps, y.is_cuda or interpreting())
+    plan = planned(PLANS, key, plan_bias_act, y, bias, z, act, block, num_warps)
     if plan.kernel is None:
         _check_epilogue_operands(y, bias, z)
         return bias_act_torch_(y, bias, z, act)

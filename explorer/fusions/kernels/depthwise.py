@@ -206,10 +206,10 @@ def _depthwise_key(x, weight, bias, z, stride, padding, dilation, act, norm, til
             _geometry_key(stride), _geometry_key(padding), _geometry_key(dilation), act,
             None if norm is None else (None if norm[0] is None else norm[0].dtype,
                                        None if norm[1] is None else norm[1].dtype, float(norm[2])),
-            tiles, interpreting())
+            tiles, x.is_cuda or interpreting())
 
 
-def _plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, tiles) -> LaunchPlan:
+def plan_depthwise(x, weight, bias, z, stride, padding, dilation, act, norm, tiles) -> LaunchPlan:
     """Check the operands (``ValueError`` for what the kernel does not compute) and plan the launch; the
     plan's ``kernel`` is None for an empty output (nothing to launch)."""
     check(act, EPILOGUE_ACTIVATIONS)
@@ -290,7 +290,7 @@ def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     A call signature is checked and planned once.
     """
     key = ("dw", *_depthwise_key(x, weight, bias, z, stride, padding, dilation, act, norm, tiles))
-    plan = planned(PLANS, key, _plan_depthwise, x, weight, bias, z, stride, padding, dilation, act, norm, tiles)
+    plan = planned(PLANS, key, plan_depthwise, x, weight, bias, z, stride, padding, dilation, act, norm, tiles)
     return _run_depthwise(plan, key, x, weight, bias, z, norm)
 
 
@@ -315,7 +315,7 @@ def depthwise_conv_epilogue(x: torch.Tensor, weight: torch.Tensor, packed: torch
     key = ("dw-epilogue", *_depthwise_key(x, packed, bias, z, stride, padding, dilation, act, None, None))
     plan = PLANS.get(key)
     if plan is None:
-        plan = remember(PLANS, key, _plan_depthwise(x, packed, bias, z, stride, padding, dilation, act, None, None)
+        plan = remember(PLANS, key, plan_depthwise(x, packed, bias, z, stride, padding, dilation, act, None, None)
                         if depthwise_applies(x, weight, weight.shape[0], z) else LaunchPlan(out_shape="fallback"))
     if plan.out_shape != "fallback":
         return _run_depthwise(plan, key, x, packed, bias, z, None)

@@ -28,6 +28,18 @@ class ConvPolicy:
     #: ConvNeXt-Tiny on the H200 and the lower profiled GPU time in the model (convnext.py says where); the
     #: benchmark times both.
     mlp_gemm_triton: bool = False
+    #: ConvNeXt's depthwise conv + LayerNorm step: "auto" (per shape, ``convnext.DWLN_MEASURED``), or forced:
+    #: "triton" (our one kernel), "cudnn_ln" (cuDNN's conv without bias + the one-pass LayerNorm adding it).
+    convnext_dwln: str = "auto"
+    #: ConvNeXt's MLP: "auto" (per shape, ``convnext.MLP_MEASURED``), or forced: "cublas" (cuBLAS + GELU,
+    #: cuBLAS + the residual pass), "triton_fc1" (fc1 a Triton GEMM with the GELU epilogue, then cuBLAS + the
+    #: residual pass), "triton_gemm" (both as Triton GEMMs with their epilogues; also what
+    #: ``mlp_gemm_triton`` forces), "gelu_prologue" (cuBLAS, then one Triton GEMM that applies the GELU to
+    #: its input as it loads it and adds the bias and the residual: the GELU pass is gone).
+    convnext_mlp: str = "auto"
+    #: The stem's, the downsamplings' and the head's LayerNorm2d as one Triton pass where ``convnext.LN2D_MEASURED``
+    #: does not say torch's was faster (convnext's patterns); off: permute + layer_norm everywhere.
+    convnext_ln2d: bool = True
     triton_epilogue: bool = True    # conv without bias, then one Triton pass (else: the separate torch path)
 
 
@@ -35,7 +47,7 @@ POLICY = ConvPolicy()
 
 
 @contextlib.contextmanager
-def policy(**changes: bool) -> Iterator[ConvPolicy]:
+def policy(**changes: bool | str) -> Iterator[ConvPolicy]:
     """Run a block with some ``ConvPolicy`` switches changed; the previous policy comes back after."""
     global POLICY
     saved = POLICY
