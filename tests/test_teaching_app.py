@@ -184,7 +184,7 @@ def test_breakdown_and_traffic_tables():
          "categories_ms": {"launch_host": 0.5, "memory_bound": 1.0, "compute_bound": 0.4, "other": 0.1}}
     rows = views.breakdown_rows({"unfused": b, "fused": b})
     assert len(rows) == 5 and rows[0]["unfused %"] == "25%" and rows[-1]["unfused ms"] == 2.0
-    assert rows[0]["seed's claim %"] == "15%"
+    assert rows[0]["reference article's claim %"] == "15%"
     fig = views.breakdown_figure({"unfused": b})
     assert [tr.name for tr in fig.data][:2] == ["kernel launch and host overhead", "memory-bound kernels"]
     traffic = {"chains": [{"id": "a", "title": "a", "pattern": "p", "bytes_unfused": 200, "bytes_fused": 100,
@@ -193,4 +193,4 @@ def test_breakdown_and_traffic_tables():
     rows = views.traffic_rows(traffic)
     assert rows[-1]["saved"] == "10%" and rows[0]["saved"] == "50%"
     bars = views.traffic_figure(traffic, "resnet50")
-    assert list(bars.data[0].x) == ["byte model", "seed's claim (batch not stated)"]
+    assert list(bars.data[0].x) == ["byte model", "reference article's claim (batch not stated)"]
