@@ -115,6 +115,11 @@ def measure_case(key: str) -> dict:
             "host_us_per_launch": m.summarize(per_round),
             "host_issue_ms": m.summarize(issue[v]),
             "host_issue_us_per_launch": m.summarize([t * 1e3 / launches[v] for t in issue[v]])}
+    for what, basis in (("", "plain calls"), ("_graph", "CUDA-graph replays (the GPU's work)")):
+        if "fused" + what in samples and "inductor" + what in samples:
+            verdict = stats.compare(samples["inductor" + what], samples["fused" + what],
+                                    basis=f"{basis}, fused graph against torch.compile default")
+            out[f"verdict{what}_ms_fused_vs_inductor"] = dataclasses.asdict(verdict)
     if "fused" in issue and "inductor" in issue:
         verdict = stats.compare(issue["inductor"], issue["fused"],
                                 basis="host issue time per call, fused graph against torch.compile default")
@@ -161,7 +166,8 @@ def main() -> int:
                   f"{r['host_issue_us_per_launch']['median']:>10.2f}")
         if "error" in case:
             print(f"{key:28} error: {case['error']}")
-        for name in ("verdict_issue_fused_vs_inductor", "verdict_fused_vs_inductor"):
+        for name in ("verdict_ms_fused_vs_inductor", "verdict_graph_ms_fused_vs_inductor",
+                     "verdict_issue_fused_vs_inductor", "verdict_fused_vs_inductor"):
             verdict = case.get(name)
             if not verdict:
                 continue
