@@ -12,6 +12,8 @@ no chromium can be found.
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import os
 import tempfile
 import time
@@ -232,28 +234,34 @@ def test_a_browser_without_cjk_fonts_draws_the_chinese_pages_with_the_apps_font(
     assert data == fonts.FONT_PATH.read_bytes()
     conf = tmp_path / "fonts.conf"
     conf.write_text(_FONTS_CONF.format(cache=tmp_path / "cache"))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, env={"FONTCONFIG_FILE": str(conf),
-                                                                                  "HOME": str(tmp_path)})
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.goto(app_url + "/export?lang=zh&model=residual_block")
-            page.get_by_text(i18n.t_in("zh", "app.kind.onnx")).first.wait_for(timeout=120_000)
-            wait_idle(page, 120_000)
-            page.wait_for_function("() => document.fonts.status === 'loaded'", timeout=30_000)
-            faces = page.evaluate("() => [...document.fonts].filter(f => f.status === 'loaded')"
-                                  ".map(f => [f.family, f.unicodeRange])")
-            page.get_by_text(i18n.t_in("zh", "app.kind.onnx")).first.click()
-            zone = page.locator('[data-testid="stFileUploaderDropzone"]').first
-            zone.wait_for(timeout=60_000)
-            shown = zone.evaluate("""z => {
-                const hint = z.querySelector('[data-testid="stFileUploaderDropzoneInstructions"] > div');
-                const label = z.querySelector('button [data-testid="stMarkdownContainer"]');
-                return {text: z.innerText, hint: getComputedStyle(hint, '::after').content,
-                        label: getComputedStyle(label, '::after').content};
-            }""")
-        finally:
-            browser.close()
+
+    def look():  # Playwright's sync API refuses a thread with a running asyncio loop (this module's others)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, env={"FONTCONFIG_FILE": str(conf),
+                                                                                      "HOME": str(tmp_path)})
+            try:
+                page = browser.new_page(viewport={"width": 1600, "height": 1000})
+                page.goto(app_url + "/export?lang=zh&model=residual_block")
+                page.get_by_text(i18n.t_in("zh", "app.kind.onnx")).first.wait_for(timeout=120_000)
+                wait_idle(page, 120_000)
+                page.wait_for_function("() => document.fonts.status === 'loaded'", timeout=30_000)
+                faces = page.evaluate("() => [...document.fonts].filter(f => f.status === 'loaded')"
+                                      ".map(f => [f.family, f.unicodeRange])")
+                page.get_by_text(i18n.t_in("zh", "app.kind.onnx")).first.click()
+                zone = page.locator('[data-testid="stFileUploaderDropzone"]').first
+                zone.wait_for(timeout=60_000)
+                shown = zone.evaluate("""z => {
+                    const hint = z.querySelector('[data-testid="stFileUploaderDropzoneInstructions"] > div');
+                    const label = z.querySelector('button [data-testid="stMarkdownContainer"]');
+                    return {text: z.innerText, hint: getComputedStyle(hint, '::after').content,
+                            label: getComputedStyle(label, '::after').content};
+                }""")
+            finally:
+                browser.close()
+        return faces, shown
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        faces, shown = pool.submit(look).result()
     assert any(family.strip('"') == "Source Sans" and "U+4E00-9FFF" in ranges.upper() for family, ranges in faces), \
         faces
     assert "MB per file" not in shown["text"] and "Upload" not in shown["text"], shown       # Streamlit's, hidden

@@ -389,12 +389,13 @@ for dt, hidden in (("fp32", 4096), ("bf16", 4096), ("fp16", 768), ("fp32", 16384
     out.append(dict(kernel="add_layernorm", dtype=dt, hidden=hidden, loads=len(loads),
                     vector_loads=sum(".v4" in l for l in loads), local=local_bytes(c)))
 k = attention._build_kernel(False)
-for dt, n, depth in (("fp16", 128, 64), ("bf16", 1000, 64), ("fp32", 1024, 64)):
+for dt, n, depth, forms in (("fp16", 128, 64, False), ("bf16", 1000, 64, True), ("fp32", 1024, 64, False)):
     cfg = attention.launch_config(n, depth, 4 if dt == "fp32" else 2)
-    const = dict(HAS_MASK=True, DOT_PRECISION="ieee" if dt == "fp32" else "tf32", UPCAST=False,
-                 LIBRARY_REDUCE=True, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"])
+    const = dict(HAS_MASK=True, HAS_TSCALE=forms, HAS_CAP=forms, DOT_PRECISION="ieee" if dt == "fp32" else "tf32",
+                 UPCAST=False, LIBRARY_REDUCE=True, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                 BLOCK_K=cfg["BLOCK_K"])
     sig = {a: ("constexpr" if a in const else "i32") for a in k.arg_names}
-    sig.update(A="*" + dt, Bm="*" + dt, MASK="*" + dt, O="*" + dt, scale="fp32")
+    sig.update(A="*" + dt, Bm="*" + dt, MASK="*" + dt, O="*" + dt, TS="*" + dt, scale="fp32", cap="fp32")
     c = triton.compile(ASTSource(k, sig, const, aligned(k, ["A", "Bm", "MASK", "O"])), target=target,
                        options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
     out.append(dict(kernel="matmul_softmax", dtype=dt, n=n, local=local_bytes(c)))
