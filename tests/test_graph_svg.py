@@ -1,0 +1,101 @@
+"""The SVG/PNG export of a graph view (``explorer.graph_svg``) and its downloads on the Export page.
+
+- The SVG parses as XML, draws one node ``<rect>`` per view node (fill and dashed border as the view),
+  one band group per chain band, one arrow-headed polyline per edge, every legend entry, and a
+  viewBox that holds every node.
+- A hostile name (``<script>``, ``&``) from the model is text in the SVG, never an element.
+- The PNG (cairosvg) decodes with PIL at the size the viewBox and scale give.
+- The Export page offers both downloads in English and Chinese (AppTest).
+"""
+
+from __future__ import annotations
+
+import io
+import xml.etree.ElementTree as ET
+
+import networkx as nx
+import pytest
+
+from explorer import graph_svg, graph_view
+from explorer.fusion_engine import detect
+from explorer.graph.synthetic import residual_cnn_graph
+from explorer.graph_view import ViewOptions
+
+NS = "{http://www.w3.org/2000/svg}"
+HOSTILE = "<script>alert(1)</script>&amp"
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    """Three residual blocks, one op renamed (and its origin) to a hostile module name; the first chain rejected."""
+    g = residual_cnn_graph(3)
+    g = nx.relabel_nodes(g, {"b1_conv1": HOSTILE})
+    g.nodes[HOSTILE]["origin"] = HOSTILE
+    det = detect(g)
+    accepted = [c.id for c in det.chains[1:]]
+    view = graph_view.build_view(g, det, accepted, ViewOptions(highlight=(HOSTILE,)))
+    return g, det, view
+
+
+def _parse(svg: str) -> ET.Element:
+    return ET.fromstring(svg.encode("utf-8"))
+
+
+def test_svg_draws_every_node_band_edge_and_legend_entry(hostile):
+    _, det, view = hostile
+    legend = graph_svg.legend_entries(det, "en")
+    root = _parse(graph_svg.render_svg(view, legend, "synthetic_3 & co"))
+    assert root.tag == f"{NS}svg"
+    nodes = root.findall(f".//{NS}g[@class='node']")
+    assert len(nodes) == len(view.nodes) > 10
+    by_id = {g.get("data-id"): g.find(f"{NS}rect") for g in nodes}
+    for vn in view.nodes:
+        rect = by_id[vn.id]
+        assert rect.get("fill") == vn.fill
+        assert (rect.get("stroke-dasharray") is not None) == vn.dashed
+    assert any(vn.dashed for vn in view.nodes) and view.bands
+    bands = root.findall(f".//{NS}g[@class='chain-band']")
+    assert sorted(b.get("data-chain") for b in bands) == sorted(b.chain for b in view.bands)
+    assert all(b.findall(f"{NS}rect") for b in bands)
+    lines = root.findall(f".//{NS}g[@class='edges']/{NS}polyline")
+    assert len(lines) == len(view.edges) and all(pl.get("marker-end") == "url(#arrow)" for pl in lines)
+    entries = root.findall(f".//{NS}g[@class='legend-entry']")
+    assert [e.find(f"{NS}text").text for e in entries] == [e.label for e in legend]
+    assert any("(" in e.label for e in legend)       # the patterns with their counts come first
+    vx, vy, vw, vh = map(float, root.get("viewBox").split())
+    for vn in view.nodes:
+        l, t, r, b = graph_view.box_of(vn)
+        assert vx <= l and vy <= t and r <= vx + vw and b <= vy + vh
+    assert "Noto Sans CJK SC" in root.get("font-family")
+
+
+def test_hostile_names_are_text(hostile):
+    _, det, view = hostile
+    hit = next(vn for vn in view.nodes if vn.id == HOSTILE)
+    svg = graph_svg.render_svg(view, graph_svg.legend_entries(det, "zh"), f"{HOSTILE} 原始图")
+    assert "<script" not in svg and "&amp;lt;" not in svg
+    root = _parse(svg)
+    assert not [el for el in root.iter() if el.tag.endswith("script")]
+    assert root.find(f"{NS}title").text == f"{HOSTILE} 原始图"
+    node = next(g for g in root.iter(f"{NS}g") if g.get("data-id") == HOSTILE)
+    assert node.find(f"{NS}title").text == hit.title
+    assert "".join(node.find(f"{NS}text").itertext()) == hit.label.replace("\n", "")
+    assert node.find(f"{NS}rect").get("stroke") == graph_view.HIGHLIGHT_BORDER
+
+
+def test_png_decodes_at_the_drawing_size(hostile):
+    pytest.importorskip("cairosvg")
+    from PIL import Image
+
+    _, det, view = hostile
+    svg = graph_svg.render_svg(view, graph_svg.legend_entries(det, "zh"), "synthetic_3")
+    data = graph_svg.render_png(svg, scale=1.5)
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    assert img.format == "PNG"
+    _, _, vw, vh = map(float, _parse(svg).get("viewBox").split())
+    assert abs(img.width - vw * 1.5) <= 2 and abs(img.height - vh * 1.5) <= 2
+    px = img.convert("RGB")
+    assert px.getpixel((1, 1)) == (255, 255, 255)            # the white background
+    colours = {px.getpixel((x, y)) for x in range(0, img.width, 7) for y in range(0, img.height, 7)}
+    assert len(colours) > 5                                  # something was drawn on it
