@@ -19,7 +19,9 @@ No Streamlit here.
 from __future__ import annotations
 
 import dataclasses
+import html as html_lib
 import math
+import re
 from typing import Iterable, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
@@ -66,6 +68,31 @@ def legend_entries(detection, lang: str = "en", fused: bool = False) -> list[Leg
     if fused:
         out.append(LegendEntry(t_in(lang, "graph.legend.fused"), "#dddddd", "#333333"))
         out.append(LegendEntry(t_in(lang, "graph.legend.no_kernel"), "#dddddd", "#333333", True))
+    return out
+
+
+_CHIP = re.compile(r"background:\s*([#\w(),. ]+?);\s*border:\s*([^;']*)[^']*'></span>(.*?)</span>", re.DOTALL)
+_BAR = re.compile(r"linear-gradient\(to right,([^)]*)\)'></div>(.*?)</div>", re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def legend_from_html(legend: str) -> list[LegendEntry]:
+    """The rows of a legend the app wrote as html chips (``graph_overlays.*_legend_html``): each chip's
+    colour, border and text, and an overlay's colour bar as its end (and middle) colours with their ticks."""
+    out = []
+    bar = _BAR.search(legend)
+    if bar:
+        stops = [c.strip() for c in bar.group(1).split(",")]
+        ticks = [html_lib.unescape(_TAG.sub("", t)) for t in re.findall(r"<span>(.*?)</span>", bar.group(2))]
+        if len(stops) == 2 and len(ticks) == 3:
+            ticks = [ticks[0], ticks[2]]
+        for colour, tick in zip(stops, ticks):
+            out.append(LegendEntry(tick, colour, "#999999"))
+    for colour, border, text in _CHIP.findall(legend):
+        label = " ".join(html_lib.unescape(_TAG.sub("", text)).split())
+        dashed = "dashed" in border
+        edge = re.search(r"#[0-9a-fA-F]{3,6}", border)
+        out.append(LegendEntry(label, colour.strip(), edge.group(0) if edge else "#999999", dashed))
     return out
 
 
@@ -234,8 +261,6 @@ def render_png(svg: str, scale: float = 2.0) -> bytes:
     except (ImportError, OSError) as exc:   # OSError: cairocffi found no libcairo
         raise PngUnavailable(f"PNG export needs cairosvg and libcairo (pip install 'fusion-explorer[png]'): "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    import re
-
     m = re.search(r'viewBox="[-\d.]+ [-\d.]+ ([\d.]+) ([\d.]+)"', svg)
     if m:
         area = float(m.group(1)) * float(m.group(2))
@@ -246,8 +271,6 @@ def render_png(svg: str, scale: float = 2.0) -> bytes:
 
 def file_stem(name: str) -> str:
     """A model's name as a safe file-name part."""
-    import re
-
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._")[:80] or "model"
 
 
