@@ -99,3 +99,43 @@ def test_png_decodes_at_the_drawing_size(hostile):
     assert px.getpixel((1, 1)) == (255, 255, 255)            # the white background
     colours = {px.getpixel((x, y)) for x in range(0, img.width, 7) for y in range(0, img.height, 7)}
     assert len(colours) > 5                                  # something was drawn on it
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_export_page_offers_svg_and_png(lang):
+    """The Export page offers the view as SVG and PNG, labelled in the page's language; after the Graph page
+    drew a view (with its own options), the Export page offers that view."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from explorer.ui import i18n
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "explorer" / "app.py"), default_timeout=120)
+    at.session_state["zoo_name"] = "residual_block"
+    at.session_state["lang"] = lang
+    at.run()
+    assert not at.exception, at.exception
+    at.session_state["graph_export_views"] = {}     # as before any Graph page drew a view
+    at.switch_page("ui/pages/export.py").run()
+    assert not at.exception, at.exception
+    buttons = {b.key: b for b in at.get("download_button")}
+    assert {"export_view_original_svg", "export_view_original_png"} <= set(buttons), sorted(buttons)
+    for kind in ("svg", "png"):
+        b = buttons[f"export_view_original_{kind}"]
+        assert b.label == i18n.t_in(lang, f"export.view.{kind}")
+        assert b.help == i18n.t_in(lang, f"export.view.{kind}_help")      # enabled: cairosvg is installed here
+    texts = [c.value for c in at.caption]
+    assert i18n.t_in(lang, "export.view.default") in texts
+
+    at.session_state["graph_direction"] = "LR"
+    at.switch_page("ui/pages/graph.py").run()
+    assert not at.exception, at.exception
+    keys = {b.key for b in at.get("download_button")}
+    assert {"graph_export_original_svg", "graph_export_original_png"} <= keys
+    recorded = at.session_state["graph_export_views"]["original"]
+    assert recorded["lang"] == lang and recorded["view"].direction == "LR"
+    at.switch_page("ui/pages/export.py").run()
+    assert not at.exception, at.exception
+    assert i18n.t_in(lang, "export.view.default") not in [c.value for c in at.caption]
+    assert {"export_view_original_svg", "export_view_original_png"} <= {b.key for b in at.get("download_button")}
