@@ -8,7 +8,8 @@ Its viewBox fits the drawing. Every text in it comes from a model (names, origin
 is escaped (``xml.sax.saxutils``): a label ``<script>`` is text, never markup.
 
 ``render_png(svg)`` rasterises that SVG with cairosvg (the optional ``png`` extra, over the system's
-libcairo); without it it raises ``PngUnavailable`` with one line saying so.
+libcairo); without it it raises ``PngUnavailable`` with one line saying so. Cairo draws a text in one
+face (no per-glyph fallback), so the PNG names the one face fontconfig picks for Chinese.
 
 ``legend_entries(detection, lang, fused)`` is the legend the Graph page shows (the patterns the model
 has, with their counts, then every style the view uses) as ``LegendEntry`` rows, in ``lang``.
@@ -19,6 +20,7 @@ No Streamlit here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html as html_lib
 import math
 import re
@@ -266,7 +268,29 @@ def render_png(svg: str, scale: float = 2.0) -> bytes:
         area = float(m.group(1)) * float(m.group(2))
         if area * scale * scale > MAX_PNG_PIXELS:
             scale = math.sqrt(MAX_PNG_PIXELS / area)
+    # cairo draws each text in one face, with no per-glyph fallback: a stack of families would draw Chinese
+    # as empty boxes. The PNG uses the one sans-serif face fontconfig picks for Chinese (it has Latin too).
+    family = png_font_family()
+    svg = svg.replace(f"font-family={quoteattr(FONT_FAMILY)}", f"font-family={quoteattr(family)}", 1)
     return cairosvg.svg2png(bytestring=svg.encode("utf-8"), scale=scale, background_color="white")
+
+
+@functools.lru_cache(maxsize=1)
+def png_font_family() -> str:
+    """The sans-serif family fontconfig (``fc-match``) picks for Simplified Chinese, else "sans-serif"."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("fc-match")
+    if exe is None:
+        return "sans-serif"
+    try:
+        out = subprocess.run([exe, "-f", "%{family[0]}", "sans-serif:lang=zh-cn"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "sans-serif"
+    family = out.stdout.strip()
+    return family if out.returncode == 0 and family and len(family) < 100 else "sans-serif"
 
 
 def file_stem(name: str) -> str:

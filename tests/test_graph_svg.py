@@ -139,3 +139,16 @@ def test_export_page_offers_svg_and_png(lang):
     assert not at.exception, at.exception
     assert i18n.t_in(lang, "export.view.default") not in [c.value for c in at.caption]
     assert {"export_view_original_svg", "export_view_original_png"} <= {b.key for b in at.get("download_button")}
+
+
+def test_png_draws_chinese_glyphs_not_boxes():
+    """Cairo has no per-glyph fallback: with a Latin-only face every Chinese character is the same empty box.
+    Two different characters must draw differently."""
+    pytest.importorskip("cairosvg")
+    from PIL import Image, ImageChops
+
+    empty = graph_view.GraphView(nodes=(), edges=(), total_nodes=0, depth=0, collapsed_modules=())
+    a, b = (Image.open(io.BytesIO(graph_svg.render_png(graph_svg.render_svg(
+        empty, [graph_svg.LegendEntry(text, "#ffffff")]), scale=2))).convert("L") for text in ("融合", "拒绝"))
+    assert a.size == b.size
+    assert ImageChops.difference(a, b).getbbox() is not None
