@@ -32,6 +32,6 @@ STRINGS = {
                              "这个视图的独立 SVG 文件（矢量图，任意缩放都清晰）。"),
     "export.view.png_help": ("This view as a PNG image (twice the screen size).",
                              "这个视图的 PNG 图片（屏幕尺寸的两倍）。"),
-    "export.view.png_missing": ("PNG needs cairosvg: pip install 'fusion-explorer[png]'.",
-                                "PNG 需要 cairosvg：pip install 'fusion-explorer[png]'。"),
+    "export.view.png_missing": ("PNG needs `cairosvg`: `pip install 'fusion-explorer[png]'`.",
+                                "PNG 需要 `cairosvg`：`pip install 'fusion-explorer[png]'`。"),
 }
