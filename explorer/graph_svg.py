@@ -254,6 +254,7 @@ def render_svg(view: GraphView, legend: Sequence[LegendEntry] = (), title: str =
 
 
 MAX_PNG_PIXELS = 40_000_000   # about 6300 x 6300; a larger drawing is scaled down to fit
+MAX_PNG_SIDE = 32_000
 
 
 def render_png(svg: str, scale: float = 2.0) -> bytes:
@@ -265,9 +266,9 @@ def render_png(svg: str, scale: float = 2.0) -> bytes:
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     m = re.search(r'viewBox="[-\d.]+ [-\d.]+ ([\d.]+) ([\d.]+)"', svg)
     if m:
-        area = float(m.group(1)) * float(m.group(2))
-        if area * scale * scale > MAX_PNG_PIXELS:
-            scale = math.sqrt(MAX_PNG_PIXELS / area)
+        w, h = max(float(m.group(1)), 1.0), max(float(m.group(2)), 1.0)
+        # cairo's image surfaces are at most 32767 pixels a side; and a huge one would not fit memory
+        scale = min(scale, math.sqrt(MAX_PNG_PIXELS / (w * h)), MAX_PNG_SIDE / w, MAX_PNG_SIDE / h)
     # cairo draws each text in one face, with no per-glyph fallback: a stack of families would draw Chinese
     # as empty boxes. The PNG uses the one sans-serif face fontconfig picks for Chinese (it has Latin too).
     family = png_font_family()

@@ -152,3 +152,16 @@ def test_png_draws_chinese_glyphs_not_boxes():
         empty, [graph_svg.LegendEntry(text, "#ffffff")]), scale=2))).convert("L") for text in ("融合", "拒绝"))
     assert a.size == b.size
     assert ImageChops.difference(a, b).getbbox() is not None
+
+
+def test_png_of_a_very_tall_view_fits_cairo():
+    """Cairo refuses surfaces over 32767 pixels a side: a long unfolded graph is scaled down to fit."""
+    pytest.importorskip("cairosvg")
+    from PIL import Image
+
+    nodes = tuple(graph_view.ViewNode(id=n, label=n, title=n, fill="#f4f4f4", border="#9e9e9e", y=y)
+                  for n, y in (("top", 0.0), ("bottom", 60_000.0)))
+    tall = graph_view.GraphView(nodes=nodes, edges=(graph_view.ViewEdge("top", "bottom"),), total_nodes=2,
+                                depth=0, collapsed_modules=())
+    img = Image.open(io.BytesIO(graph_svg.render_png(graph_svg.render_svg(tall), scale=2)))
+    assert img.format == "PNG" and 30_000 < img.height <= graph_svg.MAX_PNG_SIDE and img.width >= 100
