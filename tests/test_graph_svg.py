@@ -165,3 +165,24 @@ def test_png_of_a_very_tall_view_fits_cairo():
                                 depth=0, collapsed_modules=())
     img = Image.open(io.BytesIO(graph_svg.render_png(graph_svg.render_svg(tall), scale=2)))
     assert img.format == "PNG" and 30_000 < img.height <= graph_svg.MAX_PNG_SIDE and img.width >= 100
+
+
+def test_overlay_legends_become_rows():
+    """An overlay's or the compare view's html legend (app-written chips, a colour bar) as SVG legend rows."""
+    from explorer.ui import graph_overlays as overlays
+
+    rows = graph_svg.legend_from_html(overlays.scale_legend_html(
+        "speedup", overlays.Scale(kind="ratio", lo=0.5, hi=2.0), "zh"))
+    assert [r.label for r in rows] == ["0.50×", "1×", "2.00×", i18n_t("zh", "gv.ov.no_value_short")]
+    assert rows[0].fill == overlays.BAD and rows[2].fill == overlays.GOOD
+    rows = graph_svg.legend_from_html(overlays.scale_legend_html(
+        "bytes", overlays.Scale(kind="count", lo=0, hi=2 ** 21, unit="bytes"), "en"))
+    assert [r.label for r in rows][:2] == ["0 B", "2.0 MiB"]
+    svg = graph_svg.render_svg(graph_view.GraphView((), (), 0, 0, ()), rows)
+    assert len(_parse(svg).findall(f".//{NS}g[@class='legend-entry']")) == len(rows) == 3
+
+
+def i18n_t(lang: str, key: str) -> str:
+    from explorer.ui.i18n import t_in
+
+    return t_in(lang, key)
