@@ -617,7 +617,7 @@ def _page_texts(at) -> list[str]:
 #: Words that stay as they are in 中文 (the allowlist of ``english_prose``): names of things (hardware, libraries,
 #: formats, models, op and layer names, kernel choices), units, and the variables and dimensions of formulas.
 NAMES = {
-    "cpu", "gpu", "cuda", "triton", "gemm", "onnx", "json", "html", "cudnn", "cublaslt", "aten", "nsight", "compute",
+    "svg", "png", "cpu", "gpu", "cuda", "triton", "gemm", "onnx", "json", "html", "cudnn", "cublaslt", "aten", "nsight", "compute",
     "pytorch", "torch", "eager", "inductor", "profiling", "relu", "gelu", "silu", "swiglu", "softmax", "sdpa",
     "matmul", "linear", "conv", "layernorm", "rmsnorm", "llamarmsnorm", "batchnorm", "resnet", "mobilenetv",
     "efficientnet", "convnext", "convnext-tiny", "bert", "bert-base", "bert-large", "llama", "transformer",

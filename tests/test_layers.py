@@ -50,6 +50,7 @@ def layer_of(module: str) -> tuple[int, str]:
         ("explorer.ui", 5, "views"),
         ("explorer.app", 5, "views"),
         ("explorer.graph_view", 5, "views"),
+        ("explorer.graph_svg", 5, "views"),
         ("explorer.cli", 5, "views"),
     ):
         if module == prefix.rstrip(".") or module.startswith(prefix if prefix.endswith(".") else prefix + "."):

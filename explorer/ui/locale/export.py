@@ -20,4 +20,18 @@ STRINGS = {
     "export.building": ("Building the fused model ({format})…", "正在构建融合后的模型（{format}）…"),
     "export.download": ("Download {format} ({mb:.1f} MB)", "下载 {format}（{mb:.1f} MB）"),
     "export.failed": ("Could not export {format}: {error}", "无法导出 {format}：{error}"),
+    "export.view": ("Graph view (for slides)", "计算图视图（用于幻灯片）"),
+    "export.view.caption": ("The view the Graph page draws, with its bands, colours and legend.",
+                            "计算图页绘制的视图，包括链的色带、颜色和图例。"),
+    "export.view.default": ("The Graph page has not drawn a view in this language yet: this is the original graph "
+                            "under its current view options.",
+                            "计算图页还没有用这种语言绘制视图：这是按当前视图选项绘制的原始计算图。"),
+    "export.view.svg": ("SVG", "SVG"),
+    "export.view.png": ("PNG", "PNG"),
+    "export.view.svg_help": ("One standalone SVG file of this view (vector: sharp at any size).",
+                             "这个视图的独立 SVG 文件（矢量图，任意缩放都清晰）。"),
+    "export.view.png_help": ("This view as a PNG image (twice the screen size).",
+                             "这个视图的 PNG 图片（屏幕尺寸的两倍）。"),
+    "export.view.png_missing": ("PNG needs `cairosvg`: `pip install 'fusion-explorer[png]'`.",
+                                "PNG 需要 `cairosvg`：`pip install 'fusion-explorer[png]'`。"),
 }

@@ -10,7 +10,7 @@ default argument (the test harness calls it after the run, outside the session).
 Widget keys: graph_mode (original | fused | side | compile | compare), graph_depth, graph_expand,
 graph_direction, graph_search, graph_match, graph_prev, graph_next, graph_chain, graph_hops,
 graph_overlay (``graph_overlays.OVERLAYS``), graph_compile_mode, graph_compile_start,
-graph_compile_cancel, graph_export_<view>.
+graph_compile_cancel, graph_export_<view>, graph_export_<view>_svg, graph_export_<view>_png (``view_export``).
 
 The views "torch.compile" and "compare" read a ``runtime.compile_map.CompileMap`` (compiled in a
 child process as the background task "compile_map", or read from its cache); the overlays read the
@@ -26,7 +26,7 @@ import time
 
 import streamlit as st
 
-from explorer import graph_view
+from explorer import graph_svg, graph_view
 from explorer.fusions import BY_NAME
 from explorer.graph_view import FusedChain, RenderOptions, ViewOptions
 from explorer.ui import fonts
@@ -34,6 +34,7 @@ from explorer.ui import files as ui_files
 from explorer.ui import graph_overlays as overlays
 from explorer.ui import links
 from explorer.ui import tasks
+from explorer.ui import view_export
 from explorer.ui import state as ui_state
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t, t_in, translate_text
@@ -73,7 +74,7 @@ def view_html(model_key: tuple, accepted: tuple, fused_key: tuple, options_json:
     html = graph_view.render_html(view, render)
     html = overlays.decorate(html, view if _layer is not None else None, legend, layer)
     return {"html": html, "drawn": len(view.nodes), "total": view.total_nodes,
-            "collapsed": view.collapsed_modules, "notes": view.notes, "depth": view.depth}
+            "collapsed": view.collapsed_modules, "notes": view.notes, "depth": view.depth, "view": view}
 
 
 def _chip(color: str, text: str, border: str = "none") -> str:
@@ -259,6 +260,13 @@ def page(spec, model, graph, detection) -> None:
             st.download_button(t("graph.export"), overlays.export_html(export),
                                file_name=f"{_file_stem(model.name)}_{name}.html", mime="text/html",
                                key=f"graph_export_{name}", help=t("graph.export_help"))
+            title = f"{model.name} — {t(f'graph.mode.{name}')}" + (
+                f" — {t(f'graph.overlay.{ss.graph_overlay}')}" if layer is not None and layer[4] == "overlay" else "")
+            legend = (graph_svg.legend_entries(detection, lang, fused=name == "fused") if layer is None
+                      else graph_svg.legend_from_html(layer[3]))
+            view_export.record(model_key, name, lang, drawn["view"], legend, title)
+            view_export.buttons(st, f"{_file_stem(model.name)}_{name}", drawn["view"], legend, title,
+                                key=f"graph_export_{name}")
     if mode in ("fused", "side"):
         st.markdown(t("graph.fused_summary", before=counts.nodes_before, after=counts.nodes_after,
                       launches_before=counted.before, launches_after=counted.after,
