@@ -627,7 +627,8 @@ NAMES = {
     "mean", "var", "eps", "gamma", "beta", "sqrt", "round", "max", "min", "log", "cos", "sin", "out", "ref", "mul",
     "rsqrt", "batch", "heads", "layer", "scale", "temp", "reduce-overhead", "max-autotune", "compile", "sweep",
     "tensor", "cpp", "auto", "bias", "sequence", "argmax", "cosine", "nvidia", "ncu", "hbm", "mask", "diag", "eval",
-    "cublas", "llm", "token", "clip", "falcon", "bloom", "gemma", "swin", "vit", "gpt", "svg", "png",
+    "cublas", "llm", "token", "clip", "falcon", "bloom", "gemma", "swin", "vit", "gpt", "svg", "png", "groupnorm",
+    "unet", "permute", "quick", "reshape", "stage", "stem", "torchvision", "layernorm2d",
 }
 
 

@@ -58,9 +58,10 @@ def _pre_norm_counts() -> dict[str, int]:
 
 
 def _gpt2_counts() -> dict[str, int]:
-    """GPT-2 (pre-norm, fused QKV in one Conv1D, so no siblings): 2L+1 Add+LayerNorm as ViT; its
-    written-out tanh-GELU is two elementwise chains per layer (x·0.5·…, and pow → mul → add → mul → tanh)."""
-    return {"add_layer_norm": 2 * L + 1, "elementwise_chain": 2 * L, "matmul_softmax": L}
+    """GPT-2 (pre-norm, fused QKV in one Conv1D, so no siblings): 2L+1 Add+LayerNorm as ViT; its MLP's Conv1D
+    (an addmm) and written-out tanh-GELU (x·0.5·(1 + tanh(√(2/π)·(x + 0.044715·x³)))) one Linear+act per layer
+    (issue 20: the written forms; before, two elementwise chains)."""
+    return {"add_layer_norm": 2 * L + 1, "linear_act_forms": L, "matmul_softmax": L}
 
 
 def _llama_counts() -> dict[str, int]:
@@ -106,13 +107,13 @@ MODELS: dict[str, Corpus] = {
                                           intermediate_size=64, image_size=32, patch_size=8), add_pooling_layer=False),
                   ("pixel_values",), _pre_norm_counts,
                   # on the torch side the embeddings' eval-mode dropout sits between the sum and the first
-                  # LayerNorm (a near miss there, issue 20); the exporters drop it
-                  {**SDPA, "add_layer_norm": -1}),
+                  # LayerNorm; Add+LayerNorm now looks through it (issue 20), as the exporters drop it
+                  SDPA),
     # decoders get an all-ones attention mask: without one, transformers' packed-sequence check calls
     # aten::diff, which the TorchScript exporter cannot write
     "gpt2": Corpus(lambda: T.GPT2Model(_cfg(T.GPT2Config, n_embd=32, n_layer=L, n_head=4, vocab_size=VOCAB,
                                             n_positions=64)),
-                   ("input_ids", "attention_mask"), _gpt2_counts, {**SDPA, "add_layer_norm": -1}),  # as ViT
+                   ("input_ids", "attention_mask"), _gpt2_counts, SDPA),  # the dropout as ViT's
     "llama": Corpus(lambda: T.LlamaModel(_cfg(T.LlamaConfig, **COMMON, num_key_value_heads=2)),
                     ("input_ids", "attention_mask"), _llama_counts, SDPA),
     "qwen2": Corpus(lambda: T.Qwen2Model(_cfg(T.Qwen2Config, **COMMON, num_key_value_heads=2)),
@@ -260,29 +261,31 @@ VISION = {
     # Swin: per block an MLP Linear+GELU and the attention sum into norm2; the MLP sum into the next block's
     # norm1 within a stage, and into the final norm after the last (the patch merging's cat comes between
     # otherwise): 3 per stage, one more at the end. A plain block's scores are MatMul+Softmax; a shifted
-    # block's bias and mask make two adds, an elementwise chain (the attention form issue 20 lists as missed).
+    # block's bias and mask make two adds before the softmax: MatMul+Softmax with its two additive terms (issue 20;
+    # before, an elementwise chain). The patch embedding's conv 4×4/4 + LayerNorm over channels is ConvNeXt's stem.
     # The ScatterND writes the shifted windows' mask. The one MLP sum per stage that reaches no norm (the
     # patch merging comes next; the last stage's goes into the final norm) is its fc2's Linear + residual add.
     "swin": (lambda: _swin(), "ScatterND",
-             {"add_layer_norm": 3 * STAGES + 1, "linear_act": 2 * STAGES, "matmul_softmax": STAGES,
-              "elementwise_chain": STAGES, "linear_residual": STAGES - 1}, {}),
+             {"add_layer_norm": 3 * STAGES + 1, "linear_act": 2 * STAGES, "matmul_softmax": 2 * STAGES,
+              "linear_residual": STAGES - 1, "convnext_stem_ln": 1}, {}),
     # Swin-V2 is post-norm (no Add+LayerNorm but the last stage's final norm) and normalises q and k
     # (ReduceL2). Its continuous position-bias MLP and logit scale read only parameters: the importer folds
     # them into constants, so no Linear+ReLU of cpb_mlp is left, and every block's scores (scaled by that
-    # constant) are MatMul+Softmax, the shifted ones followed by an elementwise bias+mask chain; the
-    # normalisations are elementwise chains too. (torch.export keeps both computations; not compared here.)
+    # constant) are MatMul+Softmax with their bias (and the shifted ones' mask) as additive terms; the q/k
+    # normalisations are elementwise chains (four per stage). Its stem as Swin's. (torch.export keeps both computations; not compared here.)
     "swin_v2": (lambda: _swin(v2=True), "ReduceL2",
-                {"add_layer_norm": 1, "linear_act": 2 * STAGES, "matmul_softmax": STAGES,
-                 "elementwise_chain": 5 * STAGES}, None),
+                {"add_layer_norm": 1, "linear_act": 2 * STAGES, "matmul_softmax": 2 * STAGES,
+                 "elementwise_chain": 4 * STAGES, "convnext_stem_ln": 1}, None),
     # MaxViT: the stem's Conv+BN+GELU, per layer MBConv's two Conv+BN+GELU, its squeeze-excite and its
     # projection + residual (Conv+Add), then block and grid attention, each an Add+LayerNorm and an MLP
     # Linear+GELU, and the head's Linear+Tanh. The exporter folds BatchNorm into the convolutions (torch.export
-    # keeps it: conv_bn_act there). Its attention is an Einsum: no MatMul+Softmax (a gap issue 20 lists).
-    # Of each attention's two residual sums, the one that reaches no LayerNorm (the window partition comes
-    # between) is its projection's or fc2's Linear + residual add: two per layer.
+    # keeps it: conv_bn_act there). Its block and grid attention are Einsum scores + Softmax: MatMul+Softmax,
+    # two per layer (issue 20). Of each layer's four residual sums, three reach a LayerNorm (across the window
+    # partition's reshapes, issue 20); the last is fc2's Linear + residual add: one per layer.
     "maxvit": (_maxvit, "Einsum",
                {"conv_act": 1 + 2 * STAGES, "squeeze_excite": STAGES, "conv_add": STAGES,
-                "add_layer_norm": 2 * STAGES, "linear_act": 2 * STAGES + 1, "linear_residual": 2 * STAGES},
+                "add_layer_norm": 3 * STAGES, "linear_act": 2 * STAGES + 1, "linear_residual": STAGES,
+                "matmul_softmax": 2 * STAGES},
                {"conv_act": -(1 + 2 * STAGES), "conv_bn_act": 1 + 2 * STAGES}),
 }
 
