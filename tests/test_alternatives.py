@@ -108,3 +108,29 @@ def test_the_fusions_page_offers_the_alternative_and_uses_it():
     at.button(key="chain_accept").click().run()
     accepted = set(at.session_state["accepted"][d.fingerprint])
     assert alt.instead_of in accepted and not {c.id for c in alt.chains} & accepted
+
+
+def _zoo_names():
+    from explorer.sources.zoo import ZOO
+
+    return sorted(n for n, e in ZOO.items() if not e.large and n != "bert_large")
+
+
+@pytest.mark.parametrize("name", _zoo_names())
+def test_every_zoo_models_alternatives_are_choosable(detection_cached, name):
+    """On every zoo model: each alternative replaces one detected chain, takes only that chain's nodes or nodes no
+    chain claimed, reaches beyond it or partitions it, and a plan choosing it passes ``check_for``; ids stay
+    unique between detected and alternative chains. (Token models at sequence length 32, as the engine's tests.)"""
+    from explorer.sources.zoo import ZOO
+
+    _, d = detection_cached(name, None, 32 if ZOO[name].inputs.seq_len else None)
+    owners = d.node_to_chain()
+    detected = {c.id for c in d.chains}
+    for alt in d.alternatives:
+        assert alt.instead_of in detected
+        nodes = {n for c in alt.chains for n in c.nodes}
+        assert all(owners.get(n) in (None, alt.instead_of) for n in nodes), alt.id
+        assert not {c.id for c in alt.chains} & detected, alt.id
+        own = set(d.chain(alt.instead_of).nodes)
+        assert not nodes <= own or len(alt.chains) > 1, alt.id       # beyond the chain, or a partition of it
+        choose_alternative(make_plan(d, "all"), d, alt.id).check_for(d)
