@@ -627,13 +627,9 @@ def _check_views(ctx: RewriteContext, chain, scores_shape) -> tuple[int, ...] | 
         if name in compute:
             continue
         node = ctx.by_name[name]
+        if edit.is_identity_view(node):
+            continue
         aname = aten.aten_name(node)
-        if aname.startswith("dropout") or aname == "feature_dropout":
-            if aten.is_training_dropout(node):
-                raise Refuse(BASE_WORDS("training_dropout"))
-            continue
-        if aname in ("alias", "detach") or (aname == "getitem" and node.args[1] == 0):
-            continue
         shape = aten.static_shape(node)
         if aname not in _RESHAPES or shape is None or scores_shape is None:
             raise UseGeneric(BASE_WORDS("op_inside", op=aname))

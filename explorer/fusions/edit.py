@@ -141,23 +141,23 @@ def through_identity(node: Any, target: torch.fx.Node) -> bool:
     return node is target
 
 
+def is_identity_view(node: torch.fx.Node) -> bool:
+    """Whether a fused call may skip ``node``: an eval-mode dropout, ``alias``/``detach``, or ``getitem`` 0 (a
+    BatchNorm's output). A training-mode dropout is refused (``Refuse``): it is not an identity."""
+    aname = aten.aten_name(node)
+    if aname.startswith("dropout") or aname == "feature_dropout":
+        if aten.is_training_dropout(node):
+            raise Refuse(WORDS("training_dropout"))
+        return True
+    return aname in ("alias", "detach") or (aname == "getitem" and node.args[1] == 0)
+
+
 def only_identity_views(ctx: RewriteContext, chain: Chain) -> None:
-    """Specialised kernels skip the chain's views: only identities (eval dropout, BN getitem 0) are allowed."""
+    """Specialised kernels skip the chain's views: only identities (``is_identity_view``) are allowed."""
     compute = set(chain.compute_nodes)
     for name in chain.nodes:
-        if name in compute:
-            continue
-        node = ctx.by_name[name]
-        aname = aten.aten_name(node)
-        if aname.startswith("dropout") or aname == "feature_dropout":
-            if aten.is_training_dropout(node):
-                raise Refuse(WORDS("training_dropout"))
-            continue
-        if aname == "getitem" and node.args[1] == 0:
-            continue
-        if aname in ("alias", "detach"):
-            continue
-        raise UseGeneric(WORDS("op_inside", op=aname))
+        if name not in compute and not is_identity_view(ctx.by_name[name]):
+            raise UseGeneric(WORDS("op_inside", op=aten.aten_name(ctx.by_name[name])))
 
 
 def other_operand(node: torch.fx.Node, members: set, allow_scalar: bool = False) -> Any:
