@@ -211,7 +211,7 @@ def test_lowering(dwln, mlp, monkeypatch):
         pytest.skip("Triton runs neither compiled nor interpreted")
     if not triton:
         monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    x = torch.randn(3, 24, 7, 7, generator=torch.Generator().manual_seed(3), device=DEVICE)
+    x = torch.randn(3, 24, 7, 7, generator=torch.Generator().manual_seed(3)).to(DEVICE)   # a CPU generator on any device
     gm, det = _detect(block(24).to(DEVICE), x)
     fused = apply_plan(gm, det, make_plan(det), DEVICE)
     plain = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True, lean=False)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from triton_testing import (DTYPE_IDS, DTYPES, assert_close64, detect_module, device_params, fuse_all, rand,
-                            triton_interpreter, up64)
+from triton_testing import (DTYPE_IDS, DTYPES, INTERPRET, KERNEL_DEVICE, assert_close64, detect_module, device_params,
+                            fuse_all, needs_backend, rand, triton_interpreter, up64)
 
 from explorer.fusions import BY_NAME, linear_residual as lr
 from explorer.ui import i18n
@@ -55,15 +55,17 @@ def test_no_bias_and_a_strided_residual(dtype, device):
     assert_close64(out, lr.linear_residual_reference(up64(x), up64(w), None, up64(r)), lr.TOLERANCES[dtype])
 
 
+@needs_backend
 def test_the_kernel_is_really_called(monkeypatch):
-    """Under the interpreter the fused call goes through the Triton GEMM (a broken kernel is seen), and the
-    separate choice never does."""
+    """Where Triton runs (compiled on CUDA, else interpreted) the fused call goes through the Triton GEMM (a broken
+    kernel is seen), and the separate choice never does."""
     calls = []
-    monkeypatch.setattr(lr, "gemm_epilogue", lambda *a, **k: calls.append(a) or torch.zeros(4, 3))
-    x, w, r = torch.ones(4, 5), torch.ones(3, 5), torch.ones(4, 3)
+    zeros = torch.zeros(4, 3, device=KERNEL_DEVICE)
+    monkeypatch.setattr(lr, "gemm_epilogue", lambda *a, **k: calls.append(a) or zeros)
+    x, w, r = (torch.ones(*s, device=KERNEL_DEVICE) for s in ((4, 5), (3, 5), (4, 3)))
     with torch.inference_mode():
-        assert torch.equal(lr.fused_linear_residual(x, w, None, r), torch.zeros(4, 3)) and len(calls) == 1
-        assert torch.equal(lr.fused_linear_residual_separate(x, w, None, r), torch.full((4, 3), 6.0))
+        assert torch.equal(lr.fused_linear_residual(x, w, None, r), zeros) and len(calls) == 1
+        assert torch.equal(lr.fused_linear_residual_separate(x, w, None, r), torch.full_like(zeros, 6.0))
     assert len(calls) == 1
 
 
@@ -120,9 +122,13 @@ def test_chains_near_misses_and_the_rewrite():
     fused = fuse_all(gm, det)
     applied = {a.chain_id: a for a in fused.applied}
     assert all(applied[c.id].status == "fused" for c in chains)
-    assert str(applied[chains[0].id].implementation) == "triton GEMM+bias+residual (1 kernel) [Triton interpreter on cpu]"
-    assert i18n.translate_phrases(applied[chains[0].id].implementation, "zh") == \
-        "triton GEMM+bias+残差（1 个内核） [cpu 上用 Triton 解释器运行]"
+    if INTERPRET:   # the model is on the CPU: its kernel is Triton's only where the interpreter runs it
+        assert str(applied[chains[0].id].implementation) == \
+            "triton GEMM+bias+residual (1 kernel) [Triton interpreter on cpu]"
+        assert i18n.translate_phrases(applied[chains[0].id].implementation, "zh") == \
+            "triton GEMM+bias+残差（1 个内核） [cpu 上用 Triton 解释器运行]"
+    else:
+        assert str(applied[chains[0].id].implementation).startswith("linear + add_ in place (2 kernels")
     with torch.inference_mode():
         want, got = gm(*inputs), fused.gm(*inputs)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -82,7 +82,7 @@ def test_the_unit_kernel_loads_no_weight(monkeypatch):
     gen = torch.Generator().manual_seed(3)
     x = rand((5, 4096), torch.bfloat16, KERNEL_DEVICE, gen)              # a full block: the unmasked path
     unit = rn.rms_norm(x, None, 1e-6)
-    assert torch.equal(unit, rn.rms_norm(x, torch.ones(4096, dtype=torch.bfloat16), 1e-6))
+    assert torch.equal(unit, rn.rms_norm(x, torch.ones(4096, dtype=torch.bfloat16, device=KERNEL_DEVICE), 1e-6))
     assert torch.equal(unit, rn.rms_norm_reference(x, None, 1e-6))
 
 

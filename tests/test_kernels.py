@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, assert_close64, compile_for_sm90, device_params,
-                            triton_interpreter, up64)
+from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, KERNEL_DEVICE, assert_close64, compile_for_sm90,
+                            device_params, triton_interpreter, up64)
 
 from explorer.fusions import attention, edit, linear, norm, siblings
 
@@ -231,8 +231,8 @@ def test_matmul_softmax_describe(device):
 
 
 def test_matmul_softmax_long_rows_fall_back_with_reason():
-    a = torch.randn(2, 3, 8)
-    b = torch.randn(2, 8, attention.MAX_FUSED_N + 1)
+    a = torch.randn(2, 3, 8).to(KERNEL_DEVICE)          # where Triton runs: the length is the only reason left
+    b = torch.randn(2, 8, attention.MAX_FUSED_N + 1).to(KERNEL_DEVICE)
     choice = attention.select_for_tensors(a, b)
     assert choice.impl == "reference" and "does not fit" in choice.label and not choice.fused
     torch.testing.assert_close(attention.matmul_softmax(a, b), attention.matmul_softmax_reference(a, b), rtol=0, atol=0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import (DTYPE_IDS, DTYPES, INTERPRET, assert_close64, device_params, poison, rand, triton_interpreter,
+from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, KERNEL_DEVICE, assert_close64, device_params, poison, rand, triton_interpreter,
                             up64)
 
 from explorer.fusions import rotary as rot
@@ -273,8 +273,10 @@ def test_fused_swiglu_call_follows_the_policy():
     runs the epilogue GEMM, forced off cuBLAS + pass; both match float64."""
     from unittest import mock
 
+    if not (HAS_CUDA or INTERPRET):
+        pytest.skip("Triton runs neither compiled nor interpreted")
     gen = torch.Generator().manual_seed(9)
-    x, w = rand((3, 5, 24), torch.float32, "cpu", gen), rand((40, 24), torch.float32, "cpu", gen, scale=0.2)
+    x, w = rand((3, 5, 24), torch.float32, KERNEL_DEVICE, gen), rand((40, 24), torch.float32, KERNEL_DEVICE, gen, scale=0.2)
     ref = swiglu.swiglu_reference(up64(x), up64(w[:20]), up64(w[20:]))
     for mode, calls in (("always", 1), ("never", 0)):
         with measured.policy(swiglu=mode), mock.patch.object(gemm, "gemm_swiglu", wraps=gemm.gemm_swiglu) as spy:
