@@ -1,5 +1,5 @@
 """The graph view without a browser: layered layout, routed edges, chain bands, the fused graph,
-search, names and sorting (``explorer.graph_view``).
+search, names and sorting (``explorer.ui.graph``).
 
 The geometric checks here use the view's own boxes; ``tests/test_browser.py`` checks the same
 things on what vis-network really drew.
@@ -12,12 +12,12 @@ import time
 import networkx as nx
 import pytest
 
-from explorer import graph_view
 from explorer.fusion_engine import analyze, detect, fuse
-from explorer.fusions import PATTERNS, UNKNOWN_COLOR
+from explorer.fusions import PATTERNS, UNKNOWN_COLOR, color_of
 from explorer.fusions.base import Chain
 from explorer.graph.synthetic import residual_cnn_graph
-from explorer.graph_view import FusedChain, ViewOptions
+from explorer.ui import graph as graph_view
+from explorer.ui.graph import FusedChain, ViewOptions
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_view_colours_chains_and_marks_rejected(residual):
     for nid in det.chain(rejected).compute_nodes:
         node = by_id[nid]
         assert node.dashed and node.fill == graph_view.REJECTED_FILL
-        assert node.border == graph_view.color_of(det.chain(rejected).pattern)
+        assert node.border == color_of(det.chain(rejected).pattern)
     conv = by_id[det.chain(kept).compute_nodes[0]]
     for word in ("op: aten.conv2d", "origin:", "shape:", "bytes:", "FLOPs:", "chain: conv2: conv2 → bn2",
                  f"chain id: {kept}"):
@@ -80,7 +80,7 @@ def test_legend_lists_only_patterns_present(residual, transformer):
     assert all(i.count > 0 for i in items) and len(items) == 2
     assert {i.name for i in graph_view.legend(transformer.detection)} == {
         c.pattern for c in transformer.detection.chains}
-    assert graph_view.color_of("no_such_pattern") == UNKNOWN_COLOR
+    assert color_of("no_such_pattern") == UNKNOWN_COLOR
 
 
 def test_chain_names_are_module_paths(residual, resnet):
