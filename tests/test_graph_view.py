@@ -245,6 +245,22 @@ def test_render_html_is_offline_and_carries_the_drawing(residual):
     assert not re.search(r"<link[^>]+href=[\"']https?://", html, re.I)
     assert "new vis.Network" in html and "borderDashes" in html and "window.FE =" in html
     assert f'"{graph_view.WAYPOINT_PREFIX}0"' in html          # the skip edge's waypoints
+    assert 'net.on("beforeDrawing"' in html                     # the page script (page.js) draws the bands
+
+
+def test_every_file_of_the_package_that_is_not_python_ships_in_the_wheel():
+    """The page script (``ui/graph/page.js``), the font and the icon are read at run time from beside the code:
+    each must be named by ``[tool.setuptools.package-data]`` or an installed wheel lacks it."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["explorer"]
+    data = [p.relative_to(root / "explorer").as_posix() for p in (root / "explorer").rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    assert "ui/graph/page.js" in data
+    assert [f for f in data if not any(fnmatch.fnmatch(f, g) for g in globs)] == []
 
 
 def test_a_10k_node_graph_collapses_and_draws_quickly():
