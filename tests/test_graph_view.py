@@ -127,6 +127,16 @@ def test_search_finds_every_match_by_op_id_and_origin(resnet):
     assert hits[1] in {n.id for n in opened.nodes} and opened.drawn_id(hits[1]) == hits[1]
 
 
+def test_a_module_with_tied_patterns_takes_the_first_chains_colour(residual):
+    """residual_block's module "relu" holds one op of each chain (a tie): its colour is the first chain's in
+    graph order, in every process (a set of chain ids would order by string hashing, which changes per run)."""
+    _, graph, det = residual
+    view = graph_view.build_view(graph, det, [c.id for c in det.chains], ViewOptions(depth=1))
+    module = next(n for n in view.nodes if n.id == "module:relu")
+    assert module.members == 2 and module.pattern == det.chains[0].pattern != det.chains[1].pattern
+    assert "1 Conv+BN+act, 1 Conv+BN+" in module.label
+
+
 def test_focus_on_chain_keeps_search_hits(resnet):
     model, graph, det = resnet
     chain = det.chains[5]

@@ -171,9 +171,12 @@ def group_node(key: str, members: list[str], graph: nx.DiGraph, node_chain: dict
                accepted: set, highlighted: bool, lang: str = "en") -> ViewNode:
     """A collapsed module (or a run of ops, key ``SEGMENT``...) drawn as one box: its chains' main pattern
     tints it (grey when none is accepted, dashed when not all are); the label counts its ops and chains."""
-    in_chains = {node_chain[m] for m in members if m in node_chain}
-    in_chains |= {graph.nodes[m].get("chain") for m in members if graph.nodes[m].get("kind") == "fused"}
-    in_chains.discard(None)
+    # the chains in graph order, so that a tie between patterns goes to the first (a set's order would
+    # change with the process's string hashing, and with it the module's colour)
+    in_chains = list(dict.fromkeys(
+        c for m in members
+        for c in (node_chain.get(m), graph.nodes[m].get("chain") if graph.nodes[m].get("kind") == "fused" else None)
+        if c is not None))
     by_pattern = Counter(chains[c].pattern for c in in_chains if c in chains)
     n_acc = sum(1 for c in in_chains if c in accepted or any(
         graph.nodes[m].get("chain") == c for m in members))
