@@ -89,7 +89,7 @@ def draw_big(name: str, graph, detection) -> dict:
     """Build the view and page of ``graph`` as the app does, open it in chromium; time each step."""
     from playwright.sync_api import sync_playwright
 
-    from explorer import graph_view
+    from explorer.ui import graph as graph_view
 
     t0 = time.perf_counter()
     view = graph_view.build_view(graph, detection, [c.id for c in detection.chains])
@@ -118,7 +118,7 @@ def draw_big(name: str, graph, detection) -> dict:
 
 def layout_only(graph) -> dict:
     """igraph's Sugiyama on the whole graph, nothing collapsed (what the layout costs by itself)."""
-    from explorer import graph_view
+    from explorer.ui import graph as graph_view
 
     ids = sorted(graph.nodes, key=lambda n: graph.nodes[n].get("order", 0))
     sizes = {n: (graph_view.OP_WIDTH, graph_view.OP_HEIGHT) for n in ids}

@@ -3,7 +3,7 @@
 The package is layered. The engine (``zoo``, ``sources``, ``capture``,
 ``onnx_import``, ``ops``, ``graph_model``, ``patterns``, ``fusion_engine``,
 ``plan``, ``rewrite``, ``kernels``, ``gpu_runner``) imports torch, onnx and
-networkx only. The views (``app``, ``graph_view``, ``charts``) import
+networkx only. The views (``app``, ``ui.graph``, ``ui.charts``) import
 Streamlit, plotly and pyvis and sit on top. Importing this package does no
 work and pulls in nothing heavy.
 """

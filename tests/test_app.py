@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from explorer import graph_view
 from explorer.ui import charts
 from explorer.ui import files as ui_files
 from explorer.fusion_engine import analyze
@@ -52,14 +51,14 @@ def test_comparison_figure_has_error_bars_baselines_and_missing_memory():
 
 def test_chain_bars_styled_by_the_one_verdict_and_slower_has_its_own_colour():
     from explorer import report as R
-    from explorer.fusions import PATTERNS, UNKNOWN_COLOR
+    from explorer.fusions import PATTERNS, UNKNOWN_COLOR, color_of
 
     fig = charts.chain_speedup_figure(_report())
     bars = fig.data[0]
     assert list(bars.x) == sorted(bars.x)
     by_chain = dict(zip(bars.y, zip(bars.marker.color, bars.marker.pattern.shape)))
     assert by_chain["layer: b"] == (charts.SLOWER_COLOR, charts.SLOWER_PATTERN)            # verdict: slower
-    assert by_chain["layer: a"] == (graph_view.color_of("conv_bn_act"), "")                # verdict: faster
+    assert by_chain["layer: a"] == (color_of("conv_bn_act"), "")                           # verdict: faster
     assert "layer: c" not in by_chain                     # no fused kernel: not timed, so no bar (and no 1.00x)
     assert charts.bar_style(R.NO_KERNEL, "conv_bn_act") == (charts.NO_KERNEL_COLOR, charts.NO_KERNEL_PATTERN, 1.0)
     assert any(t.name == "slower after fusion" for t in fig.data)

@@ -274,7 +274,7 @@ def _report_for(analysis):
 
 
 def test_overlay_colours_legend_and_export():
-    from explorer import graph_view
+    from explorer.ui import graph as graph_view
     from explorer.ui import graph_overlays as go
 
     analysis = analyze("residual_block")
@@ -309,7 +309,7 @@ def test_overlay_colours_legend_and_export():
 
 
 def test_kernel_and_compare_bands(residual):
-    from explorer import graph_view
+    from explorer.ui import graph as graph_view
     from explorer.ui import graph_overlays as go
 
     analysis, cmap, comparison = residual

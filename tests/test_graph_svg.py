@@ -16,10 +16,11 @@ import xml.etree.ElementTree as ET
 import networkx as nx
 import pytest
 
-from explorer import graph_svg, graph_view
 from explorer.fusion_engine import detect
 from explorer.graph.synthetic import residual_cnn_graph
-from explorer.graph_view import ViewOptions
+from explorer.ui import graph as graph_view
+from explorer.ui.graph import ViewOptions
+from explorer.ui.graph import svg as graph_svg
 
 NS = "{http://www.w3.org/2000/svg}"
 HOSTILE = "<script>alert(1)</script>&amp"

@@ -1,5 +1,5 @@
 """The graph view without a browser: layered layout, routed edges, chain bands, the fused graph,
-search, names and sorting (``explorer.graph_view``).
+search, names and sorting (``explorer.ui.graph``).
 
 The geometric checks here use the view's own boxes; ``tests/test_browser.py`` checks the same
 things on what vis-network really drew.
@@ -12,12 +12,12 @@ import time
 import networkx as nx
 import pytest
 
-from explorer import graph_view
 from explorer.fusion_engine import analyze, detect, fuse
-from explorer.fusions import PATTERNS, UNKNOWN_COLOR
+from explorer.fusions import PATTERNS, UNKNOWN_COLOR, color_of
 from explorer.fusions.base import Chain
 from explorer.graph.synthetic import residual_cnn_graph
-from explorer.graph_view import FusedChain, ViewOptions
+from explorer.ui import graph as graph_view
+from explorer.ui.graph import FusedChain, ViewOptions
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_view_colours_chains_and_marks_rejected(residual):
     for nid in det.chain(rejected).compute_nodes:
         node = by_id[nid]
         assert node.dashed and node.fill == graph_view.REJECTED_FILL
-        assert node.border == graph_view.color_of(det.chain(rejected).pattern)
+        assert node.border == color_of(det.chain(rejected).pattern)
     conv = by_id[det.chain(kept).compute_nodes[0]]
     for word in ("op: aten.conv2d", "origin:", "shape:", "bytes:", "FLOPs:", "chain: conv2: conv2 → bn2",
                  f"chain id: {kept}"):
@@ -80,7 +80,7 @@ def test_legend_lists_only_patterns_present(residual, transformer):
     assert all(i.count > 0 for i in items) and len(items) == 2
     assert {i.name for i in graph_view.legend(transformer.detection)} == {
         c.pattern for c in transformer.detection.chains}
-    assert graph_view.color_of("no_such_pattern") == UNKNOWN_COLOR
+    assert color_of("no_such_pattern") == UNKNOWN_COLOR
 
 
 def test_chain_names_are_module_paths(residual, resnet):
@@ -125,6 +125,16 @@ def test_search_finds_every_match_by_op_id_and_origin(resnet):
     assert {n.id for n in view.nodes if n.highlighted} == {"conv2d", "module:layer1"}
     opened = graph_view.build_view(graph, det, [], ViewOptions(depth=1, reveal=hits[1]))
     assert hits[1] in {n.id for n in opened.nodes} and opened.drawn_id(hits[1]) == hits[1]
+
+
+def test_a_module_with_tied_patterns_takes_the_first_chains_colour(residual):
+    """residual_block's module "relu" holds one op of each chain (a tie): its colour is the first chain's in
+    graph order, in every process (a set of chain ids would order by string hashing, which changes per run)."""
+    _, graph, det = residual
+    view = graph_view.build_view(graph, det, [c.id for c in det.chains], ViewOptions(depth=1))
+    module = next(n for n in view.nodes if n.id == "module:relu")
+    assert module.members == 2 and module.pattern == det.chains[0].pattern != det.chains[1].pattern
+    assert "1 Conv+BN+act, 1 Conv+BN+" in module.label
 
 
 def test_focus_on_chain_keeps_search_hits(resnet):
@@ -245,6 +255,22 @@ def test_render_html_is_offline_and_carries_the_drawing(residual):
     assert not re.search(r"<link[^>]+href=[\"']https?://", html, re.I)
     assert "new vis.Network" in html and "borderDashes" in html and "window.FE =" in html
     assert f'"{graph_view.WAYPOINT_PREFIX}0"' in html          # the skip edge's waypoints
+    assert 'net.on("beforeDrawing"' in html                     # the page script (page.js) draws the bands
+
+
+def test_every_file_of_the_package_that_is_not_python_ships_in_the_wheel():
+    """The page script (``ui/graph/page.js``), the font and the icon are read at run time from beside the code:
+    each must be named by ``[tool.setuptools.package-data]`` or an installed wheel lacks it."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["explorer"]
+    data = [p.relative_to(root / "explorer").as_posix() for p in (root / "explorer").rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    assert "ui/graph/page.js" in data
+    assert [f for f in data if not any(fnmatch.fnmatch(f, g) for g in globs)] == []
 
 
 def test_a_10k_node_graph_collapses_and_draws_quickly():

@@ -17,7 +17,7 @@
   family's message.
 - Every zoo description and every kernel choice has its Chinese; so does every
   verdict label of a report.
-- The drawn graph (``explorer.graph_view``) speaks the language it is given and
+- The drawn graph (``explorer.ui.graph``) speaks the language it is given and
   imports no Streamlit; a link's refusal is in the link's language.
 - AppTest opens the Graph, Fusions and Export pages on a small zoo model in both
   languages (switching in the sidebar): no exception, no missing key, no engine
@@ -104,7 +104,7 @@ def test_keys_built_from_parts_exist():
     wanted += [f"pred.bound.{b}" for b in ("compute", "memory")]
     wanted += [f"bisect.mode.{mode}" for mode in MODES]
     wanted += [f"teach.tr.reason.{r}" for r in ("l2", "rereads")]
-    from explorer.graph_view import DIRECTIONS
+    from explorer.ui.graph import DIRECTIONS
     from explorer.ui.links import VIEWS
 
     wanted += [f"graph.mode.{v}" for v in VIEWS] + [f"graph.title.{v}" for v in ("original", "fused")]
@@ -553,9 +553,9 @@ def test_every_verdict_label_has_its_key():
 # ------------------------------------------------------------------ the drawn graph and links
 
 def test_graph_view_speaks_the_language_it_is_given():
-    from explorer import graph_view
     from explorer.fusion_engine import analyze, fuse
-    from explorer.graph_view import FusedChain, RenderOptions, ViewOptions
+    from explorer.ui import graph as graph_view
+    from explorer.ui.graph import FusedChain, RenderOptions, ViewOptions
 
     analysis = analyze("residual_block")
     _, graph, det = analysis
@@ -581,7 +581,7 @@ def test_graph_view_imports_no_streamlit():
     import subprocess
     import sys
 
-    code = "import sys, explorer.graph_view; assert 'streamlit' not in sys.modules, 'streamlit imported'"
+    code = "import sys, explorer.ui.graph, explorer.ui.graph.svg; assert 'streamlit' not in sys.modules, 'streamlit imported'"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
 

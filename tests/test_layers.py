@@ -9,7 +9,7 @@ Layers, lowest first (``docs/design.md`` draws them)::
     3  engine      fusion_engine                                            (detect; load → detect → fuse)
     4  runtime     runtime.*, gpu_runner, teaching.*, sweeps.*              (measuring, in a child process;
                                                                              teaching: predictions, worked examples)
-    5  views       ui.*, app, graph_view, cli                               (Streamlit, plotly, pyvis)
+    5  views       ui.* (ui.graph: the drawn graph), app, cli               (Streamlit, plotly, pyvis)
 
 A module may import its own layer or lower ones, at module level or inside a
 function alike: a function-local import of a higher layer would only hide the
@@ -49,8 +49,6 @@ def layer_of(module: str) -> tuple[int, str]:
         ("explorer.sweeps", 4, "runtime"),
         ("explorer.ui", 5, "views"),
         ("explorer.app", 5, "views"),
-        ("explorer.graph_view", 5, "views"),
-        ("explorer.graph_svg", 5, "views"),
         ("explorer.cli", 5, "views"),
     ):
         if module == prefix.rstrip(".") or module.startswith(prefix if prefix.endswith(".") else prefix + "."):

@@ -30,7 +30,7 @@ import torch
 
 from explorer.fusion_engine import detect
 from explorer.graph.build import build_graph
-from explorer.graph_view import chain_name
+from explorer.ui.graph import chain_name
 from explorer.sources.onnx_import import import_onnx
 
 ort = pytest.importorskip("onnxruntime")

@@ -7,7 +7,7 @@ terminal layout; and a report's every field is checked before it is used.
   image, HTML or autolink, and a backtick cannot end a code span. ``rendered`` below models that
   renderer closely enough to tell: backslash escapes, code spans by backtick-run length, and the
   autolink-literal patterns run over the resolved text.
-- HTML (``explorer.graph_view.render_html``): a node name cannot open a tag in the pyvis page, nor
+- HTML (``explorer.ui.graph.render_html``): a node name cannot open a tag in the pyvis page, nor
   switch pyvis to its ``innerHTML`` tooltip (it does so when a title holds "href").
 - The command line (``explorer.terminal.visible``): ``detect`` shows every control and bidi
   character of a node name as a visible escape; a name cannot forge a line of the chain table.
@@ -184,7 +184,7 @@ def hostile_path(tmp_path_factory) -> Path:
 def test_pyvis_page_opens_no_tag_from_a_node_name(hostile_path):
     """The graph page's HTML: names reach the page only as data (no ``<img`` / ``</script>`` of
     theirs), and no title holds "href", which would make pyvis set tooltips with ``innerHTML``."""
-    from explorer import graph_view
+    from explorer.ui import graph as graph_view
     from explorer.fusion_engine import analyze
 
     _, graph, det = analyze(str(hostile_path))

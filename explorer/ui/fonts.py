@@ -97,7 +97,7 @@ _CANVAS_JS = ("<script>document.fonts && document.fonts.load(\"14px '" + IFRAME_
 
 
 def with_font(html: str, base: str = "") -> str:
-    """The drawn graph's HTML (``explorer.graph_view.render_html``) with the subset: its face in the head, in
+    """The drawn graph's HTML (``explorer.ui.graph.render_html``) with the subset: its face in the head, in
     the labels' font list (vis-network draws them on a canvas), and loaded before the labels are drawn again."""
     html = html.replace("<head>", "<head>" + iframe_css(base), 1)
     html = html.replace('"face": "sans-serif"', f'"face": "sans-serif, \'{IFRAME_FAMILY}\'"')

@@ -1,8 +1,8 @@
-"""The Graph page's layers over ``explorer.graph_view``: torch.compile's kernels as bands, our chains
+"""The Graph page's layers over ``explorer.ui.graph``: torch.compile's kernels as bands, our chains
 beside them, per-chain overlays from a run report, their legends, and the view as one file to send.
 
 Pure (no Streamlit): every function takes values and returns values or html, so the tests read
-them directly. The drawn view is ``graph_view``'s; this module only chooses what the bands are
+them directly. The drawn view is ``explorer.ui.graph``'s; this module only chooses what the bands are
 (``kernel_detection``, ``compare_detection``), repaints a built ``GraphView`` (``paint``) and adds
 to the drawing's html (``decorate``: the legend inside the page, a label over each band)::
 
@@ -25,7 +25,7 @@ import json
 import math
 from typing import Any, Iterable, Mapping
 
-from explorer import graph_view
+from explorer.ui import graph as graph_view
 from explorer.fusions.base import Chain, Detection
 from explorer.report import chain_speedups
 from explorer.ui.i18n import t_in

@@ -30,7 +30,7 @@ Every string a user reads goes through this module:
 The language lives in ``st.session_state["lang"]`` ("en" or "zh"). ``t_in``
 and friends take it explicitly, for tests and for code that has no session.
 Streamlit is imported only by the functions that read the session, so that
-renderer-neutral modules (``explorer.graph_view``) can use ``t_in`` with a
+renderer-neutral modules (``explorer.ui.graph``) can use ``t_in`` with a
 language they are given, without importing Streamlit.
 """
 

@@ -1,4 +1,4 @@
-"""The SVG and PNG downloads of a graph view (``explorer.graph_svg``), shared by the Graph and Export pages.
+"""The SVG and PNG downloads of a graph view (``explorer.ui.graph.svg``), shared by the Graph and Export pages.
 
 The Graph page records each view it draws (``record``: the ``GraphView`` with its overlay paint, its
 legend rows and title, in the page's language) in ``st.session_state.graph_export_views`` and offers the
@@ -16,7 +16,7 @@ import importlib.util
 
 import streamlit as st
 
-from explorer import graph_svg
+from explorer.ui.graph import svg as graph_svg
 from explorer.ui.i18n import t
 
 SESSION_KEY = "graph_export_views"

@@ -5,7 +5,7 @@ merges them; a key may be defined once). Keys are ``<module>.<what>``:
 ``learn.*`` and ``tour.*`` (the Learn page), ``teach.*``/``ex.*``/``pred.*``/
 ``sweep.*``/``bisect.*``/``diagram.*`` (the teaching views),
 ``app.*`` (the sidebar and the frame), ``graph.*`` and ``gv.*`` (the Graph
-page and the drawn graph of ``explorer.graph_view``), ``fusions.*`` and
+page and the drawn graph of ``explorer.ui.graph``), ``fusions.*`` and
 ``verdict.*`` (the Fusions page, a report's verdict labels), ``export.*``,
 ``links.*``, ``run.*``, ``results.*`` and ``chart.*`` (the Run and Results pages
 and the run report's figures and tables), ``state.*`` (loading, the page

@@ -1,5 +1,5 @@
 """Strings of the Graph page (``graph.*``) and of the drawn graph itself (``gv.*``: node labels, tooltips,
-notes and the overview map of ``explorer.graph_view``, which passes its ``lang`` to ``i18n.t_in``).
+notes and the overview map of ``explorer.ui.graph``, which passes its ``lang`` to ``i18n.t_in``).
 
 Terms (the reference article's): kernel launch 内核启动, memory traffic 访存量, intermediate 中间结果, chain 链 / 融合链,
 fused kernel 融合内核, accepted / rejected 已接受 / 已拒绝, near miss 差一点匹配的候选 (as on the Learn page),
@@ -102,7 +102,7 @@ STRINGS = {
     "graph.legend.no_kernel": ("dashed fused node: no fused kernel here, the same ops run one after another",
                                "虚线的融合节点：这里没有融合内核，原来的算子依次运行"),
 
-    # ------------------------------------------------------------------ the drawing (explorer.graph_view)
+    # ------------------------------------------------------------------ the drawing (explorer.ui.graph)
     "gv.scalar": ("scalar", "标量"),
     "gv.status.accepted": ("accepted", "已接受"),
     "gv.status.rejected": ("rejected", "已拒绝"),

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from explorer import graph_svg, graph_view
 from explorer.ui import files as ui_files
+from explorer.ui import graph as graph_view
 from explorer.ui import state as ui_state
 from explorer.ui import view_export
+from explorer.ui.graph import svg as graph_svg
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t
 

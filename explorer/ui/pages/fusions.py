@@ -23,13 +23,14 @@ import streamlit as st
 
 from explorer.fusions import BY_NAME
 from explorer.fusions.base import KERNEL_CHOICES
-from explorer.graph_view import chain_name, human_bytes
 from explorer.report import FASTER, NO_KERNEL, NOT_MEASURED, SAME, SLOWER
 from explorer.ui import files as ui_files
 from explorer.ui import state as ui_state
+from explorer.ui.graph import chain_name
 from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, pattern_text, t, t_in, translate_text
+from explorer.units import human_bytes
 
 #: A verdict label of a report -> its catalog key.
 VERDICT_KEYS = {FASTER: "verdict.faster", SLOWER: "verdict.slower", SAME: "verdict.same",

@@ -1,7 +1,7 @@
 """Graph page: the model's ops in layers, each chain a band of its pattern's colour, and the graph
 after the accepted fusions beside it.
 
-The views come from ``explorer.graph_view`` (pure) and are drawn by its pyvis renderer; the
+The views come from ``explorer.ui.graph`` (pure) and are drawn by its pyvis renderer; the
 fused graph is what the engine's ``fusion_engine.fuse`` made of the current plan. Every text is in
 the sidebar's language: the page's through ``i18n.t`` (``locale/graph.py``), the drawing's through
 ``ViewOptions.lang`` and ``RenderOptions.lang``. A widget's ``format_func`` takes the language as a
@@ -26,18 +26,20 @@ import time
 
 import streamlit as st
 
-from explorer import graph_svg, graph_view
 from explorer.fusions import BY_NAME
-from explorer.graph_view import FusedChain, RenderOptions, ViewOptions
 from explorer.ui import fonts
 from explorer.ui import files as ui_files
+from explorer.ui import graph as graph_view
 from explorer.ui import graph_overlays as overlays
 from explorer.ui import links
 from explorer.ui import tasks
 from explorer.ui import view_export
 from explorer.ui import state as ui_state
+from explorer.ui.graph import FusedChain, RenderOptions, ViewOptions
+from explorer.ui.graph import svg as graph_svg
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t, t_in, translate_text
+from explorer.units import human_bytes
 
 HEIGHT = 640
 WHOLE = "(whole graph)"   # the chain picker's value for the whole graph (shown as t("graph.whole"))
@@ -136,7 +138,7 @@ def page(spec, model, graph, detection) -> None:
     st.markdown(t("graph.summary_device", model=ui_files.escape_markdown(model.name), ops=graph.graph.get("ops", 0),
                   nodes=graph.number_of_nodes(), accepted=len(acc_chains), chains=len(detection.chains),
                   launches=counted.saved, before=counted.before, after=counted.after, device=counted.device,
-                  traffic=graph_view.human_bytes(sum(c.bytes_saved for c in acc_chains)),
+                  traffic=human_bytes(sum(c.bytes_saved for c in acc_chains)),
                   near=len(detection.near_misses)))
     if counted.device == "cpu" and any(c.fused_kernel and c.fused > 1 for c in counted.chains):
         gpu = ui_state.launches(spec, detection, "cuda")   # the GPU's count of the same plan, for comparison

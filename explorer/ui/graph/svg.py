@@ -1,6 +1,7 @@
 """A graph view as one standalone SVG (and a PNG of it), for slides.
 
-``render_svg(view, legend, title)`` is a pure function of a ``graph_view.GraphView``: the chain
+``render_svg(view, legend, title)`` is a pure function of a ``GraphView`` (``model``), the same view the
+pyvis page draws (``pyvis_page``): the chain
 bands behind (the pattern's tint, outlined), the edges as polylines through the layout's waypoints
 with an arrow head at the target, the nodes as rounded boxes (fill, border, dashed as the HTML view
 draws them, the highlight border for search hits), their labels, a title and the legend below.
@@ -27,8 +28,10 @@ import re
 from typing import Iterable, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
-from explorer import graph_view
-from explorer.graph_view import BAND_PAD, EDGE_COLOR, FONT_PX, HIGHLIGHT_BORDER, GraphView, ViewNode
+from explorer.ui.graph.build import legend as pattern_legend
+from explorer.ui.graph.model import (BAND_PAD, EDGE_COLOR, FONT_PX, GROUP_BORDER, GROUP_COLOR, HIGHLIGHT_BORDER,
+                                     IO_COLOR, PLAIN_COLOR, REJECTED_FILL, GraphView, ViewNode, border_width, box_of,
+                                     text_color)
 from explorer.ui.i18n import t_in, translate_text
 
 FONT_FAMILY = ("system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, "
@@ -57,16 +60,16 @@ class LegendEntry:
 def legend_entries(detection, lang: str = "en", fused: bool = False) -> list[LegendEntry]:
     """The Graph page's legend (``pages.graph.legend_html``) as rows: patterns present, then styles."""
     out = []
-    for item in graph_view.legend(detection):
+    for item in pattern_legend(detection):
         label = t_in(lang, "graph.legend.unknown") if item.name == "unknown" else translate_text(item.label, lang)
         out.append(LegendEntry(f"{label} ({item.count})", item.color, item.color))
-    out.append(LegendEntry(t_in(lang, "graph.legend.rejected"), graph_view.REJECTED_FILL, "#777777", True))
-    out.append(LegendEntry(t_in(lang, "graph.legend.plain"), graph_view.PLAIN_COLOR, "#999999"))
+    out.append(LegendEntry(t_in(lang, "graph.legend.rejected"), REJECTED_FILL, "#777777", True))
+    out.append(LegendEntry(t_in(lang, "graph.legend.plain"), PLAIN_COLOR, "#999999"))
     out.append(LegendEntry(t_in(lang, "graph.legend.band"), "#ffffff", "#777777"))
-    out.append(LegendEntry(t_in(lang, "graph.legend.io"), graph_view.IO_COLOR, "#999999"))
-    out.append(LegendEntry(t_in(lang, "graph.legend.module"), graph_view.GROUP_COLOR, graph_view.GROUP_BORDER))
-    out.append(LegendEntry(t_in(lang, "graph.legend.module_rejected"), graph_view.REJECTED_FILL,
-                           graph_view.GROUP_BORDER, True))
+    out.append(LegendEntry(t_in(lang, "graph.legend.io"), IO_COLOR, "#999999"))
+    out.append(LegendEntry(t_in(lang, "graph.legend.module"), GROUP_COLOR, GROUP_BORDER))
+    out.append(LegendEntry(t_in(lang, "graph.legend.module_rejected"), REJECTED_FILL,
+                           GROUP_BORDER, True))
     if fused:
         out.append(LegendEntry(t_in(lang, "graph.legend.fused"), "#dddddd", "#333333"))
         out.append(LegendEntry(t_in(lang, "graph.legend.no_kernel"), "#dddddd", "#333333", True))
@@ -79,7 +82,7 @@ _TAG = re.compile(r"<[^>]*>")
 
 
 def legend_from_html(legend: str) -> list[LegendEntry]:
-    """The rows of a legend the app wrote as html chips (``graph_overlays.*_legend_html``): each chip's
+    """The rows of a legend the app wrote as html chips (``ui.graph_overlays.*_legend_html``): each chip's
     colour, border and text, and an overlay's colour bar as its end (and middle) colours with their ticks."""
     out = []
     bar = _BAR.search(legend)
@@ -107,15 +110,10 @@ def _color(c: str) -> str:
     return quoteattr(c if isinstance(c, str) and c else "#000000")
 
 
-def _border_width(vn: ViewNode) -> float:
-    # as graph_view._node_dict draws it
-    return 4 if vn.highlighted else (2.5 if vn.dashed or vn.members > 1 or vn.kind == "fused" else 1.5)
-
-
 def _bounds(view: GraphView) -> tuple[float, float, float, float]:
     xs0, ys0, xs1, ys1 = [], [], [], []
     for n in view.nodes:
-        l, t, r, b = graph_view.box_of(n)
+        l, t, r, b = box_of(n)
         xs0.append(l - BAND_PAD - 2), ys0.append(t - BAND_PAD - 2), xs1.append(r + BAND_PAD + 2)
         ys1.append(b + BAND_PAD + 2)
     for e in view.edges:
@@ -139,7 +137,7 @@ def _band(band, where: dict[str, ViewNode], grow: float, color: str) -> list[str
         vn = where.get(nid)
         if vn is None:
             continue
-        l, t, r, b = graph_view.box_of(vn)
+        l, t, r, b = box_of(vn)
         pad = BAND_PAD + grow
         h = b - t + 2 * pad
         out.append(f'<rect class="band" x="{_num(l - pad)}" y="{_num(t - pad)}" width="{_num(r - l + 2 * pad)}" '
@@ -155,7 +153,7 @@ def _band(band, where: dict[str, ViewNode], grow: float, color: str) -> list[str
 def _arrow_end(points: list[tuple[float, float]], target: ViewNode) -> list[tuple[float, float]]:
     """The polyline cut where it enters the target's box, so the arrow head touches the border."""
     (x0, y0), (x1, y1) = points[-2], points[-1]
-    l, t, r, b = graph_view.box_of(target)
+    l, t, r, b = box_of(target)
     dx, dy = x1 - x0, y1 - y0
     best = 1.0
     for pk, edge in ((dx, l), (dx, r)):
@@ -176,41 +174,7 @@ def _arrow_end(points: list[tuple[float, float]], target: ViewNode) -> list[tupl
 def render_svg(view: GraphView, legend: Sequence[LegendEntry] = (), title: str = "") -> str:
     """The view as one standalone SVG document (UTF-8 text)."""
     left, top, right, bottom = _bounds(view)
-    where = {n.id: n for n in view.nodes}
-    body: list[str] = []
-    # chain bands: outline first, then the fill over it (one outline per band), as the HTML view does
-    for band in view.bands:
-        body.append(f'<g class="chain-band" data-chain={quoteattr(band.chain)}><title>{escape(band.title)}</title>')
-        body += _band(band, where, 2, _color(band.border))
-        body += _band(band, where, 0, _color(band.fill))
-        body.append("</g>")
-    body.append(f'<g class="edges" fill="none" stroke="{EDGE_COLOR}" stroke-linejoin="round">')
-    for e in view.edges:
-        if e.source not in where or e.target not in where:
-            continue
-        s, tgt = where[e.source], where[e.target]
-        pts = _arrow_end([(s.x, s.y), *e.points, (tgt.x, tgt.y)], tgt)
-        width = min(1.2 + math.log2(max(e.weight, 1)), 5)
-        body.append(f'<polyline points="{" ".join(f"{_num(x)},{_num(y)}" for x, y in pts)}" '
-                    f'stroke-width="{_num(width)}" marker-end="url(#arrow)">'
-                    + (f"<title>{escape(e.title)}</title>" if e.title else "") + "</polyline>")
-    body.append("</g>")
-    body.append('<g class="nodes">')
-    for vn in view.nodes:
-        l, t, r, b = graph_view.box_of(vn)
-        border = HIGHLIGHT_BORDER if vn.highlighted else vn.border
-        dash = ' stroke-dasharray="6 4"' if vn.dashed else ""
-        body.append(f'<g class="node" data-id={quoteattr(vn.id)}><title>{escape(vn.title)}</title>'
-                    f'<rect x="{_num(l)}" y="{_num(t)}" width="{_num(vn.width)}" height="{_num(vn.height)}" rx="4" '
-                    f'fill={_color(vn.fill)} stroke={_color(border)} stroke-width="{_num(_border_width(vn))}"{dash}/>')
-        lines = vn.label.split("\n") or [""]
-        y0 = vn.y - (len(lines) - 1) * FONT_PX * 1.2 / 2
-        body.append(f'<text x="{_num(vn.x)}" text-anchor="middle" dominant-baseline="central" '
-                    f'fill="{graph_view._text_color(vn.fill)}">'
-                    + "".join(f'<tspan x="{_num(vn.x)}" y="{_num(y0 + i * FONT_PX * 1.2)}">{escape(line)}</tspan>'
-                              for i, line in enumerate(lines)) + "</text></g>")
-    body.append("</g>")
-
+    body = [*_band_elements(view), *_edge_elements(view), *_node_elements(view)]
     # title above, legend below the drawing
     head = []
     if title:
@@ -218,20 +182,7 @@ def render_svg(view: GraphView, legend: Sequence[LegendEntry] = (), title: str =
         head.append(f'<text class="title" x="{_num(left)}" y="{_num(top + TITLE_PX)}" font-size="{TITLE_PX}" '
                     f'font-weight="bold" fill="#222222">{escape(title)}</text>')
     width = right - left
-    legend_rows: list[str] = []
-    y = bottom + LEGEND_ROW
-    x = left
-    for entry in legend:
-        w = LEGEND_SWATCH + 8 + _text_width(entry.label, 12) + 20
-        if x > left and x + w > left + max(width, 480):
-            x, y = left, y + LEGEND_ROW
-        dash = ' stroke-dasharray="4 3"' if entry.dashed else ""
-        legend_rows.append(f'<g class="legend-entry"><rect x="{_num(x)}" y="{_num(y - LEGEND_SWATCH / 2)}" '
-                           f'width="{LEGEND_SWATCH}" height="{LEGEND_SWATCH}" rx="2" fill={_color(entry.fill)} '
-                           f'stroke={_color(entry.border)} stroke-width="1.5"{dash}/>'
-                           f'<text x="{_num(x + LEGEND_SWATCH + 6)}" y="{_num(y)}" dominant-baseline="central" '
-                           f'font-size="12" fill="#222222">{escape(entry.label)}</text></g>')
-        x += w
+    legend_rows, y = _legend_elements(legend, left, width, bottom)
     if legend_rows:
         bottom = y + LEGEND_ROW / 2
         right = max(right, left + max(width, 480))
@@ -251,6 +202,76 @@ def render_svg(view: GraphView, legend: Sequence[LegendEntry] = (), title: str =
         'fill="#ffffff"/>',
         *head, *body, '<g class="legend">', *legend_rows, "</g></svg>\n",
     ])
+
+
+def _band_elements(view: GraphView) -> list[str]:
+    """The chain bands: outline first, then the fill over it (one outline per band), as the HTML view does."""
+    where = {n.id: n for n in view.nodes}
+    out: list[str] = []
+    for band in view.bands:
+        out.append(f'<g class="chain-band" data-chain={quoteattr(band.chain)}><title>{escape(band.title)}</title>')
+        out += _band(band, where, 2, _color(band.border))
+        out += _band(band, where, 0, _color(band.fill))
+        out.append("</g>")
+    return out
+
+
+def _edge_elements(view: GraphView) -> list[str]:
+    """The edges as polylines through their waypoints, cut at the target's border for the arrow head."""
+    where = {n.id: n for n in view.nodes}
+    out = [f'<g class="edges" fill="none" stroke="{EDGE_COLOR}" stroke-linejoin="round">']
+    for e in view.edges:
+        if e.source not in where or e.target not in where:
+            continue
+        s, tgt = where[e.source], where[e.target]
+        pts = _arrow_end([(s.x, s.y), *e.points, (tgt.x, tgt.y)], tgt)
+        width = min(1.2 + math.log2(max(e.weight, 1)), 5)
+        out.append(f'<polyline points="{" ".join(f"{_num(x)},{_num(y)}" for x, y in pts)}" '
+                   f'stroke-width="{_num(width)}" marker-end="url(#arrow)">'
+                   + (f"<title>{escape(e.title)}</title>" if e.title else "") + "</polyline>")
+    out.append("</g>")
+    return out
+
+
+def _node_elements(view: GraphView) -> list[str]:
+    """The nodes: rounded boxes (dashed, or the highlight border) with their label lines centred."""
+    out = ['<g class="nodes">']
+    for vn in view.nodes:
+        l, t, r, b = box_of(vn)
+        border = HIGHLIGHT_BORDER if vn.highlighted else vn.border
+        dash = ' stroke-dasharray="6 4"' if vn.dashed else ""
+        out.append(f'<g class="node" data-id={quoteattr(vn.id)}><title>{escape(vn.title)}</title>'
+                   f'<rect x="{_num(l)}" y="{_num(t)}" width="{_num(vn.width)}" height="{_num(vn.height)}" rx="4" '
+                   f'fill={_color(vn.fill)} stroke={_color(border)} stroke-width="{_num(border_width(vn))}"{dash}/>')
+        lines = vn.label.split("\n") or [""]
+        y0 = vn.y - (len(lines) - 1) * FONT_PX * 1.2 / 2
+        out.append(f'<text x="{_num(vn.x)}" text-anchor="middle" dominant-baseline="central" '
+                   f'fill="{text_color(vn.fill)}">'
+                   + "".join(f'<tspan x="{_num(vn.x)}" y="{_num(y0 + i * FONT_PX * 1.2)}">{escape(line)}</tspan>'
+                             for i, line in enumerate(lines)) + "</text></g>")
+    out.append("</g>")
+    return out
+
+
+def _legend_elements(legend: Sequence[LegendEntry], left: float, width: float,
+                     bottom: float) -> tuple[list[str], float]:
+    """The legend's swatches and texts in rows below ``bottom``, wrapped at the drawing's width (at least
+    480); and the last row's y."""
+    rows: list[str] = []
+    y = bottom + LEGEND_ROW
+    x = left
+    for entry in legend:
+        w = LEGEND_SWATCH + 8 + _text_width(entry.label, 12) + 20
+        if x > left and x + w > left + max(width, 480):
+            x, y = left, y + LEGEND_ROW
+        dash = ' stroke-dasharray="4 3"' if entry.dashed else ""
+        rows.append(f'<g class="legend-entry"><rect x="{_num(x)}" y="{_num(y - LEGEND_SWATCH / 2)}" '
+                    f'width="{LEGEND_SWATCH}" height="{LEGEND_SWATCH}" rx="2" fill={_color(entry.fill)} '
+                    f'stroke={_color(entry.border)} stroke-width="1.5"{dash}/>'
+                    f'<text x="{_num(x + LEGEND_SWATCH + 6)}" y="{_num(y)}" dominant-baseline="central" '
+                    f'font-size="12" fill="#222222">{escape(entry.label)}</text></g>')
+        x += w
+    return rows, y
 
 
 MAX_PNG_PIXELS = 40_000_000   # about 6300 x 6300; a larger drawing is scaled down to fit
