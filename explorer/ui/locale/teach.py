@@ -354,6 +354,8 @@ STRINGS = {
     "sweep.col.speedup": ("speed-up", "加速比"),
     "sweep.col.bytes": ("bytes (unfused)", "访存（融合前）"),
     "sweep.col.error": ("error", "错误"),
+    "sweep.folder": ("The sweep's folder, with every point's report: {folder}", "这次扫描的文件夹（含每个点的报告）：{folder}"),
+    "sweep.open": ("Open on the Sweeps page", "在扫描页面打开"),
 
     # ------------------------------------------------------------------ bisect
     "bisect.intro": (
