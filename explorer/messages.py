@@ -597,7 +597,7 @@ TASKS = Words("task", {
     "channel_out_range_conv": ("channel {n:d} is out of range: the conv has {n2:d} output channels",
         "通道 {n} 超出范围：该卷积有 {n2} 个输出通道"),
     "starting_task_process": ("starting the task's process",
-        "正在启动任务进程"),
+        "正在启动计算进程"),
     "loading_model": ("loading the model",
         "正在加载模型"),
     "unknown_task": ("unknown task '{x}': choose one of {x2}",
