@@ -601,7 +601,7 @@ TASKS = Words("task", {
     "loading_model": ("loading the model",
         "正在加载模型"),
     "unknown_task": ("unknown task '{x}': choose one of {x2}",
-        "未知任务“{x}”：可选 {x2}"),
+        "未知的计算“{x}”：可选 {x2}"),
 })
 
 #: The teaching report (teaching.report) and its notes (benchmarks/teach_reports.py).
