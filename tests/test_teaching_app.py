@@ -194,8 +194,9 @@ def test_profile_sweep_and_bisect_run_in_a_child_process(tmp_path, monkeypatch):
     assert any("chart_sweep_speedup" in c.proto.id for c in at.get("plotly_chart"))
 
 
-def test_each_task_stops_when_cancelled():
+def test_each_task_stops_when_cancelled(tmp_path, monkeypatch):
     """Cancel, pressed while each task's child runs: the child and its process group end, the page says so."""
+    monkeypatch.setenv("FUSION_EXPLORER_SWEEPS_ROOT", str(tmp_path))
     at = _learn("en")
     for name, start, stop in (("profile", "teach_profile", "profile_cancel"), ("sweep", "sweep_start", "sweep_cancel"),
                               ("bisect", "bisect_start", "bisect_cancel")):

@@ -13,15 +13,18 @@ or runs the model. The tasks:
 - ``sweep``: when one chain stops paying (``sweeps.chain.sweep_chain``: a sweep on the local backend, measured by
   its workers with the runner's own measurement); answers ``{"points": [...], "folder": its sweep folder}``.
 
-The time left (``runtime.progress``): before the child answers, the caller prices starting a process
-(``child_start``, as runs measure it), loading the model (``load:<model>``) and the task itself (its last
-duration on this machine, ``task:<name>:<model>|<device>|<dtype>``, else ``PRIOR_TASK_S``); in the child the task's
-own steps revise it (``Schedule``: its estimate blended with the rate its steps go at). A sweep's status brings
-its own time left (the runner's, from the points measured).
+The time left (``runtime.progress``), measured costs first: before the child answers, the caller prices starting
+a task's process (``START_KEY``), loading the model (``IMPORT_KEY`` for torch and the engine, ``load:<model>`` as
+runs keep it) and the task itself (its last duration on this machine, ``cost_key``); in the child the load and the
+task are phases of a ``Schedule`` (each estimate blended with the rate its steps go at) and their real durations
+are kept for the next time. Before anything was measured the status says it is estimating (``PRIOR_TASK_S`` then
+prices the task in the child). A sweep's status brings its own time left (``sweeps.chain``: from earlier sweeps
+of the model, then from the points measured).
 
-A cancel or the time limit first asks the child to stop (``SIGTERM``, ``STOP_GRACE_S``): a bisect or a sweep then
-answers with the part done (a sweep's workers stopped by its runner), a profile is simply ended; what is left of
-the child's process group is killed when it ends (``reap_group``). Imports no torch in the caller.
+A cancel or the time limit first asks the child to stop (``SIGTERM``, ``STOP_GRACE_S``): a bisect that has its
+model, or a sweep whose workers have started, then answers with the part done (the sweep's runner stops its
+workers); before that, and for a profile, the child just ends. What is left of the child's process group (a
+sweep's workers) is killed when it ends (``reap_group``). Imports no torch in the caller.
 """
 
 from __future__ import annotations
