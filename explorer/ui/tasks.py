@@ -98,18 +98,24 @@ def _run(job: TaskJob, fn: Callable[..., Any], args: tuple) -> None:
         job.done = True
 
 
-def start(name: str, key: str, fn: Callable[..., Any], *args: Any) -> TaskJob:
-    """Start ``fn(*args, on_step, cancel)`` as task ``name`` (``key`` says what it computes); a task of that
-    name still running is returned unchanged."""
+def _launch(name: str, key: str, fn: Callable[..., Any], args: Callable[[TaskJob], tuple]) -> TaskJob:
+    """Task ``name`` running ``fn(*args(job), on_step, cancel)`` in a thread; one still running is returned."""
     tasks = _tasks()
     job = tasks.get(name)
     if job is not None and job.running:
         return job
     job = TaskJob(name=name, key=key, cancel=threading.Event())
-    job.thread = threading.Thread(target=_run, args=(job, fn, args), name=f"fusion-explorer-{name}", daemon=True)
+    job.thread = threading.Thread(target=_run, args=(job, fn, args(job)), name=f"fusion-explorer-{name}",
+                                  daemon=True)
     tasks[name] = job
     job.thread.start()
     return job
+
+
+def start(name: str, key: str, fn: Callable[..., Any], *args: Any) -> TaskJob:
+    """Start ``fn(*args, on_step, cancel)`` as task ``name`` (``key`` says what it computes); a task of that
+    name still running is returned unchanged."""
+    return _launch(name, key, fn, lambda _job: args)
 
 
 def _child_task(payload: dict, timeout_s: float | None, job: TaskJob, *, on_step: Callable[[float, str], None],
@@ -126,16 +132,7 @@ def start_child(name: str, key: str, payload: dict, timeout_s: float | None = No
     """Start the Learn page's task ``name`` ("profile", "bisect", "sweep": ``runtime.teach_tasks.run_task``) in a
     child process, with ``payload`` and a time limit (None: the task's default); ``key`` says what it computes.
     The job's ``result`` is the child's answer; a task of that name still running is returned unchanged."""
-    tasks = _tasks()
-    job = tasks.get(name)
-    if job is not None and job.running:
-        return job
-    job = TaskJob(name=name, key=key, cancel=threading.Event())
-    job.thread = threading.Thread(target=_run, args=(job, _child_task, (dict(payload), timeout_s, job)),
-                                  name=f"fusion-explorer-{name}", daemon=True)
-    tasks[name] = job
-    job.thread.start()
-    return job
+    return _launch(name, key, _child_task, lambda job: (dict(payload), timeout_s, job))
 
 
 def get(name: str) -> TaskJob | None:
