@@ -572,14 +572,8 @@ NCU = Words("ncu", {
         "已跳过：本次运行的时间预算已用完"),
 })
 
-#: The Learn page's background tasks (runtime.sweep, runtime.bisect, teaching.examples).
+#: The Learn page's background tasks (runtime.teach_tasks, runtime.bisect, runtime.breakdown, teaching.examples).
 TASKS = Words("task", {
-    "loading_model_batch": ("loading the model at batch {n:d}",
-        "按批大小 {n} 加载模型"),
-    "timing_batch": ("timing batch {n:d}, {x}",
-        "计时：批大小 {n}，{x}"),
-    "points": ("{n:d} points",
-        "{n} 个点"),
     "float64_reference": ("float64 reference",
         "计算 float64 参照"),
     "model_with_every_accepted": ("the model with every accepted chain fused",
@@ -598,12 +592,16 @@ TASKS = Words("task", {
         "逐节点 profiling：{x}"),
     "profiled": ("profiled",
         "profiling 完成"),
-    "chain_detected_batch": ("chain {x} is not detected at batch {n:d}",
-        "批大小为 {n} 时没有检测到链 {x}"),
     "conv_bn_chain": ("{x} is not a Conv+BN chain of {x2}",
         "{x} 不是 {x2} 中的 Conv+BN 链"),
     "channel_out_range_conv": ("channel {n:d} is out of range: the conv has {n2:d} output channels",
         "通道 {n} 超出范围：该卷积有 {n2} 个输出通道"),
+    "starting_task_process": ("starting the task's process",
+        "正在启动计算进程"),
+    "loading_model": ("loading the model",
+        "正在加载模型"),
+    "unknown_task": ("unknown task '{x}': choose one of {x2}",
+        "未知的计算“{x}”：可选 {x2}"),
 })
 
 #: The teaching report (teaching.report) and its notes (benchmarks/teach_reports.py).

@@ -1,4 +1,4 @@
-"""The teaching engine: time breakdown, traffic, ceilings, predictions, sweep, precision bisect, worked examples,
+"""The teaching engine: time breakdown, traffic, ceilings, predictions, precision bisect, worked examples,
 the teaching report and its GPU script's CPU path. All on the CPU, on the zoo's teaching models."""
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ from explorer.errors import ReportError
 from explorer.fusion_engine import fuse
 from explorer.fusions.conv import FOLD_TOLERANCE_F64, fold_conv_bn
 from explorer.graph import aten
-from explorer.report import SAME
 from explorer.runtime import breakdown as bd
 from explorer.runtime import ceilings as ceil
 from explorer.runtime import measure as m
 from explorer.runtime import traffic as tr
 from explorer.runtime.bisect import default_fuse, precision_bisect
-from explorer.runtime.sweep import sweep_chain
 from explorer.teaching import examples as ex
 from explorer.teaching import predict as pr
 from explorer.teaching import readers
@@ -290,23 +288,6 @@ def test_readers_take_both_report_versions():
     assert readers.report_stages(v2)[0]["same_as"] == "none"
     assert readers.report_fingerprint(v1) == readers.report_fingerprint(v2) == "abc"
     assert readers.report_dtype(v2) == "fp16"
-
-
-# ------------------------------------------------------------------ sweep
-
-def test_sweep_returns_a_point_per_batch_and_dtype(residual):
-    chain = residual.detection.chains[0].id
-    points = sweep_chain("residual_block", chain, [2, 1], ["fp32"], "cpu", timing=QUICK)
-    assert [(p.batch, p.dtype) for p in points] == [(1, "fp32"), (2, "fp32")]
-    for p in points:
-        assert p.error is None and p.speedup > 0 and p.unfused_ms > 0 and p.fused_ms > 0
-        # decided by the paired test, as a run's chains are: 3 rounds are too few to call anything faster or
-        # slower, whatever the medians say: "undecided"
-        assert p.verdict == SAME and p.decided is False and p.rounds == 3 and p.undecided
-        assert p.to_dict()["undecided"] is True
-    assert points[1].bytes_unfused > points[0].bytes_unfused   # activations grow with the batch
-    missing = sweep_chain("residual_block", "no_such@chain", [1], ["fp32"], "cpu", timing=QUICK)
-    assert missing[0].error and "not detected" in missing[0].error
 
 
 # ------------------------------------------------------------------ precision bisect

@@ -1,9 +1,12 @@
 """The Learn page through ``streamlit.testing.v1.AppTest``, in English and 中文: every tab drawn, the guided
-tour's fold by hand, the background profile, sweep and bisect, and a teaching report opened on the CPU."""
+tour's fold by hand, the profile, sweep and bisect in a child process (started, their progress, their results,
+cancelled, a child killed, a task past its time limit), and a teaching report opened on the CPU."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -103,32 +106,133 @@ def test_the_tour_checks_a_fold_done_by_hand():
     assert at.session_state["tour_done"].get("fold")
 
 
-def test_profile_sweep_and_bisect_run_in_the_background():
+def _answered(at, name: str, timeout: float = 120.0):
+    """The task once its child has started and sent its first status (or the task has ended)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        job = at.session_state["tasks"].get(name)
+        if job is not None and (job.done or (job.pid and not job.message.startswith("starting the task's"))):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"task {name} never answered")
+
+
+def _group_gone(pid: int) -> bool:
+    """Whether nothing is left of a task child's process group (the child, the sweep's workers)."""
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _progress_texts(at) -> list[str]:
+    return [str(p.proto.text) for p in at.get("progress")]
+
+
+def _never_here(*_args, **_kwargs):
+    raise AssertionError("the app process ran a Learn task itself")
+
+
+def test_profile_sweep_and_bisect_run_in_a_child_process(tmp_path, monkeypatch):
+    """Each task in a child process: the app's own copies of the three computations raise if called here. Its
+    progress says the time left; its result is drawn; the sweep is a sweep folder that the Sweeps page opens."""
+    from explorer.runtime import bisect, breakdown
+    from explorer.sweeps import chain, runner
+
+    for module, name in ((breakdown, "model_breakdowns"), (bisect, "precision_bisect"), (chain, "sweep_chain"),
+                         (runner, "run_sweep")):
+        monkeypatch.setattr(module, name, _never_here)
+    monkeypatch.setenv("FUSION_EXPLORER_SWEEPS_ROOT", str(tmp_path))
     at = _learn("zh")
     at.button(key="teach_profile").click().run()
-    assert at.session_state["tasks"]["profile"] is not None
+    at.button(key="bisect_start").click().run()   # two children at once: the page polls both
+    job = _answered(at, "profile")
+    at.run()
+    assert job.pid and job.pid != os.getpid()
+    statuses = _progress_texts(at)
+    assert any("秒" in text for text in statuses), statuses   # the time left, in 中文
     _wait(at, "profile")
+    _wait(at, "bisect")
     assert not at.error, [e.value for e in at.error]
+    assert _group_gone(job.pid)
     # a CPU profile says what it can and cannot show, and where the GPU picture is (the committed H200 report)
     assert any("CPU 上的 profiling" in i.value and "teaching_report_h200.json" in i.value for i in at.info)
     keys = {c.proto.id for c in at.get("plotly_chart")}
     assert any("chart_breakdown" in k for k in keys), keys
 
-    at.select_slider(key="sweep_batches").set_range(1, 2).run()
+    at.select_slider(key="sweep_batches").set_range(1, 1).run()
     at.button(key="sweep_start").click().run()
+    _answered(at, "sweep")
+    at.run()
+    statuses += _progress_texts(at)
     _wait(at, "sweep")
-    points = at.session_state["tasks"]["sweep"].result
-    assert [(p.batch, p.dtype) for p in points] == [(1, "fp32"), (2, "fp32")] and all(p.speedup for p in points)
-    assert all(p.verdict and p.decided is not None for p in points)   # each point's paired test, as in a run
+    job = at.session_state["tasks"]["sweep"]
+    assert job.error is None and not job.cancelled, job.error
+    points = job.result["points"]
+    assert [(p["batch"], p["dtype"]) for p in points] == [(1, "fp32")] and all(p["speedup"] for p in points)
+    assert all(p["verdict"] and p["decided"] is not None for p in points)   # each point's paired test, as in a run
     assert any("结论（配对检验）" in df.value.columns for df in at.dataframe)
     assert any("chart_sweep" in c.proto.id for c in at.get("plotly_chart"))
+    folder = Path(job.result["folder"])
+    assert folder.parent == tmp_path / "learn" and (folder / "results.jsonl").is_file()
 
-    at.button(key="bisect_start").click().run()
-    _wait(at, "bisect")
-    result = at.session_state["tasks"]["bisect"].result
-    assert len(result.ranked) == 2 and not result.drifts
+    result = at.session_state["tasks"]["bisect"].result["bisect"]
+    assert len(result["ranked"]) == 2 and not result["drifts"]
     assert any("没有偏离" in s.value for s in at.success)
     assert not at.error, [e.value for e in at.error]
+    from test_i18n import _shown_texts, english_prose   # the 中文 check: no English left, results and statuses
+
+    names = {"Wilcoxon", "profiler"}   # a test's and a tool's names, in the panels only a finished task shows
+    left = sorted({f"{w}: {x[:100]!r}" for x in _shown_texts(at) + statuses for w in english_prose(x)
+                   if w not in names})
+    assert not left, "English left in 中文:\n" + "\n".join(left[:30])
+
+    at.button(key="sweep_open").click().run()   # the sweep, on the Sweeps page
+    assert not at.exception, at.exception
+    assert at.session_state["sweeps_folder"] == os.path.relpath(folder, tmp_path)
+    assert any("chart_sweep_speedup" in c.proto.id for c in at.get("plotly_chart"))
+
+
+def test_each_task_stops_when_cancelled(tmp_path, monkeypatch):
+    """Cancel, pressed while each task's child runs: the child and its process group end, the page says so."""
+    monkeypatch.setenv("FUSION_EXPLORER_SWEEPS_ROOT", str(tmp_path))
+    at = _learn("en")
+    for name, start, stop in (("profile", "teach_profile", "profile_cancel"), ("sweep", "sweep_start", "sweep_cancel"),
+                              ("bisect", "bisect_start", "bisect_cancel")):
+        at.button(key=start).click().run()
+        job = _answered(at, name)
+        at.run()
+        assert any("left" in text for text in _progress_texts(at)), (name, _progress_texts(at))
+        assert not at.button(key=stop).disabled
+        at.button(key=stop).click().run()
+        _wait(at, name, 60)
+        assert job.cancelled and job.error is None, (name, job.error)
+        assert _group_gone(job.pid), name
+        warnings = [w.value for w in at.warning]
+        assert any(w.startswith("Cancelled") for w in warnings), (name, warnings)
+        assert not at.error and not at.exception
+
+
+def test_a_killed_child_and_a_task_past_its_limit_are_one_line_each():
+    """The profile's child killed mid-task, and a bisect given one second: one line each; the app lives on."""
+    at = _learn("en")
+    at.button(key="teach_profile").click().run()
+    job = _answered(at, "profile")
+    os.kill(job.pid, signal.SIGKILL)
+    _wait(at, "profile", 60)
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "killed by SIGKILL" in errors[0] and "\n" not in errors[0], errors
+    assert len(at.tabs) == 7 and not at.exception   # the page and its other tabs, drawn as before
+
+    at.number_input(key="bisect_timeout").set_value(1).run()
+    at.button(key="bisect_start").click().run()
+    _wait(at, "bisect", 60)
+    job = at.session_state["tasks"]["bisect"]
+    assert job.error and "timed out after 1 s" in job.error
+    errors = [e.value for e in at.error]
+    assert len(errors) == 2 and all("\n" not in e for e in errors) and "timed out after 1 s" in errors[1], errors
+    assert _group_gone(job.pid) and not at.exception
 
 
 @pytest.fixture(scope="module")

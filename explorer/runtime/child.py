@@ -79,14 +79,23 @@ def limit_host_memory(payload: dict) -> int:
 def run_child(module: str, payload: dict, timeout_s: float,
               progress: Callable[[float, str], None] | None = None,
               cancel: threading.Event | None = None,
-              on_part: Callable[[Any], None] | None = None) -> dict:
+              on_part: Callable[[Any], None] | None = None,
+              on_start: Callable[[int], None] | None = None,
+              stop_grace_s: float = 0.0, reap_group: bool = False) -> dict:
     """Run ``python -m <module> --child`` with ``payload`` as JSON on stdin; return its report.
 
     ``progress(fraction, status)`` is called from this thread as the child
     reports, ``on_part(value)`` for each ``{"part": value}`` line (what the work
-    sent with ``emit.part``: kept by the caller even if the child dies later).
+    sent with ``emit.part``: kept by the caller even if the child dies later),
+    ``on_start(pid)`` once the child has started.
     Raises ``RunError`` with one line on any failure, including
     ``RunError("cancelled")`` when ``cancel`` is set and a timeout.
+
+    ``stop_grace_s`` (0 for a run: killed at once): on a cancel or the timeout the child is first sent
+    ``SIGTERM`` (``stop_on_sigterm`` makes that its own cancel) and given that many seconds to stop its
+    own workers and answer; a report it sends after a cancel is returned (the caller's ``cancel`` says
+    it was cancelled: the part done before it), after the timeout it is not. ``reap_group``: when the
+    child has ended, kill what is left of its process group (workers it started, were it killed).
     """
     payload = json.dumps(payload)
     env = child_env()
@@ -107,6 +116,8 @@ def run_child(module: str, payload: dict, timeout_s: float,
 
     reader = threading.Thread(target=read_stdout, name="child-stdout", daemon=True)
     reader.start()
+    if on_start is not None:
+        on_start(proc.pid)
     try:
         assert proc.stdin is not None
         try:
@@ -118,13 +129,17 @@ def run_child(module: str, payload: dict, timeout_s: float,
         result: dict | None = None
         error: str | None = None
         eof = False
+        stopping: tuple[str, float] | None = None   # (why, the end of its grace) once the child was asked to stop
         while not eof:
-            if cancel is not None and cancel.is_set():
+            why = "cancelled" if cancel is not None and cancel.is_set() else \
+                "timed_out" if time.monotonic() > deadline else None
+            if why is not None and stop_grace_s > 0 and stopping is None:
+                stopping = (why, time.monotonic() + float(stop_grace_s))
+                _terminate(proc)
+            elif why is not None and (stopping is None or time.monotonic() > stopping[1]):
                 kill(proc)
-                raise RunError(RUN("cancelled"))
-            if time.monotonic() > deadline:
-                kill(proc)
-                raise RunError(RUN("timed_out", limit=timeout_s))
+                why = stopping[0] if stopping is not None else why
+                raise RunError(RUN("cancelled") if why == "cancelled" else RUN("timed_out", limit=timeout_s))
             try:
                 raw = lines.get(timeout=0.1)
             except queue.Empty:
@@ -150,6 +165,8 @@ def run_child(module: str, payload: dict, timeout_s: float,
         except subprocess.TimeoutExpired:
             kill(proc)
             code = proc.wait()
+        if stopping is not None and (stopping[0] == "timed_out" or result is None):
+            raise RunError(RUN("cancelled") if stopping[0] == "cancelled" else RUN("timed_out", limit=timeout_s))
         if error is not None:
             raise RunError(error)
         if result is not None and code == 0:
@@ -158,7 +175,37 @@ def run_child(module: str, payload: dict, timeout_s: float,
     finally:
         if proc.poll() is None:
             kill(proc)
+        if reap_group:
+            _kill_group(proc.pid)
         stderr_file.close()
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    """Ask the child alone (not its group: its workers are its own to stop) to stop: ``SIGTERM``."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def _kill_group(pgid: int) -> None:
+    """Kill what is left of a reaped child's process group (its number cannot be reused while the group lives)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass   # nothing left: the usual case
+
+
+def stop_on_sigterm(cancel: threading.Event, ready: threading.Event) -> None:
+    """The child's side of ``stop_grace_s``: once the work has set ``ready`` (it has a part worth sending),
+    ``SIGTERM`` sets ``cancel`` instead of ending the process, so the work stops its workers and sends what it
+    has; before that, the process ends at once (its caller kills what is left of its group)."""
+    def stop(_signum: int, _frame: Any) -> None:
+        if not ready.is_set():
+            os._exit(128 + signal.SIGTERM)
+        cancel.set()
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _last_stderr_line(f: Any) -> str:

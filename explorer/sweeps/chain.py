@@ -4,7 +4,7 @@ The Learn page asks it of the loaded model's chosen chain. ``sweep_chain`` build
 batch size and dtype, with the plan ``chain:<id>``: that chain accepted alone, ``worker.one_chain_plan``; each
 chain timed alone, ``per_chain``) and runs it with ``runner.run_sweep`` on the local backend, so every point is
 measured by ``gpu_runner.run`` in worker processes and the runner's child: nothing is timed in the caller's
-process (the app's). Each point of the answer (``runtime.sweep.SweepPoint``) is the chain's own result from
+process (the Learn page's task child, ``runtime.teach_tasks``, which loads no model either). Each point of the answer (``runtime.sweep.SweepPoint``) is the chain's own result from
 the point's report: its unfused and fused medians with their p20-p80, the speed-up, the byte model's traffic,
 and the report's paired-test verdict (``verdict``); a point that failed carries its one-line reason.
 
@@ -12,7 +12,8 @@ Until its first point is measured, the runner cannot say how long the rest will 
 from the last sweep of this model on this machine (``runtime.progress.CostMemory``), else from starting a measuring
 process and loading the model, so its progress says the time left from the start.
 
-The sweep folder is a temporary one unless ``folder`` is given (then a re-run reads the points measured already).
+The sweep folder is a temporary one unless ``folder`` is given (then a re-run reads the points measured already;
+the Learn page gives a new one under the Sweeps page's root, which opens it there).
 """
 
 from __future__ import annotations

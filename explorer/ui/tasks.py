@@ -1,10 +1,12 @@
-"""Teaching computations in the background: a sweep, a precision bisect, a profile; the Learn page polls them.
+"""Long computations the pages start and poll: the Learn page's profile, sweep and bisect, the Graph page's compile map.
 
-Like the run (``explorer.ui.state.RunJob``), a task runs in a thread so that
-the page never blocks; unlike the run it stays in this process (it is a few
-small graphs, not a whole measurement; a sweep starts its own workers). Its
-progress says the time left, counted from the click (``TaskJob.view``). One task per name at a time; its
-result (or its one-line error) stays until the same name starts again.
+A task is a ``TaskJob``: a thread of this process that only waits. The Learn page's tasks (``start_child``) run
+in a child process through ``explorer.runtime.teach_tasks`` (``runtime.child``, as a run does: its time limit,
+its cancel, its memory budget; a child that crashes, is killed or runs past its limit is one line in ``error``),
+so the app never loads or runs the model for them; the Graph page's compile map (``start``) is a function that
+starts its own child (``runtime.compile_map``). Its progress says the time left, counted from the click
+(``TaskJob.view``). One task per name at a time; its result (or its one-line error) stays until the same name
+starts again.
 
 Session state: ``tasks`` ({name: TaskJob}), initialised by ``explorer.ui.state``.
 """
@@ -42,6 +44,7 @@ class TaskJob:
     finished: float | None = None
     thread: threading.Thread | None = None
     countdown: Countdown | None = None
+    pid: int | None = None          # the task's child process, once started (``start_child``)
 
     def __post_init__(self) -> None:
         self.countdown = Countdown(self.started, "")
@@ -83,7 +86,10 @@ def _run(job: TaskJob, fn: Callable[..., Any], args: tuple) -> None:
         job.result = fn(*args, on_step=job.progress, cancel=job.cancel)
         job.cancelled = job.cancel.is_set()
     except ExplorerError as exc:
-        job.error = str(exc)
+        if job.cancel.is_set():
+            job.cancelled = True   # the user's cancel, not a failure
+        else:
+            job.error = str(exc)
     except Exception as exc:  # the task boundary: one line for the page, never a traceback
         text = str(exc).strip().splitlines()
         job.error = f"{type(exc).__name__}: {text[0][:300] if text else ''}"
@@ -92,18 +98,41 @@ def _run(job: TaskJob, fn: Callable[..., Any], args: tuple) -> None:
         job.done = True
 
 
-def start(name: str, key: str, fn: Callable[..., Any], *args: Any) -> TaskJob:
-    """Start ``fn(*args, on_step, cancel)`` as task ``name`` (``key`` says what it computes); a task of that
-    name still running is returned unchanged."""
+def _launch(name: str, key: str, fn: Callable[..., Any], args: Callable[[TaskJob], tuple]) -> TaskJob:
+    """Task ``name`` running ``fn(*args(job), on_step, cancel)`` in a thread; one still running is returned."""
     tasks = _tasks()
     job = tasks.get(name)
     if job is not None and job.running:
         return job
     job = TaskJob(name=name, key=key, cancel=threading.Event())
-    job.thread = threading.Thread(target=_run, args=(job, fn, args), name=f"fusion-explorer-{name}", daemon=True)
+    job.thread = threading.Thread(target=_run, args=(job, fn, args(job)), name=f"fusion-explorer-{name}",
+                                  daemon=True)
     tasks[name] = job
     job.thread.start()
     return job
+
+
+def start(name: str, key: str, fn: Callable[..., Any], *args: Any) -> TaskJob:
+    """Start ``fn(*args, on_step, cancel)`` as task ``name`` (``key`` says what it computes); a task of that
+    name still running is returned unchanged."""
+    return _launch(name, key, fn, lambda _job: args)
+
+
+def _child_task(payload: dict, timeout_s: float | None, job: TaskJob, *, on_step: Callable[[float, str], None],
+                cancel: threading.Event) -> Any:
+    from explorer.runtime.teach_tasks import run_task
+
+    def started(pid: int) -> None:
+        job.pid = pid
+
+    return run_task(job.name, payload, timeout_s, progress=on_step, cancel=cancel, on_start=started)
+
+
+def start_child(name: str, key: str, payload: dict, timeout_s: float | None = None) -> TaskJob:
+    """Start the Learn page's task ``name`` ("profile", "bisect", "sweep": ``runtime.teach_tasks.run_task``) in a
+    child process, with ``payload`` and a time limit (None: the task's default); ``key`` says what it computes.
+    The job's ``result`` is the child's answer; a task of that name still running is returned unchanged."""
+    return _launch(name, key, _child_task, lambda job: (dict(payload), timeout_s, job))
 
 
 def get(name: str) -> TaskJob | None:

@@ -26,6 +26,8 @@ STRINGS = {
     "learn.task.cancelled": ("Cancelled: the results below are the points finished before the cancel.",
                              "已取消：下面只有取消前完成的结果。"),
     "learn.task.failed": ("The computation failed: {error}", "计算失败：{error}"),
+    "learn.task.cancelled_empty": ("Cancelled before anything was finished.", "已取消：取消前还没有完成任何结果。"),
+    "learn.task.timeout": ("Time limit (s)", "时间上限（秒）"),
 
     # ------------------------------------------------------------------ general text
     "learn.general.title": ("Why fusion pays, and when it does not", "为什么融合有收益，什么时候没有"),

@@ -310,10 +310,10 @@ STRINGS = {
     # ------------------------------------------------------------------ sweep
     "sweep.intro": (
         "The reference article warns that not every operator should be fused. Here one chain's micro-benchmark is re-run over "
-        "batch sizes and dtypes, in the background: at small shapes a chain is mostly launch cost, which fusion cuts; "
+        "batch sizes and dtypes, as a sweep in a process of its own: at small shapes a chain is mostly launch cost, which fusion cuts; "
         "at large shapes its kernels are bound by memory or arithmetic, and a fused kernel under register pressure "
         "can lose.",
-        "参考文章提醒：不是所有算子都适合融合。这里在后台按不同批大小和数据类型重新跑一条链的微基准：形状小时，链的时间主要是"
+        "参考文章提醒：不是所有算子都适合融合。这里在单独的进程中，以一次扫描按不同批大小和数据类型重新跑一条链的微基准：形状小时，链的时间主要是"
         "内核启动开销，融合正好砍掉它；形状大时，内核受访存或计算限制，寄存器压力大的融合内核可能反而更慢。"),
     "sweep.no_chains": ("No accepted chain: accept one on the Fusions page.", "没有已接受的链：请在融合页面接受至少一条。"),
     "sweep.chain": ("Chain", "链"),
@@ -354,14 +354,16 @@ STRINGS = {
     "sweep.col.speedup": ("speed-up", "加速比"),
     "sweep.col.bytes": ("bytes (unfused)", "访存（融合前）"),
     "sweep.col.error": ("error", "错误"),
+    "sweep.folder": ("The sweep's folder, with every point's report: {folder}", "这次扫描的文件夹（含每个点的报告）：{folder}"),
+    "sweep.open": ("Open on the Sweeps page", "在扫描页面打开"),
 
     # ------------------------------------------------------------------ bisect
     "bisect.intro": (
         "When the fused model drifts from the float64 reference more than the unfused one does, which chain is "
         "responsible? Fuse the accepted chains one at a time and rank them by their contribution to the output "
-        "error, or bisect the accepted set (about 2·log2(n) fused models). It runs in the background.",
+        "error, or bisect the accepted set (about 2·log2(n) fused models). It runs in a process of its own: the app stays usable, and Cancel stops it.",
         "当融合后的模型比未融合的模型更偏离 float64 参照时，是哪条链造成的？逐条单独融合，按它们对输出误差的贡献排序；或者"
-        "对已接受的集合做二分（大约 2·log2(n) 个融合模型）。计算在后台进行。"),
+        "对已接受的集合做二分（大约 2·log2(n) 个融合模型）。计算在单独的进程中进行：应用仍可使用，按“取消”即可停止。"),
     "bisect.mode": ("Method", "方法"),
     "bisect.mode.both": ("one at a time, then bisect", "逐条融合，再二分"),
     "bisect.mode.one_at_a_time": ("one at a time (ranks all)", "逐条融合（全部排序）"),

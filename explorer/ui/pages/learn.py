@@ -5,9 +5,10 @@ diagram; worked examples computed from the model (a Conv+BN fold by hand, the
 bytes each version of a chain reads and writes); the seed's tables regenerated
 (where one forward's time goes, memory traffic, the staged table) from this
 session or from a teaching report; predicted against measured gain per chain;
-when a fusion stops paying (that chain alone swept over batch and dtype by ``explorer.sweeps.chain``: the
-sweep machinery, in worker processes, never in the app's);
-and the precision bisect (in the background). All numbers come from the
+when a fusion stops paying (that chain alone swept over batch and dtype by ``explorer.sweeps.chain``: a sweep,
+whose folder opens on the Sweeps page); and the precision bisect. The profile, the sweep and the bisect run in a
+child process (``explorer.runtime.teach_tasks`` through ``ui.tasks.start_child``), with a time limit, a cancel and
+the time left, never in the app's process. All numbers come from the
 engine or from committed results, never from this page's text.
 
 A widget's ``format_func`` takes the language as a default argument: the
@@ -15,13 +16,14 @@ test harness calls it after the run, outside the session.
 
 Widget keys: tour_load, tour_seen, tour_scale, tour_bias, tour_read, ex_fold_chain, ex_fold_channel,
 ex_dtype, teach_source, teach_committed, teach_open_committed, teach_report_file, teach_model,
-teach_profile, sweep_chain, sweep_batches, sweep_dtypes, sweep_start, sweep_cancel, bisect_mode,
-bisect_start, bisect_cancel.
+teach_profile, profile_cancel, profile_timeout, sweep_chain, sweep_batches, sweep_dtypes, sweep_start, sweep_cancel,
+sweep_timeout, sweep_open, bisect_mode, bisect_start, bisect_cancel, bisect_timeout.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -33,6 +35,7 @@ from explorer.fusions import BY_NAME, PATTERNS
 from explorer.report import SLOWER
 from explorer.runtime.ceilings import Ceilings, known_ceilings
 from explorer.runtime.measure import torch_dtype
+from explorer.runtime.teach_tasks import TIMEOUT_S
 from explorer.runtime.traffic import traffic_table
 from explorer.teaching import examples as teach_examples
 from explorer.teaching import predict as teach_predict
@@ -51,6 +54,14 @@ RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DTYPES = ("fp32", "bf16", "fp16")
 TOUR_MODEL = "residual_block"
+#: The Sweeps page's root (``ui/pages/sweeps.py``: ``FUSION_EXPLORER_SWEEPS_ROOT``, else the committed sweeps); the
+#: Learn page's sweeps go in its ``learn/`` folder, so that the Sweeps page lists them.
+SWEEPS_ROOT_ENV = "FUSION_EXPLORER_SWEEPS_ROOT"
+SWEEPS_PAGE = "ui/pages/sweeps.py"
+
+
+def _sweeps_root() -> Path:
+    return Path(os.environ.get(SWEEPS_ROOT_ENV) or RESULTS / "sweeps")
 
 
 # ====================================================================== helpers
@@ -453,16 +464,22 @@ def _where_time_goes(cur) -> None:
     key = json.dumps([spec.source, spec.batch, spec.seq_len, device, dtype, plan.to_dict()], sort_keys=True)
     job = tasks.get("profile")
     busy = job is not None and job.running
-    st.button(t("teach.bd.profile", device=device, dtype=dtype), key="teach_profile", disabled=busy,
-              on_click=_start_profile, args=(spec, plan, device, dtype, key))
+    c1, c2, c3 = st.columns([3, 1, 2], vertical_alignment="bottom")
+    timeout = _timeout_input(c3, "profile")
+    c1.button(t("teach.bd.profile", device=device, dtype=dtype), key="teach_profile", disabled=busy,
+              on_click=_start_profile, args=(spec, plan, device, dtype, key, timeout))
+    c2.button(t("learn.task.cancel"), key="profile_cancel", disabled=not busy, on_click=tasks.cancel,
+              args=("profile",))
     if busy:
         _poll("profile")
     elif job is not None and job.error:
         st.error(t("learn.task.failed", error=plain(message(job.error))))
+    elif job is not None and job.cancelled and job.result is None:
+        st.warning(t("learn.task.cancelled_empty"))
     elif job is not None and job.result is not None:
         if job.key != key:
             st.caption(t("teach.bd.stale"))
-        panels.breakdown_panel({k: v.to_dict() for k, v in job.result.items()}, model.name)
+        panels.breakdown_panel(job.result["breakdowns"], model.name)
     else:
         st.caption(t("teach.bd.press"))
     panels.traffic_panel(traffic_table(graph, detection, plan.accepted, torch_dtype(dtype)), model.name)
@@ -473,19 +490,18 @@ def _where_time_goes(cur) -> None:
         panels.stages_panel([], "")
 
 
-def _start_profile(spec, plan, device: str, dtype: str, key: str) -> None:
-    """Callback: profile one forward of the loaded model, unfused and fused, in the background."""
-    def work(on_step, cancel):
-        from explorer.fusions.rewrite import apply_plan
-        from explorer.runtime.breakdown import model_breakdowns
+def _start_profile(spec, plan, device: str, dtype: str, key: str, timeout_s: float) -> None:
+    """Callback: profile one forward of the loaded model, unfused and fused, in a child process (the ridge of the
+    device's ceilings, which the page measured or knows, goes with it)."""
+    tasks.start_child("profile", key, {"source": spec.source, "batch": spec.batch, "seq_len": spec.seq_len,
+                                       "device": device, "dtype": dtype, "plan": plan.to_dict(),
+                                       "ridge": _ceilings(device).ridge(dtype)}, timeout_s)
 
-        analysis = ui_state.load_analysis(spec.source, spec.batch, spec.seq_len)
-        on_step(0.02, "fusing")
-        fused = apply_plan(analysis.model.gm, analysis.detection, plan, device)
-        return model_breakdowns(analysis, fused.gm, device, dtype, _ceilings(device).ridge(dtype),
-                                plan.memory_format == "channels_last", on_step=on_step)
 
-    tasks.start("profile", key, work)
+def _timeout_input(where, name: str) -> float:
+    """The task's time limit (seconds), ``<name>_timeout``: past it the child is stopped and the page says so."""
+    return float(where.number_input(t("learn.task.timeout"), min_value=1, max_value=24 * 3600,
+                                    value=int(TIMEOUT_S[name]), step=60, key=f"{name}_timeout"))
 
 
 def _predicted(cur) -> None:
@@ -566,9 +582,9 @@ def _task_panel(name: str, cur, intro: str, start_label: str, settings: Callable
 
     ``intro``; with a model that has accepted chains, the task's own widgets, drawn by
     ``settings(spec, detection, ids)``, which returns the arguments of ``start`` (the Start button's
-    callback) and whether Start may be pressed; Start (``<name>_start``, labelled ``start_label``) and
-    Cancel (``<name>_cancel``); the task's progress while it runs; once it has ended, its error or
-    ``show(job, detection)``."""
+    callback, given the time limit last) and whether Start may be pressed; Start (``<name>_start``, labelled
+    ``start_label``), Cancel (``<name>_cancel``) and the time limit (``<name>_timeout``); the task's progress
+    while it runs; once it has ended, its one-line error, that a cancel left nothing, or ``show(job, detection)``."""
     st.markdown(intro)
     if cur is None:
         st.info(t("learn.need_model"))
@@ -581,9 +597,10 @@ def _task_panel(name: str, cur, intro: str, start_label: str, settings: Callable
     args, ready = settings(spec, detection, ids)
     job = tasks.get(name)
     busy = job is not None and job.running
-    c1, c2 = st.columns([1, 4])
+    c1, c2, c3 = st.columns([2, 1, 2], vertical_alignment="bottom")
+    timeout = _timeout_input(c3, name)
     c1.button(start_label, key=f"{name}_start", type="primary", disabled=busy or not ready, on_click=start,
-              args=args)
+              args=(*args, timeout))
     c2.button(t("learn.task.cancel"), key=f"{name}_cancel", disabled=not busy, on_click=tasks.cancel, args=(name,))
     if busy:
         _poll(name)
@@ -592,6 +609,9 @@ def _task_panel(name: str, cur, intro: str, start_label: str, settings: Callable
         return
     if job.error:
         st.error(t("learn.task.failed", error=plain(message(job.error))))
+        return
+    if job.result is None:
+        st.warning(t("learn.task.cancelled_empty"))
         return
     show(job, detection)
 
@@ -613,7 +633,7 @@ def _sweep_settings(spec, detection, ids: list[str]) -> tuple[tuple, bool]:
 
 
 def _sweep_result(job, detection) -> None:
-    points = [p.to_dict() for p in job.result or []]
+    points = list(job.result.get("points") or [])
     chain_title = detection.chain(json.loads(job.key)[1]).title if json.loads(job.key)[1] in \
         {c.id for c in detection.chains} else json.loads(job.key)[1]
     if job.cancelled:
@@ -641,15 +661,37 @@ def _sweep_result(job, detection) -> None:
                    t("sweep.col.error"): message(p["error"]) if p.get("error") else ""} for p in points],
                  hide_index=True, width="stretch")
     st.caption(t("sweep.why"))
+    folder = _sweep_folder_name(job.result.get("folder"))
+    if folder is not None:
+        st.caption(t("sweep.folder", folder=code(folder)))
+        if st.button(t("sweep.open"), key="sweep_open", icon=":material/stacked_line_chart:"):
+            st.session_state.sweeps_source = "folder"
+            st.session_state.sweeps_folder = folder
+            st.switch_page(SWEEPS_PAGE)
 
 
-def _start_sweep(spec, chain_id: str, batches: list[int], dtypes: list[str], device: str) -> None:
-    """The chain's sweep in the background: a ``fusion-explorer sweep`` of that chain alone
-    (``explorer.sweeps.chain``), measured in worker processes by the runner, never in the app's process."""
-    from explorer.sweeps.chain import sweep_chain
+def _sweep_folder_name(folder: str | None) -> str | None:
+    """The sweep's folder as the Sweeps page names it (relative to its root), or None when it is not there."""
+    if not folder:
+        return None
+    root = os.path.realpath(_sweeps_root())
+    real = os.path.realpath(folder)
+    if not real.startswith(root.rstrip(os.sep) + os.sep) or not os.path.isdir(real):
+        return None
+    return os.path.relpath(real, root)
 
+
+def _start_sweep(spec, chain_id: str, batches: list[int], dtypes: list[str], device: str, timeout_s: float) -> None:
+    """The chain's sweep in a child process: a ``fusion-explorer sweep`` of that chain alone
+    (``explorer.sweeps.chain``, its points measured by the sweep's workers), into a new folder under the Sweeps
+    page's root (``learn/``), where the Sweeps page opens it."""
     key = json.dumps([spec.source, chain_id, batches, dtypes, device])
-    tasks.start("sweep", key, sweep_chain, spec.source, chain_id, batches, dtypes, device, spec.seq_len)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    name = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in f"{Path(spec.source).stem}-{chain_id}")[:80]
+    folder = _sweeps_root() / "learn" / f"{name}-{stamp}-{os.getpid()}"
+    tasks.start_child("sweep", key, {"source": spec.source, "batch": spec.batch, "seq_len": spec.seq_len,
+                                     "device": device, "chain_id": chain_id, "batches": list(batches),
+                                     "dtypes": list(dtypes), "folder": str(folder)}, timeout_s)
 
 
 def _bisect(cur) -> None:
@@ -668,7 +710,7 @@ def _bisect_settings(spec, detection, ids: list[str]) -> tuple[tuple, bool]:
 
 
 def _bisect_result(job, detection) -> None:
-    r = job.result.to_dict()
+    r = job.result["bisect"]
     if r["cancelled"]:
         st.warning(t("learn.task.cancelled"))
     st.markdown(t("bisect.errors", unfused=r["unfused_rel_l2"] or 0.0, fused=r["fused_rel_l2"] or 0.0,
@@ -689,15 +731,12 @@ def _bisect_result(job, detection) -> None:
                      kept=t("bisect.first_half") if s["kept"] == "a" else t("bisect.second_half")))
 
 
-def _start_bisect(spec, ids: list[str], device: str, dtype: str, mode: str, kernels: dict[str, str]) -> None:
-    from explorer.runtime.bisect import default_fuse, precision_bisect
-
-    def work(on_step, cancel):
-        analysis = ui_state.load_analysis(spec.source, spec.batch, spec.seq_len)
-        return precision_bisect(analysis, ids, device, dtype, mode, default_fuse(analysis, kernels, device),
-                                on_step=on_step, cancel=cancel)
-
-    tasks.start("bisect", json.dumps([spec.source, ids, device, dtype, mode]), work)
+def _start_bisect(spec, ids: list[str], device: str, dtype: str, mode: str, kernels: dict[str, str],
+                  timeout_s: float) -> None:
+    """Callback: the precision bisect of the accepted chains, in a child process."""
+    tasks.start_child("bisect", json.dumps([spec.source, ids, device, dtype, mode]),
+                      {"source": spec.source, "batch": spec.batch, "seq_len": spec.seq_len, "device": device,
+                       "dtype": dtype, "ids": list(ids), "mode": mode, "kernels": dict(kernels)}, timeout_s)
 
 
 # ====================================================================== the page
