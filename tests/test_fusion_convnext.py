@@ -215,7 +215,8 @@ def test_lowering(dwln, mlp, monkeypatch):
     gm, det = _detect(block(24).to(DEVICE), x)
     fused = apply_plan(gm, det, make_plan(det), DEVICE)
     plain = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True, lean=False)
-    forced = {} if not triton else dict(convnext_dwln=dwln, convnext_mlp=mlp)
+    # no Triton: off by policy, so a CUDA machine (where Triton runs) takes the reference path too
+    forced = dict(depthwise_triton=False, gemm_triton=False) if not triton else dict(convnext_dwln=dwln, convnext_mlp=mlp)
     with conv.policy(**forced):
         lean_gm = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True)
     targets = [n.target for n in lean_gm.graph.nodes if n.op == "call_function"]
