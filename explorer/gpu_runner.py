@@ -33,8 +33,8 @@ from typing import Any, Callable
 from explorer.errors import ReportError, RunError
 from explorer.report import PHASES, Report
 from explorer.runtime.child import child_main, run_child
-from explorer.runtime.progress import (ESTIMATING, PRIOR_CHILD_START_S, CostMemory, format_seconds, split_left,
-                                       with_left)
+from explorer.runtime.progress import (ESTIMATING, PRIOR_CHILD_START_S, PRIOR_FINISH_S, CostMemory, format_seconds,
+                                       host_pace, split_left, with_left)
 from explorer.runtime.settings import RunSettings
 
 __all__ = ["Report", "RunSettings", "run"]
@@ -78,7 +78,9 @@ def run(source: str, plan: Any | None, settings: RunSettings,
                     seen["snapshot"], seen["done"] = part["snapshot"], [str(p) for p in part.get("done") or []]
 
         payload = {"source": str(source), "plan": plan.to_dict() if plan is not None else None,
-                   "settings": settings.to_dict(), "phases": todo}
+                   "settings": settings.to_dict(), "phases": todo,
+                   # the child compares its own start with the remembered one: the host's pace now
+                   "spawned_at": time.time(), "child_start_s": clock.memory.get("child_start")}
         left_s = deadline - time.monotonic()
         if left_s <= 0:
             raise RunError(f"the measurement timed out after {settings.timeout_s:g} s and was stopped")
@@ -131,6 +133,10 @@ class _Clock:
         self.key = f"run:{source}|{settings.batch}|{settings.seq_len}|" + "|".join(
             str(x) for x in (settings.device, settings.dtype, settings.quick, settings.chains_timed, settings.stages,
                              settings.compile_baseline, settings.compile_modes))
+        # after the child's last status: its report built, sent and read here (measured by earlier runs)
+        self.finish_key = f"run_finish:{settings.device}"
+        self.finish_s = self.memory.get(self.finish_key, PRIOR_FINISH_S)
+        self.last_status: float | None = None
         self.t0 = time.monotonic()
         self.spawned: float | None = None
         self.answered = False
@@ -160,12 +166,15 @@ class _Clock:
             self.memory.record("child_start", time.monotonic() - self.spawned, average=True)
         if fraction >= 1.0:
             return   # the child's "done": the run is done once its report is read (``finished``)
+        self.last_status = time.monotonic()
         text, left = split_left(status)
-        self._send(text, left)
+        self._send(text, None if left is None else left + self.finish_s)
 
     def finished(self) -> None:
         took = time.monotonic() - self.t0
         self.memory.record(self.key, max(0.0, took - self.memory.get("child_start", PRIOR_CHILD_START_S)))
+        if self.last_status is not None:
+            self.memory.record(self.finish_key, time.monotonic() - self.last_status, average=True)
         self._progress(1.0, f"done in {format_seconds(took)}")
 
 
@@ -209,7 +218,8 @@ def _measure_in_child(payload: dict, emit: Callable[[float, str], None]) -> dict
     settings = RunSettings.from_dict(payload.get("settings") or {})
     phases = tuple(p for p in payload.get("phases") or PHASES if p in PHASES)
     report, _left = measure_phases(payload["source"], payload.get("plan"), settings, emit, phases,
-                                   on_part=getattr(emit, "part", None))
+                                   on_part=getattr(emit, "part", None),
+                                   pace=host_pace(payload.get("spawned_at"), payload.get("child_start_s")))
     return report.to_dict()
 
 

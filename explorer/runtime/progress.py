@@ -41,6 +41,8 @@ COSTS_ENV = "FUSION_EXPLORER_COSTS"
 #: process (Python, torch, the engine), loading a zoo model, one forward on the CPU / on CUDA.
 PRIOR_CHILD_START_S = 6.0
 PRIOR_LOAD_S = 4.0
+#: From a measuring process's last status to its report read by the caller (building, sending, parsing it).
+PRIOR_FINISH_S = 0.3
 PRIOR_FORWARD_S = {"cpu": 0.05, "cuda": 0.01}
 #: A chain timed alone: building and preparing its two graphs, a float64 check, warm-up, paired rounds
 #: (``measure.TimingPlan.for_device(short=True)``) and two launch counts, before any was measured.
@@ -140,6 +142,30 @@ def model_key(source: str, batch: int | None, seq_len: int | None) -> str:
     return f"{source}|{batch}|{seq_len}"
 
 
+def child_load_key(key: str) -> str:
+    """The load of a model (``model_key``) in a measuring process: a fresh process, its imports cold, never the
+    app's load of the same model in its warm process (``load:``, what the app's own wait is priced from)."""
+    return f"child_load:{key}"
+
+
+#: How far the host's pace may scale remembered costs (``host_pace``): a start twice as slow as remembered says the
+#: host is busier now, never that the model grew.
+PACE_RANGE = (0.6, 1.8)
+
+
+def host_pace(spawned_at: object, remembered_start_s: object, now: float | None = None) -> float:
+    """This process's start (``now`` less ``spawned_at``, wall-clock seconds) over the start earlier runs remembered:
+    the host's pace now against then (1.0 when either is unknown), bounded by ``PACE_RANGE``. The costs remembered
+    from earlier runs (a load, applying the plan) are scaled by it until this run measures its own."""
+    ok = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)  # noqa: E731
+    if not ok(spawned_at) or not ok(remembered_start_s) or remembered_start_s <= 0.2:
+        return 1.0
+    took = (time.time() if now is None else now) - float(spawned_at)
+    if not 0 < took < 600:
+        return 1.0
+    return min(max(took / float(remembered_start_s), PACE_RANGE[0]), PACE_RANGE[1])
+
+
 # ------------------------------------------------------------------ the cost model
 
 def warm_up_s(forward_s: float, cuda: bool) -> float:
@@ -207,6 +233,10 @@ class Schedule:
         self.started = time.perf_counter()
         self._phase: str | None = None
         self._phase_start = self.started
+        # where the phase's own rate is counted from: its first status past the one it started with, so a fixed
+        # cost at its start (a warm-up before round 1, building the first chain) is not read as a slow rate
+        self._first_within: float | None = None
+        self._anchor: tuple[float, float] | None = None   # (seconds into the phase, fraction done)
         self._shown = 0.0  # the largest fraction reported: progress never goes back when estimates grow
 
     def revise(self, units: dict[str, int] | None = None, **estimates: float) -> None:
@@ -223,18 +253,29 @@ class Schedule:
         if self._phase is not None:
             self.actual[self._phase] = now - self._phase_start
         self._phase, self._phase_start = phase, now
+        self._first_within, self._anchor = None, None
+
+    def _mark(self, within: float, elapsed: float) -> None:
+        """Note a status of the phase in progress: its first fraction, then the first status past it (the anchor)."""
+        if self._first_within is None:
+            self._first_within = within
+        elif self._anchor is None and within > self._first_within:
+            self._anchor = (elapsed, within)
 
     def phase_left(self, phase: str, within: float, elapsed: float) -> float:
-        """Seconds left of the phase in progress: its estimate less the time spent, blended with its own rate
-        (``elapsed`` over ``within``, the part done), the rate weighing more as units get done."""
+        """Seconds left of the phase in progress: its estimate less the time spent, blended with its own rate,
+        the rate weighing more as units get done. The rate is the phase's time over its part done since its
+        anchor (``_mark``: its first status past the one it began with), so the fixed cost before its first
+        unit is not spread over the units still to come."""
         estimate = self.estimates.get(phase, 0.0)
         if within >= 1:
             return 0.0
         by_estimate = max(estimate - elapsed, estimate * (1 - within) * 0.25, 0.0)
-        if within <= 0 or elapsed <= 0:
+        anchor = self._anchor if phase == self._phase else None
+        if anchor is None or within <= anchor[1] or elapsed <= anchor[0]:
             return by_estimate if estimate > elapsed else max(by_estimate, 0.5 * elapsed)
-        by_rate = elapsed * (1 - within) / within
-        done_units = within * max(self.units.get(phase, DEFAULT_UNITS), 1)
+        by_rate = (elapsed - anchor[0]) * (1 - within) / (within - anchor[1])
+        done_units = (within - anchor[1]) * max(self.units.get(phase, DEFAULT_UNITS), 1)
         weight = done_units / (done_units + 1.0)
         return weight * by_rate + (1 - weight) * by_estimate
 
@@ -260,6 +301,7 @@ class Schedule:
         if phase != self._phase:
             self.begin(phase)
         within = min(max(float(within), 0.0), 1.0)
+        self._mark(within, time.perf_counter() - self._phase_start)
         left = self.remaining_s(within)
         self._shown = max(self._shown, self.fraction(within))
         self._emit(self._shown, with_left(status, left))

@@ -58,8 +58,8 @@ from explorer.runtime import measure as m
 from explorer.runtime.baselines import baselines
 from explorer.runtime.chains import chain_benchmarks, chain_entry
 from explorer.runtime.child import describe_failure
-from explorer.runtime.progress import (PRIOR_FORWARD_S, PRIOR_LOAD_S, CostMemory, Schedule, model_key,
-                                       run_estimates)
+from explorer.runtime.progress import (PRIOR_FORWARD_S, PRIOR_LOAD_S, CostMemory, Schedule, child_load_key,
+                                       model_key, run_estimates)
 from explorer.runtime.settings import RunSettings
 from explorer.runtime.stages import stage_measurements
 from explorer.runtime.variants import make_variant, measure_variants, precision_of, reference_output
@@ -156,8 +156,10 @@ def measure(source: str, plan_data: dict | None, settings: RunSettings,
 
 def measure_phases(source: str, plan_data: dict | None, settings: RunSettings,
                    emit: Callable[[float, str], None] | None = None, phases: tuple[str, ...] = PHASES,
-                   on_part: Callable[[dict], None] | None = None) -> tuple[Report, tuple[str, ...]]:
+                   on_part: Callable[[dict], None] | None = None,
+                   pace: float = 1.0) -> tuple[Report, tuple[str, ...]]:
     """Set up, then run ``phases`` (a subset of ``PHASES``, in order), each on its own (module docstring).
+    ``pace``: the host's pace against earlier runs (``progress.host_pace``), scaling the costs they remembered.
 
     Returns the report and the requested phases left unrun because a failure lost the process
     (empty when every phase ran or failed alone). ``on_part`` receives ``{"started": phase}`` as a
@@ -170,7 +172,7 @@ def measure_phases(source: str, plan_data: dict | None, settings: RunSettings,
         torch.set_num_threads(threads)  # before anything runs; environment() records it
     try:
         first_load = host_load_1min()
-        run = _setup(source, plan_data, settings, emit, tuple(phases), threads)
+        run = _setup(source, plan_data, settings, emit, tuple(phases), threads, pace)
         run.load[:0] = [first_load, host_load_1min()]
         send = on_part or (lambda part: None)
         send({"snapshot": _report(run).to_dict(), "done": []})
@@ -245,7 +247,8 @@ class _Run:
 
 
 def _setup(source: str, plan_data: dict | None, settings: RunSettings,
-           emit: Callable[[float, str], None] | None, phases: tuple[str, ...], threads: int | None) -> _Run:
+           emit: Callable[[float, str], None] | None, phases: tuple[str, ...], threads: int | None,
+           pace: float = 1.0) -> _Run:
     """Load, plan, fuse and prepare both graphs; a failure here is the run's (a ``RunError`` line)."""
     t_start = time.perf_counter()
     device = m.resolve_device(settings.device)
@@ -254,11 +257,15 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     key = model_key(source, settings.batch, settings.seq_len)
     # First estimates from what earlier runs of this model measured (or stated guesses); revised once the
     # chains are known, again once a forward has been timed, and as each phase goes (explorer.runtime.progress).
+    # The remembered costs are scaled by the host's pace now (this process's start against the remembered one).
+    remembered_forward = memory.get(_forward_key(key, device, settings.dtype))
     schedule = Schedule(emit or (lambda f, s: None), {
-        "load": memory.get(f"load:{key}", PRIOR_LOAD_S), "prepare": memory.get(f"prepare:{key}", 1.0),
-        **_phase_estimates(settings, phases, cuda, device, memory.get(_forward_key(key, device, settings.dtype)),
-                           memory.get(f"chains:{key}", 0.0), 3, memory.get(f"fuse:{key}", 0.3),
-                           memory.get(f"chain:{device}"))})
+        "load": pace * memory.get(child_load_key(key), PRIOR_LOAD_S),
+        "prepare": pace * memory.get(f"prepare:{key}", 1.0),
+        **_phase_estimates(settings, phases, cuda, device,
+                           None if remembered_forward is None else pace * remembered_forward,
+                           memory.get(f"chains:{key}", 0.0), 3, pace * memory.get(f"fuse:{key}", 0.3),
+                           _chain_cost(memory, key, device))})
     dtype = m.torch_dtype(settings.dtype)
     environment = _environment(device)
 
@@ -266,7 +273,8 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     _check_memory(source, settings)
     t0 = time.perf_counter()
     analysis = analyze(source, batch=settings.batch, seq_len=settings.seq_len)
-    memory.record(f"load:{key}", time.perf_counter() - t0)
+    memory.record(child_load_key(key), time.perf_counter() - t0)
+    t_prepare = time.perf_counter()
     model, graph, detection = analysis
     plan = make_plan(detection, "all") if plan_data is None else Plan.from_dict(plan_data)
     plan.check_for(detection)
@@ -302,9 +310,10 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     to_time = _chains_to_time(accepted, applied)
     memory.record(f"chains:{key}", to_time)
     memory.record(f"fuse:{key}", fuse_s)
+    memory.record(f"prepare:{key}", time.perf_counter() - t_prepare)
     schedule.revise(**_phase_estimates(settings, phases, cuda, device,
                                        memory.get(_forward_key(key, device, settings.dtype)), to_time,
-                                       _stage_graphs(accepted), fuse_s, memory.get(f"chain:{device}")))
+                                       _stage_graphs(accepted), fuse_s, _chain_cost(memory, key, device)))
     return _Run(settings=settings, phases=phases, threads=threads, t_start=t_start, device=device, dtype=dtype,
                 schedule=schedule, environment=environment, model=model, graph=graph, detection=detection,
                 plan=plan, applied=applied, fused_ids=fused_ids, accepted=accepted, channels_last=channels_last,
@@ -418,7 +427,9 @@ def _phase_chains(run: _Run) -> None:
                                         cuda_graphs=run.plan.cuda_graphs, casts=run.casts))
     run.rotation = run.chains[0].rotation if run.chains else ""
     if run.chains_to_time:
-        run.memory.record(f"chain:{run.device}", (time.perf_counter() - t0) / run.chains_to_time, average=True)
+        per_chain = (time.perf_counter() - t0) / run.chains_to_time
+        run.memory.record(f"chain:{run.device}", per_chain, average=True)
+        run.memory.record(f"chain:{run.key}:{run.device}", per_chain, average=True)
 
 
 def _phase_stages(run: _Run) -> None:
@@ -436,6 +447,12 @@ def _phase_baselines(run: _Run) -> None:
     run.baselines = baselines(run.model, run.fused_gm, run.inputs, run.device, run.dtype, run.channels_last,
                               run.settings, run.schedule.for_phase("baselines"), ref=run.ref,
                               classification=run.classification, casts=run.casts)
+
+
+def _chain_cost(memory: CostMemory, key: str, device: str) -> float | None:
+    """One chain's remembered cost: this model's chains on this device, else any model's (a machine-wide average)."""
+    own = memory.get(f"chain:{key}:{device}")
+    return own if own is not None else memory.get(f"chain:{device}")
 
 
 def _forward_key(key: str, device: str, dtype: str) -> str:
@@ -480,7 +497,7 @@ def _revise(run: _Run, forward_s: float) -> None:
     """Re-price the phases not yet finished from a measured forward, and remember it for the next run."""
     run.memory.record(_forward_key(run.key, run.device, run.settings.dtype), forward_s)
     estimates = _phase_estimates(run.settings, run.phases, run.cuda, run.device, forward_s, run.chains_to_time,
-                                 run.stage_graphs, run.fuse_s, run.memory.get(f"chain:{run.device}"))
+                                 run.stage_graphs, run.fuse_s, _chain_cost(run.memory, run.key, run.device))
     run.schedule.revise(**{p: v for p, v in estimates.items() if p not in run.done})
 
 
