@@ -30,10 +30,11 @@ import threading
 import time
 from typing import Any, Callable
 
+from explorer.messages import PHASES as PHASES_WORDS, PROGRESS, RUN
 from explorer.errors import ReportError, RunError
 from explorer.report import PHASES, Report
 from explorer.runtime.child import child_main, run_child
-from explorer.runtime.progress import (ESTIMATING, PRIOR_CHILD_START_S, PRIOR_FINISH_S, CostMemory, format_seconds,
+from explorer.runtime.progress import (PRIOR_CHILD_START_S, PRIOR_FINISH_S, CostMemory, estimating, format_seconds,
                                        host_pace, split_left, with_left)
 from explorer.runtime.settings import RunSettings
 
@@ -83,7 +84,7 @@ def run(source: str, plan: Any | None, settings: RunSettings,
                    "spawned_at": time.time(), "child_start_s": clock.memory.get("child_start")}
         left_s = deadline - time.monotonic()
         if left_s <= 0:
-            raise RunError(f"the measurement timed out after {settings.timeout_s:g} s and was stopped")
+            raise RunError(RUN("timed_out", limit=settings.timeout_s))
         clock.starting()
         try:
             data = run_child("explorer.gpu_runner", payload, left_s, clock.progress, cancel, on_part=keep)
@@ -91,11 +92,11 @@ def run(source: str, plan: Any | None, settings: RunSettings,
             if cancel is not None and cancel.is_set():
                 raise
             if "timed out" in str(exc):  # the child had what was left of the run's time: say the run's limit
-                raise RunError(f"the measurement timed out after {settings.timeout_s:g} s and was stopped") from None
+                raise RunError(RUN("timed_out", limit=settings.timeout_s)) from None
             if seen["snapshot"] is None:
                 if not pieces:
                     raise  # nothing measured: the run's own failure (loading, planning)
-                failures += [{"phase": p, "reason": f"not run: the fresh process failed to set up ({exc})",
+                failures += [{"phase": p, "reason": PHASES_WORDS("run_fresh_process_failed", msg=str(exc)),
                               "variant": None, "process_lost": False, "not_run": True} for p in todo]
                 break
             # the child died: keep what it measured, the phase it was in failed, the rest run afresh
@@ -156,9 +157,9 @@ class _Clock:
         # the whole run's time only when a run like this one was measured before; else the child's first
         # status (right after it started) brings the first estimate
         if last is None:
-            self._send(f"starting the measurement process · {ESTIMATING}", None)
+            self._send(estimating(PROGRESS("starting_process")), None)
         else:
-            self._send("starting the measurement process", start + last)
+            self._send(PROGRESS("starting_process"), start + last)
 
     def progress(self, fraction: float, status: str) -> None:
         if not self.answered and self.spawned is not None:
@@ -175,7 +176,7 @@ class _Clock:
         self.memory.record(self.key, max(0.0, took - self.memory.get("child_start", PRIOR_CHILD_START_S)))
         if self.last_status is not None:
             self.memory.record(self.finish_key, time.monotonic() - self.last_status, average=True)
-        self._progress(1.0, f"done in {format_seconds(took)}")
+        self._progress(1.0, PROGRESS("done", elapsed=format_seconds(took)))
 
 
 def _merge(pieces: list[tuple[dict, list[str]]], failures: list[dict], fresh: int) -> dict:

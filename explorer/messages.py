@@ -67,6 +67,7 @@ PROGRESS = Words("progress", {
     "reading_casts": ("reading the model's own casts in {dtype}", "正在读取模型自身在 {dtype} 下的类型转换"),
     "starting_process": ("starting the measurement process", "正在启动测量进程"),
     "taking_longer": ("{msg} · taking longer than estimated", "{msg} · 比估计的要久"),
+    "estimating": ("{msg} · estimating the time left", "{msg} · 正在估计剩余时间"),
     "starting_sweep_worker": ("starting the sweep's worker for {n:d} point(s)", "正在为 {n} 个点启动扫描的工作进程"),
 })
 
@@ -649,8 +650,6 @@ SWEEPS = Words("sweeps", {
         "{n}/{n2} 个测量点：{n3} 个已测量，{n4} 个失败，{n5} 个已缓存，{n6} 个正在测量"),
     "points_measured_failed_cached_2": ("{n:d}/{n2:d} points: {n3:d} measured, {n4:d} failed, {n5:d} cached, {n6:d} running, {n7:d} worker restart(s)",
         "{n}/{n2} 个测量点：{n3} 个已测量，{n4} 个失败，{n5} 个已缓存，{n6} 个正在测量，工作进程重启 {n7} 次"),
-    "estimating_time_left": ("{msg} · estimating the time left",
-        "{msg} · 正在估计剩余时间"),
     "done": ("{msg} · done in {msg2}",
         "{msg} · 已完成，用时 {msg2}"),
     "cancelled": ("{msg} · cancelled in {msg2}",

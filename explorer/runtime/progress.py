@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from explorer.messages import PROGRESS
+
 COSTS_ENV = "FUSION_EXPLORER_COSTS"
 
 #: Guesses for what has never been measured on this machine (seconds): starting the measuring
@@ -56,16 +58,21 @@ _LEFT = re.compile(r"^(?P<text>.*) · about (?:(?P<min>\d+) min (?P<sec>\d+) s|(
 
 
 def format_seconds(seconds: float) -> str:
-    """``45 s``, ``3 min 20 s``."""
+    """``45 s``, ``3 min 20 s`` (a ``Message``: the UI renders it in its language)."""
     seconds = max(0, int(round(seconds)))
     if seconds < 90:
-        return f"{seconds} s"
-    return f"{seconds // 60} min {seconds % 60:02d} s"
+        return PROGRESS("seconds", s=seconds)
+    return PROGRESS("minutes", min=seconds // 60, s=seconds % 60)
 
 
 def with_left(text: str, left_s: float) -> str:
     """``text · about N s left``: the one way a status says the time left (``split_left`` reads it)."""
-    return f"{text} · about {format_seconds(left_s)} left"
+    return PROGRESS("about_left", status=text, left=format_seconds(left_s))
+
+
+def estimating(text: str) -> str:
+    """``text · estimating the time left``: a status before anything it could be priced from was measured."""
+    return PROGRESS("estimating", msg=text)
 
 
 def split_left(status: str) -> tuple[str, float | None]:
@@ -308,7 +315,8 @@ class Schedule:
 
     def done(self, status: str = "done") -> None:
         self.begin("(done)")
-        self._emit(1.0, f"{status} in {format_seconds(time.perf_counter() - self.started)}")
+        elapsed = format_seconds(time.perf_counter() - self.started)
+        self._emit(1.0, PROGRESS("done", elapsed=elapsed) if status == "done" else f"{status} in {elapsed}")
 
     def for_phase(self, phase: str) -> Callable[[float, str], None]:
         """An ``emit(fraction, status)`` callback bound to one phase (for the runtime's helpers)."""
@@ -359,11 +367,11 @@ class Countdown:
         if left is None:
             return text
         if left <= 0 and self.left_s is not None and now - self.at > self.left_s + 1.0:
-            return f"{text} · {OVERDUE}"
+            return PROGRESS("taking_longer", msg=text)
         return with_left(text, left)
 
 
-#: What a countdown says once its estimate has run out (``Countdown.line``).
+#: What a countdown says once its estimate has run out (``Countdown.line``; the text of ``progress.taking_longer``).
 OVERDUE = "taking longer than estimated"
 #: What a status says before anything it could be priced from was measured.
 ESTIMATING = "estimating the time left"

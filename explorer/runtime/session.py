@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 import torch
 
+from explorer.messages import CASTS, NOTES, PHASES as PHASES_WORDS, PROGRESS
 from explorer import stats
 from explorer.fusion_engine import Analysis, analyze, fuse, launch_counts
 from explorer.fusions import rewrite
@@ -149,7 +150,7 @@ def measure(source: str, plan_data: dict | None, settings: RunSettings,
     if not left:
         return report
     lost = next((f for f in report.failures if f.process_lost), None)
-    why = f"not run: phase '{lost.phase}' left this process's CUDA context unusable" if lost else "not run"
+    why = PHASES_WORDS("run_phase_left_this", x=lost.phase) if lost else "not run"
     return dataclasses.replace(report, failures=report.failures + tuple(
         PhaseFailure(phase=p, reason=why, not_run=True) for p in left))
 
@@ -269,7 +270,7 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     dtype = m.torch_dtype(settings.dtype)
     environment = _environment(device)
 
-    schedule.emit("load", 0.0, f"loading {source}")
+    schedule.emit("load", 0.0, PROGRESS("loading", x=source))
     _check_memory(source, settings)
     t0 = time.perf_counter()
     analysis = analyze(source, batch=settings.batch, seq_len=settings.seq_len)
@@ -292,14 +293,13 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
         notes.append("CUDA graphs requested but ignored: they need CUDA")
     casts = None
     if model.module is not None:
-        schedule.emit("prepare", 0.3, f"reading the model's own casts in {settings.dtype}")
+        schedule.emit("prepare", 0.3, PROGRESS("reading_casts", dtype=settings.dtype))
         casts, cast_note = m.record_casts(model.module, model.example_inputs, model.gm, dtype)
         if cast_note:
             notes.append(cast_note)
     elif dtype not in (torch.float32, torch.float64):
-        notes.append(f"no eager module for this source: its graph's {m.capture_dtype(model.gm)} ops run in "
-                     f"{settings.dtype}, its other floating dtypes as captured")
-    schedule.emit("prepare", 0.5, f"preparing models ({settings.dtype}, {device}, {plan.memory_format})")
+        notes.append(CASTS("no_eager_module_this", x=m.capture_dtype(model.gm), x2=settings.dtype))
+    schedule.emit("prepare", 0.5, PROGRESS("preparing_models", x=settings.dtype, x2=device, x3=plan.memory_format))
     unfused_gm = m.prepare_graph(model.gm, device, dtype, channels_last, casts=casts)
     fused_gm = m.prepare_graph(fused_model.gm, device, dtype, channels_last, casts=casts)
     inputs = m.prepare_inputs(model.example_inputs, device, dtype, channels_last)
@@ -406,7 +406,7 @@ def _phase_main(run: _Run) -> None:
         if r == 1:
             run.schedule.revise(units={"main": n})
         if r % max(1, n // 20) == 0 or r == n:
-            run.schedule.emit("main", 0.8 * r / n, f"timing unfused vs fused, round {r}/{n}")
+            run.schedule.emit("main", 0.8 * r / n, PROGRESS("timing_unfused_vs_fused", n=r, n2=n))
 
     main, samples = measure_variants(variants, run.device, timing, run.model.batch,
                                      {"unfused": run.bytes_unfused, "fused": run.bytes_fused}, main_round,
@@ -443,7 +443,7 @@ def _phase_baselines(run: _Run) -> None:
     try:
         _reference_output(run)  # for the baselines' precision; they are timed without it if it fails
     except Exception as exc:
-        run.notes.append(f"baselines' precision not measured: the float64 reference failed ({m._one_line(exc)})")
+        run.notes.append(PHASES_WORDS("baselines_precision_measured_float64", x=m._one_line(exc)))
     run.baselines = baselines(run.model, run.fused_gm, run.inputs, run.device, run.dtype, run.channels_last,
                               run.settings, run.schedule.for_phase("baselines"), ref=run.ref,
                               classification=run.classification, casts=run.casts)
@@ -515,14 +515,11 @@ def _report(run: _Run) -> Report:
     else:
         chains = tuple(chain_entry(c, run.applied.get(c.id), run.graph, run.dtype) for c in run.accepted)
         if not s.chains_timed:
-            notes.append("per-chain micro-benchmarks not run (" + ("quick mode" if s.quick else "per_chain off")
-                         + ")")
+            notes.append(NOTES("per_chain_micro_benchmarks" if s.quick else "per_chain_micro_benchmarks_2"))
     if s.quick:
-        notes.append("quick mode: fewer repetitions and no per-chain timing; verdicts may be undecided")
+        notes.append(NOTES("quick_mode_fewer_repetitions"))
     if run.threads is not None:
-        notes.append(f"{run.threads} intra-op thread(s) on the CPU" + (" (the default of every CPU run, quick or "
-                                                                       "not: stable on a shared CPU)"
-                                                                       if s.cpu_threads is None else ""))
+        notes.append(NOTES("threads_default" if s.cpu_threads is None else "intra_op_thread_cpu_2", n=run.threads))
     host = host_load(run.load, torch.get_num_threads(), s.cpu_threads is not None)
     if host.busy:
         notes.append(host.warning())
@@ -546,9 +543,7 @@ def _report(run: _Run) -> Report:
         fused_worse=None if f_rel is None or u_rel is None else bool(f_rel > 2 * u_rel + 1e-12),
         chains=tuple(chains), stages=tuple(run.stages), baselines=tuple(run.baselines), notes=tuple(notes),
         precision_note=PRECISION_NOTE.format(ref=run.ref_where or "not computed"),
-        bytes_note=("graph byte model: each op reads its inputs and weights once and writes its outputs once; "
-                    f"captured in float32, floating tensors scaled by {ratio:g} for {s.dtype}; "
-                    "fused = unfused minus the fused chains' intermediates"),
+        bytes_note=NOTES("graph_byte_model_each", x=f"{ratio:g}", x2=s.dtype),
         graph_calls_note=GRAPH_CALLS_NOTE,
         rotation_note=run.rotation,
         failures=tuple(run.failures), host=host,

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from explorer.messages import TASKS
 from explorer import stats
 from explorer.fusion_engine import analyze
 from explorer.report import SAME, Verdict
@@ -81,7 +82,7 @@ def time_chain(analysis: Any, chain_id: str, device: str, dtype_name: str, timin
     try:
         chain = detection.chain(chain_id)
     except KeyError:
-        return SweepPoint(batch, dtype_name, error=f"chain {chain_id} is not detected at batch {batch}")
+        return SweepPoint(batch, dtype_name, error=TASKS("chain_detected_batch", x=chain_id, n=batch))
     dtype = m.torch_dtype(dtype_name)
     before, after = chain_bytes(graph, chain, dtype)
     try:
@@ -119,7 +120,7 @@ def sweep_chain(source: str, chain_id: str, batches: Sequence[int], dtypes: Sequ
     for batch in sorted({int(b) for b in batches}):
         if cancel is not None and cancel.is_set():
             break
-        emit(len(points) / max(todo, 1), f"loading the model at batch {batch}")
+        emit(len(points) / max(todo, 1), TASKS("loading_model_batch", n=batch))
         try:
             analysis = analyze(source, batch=batch, seq_len=seq_len)
         except Exception as exc:
@@ -128,7 +129,7 @@ def sweep_chain(source: str, chain_id: str, batches: Sequence[int], dtypes: Sequ
         for dtype_name in dtypes:
             if cancel is not None and cancel.is_set():
                 break
-            emit(len(points) / max(todo, 1), f"timing batch {batch}, {dtype_name}")
+            emit(len(points) / max(todo, 1), TASKS("timing_batch", n=batch, x=dtype_name))
             points.append(time_chain(analysis, chain_id, device, dtype_name, timing, kernel))
-    emit(1.0, f"{len(points)} points")
+    emit(1.0, TASKS("points", n=len(points)))
     return points

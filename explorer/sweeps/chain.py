@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
+from explorer.messages import PROGRESS
 from explorer.errors import ExplorerError
 from explorer.report import Report
 from explorer.runtime.progress import PRIOR_CHILD_START_S, PRIOR_LOAD_S, CostMemory, child_load_key, with_left
@@ -72,7 +73,7 @@ def sweep_chain(source: str, chain_id: str, batches: Sequence[int], dtypes: Sequ
     if on_step:   # before the workers start (seconds on a busy machine): the time the whole sweep should take
         first = memory.get(key) or (memory.get("child_start", PRIOR_CHILD_START_S)
                                     + memory.get(child_load_key(f"{source}|None|{seq_len}"), PRIOR_LOAD_S) + 5.0)
-        on_step(0.0, with_left(f"starting the sweep's worker for {total} point(s)", first * total))
+        on_step(0.0, with_left(PROGRESS("starting_sweep_worker", n=total), first * total))
     try:
         summary = run_sweep(spec, where, "local", cancel=cancel, progress=progress if on_step else None)
         store = SweepStore(summary.folder)
