@@ -363,6 +363,8 @@ NOTES = Words("notes", {
         "快速模式：重复次数更少，不做逐链计时；结论可能无法判定"),
     "intra_op_thread_cpu": ("{n:d} intra-op thread(s) on the CPU (quick mode's default: stable on a shared CPU)",
         "CPU 上用 {n} 个算子内线程（快速模式的默认值：在共享的 CPU 上更稳定）"),
+    "cpu_device_name": ("CPU ({cpu}, {n:d} thread(s))", "CPU（{cpu}，{n} 个线程）"),
+    "cpu_device_name_before": ("CPU ({cpu}, {n:d} threads)", "CPU（{cpu}，{n} 个线程）"),   # reports before issue 26
     "intra_op_thread_cpu_2": ("{n:d} intra-op thread(s) on the CPU",
         "CPU 上用 {n} 个算子内线程"),
     "graph_byte_model_each": ("graph byte model: each op reads its inputs and weights once and writes its outputs once; captured in float32, floating tensors scaled by {x} for {x2}; fused = unfused minus the fused chains' intermediates",

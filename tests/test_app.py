@@ -63,6 +63,10 @@ def test_chain_bars_styled_by_the_one_verdict_and_slower_has_its_own_colour():
     assert "layer: c" not in by_chain                     # no fused kernel: not timed, so no bar (and no 1.00x)
     assert charts.bar_style(R.NO_KERNEL, "conv_bn_act") == (charts.NO_KERNEL_COLOR, charts.NO_KERNEL_PATTERN, 1.0)
     assert any(t.name == "slower after fusion" for t in fig.data)
+    # the legend sits below the axis title whatever the chart's height (it covered the title on a two-chain run)
+    layout = fig.layout
+    plot_px = layout.height - layout.margin.t - layout.margin.b
+    assert layout.legend.yanchor == "top" and -layout.legend.y * plot_px >= 55 and layout.margin.b >= 100
 
     def rgb(color: str) -> tuple[int, ...]:
         return tuple(int(color[i:i + 2], 16) for i in (1, 3, 5))

@@ -236,6 +236,12 @@ def test_the_runtime_writes_its_words_not_english_that_templates_read_back(tmp_p
     assert str(line) == "timing chain 3/9 · about 15 s left"
     assert i18n.message(line, "zh") == "正在给链计时：第 3/9 条 · 约剩 15 秒"
     assert i18n.message(countdown.line(now=30.0), "zh") == "正在给链计时：第 3/9 条 · 比估计的要久"
+    # the CPU's name a report carries ("1 threads" was left in English on the Run and Results pages), as written now
+    # and as reports before it wrote it
+    from explorer.messages import NOTES
+
+    assert i18n.message(NOTES("cpu_device_name", cpu="x86_64", n=1), "zh") == "CPU（x86_64，1 个线程）"
+    assert i18n.message("CPU (x86_64, 1 threads)", "zh") == "CPU（x86_64，1 个线程）"
 
 
 def test_no_regex_rule_is_left():

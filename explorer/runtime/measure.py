@@ -939,7 +939,7 @@ def environment(device: str) -> dict[str, Any]:
     except Exception:
         pass
     if env["is_cpu"]:
-        env["device_name"] = f"CPU ({env['cpu']}, {env['cpu_threads']} threads)"
+        env["device_name"] = NOTES("cpu_device_name", cpu=env["cpu"], n=env["cpu_threads"])
         env["note"] = "CPU run: numbers are CPU numbers, not GPU numbers"
         return env
     try:
