@@ -155,7 +155,7 @@ def results_teaching_h200(page, app: str, path: Path) -> None:
 def learn_zh(page, app: str, path: Path) -> None:
     """The Learn page in 中文 on ResNet-50: BatchNorm folded by hand for one channel of the stem's Conv+BN+ReLU."""
     _open_page(page, app, "/learn?model=resnet50&lang=zh")
-    page.locator('[data-baseweb="tab"]').filter(has_text="实例演算").first.click()
+    page.get_by_role("tab", name="实例演算").first.click()
     page.locator(".st-key-ex_fold_chain").first.wait_for(timeout=120_000)
     _settle(page)
     page.wait_for_timeout(1000)
