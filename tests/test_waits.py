@@ -48,6 +48,11 @@ def test_remembered_costs_follow_the_hosts_pace_now():
     assert host_pace(100.0, 2.0, now=100.1) == PACE_RANGE[0]
     assert host_pace(None, 2.0) == host_pace(100.0, None) == host_pace(100.0, True) == 1.0
     assert host_pace(100.0, 2.0, now=99.0) == 1.0   # a clock gone back says nothing
+    from explorer.runtime.progress import PROBE_PACE_RANGE, probe_pace
+
+    assert probe_pace(0.2, 0.05) == pytest.approx(4.0)             # the same work 4x slower: a busier host
+    assert probe_pace(0.05, None, fallback=1.3) == 1.3              # nothing remembered: the start's pace
+    assert probe_pace(10.0, 0.01) == PROBE_PACE_RANGE[1] and probe_pace(0.001, 1.0) == PROBE_PACE_RANGE[0]
 
 
 def test_countdown_counts_from_the_click_and_between_statuses():

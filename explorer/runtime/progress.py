@@ -173,6 +173,19 @@ def host_pace(spawned_at: object, remembered_start_s: object, now: float | None 
     return min(max(took / float(remembered_start_s), PACE_RANGE[0]), PACE_RANGE[1])
 
 
+def probe_pace(probe_s: float, remembered_probe_s: float | None, fallback: float = 1.0) -> float:
+    """A fixed piece of CPU work timed now (``session.host_probe_s``) over the same work timed by the run whose costs
+    are remembered: the host's pace for CPU work now against then, bounded by ``PROBE_PACE_RANGE``; ``fallback``
+    (the start's pace, ``host_pace``) when none was remembered."""
+    if not remembered_probe_s or remembered_probe_s <= 0 or not math.isfinite(probe_s) or probe_s <= 0:
+        return fallback
+    return min(max(probe_s / remembered_probe_s, PROBE_PACE_RANGE[0]), PROBE_PACE_RANGE[1])
+
+
+#: A timed piece of work says more about the host than a process's start: it may scale remembered costs further.
+PROBE_PACE_RANGE = (0.4, 6.0)
+
+
 # ------------------------------------------------------------------ the cost model
 
 def warm_up_s(forward_s: float, cuda: bool) -> float:

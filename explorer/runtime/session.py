@@ -60,7 +60,7 @@ from explorer.runtime.baselines import baselines
 from explorer.runtime.chains import chain_benchmarks, chain_entry
 from explorer.runtime.child import describe_failure
 from explorer.runtime.progress import (PRIOR_FORWARD_S, PRIOR_LOAD_S, CostMemory, Schedule, child_load_key,
-                                       model_key, run_estimates)
+                                       model_key, probe_pace, run_estimates)
 from explorer.runtime.settings import RunSettings
 from explorer.runtime.stages import stage_measurements
 from explorer.runtime.variants import make_variant, measure_variants, precision_of, reference_output
@@ -241,6 +241,7 @@ class _Run:
     failures: list = dataclasses.field(default_factory=list)
     done: list = dataclasses.field(default_factory=list)
     load: list = dataclasses.field(default_factory=list)   # the host's 1-minute load, sampled (HostLoad)
+    cpu_pace: float = 1.0   # the host's pace for CPU work against the runs whose costs are remembered
 
     @property
     def cuda(self) -> bool:
@@ -258,15 +259,20 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     key = model_key(source, settings.batch, settings.seq_len)
     # First estimates from what earlier runs of this model measured (or stated guesses); revised once the
     # chains are known, again once a forward has been timed, and as each phase goes (explorer.runtime.progress).
-    # The remembered costs are scaled by the host's pace now (this process's start against the remembered one).
+    # The remembered costs are scaled by the host's pace now: a fixed piece of CPU work timed now against the same
+    # work timed by the run that remembered them (else this process's start against the remembered one).
+    probe = host_probe_s()
+    pace = probe_pace(probe, memory.get(f"probe:{key}"), pace)
+    memory.record(f"probe:{key}", probe)
     remembered_forward = memory.get(_forward_key(key, device, settings.dtype))
+    cpu_pace = 1.0 if cuda else pace   # a CUDA forward's time is the GPU's as much as the host's
     schedule = Schedule(emit or (lambda f, s: None), {
         "load": pace * memory.get(child_load_key(key), PRIOR_LOAD_S),
         "prepare": pace * memory.get(f"prepare:{key}", 1.0),
         **_phase_estimates(settings, phases, cuda, device,
-                           None if remembered_forward is None else pace * remembered_forward,
+                           None if remembered_forward is None else cpu_pace * remembered_forward,
                            memory.get(f"chains:{key}", 0.0), 3, pace * memory.get(f"fuse:{key}", 0.3),
-                           _chain_cost(memory, key, device))})
+                           _chain_cost(memory, key, device, cpu_pace))})
     dtype = m.torch_dtype(settings.dtype)
     environment = _environment(device)
 
@@ -312,14 +318,15 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     memory.record(f"fuse:{key}", fuse_s)
     memory.record(f"prepare:{key}", time.perf_counter() - t_prepare)
     schedule.revise(**_phase_estimates(settings, phases, cuda, device,
-                                       memory.get(_forward_key(key, device, settings.dtype)), to_time,
-                                       _stage_graphs(accepted), fuse_s, _chain_cost(memory, key, device)))
+                                       None if remembered_forward is None else cpu_pace * remembered_forward, to_time,
+                                       _stage_graphs(accepted), fuse_s, _chain_cost(memory, key, device, cpu_pace)))
     return _Run(settings=settings, phases=phases, threads=threads, t_start=t_start, device=device, dtype=dtype,
                 schedule=schedule, environment=environment, model=model, graph=graph, detection=detection,
                 plan=plan, applied=applied, fused_ids=fused_ids, accepted=accepted, channels_last=channels_last,
                 classification=model.task == "classification", unfused_gm=unfused_gm, fused_gm=fused_gm,
                 inputs=inputs, casts=casts, bytes_unfused=bytes_unfused, bytes_fused=bytes_fused, fuse_s=fuse_s,
-                notes=notes, memory=memory, key=key, chains_to_time=to_time, stage_graphs=_stage_graphs(accepted))
+                notes=notes, memory=memory, key=key, chains_to_time=to_time, stage_graphs=_stage_graphs(accepted),
+                cpu_pace=cpu_pace)
 
 
 def _run_phase(run: _Run, phase: str) -> bool:
@@ -449,10 +456,25 @@ def _phase_baselines(run: _Run) -> None:
                               classification=run.classification, casts=run.casts)
 
 
-def _chain_cost(memory: CostMemory, key: str, device: str) -> float | None:
-    """One chain's remembered cost: this model's chains on this device, else any model's (a machine-wide average)."""
+def host_probe_s() -> float:
+    """Wall seconds a fixed piece of CPU work takes now (400 products of 160×160 float32 matrices on this process's
+    threads: about 40 ms on an idle core of the 2-core machine, several times that when other work holds the cores):
+    what the host's load does to this process's CPU work, for ``progress.probe_pace``."""
+    x = torch.full((160, 160), 0.5)
+    with torch.inference_mode():
+        torch.mm(x, x)
+        t0 = time.perf_counter()
+        for _ in range(400):
+            torch.mm(x, x)
+        return time.perf_counter() - t0
+
+
+def _chain_cost(memory: CostMemory, key: str, device: str, pace: float = 1.0) -> float | None:
+    """One chain's remembered cost: this model's chains on this device, else any model's (a machine-wide average),
+    scaled by the host's pace now (``pace``)."""
     own = memory.get(f"chain:{key}:{device}")
-    return own if own is not None else memory.get(f"chain:{device}")
+    cost = own if own is not None else memory.get(f"chain:{device}")
+    return None if cost is None else pace * cost
 
 
 def _forward_key(key: str, device: str, dtype: str) -> str:
@@ -497,7 +519,8 @@ def _revise(run: _Run, forward_s: float) -> None:
     """Re-price the phases not yet finished from a measured forward, and remember it for the next run."""
     run.memory.record(_forward_key(run.key, run.device, run.settings.dtype), forward_s)
     estimates = _phase_estimates(run.settings, run.phases, run.cuda, run.device, forward_s, run.chains_to_time,
-                                 run.stage_graphs, run.fuse_s, _chain_cost(run.memory, run.key, run.device))
+                                 run.stage_graphs, run.fuse_s,
+                                 _chain_cost(run.memory, run.key, run.device, run.cpu_pace))
     run.schedule.revise(**{p: v for p, v in estimates.items() if p not in run.done})
 
 
