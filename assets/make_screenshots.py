@@ -93,9 +93,13 @@ def graph(page, app: str, path: Path) -> None:
 
 
 def graph_bert(page, app: str, path: Path) -> None:
-    """BERT-base as it first opens, side by side."""
+    """BERT-base as it first opens, side by side, scrolled (over the header, not the graph) until its first chain,
+    the embeddings' Add+LayerNorm, is in view below the legend."""
     _open_page(page, app, "/?model=bert_base&view=side&lang=en")
     _graphs(page, {"original", "fused"})
+    page.mouse.move(800, 220)
+    page.mouse.wheel(0, 340)
+    page.wait_for_timeout(1200)
     page.screenshot(path=str(path))
 
 
@@ -107,7 +111,9 @@ def fusions(page, app: str, path: Path) -> None:
     page.locator(".st-key-chain_reject button").first.click()
     page.get_by_text("1 of 2 accepted").wait_for(timeout=60_000)
     _settle(page)
-    page.screenshot(path=str(path), full_page=True)
+    page.mouse.move(800, 300)
+    page.mouse.wheel(0, -5000)   # back to the top: the table, then the panel (Streamlit scrolls its own container)
+    _tall(page, 1800, path)
 
 
 def results(page, app: str, path: Path) -> None:
@@ -125,19 +131,26 @@ def results(page, app: str, path: Path) -> None:
 def results_h200_report(page, app: str, path: Path) -> None:
     """ResNet-50 measured on the H200, opened on the Results page of a machine without a GPU."""
     _open_page(page, app, "/results?model=residual_block&lang=en")
-    page.get_by_text("Open a saved report (.json)").click()
-    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(H200_REPORT))
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').first.set_input_files(str(H200_REPORT))
     page.get_by_text("Results: resnet50").wait_for(timeout=120_000)
+    page.get_by_text("slower even as CUDA graphs").first.wait_for(timeout=120_000)
+    _plots(page, 3)
+    page.screenshot(path=str(path))
+
+
+def _plots(page, n: int, timeout_s: float = 120.0) -> None:
+    """Until ``n`` plotly charts are drawn, then settled."""
+    end = time.time() + timeout_s
+    while page.locator(".js-plotly-plot .main-svg").count() < n and time.time() < end:
+        page.wait_for_timeout(500)
     _settle(page)
     page.wait_for_timeout(1500)
-    page.screenshot(path=str(path))
 
 
 def results_teaching_h200(page, app: str, path: Path) -> None:
     """The committed H200 teaching report on the Results page: where one forward of ResNet-50 spends its time."""
     _open_page(page, app, "/results?model=resnet50&lang=en")
-    page.get_by_text("Open a saved report (.json)").click()
-    box = page.locator(".st-key-results_committed")
+    box = page.locator(".st-key-results_committed")   # the saved-report panel is open while nothing is shown
     box.click()
     page.keyboard.type("teaching_report_h200.json")
     page.keyboard.press("Enter")
@@ -145,7 +158,7 @@ def results_teaching_h200(page, app: str, path: Path) -> None:
     page.locator(".st-key-results_open_committed button").first.click()
     heading = page.get_by_text("Where one forward's time goes", exact=False).first
     heading.wait_for(timeout=120_000)
-    _settle(page)
+    _plots(page, 1)
     heading.scroll_into_view_if_needed()
     page.mouse.wheel(0, -120)   # the heading a little below the top, as a reader scrolls to it
     page.wait_for_timeout(1500)
