@@ -44,6 +44,8 @@ def test_comparison_figure_has_error_bars_baselines_and_missing_memory():
     rows = charts.summary_rows(_report())   # the latency row's change is THE speed-up, with its interval
     assert rows[0]["change, fused against unfused"] == "speed-up 1.33× [95% CI 1.29–1.37×]"
     assert None not in [v for r in rows for v in r.values()]
+    # bytes under 10 MiB with the chart's three digits (a table "1.0 -> 0.3" sat beside the chart's 0.956 -> 0.331)
+    assert [r["unfused"] for r in rows if r["metric"] == "Bytes moved (MiB)"] == ["1.000"]
     baselines = {r["variant"]: r for r in charts.baseline_rows(_report())}
     compiled = baselines["torch.compile (default)"]
     assert compiled["compared with"] == "fused" and compiled["compile s"] == "12.5"

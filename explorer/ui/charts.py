@@ -239,6 +239,8 @@ def summary_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
         u, f = _value(report.unfused, key, scale), _value(report.fused, key, scale)
         if key == "kernel_launches":
             u, f = (None if u is None else int(u)), (None if f is None else int(f))
+        if key == "bytes_moved" and max(u or 0, f or 0) < 10:   # the chart's three digits: 0.956, not "1.0"
+            fmt[key] = "{:,.3f}"
         if key == "latency":
             change = speedup_text(report.verdict, lang, "" if report.verdict.speedup is not None
                                   else t_in(lang, "chart.missing.not_timed"))
