@@ -1,7 +1,7 @@
 """Retake the screenshots in ``assets/`` (every one the README shows), in headless Chromium at 1600×1000.
 
-    python3 assets/make_screenshots.py                 # all of them (a few minutes on an idle 2-core machine)
-    python3 assets/make_screenshots.py graph learn-zh  # only these (names below, without "screenshot-")
+    .venv/bin/python assets/make_screenshots.py                 # all of them (a few minutes on an idle 2-core machine)
+    .venv/bin/python assets/make_screenshots.py graph learn-zh  # only these (names below, without "screenshot-")
 
 It starts the app from this checkout (``streamlit run explorer/app.py`` on a free port, as the browser tests do:
 ``tests/browser_harness.py``), drives it as a user would and writes ``assets/screenshot-<name>.png``; run it after
