@@ -15,6 +15,7 @@ folder as they check the pages; ``FUSION_EXPLORER_UPDATE_SCREENSHOTS=1`` writes 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -124,7 +125,7 @@ def results(page, app: str, path: Path) -> None:
     page.locator(".st-key-run_start button").first.click()
     page.get_by_text("Results for the current plan and settings").wait_for(timeout=600_000)
     _nav(page, "results")
-    page.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=60_000)
+    page.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=180_000)
     _tall(page, 3200, path)
 
 
@@ -208,6 +209,8 @@ def main(argv: list[str]) -> int:
                 print(f"{path.relative_to(ROOT)}: {time.time() - t0:.0f} s")
             except Exception as exc:   # one line per failed shot; the others are still taken
                 failed += 1
+                with contextlib.suppress(Exception):   # what the page showed, beside the shot it was to be
+                    page.screenshot(path=str(path.with_name(f"failed-{path.name}")))
                 print(f"{name}: not taken: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", file=sys.stderr)
             finally:
                 page.close()

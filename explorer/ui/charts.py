@@ -23,6 +23,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+# pandas before plotly, at import: plotly and Streamlit import it lazily, and a first import racing another
+# session's thread left it "partially initialized" on the Results page (seen in Chromium after a quick run)
+import pandas  # noqa: F401
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
