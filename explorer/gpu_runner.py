@@ -30,11 +30,12 @@ import threading
 import time
 from typing import Any, Callable
 
+from explorer.messages import PHASES as PHASES_WORDS, PROGRESS, RUN
 from explorer.errors import ReportError, RunError
 from explorer.report import PHASES, Report
 from explorer.runtime.child import child_main, run_child
-from explorer.runtime.progress import (ESTIMATING, PRIOR_CHILD_START_S, CostMemory, format_seconds, split_left,
-                                       with_left)
+from explorer.runtime.progress import (PRIOR_CHILD_START_S, PRIOR_FINISH_S, CostMemory, estimating, format_seconds,
+                                       host_pace, split_left, with_left)
 from explorer.runtime.settings import RunSettings
 
 __all__ = ["Report", "RunSettings", "run"]
@@ -78,10 +79,12 @@ def run(source: str, plan: Any | None, settings: RunSettings,
                     seen["snapshot"], seen["done"] = part["snapshot"], [str(p) for p in part.get("done") or []]
 
         payload = {"source": str(source), "plan": plan.to_dict() if plan is not None else None,
-                   "settings": settings.to_dict(), "phases": todo}
+                   "settings": settings.to_dict(), "phases": todo,
+                   # the child compares its own start with the remembered one: the host's pace now
+                   "spawned_at": time.time(), "child_start_s": clock.memory.get("child_start")}
         left_s = deadline - time.monotonic()
         if left_s <= 0:
-            raise RunError(f"the measurement timed out after {settings.timeout_s:g} s and was stopped")
+            raise RunError(RUN("timed_out", limit=settings.timeout_s))
         clock.starting()
         try:
             data = run_child("explorer.gpu_runner", payload, left_s, clock.progress, cancel, on_part=keep)
@@ -89,11 +92,11 @@ def run(source: str, plan: Any | None, settings: RunSettings,
             if cancel is not None and cancel.is_set():
                 raise
             if "timed out" in str(exc):  # the child had what was left of the run's time: say the run's limit
-                raise RunError(f"the measurement timed out after {settings.timeout_s:g} s and was stopped") from None
+                raise RunError(RUN("timed_out", limit=settings.timeout_s)) from None
             if seen["snapshot"] is None:
                 if not pieces:
                     raise  # nothing measured: the run's own failure (loading, planning)
-                failures += [{"phase": p, "reason": f"not run: the fresh process failed to set up ({exc})",
+                failures += [{"phase": p, "reason": PHASES_WORDS("run_fresh_process_failed", msg=str(exc)),
                               "variant": None, "process_lost": False, "not_run": True} for p in todo]
                 break
             # the child died: keep what it measured, the phase it was in failed, the rest run afresh
@@ -131,6 +134,10 @@ class _Clock:
         self.key = f"run:{source}|{settings.batch}|{settings.seq_len}|" + "|".join(
             str(x) for x in (settings.device, settings.dtype, settings.quick, settings.chains_timed, settings.stages,
                              settings.compile_baseline, settings.compile_modes))
+        # after the child's last status: its report built, sent and read here (measured by earlier runs)
+        self.finish_key = f"run_finish:{settings.device}"
+        self.finish_s = self.memory.get(self.finish_key, PRIOR_FINISH_S)
+        self.last_status: float | None = None
         self.t0 = time.monotonic()
         self.spawned: float | None = None
         self.answered = False
@@ -150,9 +157,9 @@ class _Clock:
         # the whole run's time only when a run like this one was measured before; else the child's first
         # status (right after it started) brings the first estimate
         if last is None:
-            self._send(f"starting the measurement process · {ESTIMATING}", None)
+            self._send(estimating(PROGRESS("starting_process")), None)
         else:
-            self._send("starting the measurement process", start + last)
+            self._send(PROGRESS("starting_process"), start + last)
 
     def progress(self, fraction: float, status: str) -> None:
         if not self.answered and self.spawned is not None:
@@ -160,13 +167,16 @@ class _Clock:
             self.memory.record("child_start", time.monotonic() - self.spawned, average=True)
         if fraction >= 1.0:
             return   # the child's "done": the run is done once its report is read (``finished``)
+        self.last_status = time.monotonic()
         text, left = split_left(status)
-        self._send(text, left)
+        self._send(text, None if left is None else left + self.finish_s)
 
     def finished(self) -> None:
         took = time.monotonic() - self.t0
         self.memory.record(self.key, max(0.0, took - self.memory.get("child_start", PRIOR_CHILD_START_S)))
-        self._progress(1.0, f"done in {format_seconds(took)}")
+        if self.last_status is not None:
+            self.memory.record(self.finish_key, time.monotonic() - self.last_status, average=True)
+        self._progress(1.0, PROGRESS("done", elapsed=format_seconds(took)))
 
 
 def _merge(pieces: list[tuple[dict, list[str]]], failures: list[dict], fresh: int) -> dict:
@@ -209,7 +219,8 @@ def _measure_in_child(payload: dict, emit: Callable[[float, str], None]) -> dict
     settings = RunSettings.from_dict(payload.get("settings") or {})
     phases = tuple(p for p in payload.get("phases") or PHASES if p in PHASES)
     report, _left = measure_phases(payload["source"], payload.get("plan"), settings, emit, phases,
-                                   on_part=getattr(emit, "part", None))
+                                   on_part=getattr(emit, "part", None),
+                                   pace=host_pace(payload.get("spawned_at"), payload.get("child_start_s")))
     return report.to_dict()
 
 

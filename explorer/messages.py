@@ -67,6 +67,7 @@ PROGRESS = Words("progress", {
     "reading_casts": ("reading the model's own casts in {dtype}", "正在读取模型自身在 {dtype} 下的类型转换"),
     "starting_process": ("starting the measurement process", "正在启动测量进程"),
     "taking_longer": ("{msg} · taking longer than estimated", "{msg} · 比估计的要久"),
+    "estimating": ("{msg} · estimating the time left", "{msg} · 正在估计剩余时间"),
     "starting_sweep_worker": ("starting the sweep's worker for {n:d} point(s)", "正在为 {n} 个点启动扫描的工作进程"),
 })
 
@@ -362,6 +363,8 @@ NOTES = Words("notes", {
         "快速模式：重复次数更少，不做逐链计时；结论可能无法判定"),
     "intra_op_thread_cpu": ("{n:d} intra-op thread(s) on the CPU (quick mode's default: stable on a shared CPU)",
         "CPU 上用 {n} 个算子内线程（快速模式的默认值：在共享的 CPU 上更稳定）"),
+    "cpu_device_name": ("CPU ({cpu}, {n:d} thread(s))", "CPU（{cpu}，{n} 个线程）"),
+    "cpu_device_name_before": ("CPU ({cpu}, {n:d} threads)", "CPU（{cpu}，{n} 个线程）"),   # reports before issue 26
     "intra_op_thread_cpu_2": ("{n:d} intra-op thread(s) on the CPU",
         "CPU 上用 {n} 个算子内线程"),
     "graph_byte_model_each": ("graph byte model: each op reads its inputs and weights once and writes its outputs once; captured in float32, floating tensors scaled by {x} for {x2}; fused = unfused minus the fused chains' intermediates",
@@ -647,8 +650,6 @@ SWEEPS = Words("sweeps", {
         "{n}/{n2} 个测量点：{n3} 个已测量，{n4} 个失败，{n5} 个已缓存，{n6} 个正在测量"),
     "points_measured_failed_cached_2": ("{n:d}/{n2:d} points: {n3:d} measured, {n4:d} failed, {n5:d} cached, {n6:d} running, {n7:d} worker restart(s)",
         "{n}/{n2} 个测量点：{n3} 个已测量，{n4} 个失败，{n5} 个已缓存，{n6} 个正在测量，工作进程重启 {n7} 次"),
-    "estimating_time_left": ("{msg} · estimating the time left",
-        "{msg} · 正在估计剩余时间"),
     "done": ("{msg} · done in {msg2}",
         "{msg} · 已完成，用时 {msg2}"),
     "cancelled": ("{msg} · cancelled in {msg2}",

@@ -110,10 +110,12 @@ def merge(words: Iterable[Words]) -> dict[str, tuple[str, str]]:
 FREE_TEXT = ("reason",)
 
 
-def render(text: Any, lang: str, catalog: Catalog, translate: Callable[[str], str] | None = None) -> str:
+def render(text: Any, lang: str, catalog: Catalog, translate: Callable[[str], str] | None = None,
+           read: Callable[[str], "Message | None"] | None = None) -> str:
     """``text`` in ``lang``: a ``Message`` by its id's template (its message arguments rendered too, a plain free-text
-    argument through ``translate``); any other text as it is. A message whose id the catalog lacks stays in
-    English."""
+    argument through ``translate``, any other plain argument read back by ``read`` when it is a message's English,
+    as a ``Reader`` reads the arguments of a text: a status that crossed a process inside a message made here);
+    any other text as it is. A message whose id the catalog lacks stays in English."""
     if not isinstance(text, Message) or lang == "en":
         return str(text)
     pair = catalog.get(text.id)
@@ -122,8 +124,10 @@ def render(text: Any, lang: str, catalog: Catalog, translate: Callable[[str], st
     template = pair[LANGS.index(lang)] if lang in LANGS else pair[0]
     args = {}
     for k, v in text.args.items():
+        if not isinstance(v, Message) and read is not None and isinstance(v, str) and k not in FREE_TEXT:
+            v = read(v) or v
         if isinstance(v, Message):
-            v = render(v, lang, catalog, translate)
+            v = render(v, lang, catalog, translate, read)
         elif translate is not None and k in FREE_TEXT and isinstance(v, str):
             v = translate(v)
         args[k] = v

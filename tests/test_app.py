@@ -43,6 +43,8 @@ def test_comparison_figure_has_error_bars_baselines_and_missing_memory():
     rows = charts.summary_rows(_report())   # the latency row's change is THE speed-up, with its interval
     assert rows[0]["change, fused against unfused"] == "speed-up 1.33× [95% CI 1.29–1.37×]"
     assert None not in [v for r in rows for v in r.values()]
+    # bytes under 10 MiB with the chart's three digits (a table "1.0 -> 0.3" sat beside the chart's 0.956 -> 0.331)
+    assert [r["unfused"] for r in rows if r["metric"] == "Bytes moved (MiB)"] == ["1.000"]
     baselines = {r["variant"]: r for r in charts.baseline_rows(_report())}
     compiled = baselines["torch.compile (default)"]
     assert compiled["compared with"] == "fused" and compiled["compile s"] == "12.5"
@@ -62,6 +64,10 @@ def test_chain_bars_styled_by_the_one_verdict_and_slower_has_its_own_colour():
     assert "layer: c" not in by_chain                     # no fused kernel: not timed, so no bar (and no 1.00x)
     assert charts.bar_style(R.NO_KERNEL, "conv_bn_act") == (charts.NO_KERNEL_COLOR, charts.NO_KERNEL_PATTERN, 1.0)
     assert any(t.name == "slower after fusion" for t in fig.data)
+    # the legend sits below the axis title whatever the chart's height (it covered the title on a two-chain run)
+    layout = fig.layout
+    plot_px = layout.height - layout.margin.t - layout.margin.b
+    assert layout.legend.yanchor == "top" and -layout.legend.y * plot_px >= 55 and layout.margin.b >= 100
 
     def rgb(color: str) -> tuple[int, ...]:
         return tuple(int(color[i:i + 2], 16) for i in (1, 3, 5))

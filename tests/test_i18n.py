@@ -200,6 +200,50 @@ def test_every_engine_message_renders_in_both_languages_with_its_parameters():
     assert i18n.message("something new", "en") == "something new"
 
 
+def _runtime_fstrings_templates_make(paths) -> list[str]:
+    """Every f-string of ``paths`` whose text, its values left out, is a template of ``explorer.messages``: an
+    English sentence written by hand that the UI would read back against that template."""
+    from explorer.messages import WORDS
+
+    skeletons = {re.sub(r"\{[^}]*\}", "{}", en): mid for mid, (en, _zh) in WORDS.items()}
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(Path(path).read_text())):
+            if isinstance(node, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+                if text in skeletons:
+                    found.append(f"{Path(path).name}:{node.lineno}: f{text!r} is {skeletons[text]}")
+    return found
+
+
+def test_the_runtime_writes_its_words_not_english_that_templates_read_back(tmp_path):
+    """The runtime's progress, notes and errors are ``Words`` where they are written (issue 26: English f-strings
+    read back by the templates could drift from them); a status that crossed a process as English inside a
+    message made here (the countdown's line) is still rendered in Chinese, its parts read back."""
+    from explorer.runtime.progress import Countdown, with_left
+
+    root = Path(__file__).resolve().parents[1] / "explorer"
+    paths = sorted([*root.glob("runtime/*.py"), *root.glob("sweeps/*.py"), root / "gpu_runner.py"])
+    assert len(paths) > 20
+    assert _runtime_fstrings_templates_make(paths) == []
+    sample = tmp_path / "sample.py"
+    sample.write_text('def f(n, m):\n    return f"timing chain {n}/{m}", f"no template {n}"\n')
+    assert _runtime_fstrings_templates_make([sample]) == ["sample.py:2: f'timing chain {}/{}' is progress.timing_chain"]
+    countdown = Countdown(0.0)
+    countdown.update(0.3, str(with_left("timing chain 3/9", 20)))   # plain English, as a child's status arrives
+    countdown.at = 0.0
+    line = countdown.line(now=5.0)
+    assert str(line) == "timing chain 3/9 · about 15 s left"
+    assert i18n.message(line, "zh") == "正在给链计时：第 3/9 条 · 约剩 15 秒"
+    assert i18n.message(countdown.line(now=30.0), "zh") == "正在给链计时：第 3/9 条 · 比估计的要久"
+    # the CPU's name a report carries ("1 threads" was left in English on the Run and Results pages), as written now
+    # and as reports before it wrote it
+    from explorer.messages import NOTES
+
+    assert i18n.message(NOTES("cpu_device_name", cpu="x86_64", n=1), "zh") == "CPU（x86_64，1 个线程）"
+    assert i18n.message("CPU (x86_64, 1 threads)", "zh") == "CPU（x86_64，1 个线程）"
+
+
 def test_no_regex_rule_is_left():
     """The runtime's messages are ``Words``: no locale module translates English by regular expressions any more,
     and the Chinese catalogs hold no English sentence as a lookup key."""

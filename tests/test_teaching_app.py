@@ -296,5 +296,7 @@ def test_breakdown_and_traffic_tables():
                "total": {"bytes_unfused": 1000, "bytes_fused": 900, "bytes_saved": 100}}
     rows = views.traffic_rows(traffic)
     assert rows[-1]["saved"] == "10%" and rows[0]["saved"] == "50%"
+    traffic["chains"][0]["pattern"] = "conv_bn_add_act"   # a pattern by its label, as every other table names it
+    assert views.traffic_rows(traffic)[0]["pattern"] == "Conv+BN+Add+act"
     bars = views.traffic_figure(traffic, "resnet50")
     assert list(bars.data[0].x) == ["byte model", "reference article's claim (batch not stated)"]

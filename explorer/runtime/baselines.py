@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 
+from explorer.messages import BASELINES, PROGRESS
 from explorer import stats
 from explorer.report import Baseline
 from explorer.runtime import measure as m
@@ -116,7 +117,7 @@ def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any,
         if graphs and not cuda:
             entry["error"] = "reduce-overhead is torch.compile's CUDA-graph mode: not measured without CUDA"
             continue
-        emit(0.05 + 0.5 * i / max(len(modes), 1), f"compiling with torch.compile ({mode})")
+        emit(0.05 + 0.5 * i / max(len(modes), 1), PROGRESS("compiling_with_torch_compile", x=mode))
         try:
             variant, compile_s = _compiled_variant(name, target, mode, inputs, device)
             variants.append(variant)
@@ -124,10 +125,10 @@ def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any,
         except Exception as exc:
             if cuda:
                 torch.cuda.synchronize()
-            entry["error"] = f"torch.compile ({mode}) failed: {m._one_line(exc)}"
+            entry["error"] = BASELINES("torch_compile_failed", x=mode, x2=m._one_line(exc))
     timing = timing or m.TimingPlan.for_device(device, settings.warmup, settings.reps, quick=settings.quick)
     while True:
-        emit(0.6, f"timing {len(variants)} variants alternated")
+        emit(0.6, PROGRESS("timing_variants_alternated", n=len(variants)))
         names = {v.name for v in variants}
         pairs = tuple((name, e["pairs_with"]) for name, e in entries.items()
                       if e.get("pairs_with") in names and name in names)
@@ -138,7 +139,7 @@ def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any,
             cause = exc.__cause__ or exc
             if exc.variant == "fused" or exc.variant not in entries or m.cuda_context_lost(device, cause):
                 raise
-            entries[exc.variant]["error"] = f"failed while timed, dropped: {m._one_line(cause)}"
+            entries[exc.variant]["error"] = BASELINES("failed_while_timed_dropped", x=m._one_line(cause))
             variants = [v for v in variants if v.name != exc.variant]
     out = []
     for name, e in entries.items():
@@ -152,16 +153,16 @@ def baselines(model: Any, fused_gm: Any, inputs: tuple, device: str, dtype: Any,
             except Exception as exc:
                 if m.cuda_context_lost(device, exc):
                     raise
-                e["error"] = f"precision not measured: {m._one_line(exc)}"
+                e["error"] = BASELINES("precision_measured", x=m._one_line(exc))
         verdict = None
         partner = e.get("pairs_with")
         if measured is not None and e["method"] != "torch.compile" and e["cuda_graphs"] and not measured.cuda_graph:
             # the capture failed and it ran as plain calls: not the CUDA-graph variant it is named for
-            e["error"] = f"not a CUDA-graph measurement: {measured.note}"
+            e["error"] = BASELINES("cuda_graph_measurement", msg=measured.note)
             partner = None
         if partner is not None and (res.get(partner) is None or (entries[partner]["cuda_graphs"]
                                                                   and not res[partner].cuda_graph)):
-            partner_note = f"its partner '{partner}' was not measured as named"
+            partner_note = BASELINES("partner_was_measured_named", x=partner)
             e["error"] = e.get("error") or partner_note
             partner = None
         if measured is not None and partner in samples:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 
+from explorer.messages import NOTES, TASKS
 from explorer.fusions.plan import plan_for_chains
 from explorer.fusions.rewrite import apply_plan
 from explorer.runtime import measure as m
@@ -142,7 +143,7 @@ def precision_bisect(analysis: Any, chain_ids: Sequence[str], device: str = "cpu
             if cancel is not None and cancel.is_set():
                 cancelled = True
                 break
-            emit(0.05 + 0.9 * built / total_steps, f"only {cid} fused ({i + 1}/{len(ids)})")
+            emit(0.05 + 0.9 * built / total_steps, TASKS("only_fused", x=cid, n=i + 1, n2=len(ids)))
             e = subset_error([cid])
             chain = detection.chain(cid)
             contribution = (e["rel_l2"] - base) if e["rel_l2"] is not None and base is not None else None
@@ -159,7 +160,7 @@ def precision_bisect(analysis: Any, chain_ids: Sequence[str], device: str = "cpu
                 break
             half = len(current) // 2
             a, b = current[:half], current[half:]
-            emit(0.05 + 0.9 * built / total_steps, f"bisect: {len(a)} + {len(b)} chains")
+            emit(0.05 + 0.9 * built / total_steps, TASKS("bisect_chains", n=len(a), n2=len(b)))
             ea, eb = subset_error(a)["rel_l2"], subset_error(b)["rel_l2"]
             keep_a = (ea if ea is not None else -1.0) >= (eb if eb is not None else -1.0)
             steps.append({"a": a, "b": b, "error_a": ea, "error_b": eb, "kept": "a" if keep_a else "b"})
@@ -172,6 +173,6 @@ def precision_bisect(analysis: Any, chain_ids: Sequence[str], device: str = "cpu
     if not drifts:
         culprit = None  # nothing to blame: the ranking still says what each chain adds
     emit(1.0, "done")
-    return BisectResult(device=device, dtype=dtype, reference=f"unfused graph in float64 on {where}",
+    return BisectResult(device=device, dtype=dtype, reference=NOTES("unfused_graph_float64", x=where),
                         unfused_rel_l2=base, fused_rel_l2=fused_all, drifts=drifts, ranked=tuple(ranked),
                         steps=tuple(steps), culprit=culprit, fused_models=built, cancelled=cancelled)

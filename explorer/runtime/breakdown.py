@@ -64,6 +64,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 import torch.fx
 
+from explorer.messages import BREAKDOWN, TASKS
 from explorer.graph import aten
 from explorer.runtime import measure as m
 
@@ -223,8 +224,8 @@ def combine(variant: str, device: str, wall_ms: float, kernels: Sequence[KernelT
         rows.append((k, cat))
     busy_parts = {c: (share[c] / total_us * busy if total_us > 0 else 0.0) for c in CATEGORIES if c != "launch_host"}
     if busy > wall_ms > 0:
-        notes.append(f"device busy time {busy:.3f} ms exceeded the median wall time {wall_ms:.3f} ms "
-                     f"by {100 * (busy / wall_ms - 1):.1f}%: the busy categories are scaled to the wall time")
+        notes.append(BREAKDOWN("device_busy_time_ms", x=f"{busy:.3f}", x2=f"{wall_ms:.3f}",
+                               x3=f"{100 * (busy / wall_ms - 1):.1f}"))
         busy_parts = {c: v * wall_ms / busy for c, v in busy_parts.items()}
         busy = wall_ms
     categories = {"launch_host": max(wall_ms - busy, 0.0), **busy_parts}
@@ -393,7 +394,7 @@ def profile_kernels(fn: Callable[[], Any], device: str, costs: dict[str, tuple[f
     runs.sort(key=lambda r: sum(k.us for k in r[0]))
     kernels, busy, notes = runs[len(runs) // 2]
     if len(runs) > 1:
-        notes = [*notes, f"the median of {len(runs)} profiled forwards by total kernel time"]
+        notes = [*notes, BREAKDOWN("median_profiled_forwards_total", n=len(runs))]
     return kernels, busy, notes
 
 
@@ -451,8 +452,7 @@ def attribute_events(events: list, costs: dict[str, tuple[float, float]], cuda: 
             flops, nbytes = costs.get(node, (None, None))
             out.append(KernelTime(e.name, dur, node, flops, nbytes))
         if device_events and linked < len(device_events):
-            notes.append(f"{len(device_events) - linked} of {len(device_events)} kernels could not be linked to a "
-                         "graph node: classified by name")
+            notes.append(BREAKDOWN("kernels_could_linked_graph", n=len(device_events) - linked, n2=len(device_events)))
         return out, busy_us / 1e3, notes
     # CPU: top-level ATen ops inside each node's range
     ops = sorted((e for e in events if e.name.startswith("aten::") and e.device_type == DeviceType.CPU),
@@ -492,7 +492,7 @@ def breakdowns(variants: dict[str, tuple[torch.fx.GraphModule, torch.fx.GraphMod
     walls = m.time_alternated(fns, device, timing)
     out = {}
     for i, (name, (_, profiled, costs)) in enumerate(variants.items()):
-        emit(0.5 + 0.5 * i / max(len(variants), 1), f"profiling {name} node by node")
+        emit(0.5 + 0.5 * i / max(len(variants), 1), TASKS("profiling_node_node", x=name))
         interp = _LabelledInterpreter(profiled, device)
         kernels, busy_ms, notes = profile_kernels(lambda: interp.run(*inputs), device, costs)
         if not device.startswith("cuda"):  # op times without the profiler's own cost per op

@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from explorer.messages import CEILINGS
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -91,10 +93,9 @@ def _committed_launch_cost() -> tuple[float | None, str]:
         rows = {r["op"]: r for r in json.loads(path.read_text())["rows"]}
         two, one = (float(rows[name]["host_us_per_call"]) for name in _LAUNCH_ROWS)
     except (OSError, KeyError, ValueError, TypeError):
-        return None, f"not available ({LAUNCH_COST_FILE} not found or not readable)"
-    return two - one, (f"benchmarks/results/{LAUNCH_COST_FILE}: '{_LAUNCH_ROWS[0]}' {two:.1f} µs minus "
-                       f"'{_LAUNCH_ROWS[1]}' {one:.1f} µs of host time: what one more kernel call from "
-                       "Python costs on the H200's host")
+        return None, CEILINGS("available_found_readable", name=LAUNCH_COST_FILE)
+    return two - one, CEILINGS("benchmarks_results_minus_host", name=LAUNCH_COST_FILE, x=_LAUNCH_ROWS[0],
+                               x2=f"{two:.1f}", x3=_LAUNCH_ROWS[1], x4=f"{one:.1f}")
 
 
 def _h200() -> Ceilings:
@@ -208,25 +209,23 @@ def measure_ceilings(device: str, dtypes: tuple[str, ...] = ("fp32",), quick: bo
     size = None if not quick else ((256 << 20) if cuda else (16 << 20))
     bandwidth = measure_bandwidth(device, size, reps=5 if quick else 10)
     flops: dict[str, float] = {}
-    sources: dict[str, str] = {"bandwidth": f"measured now ({when}): copy of "
-                                            f"{(size or ((1 << 30) if cuda else (64 << 20))) >> 20} MiB, "
-                                            "bytes read + written over the median time"}
+    sources: dict[str, str] = {"bandwidth": CEILINGS("measured_now_copy_mib", x=when,
+                                                     n=(size or ((1 << 30) if cuda else (64 << 20))) >> 20)}
     for dt in dtypes:
         n = (2048 if cuda else 256) if quick else None
         try:
             flops[dt] = measure_matmul_rate(device, torch_dtype(dt), n, reps=5 if quick else 10)
-            sources[dt] = f"measured now ({when}): {n or (8192 if cuda else 512)}³ matrix product in {dt}, random data"
+            sources[dt] = CEILINGS("measured_now_matrix_product", x=when, n=n or (8192 if cuda else 512), x2=dt)
         except (RuntimeError, TypeError) as exc:  # e.g. a dtype the CPU has no matrix product for
-            sources[dt] = f"not measured: {str(exc).splitlines()[0][:120]}"
+            sources[dt] = CEILINGS("measured", x=str(exc).splitlines()[0][:120])
     l2 = None
     if cuda:
         l2 = int(getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0)) or None
         sources["l2_bytes"] = "the device properties (torch.cuda.get_device_properties)"
     else:
-        sources["l2_bytes"] = "unknown on the CPU"
+        sources["l2_bytes"] = CEILINGS("unknown_cpu")
     launch = measure_launch_cost(device, calls=500 if quick else 2000)
-    sources["launch_us"] = (f"measured now ({when}): host time per torch.relu_ call on 1024 elements"
-                            + ("" if cuda else " (CPU: op dispatch, no kernel launch)"))
+    sources["launch_us"] = CEILINGS("measured_now_host_time_2" if cuda else "measured_now_host_time", x=when)
     if not cuda:
         sources["note"] = ("CPU figures measured now on a machine that may be shared: noisy, and not what a "
                            "GPU would give")

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import torch
 
+from explorer.messages import PROGRESS, VERDICT
 from explorer import launches, stats
 from explorer.fusion_engine import unfused_launches
 from explorer.fusions import rewrite
@@ -45,7 +46,7 @@ def chain_entry(chain: Any, applied: Any, graph: Any, dtype: Any, verdict: Verdi
     fused_kernel = bool(getattr(applied, "fused_kernel", False)) and status == "fused"
     if verdict is None:
         if status != "fused":
-            verdict = Verdict(NOT_MEASURED, note=f"not fused: {getattr(applied, 'reason', '') or status}")
+            verdict = Verdict(NOT_MEASURED, note=VERDICT("fused", msg=getattr(applied, 'reason', '') or status))
         elif not fused_kernel:
             verdict = Verdict(NO_KERNEL, note="the fused form runs the same ops on this device; not timed")
         else:
@@ -92,7 +93,7 @@ def chain_benchmarks(model: Any, graph: Any, detection: Any, chains: list, appli
     out: list[ChainResult] = []
     n = len(chains)
     for i, chain in enumerate(chains):
-        emit(i / max(n, 1), f"timing chain {i + 1}/{n}")
+        emit(i / max(n, 1), PROGRESS("timing_chain", n=i + 1, n2=n))
         entry = chain_entry(chain, applied.get(chain.id), graph, dtype, rotation=rotation)
         if entry.status != "fused" or not entry.fused_kernel:
             out.append(entry)
@@ -107,9 +108,9 @@ def chain_benchmarks(model: Any, graph: Any, detection: Any, chains: list, appli
                 except Exception:
                     pass
             out.append(dataclasses.replace(entry, status="failed",
-                                           reason=f"chain benchmark failed: {m._one_line(exc)}",
+                                           reason=VERDICT("chain_benchmark_failed", x=m._one_line(exc)),
                                            verdict=Verdict(NOT_MEASURED, note="chain benchmark failed")))
-    emit(1.0, f"timed {n} chains")
+    emit(1.0, PROGRESS("timed_chains", n=n))
     return out
 
 

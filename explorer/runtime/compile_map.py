@@ -41,6 +41,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from explorer.messages import PROGRESS
 from explorer.errors import ExplorerError, RunError
 
 #: torch.compile modes the mapping accepts (``torch._inductor.list_mode_options`` knows them).
@@ -497,7 +498,7 @@ def _map_in_child(payload: dict, emit: Callable[[float, str], None]) -> dict:
     from explorer.runtime import measure as m
     from explorer.sources import load_model
 
-    emit(0.0, f"loading {payload['source']}")
+    emit(0.0, PROGRESS("loading", x=payload['source']))
     model = load_model(payload["source"], batch=payload.get("batch"), seq_len=payload.get("seq_len"))
     device = m.resolve_device(payload.get("device", "auto"))
     return map_loaded(model, device, payload.get("dtype", "fp32"), payload.get("mode", "default"), emit).to_dict()

@@ -52,7 +52,7 @@ import torch.fx
 
 from explorer import stats
 from explorer.errors import RunError
-from explorer.messages import CASTS, RUN
+from explorer.messages import CASTS, NOTES, RUN
 from explorer.graph import aten
 from explorer.runtime import lean as lean_graphs
 from explorer.units import GIB, available_host_bytes  # noqa: F401  (the runner reads both from here)
@@ -548,9 +548,7 @@ class L2Flush:
         self.buffer.zero_()
 
     def describe(self) -> str:
-        return (f"L2 flushed before every timed call ({self.nbytes / 2**20:.0f} MiB zeroed; L2 is "
-                f"{self.l2_bytes / 2**20:.0f} MiB), as triton.testing.do_bench does: inputs and weights "
-                "come from device memory")
+        return NOTES("l2_flushed_before_every", n=f"{self.nbytes / 2**20:.0f}", n2=f"{self.l2_bytes / 2**20:.0f}")
 
 
 def _timed_call(fn: Callable[[], Any], device: str, before: Callable[[], None] | None = None) -> float:
@@ -769,7 +767,7 @@ def count_launches(fn: Callable[[], Any], device: str) -> dict[str, Any]:
                 synchronize(device)
         events = prof.events()
     except Exception as exc:  # the profiler is optional evidence: never fail the run for it
-        return {"kernel_launches": None, "kernel_launches_kind": f"not counted: {_one_line(exc)}"}
+        return {"kernel_launches": None, "kernel_launches_kind": NOTES("counted", x=_one_line(exc))}
     if cuda:
         kernels = [e for e in events if e.device_type == DeviceType.CUDA
                    and not e.name.lower().startswith(("memcpy", "memset"))]
@@ -823,14 +821,12 @@ def reference_problem(ref: torch.Tensor, dtype: torch.dtype | None = None) -> st
     if biggest == 0.0:
         return "the reference output is all zero: relative errors would divide by zero"
     if ref.numel() > 1 and float(ref.max()) == float(ref.min()):
-        return (f"the reference output is constant (every element {float(ref.flatten()[0]):.3g}): relative "
-                "errors say nothing about the model")
+        return NOTES("reference_output_constant_every", x=f"{float(ref.flatten()[0]):.3g}")
     tiny = torch.finfo(dtype).tiny if dtype is not None and dtype.is_floating_point else torch.finfo(torch.float32).tiny
     name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
     nonzero = ref[ref != 0].abs()
     if biggest < tiny or float((nonzero < tiny).double().mean()) > 0.5:
-        return (f"the reference output is denormal in {name} (largest |value| {biggest:.2e}, smallest normal "
-                f"{tiny:.2e}): relative errors would measure underflow, not fusion")
+        return NOTES("reference_output_denormal_largest", x=name, x2=f"{biggest:.2e}", x3=f"{tiny:.2e}")
     return None
 
 
@@ -943,7 +939,7 @@ def environment(device: str) -> dict[str, Any]:
     except Exception:
         pass
     if env["is_cpu"]:
-        env["device_name"] = f"CPU ({env['cpu']}, {env['cpu_threads']} threads)"
+        env["device_name"] = NOTES("cpu_device_name", cpu=env["cpu"], n=env["cpu_threads"])
         env["note"] = "CPU run: numbers are CPU numbers, not GPU numbers"
         return env
     try:

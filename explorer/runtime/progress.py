@@ -35,12 +35,16 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from explorer.messages import PROGRESS
+
 COSTS_ENV = "FUSION_EXPLORER_COSTS"
 
 #: Guesses for what has never been measured on this machine (seconds): starting the measuring
 #: process (Python, torch, the engine), loading a zoo model, one forward on the CPU / on CUDA.
 PRIOR_CHILD_START_S = 6.0
 PRIOR_LOAD_S = 4.0
+#: From a measuring process's last status to its report read by the caller (building, sending, parsing it).
+PRIOR_FINISH_S = 0.3
 PRIOR_FORWARD_S = {"cpu": 0.05, "cuda": 0.01}
 #: A chain timed alone: building and preparing its two graphs, a float64 check, warm-up, paired rounds
 #: (``measure.TimingPlan.for_device(short=True)``) and two launch counts, before any was measured.
@@ -54,16 +58,21 @@ _LEFT = re.compile(r"^(?P<text>.*) · about (?:(?P<min>\d+) min (?P<sec>\d+) s|(
 
 
 def format_seconds(seconds: float) -> str:
-    """``45 s``, ``3 min 20 s``."""
+    """``45 s``, ``3 min 20 s`` (a ``Message``: the UI renders it in its language)."""
     seconds = max(0, int(round(seconds)))
     if seconds < 90:
-        return f"{seconds} s"
-    return f"{seconds // 60} min {seconds % 60:02d} s"
+        return PROGRESS("seconds", s=seconds)
+    return PROGRESS("minutes", min=seconds // 60, s=seconds % 60)
 
 
 def with_left(text: str, left_s: float) -> str:
     """``text · about N s left``: the one way a status says the time left (``split_left`` reads it)."""
-    return f"{text} · about {format_seconds(left_s)} left"
+    return PROGRESS("about_left", status=text, left=format_seconds(left_s))
+
+
+def estimating(text: str) -> str:
+    """``text · estimating the time left``: a status before anything it could be priced from was measured."""
+    return PROGRESS("estimating", msg=text)
 
 
 def split_left(status: str) -> tuple[str, float | None]:
@@ -140,6 +149,43 @@ def model_key(source: str, batch: int | None, seq_len: int | None) -> str:
     return f"{source}|{batch}|{seq_len}"
 
 
+def child_load_key(key: str) -> str:
+    """The load of a model (``model_key``) in a measuring process: a fresh process, its imports cold, never the
+    app's load of the same model in its warm process (``load:``, what the app's own wait is priced from)."""
+    return f"child_load:{key}"
+
+
+#: How far the host's pace may scale remembered costs (``host_pace``): a start twice as slow as remembered says the
+#: host is busier now, never that the model grew.
+PACE_RANGE = (0.6, 1.8)
+
+
+def host_pace(spawned_at: object, remembered_start_s: object, now: float | None = None) -> float:
+    """This process's start (``now`` less ``spawned_at``, wall-clock seconds) over the start earlier runs remembered:
+    the host's pace now against then (1.0 when either is unknown), bounded by ``PACE_RANGE``. The costs remembered
+    from earlier runs (a load, applying the plan) are scaled by it until this run measures its own."""
+    ok = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)  # noqa: E731
+    if not ok(spawned_at) or not ok(remembered_start_s) or remembered_start_s <= 0.2:
+        return 1.0
+    took = (time.time() if now is None else now) - float(spawned_at)
+    if not 0 < took < 600:
+        return 1.0
+    return min(max(took / float(remembered_start_s), PACE_RANGE[0]), PACE_RANGE[1])
+
+
+def probe_pace(probe_s: float, remembered_probe_s: float | None, fallback: float = 1.0) -> float:
+    """A fixed piece of CPU work timed now (``session.host_probe_s``) over the same work timed by the run whose costs
+    are remembered: the host's pace for CPU work now against then, bounded by ``PROBE_PACE_RANGE``; ``fallback``
+    (the start's pace, ``host_pace``) when none was remembered."""
+    if not remembered_probe_s or remembered_probe_s <= 0 or not math.isfinite(probe_s) or probe_s <= 0:
+        return fallback
+    return min(max(probe_s / remembered_probe_s, PROBE_PACE_RANGE[0]), PROBE_PACE_RANGE[1])
+
+
+#: A timed piece of work says more about the host than a process's start: it may scale remembered costs further.
+PROBE_PACE_RANGE = (0.4, 6.0)
+
+
 # ------------------------------------------------------------------ the cost model
 
 def warm_up_s(forward_s: float, cuda: bool) -> float:
@@ -207,6 +253,10 @@ class Schedule:
         self.started = time.perf_counter()
         self._phase: str | None = None
         self._phase_start = self.started
+        # where the phase's own rate is counted from: its first status past the one it started with, so a fixed
+        # cost at its start (a warm-up before round 1, building the first chain) is not read as a slow rate
+        self._first_within: float | None = None
+        self._anchor: tuple[float, float] | None = None   # (seconds into the phase, fraction done)
         self._shown = 0.0  # the largest fraction reported: progress never goes back when estimates grow
 
     def revise(self, units: dict[str, int] | None = None, **estimates: float) -> None:
@@ -223,18 +273,29 @@ class Schedule:
         if self._phase is not None:
             self.actual[self._phase] = now - self._phase_start
         self._phase, self._phase_start = phase, now
+        self._first_within, self._anchor = None, None
+
+    def _mark(self, within: float, elapsed: float) -> None:
+        """Note a status of the phase in progress: its first fraction, then the first status past it (the anchor)."""
+        if self._first_within is None:
+            self._first_within = within
+        elif self._anchor is None and within > self._first_within:
+            self._anchor = (elapsed, within)
 
     def phase_left(self, phase: str, within: float, elapsed: float) -> float:
-        """Seconds left of the phase in progress: its estimate less the time spent, blended with its own rate
-        (``elapsed`` over ``within``, the part done), the rate weighing more as units get done."""
+        """Seconds left of the phase in progress: its estimate less the time spent, blended with its own rate,
+        the rate weighing more as units get done. The rate is the phase's time over its part done since its
+        anchor (``_mark``: its first status past the one it began with), so the fixed cost before its first
+        unit is not spread over the units still to come."""
         estimate = self.estimates.get(phase, 0.0)
         if within >= 1:
             return 0.0
         by_estimate = max(estimate - elapsed, estimate * (1 - within) * 0.25, 0.0)
-        if within <= 0 or elapsed <= 0:
+        anchor = self._anchor if phase == self._phase else None
+        if anchor is None or within <= anchor[1] or elapsed <= anchor[0]:
             return by_estimate if estimate > elapsed else max(by_estimate, 0.5 * elapsed)
-        by_rate = elapsed * (1 - within) / within
-        done_units = within * max(self.units.get(phase, DEFAULT_UNITS), 1)
+        by_rate = (elapsed - anchor[0]) * (1 - within) / (within - anchor[1])
+        done_units = (within - anchor[1]) * max(self.units.get(phase, DEFAULT_UNITS), 1)
         weight = done_units / (done_units + 1.0)
         return weight * by_rate + (1 - weight) * by_estimate
 
@@ -260,13 +321,15 @@ class Schedule:
         if phase != self._phase:
             self.begin(phase)
         within = min(max(float(within), 0.0), 1.0)
+        self._mark(within, time.perf_counter() - self._phase_start)
         left = self.remaining_s(within)
         self._shown = max(self._shown, self.fraction(within))
         self._emit(self._shown, with_left(status, left))
 
     def done(self, status: str = "done") -> None:
         self.begin("(done)")
-        self._emit(1.0, f"{status} in {format_seconds(time.perf_counter() - self.started)}")
+        elapsed = format_seconds(time.perf_counter() - self.started)
+        self._emit(1.0, PROGRESS("done", elapsed=elapsed) if status == "done" else f"{status} in {elapsed}")
 
     def for_phase(self, phase: str) -> Callable[[float, str], None]:
         """An ``emit(fraction, status)`` callback bound to one phase (for the runtime's helpers)."""
@@ -317,11 +380,11 @@ class Countdown:
         if left is None:
             return text
         if left <= 0 and self.left_s is not None and now - self.at > self.left_s + 1.0:
-            return f"{text} · {OVERDUE}"
+            return PROGRESS("taking_longer", msg=text)
         return with_left(text, left)
 
 
-#: What a countdown says once its estimate has run out (``Countdown.line``).
+#: What a countdown says once its estimate has run out (``Countdown.line``; the text of ``progress.taking_longer``).
 OVERDUE = "taking longer than estimated"
 #: What a status says before anything it could be priced from was measured.
 ESTIMATING = "estimating the time left"

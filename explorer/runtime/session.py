@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 import torch
 
+from explorer.messages import CASTS, NOTES, PHASES as PHASES_WORDS, PROGRESS
 from explorer import stats
 from explorer.fusion_engine import Analysis, analyze, fuse, launch_counts
 from explorer.fusions import rewrite
@@ -58,8 +59,8 @@ from explorer.runtime import measure as m
 from explorer.runtime.baselines import baselines
 from explorer.runtime.chains import chain_benchmarks, chain_entry
 from explorer.runtime.child import describe_failure
-from explorer.runtime.progress import (PRIOR_FORWARD_S, PRIOR_LOAD_S, CostMemory, Schedule, model_key,
-                                       run_estimates)
+from explorer.runtime.progress import (PRIOR_FORWARD_S, PRIOR_LOAD_S, CostMemory, Schedule, child_load_key,
+                                       model_key, probe_pace, run_estimates)
 from explorer.runtime.settings import RunSettings
 from explorer.runtime.stages import stage_measurements
 from explorer.runtime.variants import make_variant, measure_variants, precision_of, reference_output
@@ -149,15 +150,17 @@ def measure(source: str, plan_data: dict | None, settings: RunSettings,
     if not left:
         return report
     lost = next((f for f in report.failures if f.process_lost), None)
-    why = f"not run: phase '{lost.phase}' left this process's CUDA context unusable" if lost else "not run"
+    why = PHASES_WORDS("run_phase_left_this", x=lost.phase) if lost else "not run"
     return dataclasses.replace(report, failures=report.failures + tuple(
         PhaseFailure(phase=p, reason=why, not_run=True) for p in left))
 
 
 def measure_phases(source: str, plan_data: dict | None, settings: RunSettings,
                    emit: Callable[[float, str], None] | None = None, phases: tuple[str, ...] = PHASES,
-                   on_part: Callable[[dict], None] | None = None) -> tuple[Report, tuple[str, ...]]:
+                   on_part: Callable[[dict], None] | None = None,
+                   pace: float = 1.0) -> tuple[Report, tuple[str, ...]]:
     """Set up, then run ``phases`` (a subset of ``PHASES``, in order), each on its own (module docstring).
+    ``pace``: the host's pace against earlier runs (``progress.host_pace``), scaling the costs they remembered.
 
     Returns the report and the requested phases left unrun because a failure lost the process
     (empty when every phase ran or failed alone). ``on_part`` receives ``{"started": phase}`` as a
@@ -170,7 +173,7 @@ def measure_phases(source: str, plan_data: dict | None, settings: RunSettings,
         torch.set_num_threads(threads)  # before anything runs; environment() records it
     try:
         first_load = host_load_1min()
-        run = _setup(source, plan_data, settings, emit, tuple(phases), threads)
+        run = _setup(source, plan_data, settings, emit, tuple(phases), threads, pace)
         run.load[:0] = [first_load, host_load_1min()]
         send = on_part or (lambda part: None)
         send({"snapshot": _report(run).to_dict(), "done": []})
@@ -238,6 +241,7 @@ class _Run:
     failures: list = dataclasses.field(default_factory=list)
     done: list = dataclasses.field(default_factory=list)
     load: list = dataclasses.field(default_factory=list)   # the host's 1-minute load, sampled (HostLoad)
+    cpu_pace: float = 1.0   # the host's pace for CPU work against the runs whose costs are remembered
 
     @property
     def cuda(self) -> bool:
@@ -245,7 +249,8 @@ class _Run:
 
 
 def _setup(source: str, plan_data: dict | None, settings: RunSettings,
-           emit: Callable[[float, str], None] | None, phases: tuple[str, ...], threads: int | None) -> _Run:
+           emit: Callable[[float, str], None] | None, phases: tuple[str, ...], threads: int | None,
+           pace: float = 1.0) -> _Run:
     """Load, plan, fuse and prepare both graphs; a failure here is the run's (a ``RunError`` line)."""
     t_start = time.perf_counter()
     device = m.resolve_device(settings.device)
@@ -254,19 +259,29 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     key = model_key(source, settings.batch, settings.seq_len)
     # First estimates from what earlier runs of this model measured (or stated guesses); revised once the
     # chains are known, again once a forward has been timed, and as each phase goes (explorer.runtime.progress).
+    # The remembered costs are scaled by the host's pace now: a fixed piece of CPU work timed now against the same
+    # work timed by the run that remembered them (else this process's start against the remembered one).
+    probe = host_probe_s()
+    pace = probe_pace(probe, memory.get(f"probe:{key}"), pace)
+    memory.record(f"probe:{key}", probe)
+    remembered_forward = memory.get(_forward_key(key, device, settings.dtype))
+    cpu_pace = 1.0 if cuda else pace   # a CUDA forward's time is the GPU's as much as the host's
     schedule = Schedule(emit or (lambda f, s: None), {
-        "load": memory.get(f"load:{key}", PRIOR_LOAD_S), "prepare": memory.get(f"prepare:{key}", 1.0),
-        **_phase_estimates(settings, phases, cuda, device, memory.get(_forward_key(key, device, settings.dtype)),
-                           memory.get(f"chains:{key}", 0.0), 3, memory.get(f"fuse:{key}", 0.3),
-                           memory.get(f"chain:{device}"))})
+        "load": pace * memory.get(child_load_key(key), PRIOR_LOAD_S),
+        "prepare": pace * memory.get(f"prepare:{key}", 1.0),
+        **_phase_estimates(settings, phases, cuda, device,
+                           None if remembered_forward is None else cpu_pace * remembered_forward,
+                           memory.get(f"chains:{key}", 0.0), 3, pace * memory.get(f"fuse:{key}", 0.3),
+                           _chain_cost(memory, key, device, cpu_pace))})
     dtype = m.torch_dtype(settings.dtype)
     environment = _environment(device)
 
-    schedule.emit("load", 0.0, f"loading {source}")
+    schedule.emit("load", 0.0, PROGRESS("loading", x=source))
     _check_memory(source, settings)
     t0 = time.perf_counter()
     analysis = analyze(source, batch=settings.batch, seq_len=settings.seq_len)
-    memory.record(f"load:{key}", time.perf_counter() - t0)
+    memory.record(child_load_key(key), time.perf_counter() - t0)
+    t_prepare = time.perf_counter()
     model, graph, detection = analysis
     plan = make_plan(detection, "all") if plan_data is None else Plan.from_dict(plan_data)
     plan.check_for(detection)
@@ -284,14 +299,13 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
         notes.append("CUDA graphs requested but ignored: they need CUDA")
     casts = None
     if model.module is not None:
-        schedule.emit("prepare", 0.3, f"reading the model's own casts in {settings.dtype}")
+        schedule.emit("prepare", 0.3, PROGRESS("reading_casts", dtype=settings.dtype))
         casts, cast_note = m.record_casts(model.module, model.example_inputs, model.gm, dtype)
         if cast_note:
             notes.append(cast_note)
     elif dtype not in (torch.float32, torch.float64):
-        notes.append(f"no eager module for this source: its graph's {m.capture_dtype(model.gm)} ops run in "
-                     f"{settings.dtype}, its other floating dtypes as captured")
-    schedule.emit("prepare", 0.5, f"preparing models ({settings.dtype}, {device}, {plan.memory_format})")
+        notes.append(CASTS("no_eager_module_this", x=m.capture_dtype(model.gm), x2=settings.dtype))
+    schedule.emit("prepare", 0.5, PROGRESS("preparing_models", x=settings.dtype, x2=device, x3=plan.memory_format))
     unfused_gm = m.prepare_graph(model.gm, device, dtype, channels_last, casts=casts)
     fused_gm = m.prepare_graph(fused_model.gm, device, dtype, channels_last, casts=casts)
     inputs = m.prepare_inputs(model.example_inputs, device, dtype, channels_last)
@@ -302,15 +316,17 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     to_time = _chains_to_time(accepted, applied)
     memory.record(f"chains:{key}", to_time)
     memory.record(f"fuse:{key}", fuse_s)
+    memory.record(f"prepare:{key}", time.perf_counter() - t_prepare)
     schedule.revise(**_phase_estimates(settings, phases, cuda, device,
-                                       memory.get(_forward_key(key, device, settings.dtype)), to_time,
-                                       _stage_graphs(accepted), fuse_s, memory.get(f"chain:{device}")))
+                                       None if remembered_forward is None else cpu_pace * remembered_forward, to_time,
+                                       _stage_graphs(accepted), fuse_s, _chain_cost(memory, key, device, cpu_pace)))
     return _Run(settings=settings, phases=phases, threads=threads, t_start=t_start, device=device, dtype=dtype,
                 schedule=schedule, environment=environment, model=model, graph=graph, detection=detection,
                 plan=plan, applied=applied, fused_ids=fused_ids, accepted=accepted, channels_last=channels_last,
                 classification=model.task == "classification", unfused_gm=unfused_gm, fused_gm=fused_gm,
                 inputs=inputs, casts=casts, bytes_unfused=bytes_unfused, bytes_fused=bytes_fused, fuse_s=fuse_s,
-                notes=notes, memory=memory, key=key, chains_to_time=to_time, stage_graphs=_stage_graphs(accepted))
+                notes=notes, memory=memory, key=key, chains_to_time=to_time, stage_graphs=_stage_graphs(accepted),
+                cpu_pace=cpu_pace)
 
 
 def _run_phase(run: _Run, phase: str) -> bool:
@@ -397,7 +413,7 @@ def _phase_main(run: _Run) -> None:
         if r == 1:
             run.schedule.revise(units={"main": n})
         if r % max(1, n // 20) == 0 or r == n:
-            run.schedule.emit("main", 0.8 * r / n, f"timing unfused vs fused, round {r}/{n}")
+            run.schedule.emit("main", 0.8 * r / n, PROGRESS("timing_unfused_vs_fused", n=r, n2=n))
 
     main, samples = measure_variants(variants, run.device, timing, run.model.batch,
                                      {"unfused": run.bytes_unfused, "fused": run.bytes_fused}, main_round,
@@ -418,7 +434,9 @@ def _phase_chains(run: _Run) -> None:
                                         cuda_graphs=run.plan.cuda_graphs, casts=run.casts))
     run.rotation = run.chains[0].rotation if run.chains else ""
     if run.chains_to_time:
-        run.memory.record(f"chain:{run.device}", (time.perf_counter() - t0) / run.chains_to_time, average=True)
+        per_chain = (time.perf_counter() - t0) / run.chains_to_time
+        run.memory.record(f"chain:{run.device}", per_chain, average=True)
+        run.memory.record(f"chain:{run.key}:{run.device}", per_chain, average=True)
 
 
 def _phase_stages(run: _Run) -> None:
@@ -432,10 +450,31 @@ def _phase_baselines(run: _Run) -> None:
     try:
         _reference_output(run)  # for the baselines' precision; they are timed without it if it fails
     except Exception as exc:
-        run.notes.append(f"baselines' precision not measured: the float64 reference failed ({m._one_line(exc)})")
+        run.notes.append(PHASES_WORDS("baselines_precision_measured_float64", x=m._one_line(exc)))
     run.baselines = baselines(run.model, run.fused_gm, run.inputs, run.device, run.dtype, run.channels_last,
                               run.settings, run.schedule.for_phase("baselines"), ref=run.ref,
                               classification=run.classification, casts=run.casts)
+
+
+def host_probe_s() -> float:
+    """Wall seconds a fixed piece of CPU work takes now (400 products of 160×160 float32 matrices on this process's
+    threads: about 40 ms on an idle core of the 2-core machine, several times that when other work holds the cores):
+    what the host's load does to this process's CPU work, for ``progress.probe_pace``."""
+    x = torch.full((160, 160), 0.5)
+    with torch.inference_mode():
+        torch.mm(x, x)
+        t0 = time.perf_counter()
+        for _ in range(400):
+            torch.mm(x, x)
+        return time.perf_counter() - t0
+
+
+def _chain_cost(memory: CostMemory, key: str, device: str, pace: float = 1.0) -> float | None:
+    """One chain's remembered cost: this model's chains on this device, else any model's (a machine-wide average),
+    scaled by the host's pace now (``pace``)."""
+    own = memory.get(f"chain:{key}:{device}")
+    cost = own if own is not None else memory.get(f"chain:{device}")
+    return None if cost is None else pace * cost
 
 
 def _forward_key(key: str, device: str, dtype: str) -> str:
@@ -480,7 +519,8 @@ def _revise(run: _Run, forward_s: float) -> None:
     """Re-price the phases not yet finished from a measured forward, and remember it for the next run."""
     run.memory.record(_forward_key(run.key, run.device, run.settings.dtype), forward_s)
     estimates = _phase_estimates(run.settings, run.phases, run.cuda, run.device, forward_s, run.chains_to_time,
-                                 run.stage_graphs, run.fuse_s, run.memory.get(f"chain:{run.device}"))
+                                 run.stage_graphs, run.fuse_s,
+                                 _chain_cost(run.memory, run.key, run.device, run.cpu_pace))
     run.schedule.revise(**{p: v for p, v in estimates.items() if p not in run.done})
 
 
@@ -498,14 +538,11 @@ def _report(run: _Run) -> Report:
     else:
         chains = tuple(chain_entry(c, run.applied.get(c.id), run.graph, run.dtype) for c in run.accepted)
         if not s.chains_timed:
-            notes.append("per-chain micro-benchmarks not run (" + ("quick mode" if s.quick else "per_chain off")
-                         + ")")
+            notes.append(NOTES("per_chain_micro_benchmarks" if s.quick else "per_chain_micro_benchmarks_2"))
     if s.quick:
-        notes.append("quick mode: fewer repetitions and no per-chain timing; verdicts may be undecided")
+        notes.append(NOTES("quick_mode_fewer_repetitions"))
     if run.threads is not None:
-        notes.append(f"{run.threads} intra-op thread(s) on the CPU" + (" (the default of every CPU run, quick or "
-                                                                       "not: stable on a shared CPU)"
-                                                                       if s.cpu_threads is None else ""))
+        notes.append(NOTES("threads_default" if s.cpu_threads is None else "intra_op_thread_cpu_2", n=run.threads))
     host = host_load(run.load, torch.get_num_threads(), s.cpu_threads is not None)
     if host.busy:
         notes.append(host.warning())
@@ -529,9 +566,7 @@ def _report(run: _Run) -> Report:
         fused_worse=None if f_rel is None or u_rel is None else bool(f_rel > 2 * u_rel + 1e-12),
         chains=tuple(chains), stages=tuple(run.stages), baselines=tuple(run.baselines), notes=tuple(notes),
         precision_note=PRECISION_NOTE.format(ref=run.ref_where or "not computed"),
-        bytes_note=("graph byte model: each op reads its inputs and weights once and writes its outputs once; "
-                    f"captured in float32, floating tensors scaled by {ratio:g} for {s.dtype}; "
-                    "fused = unfused minus the fused chains' intermediates"),
+        bytes_note=NOTES("graph_byte_model_each", x=f"{ratio:g}", x2=s.dtype),
         graph_calls_note=GRAPH_CALLS_NOTE,
         rotation_note=run.rotation,
         failures=tuple(run.failures), host=host,

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import torch
 
+from explorer.messages import PROGRESS, STAGES
 from explorer.fusions import rewrite
 from explorer.report import Stage
 from explorer.runtime import measure as m
@@ -76,8 +77,7 @@ def describe_stages(model: Any, detection: Any, plan: Any, device: str
         label = STAGE_LABELS.get(level, level)
         same_as = seen.get(sig)
         if same_as is not None:
-            differs = (f"the same graph as '{STAGE_LABELS.get(same_as, same_as)}': no accepted chain is applied "
-                       "first at this stage")
+            differs = STAGES("same_graph_no_accepted", msg=STAGE_LABELS.get(same_as, same_as))
         else:
             differs = _differs(level, previous, counts, full, folded, gammas)
             seen[sig] = level
@@ -91,7 +91,7 @@ def _differs(level: str, previous: dict[str, int] | None, now: dict[str, int], f
              gammas: int = 0) -> str:
     """What a stage changed; ``gammas`` of the ``folded`` chains fold RMSNorm's γ into linears, not a BatchNorm."""
     if previous is None:
-        return f"the captured graph: {now['graph_ops']} ops, nothing fused"
+        return STAGES("captured_graph_ops_nothing", n=now['graph_ops'])
     ops = f"{previous['graph_ops']} → {now['graph_ops']} ops"
     if level == "conv_bn":
         text = (f"{folded + full - gammas} BatchNorm(s) folded into their convs ({previous['batch_norms']} → "
@@ -109,7 +109,7 @@ def stage_measurements(model: Any, detection: Any, plan: Any, device: str, dtype
     model's own casts, ``casts``, as the whole model is)."""
     described = describe_stages(model, detection, plan, device)
     distinct = [(s, gm) for s, gm in described if gm is not None]
-    emit(0.1, f"timing {len(distinct)} distinct stage graphs")
+    emit(0.1, PROGRESS("timing_distinct_stage_graphs", n=len(distinct)))
     inputs = m.prepare_inputs(model.example_inputs, device, dtype, channels_last)
     variants = [make_variant(s.stage, m.prepare_graph(gm, device, dtype, channels_last, casts=casts), inputs, device,
                              plan.cuda_graphs) for s, gm in distinct]
@@ -118,7 +118,8 @@ def stage_measurements(model: Any, detection: Any, plan: Any, device: str, dtype
     timing = dataclasses.replace(timing, target_s=timing.target_s / 2,
                                  min_reps=4 if settings.quick else timing.min_reps)
     res, _samples = measure_variants(variants, device, timing, model.batch, launches=False,
-                                     on_round=lambda r, n: emit(0.1 + 0.9 * r / n, f"timing stages, round {r}/{n}")
+                                     on_round=lambda r, n: emit(0.1 + 0.9 * r / n,
+                                                                PROGRESS("timing_stages_round", n=r, n2=n))
                                      if r % max(1, n // 10) == 0 else None)
     out = []
     for stage, gm in described:

@@ -44,6 +44,7 @@ from typing import Any, Iterable
 
 import torch
 
+from explorer.messages import NCU
 from explorer.runtime import measure as m
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,17 +195,18 @@ def measure_dram_bytes(source: str, variant: str, dtype: str, batch: int | None,
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=str(ROOT))
         except subprocess.TimeoutExpired:
-            return {"error": f"ncu did not finish within {timeout_s:.0f} s", "command": " ".join(cmd[:-1])}
+            return {"error": NCU("ncu_did_finish_within", n=f"{timeout_s:.0f}"), "command": " ".join(cmd[:-1])}
         text = Path(log).read_text(errors="replace") if os.path.exists(log) else ""
         if proc.returncode != 0 and not text:
             tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
-            return {"error": f"ncu exited with status {proc.returncode}: {' | '.join(tail)[:300]}",
+            return {"error": NCU("ncu_exited_with_status", n=proc.returncode, x=' | '.join(tail)[:300]),
                     "command": " ".join(cmd[:-1])}
         try:
             result = parse_ncu_csv(text)
         except ValueError as exc:
             errors = [line for line in text.splitlines() if line.startswith("==ERROR==")][:2]
-            return {"error": f"ncu output not readable: {exc}" + (f" ({' | '.join(errors)[:300]})" if errors else ""),
+            return {"error": NCU("ncu_output_readable", x=str(exc))
+                    + (f" ({' | '.join(errors)[:300]})" if errors else ""),
                     "command": " ".join(cmd[:-1])}
     result["command"] = shlex.join(cmd).replace(log, "ncu.csv")
     result["settings"] = args

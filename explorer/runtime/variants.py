@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from explorer.messages import NOTES
 from explorer.report import GPU, HOST, HOST_BOUND_BUSY, Latency, Measurement, Precision
 from explorer.runtime import measure as m
 
@@ -65,7 +66,7 @@ def make_variant(name: str, module: Any, inputs: tuple, device: str, cuda_graphs
             torch.cuda.synchronize()
     except Exception as exc:
         torch.cuda.synchronize()
-        return dataclasses.replace(variant, note=f"CUDA graph capture failed, plain calls instead: {m._one_line(exc)}")
+        return dataclasses.replace(variant, note=NOTES("cuda_graph_capture_failed", x=m._one_line(exc)))
 
     def replay() -> Any:
         graph.replay()
@@ -157,4 +158,4 @@ def reference_output(gm: Any, inputs: tuple, device: str) -> tuple[Any, str]:
         out = ref_gm(*ref_in)
     out = [t.detach().to("cpu") for t in m.flat_outputs(out)]
     del ref_gm, ref_in
-    return out, f"unfused graph in float64 on {where}"
+    return out, NOTES("unfused_graph_float64", x=where)

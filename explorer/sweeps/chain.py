@@ -25,9 +25,10 @@ import threading
 import time
 from typing import Callable, Sequence
 
+from explorer.messages import PROGRESS
 from explorer.errors import ExplorerError
 from explorer.report import Report
-from explorer.runtime.progress import PRIOR_CHILD_START_S, PRIOR_LOAD_S, CostMemory, with_left
+from explorer.runtime.progress import PRIOR_CHILD_START_S, PRIOR_LOAD_S, CostMemory, child_load_key, with_left
 from explorer.runtime.sweep import SweepPoint, verdict_fields
 from explorer.sweeps.runner import run_sweep
 from explorer.sweeps.spec import PlanSpec, SweepSettings, SweepSpec
@@ -65,15 +66,15 @@ def sweep_chain(source: str, chain_id: str, batches: Sequence[int], dtypes: Sequ
         line = p.line()
         if p.left_s is None and p.status == "running":   # no point measured yet: price them from earlier sweeps
             per_point = memory.get(key) or (memory.get("child_start", PRIOR_CHILD_START_S)
-                                            + memory.get(f"load:{source}|None|{seq_len}", PRIOR_LOAD_S) + 5.0)
+                                            + memory.get(child_load_key(f"{source}|None|{seq_len}"), PRIOR_LOAD_S) + 5.0)
             line = with_left(line.rsplit(" · ", 1)[0], max(0.0, per_point * (p.total - p.finished)
                                                          - (time.monotonic() - started)))
         on_step(p.fraction, line)
 
     if on_step:   # before the workers start (seconds on a busy machine): the time the whole sweep should take
         first = memory.get(key) or (memory.get("child_start", PRIOR_CHILD_START_S)
-                                    + memory.get(f"load:{source}|None|{seq_len}", PRIOR_LOAD_S) + 5.0)
-        on_step(0.0, with_left(f"starting the sweep's worker for {total} point(s)", first * total))
+                                    + memory.get(child_load_key(f"{source}|None|{seq_len}"), PRIOR_LOAD_S) + 5.0)
+        on_step(0.0, with_left(PROGRESS("starting_sweep_worker", n=total), first * total))
     try:
         summary = run_sweep(spec, where, "local", cancel=cancel, progress=progress if on_step else None)
         store = SweepStore(summary.folder)

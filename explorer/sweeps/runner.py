@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from explorer.runtime.progress import format_seconds
+from explorer.messages import SWEEPS
+from explorer.runtime.progress import estimating, format_seconds, with_left
 from explorer.sweeps import backends as sweep_backends
 from explorer.sweeps import env as sweep_env
 from explorer.sweeps.spec import (Point, SweepError, SweepSpec, cache_key, expand, key_fields, plan_by_label,
@@ -69,14 +70,14 @@ class SweepProgress:
 
     def line(self) -> str:
         """``5/8 points: 3 measured, 1 failed, 1 cached, 1 running · about 40 s left``."""
-        text = (f"{self.finished}/{self.total} points: {self.done} measured, {self.failed} failed, "
-                f"{self.cached} cached, {self.running} running")
-        if self.restarts:
-            text += f", {self.restarts} worker restart(s)"
+        counts = dict(n=self.finished, n2=self.total, n3=self.done, n4=self.failed, n5=self.cached, n6=self.running)
+        text = (SWEEPS("points_measured_failed_cached_2", **counts, n7=self.restarts) if self.restarts
+                else SWEEPS("points_measured_failed_cached", **counts))
+        if self.status in ("done", "cancelled", "interrupted"):
+            return SWEEPS(self.status, msg=text, msg2=format_seconds(self.elapsed_s))
         if self.status != "running":
             return f"{text} · {self.status} in {format_seconds(self.elapsed_s)}"
-        left = "estimating the time left" if self.left_s is None else f"about {format_seconds(self.left_s)} left"
-        return f"{text} · {left}"
+        return estimating(text) if self.left_s is None else with_left(text, self.left_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "fraction": round(self.fraction, 4), "line": self.line(),

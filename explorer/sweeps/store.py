@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from explorer.messages import SWEEPS
 from explorer.jsonfile import parse_json, read_regular_file
 from explorer.report import NOT_MEASURED
 from explorer.sweeps.spec import SweepError
@@ -217,14 +218,14 @@ def parse_table(data: bytes, where: str) -> list[dict]:
         rows = meta.num_rows
         size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     except Exception as exc:  # pyarrow's errors: a file that is not Parquet, a corrupt footer
-        raise SweepError(f"{where}: not a readable Parquet file ({' '.join(str(exc).split())[:160]})") from None
+        raise SweepError(SWEEPS("readable_parquet_file", x=where, x2=' '.join(str(exc).split())[:160])) from None
     if rows > MAX_TABLE_ROWS or size > MAX_TABLE_BYTES:
         raise SweepError(f"{where}: {rows} rows, {size} bytes decoded: more than a sweep's table holds "
                          f"({MAX_TABLE_ROWS} rows, {MAX_TABLE_BYTES // 2**20} MiB)")
     try:
         table = pq.read_table(io.BytesIO(data), columns=[c for c in SCHEMA if c in meta.schema.names])
     except Exception as exc:
-        raise SweepError(f"{where}: not a readable Parquet file ({' '.join(str(exc).split())[:160]})") from None
+        raise SweepError(SWEEPS("readable_parquet_file", x=where, x2=' '.join(str(exc).split())[:160])) from None
     return [check_record(row, f"{where} row {i + 1}") for i, row in enumerate(table.to_pylist())]
 
 
@@ -234,7 +235,7 @@ def read_results(name: str, data: bytes) -> list[dict]:
         return latest(parse_table(data, name))
     if name.endswith((".jsonl", ".json")):
         return latest(parse_journal(data, name)[0])
-    raise SweepError(f"{name}: sweep results are results.jsonl or results.parquet")
+    raise SweepError(SWEEPS("sweep_results_are_results", x=name))
 
 
 # ====================================================================== the folder
@@ -251,7 +252,7 @@ def open_folder(path: str | os.PathLike, root: str | os.PathLike | None = None, 
         base = os.path.realpath(root)
         real = os.path.realpath(os.path.join(base, text))
         if not (real == base or real.startswith(base.rstrip(os.sep) + os.sep)):
-            raise SweepError(f"sweep folder '{text[:200]}' is outside the sweeps root {base}")
+            raise SweepError(SWEEPS("sweep_folder_outside_sweeps", x=text[:200], x2=base))
     else:
         real = os.path.realpath(text)
     folder = Path(real)
@@ -274,7 +275,7 @@ def open_folder(path: str | os.PathLike, root: str | os.PathLike | None = None, 
         (folder / REPORTS).mkdir(exist_ok=True)
         return folder
     if not folder.is_dir() or not ((folder / JOURNAL).is_file() or (folder / SPEC_FILE).is_file()):
-        raise SweepError(f"{text[:200]} is not a sweep folder (no {JOURNAL} or {SPEC_FILE} in it)")
+        raise SweepError(SWEEPS("sweep_folder_no_it", x=text[:200], x2=JOURNAL, x3=SPEC_FILE))
     return folder
 
 
@@ -343,7 +344,7 @@ class SweepStore:
 
     def report_path(self, key: str) -> Path:
         if not KEY_RE.match(str(key)):
-            raise SweepError(f"'{str(key)[:40]}' is not a point's key")
+            raise SweepError(SWEEPS("point_key", x=str(key)[:40]))
         return self.folder / REPORTS / f"{key}.json"
 
     def report_bytes(self, key: str) -> bytes:

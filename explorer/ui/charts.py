@@ -23,13 +23,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+# pandas before plotly, at import: plotly and Streamlit import it lazily, and a first import racing another
+# session's thread left it "partially initialized" on the Results page (seen in Chromium after a quick run)
+import pandas  # noqa: F401
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from explorer.fusions import BY_NAME, color_of
 from explorer.report import (FASTER, GPU, HOST, NO_KERNEL, NOT_MEASURED, SAME, SLOWER, UNDECIDED, UNTESTED, Latency,
                              Measurement, Report, Verdict)
-from explorer.ui.i18n import catalog, message, t_in, translate_text
+from explorer.ui.i18n import catalog, engine_message, message, t_in, translate_text
 
 UNFUSED_COLOR = "#8c8c8c"
 FUSED_COLOR = "#1f77b4"
@@ -141,7 +144,8 @@ def _value(m: Measurement | None, key: str, scale: float = 1.0) -> float | None:
 def device_caption(report: Report, lang: str = "en") -> str:
     """One line: where these numbers come from."""
     env = report.environment
-    parts = [t_in(lang, "chart.caption.device", device=env.device_name or env.device)]
+    name = env.device_name or env.device
+    parts = [t_in(lang, "chart.caption.device", device=message(name, lang) if engine_message(name) else name)]
     if env.is_cpu:
         parts.append(t_in(lang, "chart.caption.cpu"))
     for key in ("dtype", "batch", "seq_len"):
@@ -238,6 +242,8 @@ def summary_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
         u, f = _value(report.unfused, key, scale), _value(report.fused, key, scale)
         if key == "kernel_launches":
             u, f = (None if u is None else int(u)), (None if f is None else int(f))
+        if key == "bytes_moved" and max(u or 0, f or 0) < 10:   # the chart's three digits: 0.956, not "1.0"
+            fmt[key] = "{:,.3f}"
         if key == "latency":
             change = speedup_text(report.verdict, lang, "" if report.verdict.speedup is not None
                                   else t_in(lang, "chart.missing.not_timed"))
@@ -439,10 +445,12 @@ def chain_speedup_figure(report: Report, lang: str = "en") -> go.Figure:
     low, high = min(min(values), 1.0), max(max(values), 1.0)
     span = max(math.log10(high) - math.log10(low), 0.1)
     fig.update_xaxes(type="log", range=[math.log10(low) - 0.08 * span - 0.02, math.log10(high) + 0.45 * span + 0.05])
+    height = max(330, 22 * len(measured) + 190)
     fig.update_layout(title=t_in(lang, "chart.speedup.title"), xaxis_title=t_in(lang, "chart.speedup.x"),
-                      height=max(300, 22 * len(measured) + 120),
-                      margin=dict(l=10, r=10, t=60, b=40), yaxis=dict(automargin=True),
-                      legend=dict(orientation="h", y=-0.15 if measured else 0))
+                      height=height, margin=dict(l=10, r=10, t=60, b=110), yaxis=dict(automargin=True),
+                      # the legend below the axis title, in pixels (paper units shrink with a short chart and put
+                      # it over the title: seen in Chromium on a two-chain model)
+                      legend=dict(orientation="h", yanchor="top", y=-64 / max(height - 170, 1) if measured else 0))
     if not measured:
         fig.add_annotation(text=t_in(lang, "chart.speedup.empty"), showarrow=False, x=0.5, y=0.5,
                            xref="paper", yref="paper")

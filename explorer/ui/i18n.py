@@ -231,7 +231,7 @@ def message(text: Any, lang: str | None = None) -> str:
     msg = engine_message(text)
     if msg is None:
         return f"{text}{UNTRANSLATED}"
-    return render(msg, lang, engine_words(), translate=lambda free: message(free, lang))
+    return render(msg, lang, engine_words(), translate=lambda free: message(free, lang), read=engine_message)
 
 
 def translate_phrases(text: Any, lang: str | None = None) -> str:

@@ -18,7 +18,8 @@ from typing import Any, Iterable
 
 import plotly.graph_objects as go
 
-from explorer.ui.i18n import t
+from explorer.fusions import BY_NAME
+from explorer.ui.i18n import pattern_text, t
 from explorer.units import human_bytes
 
 CATEGORIES = ("launch_host", "memory_bound", "compute_bound", "other")
@@ -142,7 +143,7 @@ def breakdown_rows(breakdowns: dict[str, dict], with_seed: bool = True) -> list[
 def traffic_rows(traffic: dict[str, Any], limit: int = 12) -> list[dict[str, Any]]:
     """The chains that save most bytes (``limit`` of them), then the whole model; MB before, after, saved."""
     chains = sorted(traffic.get("chains") or [], key=lambda r: -r["bytes_saved"])
-    rows = [{t("teach.col.chain"): r.get("title") or r["id"], t("teach.col.pattern"): r["pattern"],
+    rows = [{t("teach.col.chain"): r.get("title") or r["id"], t("teach.col.pattern"): _pattern_label(r["pattern"]),
              t("teach.col.before_mb"): round(r["bytes_unfused"] / 1e6, 3),
              t("teach.col.after_mb"): round(r["bytes_fused"] / 1e6, 3),
              t("teach.col.saved"): f"{100 * r['bytes_saved'] / r['bytes_unfused']:.0f}%" if r["bytes_unfused"] else "-"}
@@ -154,6 +155,12 @@ def traffic_rows(traffic: dict[str, Any], limit: int = 12) -> list[dict[str, Any
                  t("teach.col.saved"): f"{100 * total['bytes_saved'] / total['bytes_unfused']:.0f}%"
                  if total["bytes_unfused"] else "-"})
     return rows
+
+
+def _pattern_label(name: str) -> str:
+    """A pattern's label in the session's language (``Conv+BN+Add+act``), as every other table names it; a name the
+    registry lacks (a report from another version) as written."""
+    return pattern_text(BY_NAME[name], "label") if isinstance(name, str) and name in BY_NAME else name
 
 
 def traffic_figure(traffic: dict[str, Any], model_name: str = "") -> go.Figure:
