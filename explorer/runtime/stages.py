@@ -30,6 +30,7 @@ from explorer.report import Stage
 from explorer.runtime import measure as m
 from explorer.runtime.settings import RunSettings
 from explorer.runtime.variants import make_variant, measure_variants
+from explorer.vocab import Target
 
 STAGE_LABELS = {
     "none": "original",
@@ -52,7 +53,7 @@ def _count(gm: torch.fx.GraphModule) -> dict[str, int]:
             "batch_norms": sum(1 for t in sig if "batch_norm" in t)}
 
 
-def describe_stages(model: Any, detection: Any, plan: Any, device: str
+def describe_stages(model: Any, detection: Any, plan: Any, device: Target | str
                     ) -> list[tuple[Stage, torch.fx.GraphModule | None]]:
     """Every level's graph and its description (no timing): ``(Stage, gm)``, gm None when the
     graph is identical to an earlier stage's (``Stage.same_as`` names it)."""
@@ -107,7 +108,7 @@ def stage_measurements(model: Any, detection: Any, plan: Any, device: str, dtype
                        ) -> tuple[Stage, ...]:
     """The four stages (``describe_stages``), the distinct graphs timed alternated (prepared with the
     model's own casts, ``casts``, as the whole model is)."""
-    described = describe_stages(model, detection, plan, device)
+    described = describe_stages(model, detection, plan, m.run_target(device, dtype, channels_last))
     distinct = [(s, gm) for s, gm in described if gm is not None]
     emit(0.1, f"timing {len(distinct)} distinct stage graphs")
     inputs = m.prepare_inputs(model.example_inputs, device, dtype, channels_last)

@@ -85,7 +85,8 @@ def time_chain(analysis: Any, chain_id: str, device: str, dtype_name: str, timin
     dtype = m.torch_dtype(dtype_name)
     before, after = chain_bytes(graph, chain, dtype)
     try:
-        unfused, fused, inputs = rewrite.chain_module(model.gm, detection, chain_id, device, kernel=kernel)
+        unfused, fused, inputs = rewrite.chain_module(model.gm, detection, chain_id, m.run_target(device, dtype),
+                                                      kernel=kernel)
         u = m.prepare_graph(unfused, device, dtype)
         f = m.prepare_graph(fused, device, dtype)
         x = m.prepare_inputs(inputs, device, dtype)
