@@ -413,20 +413,22 @@ def launch_counts(analysis: Analysis, applied: Iterable[AppliedChain], accepted:
     return launches.count(int(detection.totals.get("launches", 0)), per_chain, accepted, device)
 
 
-def chain_launch_table(analysis: Analysis, plan: Plan | None, device: str) -> launches.LaunchCounts:
-    """Every chain's launches on ``device`` with ``plan``'s kernel choices and memory format, as if every
-    chain were accepted (a chain's kernel does not depend on which others are): the Fusions page's column,
-    and, restricted to the accepted chains (``launches.count``), the count of any plan of those choices."""
+def chain_launch_table(analysis: Analysis, plan: Plan | None, device: Target | str) -> launches.LaunchCounts:
+    """Every chain's launches on ``device`` (a ``Target``, or a device name: fp32) with ``plan``'s kernel
+    choices and memory format, as if every chain were accepted (a chain's kernel does not depend on which
+    others are): the Fusions page's column, and, restricted to the accepted chains (``launches.count``), the
+    count of any plan of those choices. Each chain's count is read from its one kernel choice (its label)."""
     plan = plan if plan is not None else make_plan(analysis.detection, "all")
     every = make_plan(analysis.detection, "all", memory_format=plan.memory_format, cuda_graphs=plan.cuda_graphs,
                       kernels=dict(plan.kernels))
+    name = device.device if isinstance(device, Target) else device
     fused = apply_plan(analysis.model.gm, analysis.detection, every, device, "all")
-    table = launch_counts(analysis, fused.applied, every.accepted, device)
+    table = launch_counts(analysis, fused.applied, every.accepted, name)
     extra = [c for r in _alternative_rounds(analysis, every, device) for c in r.chains]
     return dataclasses.replace(table, chains=table.chains + tuple(extra)) if extra else table
 
 
-def _alternative_rounds(analysis: Analysis, every: Plan, device: str) -> list[launches.LaunchCounts]:
+def _alternative_rounds(analysis: Analysis, every: Plan, device: Target | str) -> list[launches.LaunchCounts]:
     """The alternatives' chains' launches: rounds of plans, each taking as many alternatives as do not overlap
     (a chain's kernel does not depend on which others are accepted, as in ``chain_launch_table``)."""
     from explorer.fusions.plan import choose_alternative
@@ -444,6 +446,6 @@ def _alternative_rounds(analysis: Analysis, every: Plan, device: str) -> list[la
             chosen.append(alt)
         fused = apply_plan(analysis.model.gm, analysis.detection, plan, device, "all")
         ids = [c.id for a in chosen for c in a.chains]
-        rounds.append(launch_counts(analysis, fused.applied, ids, device))
+        rounds.append(launch_counts(analysis, fused.applied, ids, device.device if isinstance(device, Target) else device))
         pending = later
     return rounds
