@@ -8,7 +8,7 @@ dtype). Two runs' files compare with ``--compare``::
 
     python3 benchmarks/check_target_choices.py --out before.json          # on the old tree
     python3 benchmarks/check_target_choices.py --out after.json           # on the new one
-    python3 benchmarks/check_target_choices.py --compare before.json after.json
+    python3 benchmarks/check_target_choices.py --compare before.json after.json [--summary s.json]
 
 ``--models`` picks a subset; ``--skip`` leaves some out (the 8B-layer decoder takes minutes per target).
 """
@@ -16,6 +16,7 @@ dtype). Two runs' files compare with ``--compare``::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -74,16 +75,41 @@ def compare(before: dict, after: dict) -> int:
     return lowered_diffs
 
 
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+
+def summary(before: dict, after: dict) -> dict:
+    """Per model and target: chains, and a digest of the choices (status, impl, label, fused) and of the lowered
+    calls on each side, with whether they are equal (a compact record of a comparison, to commit)."""
+    out = {"command": " ".join(sys.argv), "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "models": {}}
+    for model in sorted(set(before) & set(after)):
+        rows = {}
+        for key in sorted(set(before[model]) & set(after[model])):
+            b, a = before[model][key], after[model][key]
+            rows[key] = {"chains": len(a["applied"]),
+                         "choices": [_digest(b["applied"]), _digest(a["applied"])],
+                         "lowered": [_digest(b["lowered"]), _digest(a["lowered"])],
+                         "equal": b == a}
+        out["models"][model] = rows
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="target_choices.json")
     ap.add_argument("--models", nargs="*", default=None)
     ap.add_argument("--skip", nargs="*", default=[])
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    ap.add_argument("--summary", help="with --compare: write per model and target the chain count and a digest "
+                                      "of each side's choices and lowered calls")
     args = ap.parse_args()
     if args.compare:
         before, after = (json.loads(Path(p).read_text()) for p in args.compare)
         n = compare(before, after)
+        if args.summary:
+            Path(args.summary).write_text(json.dumps(summary(before, after), indent=1))
         print(f"{n} lowered graphs differ over {sum(len(v) for v in after.values())} (model, target) pairs")
         sys.exit(1 if n else 0)
     result = {}
