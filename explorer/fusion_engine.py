@@ -446,6 +446,7 @@ def _alternative_rounds(analysis: Analysis, every: Plan, device: Target | str) -
             chosen.append(alt)
         fused = apply_plan(analysis.model.gm, analysis.detection, plan, device, "all")
         ids = [c.id for a in chosen for c in a.chains]
-        rounds.append(launch_counts(analysis, fused.applied, ids, device.device if isinstance(device, Target) else device))
+        name = device.device if isinstance(device, Target) else device
+        rounds.append(launch_counts(analysis, fused.applied, ids, name))
         pending = later
     return rounds

@@ -728,8 +728,8 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
         m, k = av.shape[-2:]
         n = bv.shape[-2] if b_is_k else bv.shape[-1]
         batch = tuple(shape[:-2]) if shape is not None else tuple(av.shape[:-2])
-        choice = select_matmul_softmax(ctx.device, ctx.run_dtype(av.dtype), ctx.run_dtype(bv.dtype), batch + (int(m), int(k)),
-                                       batch + (int(k), int(n)), True, bool(terms))
+        choice = select_matmul_softmax(ctx.device, ctx.run_dtype(av.dtype), ctx.run_dtype(bv.dtype),
+                                       batch + (int(m), int(k)), batch + (int(k), int(n)), True, bool(terms))
         label = WORDS("label.forms", label=choice.label, scores=name, terms=len(terms))
         return edit.whole_chain_edit(ctx, chain, fused_scores_softmax,
                                      (a, b, scale, qscale, qdiv, b_is_k, terms, shape, cap),

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 
+from explorer.fusion_engine import Analysis
 from explorer.fusions.plan import plan_for_chains
 from explorer.fusions.rewrite import apply_plan
 from explorer.runtime import measure as m
@@ -80,7 +81,7 @@ class BisectResult:
         return d
 
 
-def default_fuse(analysis: Any, kernels: dict[str, str] | None = None, device: Target | str = "cpu") -> FuseFn:
+def default_fuse(analysis: Analysis, kernels: dict[str, str] | None = None, device: Target | str = "cpu") -> FuseFn:
     """A ``FuseFn`` that applies a plan accepting exactly the given chains (with the user's kernel choices), for
     ``device`` (a ``Target``: its kernels chosen for the run's dtype; a device name: for fp32)."""
     model, _graph, detection = analysis
@@ -93,7 +94,7 @@ def default_fuse(analysis: Any, kernels: dict[str, str] | None = None, device: T
     return fuse
 
 
-def precision_bisect(analysis: Any, chain_ids: Sequence[str], device: str = "cpu", dtype: str = "fp32",
+def precision_bisect(analysis: Analysis, chain_ids: Sequence[str], device: str = "cpu", dtype: str = "fp32",
                      mode: str = "both", fuse: FuseFn | None = None,
                      on_step: Callable[[float, str], None] | None = None,
                      cancel: threading.Event | None = None) -> BisectResult:
