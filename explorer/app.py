@@ -40,12 +40,13 @@ from explorer.ui import links
 from explorer.ui import state as ui_state
 from explorer.errors import ExplorerError
 from explorer.fusions.plan import MEMORY_FORMATS
+from explorer.vocab import DTYPE_NAMES
 
 HERE = Path(__file__).resolve().parent
 MODEL_KINDS = ("Zoo", "ONNX upload", ".pt2 upload", "Hugging Face folder")
 #: The catalog key of each model kind's name (the widget's values stay the English ones).
 KIND_KEYS = dict(zip(MODEL_KINDS, ("app.kind.zoo", "app.kind.onnx", "app.kind.pt2", "app.kind.hf")))
-DTYPES = ("fp32", "fp16", "bf16")
+DTYPES = DTYPE_NAMES
 
 
 def _cuda_available() -> bool:

@@ -37,6 +37,7 @@ from explorer.errors import ExplorerError, PlanError, ReportError
 from explorer.report import summary_table
 from explorer.terminal import visible, visible_lines
 from explorer.units import human_bytes
+from explorer.vocab import DEVICE_NAMES, DTYPE_NAMES, MEMORY_FORMATS, parse_device, parse_dtype, parse_memory_format
 
 EXIT_USAGE = 2
 
@@ -507,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reject", default="", help="chain ids to reject, separated by commas")
     p.add_argument("--reject-slower", dest="reject_slower", metavar="REPORT",
                    help="also reject every chain that this run report measured slower fused")
-    p.add_argument("--memory-format", default="nchw", choices=["nchw", "channels_last"], dest="memory_format",
+    p.add_argument("--memory-format", default="nchw", metavar=_names(MEMORY_FORMATS), dest="memory_format",
                    help="the memory format the plan runs in (default nchw)")
     p.add_argument("--cuda-graphs", action="store_true", dest="cuda_graphs",
                    help="time the fused model as CUDA-graph replays (on a GPU)")
@@ -524,8 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("run", "measure the fused against the unfused model")
     model_args(p)
     p.add_argument("--plan", help="plan.json (default: every chain accepted)")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    p.add_argument("--device", default="auto", metavar=_names(DEVICE_NAMES), help="the device (or cuda:N)")
+    p.add_argument("--dtype", default="fp32", metavar=_names(DTYPE_NAMES))
     p.add_argument("--out", metavar="FILE", help="write the report to FILE, only once the run has succeeded "
                                                  "(default: stdout)")
     p.add_argument("--no-chains", action="store_true", dest="no_chains", help="skip per-chain timing")
@@ -548,12 +549,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="all, none, pattern[,pattern...] or a plan .json; repeat for more plans (default all)")
     p.add_argument("--batches", help="batch sizes, separated by commas (default 1)")
     p.add_argument("--seq-lens", dest="seq_lens", help="sequence lengths, for the models that take one")
-    p.add_argument("--dtypes", help="fp32, fp16, bf16, separated by commas (default fp32)")
-    p.add_argument("--memory-formats", dest="memory_formats", help="nchw, channels_last (default nchw)")
+    p.add_argument("--dtypes", help=", ".join(DTYPE_NAMES) + ", separated by commas (default fp32)")
+    p.add_argument("--memory-formats", dest="memory_formats", help=", ".join(MEMORY_FORMATS) + " (default nchw)")
     p.add_argument("--cuda-graphs", dest="cuda_graphs_axis", metavar="on,off", help="CUDA graphs: on, off or on,off")
     p.add_argument("--baselines", dest="baselines_axis", metavar="on,off",
                    help="eager and torch.compile baselines: on, off or on,off")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--device", metavar=_names(DEVICE_NAMES))
     p.add_argument("--quick", action="store_true", help="fewer repetitions per point")
     p.add_argument("--per-chain", action="store_true", dest="per_chain", help="also time each chain alone")
     p.add_argument("--stages", action="store_true", help="also measure the staged table")
@@ -573,13 +574,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--mode", default="default", choices=["default", "reduce-overhead", "max-autotune",
                                                           "max-autotune-no-cudagraphs"])
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16"])
+    p.add_argument("--device", default="auto", metavar=_names(DEVICE_NAMES), help="the device (or cuda:N)")
+    p.add_argument("--dtype", default="fp32", metavar=_names(DTYPE_NAMES))
     p.add_argument("--timeout", type=_positive, default=900, help="seconds the compile may take (default 900)")
 
     sub.add_parser("app", help="start the Streamlit app (fusion-explorer app --help for its options)",
                    add_help=False)
     return parser
+
+
+def _names(names: Sequence[str]) -> str:
+    return "{" + ",".join(names) + "}"
+
+
+def _check_target_names(args: argparse.Namespace) -> None:
+    """A dtype, device or memory format outside the vocabulary (``explorer.vocab``): one line, before any work."""
+    for name, parse in (("device", parse_device), ("dtype", parse_dtype), ("memory_format", parse_memory_format)):
+        value = getattr(args, name, None)
+        if value is not None:
+            parse(value)
+    for value in _csv(getattr(args, "dtypes", None) or "", what="dtypes"):
+        parse_dtype(value)
+    for value in _csv(getattr(args, "memory_formats", None) or "", what="memory-formats"):
+        parse_memory_format(value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -592,6 +609,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"models": cmd_models, "detect": cmd_detect, "plan": cmd_plan, "run": cmd_run, "sweep": cmd_sweep,
                 "compare-compile": cmd_compare_compile}
     try:
+        _check_target_names(args)
         return handlers[args.command](args)
     except ExplorerError as exc:
         print(f"fusion-explorer: error: {clean(exc)}", file=sys.stderr)

@@ -28,7 +28,8 @@ The pipeline every caller uses (the runner, the benchmarks, the app, the
 command line)::
 
     analyze(source) ─► Analysis(model, graph, detection)
-    fuse(analysis, plan, device, level) ─► FusedModel (a new graph; the original untouched)
+    fuse(analysis, plan, target, level) ─► FusedModel (a new graph; the original untouched; each chain's
+        kernel chosen once for the Target(device, dtype, memory_format), recorded on its fused call)
     launch_counts(analysis, applied, accepted, device) ─► launches.LaunchCounts (the device's kernel
         launches before and after; ``chain_launch_table`` every chain's, as if accepted)
 
@@ -49,10 +50,10 @@ from explorer import launches
 from explorer.fusions import ALREADY_FUSED, PATTERNS
 from explorer.fusions.base import WORDS, Alternative, Chain, Detection, NearMiss, NoMatch, Pattern, Step
 from explorer.fusions.plan import Plan, make_plan
-from explorer.fusions.rewrite import FusedModel, apply_plan
+from explorer.fusions.rewrite import AppliedChain, FusedModel, apply_plan
 from explorer.graph.build import build_graph, topo_nodes
 from explorer.sources import LoadedModel, load_model
-from explorer.vocab import TRANSPARENT
+from explorer.vocab import TRANSPARENT, Target
 from explorer.words import Message
 
 
@@ -386,10 +387,13 @@ def analyze(source: str, batch: int | None = None, seq_len: int | None = None) -
     return Analysis(model, graph, detect(graph))
 
 
-def fuse(analysis: Analysis, plan: Plan | None = None, device: str = "cpu", level: str = "all") -> FusedModel:
-    """The fused model a plan makes (every chain accepted when ``plan`` is None); the original is untouched."""
+def fuse(analysis: Analysis, plan: Plan | None = None, target: Target | str = "cpu", level: str = "all") -> FusedModel:
+    """The fused model a plan makes for ``target`` (every chain accepted when ``plan`` is None): each chain's
+    kernel is chosen once for the target's device, dtype and memory format and recorded on its fused call
+    (``explorer.fusions.rewrite``); a device name alone means fp32 in the plan's memory format. The original
+    is untouched."""
     plan = plan if plan is not None else make_plan(analysis.detection, "all")
-    return apply_plan(analysis.model.gm, analysis.detection, plan, device, level)
+    return apply_plan(analysis.model.gm, analysis.detection, plan, target, level)
 
 
 def unfused_launches(graph: nx.DiGraph, chain: Chain) -> int:
@@ -397,7 +401,8 @@ def unfused_launches(graph: nx.DiGraph, chain: Chain) -> int:
     return int(sum(graph.nodes[n].get("launches", 0) for n in chain.nodes if n in graph))
 
 
-def launch_counts(analysis: Analysis, applied: Iterable, accepted: Iterable[str], device: str) -> launches.LaunchCounts:
+def launch_counts(analysis: Analysis, applied: Iterable[AppliedChain], accepted: Iterable[str],
+                  device: str) -> launches.LaunchCounts:
     """The model's kernel launches on ``device`` before and after the ``accepted`` chains, each chain's from
     what the rewrite made of it (``applied``: ``AppliedChain`` values, ``explorer.launches``). The one count
     the Graph and Fusions pages, the runner's report and the command line show."""
@@ -408,20 +413,22 @@ def launch_counts(analysis: Analysis, applied: Iterable, accepted: Iterable[str]
     return launches.count(int(detection.totals.get("launches", 0)), per_chain, accepted, device)
 
 
-def chain_launch_table(analysis: Analysis, plan: Plan | None, device: str) -> launches.LaunchCounts:
-    """Every chain's launches on ``device`` with ``plan``'s kernel choices and memory format, as if every
-    chain were accepted (a chain's kernel does not depend on which others are): the Fusions page's column,
-    and, restricted to the accepted chains (``launches.count``), the count of any plan of those choices."""
+def chain_launch_table(analysis: Analysis, plan: Plan | None, device: Target | str) -> launches.LaunchCounts:
+    """Every chain's launches on ``device`` (a ``Target``, or a device name: fp32) with ``plan``'s kernel
+    choices and memory format, as if every chain were accepted (a chain's kernel does not depend on which
+    others are): the Fusions page's column, and, restricted to the accepted chains (``launches.count``), the
+    count of any plan of those choices. Each chain's count is read from its one kernel choice (its label)."""
     plan = plan if plan is not None else make_plan(analysis.detection, "all")
     every = make_plan(analysis.detection, "all", memory_format=plan.memory_format, cuda_graphs=plan.cuda_graphs,
                       kernels=dict(plan.kernels))
+    name = device.device if isinstance(device, Target) else device
     fused = apply_plan(analysis.model.gm, analysis.detection, every, device, "all")
-    table = launch_counts(analysis, fused.applied, every.accepted, device)
+    table = launch_counts(analysis, fused.applied, every.accepted, name)
     extra = [c for r in _alternative_rounds(analysis, every, device) for c in r.chains]
     return dataclasses.replace(table, chains=table.chains + tuple(extra)) if extra else table
 
 
-def _alternative_rounds(analysis: Analysis, every: Plan, device: str) -> list[launches.LaunchCounts]:
+def _alternative_rounds(analysis: Analysis, every: Plan, device: Target | str) -> list[launches.LaunchCounts]:
     """The alternatives' chains' launches: rounds of plans, each taking as many alternatives as do not overlap
     (a chain's kernel does not depend on which others are accepted, as in ``chain_launch_table``)."""
     from explorer.fusions.plan import choose_alternative
@@ -439,6 +446,7 @@ def _alternative_rounds(analysis: Analysis, every: Plan, device: str) -> list[la
             chosen.append(alt)
         fused = apply_plan(analysis.model.gm, analysis.detection, plan, device, "all")
         ids = [c.id for a in chosen for c in a.chains]
-        rounds.append(launch_counts(analysis, fused.applied, ids, device))
+        name = device.device if isinstance(device, Target) else device
+        rounds.append(launch_counts(analysis, fused.applied, ids, name))
         pending = later
     return rounds

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping, Protocol
 
 #: A stated count: "2 kernels", "1 fused call", "1 elementwise kernel", "1 conv kernel", "1 pass".
 _COUNT = re.compile(r"\b(\d+)\s+(?:fused\s+|elementwise\s+|conv\s+)?(?:kernels?|calls?|pass(?:es)?)\b")
@@ -80,9 +80,19 @@ class LaunchCounts:
         return next((c for c in self.chains if c.chain_id == chain_id), None)
 
 
-def chain_launches(chain_id: str, unfused: int, applied: Any) -> ChainLaunches:
+class AppliedKernel(Protocol):
+    """What a count reads of a chain's one kernel choice (``explorer.fusions.rewrite.AppliedChain``, made once
+    per chain and target by the rewrite): its status, its label and whether a fused kernel runs."""
+
+    status: str
+    implementation: str
+    fused_kernel: bool
+
+
+def chain_launches(chain_id: str, unfused: int, applied: AppliedKernel | None) -> ChainLaunches:
     """One chain's launches: ``applied`` is what the rewrite made of it (an ``AppliedChain``: ``status``,
-    ``implementation``, ``fused_kernel``), None when it was not applied (then nothing changes)."""
+    ``implementation``, ``fused_kernel``: the chain's kernel choice, read here, never made again), None when it
+    was not applied (then nothing changes)."""
     if applied is None or getattr(applied, "status", "") != "fused":
         return ChainLaunches(chain_id, unfused, unfused, False, False)
     if not getattr(applied, "fused_kernel", False):

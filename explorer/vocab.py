@@ -1,4 +1,4 @@
-"""The canonical op vocabulary: the small set of op *kinds* every pattern is written against.
+"""The vocabularies: the op *kinds* every pattern is written against, and the names of a run's target.
 
 Pure data, no torch: the matcher, the plans and the views read it without
 pulling in the graph layer. ``explorer.graph.aten.kind_of`` maps an fx node
@@ -8,9 +8,24 @@ only of kinds (``conv``, ``batch_norm``, ``relu``, ``add``, ``matmul``,
 
 Some kinds are *transparent*: views, tuple unpacking and inference-mode
 dropout launch no kernel and move no bytes. Patterns look through them.
+
+The other vocabulary names what a fused model is made for: ``Target(device, dtype,
+memory_format)``, with the one list of dtype names (``DTYPE_NAMES``: fp32, fp16, bf16),
+device names (``DEVICE_NAMES``: auto, cpu, cuda, or ``cuda:N``) and memory formats
+(``MEMORY_FORMATS``: nchw, the contiguous layout, and channels_last). The command line, the
+app's settings, a sweep's spec, a plan and the runner parse these names here, so a bad
+value is refused in the parent process with one line before any child starts
+(``TargetError``); ``fusion_engine.fuse`` takes a ``Target`` and each chain's kernel
+choice is made once for it (``explorer.fusions.rewrite``).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import re
+
+from explorer.errors import ExplorerError
+from explorer.messages import PLAN, RUN
 
 #: ATen base name -> canonical kind. Names not listed keep their ATen base name.
 KIND_BY_ATEN_NAME: dict[str, str] = {
@@ -79,3 +94,75 @@ TRANSCENDENTAL_FLOPS = {"gelu": 8, "silu": 4, "sigmoid": 4, "tanh": 4, "hardswis
 def is_view_kind(kind: str) -> bool:
     """Kinds that launch nothing: transparent ops, graph inputs, the output and weights."""
     return kind in TRANSPARENT or kind in ("input", "output", "weight")
+
+
+# ====================================================================== a run's target: dtype, device, memory format
+
+#: The dtypes a model runs in (the torch dtype of each: ``explorer.fusions.rewrite.TORCH_DTYPES``).
+DTYPE_NAMES: tuple[str, ...] = ("fp32", "fp16", "bf16")
+#: The dtype of the reference run (every floating tensor in float64): never a run's own dtype.
+REFERENCE_DTYPE = "fp64"
+#: The devices a run may ask for: ``auto`` is cuda where there is one, else cpu; ``cuda:N`` names one GPU.
+DEVICE_NAMES: tuple[str, ...] = ("auto", "cpu", "cuda")
+#: The memory formats a plan runs in: ``nchw`` (contiguous) or ``channels_last``.
+MEMORY_FORMATS: tuple[str, ...] = ("nchw", "channels_last")
+
+_CUDA_INDEX = re.compile(r"cuda:\d{1,3}")
+
+
+class TargetError(ExplorerError):
+    """A dtype, device or memory format that is not in the vocabulary (one line)."""
+
+
+def parse_dtype(name: object) -> str:
+    """``name`` if it is one of ``DTYPE_NAMES``; else ``TargetError``."""
+    if isinstance(name, str) and name in DTYPE_NAMES:
+        return name
+    raise TargetError(RUN("unknown_dtype", dtype=str(name)[:40]))
+
+
+def parse_device(name: object) -> str:
+    """``name`` if it is one of ``DEVICE_NAMES`` or ``cuda:N``; else ``TargetError``. (Whether this machine has
+    the device is the runner's question: a plan is made for CUDA on a machine without one.)"""
+    if isinstance(name, str) and (name in DEVICE_NAMES or _CUDA_INDEX.fullmatch(name)):
+        return name
+    raise TargetError(RUN("unknown_device", device=str(name)[:40]))
+
+
+def parse_memory_format(name: object) -> str:
+    """``name`` if it is one of ``MEMORY_FORMATS``; else ``TargetError``."""
+    if isinstance(name, str) and name in MEMORY_FORMATS:
+        return name
+    raise TargetError(PLAN("memory_format", choices=", ".join(MEMORY_FORMATS), got=str(name)[:40]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a fused model is made for: a device name, a dtype name and a memory format, each checked against
+    the vocabulary when it is made (``TargetError``). ``auto`` stays ``auto`` here; the rewrite resolves it
+    where torch can say whether CUDA is there. ``Target("cpu")`` is the CPU in fp32, contiguous."""
+
+    device: str = "cpu"
+    dtype: str = "fp32"
+    memory_format: str = "nchw"
+
+    def __post_init__(self) -> None:
+        parse_device(self.device)
+        parse_dtype(self.dtype)
+        parse_memory_format(self.memory_format)
+
+    @property
+    def device_type(self) -> str:
+        """``cpu`` or ``cuda`` (``cuda:1`` is cuda; ``auto`` is auto)."""
+        return self.device.partition(":")[0]
+
+    @property
+    def channels_last(self) -> bool:
+        return self.memory_format == "channels_last"
+
+    def on(self, device: str) -> "Target":
+        """The same dtype and memory format on another device (``auto`` resolved by the caller)."""
+        return dataclasses.replace(self, device=device)
+
+    def __str__(self) -> str:
+        return f"{self.device}/{self.dtype}/{self.memory_format}"

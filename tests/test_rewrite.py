@@ -201,7 +201,7 @@ def test_sibling_linears_refused_when_a_view_needs_a_copy():
 
 def test_labels_are_honest_about_cpu():
     model, detection = _analyzed("transformer_block", batch=2)
-    fused = apply_plan(model.gm, detection, make_plan(detection), device="cpu")
+    fused = apply_plan(model.gm, detection, make_plan(detection), "cpu")
     by_pattern = {a.pattern: a.implementation for a in fused.applied}
     assert "reference composition" in by_pattern["add_layer_norm"]
     assert "cpu" in by_pattern["linear_act"] and "2 kernels" in by_pattern["linear_act"]

@@ -37,7 +37,7 @@ import torch.fx
 
 from explorer.fusions import edit
 from explorer.fusions.base import WORDS as BASE_WORDS
-from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step, selection
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
 from explorer.fusions.triton_support import no_triton, where
 from explorer.fusions.triton_support import (cdiv, import_triton, interpreting, jit_helpers, launch,
@@ -156,6 +156,7 @@ def matmul_softmax_reference(a: torch.Tensor, b: torch.Tensor, scale: float = 1.
     return torch.softmax(s, dim=-1)
 
 
+@selection
 def select_matmul_softmax(device: torch.device | str, a_dtype: torch.dtype, b_dtype: torch.dtype,
                           a_shape: tuple[int, ...], b_shape: tuple[int, ...], same_device: bool = True,
                           has_mask: bool = False) -> Choice:
@@ -474,8 +475,8 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         av, bv = aten.node_val(a), aten.node_val(b)
         if not isinstance(av, torch.Tensor) or not isinstance(bv, torch.Tensor):
             raise UseGeneric(WORDS("generic.no_shapes"))
-        choice = select_matmul_softmax(ctx.device, av.dtype, bv.dtype, tuple(av.shape), tuple(bv.shape),
-                                       True, mask is not None)
+        choice = select_matmul_softmax(ctx.device, ctx.run_dtype(av.dtype), ctx.run_dtype(bv.dtype), tuple(av.shape),
+                                       tuple(bv.shape), True, mask is not None)
         return edit.whole_chain_edit(ctx, chain, fused_matmul_softmax, (a, b, scale, mask), choice)
     if aten.aten_name(context) != "matmul":
         raise UseGeneric(WORDS("generic.not_matmul", op=aten.aten_name(context)))
@@ -727,8 +728,8 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
         m, k = av.shape[-2:]
         n = bv.shape[-2] if b_is_k else bv.shape[-1]
         batch = tuple(shape[:-2]) if shape is not None else tuple(av.shape[:-2])
-        choice = select_matmul_softmax(ctx.device, av.dtype, bv.dtype, batch + (int(m), int(k)),
-                                       batch + (int(k), int(n)), True, bool(terms))
+        choice = select_matmul_softmax(ctx.device, ctx.run_dtype(av.dtype), ctx.run_dtype(bv.dtype),
+                                       batch + (int(m), int(k)), batch + (int(k), int(n)), True, bool(terms))
         label = WORDS("label.forms", label=choice.label, scores=name, terms=len(terms))
         return edit.whole_chain_edit(ctx, chain, fused_scores_softmax,
                                      (a, b, scale, qscale, qdiv, b_is_k, terms, shape, cap),
@@ -749,6 +750,7 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
     return edit.whole_chain_edit(ctx, chain, fused_attention_forms, (a, b, v, scale, qscale, qdiv, b_is_k, terms, shape),
                                  Choice(choice.impl, label, choice.fused))
 
+@selection
 def select_attention(device: torch.device | str) -> Choice:
     """How the whole attention block runs: PyTorch's fused SDPA kernel for the device."""
     device = torch.device(device)

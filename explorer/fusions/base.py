@@ -12,12 +12,21 @@ output of the fused kernel. Beside the data it names the functions that make
 it real: ``rewrite`` (plan the edit for one chain), ``fold`` (the part of the
 chain the "Conv+BN folded" stage applies), and its family's kernel
 selection and lowering (see ``explorer/fusions/__init__.py``).
+
+Each family's kernel selection (``select_*``) is registered with ``selection``:
+``SELECTIONS`` holds them by name, and ``counting()`` counts their calls while
+it is open (how ``tests/test_target.py`` shows that each chain's kernel is
+decided once per target, however many steps read the decision).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from typing import Any, Callable, Optional
+import functools
+from collections import Counter
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 from explorer.words import Words
 
@@ -211,6 +220,38 @@ class Choice:
     impl: str
     label: str
     fused: bool
+
+
+#: Every family's kernel selection by name (``module.select_*``), registered by ``selection``.
+SELECTIONS: dict[str, Callable[..., Choice]] = {}
+_COUNTS: contextvars.ContextVar[Counter | None] = contextvars.ContextVar("selection_counts", default=None)
+_Select = TypeVar("_Select", bound=Callable[..., Choice])
+
+
+def selection(select: _Select) -> _Select:
+    """Register a family's kernel selection (the one function that decides how its fused op runs); its calls
+    are counted while ``counting()`` is open, and cost one context-variable read otherwise."""
+    name = f"{select.__module__.rpartition('.')[2]}.{select.__name__}"
+
+    @functools.wraps(select)
+    def counted(*args: Any, **kwargs: Any) -> Choice:
+        counts = _COUNTS.get()
+        if counts is not None:
+            counts[name] += 1
+        return select(*args, **kwargs)
+
+    SELECTIONS[name] = counted
+    return counted  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[Counter]:
+    """``with counting() as calls: ...``: ``calls[name]`` is how often each registered selection ran inside."""
+    token = _COUNTS.set(Counter())
+    try:
+        yield _COUNTS.get()
+    finally:
+        _COUNTS.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -84,7 +84,7 @@ import torch.fx
 
 from explorer.fusions import edit
 from explorer.fusions.base import WORDS as BASE_WORDS
-from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Chain, Choice, Pattern, Step, selection
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import (EPILOGUE_TOLERANCES, TRITON_ACTIVATIONS, apply_activation, apply_activation_,
                                        check, in_place_node)
@@ -362,6 +362,13 @@ def _steps_label(act: str, residual: bool) -> str:
     return "bias" + (" + add" if residual else "") + ("" if act == "none" else f" + {act}")
 
 
+def _separate_choice(act: str, residual: bool) -> Choice:
+    """The convolution with its bias, then the epilogue as separate torch ops (no fused kernel)."""
+    key = "label.sep" + ("_add" if residual else "") + ("_act" if act != "none" else "")
+    return Choice("separate", WORDS("label.sep1" if key == "label.sep" else key, act=act), False)
+
+
+@selection
 def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: str, *, weight_dim: int = 4,
                          int_padding: bool = True, residual: bool = False, residual_fits: bool = True,
                          separate: bool = False, kernel_size: Sequence[int] | None = None,
@@ -383,8 +390,7 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
     device = torch.device(device)
     steps = _steps_label(act, residual)
     if separate:
-        key = "label.sep" + ("_add" if residual else "") + ("_act" if act != "none" else "")
-        return Choice("separate", WORDS("label.sep1" if key == "label.sep" else key, act=act), False)
+        return _separate_choice(act, residual)
     large_1x1 = (kernel_size is not None and all(k == 1 for k in kernel_size) and out_pixels is not None
                  and out_pixels > CUDNN_RELU_1X1_MAX_PIXELS)
     cudnn = (_policy.POLICY.cudnn_relu and act == "relu" and device.type == "cuda" and dtype in _CUDNN_DTYPES
@@ -404,7 +410,7 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
         return Choice("triton_depthwise", where(WORDS("label.depthwise" + tail, steps=steps), device), True)
     if triton and _policy.POLICY.triton_epilogue:
         return Choice("triton_epilogue", where(WORDS("label.epilogue", steps=steps), device), True)
-    return select_conv_epilogue(device, dtype, act, residual=residual, separate=True)
+    return _separate_choice(act, residual)
 
 
 def _fits(x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None, stride, padding, dilation) -> bool:
@@ -533,8 +539,9 @@ def _folded(ctx: RewriteContext, conv: torch.fx.Node, bn: torch.fx.Node) -> tupl
     return fold_conv_bn(*tensors, b.eps)
 
 
-def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z, separate: bool) -> Choice:
-    """``select_conv_epilogue`` for a chain's conv, from the shapes the graph records."""
+def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z: torch.fx.Node | None, separate: bool) -> Choice:
+    """``select_conv_epilogue`` for a chain's conv, from the shapes the graph records, in the dtype the graph
+    runs in for the rewrite's target (``RewriteContext.run_dtype``)."""
     c = _conv(conv)
     weight_val = aten.node_val(c.weight)
     w_shape = tuple(weight_val.shape) if isinstance(weight_val, torch.Tensor) else None
@@ -544,7 +551,7 @@ def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z, separate: boo
                  if x_shape is not None and w_shape is not None and int_padding else None)
     z_shape = aten.static_shape(z)
     fits = z is None or (out_shape is not None and z_shape == out_shape)
-    return select_conv_epilogue(ctx.device, edit.dtype_of(conv), act, weight_dim=len(w_shape) if w_shape else 4,
+    return select_conv_epilogue(ctx.device, ctx.run_dtype(conv), act, weight_dim=len(w_shape) if w_shape else 4,
                                 int_padding=int_padding, residual=z is not None, residual_fits=fits,
                                 separate=separate, kernel_size=w_shape[2:] if w_shape else None,
                                 depthwise=(x_shape is not None and w_shape is not None
@@ -554,7 +561,7 @@ def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z, separate: boo
                                 out_pixels=math.prod(out_shape[2:]) * out_shape[0] if out_shape else None)
 
 
-def fold(ctx: RewriteContext, chain) -> edit.Edit:
+def fold(ctx: RewriteContext, chain: Chain) -> edit.Edit:
     """conv → (views) → BN becomes one conv with folded weights; the rest of the chain stays."""
     conv, bn = ctx.node(chain, "conv"), ctx.node(chain, "bn")
     names = list(chain.nodes)
@@ -575,7 +582,7 @@ def fold(ctx: RewriteContext, chain) -> edit.Edit:
                      Choice(choice.impl, label, True), tensors={f"{key}_weight": w, f"{key}_bias": b})
 
 
-def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+def rewrite(ctx: RewriteContext, chain: Chain, kernel: str) -> edit.Edit:
     """conv [→ BN] [→ add z] [→ act] as one epilogue call (BN folded); the kernel choice "separate_epilogue"
     runs the conv with its bias, then the add and the activation in place, never a fused epilogue."""
     conv, bn, add = ctx.node(chain, "conv"), ctx.node(chain, "bn"), ctx.node(chain, "add")
@@ -600,14 +607,10 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         z = edit.other_operand(add, members)
     separate = kernel == "separate_epilogue"
     choice = _choice(ctx, conv, act, z, separate)
-    label = choice.label
     if bn is not None:
-        label = WORDS("label.folded", label=label)
-    if separate:
-        label = BASE_WORDS("kernel_separate", label=label)
-    elif not choice.fused:
-        label = edit.not_fused_note(ctx.device, label, BASE_WORDS("conv_epilogue"))
-    choice = Choice(choice.impl, label, choice.fused or bn is not None)
+        choice = Choice(choice.impl, WORDS("label.folded", label=choice.label), choice.fused)
+    choice = edit.epilogue_choice(ctx, choice, separate, BASE_WORDS("conv_epilogue"))
+    choice = Choice(choice.impl, choice.label, choice.fused or bn is not None)
     if separate:
         target = fused_conv_separate_epilogue
     elif z is not None:
@@ -630,7 +633,10 @@ def _geometry(gm, weight, stride, padding, dilation, groups):
     return (w, *lists)
 
 
-def _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, groups, act, separate) -> bool:
+def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, dtype: torch.dtype, x, w, b, z,
+           stride, padding, dilation, groups, act: str, separate: bool) -> bool:
+    """The fused conv call as the library calls its choice names: the one the rewrite recorded for this device
+    and dtype (``edit.planned``), else (a call fused for another target) the selection's."""
     geometry = _geometry(gm, w, stride, padding, dilation, groups)
     x_shape = aten.static_shape(x)
     if geometry is None or act not in CONV_ACTIVATIONS or x_shape is None:
@@ -643,11 +649,11 @@ def _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, group
         if z_shape is None:
             return False
         fits = out_shape == z_shape
-    choice = select_conv_epilogue(device, dtype, act, weight_dim=4, residual=z is not None, residual_fits=fits,
-                                  separate=separate, kernel_size=tuple(weight.shape[2:]),
-                                  depthwise=is_depthwise(x_shape[1], weight.shape, groups),
-                                  pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups),
-                                  out_pixels=math.prod(out_shape[2:]) * out_shape[0])
+    choice = edit.planned(node, device, dtype) or select_conv_epilogue(
+        device, dtype, act, weight_dim=4, residual=z is not None, residual_fits=fits, separate=separate,
+        kernel_size=tuple(weight.shape[2:]), depthwise=is_depthwise(x_shape[1], weight.shape, groups),
+        pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups),
+        out_pixels=math.prod(out_shape[2:]) * out_shape[0])
     if choice.impl == "cudnn_conv_relu":
         return edit.replace_node(gm, node, lambda g: g.call_function(
             torch.cudnn_convolution_relu, (x, w, b, stride, padding, dilation, groups)))
@@ -675,23 +681,23 @@ def _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, group
     return edit.replace_node(gm, node, build)
 
 
-def _lower_conv_bn(gm, node, device, dtype) -> bool:
+def _lower_conv_bn(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, dtype: torch.dtype) -> bool:
     """fused_conv_bn (BatchNorm already folded into the weight): the conv, its bias as the selection says."""
     x, w, b, stride, padding, dilation, groups = node.args
     return _lower(gm, node, device, dtype, x, w, b, None, stride, padding, dilation, groups, "none", False)
 
 
-def _lower_act(gm, node, device, dtype) -> bool:
+def _lower_act(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, dtype: torch.dtype) -> bool:
     x, w, b, stride, padding, dilation, groups, act = node.args
     return _lower(gm, node, device, dtype, x, w, b, None, stride, padding, dilation, groups, act, False)
 
 
-def _lower_add_act(gm, node, device, dtype) -> bool:
+def _lower_add_act(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, dtype: torch.dtype) -> bool:
     x, w, b, z, stride, padding, dilation, groups, act = node.args
     return _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, groups, act, False)
 
 
-def _lower_separate(gm, node, device, dtype) -> bool:
+def _lower_separate(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, dtype: torch.dtype) -> bool:
     x, w, b, z, stride, padding, dilation, groups, act = node.args
     return _lower(gm, node, device, dtype, x, w, b, z, stride, padding, dilation, groups, act, True)
 

@@ -69,7 +69,7 @@ from explorer.fusions.kernels.gemm import gemm_applies, gemm_launch, gemm_plan
 from explorer.fusions.kernels.gemm_prologue import gemm_act_prologue_applies, prologue_launch, prologue_plan
 from explorer.fusions.kernels.layer_norm import channels_layer_norm, rows_layer_norm
 from explorer.fusions.base import WORDS as BASE_WORDS
-from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step, selection
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import apply_activation_
 from explorer.fusions.triton_support import interpreting, launch, remember, triton_runs_on, where
@@ -395,6 +395,7 @@ def _measured_note(table: dict, key, impl: str) -> str:
     return WORDS("measured.mlp", c=key[0], h=key[1], w=key[2], times=times)
 
 
+@selection
 def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channels: int | None = None,
                           act: str = "gelu", layout: str | None = None, hw: tuple[int, int] | None = None
                           ) -> Choice:
@@ -689,7 +690,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         tensors[f"{key}_scaled_bias"] = b2
         b2_arg = NewAttr(f"{key}_scaled_bias")
     stride, padding, dilation = geometry
-    choice = select_convnext_block(ctx.device, edit.dtype_of(dw), channels, act, hw=(x_shape[2], x_shape[3]))
+    choice = select_convnext_block(ctx.device, ctx.run_dtype(dw), channels, act, hw=(x_shape[2], x_shape[3]))
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("fused_kernel"))
     args = (c.input, c.weight, c.bias, stride, padding, dilation, ln.weight, ln.bias, ln.eps,
             lin1.weight, lin1.bias, act, w2_arg, b2_arg)
@@ -820,6 +821,7 @@ def fused_layer_norm_linear(t, ln_weight, ln_bias, eps, weight, bias):
     return _head_direct(t, ln_weight, ln_bias, eps, weight, bias)
 
 
+@selection
 def select_layer_norm2d(device: torch.device | str, dtype: torch.dtype, where_: str, folded: bool,
                         key: tuple[int, int, int] | None = None) -> Choice:
     """How a LayerNorm2d chain runs (``ln2d_impl`` for its map ``key`` = (C, H, W)): ``triton`` (one LayerNorm pass
@@ -870,7 +872,7 @@ def rewrite_stem(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     if geometry is None or not isinstance(c.groups, int):
         raise UseGeneric(WORDS("generic.geometry"))
     out = aten.static_shape(ln_node)
-    choice = select_layer_norm2d(ctx.device, edit.dtype_of(cv), "stem", False, (out[3], out[1], out[2]))
+    choice = select_layer_norm2d(ctx.device, ctx.run_dtype(cv), "stem", False, (out[3], out[1], out[2]))
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("ln2d.kernel"))
     args = (c.input, c.weight, c.bias, *geometry, c.groups, ln.weight, ln.bias, ln.eps)
     return edit.whole_chain_edit(ctx, chain, fused_conv_layer_norm2d, args, Choice(choice.impl, label, choice.fused))
@@ -907,7 +909,7 @@ def rewrite_downsample(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     fold = not any(geometry[1])
     lw, lb, w, b, tensors = _folded_affine(ctx, ln, c.weight, c.bias, fold, cv.name)
     shape = aten.static_shape(ln_node)
-    choice = select_layer_norm2d(ctx.device, edit.dtype_of(cv), "downsample", lw is None and lb is None,
+    choice = select_layer_norm2d(ctx.device, ctx.run_dtype(cv), "downsample", lw is None and lb is None,
                                  (shape[3], shape[1], shape[2]))
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("ln2d.kernel"))
     args = (ln.input, lw, lb, ln.eps, w, b, *geometry, c.groups)
@@ -929,7 +931,7 @@ def rewrite_head(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     if lin is None:
         raise UseGeneric(WORDS("generic.mlp"))
     lw, lb, w, b, tensors = _folded_affine(ctx, ln, lin.weight, lin.bias, True, fc.name)
-    choice = select_layer_norm2d(ctx.device, edit.dtype_of(fc), "head", True, (shape[3], shape[1], shape[2]))
+    choice = select_layer_norm2d(ctx.device, ctx.run_dtype(fc), "head", True, (shape[3], shape[1], shape[2]))
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("ln2d.kernel"))
     args = (ln.input, lw, lb, ln.eps, w, b)
     return edit.whole_chain_edit(ctx, chain, fused_layer_norm_linear, args, Choice(choice.impl, label, choice.fused),

@@ -23,6 +23,7 @@ import torch.fx
 
 from explorer.fusions.base import WORDS, Chain, Choice
 from explorer.graph import aten
+from explorer.vocab import Target
 
 
 class Refuse(Exception):
@@ -68,11 +69,23 @@ class Edit:
 
 @dataclasses.dataclass(frozen=True)
 class RewriteContext:
-    """What a rewrite reads: the graph module being rewritten, its nodes by name, the device."""
+    """What a rewrite reads: the graph module being rewritten, its nodes by name, and what it is made for: the
+    ``target`` (its device resolved: never ``auto``), as a torch ``device`` and the floating ``dtype`` the
+    prepared graph runs in (``run_dtype``). A family's selection is asked once per chain, here, for that target;
+    the fused call records its ``Choice`` (``planned``)."""
 
     gm: torch.fx.GraphModule
     by_name: dict[str, torch.fx.Node]
     device: torch.device
+    dtype: torch.dtype | None = None    # None: each node's own dtype (the capture's)
+    target: Target = Target()
+
+    def run_dtype(self, node: "torch.fx.Node | torch.dtype | None") -> torch.dtype:
+        """The dtype ``node`` (or a dtype read from the graph) has when the graph runs for the target: a
+        floating one becomes the target's (``prepare_graph`` casts the capture's floating tensors and the
+        fused call's inputs to it), any other stays."""
+        found = node if isinstance(node, torch.dtype) else dtype_of(node) if node is not None else torch.float32
+        return self.dtype if self.dtype is not None and found.is_floating_point else found
 
     def node(self, chain: Chain, role: str) -> torch.fx.Node | None:
         """The node playing ``role`` in ``chain`` (None when the optional step was skipped)."""
@@ -186,6 +199,28 @@ def dtype_of(node: torch.fx.Node) -> torch.dtype:
     """The dtype of a node's (first) output tensor; float32 when unknown."""
     vals = aten.tensor_vals(node.meta.get("val"))
     return vals[0].dtype if vals else torch.float32
+
+
+def epilogue_choice(ctx: RewriteContext, choice: Choice, separate: bool, what: str) -> Choice:
+    """A GEMM's or a conv's epilogue ``choice`` as the chain's label says it: the plan's kernel choice
+    "separate_epilogue" named (``separate``), else the note for a device where the ops run one after another
+    (``what``: the fused kernel it lacks). The one composition the conv, linear and linear+residual
+    families share."""
+    if separate:
+        return Choice(choice.impl, WORDS("kernel_separate", label=choice.label), choice.fused)
+    if not choice.fused:
+        return Choice(choice.impl, not_fused_note(ctx.device, choice.label, what), choice.fused)
+    return choice
+
+
+def planned(node: torch.fx.Node, device: torch.device, dtype: torch.dtype) -> Choice | None:
+    """The ``Choice`` the rewrite recorded on a fused call (``node.meta["fused_choice"]``) when it was made for
+    this device type and dtype (``node.meta["fused_for"]``); None for a call fused for another target (or by
+    a lowering of its own): the lowering then asks the family's selection, its one other caller."""
+    choice, made_for = node.meta.get("fused_choice"), node.meta.get("fused_for")
+    if isinstance(choice, Choice) and made_for == (torch.device(device).type, dtype):
+        return choice
+    return None
 
 
 def not_fused_note(device: torch.device, label: str, what: str) -> str:

@@ -29,7 +29,7 @@ import torch
 import torch.fx
 
 from explorer.fusions import edit
-from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
+from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step, selection
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import EPILOGUE_TOLERANCES, apply_activation, apply_activation_, check, in_place_node
@@ -117,6 +117,7 @@ def _device_present(device: torch.device) -> bool:
     return device.type != "cuda" or torch.cuda.is_available()
 
 
+@selection
 def select_linear_act(device: torch.device | str, dtype: torch.dtype, act: str, in_features: int = 2,
                       out_features: int = 2, separate: bool = False) -> Choice:
     """The one decision of how ``act(x @ Wᵀ + b)`` runs on ``device`` in ``dtype``.
@@ -198,24 +199,26 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         raise UseGeneric(WORDS("generic.no_epilogue", act=act))
     separate = kernel == "separate_epilogue"
     w = aten.static_shape(lin.weight) or (2, 2)
-    choice = select_linear_act(ctx.device, edit.dtype_of(lin_node), act, w[-1], w[0], separate)
-    label = (BASE_WORDS("kernel_separate", label=choice.label) if separate else
-             choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, BASE_WORDS("gemm_epilogue")))
+    choice = select_linear_act(ctx.device, ctx.run_dtype(lin_node), act, w[-1], w[0], separate)
     target = fused_linear_separate_epilogue if separate else fused_linear_act
     return edit.whole_chain_edit(ctx, chain, target, (lin.input, lin.weight, lin.bias, act),
-                                 Choice(choice.impl, label, choice.fused))
+                                 edit.epilogue_choice(ctx, choice, separate, BASE_WORDS("gemm_epilogue")))
 
 
 # ====================================================================== lowering (lean graphs)
 
-def _lower(gm, node, device, dtype, separate: bool) -> bool:
-    """fused_linear_act → one ``torch._addmm_activation`` (cuBLASLt epilogue) or ``linear`` + the activation."""
+def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, dtype: torch.dtype,
+           separate: bool) -> bool:
+    """fused_linear_act → one ``torch._addmm_activation`` (cuBLASLt epilogue) or ``linear`` + the activation, as
+    the rewrite chose for this device and dtype (``edit.planned``; a call it did not fuse for them, such as
+    the one ConvNeXt's lowering makes, asks the selection)."""
     x, weight, bias, act = node.args
     w = edit.attr_tensor(gm, weight)
     x_shape = aten.static_shape(x)
     if w is None or w.dim() != 2 or x_shape is None or act not in LINEAR_ACTIVATIONS:
         return False
-    choice = select_linear_act(device, dtype, act, w.shape[1], w.shape[0], separate)
+    choice = edit.planned(node, device, dtype) or select_linear_act(device, dtype, act, w.shape[1], w.shape[0],
+                                                                    separate)
     if choice.impl in ("cublaslt_relu", "cublaslt_gelu"):
         b = edit.attr_tensor(gm, bias)
         if b is None or b.dim() != 1 or not b.is_contiguous() or 0 in x_shape:
@@ -323,7 +326,7 @@ def rewrite_forms(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     w = aten.static_shape(weight) or (2, 2)
     if weight_t:
         w = tuple(reversed(w))
-    choice = select_linear_act(ctx.device, edit.dtype_of(lin_node), act, w[-1], w[0], kernel == "separate_epilogue")
+    choice = select_linear_act(ctx.device, ctx.run_dtype(lin_node), act, w[-1], w[0], kernel == "separate_epilogue")
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, BASE_WORDS("gemm_epilogue"))
     return edit.whole_chain_edit(ctx, chain, fused_linear_act_forms, (x, weight, bias, act, weight_t, shape),
                                  Choice(choice.impl, label, choice.fused))

@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 
 from explorer.fusions import edit
-from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
+from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Chain, Choice, NoMatch, Pattern, Step, selection
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.edit import RewriteContext, UseGeneric
 from explorer.fusions.kernels.common import TRITON_DTYPES
@@ -146,6 +146,7 @@ def linear_residual_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch
     return torch.nn.functional.linear(x, weight, bias) + r
 
 
+@selection
 def select_linear_residual(device: torch.device | str, dtype: torch.dtype, separate: bool = False) -> Choice:
     """The one decision of how ``x @ Wᵀ + b + r`` runs on ``device`` in ``dtype``: ``triton_gemm`` (one kernel) or
     ``separate`` (the linear, then ``add_`` in place)."""
@@ -161,12 +162,21 @@ def select_linear_residual(device: torch.device | str, dtype: torch.dtype, separ
 
 def linear_residual(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, r: torch.Tensor,
                     separate: bool = False) -> torch.Tensor:
-    """``x @ weightᵀ + bias + r`` as ``select_linear_residual`` decides; the GEMM kernel where it takes the
-    operands (``gemm_applies``: one dtype, one device, ``r`` of the output's shape), else the separate ops."""
+    """``x @ weightᵀ + bias + r`` as ``select_linear_residual`` decides for these tensors (a graph that was not
+    made lean: a lean one calls ``linear_residual_gemm`` or the separate ops, as the rewrite chose)."""
+    if select_linear_residual(x.device, x.dtype, separate).impl == "triton_gemm":
+        return linear_residual_gemm(x, weight, bias, r)
+    return torch.nn.functional.linear(x, weight, bias).add_(r)
+
+
+def linear_residual_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         r: torch.Tensor) -> torch.Tensor:
+    """``x @ weightᵀ + bias + r`` by the GEMM kernel where it takes the operands (``gemm_applies``: one dtype,
+    one device, ``r`` of the output's shape; no autograd), else the separate ops: what the choice
+    ``triton_gemm`` runs."""
     n, k = weight.shape
-    choice = select_linear_residual(x.device, x.dtype, separate)
     forward_only = not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))   # no backward kernel
-    if choice.impl == "triton_gemm" and forward_only and tuple(r.shape) == (*x.shape[:-1], n) and x.shape[-1] == k:
+    if forward_only and tuple(r.shape) == (*x.shape[:-1], n) and x.shape[-1] == k:
         a, z = x.reshape(-1, k), r.reshape(-1, n)                              # (M, K), (M, N): views where they can be
         if gemm_applies(a, weight, z) and a.shape[0] > 0:
             return gemm_epilogue(a, weight, bias, z, "none").reshape(*x.shape[:-1], n)   # (..., N)
@@ -187,7 +197,7 @@ def fused_linear_residual_separate(x, weight, bias, r):
 
 # ====================================================================== rewrite
 
-def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
+def rewrite(ctx: RewriteContext, chain: Chain, kernel: str) -> edit.Edit:
     """linear → add(r) as one call; "separate_epilogue" runs the linear, then the add in place."""
     edit.only_identity_views(ctx, chain)
     lin_node, add = ctx.node(chain, "linear"), ctx.node(chain, "add")
@@ -200,12 +210,34 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     edit.check_alpha(add)
     r = edit.other_operand(add, set(ctx.members(chain)))
     separate = kernel == "separate_epilogue"
-    choice = select_linear_residual(ctx.device, edit.dtype_of(lin_node), separate)
-    label = (BASE_WORDS("kernel_separate", label=choice.label) if separate else
-             choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, BASE_WORDS("gemm_epilogue")))
+    choice = select_linear_residual(ctx.device, ctx.run_dtype(lin_node), separate)
     target = fused_linear_residual_separate if separate else fused_linear_residual
     return edit.whole_chain_edit(ctx, chain, target, (lin.input, lin.weight, lin.bias, r),
-                                 Choice(choice.impl, label, choice.fused))
+                                 edit.epilogue_choice(ctx, choice, separate, BASE_WORDS("gemm_epilogue")))
+
+
+# ====================================================================== lowering (lean graphs)
+
+def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, dtype: torch.dtype,
+           separate: bool) -> bool:
+    """The fused call as what its choice names (the rewrite's, for this device and dtype: ``edit.planned``;
+    else the selection's): ``linear_residual_gemm``, or ``linear`` then ``add_`` in place."""
+    x, weight, bias, r = node.args
+    choice = edit.planned(node, device, dtype) or select_linear_residual(device, dtype, separate)
+    if choice.impl == "triton_gemm":
+        node.target = linear_residual_gemm
+        return True
+    if choice.impl != "separate":
+        return False
+    return edit.replace_node(gm, node, lambda g: g.call_method(
+        "add_", (g.call_function(torch._C._nn.linear, (x, weight, bias)), r)))
+
+
+#: fused call target -> lowering(gm, node, device, dtype) -> bool (explorer.runtime.lean)
+LOWERINGS = {
+    fused_linear_residual: lambda gm, node, device, dtype: _lower(gm, node, device, dtype, separate=False),
+    fused_linear_residual_separate: lambda gm, node, device, dtype: _lower(gm, node, device, dtype, separate=True),
+}
 
 
 # ====================================================================== patterns

@@ -40,7 +40,7 @@ import torch.fx
 
 from explorer.fusions import edit
 from explorer.fusions.base import WORDS as BASE_WORDS
-from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step, selection
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric, leading_broadcast, residual_add_operands
 from explorer.fusions.triton_support import no_triton, where
 from explorer.fusions.triton_support import (Launch, cdiv, contiguous_key, import_triton, interpreting,
@@ -112,6 +112,7 @@ def add_layernorm_reference(x: torch.Tensor, residual: torch.Tensor, weight: tor
     return s, torch.nn.functional.layer_norm(s, (s.shape[-1],), weight, bias, eps)
 
 
+@selection
 def select_add_layer_norm(device: torch.device | str, hidden: int | None = None,
                           dtype: torch.dtype | None = None, keep_sum: bool = True) -> Choice:
     """The one decision of how add + LayerNorm runs: ``triton`` (one kernel) or ``reference`` (two).
@@ -370,13 +371,13 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     if ln.input is not add:
         # read through views shared with the next residual (outside the chain): the sum is written anyway
         _rows_kept(ctx, chain, ln.input, add, int(out.shape[-1]))
-        choice = select_add_layer_norm(ctx.device, int(out.shape[-1]), out.dtype, keep_sum)
+        choice = select_add_layer_norm(ctx.device, int(out.shape[-1]), ctx.run_dtype(out.dtype), keep_sum)
         shape = list(aten.static_shape(ln_node) or out.shape)
         if not keep_sum:
             return edit.whole_chain_edit(ctx, chain, fused_add_layer_norm_viewed, (*args, shape, False), choice)
         return edit.whole_chain_edit(ctx, chain, fused_add_layer_norm_viewed, (*args, shape, True), choice,
                                      outputs=[add, ln_node], tuple_result=True)
-    choice = select_add_layer_norm(ctx.device, int(out.shape[-1]), out.dtype, keep_sum)
+    choice = select_add_layer_norm(ctx.device, int(out.shape[-1]), ctx.run_dtype(out.dtype), keep_sum)
     if not keep_sum:  # nothing else reads the sum (post-norm): it is never written
         return edit.whole_chain_edit(ctx, chain, fused_add_layer_norm_normed, args, choice)
     return edit.whole_chain_edit(ctx, chain, fused_add_layer_norm, args, choice, outputs=[add, ln_node],

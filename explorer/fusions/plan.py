@@ -19,9 +19,9 @@ from explorer.jsonfile import parse_json
 from explorer.fusions import BY_NAME
 from explorer.fusions.base import Detection
 from explorer.report import GPU, PlanInfo, Report
+from explorer.vocab import MEMORY_FORMATS
 
 PLAN_VERSION = 1
-MEMORY_FORMATS = ("nchw", "channels_last")
 PLAN_FIELDS = ("version", "model", "fingerprint", "accepted", "kernels", "memory_format", "cuda_graphs")
 MAX_PLAN_BYTES = 5 * 2**20
 MAX_NAME_CHARS = 500

@@ -24,6 +24,18 @@ generic path (``explorer.fusions.generic``).
 ``level`` follows the staged table (``LEVELS``): "none" copies, "conv_bn" only
 folds BatchNorm, "activation" also fuses the conv and GEMM epilogues, "all"
 applies every accepted chain.
+
+What the fused model is made for is one ``Target(device, dtype, memory_format)``
+(``explorer.vocab``). Each chain's kernel is chosen once, by its family's
+selection, for that target: its dtype is the one the prepared graph runs in
+(``RewriteContext.run_dtype``), not the capture's float32. The fused call records
+the ``Choice`` (``node.meta["fused_choice"]``, for ``node.meta["fused_for"]``:
+the device type and torch dtype), the chain's ``AppliedChain`` carries its impl
+and label (the launch counts read those: ``explorer.launches``), and the lowering
+of a lean graph prepared for the same target reads it (``edit.planned``) instead
+of deciding again. The memory format is part of the target; the selections that
+depend on a layout still read the tensors' own at run time, where a channels_last
+plan can meet a contiguous tensor (after a permute).
 """
 
 from __future__ import annotations
@@ -43,9 +55,13 @@ from explorer.fusions.base import STAGES, WORDS, Chain, Detection
 from explorer.fusions.edit import Edit, NewAttr, Refuse, RewriteContext, UseGeneric, extract_subgraph, in_graph_order
 from explorer.fusions.plan import Plan
 from explorer.graph import aten
+from explorer.vocab import Target
 from explorer.words import Message
 
 LEVELS = STAGES
+#: The torch dtype of each dtype name of the vocabulary (``explorer.vocab.DTYPE_NAMES``, and the reference's fp64).
+TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+                                        "fp64": torch.float64}
 UNFUSED_LABEL = WORDS("unfused")
 
 
@@ -84,24 +100,32 @@ class FusedModel:
 
 # ====================================================================== public API
 
-def apply_plan(gm: torch.fx.GraphModule, detection: Detection, plan: Plan, device: str = "cpu",
+def as_target(target: Target | str, memory_format: str = "nchw") -> Target:
+    """``target`` with its device resolved (``auto``: cuda where torch sees one, else cpu); a bare device name
+    is that device in fp32 (the capture's dtype) and ``memory_format``."""
+    if not isinstance(target, Target):
+        target = Target(str(target), "fp32", memory_format)
+    return target.on(str(_device(target.device))) if target.device == "auto" else target
+
+
+def apply_plan(gm: torch.fx.GraphModule, detection: Detection, plan: Plan, target: Target | str = "cpu",
                level: str = "all") -> FusedModel:
     """Return a fused copy of ``gm`` with the plan's accepted chains rewritten.
 
-    ``device`` only chooses the implementations (which kernel runs where) and
-    their labels; the returned module is on ``gm``'s device. ``level`` is one of
-    ``LEVELS``. Raises ``PlanError`` for a plan made for another model or an
-    unknown level. Never mutates ``gm``.
+    ``target`` chooses the implementations (which kernel runs where, in which dtype) and their labels, once
+    per chain (module docstring); a device name alone is that device in fp32 with the plan's memory format.
+    The returned module is on ``gm``'s device. ``level`` is one of ``LEVELS``. Raises ``PlanError`` for a
+    plan made for another model or an unknown level. Never mutates ``gm``.
     """
     if level not in LEVELS:
         raise PlanError(PLAN("unknown_level", level=level, choices=", ".join(LEVELS)))
     plan.check_for(detection)
     fused = copy.deepcopy(gm)
     work = [(c, _mode(c, level), plan.kernel_for(c.id)) for c in detection.accepted_chains(plan.accepted)]
-    return FusedModel(gm=fused, applied=_rewrite(fused, work, _device(device), level))
+    return FusedModel(gm=fused, applied=_rewrite(fused, work, as_target(target, plan.memory_format), level))
 
 
-def chain_module(gm: torch.fx.GraphModule, detection: Detection, chain_id: str, device: str = "cpu",
+def chain_module(gm: torch.fx.GraphModule, detection: Detection, chain_id: str, target: Target | str = "cpu",
                  kernel: str = "auto") -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
     """The chain alone: ``(unfused module, fused module, example inputs)`` for a micro-benchmark.
 
@@ -110,11 +134,13 @@ def chain_module(gm: torch.fx.GraphModule, detection: Detection, chain_id: str, 
     outputs. The fused module is the same module with the chain applied
     (``apply_plan`` semantics at level "all", with the plan's ``kernel`` choice).
     Example inputs are seeded random tensors at the real shapes, dtypes and
-    strides (additive masks are zeros). Everything is on ``device``. Raises
-    ``KeyError`` for an unknown chain and ``RuntimeError`` when it cannot be fused.
+    strides (additive masks are zeros). Everything is on the ``target``'s device (the kernel chosen for the
+    target, as ``apply_plan``). Raises ``KeyError`` for an unknown chain and ``RuntimeError`` when it cannot
+    be fused.
     """
     chain = detection.chain(chain_id)
-    dev = _device(device)
+    target = as_target(target)
+    dev = torch.device(target.device)
     by_name = {n.name: n for n in gm.graph.nodes}
     names = list(chain.nodes)
     outputs = [by_name[n] for n in chain.outputs]
@@ -126,7 +152,7 @@ def chain_module(gm: torch.fx.GraphModule, detection: Detection, chain_id: str, 
     unfused, inputs = extract_subgraph(gm, members, outputs, attrs_as_placeholders=False)
     unfused = unfused.to(dev)
     fused = copy.deepcopy(unfused)
-    applied = _rewrite(fused, [(chain, "full", kernel)], dev, "all")
+    applied = _rewrite(fused, [(chain, "full", kernel)], target, "all")
     if applied[0].status != "fused":
         raise RuntimeError(f"{chain_id} could not be fused: {applied[0].reason}")
     mask_inputs = _mask_operands(chain, by_name)
@@ -178,14 +204,17 @@ def _plan_chain(ctx: RewriteContext, chain: Chain, mode: str, kernel: str) -> Ed
         return generic.rewrite(ctx, chain, kernel, why.args[0] if why.args else "")
 
 
-def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]], dev: torch.device,
+def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]], target: Target,
              level: str) -> tuple[AppliedChain, ...]:
-    """Plan every edit (chain, level mode, kernel choice), then apply them in order; clean up and recompile."""
-    ctx = RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, dev)
+    """Plan every edit (chain, level mode, kernel choice) for ``target`` (its device resolved), then apply
+    them in order; clean up and recompile."""
+    ctx = RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, torch.device(target.device),
+                         TORCH_DTYPES[target.dtype], target)
     results: dict[str, AppliedChain] = {}
     edits: list[tuple[Edit, str, str]] = []
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     read_attrs: set[str] = set()
+    made_for = (ctx.device.type, ctx.dtype)
     for chain, mode, kernel in work:
         def unfused(status: str, reason: str) -> AppliedChain:
             return AppliedChain(chain.id, chain.pattern, UNFUSED_LABEL, status, reason, kernel)
@@ -208,7 +237,7 @@ def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]]
         # its readers come later) read the folded weights; a failure restores them.
         previous = _swap_weights(gm, e.weights)
         try:
-            read_attrs |= _apply_edit(gm, e, replaced)
+            read_attrs |= _apply_edit(gm, e, replaced, made_for)
         except Exception as exc:
             _swap_weights(gm, previous)
             results[chain.id] = unfused("failed", f"rewrite failed: {_one_line(exc)}")
@@ -218,7 +247,7 @@ def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]]
     for e, mode, kernel in edits:
         chain = e.chain
         try:
-            read_attrs |= _apply_edit(gm, e, replaced)
+            read_attrs |= _apply_edit(gm, e, replaced, made_for)
         except Exception as exc:
             results[chain.id] = AppliedChain(chain.id, chain.pattern, UNFUSED_LABEL, "failed",
                                              PLAN("rewrite_failed", reason=_one_line(exc)), kernel)
@@ -236,12 +265,14 @@ def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]]
     return ordered
 
 
-def _apply_edit(gm: torch.fx.GraphModule, e: Edit, replaced: dict[torch.fx.Node, torch.fx.Node]) -> set[str]:
+def _apply_edit(gm: torch.fx.GraphModule, e: Edit, replaced: dict[torch.fx.Node, torch.fx.Node],
+                made_for: tuple[str, torch.dtype] | None = None) -> set[str]:
     """Insert ``e``'s fused call, reroute its outputs' users and erase the chain's nodes.
 
     ``replaced`` maps nodes earlier edits removed to what replaced them (an
-    argument of this edit may be one). Returns the ``get_attr`` targets the
-    removed nodes read (candidates for ``_drop_unused_tensors``).
+    argument of this edit may be one); ``made_for`` (device type, torch dtype) is the
+    target the edit's choice was made for, recorded with it on the call. Returns the
+    ``get_attr`` targets the removed nodes read (candidates for ``_drop_unused_tensors``).
     """
     graph = gm.graph
     attr_names: dict[str, str] = {}
@@ -284,6 +315,8 @@ def _apply_edit(gm: torch.fx.GraphModule, e: Edit, replaced: dict[torch.fx.Node,
             created.append(call)
             call.meta["fused_chain"] = e.chain.id
             call.meta["fused_pattern"] = e.chain.pattern
+            call.meta["fused_choice"] = e.choice          # the one decision: the lowering reads it (edit.planned)
+            call.meta["fused_for"] = made_for
             if not e.tuple_result:
                 results = [call]
                 _copy_val(call, e.outputs[0])

@@ -59,7 +59,7 @@ import torch.fx
 
 from explorer.fusions import edit
 from explorer.fusions.base import WORDS as BASE_WORDS
-from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step, selection
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric, leading_broadcast, residual_add_operands
 from explorer.fusions.linear_residual import WORDS as LR_WORDS
 from explorer.fusions.linear_residual import projection_shape, residual_home, residual_projection
@@ -188,6 +188,7 @@ def _refusal_for_dtype(dtype: torch.dtype | None, what: str) -> str | None:
     return None
 
 
+@selection
 def select_rms_norm(device: torch.device | str, hidden: int | None = None, dtype: torch.dtype | None = None, *,
                     residual_dtype: torch.dtype | None = None, weight_dtype: torch.dtype | None = None,
                     x_shape=None, residual_shape=None, keep_sum: bool = True, add: bool = True,
@@ -713,7 +714,7 @@ def plan_norm(ctx: RewriteContext, chain, *, unit: bool = False, targets: dict |
         if not isinstance(x, torch.fx.Node):
             raise UseGeneric(WORDS("generic.input"))
         weight, eps, hidden = _norm_args(ctx, chain, x)
-        choice = select_rms_norm(ctx.device, hidden, edit.dtype_of(x), add=False)
+        choice = select_rms_norm(ctx.device, hidden, ctx.run_dtype(x), add=False)
         return edit.whole_chain_edit(ctx, chain, targets.get("rms", fused_rms_norm),
                                      (x, None if unit else weight, eps), choice), weight
     x, residual, out = residual_add_operands(add)
@@ -725,7 +726,7 @@ def plan_norm(ctx: RewriteContext, chain, *, unit: bool = False, targets: dict |
     if sum_node is not None and sum_node is cast_in and edit.dtype_of(cast_in) != out.dtype:
         raise Refuse(WORDS("refuse.fp32"))
     args = (x, residual, None if unit else weight, eps)
-    choice = select_rms_norm(ctx.device, hidden, out.dtype, keep_sum=sum_node is not None)
+    choice = select_rms_norm(ctx.device, hidden, ctx.run_dtype(out.dtype), keep_sum=sum_node is not None)
     if sum_node is None:  # nothing else reads the sum (the last norm): it is never written
         return edit.whole_chain_edit(ctx, chain, targets.get("add_normed", fused_add_rms_norm_normed), args,
                                      choice), weight

@@ -67,7 +67,7 @@ from explorer.fusions import edit, siblings
 from explorer.fusions.kernels import gemm as gemm_kernels
 from explorer.fusions.kernels import measured
 from explorer.fusions.base import WORDS as BASE_WORDS
-from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step, selection
 from explorer.fusions.edit import RewriteContext, UseGeneric
 from explorer.fusions.triton_support import where
 from explorer.fusions.triton_support import (Launch, import_triton, interpreting, jit_helpers, launch, needs_autograd,
@@ -191,6 +191,7 @@ def rotary_reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
 
 # ====================================================================== kernel selection
 
+@selection
 def select_rotary(device: torch.device | str, dtype: torch.dtype | None = None, head_dim: int | None = None, *,
                   k_dtype: torch.dtype | None = None, cos_dtype: torch.dtype | None = None,
                   q_shape=None, k_shape=None, cos_shape=None, sin_shape=None, requires_grad: bool = False) -> Choice:
@@ -752,7 +753,8 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     (cos, cs), (sin, ss) = (_table_source(ctx, n, what, constants) for n, what in zip(cos_sin[0], ("cos", "sin")))
     q, k = tensors
     qs, ks = aten.node_val(q), aten.node_val(k)
-    choice = select_rotary(ctx.device, qs.dtype, int(qs.shape[-1]), k_dtype=ks.dtype, cos_dtype=cs.dtype,
+    choice = select_rotary(ctx.device, ctx.run_dtype(qs.dtype), int(qs.shape[-1]), k_dtype=ctx.run_dtype(ks.dtype),
+                           cos_dtype=ctx.run_dtype(cs.dtype),
                            q_shape=qs.shape, k_shape=ks.shape, cos_shape=cs.shape, sin_shape=ss.shape)
     outputs = [ctx.node(chain, "q_add"), ctx.node(chain, "k_add")]
     if choice.fused:

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 
 from explorer.fusions import edit
 from explorer.fusions.base import WORDS as BASE_WORDS
-from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step
+from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step, selection
 from explorer.fusions.kernels.common import LAYOUTS, conv_nd, layout_of, sm_count
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.epilogue import TRITON_ACTIVATIONS, apply_activation, check, in_place_node, triton_activation
@@ -158,6 +158,7 @@ def squeeze_excite_reference(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor
 
 # ====================================================================== selection
 
+@selection
 def select_squeeze_excite(device: torch.device | str, dtype: torch.dtype, act: str = "relu",
                           gate: str = "sigmoid", layout: str | None = None) -> Choice:
     """The one decision of how squeeze-and-excitation runs: ``triton`` (2 kernels) or ``reference`` (6 ops).
@@ -498,7 +499,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     xv, yv = aten.node_val(x), aten.node_val(mul)
     if not isinstance(xv, torch.Tensor) or not isinstance(yv, torch.Tensor) or xv.shape != yv.shape:
         raise UseGeneric(WORDS("generic.broadcast"))
-    choice = select_squeeze_excite(ctx.device, xv.dtype, act, gate)
+    choice = select_squeeze_excite(ctx.device, ctx.run_dtype(xv.dtype), act, gate)
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("fused_kernel"))
     return edit.whole_chain_edit(ctx, chain, fused_squeeze_excite, (x, w1, b1, w2, b2, act, gate),
                                  Choice(choice.impl, label, choice.fused), tensors=tensors)
@@ -532,14 +533,15 @@ def _fold_bn(ctx: RewriteContext, bn_node, w1, b1):
 
 # ====================================================================== lowering (lean graphs)
 
-def _lower(gm, node, device, dtype) -> bool:
-    """Triton: the kernel function, called directly. Elsewhere: the six unfused library calls."""
+def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, dtype: torch.dtype) -> bool:
+    """Triton: the kernel function, called directly. Elsewhere: the six unfused library calls. As the rewrite
+    chose for this device and dtype (``edit.planned``), else as the selection says."""
     x, w1, b1, w2, b2, act, gate = node.args
     w1t, w2t = edit.attr_tensor(gm, w1), edit.attr_tensor(gm, w2)
     x_shape = aten.static_shape(x)
     if w1t is None or w2t is None or x_shape is None or len(x_shape) != 4:
         return False
-    if select_squeeze_excite(device, dtype, act, gate).impl == "triton":
+    if (edit.planned(node, device, dtype) or select_squeeze_excite(device, dtype, act, gate)).impl == "triton":
         return edit.replace_node(gm, node, lambda g: g.call_function(squeeze_excite, (x, w1, b1, w2, b2, act, gate)))
     c = w1t.shape[1]
 

@@ -59,7 +59,7 @@ import torch.nn.functional as F
 
 from explorer.fusions import edit
 from explorer.fusions.base import WORDS as BASE_WORDS
-from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
+from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step, selection
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.kernels import gemm as gemm_kernels
 from explorer.fusions.kernels import measured
@@ -189,6 +189,7 @@ def swiglu_reference(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, 
 
 # ====================================================================== kernel selection
 
+@selection
 def select_swiglu(device: torch.device | str, dtype: torch.dtype | None = None, *,
                   up_dtype: torch.dtype | None = None, gate_shape=None, up_shape=None,
                   requires_grad: bool = False) -> Choice:
@@ -560,13 +561,13 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     if bias is not None:
         tensors[f"{key}_gate_up_bias"] = bias
         bias_arg = NewAttr(f"{key}_gate_up_bias")
-    elementwise = select_swiglu(ctx.device, edit.dtype_of(mul))
+    elementwise = select_swiglu(ctx.device, ctx.run_dtype(mul))
     label = WORDS("label.one_gemm", gate=sizes[0], up=sizes[1], label=elementwise.label)
     impl = "one_gemm_" + elementwise.impl
     x_val = aten.node_val(gate.input)
     if isinstance(x_val, torch.Tensor) and x_val.dim() >= 1:
         m, k = x_val.numel() // max(1, x_val.shape[-1]), int(weight.shape[1])
-        decision = epilogue_decision(ctx.device, edit.dtype_of(mul), m, k, sizes[0])
+        decision = epilogue_decision(ctx.device, ctx.run_dtype(mul), m, k, sizes[0])
         if decision.fused:
             label, impl = WORDS("label.epilogue", two_i=2 * sizes[0]), "gemm_epilogue"
         note = epilogue_note(m, k, sizes[0])

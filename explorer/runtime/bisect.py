@@ -28,10 +28,12 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 
+from explorer.fusion_engine import Analysis
 from explorer.messages import NOTES, TASKS
 from explorer.fusions.plan import plan_for_chains
 from explorer.fusions.rewrite import apply_plan
 from explorer.runtime import measure as m
+from explorer.vocab import Target
 
 MODES = ("one_at_a_time", "bisect", "both")
 
@@ -80,8 +82,9 @@ class BisectResult:
         return d
 
 
-def default_fuse(analysis: Any, kernels: dict[str, str] | None = None, device: str = "cpu") -> FuseFn:
-    """A ``FuseFn`` that applies a plan accepting exactly the given chains (with the user's kernel choices)."""
+def default_fuse(analysis: Analysis, kernels: dict[str, str] | None = None, device: Target | str = "cpu") -> FuseFn:
+    """A ``FuseFn`` that applies a plan accepting exactly the given chains (with the user's kernel choices), for
+    ``device`` (a ``Target``: its kernels chosen for the run's dtype; a device name: for fp32)."""
     model, _graph, detection = analysis
 
     def fuse(ids: Sequence[str]) -> torch.fx.GraphModule:
@@ -92,7 +95,7 @@ def default_fuse(analysis: Any, kernels: dict[str, str] | None = None, device: s
     return fuse
 
 
-def precision_bisect(analysis: Any, chain_ids: Sequence[str], device: str = "cpu", dtype: str = "fp32",
+def precision_bisect(analysis: Analysis, chain_ids: Sequence[str], device: str = "cpu", dtype: str = "fp32",
                      mode: str = "both", fuse: FuseFn | None = None,
                      on_step: Callable[[float, str], None] | None = None,
                      cancel: threading.Event | None = None) -> BisectResult:
@@ -108,8 +111,8 @@ def precision_bisect(analysis: Any, chain_ids: Sequence[str], device: str = "cpu
     emit = on_step or (lambda f, s: None)
     model, _graph, detection = analysis
     ids = [c.id for c in detection.accepted_chains(chain_ids)]
-    fuse = fuse or default_fuse(analysis, device=device)
     torch_dtype = m.torch_dtype(dtype)
+    fuse = fuse or default_fuse(analysis, device=m.run_target(device, torch_dtype))
     classification = model.task == "classification"
     where = device if device.startswith("cuda") else "cpu"
     emit(0.02, "float64 reference")

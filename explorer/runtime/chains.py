@@ -117,7 +117,8 @@ def chain_benchmarks(model: Any, graph: Any, detection: Any, chains: list, appli
 def _time_chain(model: Any, detection: Any, chain: Any, entry: ChainResult, device: str, dtype: Any,
                 timing: m.TimingPlan, flush: Any, cuda_graphs: bool, casts: Any = None) -> ChainResult:
     """One chain: prepare both forms, check them against float64, time them paired, decide."""
-    unfused_c, fused_c, c_inputs = rewrite.chain_module(model.gm, detection, chain.id, device, kernel=entry.kernel)
+    unfused_c, fused_c, c_inputs = rewrite.chain_module(model.gm, detection, chain.id, m.run_target(device, dtype),
+                                                        kernel=entry.kernel)
     u = m.prepare_graph(unfused_c, device, dtype, casts=casts)
     f = m.prepare_graph(fused_c, device, dtype, casts=casts)
     x = m.prepare_inputs(c_inputs, device, dtype)

@@ -56,8 +56,10 @@ from explorer.messages import CASTS, NOTES, RUN
 from explorer.graph import aten
 from explorer.runtime import lean as lean_graphs
 from explorer.units import GIB, available_host_bytes  # noqa: F401  (the runner reads both from here)
+from explorer.fusions.rewrite import TORCH_DTYPES
+from explorer.vocab import REFERENCE_DTYPE, Target, parse_dtype
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
+DTYPES = TORCH_DTYPES   # the vocabulary's names (explorer.vocab) -> torch dtypes, and fp64 for the reference
 
 
 # ------------------------------------------------------------------ devices and dtypes
@@ -74,10 +76,15 @@ def resolve_device(device: str) -> str:
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise RunError(RUN("unknown_dtype", dtype=name)) from None
+    """The torch dtype of a dtype name (``explorer.vocab.DTYPE_NAMES``, or ``fp64``); ``TargetError`` otherwise."""
+    return DTYPES[name if name == REFERENCE_DTYPE else parse_dtype(name)]
+
+
+def run_target(device: str, dtype: torch.dtype, channels_last: bool = False) -> Target:
+    """The ``Target`` a graph prepared with these arguments runs for: ``fuse`` makes each chain's kernel choice
+    for it, and ``prepare_graph``'s lowering reads that choice (``explorer.fusions.edit.planned``)."""
+    name = next((n for n, d in DTYPES.items() if d == dtype), None)
+    return Target(device, parse_dtype(name), "channels_last" if channels_last else "nchw")
 
 
 def cuda_context_lost(device: str, exc: BaseException) -> bool:

@@ -289,7 +289,7 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
 
     schedule.emit("prepare", 0.0, "applying the plan")
     t0 = time.perf_counter()
-    fused_model = fuse(analysis, plan, device)
+    fused_model = fuse(analysis, plan, m.run_target(device, dtype, plan.memory_format == "channels_last"))
     fuse_s = time.perf_counter() - t0
     applied = {a.chain_id: a for a in fused_model.applied}
     fused_ids = [a.chain_id for a in fused_model.applied if a.status == "fused"]

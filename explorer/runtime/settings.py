@@ -7,6 +7,7 @@ from typing import Any
 
 from explorer.errors import RunError
 from explorer.messages import RUN
+from explorer.vocab import parse_device, parse_dtype
 
 #: torch.compile modes a run can compare with. "default" is compared with the fused model as plain
 #: calls, "reduce-overhead" (CUDA graphs) with the fused model replayed as CUDA graphs; the autotuned
@@ -28,8 +29,8 @@ class RunSettings:
     0.11 s on 1 thread and 0.3-2.4 s on 2). The report's environment records it.
     """
 
-    device: str = "auto"  # auto | cuda | cpu
-    dtype: str = "fp32"  # fp32 | fp16 | bf16
+    device: str = "auto"  # explorer.vocab.DEVICE_NAMES: auto | cuda | cuda:N | cpu
+    dtype: str = "fp32"  # explorer.vocab.DTYPE_NAMES: fp32 | fp16 | bf16
     batch: int | None = None
     seq_len: int | None = None
     per_chain: bool = True
@@ -43,6 +44,8 @@ class RunSettings:
     timeout_s: float = 900.0
 
     def __post_init__(self) -> None:
+        parse_device(self.device)   # a bad name is refused here, in the parent, before any child starts
+        parse_dtype(self.dtype)
         unknown = [mode for mode in self.compile_modes if mode not in COMPILE_MODES]
         if unknown:
             raise RunError(RUN("unknown_compile_mode", modes=", ".join(unknown), choices=", ".join(COMPILE_MODES)))

@@ -27,10 +27,14 @@ import torch
 
 from explorer.messages import PROGRESS, STAGES
 from explorer.fusions import rewrite
+from explorer.fusions.base import Detection
+from explorer.fusions.plan import Plan
 from explorer.report import Stage
 from explorer.runtime import measure as m
 from explorer.runtime.settings import RunSettings
 from explorer.runtime.variants import make_variant, measure_variants
+from explorer.sources import LoadedModel
+from explorer.vocab import Target
 
 STAGE_LABELS = {
     "none": "original",
@@ -53,7 +57,7 @@ def _count(gm: torch.fx.GraphModule) -> dict[str, int]:
             "batch_norms": sum(1 for t in sig if "batch_norm" in t)}
 
 
-def describe_stages(model: Any, detection: Any, plan: Any, device: str
+def describe_stages(model: LoadedModel, detection: Detection, plan: Plan, device: Target | str
                     ) -> list[tuple[Stage, torch.fx.GraphModule | None]]:
     """Every level's graph and its description (no timing): ``(Stage, gm)``, gm None when the
     graph is identical to an earlier stage's (``Stage.same_as`` names it)."""
@@ -102,12 +106,12 @@ def _differs(level: str, previous: dict[str, int] | None, now: dict[str, int], f
     return f"every accepted chain applied: {full} chain(s), {now['fused_calls']} fused call(s), {ops}"
 
 
-def stage_measurements(model: Any, detection: Any, plan: Any, device: str, dtype: Any, channels_last: bool,
-                       settings: RunSettings, emit: Callable[[float, str], None], casts: Any = None
-                       ) -> tuple[Stage, ...]:
+def stage_measurements(model: LoadedModel, detection: Detection, plan: Plan, device: str, dtype: torch.dtype,
+                       channels_last: bool, settings: RunSettings, emit: Callable[[float, str], None],
+                       casts: Any = None) -> tuple[Stage, ...]:
     """The four stages (``describe_stages``), the distinct graphs timed alternated (prepared with the
     model's own casts, ``casts``, as the whole model is)."""
-    described = describe_stages(model, detection, plan, device)
+    described = describe_stages(model, detection, plan, m.run_target(device, dtype, channels_last))
     distinct = [(s, gm) for s, gm in described if gm is not None]
     emit(0.1, PROGRESS("timing_distinct_stage_graphs", n=len(distinct)))
     inputs = m.prepare_inputs(model.example_inputs, device, dtype, channels_last)

@@ -167,15 +167,17 @@ def _profile(analysis: Any, payload: dict, step: Callable[[float, str], None]) -
     from explorer.fusions.plan import Plan
     from explorer.fusions.rewrite import apply_plan
     from explorer.runtime.breakdown import model_breakdowns
-    from explorer.runtime.measure import resolve_device
+    from explorer.runtime.measure import resolve_device, run_target, torch_dtype
 
     device = resolve_device(str(payload.get("device", "cpu")))
+    dtype = str(payload.get("dtype", "fp32"))
     plan = Plan.from_dict(payload["plan"])
     plan.check_for(analysis.detection)
     step(0.02, str(WORDS("fusing")))
-    fused = apply_plan(analysis.model.gm, analysis.detection, plan, device)
+    fused = apply_plan(analysis.model.gm, analysis.detection, plan,
+                       run_target(device, torch_dtype(dtype), plan.memory_format == "channels_last"))
     ridge = payload.get("ridge")
-    out = model_breakdowns(analysis, fused.gm, device, str(payload.get("dtype", "fp32")),
+    out = model_breakdowns(analysis, fused.gm, device, dtype,
                            float(ridge) if isinstance(ridge, (int, float)) else None,
                            plan.memory_format == "channels_last", on_step=step)
     return {"breakdowns": {k: v.to_dict() for k, v in out.items()}}
@@ -183,12 +185,15 @@ def _profile(analysis: Any, payload: dict, step: Callable[[float, str], None]) -
 
 def _bisect(analysis: Any, payload: dict, step: Callable[[float, str], None], cancel: threading.Event) -> dict:
     from explorer.runtime.bisect import default_fuse, precision_bisect
+    from explorer.runtime.measure import resolve_device, run_target, torch_dtype
 
-    device = str(payload.get("device", "cpu"))
+    device = resolve_device(str(payload.get("device", "cpu")))
+    dtype = str(payload.get("dtype", "fp32"))
     kernels = {str(k): str(v) for k, v in (payload.get("kernels") or {}).items()}
-    result = precision_bisect(analysis, [str(i) for i in payload.get("ids") or []], device,
-                              str(payload.get("dtype", "fp32")), str(payload.get("mode", "both")),
-                              default_fuse(analysis, kernels, device), on_step=step, cancel=cancel)
+    result = precision_bisect(analysis, [str(i) for i in payload.get("ids") or []], device, dtype,
+                              str(payload.get("mode", "both")),
+                              default_fuse(analysis, kernels, run_target(device, torch_dtype(dtype))),
+                              on_step=step, cancel=cancel)
     return {"bisect": result.to_dict()}
 
 

@@ -241,8 +241,9 @@ def _ncu_child(args: dict[str, Any]) -> int:
     device = "cuda"
     dtype = m.torch_dtype(args["dtype"])
     analysis = analyze(args["source"], batch=args.get("batch"), seq_len=args.get("seq_len"))
-    gm = analysis.model.gm if args["variant"] == "unfused" else fuse(analysis, None, device).gm
     channels_last = args.get("memory_format") == "channels_last"
+    gm = (analysis.model.gm if args["variant"] == "unfused"
+          else fuse(analysis, None, m.run_target(device, dtype, channels_last)).gm)
     prepared = m.prepare_graph(gm, device, dtype, channels_last)
     inputs = m.prepare_inputs(analysis.model.example_inputs, device, dtype, channels_last)
     with torch.inference_mode():

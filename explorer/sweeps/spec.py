@@ -47,12 +47,12 @@ from typing import Any, Iterable, Sequence
 from explorer.errors import ExplorerError
 from explorer.jsonfile import parse_json, read_regular_file
 from explorer.runtime.settings import COMPILE_MODES, DEFAULT_COMPILE_MODES, RunSettings
+from explorer.vocab import DEVICE_NAMES, DTYPE_NAMES, MEMORY_FORMATS
 
 MAX_SPEC_BYTES = 1 * 2**20
 MAX_POINTS = 100_000
-DTYPES = ("fp32", "fp16", "bf16")
-MEMORY_FORMATS = ("nchw", "channels_last")
-DEVICES = ("auto", "cuda", "cpu")
+DTYPES = DTYPE_NAMES          # the one vocabulary (explorer.vocab), as a sweep spells its axes
+DEVICES = DEVICE_NAMES        # a sweep's workers pick their GPU (CUDA_VISIBLE_DEVICES): no cuda:N here
 MAX_PLAN_BYTES = 5 * 2**20
 #: Bumped when what a point measures changes meaning: part of every cache key.
 KEY_VERSION = 1

@@ -320,7 +320,7 @@ def fused_graph(model: Any, detection: Any, plan: Any):
         from explorer.fusions import rewrite
     except ImportError as exc:
         raise ExplorerError(UPLOAD("rewriter", reason=_one_line(exc))) from None
-    fused = rewrite.apply_plan(model.gm, detection, plan, device="cpu")
+    fused = rewrite.apply_plan(model.gm, detection, plan, "cpu")
     return fused
 
 

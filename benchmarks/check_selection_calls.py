@@ -1,0 +1,62 @@
+"""How often each family's ``select_*`` runs to fuse a zoo model, lower its lean graph, and (on the CPU) run it once.
+
+Runs on any tree, before issue 21's change as after (it wraps each family module's ``select_*`` attribute,
+which the call sites look up at call time, rather than reading the selection registry the old tree lacks), so
+that the two counts compare. Per model: cpu/fp32 (fuse, lowering, one forward) and cuda/fp16 as planned (fuse and
+lowering: no GPU needed)::
+
+    python3 benchmarks/check_selection_calls.py resnet50 bert_base llama_decoder
+"""
+import importlib
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from explorer import fusion_engine  # noqa: E402
+from explorer.fusions import FAMILY_NAMES  # noqa: E402
+from explorer.fusions.plan import make_plan  # noqa: E402
+from explorer.runtime import lean, measure  # noqa: E402
+
+counts = Counter()
+phase = ["fuse"]
+for fam in FAMILY_NAMES:
+    mod = importlib.import_module(f"explorer.fusions.{fam}")
+    for name in dir(mod):
+        fn = getattr(mod, name)
+        if name.startswith("select_") and callable(fn) and fn.__module__ == mod.__name__:
+            def wrap(*a, _fn=fn, _n=f"{fam}.{name}", **k):
+                counts[(phase[0], _n)] += 1
+                return _fn(*a, **k)
+            setattr(mod, name, wrap)
+
+try:
+    from explorer.vocab import Target
+except ImportError:
+    Target = None
+out = {}
+for model in sys.argv[1:] or ["resnet50", "bert_base", "llama_decoder"]:
+    a = fusion_engine.analyze(model)
+    for device, dtype in (("cpu", "fp32"), ("cuda", "fp16")):
+        counts.clear()
+        plan = make_plan(a.detection, "all")
+        phase[0] = "fuse"
+        target = Target(device, dtype) if Target else device
+        fused = fusion_engine.fuse(a, plan, target)
+        phase[0] = "lowering"
+        gm = measure.prepare_graph(fused.gm, "cpu", measure.torch_dtype(dtype), lean=False)
+        lean.specialize_fused_calls(gm, torch.device(device), measure.torch_dtype(dtype))
+        if device == "cpu":
+            phase[0] = "forward"
+            x = measure.prepare_inputs(a.model.example_inputs, "cpu", torch.float32)
+            with torch.inference_mode():
+                gm(*x)
+        n_fused = sum(1 for c in fused.applied if c.status == "fused")
+        by_phase = Counter()
+        for (p, _), v in counts.items():
+            by_phase[p] += v
+        out[f"{model} {device}/{dtype}"] = {"fused_chains": n_fused, **by_phase}
+        later = {f"{p}:{n}": v for (p, n), v in counts.items() if p != "fuse"}
+        print(model, device, dtype, out[f"{model} {device}/{dtype}"], later, flush=True)

@@ -1,0 +1,173 @@
+"""One target, one decision (issue 21): ``Target(device, dtype, memory_format)`` and its one vocabulary of names,
+refused in the parent with one line (the command line, a sweep's spec, the run settings); each chain's kernel
+``Choice`` made once per target, recorded on its fused call and read by the lowering.
+
+The counts come from the selection registry (``fusions.base.counting``), which patches nothing: every family's
+``select_*`` is registered there and counts its own calls while the block is open. The model is a small CNN and
+MLP written here whose chains are one of each family with a lowering that reads the choice (conv, squeeze-excite,
+linear + activation, linear + residual); its fused outputs are compared with the unfused model's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from torch import nn
+from triton_testing import detect_module
+
+from explorer import cli
+from explorer.fusions.base import SELECTIONS, Choice, counting
+from explorer.fusions.plan import make_plan
+from explorer.fusions.rewrite import apply_plan
+from explorer.runtime import lean, measure
+from explorer.runtime.settings import RunSettings
+from explorer.sweeps import spec as sweep_spec
+from explorer.vocab import DTYPE_NAMES, MEMORY_FORMATS, Target, TargetError
+
+
+# ====================================================================== the vocabulary, refused in the parent
+
+@pytest.mark.parametrize("fields, words", [
+    ({"dtype": "fp8"}, "unknown dtype 'fp8'"),
+    ({"dtype": "fp64"}, "unknown dtype 'fp64'"),          # the reference's dtype is never a run's
+    ({"device": "tpu"}, "unknown device 'tpu'"),
+    ({"device": "cuda:x"}, "unknown device 'cuda:x'"),
+    ({"memory_format": "nhwc"}, "memory_format must be one of nchw, channels_last, got 'nhwc'"),
+])
+def test_a_bad_name_is_one_line(fields, words):
+    with pytest.raises(TargetError) as err:
+        Target(**fields)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("fields", [{"dtype": "fp8"}, {"device": "tpu"}, {"dtype": 16}])
+def test_the_run_settings_refuse_a_bad_name(fields):
+    """What ``gpu_runner.run`` is given is made in the parent: a bad name never reaches a child process."""
+    with pytest.raises(TargetError):
+        RunSettings(**fields)
+
+
+def test_the_names_a_target_takes():
+    assert str(Target("cuda:1", "bf16", "channels_last")) == "cuda:1/bf16/channels_last"
+    assert Target("cuda:1").device_type == "cuda" and Target().channels_last is False
+    assert [Target("cpu", d).dtype for d in DTYPE_NAMES] == ["fp32", "fp16", "bf16"]
+    assert measure.torch_dtype("bf16") is torch.bfloat16 and measure.torch_dtype("fp64") is torch.float64
+    assert measure.run_target("cuda", torch.float16, True) == Target("cuda", "fp16", "channels_last")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "no_such_model", "--dtype", "fp8"], "unknown dtype 'fp8'"),
+    (["run", "no_such_model", "--device", "tpu"], "unknown device 'tpu'"),
+    (["plan", "no_such_model", "--memory-format", "nhwc"], "got 'nhwc'"),
+    (["compare-compile", "no_such_model", "--dtype", "float16"], "unknown dtype 'float16'"),
+    (["sweep", "--out", "unused", "--models", "no_such_model", "--batches", "1", "--dtypes", "fp16,fp8"],
+     "unknown dtype 'fp8'"),
+    (["sweep", "--out", "unused", "--models", "no_such_model", "--batches", "1", "--dtypes", "fp16",
+      "--memory-formats", "nhwc"], "got 'nhwc'"),
+])
+def test_the_command_line_refuses_a_bad_name_first(argv, words, capsys):
+    """One line, and before anything else is read: the model does not exist, yet the name is what is refused."""
+    assert cli.main(argv) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("key, value, words", [("dtypes", ["fp8"], "dtypes (fp32, fp16, bf16)"),
+                                               ("memory_formats", ["nhwc"], "memory formats (nchw, channels_last)")])
+def test_a_sweep_spec_spells_the_same_vocabulary(key, value, words):
+    data = {"models": ["conv_bn_relu"], "plans": ["all"], "batches": [1], "dtypes": ["fp32"], key: value}
+    with pytest.raises(sweep_spec.SweepError) as err:
+        sweep_spec.parse_spec(data)
+    assert words in str(err.value) and "\n" not in str(err.value)
+    assert sweep_spec.DTYPES == DTYPE_NAMES and sweep_spec.MEMORY_FORMATS == MEMORY_FORMATS
+
+
+# ====================================================================== one decision per chain and target
+
+class _Net(nn.Module):
+    """conv → BN → ReLU, a squeeze-excite gate, then a linear + ReLU and a projection added to its input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 12, 3, padding=1), nn.BatchNorm2d(12)
+        self.fc1, self.fc2 = nn.Conv2d(12, 4, 1), nn.Conv2d(4, 12, 1)
+        self.lin, self.proj = nn.Linear(12, 20), nn.Linear(20, 12)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))                                            # (N, 12, H, W)
+        y = y * torch.sigmoid(self.fc2(torch.relu(self.fc1(y.mean((2, 3), keepdim=True)))))
+        h = y.mean((2, 3))                                                               # (N, 12)
+        return self.proj(torch.relu(self.lin(h))) + h                                    # (N, 12)
+
+
+#: The selection each of the model's patterns asks.
+_SELECTION = {"conv_bn_act": "conv.select_conv_epilogue", "squeeze_excite": "squeeze_excite.select_squeeze_excite",
+              "linear_act": "linear.select_linear_act", "linear_residual": "linear_residual.select_linear_residual"}
+
+
+@pytest.fixture(scope="module")
+def net():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 7)
+    gm, detection = detect_module(_Net(), (x,), "target_net")
+    assert sorted(c.pattern for c in detection.chains) == sorted(_SELECTION)
+    return gm, detection, x
+
+
+def _fused_calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if "fused_choice" in n.meta and n.op == "call_function"]
+
+
+@pytest.mark.parametrize("target", [Target("cpu"), Target("cuda", "fp16", "channels_last"), Target("cuda", "bf16")],
+                         ids=str)
+def test_each_chain_is_decided_once_per_target(net, target):
+    gm, detection, _x = net
+    plan = make_plan(detection, "all", memory_format=target.memory_format)
+    with counting() as calls:
+        fused = apply_plan(gm, detection, plan, target)
+    assert all(a.status == "fused" for a in fused.applied)
+    assert calls == Counter(_SELECTION[a.pattern] for a in fused.applied)       # once each, at the rewrite
+    dtype = measure.torch_dtype(target.dtype)
+    recorded = {n.meta["fused_chain"]: n.meta["fused_choice"] for n in _fused_calls(fused.gm)}
+    assert {a.chain_id: a.impl for a in fused.applied} == {k: c.impl for k, c in recorded.items()}
+    assert all(n.meta["fused_for"] == (target.device_type, dtype) for n in _fused_calls(fused.gm))
+    prepared = measure.prepare_graph(fused.gm, "cpu", dtype, target.channels_last, lean=False)
+    with counting() as later:
+        lowered = lean.specialize_fused_calls(prepared, torch.device(target.device), dtype)
+    assert lowered == len(fused.applied) and not later                           # the lowering read every choice
+
+
+def test_the_lowering_reads_the_recorded_choice(net):
+    """A recorded choice is what the lean graph runs: one changed on the node changes the lowered call (a test
+    of reading, not of deciding again), and the fused graph still computes what the model does."""
+    gm, detection, x = net
+    fused = apply_plan(gm, detection, make_plan(detection, "all"), Target("cpu"))
+    (conv_call,) = [n for n in _fused_calls(fused.gm) if n.meta["fused_pattern"] == "conv_bn_act"]
+    assert conv_call.meta["fused_choice"].impl == "separate"
+    plain = measure.prepare_graph(fused.gm, "cpu", torch.float32, lean=False)
+    lean_gm = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    with torch.inference_mode(), counting() as calls:
+        out = lean_gm(x)
+    assert not calls                                                            # no selection at run time either
+    with torch.inference_mode():
+        torch.testing.assert_close(out, plain(x), rtol=0, atol=0)
+        torch.testing.assert_close(out, gm(x), rtol=1e-5, atol=1e-5)
+    conv_call.meta["fused_choice"] = Choice("cudnn_conv_relu", "as if cuDNN", True)
+    relabelled = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    assert torch.cudnn_convolution_relu in [n.target for n in relabelled.graph.nodes]
+
+
+def test_a_graph_fused_for_another_target_asks_the_selection(net):
+    """The one other caller: a fused call recorded for cpu/fp32 lowered for cuda/fp16 asks its selection there."""
+    gm, detection, _x = net
+    fused = apply_plan(gm, detection, make_plan(detection, "all"), "cpu")
+    prepared = measure.prepare_graph(fused.gm, "cpu", torch.float16, lean=False)
+    with counting() as calls:
+        lean.specialize_fused_calls(prepared, torch.device("cuda"), torch.float16)
+    assert calls == Counter(_SELECTION[a.pattern] for a in fused.applied)
+    assert set(SELECTIONS) >= set(_SELECTION.values())
