@@ -199,6 +199,14 @@ FILE_SECONDS = os.path.join(os.path.dirname(__file__), "file_seconds.tsv")
 TIMING_FILES = ("tests/test_waits.py",)
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process and of the children it has waited for (theirs once they
+    end: an app a module started counts at its module's end). Unlike the wall time it barely depends on how
+    busy the machine is: what a file costs, and the suite's wall time on an idle machine, come from it."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 class _FileMeter:
     """Where the tests run (the only process, or each xdist worker): a file's time and the process's memory
     during it, measured at its last test's teardown, after the module's fixtures are gone."""
@@ -208,11 +216,13 @@ class _FileMeter:
         self.current = None
         self.file_start = time.monotonic()
         self.file_start_epoch = time.time()
+        self.file_start_cpu = _cpu_seconds()
 
     def begin(self, path) -> None:
         self.current = path
         self.file_start = time.monotonic()
         self.file_start_epoch = time.time()
+        self.file_start_cpu = _cpu_seconds()
         _reset_peak()
 
     def end(self, module) -> dict:
@@ -220,6 +230,7 @@ class _FileMeter:
         peak = _status_kb("VmHWM")
         release_memory(module)
         return {"worker": self.worker, "seconds": round(seconds, 2), "peak_kb": peak,
+                "cpu": round(_cpu_seconds() - self.file_start_cpu, 2),
                 "after_kb": _status_kb("VmRSS"), "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0,
                 "started": self.file_start_epoch, "ended": time.time(), "analyses": analyzed.made}
 
@@ -296,11 +307,12 @@ class _SuiteReport:
         self.files_total = 0
         self.worker_peak_kb: dict[str, int] = {}
         self.analyses: dict[str, int] = {}
+        self.cpu = 0.0
         self.sampler = _TreeSampler()
         self.log = os.environ.get("FUSION_EXPLORER_SUITE_LOG")
         if self.log:
             with open(self.log, "w") as f:
-                f.write("file\ttests\tseconds\trss_after_gb\tpeak_gb\tload1\tworker\tstart_s\ttree_peak_gb\n")
+                f.write("file\ttests\tseconds\trss_after_gb\tpeak_gb\tload1\tworker\tstart_s\ttree_peak_gb\tcpu_s\n")
 
     def record(self, report) -> None:
         path = report.nodeid.split("::")[0]
@@ -319,13 +331,14 @@ class _SuiteReport:
         worker = data["worker"]
         self.worker_peak_kb[worker] = max(self.worker_peak_kb.get(worker, 0), data["peak_kb"])
         self.analyses[worker] = data["analyses"]
+        self.cpu += data["cpu"]
         tree = self.sampler.peak_kb(data["started"], data["ended"])
         tests = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         elapsed = time.monotonic() - self.start
         where = f" ({worker})" if worker else ""
         together = f"; all processes {_gb(tree)}" if tree else ""
         line = (f"[{self.files_done}/{self.files_total or '?'}] {path}{where}: {tests or 'no tests'} in "
-                f"{data['seconds']:.1f} s (suite {elapsed / 60:.1f} min); resident {_gb(data['after_kb'])} after, "
+                f"{data['seconds']:.1f} s, cpu {data['cpu']:.0f} s (suite {elapsed / 60:.1f} min); resident {_gb(data['after_kb'])} after, "
                 f"peak {_gb(data['peak_kb'])}{together}; load {data['load']:.1f}")
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
@@ -335,7 +348,7 @@ class _SuiteReport:
             with open(self.log, "a") as f:
                 f.write(f"{path}\t{sum(counts.values())}\t{data['seconds']:.1f}\t{data['after_kb'] / 2**20:.2f}\t"
                         f"{data['peak_kb'] / 2**20:.2f}\t{data['load']:.1f}\t{worker or '-'}\t"
-                        f"{data['started'] - self.start_epoch:.0f}\t{tree / 2**20:.2f}\n")
+                        f"{data['started'] - self.start_epoch:.0f}\t{tree / 2**20:.2f}\t{data['cpu']:.1f}\n")
 
     def summary(self) -> str:
         self.sampler.stop.set()
@@ -344,7 +357,8 @@ class _SuiteReport:
                  f"the pytest process peaked at {_gb(max(self.worker_peak_kb.values(), default=0))}")
         tree = self.sampler.peak_kb()
         together = (f"; all its processes together at {_gb(tree)} (resident, summed each second)" if tree else "")
-        return (f"suite: {self.files_done} files in {(time.monotonic() - self.start) / 60:.1f} min; {peaks} "
+        return (f"suite: {self.files_done} files in {(time.monotonic() - self.start) / 60:.1f} min, "
+                f"cpu {self.cpu / 60:.1f} min; {peaks} "
                 f"resident{together}; {sum(self.analyses.values())} zoo analyses made")
 
 
