@@ -3,17 +3,23 @@
 - ``analyze_cached``: analyses of zoo models shared by every test and file that loads the same model,
   within a memory budget (``AnalysisCache``, 1 GB of tensors): the least recently used are dropped
   past it, so the session never holds every zoo model at once (it did: 13 GB resident, issue 26).
-  ``detection_cached``: their graphs and detections (no weights), kept for the session.
+  ``detection_cached``: their graphs and detections (no weights), kept for the session. Under
+  pytest-xdist each worker has its own (a module-level object of the worker's process).
 - After a test that leaves the process 256 MB larger, a full garbage collection (an fx graph and its
   module refer to each other: without it a test's models stay until the collector's next full pass).
 - After each test file: its module-level ``functools.lru_cache`` wrappers are cleared, the shared
   analyses trimmed to half their budget, torch.compile's state is reset, the garbage collector runs
-  and glibc gives freed heap pages back to the system, so one file's models do not stay under the next.
-- A line per file: which file ran, its tests, its time, the process's resident memory after it and its
-  peak during it (the kernel's high-water mark, reset at each file's start), so a slow or heavy file
-  shows where it is. ``FUSION_EXPLORER_SUITE_LOG=path`` also
-  writes these as tab-separated rows (docs/test-suite.md's tables were made so).
-- The browser tests' app (``app_url``) is started once per module that asks for it.
+  and glibc gives freed heap pages back to the system, so one file's models do not stay under the next
+  (in the process that ran the file: each worker keeps its own house).
+- A line per file: which file ran (and on which worker), its tests, its time and CPU seconds, the
+  process's resident memory after it and its peak during it (the kernel's high-water mark, reset at
+  each file's start), and all the suite's processes together (sampled each second), so a slow or heavy
+  file shows where it is. The worker measures, at the file's last teardown, and sends the numbers with
+  that test's report; the controller (or the only process) prints the line and, with
+  ``FUSION_EXPLORER_SUITE_LOG=path``, writes a tab-separated row (docs/test-suite.md's tables were made so).
+- Under xdist (``make test``: ``-n 2 --dist loadfile``) the files are handed out longest first
+  (``tests/file_seconds.tsv``) and the timing-sensitive ones last (``TIMING_FILES``).
+- The browser tests' app (``app_url``) is started once per module that asks for it, on a free port.
 """
 
 from __future__ import annotations
