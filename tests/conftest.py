@@ -381,13 +381,16 @@ def pytest_configure(config) -> None:
 
 
 def _file_order(config) -> dict[str, float]:
-    """``file -> seconds`` from ``FILE_SECONDS`` (a ``FUSION_EXPLORER_SUITE_LOG`` file); empty without one."""
+    """``file -> seconds`` from ``FILE_SECONDS`` (a ``FUSION_EXPLORER_SUITE_LOG`` file): its ``cpu_s`` column
+    where it has one (what a file costs, whatever the machine's load was), else ``seconds``; empty without one."""
     seconds: dict[str, float] = {}
     try:
         with open(FILE_SECONDS) as f:
-            for row in f.read().splitlines()[1:]:
-                cells = row.split("\t")
-                seconds[cells[0]] = seconds.get(cells[0], 0.0) + float(cells[2])
+            header, *rows = f.read().splitlines()
+        column = header.split("\t").index("cpu_s" if "cpu_s" in header.split("\t") else "seconds")
+        for row in rows:
+            cells = row.split("\t")
+            seconds[cells[0]] = seconds.get(cells[0], 0.0) + float(cells[column])
     except (OSError, ValueError, IndexError):
         return {}
     return seconds
@@ -413,7 +416,7 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 
 
 def pytest_collection_finish(session) -> None:
-    if _suite is not None:
+    if _suite is not None and session.items:   # an xdist controller collects nothing (its workers do)
         _suite.files_total = len({item.nodeid.split("::")[0] for item in session.items})
 
 
