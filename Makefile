@@ -28,9 +28,14 @@ browser:
 
 # One thread per process: the suite's tests (and the children they start) on a 2-core machine.
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+# Two pytest-xdist workers, one per core. Each file runs whole on one worker (its module fixtures, the
+# app a browser file starts, made once); the files are handed out longest first (tests/conftest.py,
+# tests/file_seconds.tsv), not reordered by their number of tests. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+TEST_XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 test: setup browser
-	$(TEST_ENV) $(BIN)/python -m pytest -m "not duplicate" --durations=15
+	$(TEST_ENV) $(BIN)/python -m pytest $(TEST_XDIST) -m "not duplicate" --durations=15
 
 test-all: setup browser
-	$(TEST_ENV) $(BIN)/python -m pytest --durations=15
+	$(TEST_ENV) $(BIN)/python -m pytest $(TEST_XDIST) --durations=15

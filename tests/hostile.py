@@ -802,3 +802,4 @@ class CliForkServer:
             self.proc.wait(timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
+            self.proc.wait()   # reaped here (no zombie; its CPU time counted in the file that used it)

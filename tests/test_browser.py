@@ -244,7 +244,10 @@ def test_a_browser_without_cjk_fonts_draws_the_chinese_pages_with_the_apps_font(
                 page.goto(app_url + "/export?lang=zh&model=residual_block")
                 page.get_by_text(i18n.t_in("zh", "app.kind.onnx")).first.wait_for(timeout=120_000)
                 wait_idle(page, 120_000)
-                page.wait_for_function("() => document.fonts.status === 'loaded'", timeout=30_000)
+                # the subset's face itself, not fonts.status: on a busy machine (two xdist workers beside other
+                # work) 'loaded' was read before the Chinese text was laid out and the face requested
+                page.wait_for_function("() => [...document.fonts].some(f => f.status === 'loaded' && "
+                                       "f.unicodeRange.toUpperCase().includes('U+4E00-9FFF'))", timeout=60_000)
                 faces = page.evaluate("() => [...document.fonts].filter(f => f.status === 'loaded')"
                                       ".map(f => [f.family, f.unicodeRange])")
                 page.get_by_text(i18n.t_in("zh", "app.kind.onnx")).first.click()

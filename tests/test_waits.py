@@ -106,7 +106,9 @@ def test_a_normal_run_ends_within_30_percent_of_its_estimate(tmp_path, monkeypat
     really took, counted from the call (the click); 0.5 s more for the status's whole seconds. Before issue 26's
     estimator (the applying phase priced at 1 s for ever, the app's warm load taken for a fresh process's, the
     warm-up read as a round's rate, no pace of the host) this run's estimates overshot by 57-58% at load 0.9 on the
-    2-core machine (on a host at load 11 both pass: the fixed errors shrink against a slower run)."""
+    2-core machine (on a host at load 11 both pass: the fixed errors shrink against a slower run). Under
+    ``make test``'s two workers this file is handed out last, beside the suite's lightest files
+    (``tests/conftest.py``, ``TIMING_FILES``): the check itself is unchanged."""
     from explorer import gpu_runner
     from explorer.runtime.settings import RunSettings
 
