@@ -51,13 +51,21 @@ class _CappedBlock(torch.nn.Module):
         return s.softmax(-1) @ v
 
 
-def test_a_soft_cap_before_the_second_matmul_goes_to_inductor_with_its_reason():
+def test_a_soft_cap_before_the_second_matmul_is_the_scores_kernel_then_a_matmul(monkeypatch):
+    """SDPA has no soft-cap: with the second MatMul in the chain the Triton scores kernel applies the cap and P·V is
+    one matmul; where no Triton runs, inductor takes the chain, with that reason."""
     from explorer.fusions.edit import RewriteContext, UseGeneric
 
     q, k, v = torch.randn(2, 9, 8), torch.randn(2, 10, 8), torch.randn(2, 10, 8)
     gm, det = detect_module(_CappedBlock(), (q, k, v))
     (chain,) = [c for c in det.chains if c.pattern == "matmul_softmax"]
     assert chain.node_for("context") is not None and chain.node_for("cap_tanh") is not None
+    fused = fuse_all(gm, det)
+    (applied,) = [a for a in fused.applied if a.pattern == "matmul_softmax"]
+    assert applied.status == "fused" and applied.impl == "triton" and "P·V" in applied.implementation
+    assert "fused_capped_attention" in fused.gm.code
+    torch.testing.assert_close(fused.gm(q, k, v), gm(q, k, v), rtol=1e-5, atol=1e-5)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(UseGeneric) as why:
         attention.rewrite(RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, torch.device("cpu")), chain, "auto")
     assert why.value.args[0].id == "attention.generic.softcap"
@@ -258,8 +266,8 @@ PINNED = {
     "gemma2": {"matmul_softmax": 2},
     "bloom": {"matmul_softmax": 1},
     "falcon": {"linear_act_forms": 1},
-    "clip": {"linear_act_forms": 1},
-    "vit": {"add_layer_norm": 3},
+    "clip": {"linear_act_forms": 1, "matmul_softmax": 1},
+    "vit": {"add_layer_norm": 3, "matmul_softmax": 1},
     "swinv2": {"matmul_softmax": 2},
     "mobilenet_v3": {"linear_act": 1},
 }
@@ -267,12 +275,12 @@ PINNED = {
 #: What runs for the new chains on the CPU (Triton interpreted): impl per pattern, and a reason where inductor
 #: takes the chain.
 IMPLS = {
-    "gpt2": {"linear_act_forms": {"separate"}, "add_layer_norm": {"triton"}},
+    "gpt2": {"linear_act_forms": {"separate"}, "add_layer_norm": {"triton"}, "matmul_softmax": {"sdpa"}},
     "gemma2": {"matmul_softmax": {"triton"}},
-    "bloom": {"matmul_softmax": {"triton"}},
+    "bloom": {"matmul_softmax": {"sdpa"}},
     "falcon": {"linear_act_forms": {"separate"}},
-    "clip": {"linear_act_forms": {"separate"}},
-    "vit": {"add_layer_norm": {"triton"}},
+    "clip": {"linear_act_forms": {"separate"}, "matmul_softmax": {"sdpa"}},
+    "vit": {"add_layer_norm": {"triton"}, "matmul_softmax": {"sdpa"}},
     "swinv2": {"matmul_softmax": {"sdpa"}},
     "mobilenet_v3": {"linear_act": {"separate"}},
 }
