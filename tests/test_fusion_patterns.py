@@ -72,6 +72,102 @@ def test_a_soft_cap_before_the_second_matmul_is_the_scores_kernel_then_a_matmul(
     assert ALL_WORDS["attention.generic.softcap"][1].startswith("softmax 之前")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_soft_capped_attention_against_float64(dtype):
+    """Gemma2's block with P·V: the scores kernel (cap, causal mask) regrouped to what P·V reads, then the matmul."""
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (rand((2, 3, 11, 10), dtype, "cpu", gen, 3.0), rand((2, 3, 13, 10), dtype, "cpu", gen, 3.0),
+               rand((2, 3, 13, 7), dtype, "cpu", gen))
+    causal = torch.triu(torch.full((11, 13), float("-inf"), dtype=dtype), 3)
+    out = attention.fused_capped_attention(q, k, v, 10 ** -0.5, None, False, True, ((causal, [2, 3, 11, 13], 1.0),),
+                                           None, 50.0, [2, 3, 11, 13])
+    s = up64(q) @ up64(k).transpose(-2, -1) * 10 ** -0.5
+    p = torch.softmax(torch.tanh(s / 50.0) * 50.0 + up64(causal), -1)
+    # P is rounded once to the dtype (as the model's .to(q.dtype) does) before P·V, which the dtype's matmul computes
+    assert_close64(out, p.to(dtype).double() @ up64(v), attention.ATTENTION_TOLERANCES[dtype])
+
+
+def test_cast_is_exact_where_the_fused_kernels_compute_what_the_model_does():
+    assert attention.cast_is_exact("bfloat16", "float32", "bfloat16")      # HF: softmax(s, dtype=fp32).to(q.dtype)
+    assert attention.cast_is_exact("float16", "float32", "float16")
+    assert attention.cast_is_exact("float32", "float32", "float32")        # a float32 capture: the cast is a no-op
+    assert attention.cast_is_exact("bfloat16", "bfloat16", "bfloat16")     # GPT-2's .type(v.dtype)
+    assert not attention.cast_is_exact("bfloat16", "bfloat16", "float32")  # an upcast after a bf16 softmax
+    assert not attention.cast_is_exact("bfloat16", "float32", "float16")   # back to another dtype
+    assert not attention.cast_is_exact("float32", "float64", "float32")    # a float64 softmax: kernels are fp32
+
+
+class _HFEager(torch.nn.Module):
+    """transformers' ``eager_attention_forward``: scores, scale, causal mask, the softmax in float32 cast back to
+    the queries' dtype, eval dropout, P·V."""
+
+    def forward(self, q, k, v, mask):
+        s = torch.matmul(q, k.transpose(2, 3)) * 0.35 + mask
+        p = torch.nn.functional.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+        p = torch.nn.functional.dropout(p, p=0.1, training=False)
+        return torch.matmul(p, v)
+
+
+class _UpcastAfter(torch.nn.Module):
+    """A bf16 softmax whose result is upcast for a float32 consumer: the cast is not the kernels' (they write bf16)."""
+
+    def forward(self, q, k):
+        return (q @ k.transpose(-2, -1)).softmax(-1).to(torch.float32) * 2.0
+
+
+class _Float32Probs(torch.nn.Module):
+    """softmax(s_bf16, dtype=float32) read in float32, never cast back."""
+
+    def forward(self, q, k):
+        return torch.softmax(q @ k.transpose(-2, -1), -1, dtype=torch.float32) * 2.0
+
+
+def _attention_inputs(dtype, seed=9):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = rand((2, 3, 11, 10), dtype, "cpu", gen), rand((2, 3, 13, 10), dtype, "cpu", gen), \
+        rand((2, 3, 13, 6), dtype, "cpu", gen)
+    mask = torch.triu(torch.full((11, 13), torch.finfo(dtype).min, dtype=dtype), 3).expand(2, 1, 11, 13)
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hf_eager_attention_captured_in_its_dtype_is_sdpa(dtype):
+    """Captured at the run dtype (a bf16 ``.pt2``), the float32 softmax and its cast back join the chain: SDPA,
+    against the float64 computation and the captured graph."""
+    q, k, v, mask = _attention_inputs(dtype)
+    gm, det = detect_module(_HFEager(), (q, k, v, mask))
+    (chain,) = [c for c in det.chains if c.pattern == "matmul_softmax"]
+    assert chain.node_for("cast") is not None and chain.node_for("context") is not None
+    fused = fuse_all(gm, det)
+    (applied,) = [a for a in fused.applied if a.pattern == "matmul_softmax"]
+    assert applied.status == "fused" and applied.impl == "sdpa"
+    s = up64(q) @ up64(k).transpose(-2, -1) * 0.35 + up64(mask)
+    want = torch.softmax(s, -1) @ up64(v)
+    with torch.no_grad():
+        got, unfused = fused.gm(q, k, v, mask), gm(q, k, v, mask)
+    assert got.dtype == dtype
+    assert_close64(got, want, attention.ATTENTION_TOLERANCES[dtype])
+    assert_close64(got, unfused.double(), attention.ATTENTION_TOLERANCES[dtype])
+
+
+def test_a_cast_that_is_not_back_to_the_scores_dtype_stays_outside_and_says_why():
+    from explorer.fusions.edit import RewriteContext, UseGeneric
+
+    q, k, _, _ = _attention_inputs(torch.bfloat16)
+    gm, det = detect_module(_UpcastAfter(), (q, k))
+    (chain,) = [c for c in det.chains if c.pattern == "matmul_softmax"]
+    assert chain.node_for("cast") is None                      # the chain ends at the softmax: its kernel is exact
+    fused = fuse_all(gm, det)
+    assert [a.status for a in fused.applied if a.pattern == "matmul_softmax"] == ["fused"]
+    torch.testing.assert_close(fused.gm(q, k), gm(q, k), **attention.ATTENTION_TOLERANCES[torch.bfloat16])
+    gm, det = detect_module(_Float32Probs(), (q, k))
+    (chain,) = [c for c in det.chains if c.pattern == "matmul_softmax"]
+    with pytest.raises(UseGeneric) as why:
+        attention.rewrite(RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, torch.device("cpu")), chain, "auto")
+    assert why.value.args[0].id == "attention.generic.casts"
+    assert ALL_WORDS["attention.generic.cast_back"][1].startswith("softmax 以")
+
+
 def test_einsum_forms():
     assert attention.einsum_form("bhqd,bhkd->bhqk") == "k"
     assert attention.einsum_form("b h i d, b h d j -> b h i j") == "kn"
@@ -245,6 +341,13 @@ def _build(name):
     if name == "vit":
         return T.ViTModel(T.ViTConfig(hidden_size=40, intermediate_size=72, num_hidden_layers=1, num_attention_heads=4,
                                       image_size=28, patch_size=7, **eager)), _pixels(28)
+    if name == "opt":
+        return T.OPTModel(T.OPTConfig(hidden_size=40, ffn_dim=72, num_hidden_layers=1, num_attention_heads=4,
+                                      vocab_size=96, max_position_embeddings=32, word_embed_proj_dim=40,
+                                      use_cache=False, **eager)), _tokens()
+    if name == "swin":
+        return T.SwinModel(T.SwinConfig(image_size=56, patch_size=4, embed_dim=12, depths=[2], num_heads=[2],
+                                        window_size=7, **eager)), _pixels(56)
     if name == "swinv2":
         return T.Swinv2Model(T.Swinv2Config(image_size=56, patch_size=4, embed_dim=12, depths=[2], num_heads=[2],
                                             window_size=7)), _pixels(56)
@@ -261,6 +364,9 @@ def _build(name):
 #: ViT (L=1): LayerNorms before (after the embeddings' dropout), after, and the final one: 2L+1.
 #: Swin-V2 (depth 2): a tensor-scaled attention per block, the shifted one with its window mask (3 adds).
 #: MobileNetV3-small: the classifier's Linear + hardswish.
+#: Every HF eager attention above but Swin-V2's (GPT-2, Gemma2, BLOOM, CLIP, ViT, OPT, Swin) casts its softmax back
+#: to the queries' dtype before P·V: one chain per attention layer takes the cast and P·V (SDPA; Gemma2's soft-cap:
+#: the scores kernel, then one matmul). OPT (L=1): one; Swin (depth 2): one per block, the shifted one with its mask.
 PINNED = {
     "gpt2": {"matmul_softmax": 1, "add_layer_norm": 3, "linear_act_forms": 1},
     "gemma2": {"matmul_softmax": 2},
@@ -270,6 +376,8 @@ PINNED = {
     "vit": {"add_layer_norm": 3, "matmul_softmax": 1},
     "swinv2": {"matmul_softmax": 2},
     "mobilenet_v3": {"linear_act": 1},
+    "opt": {"matmul_softmax": 1},
+    "swin": {"matmul_softmax": 2},
 }
 
 #: What runs for the new chains on the CPU (Triton interpreted): impl per pattern, and a reason where inductor
@@ -283,6 +391,8 @@ IMPLS = {
     "vit": {"add_layer_norm": {"triton"}, "matmul_softmax": {"sdpa"}},
     "swinv2": {"matmul_softmax": {"sdpa"}},
     "mobilenet_v3": {"linear_act": {"separate"}},
+    "opt": {"matmul_softmax": {"sdpa"}},
+    "swin": {"matmul_softmax": {"sdpa"}},
 }
 
 
