@@ -267,6 +267,46 @@ def test_quick_gelu_is_an_epilogue_activation():
     assert "quick_gelu" in TRITON_ACTIVATIONS
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ["gelu_tanh", "silu"])
+def test_gated_pass_on_a_packed_projection(dtype, act):
+    """GeGLU and SwiGLU on one packed (M, 2I) GEMM output read in place (I = 37: ragged against every block)."""
+    from explorer.fusions import swiglu
+
+    gen = torch.Generator().manual_seed(10)
+    gu = rand((3, 7, 74), dtype, "cpu", gen, 2.0)
+    out = swiglu.silu_mul_packed(gu, 37, act=act)
+    want = swiglu.silu_mul_packed_reference(up64(gu), 37, act)
+    assert_close64(out, want, swiglu.TOLERANCES[dtype])
+    if act == "gelu_tanh":   # the gate really is the tanh GELU, not silu
+        assert not torch.allclose(out.double(), swiglu.silu_mul_packed_reference(up64(gu), 37), atol=1e-2)
+
+
+class _PackedUpFirst(torch.nn.Module):
+    """A packed projection whose first half is the up projection: ``up, gate = proj(x).chunk(2, -1)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(19, 2 * 23)
+        self.down = torch.nn.Linear(23, 19)
+
+    def forward(self, x):
+        up, gate = self.proj(x).chunk(2, dim=-1)
+        return self.down(torch.nn.functional.gelu(gate, approximate="tanh") * up)
+
+
+def test_a_packed_projection_with_the_up_half_first_is_one_gemm_with_its_rows_reordered():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 19)
+    gm, det = detect_module(_PackedUpFirst(), (x,))
+    (chain,) = [c for c in det.chains if c.pattern == "swiglu"]
+    assert chain.node_for("packed") is not None and "gelu" in chain.ops
+    fused = fuse_all(gm, det)
+    (applied,) = [a for a in fused.applied if a.pattern == "swiglu"]
+    assert applied.status == "fused" and applied.impl == "one_gemm_triton"
+    torch.testing.assert_close(fused.gm(x), gm(x), rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------- small modules: the near misses
 
 class _Scores(torch.nn.Module):
@@ -348,6 +388,14 @@ def _build(name):
     if name == "swin":
         return T.SwinModel(T.SwinConfig(image_size=56, patch_size=4, embed_dim=12, depths=[2], num_heads=[2],
                                         window_size=7, **eager)), _pixels(56)
+    if name == "phi3":
+        return T.Phi3Model(T.Phi3Config(hidden_size=40, intermediate_size=72, num_hidden_layers=1,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
+                                        max_position_embeddings=32, pad_token_id=0, use_cache=False, **eager)), _tokens()
+    if name == "gemma":
+        return T.GemmaModel(T.GemmaConfig(hidden_size=40, intermediate_size=72, num_hidden_layers=1,
+                                          num_attention_heads=4, num_key_value_heads=2, head_dim=10, vocab_size=96,
+                                          use_cache=False, **eager)), _tokens()
     if name == "swinv2":
         return T.Swinv2Model(T.Swinv2Config(image_size=56, patch_size=4, embed_dim=12, depths=[2], num_heads=[2],
                                             window_size=7)), _pixels(56)
@@ -370,7 +418,7 @@ def _build(name):
 PINNED = {
     "gpt2": {"matmul_softmax": 1, "add_layer_norm": 3, "linear_act_forms": 1},
     "gemma2": {"matmul_softmax": 2},
-    "bloom": {"matmul_softmax": 1},
+    "bloom": {"matmul_softmax": 1, "linear_act_forms": 1},
     "falcon": {"linear_act_forms": 1},
     "clip": {"linear_act_forms": 1, "matmul_softmax": 1},
     "vit": {"add_layer_norm": 3, "matmul_softmax": 1},
@@ -378,6 +426,8 @@ PINNED = {
     "mobilenet_v3": {"linear_act": 1},
     "opt": {"matmul_softmax": 1},
     "swin": {"matmul_softmax": 2},
+    "phi3": {"swiglu": 1},
+    "gemma": {"swiglu": 1},
 }
 
 #: What runs for the new chains on the CPU (Triton interpreted): impl per pattern, and a reason where inductor
@@ -385,7 +435,7 @@ PINNED = {
 IMPLS = {
     "gpt2": {"linear_act_forms": {"separate"}, "add_layer_norm": {"triton"}, "matmul_softmax": {"sdpa"}},
     "gemma2": {"matmul_softmax": {"triton"}},
-    "bloom": {"matmul_softmax": {"sdpa"}},
+    "bloom": {"matmul_softmax": {"sdpa"}, "linear_act_forms": {"separate"}},
     "falcon": {"linear_act_forms": {"separate"}},
     "clip": {"linear_act_forms": {"separate"}, "matmul_softmax": {"sdpa"}},
     "vit": {"add_layer_norm": {"triton"}, "matmul_softmax": {"sdpa"}},
@@ -393,6 +443,8 @@ IMPLS = {
     "mobilenet_v3": {"linear_act": {"separate"}},
     "opt": {"matmul_softmax": {"sdpa"}},
     "swin": {"matmul_softmax": {"sdpa"}},
+    "phi3": {"swiglu": {"one_gemm_triton"}},
+    "gemma": {"swiglu": {"one_gemm_triton"}},
 }
 
 
