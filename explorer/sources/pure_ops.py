@@ -76,7 +76,7 @@ aten.elu.default aten.embedding.default aten.eq.Scalar aten.eq.Tensor aten.erf.d
 aten.exp.default aten.exp2.default aten.expand.default aten.expand_as.default aten.expm1.default
 aten.flatten.using_ints aten.flip.default aten.floor.default aten.floor_divide.default aten.fmod.Scalar
 aten.fmod.Tensor aten.full.default aten.full_like.default aten.gather.default aten.ge.Scalar aten.ge.Tensor
-aten.gelu.default aten.group_norm.default aten.histc.default aten.gt.Scalar aten.gt.Tensor aten.hardsigmoid.default
+aten.gelu.default aten.group_norm.default aten.histc.default aten.scatter.src aten.scatter_add.default aten.scatter_reduce.two aten.gt.Scalar aten.gt.Tensor aten.hardsigmoid.default
 aten.hardswish.default aten.hardtanh.default aten.index.Tensor aten.index_put.default aten.index_put_.default
 aten.index_select.default aten.instance_norm.default aten.isnan.default aten.layer_norm.default
 aten.le.Scalar aten.le.Tensor aten.leaky_relu.default aten.lift_fresh_copy.default aten.linalg_vector_norm.default
