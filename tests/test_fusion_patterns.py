@@ -64,6 +64,8 @@ def test_a_soft_cap_before_the_second_matmul_is_the_scores_kernel_then_a_matmul(
     (applied,) = [a for a in fused.applied if a.pattern == "matmul_softmax"]
     assert applied.status == "fused" and applied.impl == "triton" and "P·V" in applied.implementation
     assert "fused_capped_attention" in fused.gm.code
+    from explorer.launches import stated_kernels
+    assert stated_kernels(applied.implementation) == 2           # the scores kernel, then the P·V matmul
     torch.testing.assert_close(fused.gm(q, k, v), gm(q, k, v), rtol=1e-5, atol=1e-5)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(UseGeneric) as why:

@@ -112,8 +112,8 @@ WORDS = Words("attention", {
                           "softmax 以 {probs} 计算，结果转换为 {out}，而分数是 {scores}：融合内核以 float32 计算 softmax 并写出分数的数据类型"),
     "generic.cast_op": ("{op} between the softmax and the next MatMul is not a dtype cast",
                         "softmax 与下一个 MatMul 之间的 {op} 不是数据类型转换"),
-    "label.capped": ("{label}, then P·V as a matmul (SDPA has no soft-cap)",
-                     "{label}，然后 P·V 作为一次矩阵乘法（SDPA 没有软上限）"),
+    "label.capped": ("{label}, then P·V as a matmul (1 kernel; SDPA has no soft-cap)",
+                     "{label}，然后 P·V 作为一次矩阵乘法（1 个内核；SDPA 没有软上限）"),
 })
 
 
