@@ -284,6 +284,14 @@ def test_gated_pass_on_a_packed_projection(dtype, act):
         assert not torch.allclose(out.double(), swiglu.silu_mul_packed_reference(up64(gu), 37), atol=1e-2)
 
 
+def test_blooms_gelu_spelling_is_the_tanh_gelu():
+    """The recogniser reads BLOOM's formula as gelu_tanh: in float64 the two agree to its 8-digit √(2/π)."""
+    x = torch.linspace(-8, 8, 4001, dtype=torch.float64)
+    bloom = x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+    assert torch.allclose(bloom, F.gelu(x, approximate="tanh"), rtol=0, atol=1e-8)
+    assert not torch.allclose(bloom, F.gelu(x), rtol=0, atol=1e-4)         # not the erf GELU
+
+
 class _PackedUpFirst(torch.nn.Module):
     """A packed projection whose first half is the up projection: ``up, gate = proj(x).chunk(2, -1)``."""
 
@@ -419,7 +427,7 @@ def _build(name):
 #: the scores kernel, then one matmul). OPT (L=1): one; Swin (depth 2): one per block, the shifted one with its mask.
 PINNED = {
     "gpt2": {"matmul_softmax": 1, "add_layer_norm": 3, "linear_act_forms": 1},
-    "gemma2": {"matmul_softmax": 2},
+    "gemma2": {"matmul_softmax": 2, "swiglu": 2},
     "bloom": {"matmul_softmax": 1, "linear_act_forms": 1},
     "falcon": {"linear_act_forms": 1},
     "clip": {"linear_act_forms": 1, "matmul_softmax": 1},
@@ -436,7 +444,7 @@ PINNED = {
 #: takes the chain.
 IMPLS = {
     "gpt2": {"linear_act_forms": {"separate"}, "add_layer_norm": {"triton"}, "matmul_softmax": {"sdpa"}},
-    "gemma2": {"matmul_softmax": {"triton"}},
+    "gemma2": {"matmul_softmax": {"triton"}, "swiglu": {"one_gemm_triton"}},
     "bloom": {"matmul_softmax": {"sdpa"}, "linear_act_forms": {"separate"}},
     "falcon": {"linear_act_forms": {"separate"}},
     "clip": {"linear_act_forms": {"separate"}, "matmul_softmax": {"sdpa"}},
