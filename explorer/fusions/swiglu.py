@@ -531,7 +531,7 @@ def _silu_of(g: nx.DiGraph, gate: str) -> list[tuple[str, str, bool]]:
     raise NoMatch(None, [gate])
 
 
-_SPLITS = ("aten.chunk.", "aten.split.", "aten.split_with_sizes.", "aten.tensor_split.")
+_SPLITS = ("aten.chunk.", "aten.split.", "aten.split_with_sizes.")
 
 
 def _packed_halves(g: nx.DiGraph, linear: str) -> tuple[str, list[str]] | None:
@@ -644,9 +644,14 @@ def _rewrite_packed(ctx: RewriteContext, chain) -> edit.Edit:
     args = aten.args_of(split)
     two_i = out.shape[-1] if isinstance(out, torch.Tensor) else None
     dim = args.get("dim", 0)
-    sizes = args.get("chunks", args.get("split_size", args.get("split_sizes", args.get("sections"))))
-    halves = two_i is not None and two_i % 2 == 0 and isinstance(dim, int) and dim % out.dim() == out.dim() - 1 \
-        and (sizes == 2 or sizes == two_i // 2 or list(sizes) == [two_i // 2] * 2 if sizes is not None else False)
+    sizes = args.get("chunks", args.get("split_size", args.get("split_sizes")))
+    if aten.aten_name(split) == "chunk":
+        even = sizes == 2                                                  # chunk(2, -1)
+    elif isinstance(sizes, int):
+        even = two_i is not None and sizes * 2 == two_i                    # split(I, -1)
+    else:
+        even = isinstance(sizes, (list, tuple)) and two_i is not None and list(sizes) == [two_i // 2] * 2
+    halves = even and two_i % 2 == 0 and isinstance(dim, int) and dim % out.dim() == out.dim() - 1
     if not halves or len(items) != 2 or sorted(u.args[1] for u in items) != [0, 1]:
         raise UseGeneric(WORDS("generic.split"))
     by_index = {u.args[1]: u for u in items}
