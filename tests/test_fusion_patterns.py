@@ -317,6 +317,28 @@ def test_a_packed_projection_with_the_up_half_first_is_one_gemm_with_its_rows_re
     torch.testing.assert_close(fused.gm(x), gm(x), rtol=1e-5, atol=1e-5)
 
 
+class _PackedAlongRows(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 12)
+
+    def forward(self, x):
+        gate, up = self.proj(x).chunk(2, dim=0)                # halves of the rows, not of the features
+        return torch.nn.functional.silu(gate) * up
+
+
+def test_a_packed_projection_split_along_another_dim_is_not_one_gemm_and_says_why():
+    from explorer.fusions import swiglu
+    from explorer.fusions.edit import RewriteContext, UseGeneric
+
+    gm, det = detect_module(_PackedAlongRows(), (torch.randn(4, 8),))
+    (chain,) = [c for c in det.chains if c.pattern == "swiglu"]
+    with pytest.raises(UseGeneric) as why:
+        swiglu.rewrite(RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, torch.device("cpu")), chain, "auto")
+    assert why.value.args[0].id == "swiglu.generic.split"
+    assert ALL_WORDS["swiglu.generic.split"][1].startswith("打包的投影")
+
+
 # ---------------------------------------------------------------------- small modules: the near misses
 
 class _Scores(torch.nn.Module):
