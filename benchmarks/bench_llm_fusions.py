@@ -495,11 +495,11 @@ def aot_compile_all(arch: int = 90) -> list[dict]:
         bm, bn, warps = swiglu.launch_config(m, n)
         sig = dict(G=f"*{dt}", U=f"*{dt}", O=f"*{dt}", up_off="i32", stride_g="i32", stride_u="i32",
                    stride_o="i32", M="i32", N="i32", N_BLOCKS="i32", BLOCK_M="constexpr", BLOCK_N="constexpr",
-                   BF16_RTNE_BY_HAND="constexpr")
+                   BF16_RTNE_BY_HAND="constexpr", ACT="constexpr")
         aligned = ("G", "U", "O") + (("up_off", "stride_g", "stride_u", "stride_o", "N") if n % 16 == 0 else ())
         records.append(dict(kernel=label, case=f"{dt} {m}x{n} tile {bm}x{bn}", num_warps=warps,
-                            **compile_one(kernel, sig, dict(BLOCK_M=bm, BLOCK_N=bn, BF16_RTNE_BY_HAND=False),
-                                          warps, aligned)))
+                            **compile_one(kernel, sig, dict(BLOCK_M=bm, BLOCK_N=bn, BF16_RTNE_BY_HAND=False,
+                                                            ACT=swiglu.KERNEL_GATES["silu"]), warps, aligned)))
     kernel = rot._build_kernel(False)
     names = ["Q", "K", "C", "SN", "QO", "KO", "T", "S", "HQ", "HKV", "sq_b", "sq_h", "sq_s", "sk_b", "sk_h", "sk_s",
              "sc_b", "sc_s", "ss_b", "ss_s", "sqo_b", "sqo_h", "sqo_s", "sko_b", "sko_h", "sko_s"]

@@ -51,17 +51,123 @@ class _CappedBlock(torch.nn.Module):
         return s.softmax(-1) @ v
 
 
-def test_a_soft_cap_before_the_second_matmul_goes_to_inductor_with_its_reason():
+def test_a_soft_cap_before_the_second_matmul_is_the_scores_kernel_then_a_matmul(monkeypatch):
+    """SDPA has no soft-cap: with the second MatMul in the chain the Triton scores kernel applies the cap and P·V is
+    one matmul; where no Triton runs, inductor takes the chain, with that reason."""
     from explorer.fusions.edit import RewriteContext, UseGeneric
 
     q, k, v = torch.randn(2, 9, 8), torch.randn(2, 10, 8), torch.randn(2, 10, 8)
     gm, det = detect_module(_CappedBlock(), (q, k, v))
     (chain,) = [c for c in det.chains if c.pattern == "matmul_softmax"]
     assert chain.node_for("context") is not None and chain.node_for("cap_tanh") is not None
+    fused = fuse_all(gm, det)
+    (applied,) = [a for a in fused.applied if a.pattern == "matmul_softmax"]
+    assert applied.status == "fused" and applied.impl == "triton" and "P·V" in applied.implementation
+    assert "fused_capped_attention" in fused.gm.code
+    from explorer.launches import stated_kernels
+    assert stated_kernels(applied.implementation) == 2           # the scores kernel, then the P·V matmul
+    torch.testing.assert_close(fused.gm(q, k, v), gm(q, k, v), rtol=1e-5, atol=1e-5)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(UseGeneric) as why:
         attention.rewrite(RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, torch.device("cpu")), chain, "auto")
     assert why.value.args[0].id == "attention.generic.softcap"
     assert ALL_WORDS["attention.generic.softcap"][1].startswith("softmax 之前")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_soft_capped_attention_against_float64(dtype):
+    """Gemma2's block with P·V: the scores kernel (cap, causal mask) regrouped to what P·V reads, then the matmul."""
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (rand((2, 3, 11, 10), dtype, "cpu", gen, 3.0), rand((2, 3, 13, 10), dtype, "cpu", gen, 3.0),
+               rand((2, 3, 13, 7), dtype, "cpu", gen))
+    causal = torch.triu(torch.full((11, 13), float("-inf"), dtype=dtype), 3)
+    out = attention.fused_capped_attention(q, k, v, 10 ** -0.5, None, False, True, ((causal, [2, 3, 11, 13], 1.0),),
+                                           None, 50.0, [2, 3, 11, 13])
+    s = up64(q) @ up64(k).transpose(-2, -1) * 10 ** -0.5
+    p = torch.softmax(torch.tanh(s / 50.0) * 50.0 + up64(causal), -1)
+    # P is rounded once to the dtype (as the model's .to(q.dtype) does) before P·V, which the dtype's matmul computes
+    assert_close64(out, p.to(dtype).double() @ up64(v), attention.ATTENTION_TOLERANCES[dtype])
+
+
+def test_cast_is_exact_where_the_fused_kernels_compute_what_the_model_does():
+    assert attention.cast_is_exact("bfloat16", "float32", "bfloat16")      # HF: softmax(s, dtype=fp32).to(q.dtype)
+    assert attention.cast_is_exact("float16", "float32", "float16")
+    assert attention.cast_is_exact("float32", "float32", "float32")        # a float32 capture: the cast is a no-op
+    assert attention.cast_is_exact("bfloat16", "bfloat16", "bfloat16")     # GPT-2's .type(v.dtype)
+    assert not attention.cast_is_exact("bfloat16", "bfloat16", "float32")  # an upcast after a bf16 softmax
+    assert not attention.cast_is_exact("bfloat16", "float32", "float16")   # back to another dtype
+    assert not attention.cast_is_exact("float32", "float64", "float32")    # a float64 softmax: kernels are fp32
+
+
+class _HFEager(torch.nn.Module):
+    """transformers' ``eager_attention_forward``: scores, scale, causal mask, the softmax in float32 cast back to
+    the queries' dtype, eval dropout, P·V."""
+
+    def forward(self, q, k, v, mask):
+        s = torch.matmul(q, k.transpose(2, 3)) * 0.35 + mask
+        p = torch.nn.functional.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+        p = torch.nn.functional.dropout(p, p=0.1, training=False)
+        return torch.matmul(p, v)
+
+
+class _UpcastAfter(torch.nn.Module):
+    """A bf16 softmax whose result is upcast for a float32 consumer: the cast is not the kernels' (they write bf16)."""
+
+    def forward(self, q, k):
+        return (q @ k.transpose(-2, -1)).softmax(-1).to(torch.float32) * 2.0
+
+
+class _Float32Probs(torch.nn.Module):
+    """softmax(s_bf16, dtype=float32) read in float32, never cast back."""
+
+    def forward(self, q, k):
+        return torch.softmax(q @ k.transpose(-2, -1), -1, dtype=torch.float32) * 2.0
+
+
+def _attention_inputs(dtype, seed=9):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = rand((2, 3, 11, 10), dtype, "cpu", gen), rand((2, 3, 13, 10), dtype, "cpu", gen), \
+        rand((2, 3, 13, 6), dtype, "cpu", gen)
+    mask = torch.triu(torch.full((11, 13), torch.finfo(dtype).min, dtype=dtype), 3).expand(2, 1, 11, 13)
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hf_eager_attention_captured_in_its_dtype_is_sdpa(dtype):
+    """Captured at the run dtype (a bf16 ``.pt2``), the float32 softmax and its cast back join the chain: SDPA,
+    against the float64 computation and the captured graph."""
+    q, k, v, mask = _attention_inputs(dtype)
+    gm, det = detect_module(_HFEager(), (q, k, v, mask))
+    (chain,) = [c for c in det.chains if c.pattern == "matmul_softmax"]
+    assert chain.node_for("cast") is not None and chain.node_for("context") is not None
+    fused = fuse_all(gm, det)
+    (applied,) = [a for a in fused.applied if a.pattern == "matmul_softmax"]
+    assert applied.status == "fused" and applied.impl == "sdpa"
+    s = up64(q) @ up64(k).transpose(-2, -1) * 0.35 + up64(mask)
+    want = torch.softmax(s, -1) @ up64(v)
+    with torch.no_grad():
+        got, unfused = fused.gm(q, k, v, mask), gm(q, k, v, mask)
+    assert got.dtype == dtype
+    assert_close64(got, want, attention.ATTENTION_TOLERANCES[dtype])
+    assert_close64(got, unfused.double(), attention.ATTENTION_TOLERANCES[dtype])
+
+
+def test_a_cast_that_is_not_back_to_the_scores_dtype_stays_outside_and_says_why():
+    from explorer.fusions.edit import RewriteContext, UseGeneric
+
+    q, k, _, _ = _attention_inputs(torch.bfloat16)
+    gm, det = detect_module(_UpcastAfter(), (q, k))
+    (chain,) = [c for c in det.chains if c.pattern == "matmul_softmax"]
+    assert chain.node_for("cast") is None                      # the chain ends at the softmax: its kernel is exact
+    fused = fuse_all(gm, det)
+    assert [a.status for a in fused.applied if a.pattern == "matmul_softmax"] == ["fused"]
+    torch.testing.assert_close(fused.gm(q, k), gm(q, k), **attention.ATTENTION_TOLERANCES[torch.bfloat16])
+    gm, det = detect_module(_Float32Probs(), (q, k))
+    (chain,) = [c for c in det.chains if c.pattern == "matmul_softmax"]
+    with pytest.raises(UseGeneric) as why:
+        attention.rewrite(RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, torch.device("cpu")), chain, "auto")
+    assert why.value.args[0].id == "attention.generic.casts"
+    assert ALL_WORDS["attention.generic.cast_back"][1].startswith("softmax 以")
 
 
 def test_einsum_forms():
@@ -163,6 +269,76 @@ def test_quick_gelu_is_an_epilogue_activation():
     assert "quick_gelu" in TRITON_ACTIVATIONS
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ["gelu_tanh", "silu"])
+def test_gated_pass_on_a_packed_projection(dtype, act):
+    """GeGLU and SwiGLU on one packed (M, 2I) GEMM output read in place (I = 37: ragged against every block)."""
+    from explorer.fusions import swiglu
+
+    gen = torch.Generator().manual_seed(10)
+    gu = rand((3, 7, 74), dtype, "cpu", gen, 2.0)
+    out = swiglu.silu_mul_packed(gu, 37, act=act)
+    want = swiglu.silu_mul_packed_reference(up64(gu), 37, act)
+    assert_close64(out, want, swiglu.TOLERANCES[dtype])
+    if act == "gelu_tanh":   # the gate really is the tanh GELU, not silu
+        assert not torch.allclose(out.double(), swiglu.silu_mul_packed_reference(up64(gu), 37), atol=1e-2)
+
+
+def test_blooms_gelu_spelling_is_the_tanh_gelu():
+    """The recogniser reads BLOOM's formula as gelu_tanh: in float64 the two agree to its 8-digit √(2/π)."""
+    x = torch.linspace(-8, 8, 4001, dtype=torch.float64)
+    bloom = x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+    assert torch.allclose(bloom, F.gelu(x, approximate="tanh"), rtol=0, atol=1e-8)
+    assert not torch.allclose(bloom, F.gelu(x), rtol=0, atol=1e-4)         # not the erf GELU
+
+
+class _PackedUpFirst(torch.nn.Module):
+    """A packed projection whose first half is the up projection: ``up, gate = proj(x).chunk(2, -1)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(19, 2 * 23)
+        self.down = torch.nn.Linear(23, 19)
+
+    def forward(self, x):
+        up, gate = self.proj(x).chunk(2, dim=-1)
+        return self.down(torch.nn.functional.gelu(gate, approximate="tanh") * up)
+
+
+def test_a_packed_projection_with_the_up_half_first_is_one_gemm_with_its_rows_reordered():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 19)
+    gm, det = detect_module(_PackedUpFirst(), (x,))
+    (chain,) = [c for c in det.chains if c.pattern == "swiglu"]
+    assert chain.node_for("packed") is not None and "gelu" in chain.ops
+    fused = fuse_all(gm, det)
+    (applied,) = [a for a in fused.applied if a.pattern == "swiglu"]
+    assert applied.status == "fused" and applied.impl == "one_gemm_triton"
+    torch.testing.assert_close(fused.gm(x), gm(x), rtol=1e-5, atol=1e-5)
+
+
+class _PackedAlongRows(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 12)
+
+    def forward(self, x):
+        gate, up = self.proj(x).chunk(2, dim=0)                # halves of the rows, not of the features
+        return torch.nn.functional.silu(gate) * up
+
+
+def test_a_packed_projection_split_along_another_dim_is_not_one_gemm_and_says_why():
+    from explorer.fusions import swiglu
+    from explorer.fusions.edit import RewriteContext, UseGeneric
+
+    gm, det = detect_module(_PackedAlongRows(), (torch.randn(4, 8),))
+    (chain,) = [c for c in det.chains if c.pattern == "swiglu"]
+    with pytest.raises(UseGeneric) as why:
+        swiglu.rewrite(RewriteContext(gm, {n.name: n for n in gm.graph.nodes}, torch.device("cpu")), chain, "auto")
+    assert why.value.args[0].id == "swiglu.generic.split"
+    assert ALL_WORDS["swiglu.generic.split"][1].startswith("打包的投影")
+
+
 # ---------------------------------------------------------------------- small modules: the near misses
 
 class _Scores(torch.nn.Module):
@@ -237,6 +413,21 @@ def _build(name):
     if name == "vit":
         return T.ViTModel(T.ViTConfig(hidden_size=40, intermediate_size=72, num_hidden_layers=1, num_attention_heads=4,
                                       image_size=28, patch_size=7, **eager)), _pixels(28)
+    if name == "opt":
+        return T.OPTModel(T.OPTConfig(hidden_size=40, ffn_dim=72, num_hidden_layers=1, num_attention_heads=4,
+                                      vocab_size=96, max_position_embeddings=32, word_embed_proj_dim=40,
+                                      use_cache=False, **eager)), _tokens()
+    if name == "swin":
+        return T.SwinModel(T.SwinConfig(image_size=56, patch_size=4, embed_dim=12, depths=[2], num_heads=[2],
+                                        window_size=7, **eager)), _pixels(56)
+    if name == "phi3":
+        return T.Phi3Model(T.Phi3Config(hidden_size=40, intermediate_size=72, num_hidden_layers=1,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
+                                        max_position_embeddings=32, pad_token_id=0, use_cache=False, **eager)), _tokens()
+    if name == "gemma":
+        return T.GemmaModel(T.GemmaConfig(hidden_size=40, intermediate_size=72, num_hidden_layers=1,
+                                          num_attention_heads=4, num_key_value_heads=2, head_dim=10, vocab_size=96,
+                                          use_cache=False, **eager)), _tokens()
     if name == "swinv2":
         return T.Swinv2Model(T.Swinv2Config(image_size=56, patch_size=4, embed_dim=12, depths=[2], num_heads=[2],
                                             window_size=7)), _pixels(56)
@@ -253,28 +444,39 @@ def _build(name):
 #: ViT (L=1): LayerNorms before (after the embeddings' dropout), after, and the final one: 2L+1.
 #: Swin-V2 (depth 2): a tensor-scaled attention per block, the shifted one with its window mask (3 adds).
 #: MobileNetV3-small: the classifier's Linear + hardswish.
+#: Every HF eager attention above but Swin-V2's (GPT-2, Gemma2, BLOOM, CLIP, ViT, OPT, Swin) casts its softmax back
+#: to the queries' dtype before P·V: one chain per attention layer takes the cast and P·V (SDPA; Gemma2's soft-cap:
+#: the scores kernel, then one matmul). OPT (L=1): one; Swin (depth 2): one per block, the shifted one with its mask.
 PINNED = {
     "gpt2": {"matmul_softmax": 1, "add_layer_norm": 3, "linear_act_forms": 1},
-    "gemma2": {"matmul_softmax": 2},
-    "bloom": {"matmul_softmax": 1},
+    "gemma2": {"matmul_softmax": 2, "swiglu": 2},
+    "bloom": {"matmul_softmax": 1, "linear_act_forms": 1},
     "falcon": {"linear_act_forms": 1},
-    "clip": {"linear_act_forms": 1},
-    "vit": {"add_layer_norm": 3},
+    "clip": {"linear_act_forms": 1, "matmul_softmax": 1},
+    "vit": {"add_layer_norm": 3, "matmul_softmax": 1},
     "swinv2": {"matmul_softmax": 2},
     "mobilenet_v3": {"linear_act": 1},
+    "opt": {"matmul_softmax": 1},
+    "swin": {"matmul_softmax": 2},
+    "phi3": {"swiglu": 1},
+    "gemma": {"swiglu": 1},
 }
 
 #: What runs for the new chains on the CPU (Triton interpreted): impl per pattern, and a reason where inductor
 #: takes the chain.
 IMPLS = {
-    "gpt2": {"linear_act_forms": {"separate"}, "add_layer_norm": {"triton"}},
-    "gemma2": {"matmul_softmax": {"triton"}},
-    "bloom": {"matmul_softmax": {"triton"}},
+    "gpt2": {"linear_act_forms": {"separate"}, "add_layer_norm": {"triton"}, "matmul_softmax": {"sdpa"}},
+    "gemma2": {"matmul_softmax": {"triton"}, "swiglu": {"one_gemm_triton"}},
+    "bloom": {"matmul_softmax": {"sdpa"}, "linear_act_forms": {"separate"}},
     "falcon": {"linear_act_forms": {"separate"}},
-    "clip": {"linear_act_forms": {"separate"}},
-    "vit": {"add_layer_norm": {"triton"}},
+    "clip": {"linear_act_forms": {"separate"}, "matmul_softmax": {"sdpa"}},
+    "vit": {"add_layer_norm": {"triton"}, "matmul_softmax": {"sdpa"}},
     "swinv2": {"matmul_softmax": {"sdpa"}},
     "mobilenet_v3": {"linear_act": {"separate"}},
+    "opt": {"matmul_softmax": {"sdpa"}},
+    "swin": {"matmul_softmax": {"sdpa"}},
+    "phi3": {"swiglu": {"one_gemm_triton"}},
+    "gemma": {"swiglu": {"one_gemm_triton"}},
 }
 
 

@@ -974,3 +974,44 @@ def test_torchscript_node_names_give_module_paths(name, seen, path):
 
     stack = module_stack(helper.make_node("Relu", ["x"], ["y"], name=name), set(seen))
     assert (list(stack)[-1] if stack else None) == path
+
+
+# ---------------------------------------------------------------------- Faster R-CNN's operators (issue 20)
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements_matches_onnxruntime(tmp_path, reduction):
+    rng = np.random.default_rng(6)
+    data = rng.standard_normal((4, 5)).astype(np.float32)
+    idx = np.array([[1, -1, 0], [3, 2, 2]], np.int64)                    # a negative index; duplicates reduce
+    nodes = [helper.make_node("ScatterElements", ["x", "i", "u"], ["a"], axis=1, reduction=reduction),
+             helper.make_node("ScatterElements", ["a", "j", "u"], ["b"], axis=0, reduction=reduction)]
+    inits = [_c("i", idx), _c("u", rng.standard_normal((2, 3)).astype(np.float32))]
+    j = np.array([[0, 3, 1], [2, 1, 3]], np.int64)                         # indices from the graph
+    imported = _check_against_ort(tmp_path, nodes, {"x": data, "j": j}, ["b"], inits, opset=18)
+    assert len(_targets(imported)) >= 2
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_matches_onnxruntime(tmp_path, largest):
+    x = np.random.default_rng(7).permutation(3 * 11).reshape(3, 11).astype(np.float32)   # no ties
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, largest=largest)]
+    imported = _check_against_ort(tmp_path, nodes, {"x": x}, ["v", ("i", TensorProto.INT64)],
+                                  [_c("k", np.array([4], np.int64))])
+    assert torch.ops.aten.topk.default in _targets(imported)
+
+
+def test_faster_rcnn_operators_without_a_static_equivalent_are_named(tmp_path):
+    """NonZero's and RoiAlign's outputs and If's branch depend on the data: refused, each named, in one line."""
+    path = _save(
+        tmp_path,
+        [helper.make_node("NonZero", ["x"], ["nz"]),
+         helper.make_node("RoiAlign", ["f", "r", "b"], ["pooled"])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in (("x", [2, 3]), ("f", [1, 2, 8, 8]),
+                                                                                ("r", [3, 4]))]
+        + [helper.make_tensor_value_info("b", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("nz", TensorProto.INT64, None),
+         helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(UnsupportedOpError) as info:
+        import_onnx(path)
+    assert info.value.op_types == ["NonZero", "RoiAlign"] and "\n" not in str(info.value)

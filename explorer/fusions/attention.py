@@ -107,6 +107,13 @@ WORDS = Words("attention", {
                                 "一个视图为 softmax 重新分组了分数，而链以第二个 MatMul 结尾：注意力调用还需要对 Q、K、V 做同样的视图"),
     "generic.mask_operand": ("{node}: an additive term that is not a tensor of the graph", "{node}：加性项不是计算图中的张量"),
     "label.forms": ("{label}; scores from {scores}, {terms} additive term(s)", "{label}；分数来自 {scores}，{terms} 个加性项"),
+    "generic.cast_back": (("the softmax computes in {probs} and its result is cast to {out}, while the scores are "
+                           "{scores}: the fused kernels compute the softmax in float32 and write the scores' dtype"),
+                          "softmax 以 {probs} 计算，结果转换为 {out}，而分数是 {scores}：融合内核以 float32 计算 softmax 并写出分数的数据类型"),
+    "generic.cast_op": ("{op} between the softmax and the next MatMul is not a dtype cast",
+                        "softmax 与下一个 MatMul 之间的 {op} 不是数据类型转换"),
+    "label.capped": ("{label}, then P·V as a matmul (1 kernel; SDPA has no soft-cap)",
+                     "{label}，然后 P·V 作为一次矩阵乘法（1 个内核；SDPA 没有软上限）"),
 })
 
 
@@ -460,16 +467,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         mask = edit.other_operand(mask_node, members, allow_scalar=True)
         if not isinstance(mask, torch.fx.Node):
             mask = None  # softmax(s + c) == softmax(s): a constant shift does not change it
-    sm = aten.softmax_args(softmax)
-    if sm is None:
-        raise UseGeneric(WORDS("generic.not_softmax", op=aten.aten_name(softmax)))
-    sval = aten.node_val(softmax)
-    if not isinstance(sval, torch.Tensor) or sm.dim not in (-1, sval.dim() - 1):
-        raise Refuse(WORDS("refuse.dim", dim=sm.dim))
-    if sm.dtype not in (None, sval.dtype):
-        raise UseGeneric(WORDS("generic.casts"))
-    if sm.half_to_float:
-        raise UseGeneric(WORDS("generic.upcasts"))
+    check_softmax(ctx, chain, aten.node_val(a))
     context = ctx.node(chain, "context")
     if context is None:
         av, bv = aten.node_val(a), aten.node_val(b)
@@ -587,6 +585,40 @@ def fused_attention_forms(q, b, v, scale, qscale, qdiv, b_is_k, terms, shape=Non
     added in a regrouped one (Swin's window mask), else None."""
     q, b = _scores_operands(q, b, qscale, qdiv, b_is_k, None)
     return attention(q, b.transpose(-2, -1), v, scale, _total_mask(terms, shape, q))
+
+
+def check_softmax(ctx: RewriteContext, chain, a_val) -> None:
+    """The softmax over the last dim, and the dtypes from the scores through the softmax and the cast after it
+    (``cast_is_exact``) as the fused kernels compute them; ``UseGeneric`` (inductor takes the chain) with the
+    reason otherwise."""
+    softmax = ctx.node(chain, "softmax")
+    sm = aten.softmax_args(softmax)
+    sval = aten.node_val(softmax)
+    if sm is None:
+        raise UseGeneric(WORDS("generic.not_softmax", op=aten.aten_name(softmax)))
+    if not isinstance(sval, torch.Tensor) or sm.dim not in (-1, sval.dim() - 1):
+        raise Refuse(WORDS("refuse.dim", dim=sm.dim))
+    if not isinstance(a_val, torch.Tensor):
+        raise UseGeneric(WORDS("generic.no_shapes"))
+    cast = ctx.node(chain, "cast")
+    out = sval if cast is None else aten.node_val(cast)
+    if cast is not None and not str(cast.target).startswith(_CAST_TARGETS):
+        raise UseGeneric(WORDS("generic.cast_op", op=str(cast.target)))
+    if not isinstance(out, torch.Tensor):
+        raise UseGeneric(WORDS("generic.no_shapes"))
+    names = (_dtype_name(a_val.dtype), _dtype_name(sval.dtype), _dtype_name(out.dtype))
+    if cast_is_exact(*names):
+        return
+    if cast is None:
+        raise UseGeneric(WORDS("generic.upcasts" if sm.half_to_float else "generic.casts"))
+    raise UseGeneric(WORDS("generic.cast_back", scores=names[0], probs=names[1], out=names[2]))
+
+
+def fused_capped_attention(q, b, v, scale, qscale, qdiv, b_is_k, terms, shape, cap, p_shape):
+    """Gemma2's soft-capped attention: ``softmax(cap·tanh(q @ kᵀ·scale / cap) + Σ terms)`` from the Triton scores
+    kernel (SDPA has no soft-cap), regrouped to ``p_shape`` (what the model's P·V reads), then ``P @ v``."""
+    p = fused_scores_softmax(q, b, scale, qscale, qdiv, b_is_k, terms, shape, cap)
+    return torch.matmul(p.reshape(tuple(p_shape)), v)
 
 
 def _plain(ctx: RewriteContext, chain) -> bool:
@@ -709,20 +741,11 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
         elif ctx.scalar(other) is None:
             raise UseGeneric(WORDS("generic.mask_operand", node=node.name))
         # a constant shift does not change a softmax: dropped
-    sm = aten.softmax_args(softmax)
-    sval = aten.node_val(softmax)
-    if sm is None:
-        raise UseGeneric(WORDS("generic.not_softmax", op=aten.aten_name(softmax)))
-    if not isinstance(sval, torch.Tensor) or sm.dim not in (-1, sval.dim() - 1):
-        raise Refuse(WORDS("refuse.dim", dim=sm.dim))
-    if sm.dtype not in (None, sval.dtype):
-        raise UseGeneric(WORDS("generic.casts"))
-    if sm.half_to_float:
-        raise UseGeneric(WORDS("generic.upcasts"))
     terms = tuple(terms)
     av, bv = aten.node_val(a), aten.node_val(b)
     if not isinstance(av, torch.Tensor) or not isinstance(bv, torch.Tensor):
         raise UseGeneric(WORDS("generic.no_shapes"))
+    check_softmax(ctx, chain, av)
     context = ctx.node(chain, "context")
     if context is None:
         m, k = av.shape[-2:]
@@ -734,14 +757,30 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
         return edit.whole_chain_edit(ctx, chain, fused_scores_softmax,
                                      (a, b, scale, qscale, qdiv, b_is_k, terms, shape, cap),
                                      Choice(choice.impl, label, choice.fused))
-    if cap is not None:
-        raise UseGeneric(WORDS("generic.softcap"))
-    if shape is not None and tuple(shape) != tuple(scores_shape):
-        raise UseGeneric(WORDS("generic.reshape_context"))
     cform = _matmul_form(context)
     if cform is None or cform[2]:
         raise UseGeneric(WORDS("generic.not_matmul", op=aten.aten_name(context)))
     v = cform[1]
+    p_shape = aten.static_shape(cform[0])
+    if cap is not None:
+        # SDPA has no soft-cap: the Triton scores kernel applies it, then P·V is one matmul
+        m, k = av.shape[-2:]
+        n = bv.shape[-2] if b_is_k else bv.shape[-1]
+        batch = tuple(shape[:-2]) if shape is not None else tuple(av.shape[:-2])
+        choice = select_matmul_softmax(ctx.device, ctx.run_dtype(av.dtype), ctx.run_dtype(bv.dtype), batch + (int(m), int(k)),
+                                       batch + (int(k), int(n)), True, bool(terms))
+        if choice.impl != "triton" or p_shape is None:
+            raise UseGeneric(WORDS("generic.softcap"))
+        label = WORDS("label.forms", label=WORDS("label.capped", label=choice.label), scores=name, terms=len(terms))
+        return edit.whole_chain_edit(ctx, chain, fused_capped_attention,
+                                     (a, b, v, scale, qscale, qdiv, b_is_k, terms, shape, cap, list(p_shape)),
+                                     Choice(choice.impl, label, choice.fused))
+    if shape is not None and tuple(shape) != tuple(scores_shape):
+        if p_shape is None or tuple(p_shape) != tuple(scores_shape):
+            raise UseGeneric(WORDS("generic.reshape_context"))
+        # BLOOM: the scores regrouped (B·H, q, k) → (B, H, q, k) for the mask and back for P·V: SDPA runs in the
+        # scores' layout, each additive term regrouped to it
+        shape = list(scores_shape)
     vv = aten.node_val(v)
     if not isinstance(vv, torch.Tensor) or av.dim() < 2 or not (av.shape[:-2] == bv.shape[:-2] == vv.shape[:-2]):
         raise UseGeneric(WORDS("generic.broadcast"))
@@ -773,6 +812,45 @@ def _scalar_scale(g, node: str, ctx: dict) -> str | None:
     return WORDS("refuse.scale_rows", shape=shapes[0][0] if shapes and shapes[0] else [])
 
 
+#: The casts a softmax's result may go through inside the chain (HF eager attention's
+#: ``softmax(s, dtype=torch.float32).to(q.dtype)``; ``_to_copy`` in decomposed graphs; a copy that keeps the dtype).
+_CAST_TARGETS = ("aten.to.", "aten._to_copy.", "aten.clone.", "aten.contiguous.")
+
+
+def cast_is_exact(scores: str, probs: str, out: str) -> bool:
+    """Whether scores in dtype ``scores``, a softmax computed in ``probs`` and its result cast to ``out`` (dtype
+    names: ``"bfloat16"``) compute what the fused kernels do: the softmax in float32, the probabilities written in
+    the scores' dtype. Exact when the result ends in the scores' dtype and the softmax computes in that dtype or,
+    for fp16/bf16 scores, in float32 (the HF form). Both fused paths compute the softmax in float32 whatever the
+    inputs: the Triton scores kernel (``acc`` and ``p`` above are fp32), and SDPA in every backend that matters: the
+    flash, memory-efficient and cuDNN kernels keep the row max, the row sum and the probabilities in fp32 registers,
+    and the math backend upcasts fp16/bf16 queries, keys and values to float32 unless
+    ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`` was set (PyTorch's
+    ``aten/src/ATen/native/transformers/attention.cpp``: ``query_acc = ... query_.to(at::kFloat)`` under
+    ``!ctx.allowFP16BF16ReductionMathSDP()``). A float64 softmax of float32 scores, or one cast to another dtype
+    than the scores', is not what they compute."""
+    if out != scores:
+        return False
+    return probs == scores or (probs == "float32" and scores in ("float16", "bfloat16"))
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _cast_back(g, node: str, ctx: dict) -> str | None:
+    """The cast after the softmax joins the chain where it is a dtype cast back to the scores' dtype
+    (``cast_is_exact``); otherwise the chain ends at the softmax (and its rewrite says why where it must)."""
+    target = str(g.nodes[node].get("target", ""))
+    if not target.startswith(_CAST_TARGETS):
+        return WORDS("generic.cast_op", op=target)
+    scores = min(ctx["chain"], key=lambda n: g.nodes[n]["order"])
+    dtypes = [(g.nodes[n].get("dtypes") or [None])[0] for n in (scores, ctx["prev_real"], node)]
+    if None in dtypes or not cast_is_exact(*dtypes):
+        return WORDS("generic.cast_back", scores=dtypes[0], probs=dtypes[1], out=dtypes[2])
+    return None
+
+
 def _probs_left_operand(g, node: str, ctx: dict) -> str | None:
     if g.nodes[node].get("first_input") != ctx["prev"]:
         return WORDS("refuse.left")
@@ -798,6 +876,7 @@ PATTERNS = (
             Step(frozenset({"add"}), "mask2", optional=True),         # a bias and a mask (Swin's shifted windows)
             Step(frozenset({"add"}), "mask3", optional=True),         # (HF Swin-V2 adds its window mask twice)
             Step(frozenset({"softmax"}), "softmax"),
+            Step(frozenset({"to", "copy"}), "cast", optional=True, guard=_cast_back),  # HF: .to(q.dtype)
             Step(frozenset({"matmul", "einsum"}), "context", optional=True, guard=_probs_left_operand),
         ),
         color="#d62728", rewrite=rewrite,

@@ -382,6 +382,8 @@ def written_activation(g, y: str, users: list[str]) -> list[tuple[str, str]] | N
             return None
         return [(ma, "gelu_half"), (p, "gelu_cube"), (mb, "gelu_coef"), (ac, "gelu_inner"), (md, "gelu_scale"),
                 (t, "gelu_tanh"), (ae, "gelu_one"), (mf, "act")]
+    if list(kinds) == ["mul"] and len(users) == 4:
+        return _bloom_gelu(g, y, users)
     if list(kinds) == ["mul"] and len(users) == 2:
         scaled = [u for u in users if _close(attr[u].get("scalar"), 1.702)]
         if len(scaled) != 1:
@@ -393,6 +395,36 @@ def written_activation(g, y: str, users: list[str]) -> list[tuple[str, str]] | N
             return None
         return [(ma, "qgelu_scale"), (s, "qgelu_sigmoid"), (mc, "act")]
     return None
+
+
+def _bloom_gelu(g, y: str, users: list[str]) -> list[tuple[str, str]] | None:
+    """BLOOM's spelling of the tanh GELU, ``y·0.5·(1 + tanh(0.79788456·y·(1 + 0.044715·y·y)))`` (9 ops, ``y·y``
+    instead of ``pow``; ``bloom_gelu_forward``): the same function as GPT-2's, its constant √(2/π) to 8 digits."""
+    attr = g.nodes
+    by_scalar = {}
+    for u in users:
+        for name, want in (("half", 0.5), ("scale", math.sqrt(2 / math.pi)), ("coef", 0.044715)):
+            if _close(attr[u].get("scalar"), want):
+                by_scalar[name] = u
+    square = [u for u in users if u not in by_scalar.values()]
+    if len(by_scalar) != 3 or len(square) != 1:
+        return None
+    ma, md, mb, mq = by_scalar["half"], by_scalar["scale"], by_scalar["coef"], square[0]
+    if not (_only(g, mb) == mq and set(g.predecessors(mq)) == {mb, y}):       # 0.044715·y·y
+        return None
+    ac = _only(g, mq)
+    if not (ac and attr[ac]["kind"] == "add" and _close(attr[ac].get("scalar"), 1.0)):   # 1 + 0.044715·y²
+        return None
+    mi = _only(g, ac)
+    if not (mi and attr[mi]["kind"] == "mul" and _only(g, md) == mi and set(g.predecessors(mi)) == {md, ac}):
+        return None
+    t = _only(g, mi)
+    ae = _only(g, t) if t and attr[t]["kind"] == "tanh" else None
+    mf = _only(g, ae) if ae and attr[ae]["kind"] == "add" and _close(attr[ae].get("scalar"), 1.0) else None
+    if not (mf and attr[mf]["kind"] == "mul" and _only(g, ma) == mf and set(g.predecessors(mf)) == {ma, ae}):
+        return None
+    return [(ma, "gelu_half"), (md, "gelu_scale"), (mb, "gelu_coef"), (mq, "gelu_cube"), (ac, "gelu_inner"),
+            (mi, "gelu_inner_scale"), (t, "gelu_tanh"), (ae, "gelu_one"), (mf, "act")]
 
 
 _SINGLE_ACTS = frozenset({"relu", "gelu", "silu", "tanh", "hardswish"})

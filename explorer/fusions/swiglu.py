@@ -92,6 +92,15 @@ WORDS = Words("swiglu", {
     "why.shapes": ("gate {gate} and up {up} differ in shape (no broadcasting)", "gate {gate} 与 up {up} 形状不同（不做广播）"),
     "label.reference": ("silu + mul (2 kernels: {why})", "silu + mul（2 个内核：{why}）"),
     "label.triton": ("triton silu*mul (1 elementwise kernel)", "triton silu*mul（1 个逐元素内核）"),
+    "label.triton_gate": ("triton {act}*mul (1 elementwise kernel)", "triton {act}*mul（1 个逐元素内核）"),
+    "label.reference_gate": ("{act} + mul (2 kernels: {why})", "{act} + mul（2 个内核：{why}）"),
+    "why.gate": ("the kernel takes silu and tanh-GELU gates, not {act}", "该内核只接受 silu 和 tanh-GELU 门，不接受 {act}"),
+    "generic.split": (("the packed projection is not split into two equal halves along its last dim "
+                       "(chunk(2, -1) or split(I, -1))"),
+                      "打包的投影没有沿最后一维均分成两半（chunk(2, -1) 或 split(I, -1)）"),
+    "label.packed": (("one GEMM over the packed [W_gate; W_up] ({i}+{i} columns, as the model stores it), then "
+                      "{label} reading its column views"),
+                     "对打包的 [W_gate; W_up] 做一次 GEMM（{i}+{i} 列，按模型存储的方式），然后{label}，读取它的列视图"),
     "what.gate": ("gate projection", "gate 投影"),
     "what.silu": ("silu", "silu"),
     "what.up": ("up projection", "up 投影"),
@@ -157,10 +166,27 @@ EAGER_TOLERANCES = {
 }
 
 
-def silu_mul_reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """``act_fn(gate_proj(x)) * up_proj(x)`` of ``LlamaMLP`` (``hidden_act="silu"``): ``F.silu(gate) * up``,
-    rounding after ``silu`` and after the multiply as the module does (on float64: the tests' oracle)."""
-    return F.silu(gate) * up                                                  # (..., I)
+#: The gates a gated MLP may apply, by ``aten.activation_name``: SwiGLU's silu (Llama, Mistral, Qwen2, Phi-3) and
+#: GeGLU's tanh GELU (Gemma, Gemma2: ``gelu_pytorch_tanh``) run in the kernel; the exact (erf) GELU takes the
+#: reference pass (two kernels) after the one GEMM.
+GATES = ("silu", "gelu_tanh", "gelu")
+KERNEL_GATES = {"silu": 0, "gelu_tanh": 1}
+
+
+def gate_act(gate: torch.Tensor, act: str = "silu") -> torch.Tensor:
+    """The gate's activation as the model applies it: ``F.silu``, ``F.gelu(approximate="tanh")`` or ``F.gelu``."""
+    if act == "silu":
+        return F.silu(gate)
+    if act in ("gelu_tanh", "gelu"):
+        return F.gelu(gate, approximate="tanh" if act == "gelu_tanh" else "none")
+    raise ValueError(f"gate activation {act!r} is not one of {GATES}")
+
+
+def silu_mul_reference(gate: torch.Tensor, up: torch.Tensor, act: str = "silu") -> torch.Tensor:
+    """``act_fn(gate_proj(x)) * up_proj(x)`` of ``LlamaMLP`` (``hidden_act="silu"``; GeGLU's ``act="gelu_tanh"``):
+    ``F.silu(gate) * up``, rounding after the activation and after the multiply as the module does (on float64: the
+    tests' oracle)."""
+    return gate_act(gate, act) * up                                           # (..., I)
 
 
 def split_sizes(gu_last: int, sizes: int | Sequence[int]) -> int:
@@ -174,11 +200,12 @@ def split_sizes(gu_last: int, sizes: int | Sequence[int]) -> int:
     return sizes[0]
 
 
-def silu_mul_packed_reference(gu: torch.Tensor, sizes: int | Sequence[int]) -> torch.Tensor:
-    """Unfused on one packed GEMM output: ``gate, up = gu.split(sizes, -1)``, then ``silu_mul_reference``."""
+def silu_mul_packed_reference(gu: torch.Tensor, sizes: int | Sequence[int], act: str = "silu") -> torch.Tensor:
+    """Unfused on one packed GEMM output: ``gate, up = gu.split(sizes, -1)`` (Phi-3's ``gate_up_proj`` then
+    ``chunk(2, -1)``), then ``silu_mul_reference``."""
     i = split_sizes(gu.shape[-1], sizes)
     gate, up = gu.split((i, i), dim=-1)                                       # (..., I) column views each
-    return silu_mul_reference(gate, up)                                       # (..., I)
+    return silu_mul_reference(gate, up, act)                                  # (..., I)
 
 
 def swiglu_reference(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, b_gate: torch.Tensor | None = None,
@@ -192,13 +219,15 @@ def swiglu_reference(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, 
 @selection
 def select_swiglu(device: torch.device | str, dtype: torch.dtype | None = None, *,
                   up_dtype: torch.dtype | None = None, gate_shape=None, up_shape=None,
-                  requires_grad: bool = False) -> Choice:
+                  requires_grad: bool = False, act: str = "silu") -> Choice:
     """The one decision of how ``silu(gate) * up`` runs: ``triton`` (one kernel) or ``reference`` (two).
 
     Only ``device`` is required; arguments left as None raise no objection. ``requires_grad``:
     autograd would record the call (the kernel is forward-only).
     """
     why = refusal_for_device(device)
+    if why is None and act not in KERNEL_GATES:
+        why = WORDS("why.gate", act=act)
     if why is None and dtype is not None and dtype not in SUPPORTED_DTYPES:
         why = BASE_WORDS("dtype_slash", dtype=dtype)
     if why is None and requires_grad:
@@ -208,8 +237,10 @@ def select_swiglu(device: torch.device | str, dtype: torch.dtype | None = None, 
     if why is None and gate_shape is not None and up_shape is not None and tuple(gate_shape) != tuple(up_shape):
         why = WORDS("why.shapes", gate=tuple(gate_shape), up=tuple(up_shape))
     if why is not None:
-        return Choice("reference", WORDS("label.reference", why=why), False)
-    return Choice("triton", where(WORDS("label.triton"), torch.device(device)), True)
+        return Choice("reference", WORDS("label.reference" if act == "silu" else "label.reference_gate", why=why,
+                                         act=act), False)
+    label = WORDS("label.triton") if act == "silu" else WORDS("label.triton_gate", act=act)
+    return Choice("triton", where(label, torch.device(device)), True)
 
 
 # ====================================================================== the kernel
@@ -248,7 +279,7 @@ def _build_kernel(interpret: bool):
         G, U, O,                                   # pointers: gate, up (U may equal G: packed), output
         up_off, stride_g, stride_u, stride_o,      # up's element offset from U; row strides (elements)
         M, N, N_BLOCKS,                            # output rows, columns; column blocks per row block
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr, ACT: tl.constexpr,
     ):
         """Program pid: output tile (pid // N_BLOCKS, pid % N_BLOCKS) of BLOCK_M rows by BLOCK_N columns."""
         pid = tl.program_id(0)
@@ -260,7 +291,11 @@ def _build_kernel(interpret: bool):
         g = tl.load(G + rows * stride_g + cols, mask=live, other=0.0, eviction_policy="evict_first")
         u = tl.load(U + up_off + rows * stride_u + cols, mask=live, other=0.0, eviction_policy="evict_first")
         g = g.to(tl.float32)
-        a = g / (1.0 + tl.exp(-g)) * u.to(tl.float32)                                  # silu(g)·u, fp32
+        if ACT == 0:
+            a = g / (1.0 + tl.exp(-g)) * u.to(tl.float32)                              # silu(g)·u, fp32
+        else:  # GeGLU: 0.5·g·(1 + tanh(t))·u with t = √(2/π)·(g + 0.044715·g³), as g·sigmoid(2t)·u (no cancellation)
+            t = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+            a = g / (1.0 + tl.exp(-2.0 * t)) * u.to(tl.float32)
         tl.store(O + rows * stride_o + cols, _round_to(a, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
 
     return _silu_mul_fwd
@@ -290,12 +325,12 @@ def _fits(t: torch.Tensor) -> bool:
     return True
 
 
-def _signature(kind: str, gate: torch.Tensor, up: torch.Tensor, tuning: tuple) -> tuple:
+def _signature(kind: str, gate: torch.Tensor, up: torch.Tensor, tuning: tuple, act: str = "silu") -> tuple:
     """Hashable call signature: what the plan depends on (shapes, strides, dtypes, alignment, device, mode)."""
-    return (kind, operand_key(gate), operand_key(up), tuning, gate.is_cuda or interpreting())
+    return (kind, operand_key(gate), operand_key(up), tuning, gate.is_cuda or interpreting(), act)
 
 
-def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple) -> Launch:
+def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple, act: str = "silu") -> Launch:
     """Decide whether the kernel runs for these operands and prepare its launch.
 
     ``packed_i``: None for separate gate/up tensors; ``I`` when ``gate`` is the packed ``(..., 2I)``
@@ -303,11 +338,12 @@ def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tu
     copies others to rows first.
     """
     if packed_i is None:
-        choice = select_swiglu(gate.device, gate.dtype, up_dtype=up.dtype, gate_shape=gate.shape, up_shape=up.shape)
+        choice = select_swiglu(gate.device, gate.dtype, up_dtype=up.dtype, gate_shape=gate.shape, up_shape=up.shape,
+                               act=act)
         fused = choice.fused and up.device == gate.device
         out_shape = tuple(gate.shape)
     else:
-        fused = select_swiglu(gate.device, gate.dtype).fused
+        fused = select_swiglu(gate.device, gate.dtype, act=act).fused
         out_shape = tuple(gate.shape[:-1]) + (packed_i,)
     if not fused or gate.numel() == 0:
         return Launch(out_shape=out_shape)
@@ -331,18 +367,19 @@ def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tu
     so = n if m > 1 else 0                                                        # output rows are contiguous
     interpret = interpreting()
     return Launch(_build_kernel(interpret), (cdiv(m, block_m) * n_blocks,), (up_off, sg, su, so, m, n, n_blocks),
-                  dict(BLOCK_M=block_m, BLOCK_N=block_n, BF16_RTNE_BY_HAND=interpret),
+                  dict(BLOCK_M=block_m, BLOCK_N=block_n, BF16_RTNE_BY_HAND=interpret, ACT=KERNEL_GATES[act]),
                   warps_override or warps, out_shape=out_shape)
 
 
-def _run(kind: str, gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple) -> torch.Tensor:
+def _run(kind: str, gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple,
+         act: str = "silu") -> torch.Tensor:
     """Plan (once per signature) and launch; the reference where the plan says so."""
-    key = _signature(kind, gate, up, tuning)
-    plan = planned(_LAUNCHES, key, _plan, gate, up, packed_i, tuning)
+    key = _signature(kind, gate, up, tuning, act)
+    plan = planned(_LAUNCHES, key, _plan, gate, up, packed_i, tuning, act)
     if plan.kernel is None:
         if packed_i is None:
-            return silu_mul_reference(gate, up)
-        return silu_mul_packed_reference(gate, packed_i)
+            return silu_mul_reference(gate, up, act)
+        return silu_mul_packed_reference(gate, packed_i, act)
     out = _new_output(plan.out_shape, gate.dtype, gate.device)                  # (..., I) contiguous
     launch(plan.kernel, plan.grid, (gate, up, out, *plan.ints), plan.constexprs, key=key,
            num_warps=plan.num_warps)
@@ -358,7 +395,7 @@ def _tuning(block_m, block_n, num_warps) -> tuple:
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor, *, block_m: int | None = None, block_n: int | None = None,
-             num_warps: int | None = None) -> torch.Tensor:
+             num_warps: int | None = None, act: str = "silu") -> torch.Tensor:
     """``silu(gate) * up`` in one pass (fp32 math, one rounding); returns a contiguous tensor of gate's shape.
 
     ``gate``, ``up``: one shape and dtype (fp32/fp16/bf16), any layout; layouts ``_fits`` accepts are
@@ -368,17 +405,17 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor, *, block_m: int | None = None
     """
     tuning = _tuning(block_m, block_n, num_warps)
     if needs_autograd(gate, up):
-        return silu_mul_reference(gate, up)                                      # forward-only kernel
+        return silu_mul_reference(gate, up, act)                                 # forward-only kernel
     if not (gate.is_contiguous() and up.is_contiguous()) and gate.shape == up.shape and gate.dim() > 0:
         if not _fits(gate):
             gate = _rows(gate, gate.shape[-1]).view(gate.shape)                  # copy to rows
         if not _fits(up):
             up = _rows(up, up.shape[-1]).view(up.shape)
-    return _run("separate", gate, up, None, tuning)
+    return _run("separate", gate, up, None, tuning, act)
 
 
 def silu_mul_packed(gu: torch.Tensor, sizes: int | Sequence[int], *, block_m: int | None = None,
-                    block_n: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+                    block_n: int | None = None, num_warps: int | None = None, act: str = "silu") -> torch.Tensor:
     """``silu(gu[..., :I]) * gu[..., I:]`` from one packed GEMM output ``gu`` of shape ``(..., 2I)``.
 
     ``sizes``: ``I`` or ``(I, I)``. Returns ``(..., I)``, contiguous, in ``gu``'s dtype. Gate and up
@@ -388,16 +425,17 @@ def silu_mul_packed(gu: torch.Tensor, sizes: int | Sequence[int], *, block_m: in
     i = split_sizes(gu.shape[-1], sizes)
     tuning = _tuning(block_m, block_n, num_warps)
     if needs_autograd(gu):
-        return silu_mul_packed_reference(gu, i)                                  # forward-only kernel
+        return silu_mul_packed_reference(gu, i, act)                             # forward-only kernel
     if gu.dim() > 0 and not _fits(gu):
         gu = _rows(gu, gu.shape[-1]).view(gu.shape)                              # copy to rows
-    return _run("packed", gu, gu, i, tuning)
+    return _run("packed", gu, gu, i, tuning, act)
 
 
-def swiglu_pass(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int) -> torch.Tensor:
+def swiglu_pass(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int,
+                act: str = "silu") -> torch.Tensor:
     """cuBLAS + pass: one GEMM over ``weight = [W_gate; W_up]`` (``(2I, in)``), then ``silu_mul_packed`` on its
     column views. Returns ``(..., I)``."""
-    return silu_mul_packed(F.linear(x, weight, bias), intermediate)             # (..., 2I) -> (..., I)
+    return silu_mul_packed(F.linear(x, weight, bias), intermediate, act=act)    # (..., 2I) -> (..., I)
 
 
 def epilogue_decision(device: torch.device | str, dtype: torch.dtype, m: int, k: int, i: int) -> measured.Decision:
@@ -469,18 +507,21 @@ def epilogue_note(m: int, k: int, i: int) -> str | None:
 
 # ====================================================================== fused call target
 
-def fused_swiglu(x, weight, bias, intermediate):
-    """SwiGLU's first half over concatenated weights: one GEMM, then silu*mul from one kernel where possible."""
+def fused_swiglu(x, weight, bias, intermediate, act="silu"):
+    """SwiGLU's first half over concatenated weights: one GEMM, then silu*mul from one kernel where possible
+    (``act``: the gate's activation, ``GATES``; the GEMM-epilogue variants are SwiGLU's only)."""
+    if act != "silu":
+        return swiglu_pass(x, weight, bias, intermediate, act)
     return swiglu(x, weight, bias, intermediate)
 
 
 # ====================================================================== matching
 
 def _silu_of(g: nx.DiGraph, gate: str) -> list[tuple[str, str, bool]]:
-    """``silu(gate)`` as ``[(node, role, True)]``: one ``silu``, or ``gate * sigmoid(gate)`` (as ONNX
-    exporters write it: roles ``sigmoid`` and ``act``); ``NoMatch(None)`` otherwise."""
+    """``silu(gate)`` as ``[(node, role, True)]``: one ``silu`` (or GeGLU's ``gelu``), or ``gate * sigmoid(gate)``
+    (as ONNX exporters write it: roles ``sigmoid`` and ``act``); ``NoMatch(None)`` otherwise."""
     succ = list(g.successors(gate))
-    silus = [s for s in succ if g.nodes[s]["kind"] == "silu"]
+    silus = [s for s in succ if g.nodes[s]["kind"] in ("silu", "gelu")]
     if len(silus) == 1:
         return [(silus[0], "act", True)]
     sigmoids = [s for s in succ if g.nodes[s]["kind"] == "sigmoid"]
@@ -491,13 +532,61 @@ def _silu_of(g: nx.DiGraph, gate: str) -> list[tuple[str, str, bool]]:
     raise NoMatch(None, [gate])
 
 
+_SPLITS = ("aten.chunk.", "aten.split.", "aten.split_with_sizes.")
+
+
+def _packed_halves(g: nx.DiGraph, linear: str) -> tuple[str, list[str]] | None:
+    """``(split node, [its two getitems])`` when the linear's only reader splits it in two (Phi-3's
+    ``gate_up_proj(x).chunk(2, dim=-1)``); None otherwise (the rewrite checks the dim and the halves)."""
+    succ = list(g.successors(linear))
+    if len(succ) != 1 or not str(g.nodes[succ[0]].get("target", "")).startswith(_SPLITS):
+        return None
+    items = sorted(g.successors(succ[0]), key=lambda n: g.nodes[n]["order"])
+    if len(items) != 2 or any(str(g.nodes[n].get("target", "")) != "getitem" for n in items):
+        return None
+    return succ[0], items
+
+
+def _match_packed(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str],
+                  split: str, items: list[str]) -> list:
+    """``act(gu[gate half]) * gu[up half]`` of one packed projection ``gu`` (Phi-3's MLP)."""
+    for gate_item, up_item in (items, items[::-1]):
+        try:
+            act_nodes = _silu_of(g, gate_item)
+        except NoMatch:
+            continue
+        act = act_nodes[-1][0]
+        muls = [s for s in g.successors(act) if g.nodes[s]["kind"] == "mul"]
+        if len(muls) == 1 and set(g.predecessors(muls[0])) == {act, up_item}:
+            break
+    else:
+        raise NoMatch(None, [anchor, split])
+    mul = muls[0]
+    nodes = [anchor, split, gate_item, up_item, *(n for n, _, _ in act_nodes), mul]
+    refusals = [BASE_WORDS("already_in_chain", op=n, chain=claimed[n]) for n in nodes if n in claimed]
+    for node, what, readers in ((gate_item, "gate", len(act_nodes)), (act, "silu", 1), (up_item, "up", 1),
+                                (act_nodes[0][0], "sigmoid", 1)):
+        if g.out_degree(node) > readers:
+            refusals.append(BASE_WORDS("consumers", op=WORDS("what." + what), n=g.out_degree(node)))
+    if not g.nodes[anchor].get("const_weight"):
+        refusals.append(WORDS("refuse.computed"))
+    if refusals:
+        raise NoMatch(BASE_WORDS("own_matcher", pattern=pattern.label, reason=refusals[0]), nodes)
+    return [(anchor, "packed", True), (split, "view", False), (gate_item, "view", False), (up_item, "view", False),
+            *act_nodes, (mul, "mul", True)]
+
+
 def _match_swiglu(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[str, str]) -> list:
-    """``silu(linear_gate(x)) * linear_up(x)``, anchored at the gate projection (its matcher).
+    """``silu(linear_gate(x)) * linear_up(x)``, anchored at the gate projection (its matcher); GeGLU's
+    ``gelu(gate)`` alike; or one packed projection split in two (``_match_packed``).
 
     Both projections read one ``x`` with constant weights (one GEMM over the concatenated weights
     needs them); everything but the product must be read by the chain only.
     """
     gate = anchor
+    packed = _packed_halves(g, gate)
+    if packed is not None:
+        return _match_packed(g, pattern, anchor, claimed, *packed)
     silu = _silu_of(g, gate)
     act = silu[-1][0]
     muls = [s for s in g.successors(act) if g.nodes[s]["kind"] == "mul"]
@@ -529,22 +618,81 @@ def _match_swiglu(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: dict[st
 
 # ====================================================================== rewrite
 
+def _gate_name(ctx: RewriteContext, chain, gate_node) -> str:
+    """The gate's activation (``GATES``) as the chain applies it to ``gate_node``; ``UseGeneric`` otherwise."""
+    act, sigmoid = ctx.node(chain, "act"), ctx.node(chain, "sigmoid")
+    if sigmoid is None:
+        name = aten.activation_name(act)
+        if name in GATES and act.args[0] is gate_node:
+            return name
+    elif (aten.aten_name(sigmoid) == "sigmoid" and sigmoid.args[0] is gate_node                # gate * sigmoid(gate)
+          and aten.aten_name(act) == "mul" and set(act.args[:2]) == {gate_node, sigmoid}):
+        return "silu"
+    raise UseGeneric(WORDS("generic.not_silu"))
+
+
+def _rewrite_packed(ctx: RewriteContext, chain) -> edit.Edit:
+    """Phi-3: one packed projection split in two halves, ``act(gate) * up``: the same GEMM (its rows reordered
+    once where the model's gate is the second half), then the packed kernel on its column views."""
+    lin_node, mul = ctx.node(chain, "packed"), ctx.node(chain, "mul")
+    lin = aten.linear_args(lin_node)
+    if lin is None:
+        raise UseGeneric(WORDS("generic.not_linear"))
+    members = set(ctx.members(chain))
+    split = next(n for n in members if n.op == "call_function" and n.args and n.args[0] is lin_node)
+    out = aten.node_val(lin_node)
+    items = [u for u in split.users if aten.aten_name(u) == "getitem"]
+    args = aten.args_of(split)
+    two_i = out.shape[-1] if isinstance(out, torch.Tensor) else None
+    dim = args.get("dim", 0)
+    sizes = args.get("chunks", args.get("split_size", args.get("split_sizes")))
+    if aten.aten_name(split) == "chunk":
+        even = sizes == 2                                                  # chunk(2, -1)
+    elif isinstance(sizes, int):
+        even = two_i is not None and sizes * 2 == two_i                    # split(I, -1)
+    else:
+        even = isinstance(sizes, (list, tuple)) and two_i is not None and list(sizes) == [two_i // 2] * 2
+    halves = even and two_i % 2 == 0 and isinstance(dim, int) and dim % out.dim() == out.dim() - 1
+    if not halves or len(items) != 2 or sorted(u.args[1] for u in items) != [0, 1]:
+        raise UseGeneric(WORDS("generic.split"))
+    by_index = {u.args[1]: u for u in items}
+    gate_item = next(u for u in items if u in {a for a in ctx.node(chain, "act").args[:1]}
+                     or (ctx.node(chain, "sigmoid") is not None and ctx.node(chain, "sigmoid").args[0] is u))
+    up_item = by_index[1 - gate_item.args[1]]
+    act = _gate_name(ctx, chain, gate_item)
+    if set(mul.args[:2]) != {ctx.node(chain, "act"), up_item}:
+        raise UseGeneric(WORDS("generic.product"))
+    i = two_i // 2
+    weight = ctx.constant(lin.weight, BASE_WORDS("weight"))
+    bias = ctx.constant(lin.bias, BASE_WORDS("bias")) if lin.bias is not None else None
+    if gate_item.args[1] == 1:                                            # up first: gate rows to the front, once
+        weight = torch.cat([weight[i:], weight[:i]])
+        bias = torch.cat([bias[i:], bias[:i]]) if bias is not None else None
+    key = lin_node.name
+    tensors = {f"{key}_gate_up_weight": weight}
+    bias_arg = None
+    if bias is not None:
+        tensors[f"{key}_gate_up_bias"] = bias
+        bias_arg = NewAttr(f"{key}_gate_up_bias")
+    elementwise = select_swiglu(ctx.device, ctx.run_dtype(mul), act=act)
+    choice = Choice("one_gemm_" + elementwise.impl, WORDS("label.packed", i=i, label=elementwise.label),
+                    elementwise.fused)
+    return edit.whole_chain_edit(ctx, chain, fused_swiglu, (lin.input, NewAttr(f"{key}_gate_up_weight"), bias_arg,
+                                                            i, act), choice, tensors=tensors)
+
+
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
-    """gate, up, silu, mul → one GEMM over ``[W_gate; W_up]`` and the packed silu*mul kernel."""
+    """gate, up, silu, mul → one GEMM over ``[W_gate; W_up]`` and the packed silu*mul kernel (GeGLU's gelu gate
+    alike; a packed projection: ``_rewrite_packed``)."""
+    if ctx.node(chain, "packed") is not None:
+        return _rewrite_packed(ctx, chain)
     gate, up = (aten.linear_args(ctx.node(chain, r)) for r in ("gate", "up"))
     act, mul = ctx.node(chain, "act"), ctx.node(chain, "mul")
     if gate is None or up is None:
         raise UseGeneric(WORDS("generic.not_linear"))
     if gate.input is not up.input:
         raise Refuse(WORDS("refuse.inputs"))
-    gate_node, sigmoid = ctx.node(chain, "gate"), ctx.node(chain, "sigmoid")
-    if sigmoid is None:
-        is_silu = aten.aten_name(act) in ("silu", "silu_") and act.args[0] is gate_node
-    else:                                                                 # gate * sigmoid(gate)
-        is_silu = (aten.aten_name(sigmoid) == "sigmoid" and sigmoid.args[0] is gate_node
-                   and aten.aten_name(act) == "mul" and set(act.args[:2]) == {gate_node, sigmoid})
-    if not is_silu:
-        raise UseGeneric(WORDS("generic.not_silu"))
+    gate_act_name = _gate_name(ctx, chain, ctx.node(chain, "gate"))
     if set(mul.args[:2]) != {act, ctx.node(chain, "up")}:
         raise UseGeneric(WORDS("generic.product"))
     weights = [ctx.constant(lin.weight, BASE_WORDS("weight")) for lin in (gate, up)]
@@ -561,11 +709,11 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     if bias is not None:
         tensors[f"{key}_gate_up_bias"] = bias
         bias_arg = NewAttr(f"{key}_gate_up_bias")
-    elementwise = select_swiglu(ctx.device, ctx.run_dtype(mul))
+    elementwise = select_swiglu(ctx.device, ctx.run_dtype(mul), act=gate_act_name)
     label = WORDS("label.one_gemm", gate=sizes[0], up=sizes[1], label=elementwise.label)
     impl = "one_gemm_" + elementwise.impl
     x_val = aten.node_val(gate.input)
-    if isinstance(x_val, torch.Tensor) and x_val.dim() >= 1:
+    if gate_act_name == "silu" and isinstance(x_val, torch.Tensor) and x_val.dim() >= 1:
         m, k = x_val.numel() // max(1, x_val.shape[-1]), int(weight.shape[1])
         decision = epilogue_decision(ctx.device, ctx.run_dtype(mul), m, k, sizes[0])
         if decision.fused:
@@ -574,8 +722,9 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         if note is not None:
             label = WORDS("label.with_note", label=label, note=note)
     choice = Choice(impl, label, True)   # one GEMM fewer either way
-    return edit.whole_chain_edit(ctx, chain, fused_swiglu, (gate.input, NewAttr(f"{key}_gate_up_weight"), bias_arg,
-                                                            sizes[0]), choice, tensors=tensors)
+    args = (gate.input, NewAttr(f"{key}_gate_up_weight"), bias_arg, sizes[0])
+    return edit.whole_chain_edit(ctx, chain, fused_swiglu, args + ((gate_act_name,) if gate_act_name != "silu" else ()),
+                                 choice, tensors=tensors)
 
 
 # ====================================================================== lowering (lean graphs)
@@ -584,10 +733,11 @@ def _lower(gm, node, device, dtype) -> bool:
     """fused_swiglu → ``swiglu_epilogue`` with its tile where ``epilogue_decision`` chooses the epilogue for this
     shape, else ``linear`` over the concatenated weights, then ``silu_mul_packed`` (which takes the kernel
     ``select_swiglu`` picks): the same kernels, without the wrapper's frame."""
-    x, weight, bias, intermediate = node.args
+    x, weight, bias, intermediate = node.args[:4]
+    act = node.args[4] if len(node.args) > 4 else "silu"
     x_val = aten.node_val(x)
     w = edit.attr_tensor(gm, weight)
-    if isinstance(x_val, torch.Tensor) and x_val.dim() >= 1 and w is not None:
+    if act == "silu" and isinstance(x_val, torch.Tensor) and x_val.dim() >= 1 and w is not None:
         decision = epilogue_decision(device, dtype, x_val.numel() // max(1, x_val.shape[-1]), w.shape[1],
                                      intermediate)
         if decision.fused and decision.measurement is not None and decision.measurement.variant == "interleaved":
@@ -609,6 +759,8 @@ def _lower(gm, node, device, dtype) -> bool:
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
         gu = g.call_function(torch._C._nn.linear, (x, weight, bias))                   # (..., 2I)
+        if act != "silu":
+            return g.call_function(silu_mul_packed, (gu, intermediate), {"act": act})   # (..., I)
         return g.call_function(silu_mul_packed, (gu, intermediate))                    # (..., I)
 
     return edit.replace_node(gm, node, build)
@@ -626,7 +778,7 @@ PATTERNS = (
     Pattern(
         name="swiglu", label=WORDS("swiglu.label"),
         steps=(Step(frozenset({"linear"}), "gate"), Step(frozenset({"sigmoid"}), "sigmoid", optional=True),
-               Step(frozenset({"silu", "mul"}), "act"),
+               Step(frozenset({"silu", "mul", "gelu"}), "act"),
                Step(frozenset({"linear"}), "up"), Step(frozenset({"mul"}), "mul")),
         match=_match_swiglu, color="#aec7e8", rewrite=rewrite,
         implementation=WORDS("swiglu.implementation"),

@@ -982,6 +982,46 @@ def _scatter_nd(b, ins, attrs):
     return b.call(aten.index_put.default, data, columns, updates, reduction == "add")
 
 
+@_op("ScatterElements")
+def _scatter_elements(b, ins, attrs):
+    """``ScatterElements(data, indices, updates)``: ``data`` with ``data[..., indices[i], ...] = updates[i]`` along
+    ``axis``, as ``aten.scatter`` (``reduction`` "add": ``scatter_add``; "mul"/"max"/"min": ``scatter_reduce`` with
+    ``data`` included, as ONNX defines them). Negative indices count from the end."""
+    data, idx, updates = ins
+    shape = _shape(data)
+    axis = _axis(attrs.get("axis", 0), len(shape))
+    if not 0 <= axis < len(shape):
+        raise ModelLoadError(f"ScatterElements axis {axis} is outside a rank-{len(shape)} input")
+    if isinstance(idx, torch.Tensor):
+        idx = torch.where(idx < 0, idx + shape[axis], idx).contiguous()
+    else:
+        size = shape[axis]
+        idx = b.call(aten.where.self, b.call(aten.lt.Scalar, idx, 0), b.call(aten.add.Tensor, idx, size), idx)
+    reduction = str(attrs.get("reduction", "none"))
+    if reduction == "none":
+        return b.call(aten.scatter.src, data, axis, idx, updates)
+    if reduction == "add":
+        return b.call(aten.scatter_add.default, data, axis, idx, updates)
+    if reduction in ("mul", "max", "min"):
+        name = {"mul": "prod", "max": "amax", "min": "amin"}[reduction]
+        return b.call(aten.scatter_reduce.two, data, axis, idx, updates, name, include_self=True)
+    raise ModelLoadError(f"ScatterElements with reduction='{reduction[:20]}' is not supported")
+
+
+@_op("TopK")
+def _topk(b, ins, attrs):
+    """``TopK(x, k)``: the ``k`` largest (``largest=0``: smallest) values along ``axis`` and their int64 indices, as
+    ``torch.topk``, sorted (ONNX's ``sorted=0`` leaves the order unspecified; sorted is one such order). ``k`` must
+    be a constant: the outputs' shape depends on it."""
+    x = ins[0]
+    shape = _shape(x)
+    axis = _axis(attrs.get("axis", -1), len(shape))
+    ks = _ints(ins[1], "TopK k")
+    if len(ks) != 1 or not 0 <= axis < len(shape) or not 0 <= ks[0] <= shape[axis]:
+        raise ModelLoadError(f"TopK k={ks[:2]} along axis {axis} does not fit an input of shape {list(shape)[:8]}")
+    return b.call(aten.topk.default, x, ks[0], axis, bool(attrs.get("largest", 1)), True)
+
+
 @_op("Einsum")
 def _einsum(b, ins, attrs):
     equation = str(attrs.get("equation", "")).replace(" ", "")

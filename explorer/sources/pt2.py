@@ -716,6 +716,7 @@ def load_graph(path: str | os.PathLike) -> tuple[Any, tuple[Any, ...]]:
     name = Path(path).name
     program, inputs = load_program(path)
     gm = _unlift(program)
+    pure_ops.initialise_allocations(gm)
     check_graph_targets(gm, name)
     derive_shapes(gm, inputs, name)
     return gm, inputs
@@ -738,6 +739,7 @@ def load_program(path: str | os.PathLike) -> tuple[Any, tuple[Any, ...]]:
     except (Exception, RecursionError) as exc:
         text = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise _refuse(name, f"could not read the torch.export archive: {text}") from None
+    pure_ops.initialise_allocations(program.graph_module)   # empty_like -> zeros_like, before anything runs
     check_graph_targets(program.graph_module, name)
     args = tuple(a for a in archive.example_inputs[0] if isinstance(a, torch.Tensor))
     return program, args

@@ -28,6 +28,21 @@ Three rules refine the list, each checked per node by ``check_graph_ops``:
   ``wrap_with_autocast``) are refused by name: they carry subgraphs and
   change how their bodies run.
 
+Two more kinds of operator are allowed, each proven safe by what runs, not by
+what the file says:
+
+- custom operators of a known library (``LIBRARY_OPS``: transformers'
+  ``grouped_mm_fallback``, which its Mixtral-style MoE exports): the file
+  names the operator only; what runs is the implementation the library
+  registers when it is imported (``library_op``), from the installed
+  package, never code from the file. The library must be installed here and
+  the operator's schema must write nothing; otherwise the operator is refused
+  with its name and the library's;
+- ``empty_like``, whose contents are whatever the allocator held, is allowed
+  only because ``initialise_allocations`` replaces it by ``zeros_like``
+  before anything runs (the MoE's inverse permutation fills it whole with
+  ``index_put_``; a graph that does not gets zeros, never stale memory).
+
 ``refusal(node) -> str | None`` says why one node is refused;
 ``check_graph_ops(gm, name)`` raises one ``ModelLoadError`` line naming the
 first refused operator. ``tests/test_security_ops.py`` proves every zoo
@@ -61,8 +76,8 @@ aten.elu.default aten.embedding.default aten.eq.Scalar aten.eq.Tensor aten.erf.d
 aten.exp.default aten.exp2.default aten.expand.default aten.expand_as.default aten.expm1.default
 aten.flatten.using_ints aten.flip.default aten.floor.default aten.floor_divide.default aten.fmod.Scalar
 aten.fmod.Tensor aten.full.default aten.full_like.default aten.gather.default aten.ge.Scalar aten.ge.Tensor
-aten.gelu.default aten.group_norm.default aten.gt.Scalar aten.gt.Tensor aten.hardsigmoid.default
-aten.hardswish.default aten.hardtanh.default aten.index.Tensor aten.index_put.default
+aten.gelu.default aten.group_norm.default aten.histc.default aten.scatter.src aten.scatter_add.default aten.scatter_reduce.two aten.gt.Scalar aten.gt.Tensor aten.hardsigmoid.default
+aten.hardswish.default aten.hardtanh.default aten.index.Tensor aten.index_put.default aten.index_put_.default
 aten.index_select.default aten.instance_norm.default aten.isnan.default aten.layer_norm.default
 aten.le.Scalar aten.le.Tensor aten.leaky_relu.default aten.lift_fresh_copy.default aten.linalg_vector_norm.default
 aten.linear.default aten.log.default aten.log1p.default aten.log2.default aten.log_softmax.int
@@ -131,6 +146,68 @@ GUARDS: dict[str, Callable[[Any, Any], str | None]] = {
 }
 
 
+#: Custom operators of known libraries, by key: the module whose import registers the operator's implementation.
+LIBRARY_OPS: dict[str, str] = {
+    "transformers.grouped_mm_fallback.default": "transformers.integrations.moe",
+}
+
+#: Allocations whose contents are undefined, allowed in a file because ``initialise_allocations`` zeroes them.
+ZEROED = {"aten.empty_like.default": "zeros_like"}
+
+_LIBRARY_CACHE: dict[str, Any] = {}
+
+
+def library_op(key: str) -> Any:
+    """The ``OpOverload`` a known library registers for ``key`` (``LIBRARY_OPS``), importing the library's module
+    (the installed package's code) once; None when the library is not installed, the operator is not registered
+    there, or its schema writes an argument."""
+    if key in _LIBRARY_CACHE:
+        return _LIBRARY_CACHE[key]
+    import importlib
+    import importlib.util
+
+    import torch
+
+    op = None
+    module = LIBRARY_OPS.get(key)
+    namespace, name, overload = key.split(".")
+    try:
+        if module is not None and importlib.util.find_spec(module.split(".")[0]) is not None:
+            importlib.import_module(module)
+            packet = getattr(getattr(torch.ops, namespace), name, None)
+            op = getattr(packet, overload, None) if packet is not None else None
+    except Exception:  # a broken install: the operator is refused, with its name
+        op = None
+    if op is not None and any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+        op = None
+    _LIBRARY_CACHE[key] = op
+    return op
+
+
+def _library_refusal(key: str) -> str | None:
+    if library_op(key) is not None:
+        return None
+    library = LIBRARY_OPS[key].split(".")[0]
+    return (f"the program calls the custom operator {key}, which only {library} implements, and {library} is not "
+            f"installed here (or does not register it); refused")
+
+
+def initialise_allocations(gm: Any) -> int:
+    """Replace every undefined-contents allocation (``ZEROED``: ``empty_like``) of fx graph ``gm`` by its zeroed
+    twin, in place, before anything runs; returns how many. The graph's result is unchanged wherever it writes the
+    allocation before reading it."""
+    import torch
+
+    done = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and key_of(node.target) in ZEROED:
+            node.target = getattr(torch.ops.aten, ZEROED[key_of(node.target)]).default
+            done += 1
+    if done:
+        gm.recompile()
+    return done
+
+
 def key_of(target: Any) -> str:
     """``namespace.name.overload`` of an ``OpOverload``, ``_operator.name`` of a Python operator, else ``str``."""
     import torch
@@ -152,8 +229,10 @@ def json_target_refusal(target: str) -> str | None:
         return (f"the program uses the higher-order operator {target[:80]}, which the explorer does not run "
                 "(export without autocast or other wrapped regions); refused")
     key = target.removeprefix("torch.ops.")
-    if target.startswith("torch.ops.") and key in PURE_ATEN:
+    if target.startswith("torch.ops.") and (key in PURE_ATEN or key in ZEROED):
         return None
+    if target.startswith("torch.ops.") and key in LIBRARY_OPS:
+        return _library_refusal(key)
     return (f"the program calls {key[:100]}, which is not on the explorer's list of pure tensor operations "
             "(files, storages, the allocator, the RNG state and side effects are refused)")
 
@@ -243,6 +322,10 @@ def refusal(node: Any, memo: dict | None = None) -> str | None:
             return f"the graph calls {node.target}, an operator without a default overload; refused"
     key = key_of(target)
     if key in PURE_PYTHON and PURE_PYTHON[key] is target:
+        return None
+    if isinstance(target, torch._ops.OpOverload) and key in LIBRARY_OPS:
+        if library_op(key) is not target:
+            return _library_refusal(key) or f"the graph calls {key}, not the implementation its library registers"
         return None
     if isinstance(target, torch._ops.HigherOrderOperator):
         return (f"the graph uses the higher-order operator {key[:80]}, which the explorer does not run "
