@@ -36,7 +36,7 @@ import time
 from typing import Any, Callable
 
 from explorer.errors import RunError
-from explorer.messages import TASKS as WORDS
+from explorer.messages import PROGRESS, TASKS as WORDS
 from explorer.runtime.child import child_main, run_child, stop_on_sigterm
 from explorer.runtime.progress import (ESTIMATING, PRIOR_CHILD_START_S, PRIOR_LOAD_S, CostMemory, Schedule,
                                        format_seconds, model_key, split_left, with_left)
@@ -122,7 +122,7 @@ class _Clock:
         self._send(text, left)
 
     def finished(self) -> None:
-        self._progress(1.0, f"done in {format_seconds(time.monotonic() - self.t0)}")
+        self._progress(1.0, PROGRESS("done", elapsed=format_seconds(time.monotonic() - self.t0)))
 
 
 # ====================================================================== the child's side (torch imported here)
