@@ -70,37 +70,40 @@ class Entry:
     def shape(self, scale: str) -> Shape:
         return self.real if scale == "real" else self.ci
 
-    def build(self, scale: str = "ci"):
-        """The module at ``scale``, seeded, with realistic weights and calibrated BatchNorms, in eval mode."""
+    def build(self, scale: str = "ci", device: str = "cpu"):
+        """The module at ``scale``, seeded, with realistic weights and calibrated BatchNorms, in eval mode,
+        built and calibrated on ``device`` (the bench builds real sizes on the GPU: seconds, not minutes)."""
         import torch
 
         from explorer.sources.calibrate import CALIBRATION_SEED, realistic_init
 
         torch.manual_seed(SEED)
-        module = self.make(scale)
+        with torch.device(device):
+            module = self.make(scale)
         realistic_weights(module, SEED)
         shape = self.shape(scale)
         calib = dataclasses.replace(shape, batch=max(2, min(shape.batch, 4)))
-        return realistic_init(module, lambda i: self.inputs(scale, CALIBRATION_SEED + i, calib, module))
+        return realistic_init(module, lambda i: tuple(
+            t.to(device) for t in self.inputs(scale, CALIBRATION_SEED + i, calib, module)))
 
     def inputs(self, scale: str = "ci", seed: int = SEED, shape: Shape | None = None, module=None):
-        """Seeded example inputs at ``scale`` (a tuple of tensors, in the module's argument order)."""
+        """Seeded example inputs at ``scale`` (a tuple of CPU tensors, in the module's argument order)."""
         import torch
 
         s = shape or self.shape(scale)
         gen = torch.Generator().manual_seed(seed)
         if self.input_kind in ("image", "pixel_values"):
-            return (torch.randn(s.batch, 3, s.image, s.image, generator=gen),)
+            return (torch.randn(s.batch, 3, s.image, s.image, generator=gen, device="cpu"),)
         vocab = CI_VOCAB if scale == "ci" else (getattr(getattr(module, "config", None), "vocab_size", None)
                                                 or CI_VOCAB)
-        ids = torch.randint(0, vocab, (s.batch, s.seq), generator=gen)
+        ids = torch.randint(0, vocab, (s.batch, s.seq), generator=gen, device="cpu")
         if self.input_kind == "tokens":
             return (ids,)
         if self.input_kind == "tokens_mask":
-            return ids, torch.ones(s.batch, s.seq, dtype=torch.int64)
+            return ids, torch.ones(s.batch, s.seq, dtype=torch.int64, device="cpu")
         if self.input_kind == "audio":           # log-mel features: (B, mels, frames)
             mels = module.config.num_mel_bins if module is not None else 80
-            return (torch.randn(s.batch, mels, s.seq, generator=gen),)
+            return (torch.randn(s.batch, mels, s.seq, generator=gen, device="cpu"),)
         raise ValueError(f"unknown input kind {self.input_kind}")
 
 
@@ -109,7 +112,7 @@ class Entry:
 def _pool(seed: int):
     import torch
 
-    return torch.randn(POOL_SIZE, generator=torch.Generator().manual_seed(seed))
+    return torch.randn(POOL_SIZE, generator=torch.Generator().manual_seed(seed), device="cpu")
 
 
 def _fill(p, values, gen) -> None:
@@ -117,7 +120,8 @@ def _fill(p, values, gen) -> None:
     import torch
 
     flat = p.view(-1)
-    at, pos = 0, int(torch.randint(0, POOL_SIZE, (), generator=gen))
+    values = values.to(p.device)
+    at, pos = 0, int(torch.randint(0, POOL_SIZE, (), generator=gen, device="cpu"))
     while at < flat.numel():
         take = min(flat.numel() - at, POOL_SIZE - pos)
         flat[at:at + take].copy_(values[pos:pos + take])
@@ -187,8 +191,8 @@ def realistic_weights(module, seed: int = SEED) -> list[str]:
                     changed.append(f"{where}: N(0,0.01)")
                     continue
                 if float(p.abs().max()) < 1e-4:
-                    u = torch.rand(p.shape, generator=gen)
-                    p.copy_(0.1 + 0.4 * u)
+                    u = torch.rand(p.shape, generator=gen, device="cpu")
+                    p.copy_(0.1 + 0.4 * u.to(p.device))
                     changed.append(f"{where}: U(0.1,0.5)")
     return changed
 
