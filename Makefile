@@ -34,3 +34,9 @@ test: setup browser
 
 test-all: setup browser
 	$(TEST_ENV) $(BIN)/python -m pytest --durations=15
+
+# Every corpus entry through every source, hours on 2 cores (`make test` runs its CI subset only;
+# FUSION_EXPLORER_CORPUS lifts the skip of the others): tests/test_corpus.py, README "Tests".
+.PHONY: test-corpus
+test-corpus: setup
+	FUSION_EXPLORER_CORPUS=1 $(TEST_ENV) $(BIN)/python -m pytest -m corpus tests/test_corpus.py --durations=15
