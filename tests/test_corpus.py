@@ -63,10 +63,10 @@ class Autograd:
     """The autograd graph of one eager forward: nodes by name, each node's inputs (its ``next_functions``
     that are ops, not parameters) and its consumers."""
 
-    def __init__(self, out) -> None:
+    def __init__(self, outs) -> None:
         self.inputs: dict = {}
         self.consumers: collections.Counter = collections.Counter()
-        stack, seen = [out.grad_fn], set()
+        stack, seen = [o.grad_fn for o in outs], set()
         while stack:
             f = stack.pop()
             if f is None or f in seen:
@@ -175,16 +175,22 @@ def derive_transformer_chains(ag: Autograd) -> dict[str, int]:
     return dict(counts)
 
 
-def derive(module, inputs, bn_folded: bool) -> dict[str, int]:
-    """The counts this architecture must show (module docstring), from one eager forward with gradients."""
+def derive(module, inputs, bn_folded: bool, all_outputs: bool = False) -> dict[str, int]:
+    """The counts this architecture must show (module docstring), from one eager forward with gradients.
+    ``all_outputs``: of everything a transformers model computes (a ``torch.export`` capture keeps the
+    unused pooler); else of the output the features module returns (ONNX exporters drop the rest)."""
     import torch
 
     with torch.enable_grad():
         for p in module.parameters():
             p.requires_grad_(True)
         inputs = tuple(t.clone().requires_grad_(True) if t.is_floating_point() else t for t in inputs)
-        out = module(*inputs)
-    ag = Autograd(out)
+        if all_outputs and hasattr(module, "names"):   # every output a transformers model computes
+            out = module.model(**dict(zip(module.names, inputs)))
+            outs = [v for v in out.values() if isinstance(v, torch.Tensor) and v.grad_fn is not None]
+        else:
+            outs = [module(*inputs)]
+    ag = Autograd(outs)
     counts = {**derive_conv_chains(ag, bn_folded), **derive_transformer_chains(ag)}
     counts["squeeze_excite"] = sum(type(m).__name__ in SE_CLASSES for m in module.modules())
     return {k: v for k, v in counts.items() if v}
@@ -250,7 +256,7 @@ def run_case(name: str, source: str, folder: Path) -> dict:
     module = entry.build("ci")
     inputs = entry.inputs("ci", module=module)
     features = corpus.features_module(entry, module)
-    derived = derive(features, inputs, bn_folded=source.startswith("onnx"))
+    derived = derive(features, inputs, bn_folded=source.startswith("onnx"), all_outputs=not source.startswith("onnx"))
     with torch.no_grad():
         eager = features(*inputs)
     seconds["build"] = time.perf_counter() - t0
@@ -271,6 +277,11 @@ def run_case(name: str, source: str, folder: Path) -> dict:
     except Exception as exc:
         return dict(out, status="error", phase="load", reason=_one_line(exc))
     seconds["load"] = time.perf_counter() - t1
+    if source == "hf":   # the folder's own model (AutoModel: Whisper's decoder too) on the loader's inputs
+        features, inputs = loaded.module, tuple(loaded.example_inputs)
+        out["derived"] = derive(features, inputs, bn_folded=False, all_outputs=True)
+        with torch.no_grad():
+            eager = features(*inputs)
     try:
         det = detect(build_graph(loaded.gm, name))
         out["counts"] = {k: v for k, v in det.counts.items() if v}
