@@ -98,6 +98,28 @@ class Autograd:
         return g
 
 
+def squeeze_excite_convs(ag: Autograd) -> set:
+    """The convolutions of squeeze-excite blocks: a conv after a global pool whose single-user path (through
+    an activation, another conv, perhaps a BatchNorm, and the gate) ends in a product with the pool's own
+    input. A head conv after the pool (MobileNetV3's ``conv_head``) is not one."""
+    out = set()
+    for c in ag.of(CONV):
+        pool = ag.source(c, skip=set())
+        if pool is None or ag.name(pool) not in POOLS or not ag.inputs.get(pool):
+            continue
+        x, node, path = ag.inputs[pool][0], c, [c]
+        for _ in range(6):
+            users = ag.users[node]
+            if len(users) != 1:
+                break
+            node = users[0]
+            path.append(node)
+            if ag.name(node) == "MulBackward0" and x in ag.inputs[node]:
+                out.update(p for p in path if ag.name(p) == CONV)
+                break
+    return out
+
+
 def derive_conv_chains(ag: Autograd, bn_folded: bool) -> dict[str, int]:
     """Conv chains as our conv family's patterns state them, counted on the autograd graph: a conv (its
     output read once), then its BatchNorm (read once; folded into the conv by the ONNX exporters, so
@@ -105,14 +127,7 @@ def derive_conv_chains(ag: Autograd, bn_folded: bool) -> dict[str, int]:
     units feed takes one of them (the other is a Conv+BN alone). Convolutions of a squeeze-excite (a conv
     after a pool, and the conv after its activation) are left to that family."""
     counts: collections.Counter = collections.Counter()
-    se_convs = set()
-    for c in ag.of(CONV):
-        src = ag.source(c, skip=set())
-        if src is not None and ag.name(src) in POOLS:
-            se_convs.add(c)
-            for u in ag.users[c]:
-                if ag.name(u) in ACTS:
-                    se_convs.update(w for w in ag.users[u] if ag.name(w) == CONV)
+    se_convs = squeeze_excite_convs(ag)
     add_claimed: set = set()
     for c in ag.of(CONV):
         if c in se_convs or ag.consumers[c] != 1:
@@ -460,6 +475,27 @@ def test_derivation_counts_resnet18_from_its_blocks():
     assert got == {"conv_bn_act": 1 + len(blocks), "conv_bn_add_act": len(blocks), "conv_bn": downsample}
     folded = derive(model, (torch.randn(1, 3, 32, 32),), bn_folded=True)
     assert folded == {"conv_act": 1 + len(blocks), "conv_add_act": len(blocks)}
+
+
+def test_derivation_counts_mobilenet_v3_from_its_blocks():
+    """The same against MobileNetV3-small's module tree: each ``Conv2dNormActivation`` with an activation is a
+    Conv+BN+act; without one it is the block's projection, Conv+BN+Add where the block keeps its input, else
+    Conv+BN; each ``SqueezeExcitation`` one squeeze-excite (its convs are not conv chains, nor is the head's
+    Linear+Hardswish's pool); the classifier's Linear+Hardswish one Linear+act."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+    from torchvision.models.mobilenetv3 import InvertedResidual
+    from torchvision.ops import Conv2dNormActivation, SqueezeExcitation
+
+    from benchmarks import corpus
+
+    model = corpus.by_name("tv/mobilenet_v3_small").make("ci").eval()
+    units = [m for m in model.modules() if isinstance(m, Conv2dNormActivation)]
+    residual = sum(b.use_res_connect for b in model.modules() if isinstance(b, InvertedResidual))
+    with_act = sum(len(u) == 3 for u in units)
+    want = {"conv_bn_act": with_act, "conv_bn_add": residual, "conv_bn": len(units) - with_act - residual,
+            "squeeze_excite": sum(isinstance(m, SqueezeExcitation) for m in model.modules()), "linear_act": 1}
+    assert derive(model, (torch.randn(1, 3, 32, 32),), bn_folded=False) == want
 
 
 if __name__ == "__main__":
