@@ -389,7 +389,11 @@ def by_name(name: str) -> Entry:
 
 def features_module(entry: Entry, module):
     """The module that ``torch.export`` and ``torch.onnx.export`` see: a transformers model wrapped to take
-    positional tensors and return its last hidden state (the encoder's, for Whisper); a vision model as is."""
+    positional tensors and return its last hidden state (the encoder's, for Whisper), without a KV cache (a
+    prefill, as the zoo's decoder: with transformers' default ``use_cache=True`` the cache's update writes
+    ``aten.detach_`` into a ``.pt2``, which the reader refuses); a vision model as is."""
+    import inspect
+
     import torch
 
     if entry.library != "transformers":
@@ -404,9 +408,10 @@ def features_module(entry: Entry, module):
             super().__init__()
             self.model = model.get_encoder() if encoder_only else model
             self.names = names
+            self.kwargs = {"use_cache": False} if "use_cache" in inspect.signature(self.model.forward).parameters else {}
 
         def forward(self, *inputs):
-            out = self.model(**dict(zip(self.names, inputs)))
+            out = self.model(**dict(zip(self.names, inputs)), **self.kwargs)
             return out.last_hidden_state
 
     return HFPositional(module, names, entry.input_kind == "audio").eval()
