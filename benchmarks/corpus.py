@@ -354,8 +354,8 @@ def _hf_entries() -> list[Entry]:
               Shape(32, image=224), Shape(1, image=224), _TEXT, "fp16", "ViT-B/16 layer sizes", "pixel_values"),
         Entry("hf/swin", "transformers", "vit", _hf("SwinConfig", "SwinModel", dict(
             embed_dim=96, depths=[2, 2, 2, 2], num_heads=[3, 6, 12, 24], window_size=7, image_size=224,
-            patch_size=4), layer_key="_unused_layers", ci_override=dict(image_size=64)),
-              Shape(32, image=224), Shape(1, image=64), _TEXT, "fp16",
+            patch_size=4), layer_key="_unused_layers"),
+              Shape(32, image=224), Shape(1, image=224), _TEXT, "fp16",
               "Swin-T widths and heads, 2 blocks a stage (a shifted and an unshifted window)", "pixel_values"),
         Entry("hf/clip_vision", "transformers", "vit", _hf("CLIPVisionConfig", "CLIPVisionModel", dict(
             hidden_size=768, num_attention_heads=12, intermediate_size=3072, image_size=224, patch_size=32,
