@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import subprocess
 import sys
@@ -156,7 +157,8 @@ def derive_transformer_chains(ag: Autograd) -> dict[str, int]:
     """Counts of a transformer's chains on the autograd graph: every LayerNorm whose input is a residual
     sum (through views) is an Add+LayerNorm; every RMSNorm (``x·rsqrt(mean(x²) + ε)``: an rsqrt of a mean)
     is one of the RMSNorm family's four patterns; ``silu(a)·b`` of two linears is a SwiGLU; an activation
-    read from a linear that no SwiGLU holds is a Linear+act; each softmax is one attention's scores."""
+    read from a linear that no SwiGLU holds is a Linear+act; each softmax is one attention's scores (an
+    SDPA call too, where the file is ONNX: ``derive``)."""
     counts: collections.Counter = collections.Counter()
     for ln in ag.of(LN):
         src = ag.source(ln)
@@ -187,6 +189,7 @@ def derive_transformer_chains(ag: Autograd) -> dict[str, int]:
             if src is not None and ag.name(src) in LINEARS and ag.consumers[src] == 1:
                 counts["linear_act"] += 1
     counts["softmax"] = len(ag.of("SoftmaxBackward0"))
+    counts["sdpa"] = sum("ScaledDotProduct" in ag.name(f) for f in ag.inputs)
     return dict(counts)
 
 
@@ -207,6 +210,9 @@ def derive(module, inputs, bn_folded: bool, all_outputs: bool = False) -> dict[s
             outs = [module(*inputs)]
     ag = Autograd(outs)
     counts = {**derive_conv_chains(ag, bn_folded), **derive_transformer_chains(ag)}
+    sdpa = counts.pop("sdpa", 0)
+    if bn_folded:   # an ONNX file: the exporters write SDPA as MatMul, Softmax, MatMul (its scores' chain)
+        counts["softmax"] = counts.get("softmax", 0) + sdpa
     counts["squeeze_excite"] = sum(type(m).__name__ in SE_CLASSES for m in module.modules())
     return {k: v for k, v in counts.items() if v}
 
@@ -327,7 +333,8 @@ def run_case(name: str, source: str, folder: Path) -> dict:
     if same_inputs:
         t3 = time.perf_counter()
         try:
-            out["fidelity"] = dtype_fidelity(features, inputs, loaded.gm, fused.gm)
+            out["fidelity"] = dtype_fidelity(features, inputs, loaded.gm, fused.gm,
+                                             plan_at_bf16=entry.library == "transformers")
         except Exception as exc:
             return dict(out, status="error", phase="dtype fidelity", reason=_one_line(exc))
         seconds["fidelity"] = time.perf_counter() - t3
@@ -335,13 +342,13 @@ def run_case(name: str, source: str, folder: Path) -> dict:
     return dict(out, status="ok")
 
 
-def dtype_fidelity(features, inputs, gm, fused_gm) -> dict:
+def dtype_fidelity(features, inputs, gm, fused_gm, plan_at_bf16: bool) -> dict:
     """Per low dtype: rel_l2 against float64 of eager PyTorch and of the unfused graph prepared as the runner
     prepares it (the model's own casts read by ``record_casts`` from the eager module: a graph from a file has
     no module of its own, and the eager model is what it was written from), the cast note, and the fused
     graph of the float32 plan prepared at that dtype against the unfused one (chain identities are the
-    float32 capture's: the plan applies as made; bf16 only, the interpreter's time). A dtype the CPU cannot
-    run is a note."""
+    float32 capture's: the plan applies as made; in bf16, on the transformers entries only: the interpreter's
+    time). A dtype the CPU cannot run is a note."""
     import torch
 
     from explorer.runtime import measure as m
@@ -358,7 +365,8 @@ def dtype_fidelity(features, inputs, gm, fused_gm) -> dict:
             with torch.inference_mode():
                 eager = m.prepare_module(features, "cpu", dtype)(*x)
                 unfused = m.prepare_graph(gm, "cpu", dtype, casts=casts)(*x)
-                fused = m.prepare_graph(fused_gm, "cpu", dtype, casts=casts)(*x) if label == "bf16" else None
+                fused = (m.prepare_graph(fused_gm, "cpu", dtype, casts=casts)(*x)
+                         if label == "bf16" and plan_at_bf16 else None)
             out[label] = dict(eager=rel(eager, ref), unfused=rel(unfused, ref), casts=casts is not None, note=note)
             if fused is not None:
                 out[label]["fused_vs_unfused"] = rel(fused, [t.double() for t in m.flat_outputs(unfused)])
@@ -399,11 +407,14 @@ GAPS: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}
 #: the unfused graph against float64 within this factor of eager's error, in bf16 and fp16 (issue 20)
 FIDELITY = 1.5
 
-#: (entry, source) -> why the unfused graph is further from float64 than eager in a low dtype (a gap).
-FIDELITY_GAPS: dict[tuple[str, str], str] = {}
+#: (entry, dtype) or ((entry, source), dtype) -> why the fidelity check cannot hold there (a gap, listed).
+FIDELITY_GAPS: dict[tuple, str] = {
+    ("timm/repvgg_a0", "fp16"): "eager overflows in fp16: RepVGG's three BatchNorm-normalised branches add up "
+                                "block after block (logits ~1e4 with seeded weights), past fp16's range inside",
+}
 
 #: the CI subset, in ``make test``: each source and each family of architecture once.
-CI = (("tv/mobilenet_v3_small", "pt2"), ("timm/deit_tiny_patch16_224", "onnx_torchscript"), ("hf/bert", "hf"),
+CI = (("tv/mobilenet_v3_small", "pt2"), ("timm/mobilevit_xxs", "onnx_torchscript"), ("hf/bert", "hf"),
       ("hf/gpt2", "onnx_dynamo"))
 
 
@@ -440,9 +451,10 @@ def check_case(r: dict) -> None:
     assert r["fused_err"] is not None and r["fused_err"] <= RTOL, \
         f"{where}: fused differs from unfused by {r['fused_err']} of the largest output"
     for label, f in (r.get("fidelity") or {}).items():
-        if "eager" not in f or key in FIDELITY_GAPS:
+        if "eager" not in f or (key[0], label) in FIDELITY_GAPS or (key, label) in FIDELITY_GAPS:
             continue
-        assert f["eager"] > 1e-5, f"{where}: {label}: eager's error {f['eager']:.1e}: no signal to compare"
+        assert math.isfinite(f["eager"]) and f["eager"] > 1e-5, \
+            f"{where}: {label}: eager's error {f['eager']:.1e}: no signal to compare (or eager overflows)"
         assert f["unfused"] <= FIDELITY * f["eager"], \
             f"{where}: {label}: the unfused graph is {f['unfused']:.2e} from float64, eager {f['eager']:.2e} ({f['note']})"
         if "fused_vs_unfused" in f:   # the float32 plan applied at bf16: as far from unfused as eager from float64
