@@ -156,7 +156,8 @@ def derive_conv_chains(ag: Autograd, bn_folded: bool) -> dict[str, int]:
 def derive_transformer_chains(ag: Autograd) -> dict[str, int]:
     """Counts of a transformer's chains on the autograd graph: every LayerNorm whose input is a residual
     sum (through views) is an Add+LayerNorm; every RMSNorm (``x·rsqrt(mean(x²) + ε)``: an rsqrt of a mean)
-    is one of the RMSNorm family's four patterns; ``silu(a)·b`` of two linears is a SwiGLU; an activation
+    is one of the RMSNorm family's four patterns; ``silu(a)·b`` of two linears is a SwiGLU; a GELU on a
+    linear of a LayerNorm of a depthwise conv (through permutes) is a ConvNeXt block; any other activation
     read from a linear that no SwiGLU holds is a Linear+act; each softmax is one attention's scores (an
     SDPA call too, where the file is ONNX: ``derive``)."""
     counts: collections.Counter = collections.Counter()
@@ -181,9 +182,17 @@ def derive_transformer_chains(ag: Autograd) -> dict[str, int]:
                         LINEARS | VIEWS | {"SplitBackward0", "SliceBackward0"}):
                     swiglu_acts.add(act)
                     counts["gated_mlp"] += 1
+    block_acts = set()
+    for a in ag.of("GeluBackward0"):   # ConvNeXt blocks: depthwise conv, LayerNorm, Linear+GELU (and the rest)
+        lin = ag.source(a)
+        ln = ag.source(lin, skip=VIEWS | {"PermuteBackward0"}) if lin is not None and ag.name(lin) in LINEARS else None
+        conv = ag.source(ln, skip=VIEWS | {"PermuteBackward0"}) if ln is not None and ag.name(ln) == LN else None
+        if conv is not None and ag.name(conv) == CONV and getattr(conv, "_saved_groups", 1) > 1:
+            block_acts.add(a)
+            counts["convnext_block"] += 1
     for name in ACTS:
         for a in ag.of(name):
-            if a in swiglu_acts:
+            if a in swiglu_acts or a in block_acts:
                 continue
             src = ag.source(a)
             if src is not None and ag.name(src) in LINEARS and ag.consumers[src] == 1:
@@ -219,7 +228,8 @@ def derive(module, inputs, bn_folded: bool, all_outputs: bool = False) -> dict[s
 
 def detected_as_derived(counts: dict[str, int]) -> dict[str, int]:
     """Detection's counts in ``derive``'s keys (the RMSNorm family's four patterns as one)."""
-    out = {k: counts.get(k, 0) for k in (*CONV_FAMILY, "squeeze_excite", "add_layer_norm", "linear_act")}
+    out = {k: counts.get(k, 0) for k in (*CONV_FAMILY, "squeeze_excite", "add_layer_norm", "linear_act",
+                                         "convnext_block")}
     out["rms_family"] = sum(counts.get(k, 0) for k in RMS_FAMILY)
     out["gated_mlp"] = counts.get("swiglu", 0)
     out["softmax"] = counts.get("matmul_softmax", 0)
