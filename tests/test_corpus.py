@@ -485,6 +485,30 @@ def test_corpus_case(name, source, tmp_path):
     check_case(run_child(name, source, tmp_path))
 
 
+def test_the_checks_fail_where_they_must():
+    """``check_case`` on answers made up here: it passes a good one and fails a traceback, an unlisted
+    refusal, a listed refusal that loads, a count off by one, a fused output off, a failed chain, an unfused
+    graph further than 1.5x eager's error in bf16, and eager with no signal."""
+    good = {"entry": "tv/resnet18", "source": "pt2", "status": "ok", "applied": {"fused": 20}, "not_fused": [],
+            "unfused_err": 0.0, "fused_err": 1e-7, "derived": {"conv_bn_act": 9, "conv_bn_add_act": 8, "conv_bn": 3},
+            "counts": {"conv_bn_act": 9, "conv_bn_add_act": 8, "conv_bn": 3, "elementwise_chain": 1},
+            "fidelity": {"bf16": {"eager": 1e-2, "unfused": 1.2e-2, "note": "", "fused_vs_unfused": 1e-2}}}
+    check_case(good)
+    listed = ("timm/convnextv2_atto", "pt2")
+    bad = [dict(good, status="error", phase="load", reason="KeyError: 'x'"),
+           dict(good, status="refused", reason="model.pt2: the program calls aten.foo.default"),
+           dict(good, entry=listed[0]),
+           dict(good, counts={**good["counts"], "conv_bn": 2}),
+           dict(good, fused_err=1e-3),
+           dict(good, applied={"fused": 19, "failed": 1}),
+           dict(good, fidelity={"bf16": {"eager": 1e-2, "unfused": 1.6e-2, "note": ""}}),
+           dict(good, fidelity={"bf16": {"eager": float("nan"), "unfused": 1e-2, "note": ""}})]
+    for answer in bad:
+        with pytest.raises(AssertionError):
+            check_case(answer)
+    check_case(dict(good, entry=listed[0], status="refused", reason=f"model.pt2: calls {REFUSED[listed]}, ..."))
+
+
 def test_derivation_counts_resnet18_from_its_blocks():
     """The autograd derivation against torchvision's own block list: ResNet-18 has the stem's Conv+BN+ReLU,
     per BasicBlock a Conv+BN+ReLU and a Conv+BN+Add+ReLU, and a Conv+BN per downsample."""
