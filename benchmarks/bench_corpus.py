@@ -34,7 +34,6 @@ import collections
 import dataclasses
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
