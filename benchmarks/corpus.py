@@ -82,7 +82,9 @@ class Entry:
             module = self.make(scale)
         realistic_weights(module, SEED)
         shape = self.shape(scale)
-        calib = dataclasses.replace(shape, batch=max(2, min(shape.batch, 4)))
+        # BatchNorm statistics from 8 seeded samples (4 at real sizes, as the zoo): at CI sizes a late stage is a
+        # few pixels, and statistics over 2 samples of them make ill-conditioned folds (errors ~1e-3 in fp32)
+        calib = dataclasses.replace(shape, batch=8 if scale == "ci" else 4)
         return realistic_init(module, lambda i: tuple(
             t.to(device) for t in self.inputs(scale, CALIBRATION_SEED + i, calib, module)))
 
@@ -253,8 +255,6 @@ def _tv_ci_image(name: str) -> int:
         return 224
     if name in ("inception_v3",):
         return 96
-    if name == "mobilenet_v3_small":   # in make test's subset: its interpreted kernels' time goes with the pixels
-        return 32
     return 64
 
 
