@@ -170,18 +170,18 @@ def derive_transformer_chains(ag: Autograd) -> dict[str, int]:
         if src is not None and ag.name(src) == "MeanBackward1":
             counts["rms_family"] += 1
     swiglu_acts = set()
-    for m in ag.of("MulBackward0"):
+    packed = VIEWS | {"SplitBackward0", "SplitWithSizesBackward0", "SliceBackward0", "UnbindBackward0"}
+    for m in ag.of("MulBackward0"):   # act(gate)·up, gate and up from linears (or one packed linear's halves)
         ins = ag.inputs[m]
-        if len(ins) == 2:
-            kinds = [ag.name(g) for g in ins]
-            if "SiluBackward0" in kinds or ("GeluBackward0" in kinds and any(ag.name(ag.source(g) or g) in LINEARS
-                                                                              for g in ins)):
-                act = ins[kinds.index("SiluBackward0" if "SiluBackward0" in kinds else "GeluBackward0")]
-                other = ins[1 - kinds.index(ag.name(act))]
-                if ag.name(ag.source(act) or act) in LINEARS and ag.name(ag.source(other, skip=VIEWS) or other) in (
-                        LINEARS | VIEWS | {"SplitBackward0", "SliceBackward0"}):
-                    swiglu_acts.add(act)
-                    counts["gated_mlp"] += 1
+        kinds = [ag.name(g) for g in ins]
+        if len(ins) != 2 or not ({"SiluBackward0", "GeluBackward0"} & set(kinds)):
+            continue
+        act = ins[kinds.index("SiluBackward0" if "SiluBackward0" in kinds else "GeluBackward0")]
+        other = ins[1 - ins.index(act)]
+        if ag.name(ag.source(act, skip=packed) or act) in LINEARS and \
+                ag.name(ag.source(other, skip=packed) or other) in LINEARS:
+            swiglu_acts.add(act)
+            counts["gated_mlp"] += 1
     block_acts = set()
     for a in ag.of("GeluBackward0"):   # ConvNeXt blocks: depthwise conv, LayerNorm, Linear+GELU (and the rest)
         lin = ag.source(a)
@@ -418,8 +418,10 @@ NO_EXPORT: dict[tuple[str, str], str] = {}
 #: (entry, source) -> {derived key: (detected, why)}: where detection finds other than the architecture has.
 GEGLU = {"gated_mlp": (0, "GeGLU (gelu-tanh gate times up): no gated-MLP form takes a GELU gate yet"),
          "linear_act": (1, "so the gate's Linear+GELU-tanh is taken alone")}
+PACKED = {"gated_mlp": (0, "Phi-3's packed gate_up_proj (one linear, chunked): no gated-MLP form reads its halves")}
 GAPS: dict[tuple[str, str], dict[str, tuple[int, str]]] = {
     ("hf/gemma2", "pt2"): GEGLU,
+    ("hf/phi3", "pt2"): PACKED,
 }
 
 #: the unfused graph against float64 within this factor of eager's error, in bf16 and fp16 (issue 20)
