@@ -41,7 +41,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RTOL = 1e-4          # float32: max |a - b| <= RTOL * max |reference|
-CASE_TIMEOUT_S = 900
+CASE_TIMEOUT_S = 1800   # a case at 224 px through the Triton interpreter ran past 600 s at load 15
 
 # ====================================================================== what the architecture says
 
