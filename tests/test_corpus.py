@@ -488,6 +488,7 @@ def check_case(r: dict) -> None:
     assert found == want, f"{where}: detected {found}, derived (with its GAPS) {want}; all counts {r['counts']}"
 
 
+@pytest.mark.timeout(CASE_TIMEOUT_S + 60)   # past the suite's 900 s: the child has its own limit
 @pytest.mark.parametrize("name,source", list(_cases()))
 def test_corpus_case(name, source, tmp_path):
     check_case(run_child(name, source, tmp_path))
