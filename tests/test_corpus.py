@@ -41,6 +41,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RTOL = 1e-4          # float32: max |a - b| <= RTOL * max |reference|
+NOISE_FACTOR = 4     # ... or this many times the model's own float32 distance from float64, where larger
 CASE_TIMEOUT_S = 1800   # a case at 224 px through the Triton interpreter ran past 600 s at load 15
 
 # ====================================================================== what the architecture says
@@ -366,7 +367,9 @@ def dtype_fidelity(features, inputs, gm, fused_gm, plan_at_bf16: bool) -> dict:
     with torch.inference_mode():
         ref = m.flat_outputs(m.prepare_module(features, "cpu", torch.float64)(
             *m.prepare_inputs(inputs, "cpu", torch.float64)))
-    out = {}
+    with torch.inference_mode():
+        eager32 = m.flat_outputs(features(*inputs))[0].double()
+    out = {"fp32_noise": float((eager32 - ref[0]).abs().max() / ref[0].abs().max())}
     for label, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
         rel = lambda got, want: m.precision(got, want, False, dtype)["rel_l2"]  # noqa: E731
         try:
@@ -468,10 +471,13 @@ def check_case(r: dict) -> None:
     assert r["applied"].get("failed", 0) == 0, f"{where}: chains failed: {r['not_fused']}"
     assert isinstance(r["unfused_err"], str) or r["unfused_err"] <= RTOL, \
         f"{where}: the unfused graph is not the model: {r['unfused_err']:.2e} of its largest output"
-    assert r["fused_err"] is not None and r["fused_err"] <= RTOL, \
-        f"{where}: fused differs from unfused by {r['fused_err']} of the largest output"
+    # float32's tolerance: RTOL, or, for a model whose own float32 forward is further than that from float64
+    # (seeded weights that amplify rounding: EfficientNet-V2 at CI sizes), NOISE_FACTOR times that distance
+    noise = (r.get("fidelity") or {}).get("fp32_noise") or 0.0
+    assert r["fused_err"] is not None and r["fused_err"] <= max(RTOL, NOISE_FACTOR * noise), \
+        f"{where}: fused differs from unfused by {r['fused_err']} of the largest output (fp32's own: {noise:.1e})"
     for label, f in (r.get("fidelity") or {}).items():
-        if "eager" not in f or (key[0], label) in FIDELITY_GAPS or (key, label) in FIDELITY_GAPS:
+        if not isinstance(f, dict) or "eager" not in f or (key[0], label) in FIDELITY_GAPS or (key, label) in FIDELITY_GAPS:
             continue
         assert math.isfinite(f["eager"]) and f["eager"] > 1e-5, \
             f"{where}: {label}: eager's error {f['eager']:.1e}: no signal to compare (or eager overflows)"
