@@ -144,7 +144,7 @@ def derive_conv_chains(ag: Autograd, bn_folded: bool) -> dict[str, int]:
             (user,) = ag.users[out]
         if ag.name(user) in ACTS:
             counts[f"conv{bn}_act"] += 1
-        elif ag.name(user) == ADD and user not in add_claimed:
+        elif ag.name(user) in (ADD, "CopySlices") and user not in add_claimed:   # CopySlices: += on a view (GhostNet)
             add_claimed.add(user)
             after = ag.users[user]
             act = len(after) == 1 and ag.name(after[0]) in ACTS
@@ -163,7 +163,7 @@ def derive_transformer_chains(ag: Autograd) -> dict[str, int]:
     SDPA call too, where the file is ONNX: ``derive``)."""
     counts: collections.Counter = collections.Counter()
     for ln in ag.of(LN):
-        src = ag.source(ln)
+        src = ag.source(ln, skip=VIEWS | {"SelectBackward0", "SliceBackward0"})   # CLIP's pooled token: a select
         if src is not None and ag.name(src) == ADD:
             counts["add_layer_norm"] += 1
     for r in ag.of("RsqrtBackward0"):
@@ -411,6 +411,10 @@ REFUSED: dict[tuple[str, str], str] = {
     ("timm/convnextv2_atto", "pt2"): "aten.addcmul.default",
     # Mixtral's router counts tokens per expert with torch.histc: not on the allowlist
     ("hf/mixtral", "pt2"): "aten.histc.default",
+    # Falcon writes x @ W.T: torch.export records Tensor.T as aten.numpy_T, not on the allowlist
+    ("hf/falcon", "pt2"): "aten.numpy_T.default",
+    # LeViT's attention bias reshaped with Tensor.reshape_as: aten.reshape_as, not on the allowlist
+    ("timm/levit_128s", "pt2"): "aten.reshape_as.default",
     # a T5EncoderModel folder: AutoModel builds the encoder-decoder T5Model, which then needs decoder inputs
     ("hf/t5_encoder", "hf"): "You must specify exactly one of input_ids or inputs_embeds",
 }
