@@ -39,3 +39,10 @@ test: setup browser
 
 test-all: setup browser
 	$(TEST_ENV) $(BIN)/python -m pytest $(TEST_XDIST) --durations=15
+
+# Every corpus entry through every source, hours on 2 cores (`make test` runs its CI subset only;
+# FUSION_EXPLORER_CORPUS lifts the skip of the others): tests/test_corpus.py, README "Tests". Each case is
+# a child process of its own, so the cases (not the file) are spread over the workers.
+.PHONY: test-corpus
+test-corpus: setup
+	FUSION_EXPLORER_CORPUS=1 $(TEST_ENV) $(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist load) -m corpus tests/test_corpus.py --durations=15
