@@ -69,7 +69,7 @@ KIND_BY_ATEN_NAME: dict[str, str] = {
 VIEW_NAMES = frozenset({
     "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "expand", "expand_as",
     "unsqueeze", "squeeze", "flatten", "unflatten", "alias", "detach", "select", "slice",
-    "unbind", "split", "split_with_sizes", "chunk", "narrow", "as_strided", "view_as",
+    "unbind", "split", "split_with_sizes", "chunk", "narrow", "as_strided", "view_as", "reshape_as",
     "lift_fresh_copy", "getitem",
     "swapaxes", "swapdims", "mT", "numpy_T", "movedim", "moveaxis",   # transposes under other names
 })

@@ -62,7 +62,7 @@ PURE_ATEN = frozenset("""
 aten.__and__.Tensor aten.__or__.Tensor aten._assert_scalar.default aten._adaptive_avg_pool2d.default aten._assert_tensor_metadata.default
 aten._log_softmax.default aten._native_batch_norm_legit_no_training.default aten._softmax.default
 aten._to_copy.default aten.abs.default aten.adaptive_avg_pool1d.default aten.adaptive_avg_pool2d.default
-aten.add.Scalar aten.add.Tensor aten.addmm.default aten.alias.default aten.amax.default aten.amin.default
+aten.add.Scalar aten.add.Tensor aten.addcmul.default aten.addmm.default aten.alias.default aten.amax.default aten.amin.default
 aten.any.dim aten.arange.default aten.arange.start aten.arange.start_step aten.argmax.default
 aten.as_strided.default aten.atan.default aten.avg_pool1d.default aten.avg_pool2d.default
 aten.avg_pool3d.default aten.baddbmm.default aten.batch_norm.default aten.bitwise_and.Tensor
@@ -102,7 +102,7 @@ aten.tanh.default aten.tile.default aten.to.device aten.to.dtype aten.to.dtype_l
 aten.transpose.int aten.tril.default aten.triu.default aten.type_as.default aten.unbind.int aten.unflatten.int
 aten.unfold.default aten.unsqueeze.default aten.upsample_bicubic2d.vec aten.upsample_bilinear2d.vec
 aten.upsample_linear1d.vec aten.upsample_nearest1d.vec aten.upsample_nearest2d.vec aten.upsample_nearest3d.vec
-aten.upsample_trilinear3d.vec aten.var.correction aten.var_mean.correction aten.view.default aten.view_as.default
+aten.upsample_trilinear3d.vec aten.var.correction aten.var_mean.correction aten.view.default aten.view_as.default aten.reshape_as.default aten.numpy_T.default
 aten.where.Scalar aten.where.ScalarOther aten.where.ScalarSelf aten.where.self aten.zeros.default
 aten.zeros_like.default
 aten.dropout.default aten.feature_dropout.default aten.alpha_dropout.default
