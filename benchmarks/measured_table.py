@@ -1,0 +1,238 @@
+"""The README's Measured table, generated from ``bench_measured.py``'s JSON: one command after a GPU run.
+
+    python3 benchmarks/measured_table.py benchmarks/results/bench_measured_call1_h200.json \\
+        benchmarks/results/bench_measured_call2_h200.json --readme README.md
+
+Reads one or more JSONs (the two device calls of a run): a model measured in several is taken from the last file
+that measured it without an error. Prints the markdown table (every model: unfused, fused, compile default,
+max-autotune-no-cudagraphs, the plain-call verdict, fused + CUDA graphs, reduce-overhead, the graph verdict,
+GPU busy fused / inductor, host µs per launch unfused / fused / inductor with its verdict) and the list of the
+targets missed, with their numbers. ``--readme`` replaces the README's block between
+``<!-- measured-table:start -->`` and ``<!-- measured-table:end -->`` with them, and leaves the rest as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+START, END = "<!-- measured-table:start -->", "<!-- measured-table:end -->"
+ORDER = ("llama_decoder_8b_layers", "gpt2_medium_layers", "convnext_tiny", "llama_decoder", "llama_decode_step",
+         "resnet50", "mobilenet_v2", "efficientnet_b0", "bert_base")
+DEFAULT, MANT, RO = "compile_default", "compile_max_autotune_no_cudagraphs", "compile_reduce_overhead"
+
+
+def merge(docs: list[tuple[str, dict]]) -> dict[str, tuple[str, dict, dict]]:
+    """``{model key: (file name, its run's doc, its record)}``: the last file's record, unless it failed and an
+    earlier one did not."""
+    out: dict[str, tuple[str, dict, dict]] = {}
+    for name, doc in docs:
+        for key, rec in (doc.get("models") or {}).items():
+            usable = bool(rec.get("sessions"))
+            if key not in out or usable or not out[key][2].get("sessions"):
+                out[key] = (name, doc, rec)
+    return out
+
+
+def _final(rec: dict) -> dict:
+    sessions = rec.get("sessions") or []
+    return sessions[-1] if sessions else {}
+
+
+def _ms(rec: dict, v: str) -> float | None:
+    row = (_final(rec).get("variants") or {}).get(v)
+    return row["latency_ms"]["median"] if row else None
+
+
+def _fmt(x: float | None, d: int = 2) -> str:
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+def _verdict(rec: dict, target_start: str) -> dict | None:
+    for v in rec.get("verdicts") or []:
+        if v["target"].startswith(target_start):
+            return v
+    return None
+
+
+def _verdict_cell(v: dict | None) -> str:
+    if not v:
+        return "—"
+    words = {"faster": "faster", "slower": "**slower**"}.get(v["verdict"], "level")
+    ci = f" [{v['ci_low']:.2f}, {v['ci_high']:.2f}]" if v.get("ci_low") is not None else ""
+    return f"{words} {v['ratio']:.2f}×{ci}" if v.get("ratio") else words
+
+
+def _bold_pair(a: float | None, b: float | None) -> tuple[str, str]:
+    """Two medians, the smaller in bold."""
+    sa, sb = _fmt(a), _fmt(b)
+    if a is not None and b is not None:
+        if a < b:
+            sa = f"**{sa}**"
+        elif b < a:
+            sb = f"**{sb}**"
+    return sa, sb
+
+
+def row(key: str, rec: dict, title: str) -> str:
+    """One model's row of the table."""
+    if not rec.get("sessions"):
+        why = rec.get("error", "not measured")
+        return f"| {title} | " + " | ".join(["—"] * 10) + f" | not measured: {why[:80]} |"
+    plain = _verdict(rec, "fused <= faster")
+    graphs = _verdict(rec, "fused + CUDA graphs")
+    base = plain["baseline"] if plain else None
+    fused, best = _bold_pair(_ms(rec, "fused"), _ms(rec, base) if base else None)
+    cells = {DEFAULT: _fmt(_ms(rec, DEFAULT)), MANT: _fmt(_ms(rec, MANT))}
+    if base:
+        cells[base] = best
+    if _ms(rec, MANT) is None:
+        cells[MANT] = "not measured"
+    fg, ro = _bold_pair(_ms(rec, "fused_graph"), _ms(rec, RO))
+    if _ms(rec, RO) is not None and (rec.get("compile_notes") or {}).get(RO):
+        ro += " (its capture skipped)"
+    busy = rec.get("gpu_busy") or {}
+    ind = (busy.get("inductor_ms") or {}).get(busy.get("inductor_best")) if busy.get("inductor_best") else None
+    busy_cell = f"{_fmt(busy.get('fused_ms'), 3)} / {_fmt(ind, 3)}"
+    if busy.get("ratio") is not None:
+        busy_cell += f" ({busy['ratio']:.2f}×)"
+    host = (rec.get("host") or {}).get("variants") or {}
+
+    def per_launch(v):
+        h = (host.get(v) or {}).get("host_us_per_launch")
+        return _fmt(h["median"], 1) if h else "—"
+
+    hv = (rec.get("host") or {}).get("verdict_per_launch")
+    host_cell = f"{per_launch('unfused')} / {per_launch('fused')} / {per_launch(DEFAULT)}"
+    if hv:
+        host_cell += f" ({_verdict_cell(dict(hv, verdict=hv['label']))})"
+    return (f"| {title} | {_fmt(_ms(rec, 'unfused'))} | {fused} | {cells[DEFAULT]} | {cells[MANT]} | "
+            f"{_verdict_cell(plain)} | {fg} | {ro} | {_verdict_cell(graphs)} | {busy_cell} | {host_cell} | "
+            f"{_launches(rec)} |")
+
+
+def _launches(rec: dict) -> str:
+    host = (rec.get("host") or {}).get("variants") or {}
+    n = [host.get(v, {}).get("launches") for v in ("unfused", "fused", DEFAULT)]
+    return " / ".join("—" if x is None else f"{x:g}" for x in n)
+
+
+HEADER = ("| model | unfused | fused | compile default | max-autotune-no-cudagraphs | fused vs the faster compile "
+          "| fused + CUDA graphs | reduce-overhead | graphs: fused vs reduce-overhead | GPU busy ms: fused / inductor "
+          "| host µs per launch: unfused / fused / inductor (fused vs inductor) | launches: unfused / fused / inductor |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def missed(merged: dict) -> list[str]:
+    """Every target missed, with its numbers."""
+    lines = []
+    for key in [k for k in ORDER if k in merged] + [k for k in merged if k not in ORDER]:
+        _name, _doc, rec = merged[key]
+        title = (rec.get("case") or {}).get("title", key)
+        if not rec.get("sessions"):
+            lines.append(f"- {title}: not measured ({rec.get('error', 'no session')[:120]}).")
+            continue
+        for v in rec.get("verdicts") or []:
+            if v["target"] == "fused vs unfused" or v["met"]:
+                continue
+            lines.append(f"- {title}: {v['target']}: **missed**, {v['candidate_ms']:.3f} against {v['baseline']} "
+                         f"{v['baseline_ms']:.3f} ms ({_verdict_cell(v)}, p = {v['p_value']:.2g}, {v['n']} rounds).")
+        busy = rec.get("gpu_busy") or {}
+        if busy.get("met") is False:
+            ind = busy["inductor_ms"][busy["inductor_best"]]
+            lines.append(f"- {title}: GPU busy ≤ inductor's: **missed**, {busy['fused_ms']:.3f} against "
+                         f"{busy['inductor_best']} {ind:.3f} ms per forward ({busy['ratio']:.2f}×).")
+        hv = (rec.get("host") or {}).get("verdict_per_launch")
+        if hv and hv.get("label") == "slower":
+            h = rec["host"]["variants"]
+            lines.append(f"- {title}: host µs per launch ≤ inductor's: **missed**, "
+                         f"{h['fused']['host_us_per_launch']['median']:.1f} against "
+                         f"{h[DEFAULT]['host_us_per_launch']['median']:.1f} µs ({hv['ratio']:.2f}× "
+                         f"[{hv['ci_low']:.2f}, {hv['ci_high']:.2f}]).")
+        if _ms(rec, MANT) is None:
+            lines.append(f"- {title}: max-autotune-no-cudagraphs not measured: "
+                         + "; ".join(n for n in rec.get("notes", []) if "max_autotune" in n)[:200])
+    return lines
+
+
+def markdown(docs: list[tuple[str, dict]]) -> str:
+    """The table, its sources and the targets missed."""
+    merged = merge(docs)
+    keys = [k for k in ORDER if k in merged] + [k for k in merged if k not in ORDER]
+    lines = [HEADER]
+    for key in keys:
+        _name, _doc, rec = merged[key]
+        lines.append(row(key, rec, (rec.get("case") or {}).get("title", key)))
+    envs = {json.dumps({k: d.get("environment", {}).get(k) for k in ("device_name", "torch", "triton", "driver")})
+            for _n, d, _r in merged.values()}
+    lines.append("")
+    lines.append("Median ms of the paired rounds; a verdict is `explorer.stats.compare` over them (ratio fused / other, "
+                 "95% interval; level: no significant difference beyond 3%); bold marks the faster side of each pair. "
+                 "Sources: " + "; ".join(f"{k}: `{merged[k][0]}`" for k in keys) + ". "
+                 + " ".join(f"{e['device_name']}, torch {e['torch']}, Triton {e['triton']}, driver {e['driver']}."
+                            for e in map(json.loads, sorted(envs))))
+    miss = missed(merged)
+    if miss:
+        lines += ["", "Targets missed in this run:", *miss]
+    return "\n".join(lines)
+
+
+def text_summary(doc: dict) -> str:
+    """The short table ``bench_measured.py`` prints last (plain text, one line per variant of a model)."""
+    lines = [f"{doc.get('label')}: {doc.get('environment', {}).get('device_name')} torch "
+             f"{doc.get('environment', {}).get('torch')} ({doc.get('date_utc')})"]
+    for key, rec in (doc.get("models") or {}).items():
+        if not rec.get("sessions"):
+            lines.append(f"{key}: NOT MEASURED: {rec.get('error', '?')}")
+            continue
+        s = _final(rec)
+        lines.append(f"{key}: session {len(rec['sessions'])}, {s['rounds']} rounds, compile s "
+                     + ", ".join(f"{k.replace('compile_', '')} {v}" for k, v in (rec.get("compile_s") or {}).items()))
+        for v, r in s["variants"].items():
+            lat = r["latency_ms"]
+            lines.append(f"  {v:<36} {lat['median']:>8.3f} ms [{lat['p20']:.3f}-{lat['p80']:.3f}] busy "
+                         f"{_fmt(r.get('gpu_busy_ms'), 3):>7} launches {r.get('kernel_launches', r.get('kernels'))} "
+                         f"rel_l2 {r['precision']['rel_l2']:.1e}")
+        for v in rec.get("verdicts") or []:
+            lines.append(f"  {v['target']}: {v['candidate_ms']:.3f} vs {v['baseline']} {v['baseline_ms']:.3f}: "
+                         f"{_verdict_cell(v)} {'MET' if v['met'] else 'MISSED'}")
+        host = (rec.get("host") or {}).get("variants") or {}
+        lines.append("  host us/launch: " + ", ".join(
+            f"{v} {_fmt((h.get('host_us_per_launch') or {}).get('median'), 1)}" for v, h in host.items()))
+        if rec.get("error"):
+            lines.append(f"  (cut short: {rec['error']})")
+    pre = doc.get("precompile")
+    if pre:
+        lines.append(f"precompile: {pre['workers']} workers, {pre['wall_s']} s; {pre.get('summary')}")
+    return "\n".join(lines)
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with the part between the markers replaced by ``block`` (the markers kept)."""
+    if START not in text or END not in text:
+        raise SystemExit(f"measured_table: the README has no {START} ... {END} block")
+    head, rest = text.split(START, 1)
+    _old, tail = rest.split(END, 1)
+    return f"{head}{START}\n{block}\n{END}{tail}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="+", help="bench_measured JSONs, earlier calls first")
+    p.add_argument("--readme", default=None, help="rewrite this README's measured-table block")
+    args = p.parse_args(argv)
+    docs = [(Path(f).name, json.loads(Path(f).read_text())) for f in args.files]
+    block = markdown(docs)
+    if args.readme:
+        path = Path(args.readme)
+        path.write_text(replace_block(path.read_text(), block))
+        print(f"rewrote the measured table in {path}")
+    else:
+        print(block)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
