@@ -200,9 +200,9 @@ def profile_forward(fn: Callable[[], Any], device: str, top: int, cpu_ops: bool,
     without: nothing but a note. Returns ``gpu_busy_ms``, ``kernels``, ``top_kernels``, ``note``; a failed
     profile is a note, never an exception.
 
-    ``calls`` > 1 profiles that many synchronised calls and reports the figures per call (busy, kernels,
-    and on CUDA ``kernel_launches``: kernels less memcpy/memset, as ``measure.count_launches`` counts them;
-    ``kernel_sum_ms``: the kernels' summed durations), so that one profile's noise weighs less."""
+    ``calls`` > 1 profiles that many synchronised calls and reports the figures per call, so that one
+    profile's noise weighs less. On CUDA also ``kernel_launches`` (kernels less memcpy/memset, as
+    ``measure.count_launches`` counts them) and ``kernel_sum_ms`` (the kernels' summed durations)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
@@ -244,7 +244,7 @@ def profile_forward(fn: Callable[[], Any], device: str, top: int, cpu_ops: bool,
                top_kernels=[dict(name=name[:120], calls=len(v) / n if n > 1 else len(v),
                                  total_us=round(sum(v) / n, 1), share=round(sum(v) / total_us, 3))
                             for name, v in ranked], note=note)
-    if cuda and n > 1:
+    if cuda:
         launched = [e for e in kernels if not e.name.lower().startswith(("memcpy", "memset"))]
         out.update(kernel_launches=round(len(launched) / n, 2), kernel_sum_ms=total_us / 1e3 / n, calls=n)
     return out

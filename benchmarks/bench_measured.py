@@ -313,6 +313,9 @@ def measure_case(case: Case, args, deadline: float, write: Callable[[dict], None
         left = deadline - time.perf_counter()
         if args.smoke:
             notes.append("compile_max_autotune_no_cudagraphs: not run in --smoke")
+        elif args.autotune_models is not None and case.key not in args.autotune_models:
+            notes.append("compile_max_autotune_no_cudagraphs: not run for this model in this call "
+                         "(--autotune-models)")
         elif left < case.autotune_s:
             notes.append(f"compile_max_autotune_no_cudagraphs: skipped: {left:.0f} s left before --budget-s, its "
                          f"compile is expected to take about {case.autotune_s:.0f} s")
@@ -489,6 +492,8 @@ def child_command(args, worker: str, key: str, out: Path, deadline_at: float) ->
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", worker, "--case", key, "--child-out", str(out),
            "--deadline-at", f"{deadline_at:.3f}", "--modes", ",".join(args.modes), "--target-s", str(args.target_s),
            "--extend-s", str(args.extend_s), "--profile-calls", str(args.profile_calls)]
+    if args.autotune_models is not None:
+        cmd += ["--autotune-models", ",".join(args.autotune_models)]
     return cmd + (["--smoke"] if args.smoke else [])
 
 
@@ -537,10 +542,39 @@ def precompile_summary(pre: dict, models: dict) -> dict:
             "phase_wall_s": pre["wall_s"], "saved_s_if_cold_serial_equals_worker": round(saved, 1)}
 
 
+def watch(proc: subprocess.Popen, out: Path, case: Case, args) -> str | None:
+    """Wait for a model's process; stop it at ``--hard-s``, or when its autotuned compile has run past twice its
+    expected time (what it measured before is kept). Returns why it was stopped, or None."""
+    session_1_at = None
+    while proc.poll() is None:
+        time.sleep(1.0)
+        now = time.perf_counter()
+        if session_1_at is None and out.exists():
+            try:
+                stage = json.loads(out.read_text()).get("stage", "")
+            except ValueError:  # being rewritten
+                stage = ""
+            if stage == "session 1":
+                session_1_at = now
+        why = None
+        if now - START > args.hard_s:
+            why = f"stopped at --hard-s {args.hard_s:.0f}"
+        elif session_1_at is not None and now - session_1_at > 2 * case.autotune_s + 60:
+            why = (f"stopped: max-autotune-no-cudagraphs and its session ran past {2 * case.autotune_s + 60:.0f} s "
+                   f"(twice its expected {case.autotune_s:.0f} s, + 60)")
+        if why:
+            proc.kill()
+            proc.wait()
+            return why
+    return None
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="", help="comma-separated (default, in order: " + ", ".join(CASES) + ")")
     p.add_argument("--modes", default=",".join(MODES), help="torch.compile modes (default: all three)")
+    p.add_argument("--autotune-models", default=None,
+                   help="comma-separated: the models that get max-autotune-no-cudagraphs (default: every one)")
     p.add_argument("--budget-s", type=float, default=540.0,
                    help="no model, compile or session starts after this many seconds (default 540)")
     p.add_argument("--hard-s", type=float, default=575.0,
@@ -560,6 +594,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--deadline-at", type=float, default=0.0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.modes = [md.strip() for md in args.modes.split(",") if md.strip()]
+    if args.autotune_models is not None:
+        args.autotune_models = [k.strip() for k in args.autotune_models.split(",") if k.strip()]
     bad = [md for md in args.modes if md not in MODES]
     if bad:
         p.error(f"unknown mode(s) {', '.join(bad)}; known: {', '.join(MODES)}")
@@ -629,13 +665,7 @@ def main(argv=None) -> int:
             log(f"[{key}] starting its process")
             t0 = time.perf_counter()
             proc = subprocess.Popen(child_command(args, "measure", key, out, deadline_at), env=env)
-            try:
-                proc.wait(timeout=max(1.0, args.hard_s - (time.perf_counter() - START)))
-                stopped = None
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                stopped = f"stopped at --hard-s {args.hard_s:.0f}"
+            stopped = watch(proc, out, (SMOKE_CASES if args.smoke else CASES)[key], args)
             rec = json.loads(out.read_text()) if out.exists() else {}
             if stopped:
                 rec["error"] = f"{stopped} during '{rec.get('stage', 'loading')}' (what it had measured is kept)"

@@ -65,14 +65,14 @@ def _verdict_cell(v: dict | None) -> str:
     return f"{words} {v['ratio']:.2f}×{ci}" if v.get("ratio") else words
 
 
-def _bold_pair(a: float | None, b: float | None) -> tuple[str, str]:
-    """Two medians, the smaller in bold."""
+def _bold_pair(a: float | None, b: float | None, v: dict | None) -> tuple[str, str]:
+    """Two medians (fused, its baseline), the faster in bold where the paired verdict ``v`` says one is."""
     sa, sb = _fmt(a), _fmt(b)
-    if a is not None and b is not None:
-        if a < b:
-            sa = f"**{sa}**"
-        elif b < a:
-            sb = f"**{sb}**"
+    label = (v or {}).get("verdict")
+    if label == "faster":
+        sa = f"**{sa}**"
+    elif label == "slower":
+        sb = f"**{sb}**"
     return sa, sb
 
 
@@ -84,13 +84,13 @@ def row(key: str, rec: dict, title: str) -> str:
     plain = _verdict(rec, "fused <= faster")
     graphs = _verdict(rec, "fused + CUDA graphs")
     base = plain["baseline"] if plain else None
-    fused, best = _bold_pair(_ms(rec, "fused"), _ms(rec, base) if base else None)
+    fused, best = _bold_pair(_ms(rec, "fused"), _ms(rec, base) if base else None, plain)
     cells = {DEFAULT: _fmt(_ms(rec, DEFAULT)), MANT: _fmt(_ms(rec, MANT))}
     if base:
         cells[base] = best
     if _ms(rec, MANT) is None:
         cells[MANT] = "not measured"
-    fg, ro = _bold_pair(_ms(rec, "fused_graph"), _ms(rec, RO))
+    fg, ro = _bold_pair(_ms(rec, "fused_graph"), _ms(rec, RO), graphs)
     if _ms(rec, RO) is not None and (rec.get("compile_notes") or {}).get(RO):
         ro += " (its capture skipped)"
     busy = rec.get("gpu_busy") or {}
@@ -152,8 +152,8 @@ def missed(merged: dict) -> list[str]:
                          f"{h[DEFAULT]['host_us_per_launch']['median']:.1f} µs ({hv['ratio']:.2f}× "
                          f"[{hv['ci_low']:.2f}, {hv['ci_high']:.2f}]).")
         if _ms(rec, MANT) is None:
-            lines.append(f"- {title}: max-autotune-no-cudagraphs not measured: "
-                         + "; ".join(n for n in rec.get("notes", []) if "max_autotune" in n)[:200])
+            why = "; ".join(n for n in rec.get("notes", []) if "max_autotune" in n)[:200] or "not requested"
+            lines.append(f"- {title}: max-autotune-no-cudagraphs not measured: {why}.")
     return lines
 
 
@@ -169,7 +169,7 @@ def markdown(docs: list[tuple[str, dict]]) -> str:
             for _n, d, _r in merged.values()}
     lines.append("")
     lines.append("Median ms of the paired rounds; a verdict is `explorer.stats.compare` over them (ratio fused / other, "
-                 "95% interval; level: no significant difference beyond 3%); bold marks the faster side of each pair. "
+                 "95% interval; level: no significant difference beyond 3%); bold marks the side a verdict calls faster. "
                  "Sources: " + "; ".join(f"{k}: `{merged[k][0]}`" for k in keys) + ". "
                  + " ".join(f"{e['device_name']}, torch {e['torch']}, Triton {e['triton']}, driver {e['driver']}."
                             for e in map(json.loads, sorted(envs))))
