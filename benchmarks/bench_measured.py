@@ -311,9 +311,7 @@ def measure_case(case: Case, args, deadline: float, write: Callable[[dict], None
     checkpoint("session 1")
     if MANT in args.modes:
         left = deadline - time.perf_counter()
-        if args.smoke:
-            notes.append("compile_max_autotune_no_cudagraphs: not run in --smoke")
-        elif args.autotune_models is not None and case.key not in args.autotune_models:
+        if args.autotune_models is not None and case.key not in args.autotune_models:
             notes.append("compile_max_autotune_no_cudagraphs: not run for this model in this call "
                          "(--autotune-models)")
         elif left < case.autotune_s:
@@ -585,7 +583,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target-s", type=float, default=0.5, help="timed seconds per variant in a session (adaptive rounds)")
     p.add_argument("--extend-s", type=float, default=3.0, help="at most this many more seconds while a verdict is open")
     p.add_argument("--profile-calls", type=int, default=3, help="forwards per profile (figures are per forward)")
-    p.add_argument("--smoke", action="store_true", help="CPU, two tiny cases, compile default only: the plumbing")
+    p.add_argument("--smoke", action="store_true",
+                   help="CPU, two tiny cases, compile default only unless --modes is given: the plumbing")
     p.add_argument("--smoke-rounds", type=int, default=10, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="JSON path (default $OUT/bench_measured.json)")
     p.add_argument("--worker", choices=["measure", "precompile"], help=argparse.SUPPRESS)
@@ -599,8 +598,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     bad = [md for md in args.modes if md not in MODES]
     if bad:
         p.error(f"unknown mode(s) {', '.join(bad)}; known: {', '.join(MODES)}")
-    if args.smoke:
-        args.modes = [md for md in args.modes if md == "default"]
+    if args.smoke:   # default only, unless --modes says otherwise (reduce-overhead needs CUDA)
+        given = any(a == "--modes" or a.startswith("--modes=") for a in (argv if argv is not None else sys.argv))
+        args.modes = [md for md in args.modes if md != "reduce-overhead"] if given else ["default"]
     table = SMOKE_CASES if args.smoke else CASES
     args.keys = [k.strip() for k in args.models.split(",") if k.strip()] or list(table)
     unknown = [k for k in args.keys if k not in table]
