@@ -143,7 +143,8 @@ def missed(merged: dict) -> list[str]:
         if busy.get("met") is False:
             ind = busy["inductor_ms"][busy["inductor_best"]]
             lines.append(f"- {title}: GPU busy ≤ inductor's: **missed**, {busy['fused_ms']:.3f} against "
-                         f"{busy['inductor_best']} {ind:.3f} ms per forward ({busy['ratio']:.2f}×).")
+                         f"{busy['inductor_best']} {ind:.3f} ms per forward ({busy['ratio']:.2f}×). "
+                         f"Top kernels per forward: fused {_top(rec, 'fused')}; inductor {_top(rec, busy['inductor_best'])}.")
         hv = (rec.get("host") or {}).get("verdict_per_launch")
         if hv and hv.get("label") == "slower":
             h = rec["host"]["variants"]
@@ -155,6 +156,12 @@ def missed(merged: dict) -> list[str]:
             why = "; ".join(n for n in rec.get("notes", []) if "max_autotune" in n)[:200] or "not requested"
             lines.append(f"- {title}: max-autotune-no-cudagraphs not measured: {why}.")
     return lines
+
+
+def _top(rec: dict, variant: str, n: int = 3) -> str:
+    """The ``n`` kernels taking most of a variant's profiled time per forward: ``name (calls) µs``."""
+    rows = ((_final(rec).get("variants") or {}).get(variant) or {}).get("top_kernels") or []
+    return ", ".join(f"`{k['name'][:48]}` ×{k['calls']:g} {k['total_us']:.0f} µs" for k in rows[:n]) or "not profiled"
 
 
 def markdown(docs: list[tuple[str, dict]]) -> str:

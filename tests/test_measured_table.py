@@ -21,7 +21,8 @@ def _verdict(target, candidate, baseline, c_ms, b_ms, label, ratio):
 
 
 def _record() -> dict:
-    variants = {"unfused": _row(7.3, 6.9, 60), "fused": _row(5.8, 5.6, 48),
+    variants = {"unfused": _row(7.3, 6.9, 60), "fused": dict(_row(5.8, 5.6, 48), top_kernels=[
+                    dict(name="nvjet_gemm_bf16", calls=14, total_us=3100.0, share=0.55)]),
                 "compile_default": _row(6.3, 5.8, 57),
                 "compile_max_autotune_no_cudagraphs": _row(6.1, 5.5, 55),
                 "fused_graph": _row(5.62), "compile_reduce_overhead": _row(5.5, 5.7)}
@@ -66,6 +67,7 @@ def test_row_verdicts_and_missed_targets():
     assert "fused + CUDA graphs <= reduce-overhead: **missed**, 5.620 against compile_reduce_overhead 5.500" in missed
     assert "GPU busy ≤ inductor's: **missed**, 5.600 against compile_max_autotune_no_cudagraphs 5.500" in missed
     assert "bert_base: not measured" in missed
+    assert "fused `nvjet_gemm_bf16` ×14 3100 µs; inductor not profiled" in missed
     assert "fused vs unfused" not in missed          # not a target
 
 
