@@ -154,7 +154,8 @@ def load_case(case: Case, tmp: Path):
 
 
 def prepared(case: Case, device: str, tmp: Path) -> dict:
-    """The model loaded, fused (every chain) and prepared on ``device`` in the case's dtype and layout."""
+    """The model loaded, fused (every chain) and prepared on ``device`` in the case's dtype and layout, both graphs
+    with the model's own casts (``measure.record_casts``, as the runner's ``session`` prepares them)."""
     from explorer.fusion_engine import fuse
     from explorer.fusions.plan import make_plan
     from explorer.runtime import measure as m
@@ -164,10 +165,17 @@ def prepared(case: Case, device: str, tmp: Path) -> dict:
     plan = make_plan(det, "all", memory_format="channels_last" if case.channels_last else "nchw")
     fused = fuse(analysis, plan, device)
     dtype = m.torch_dtype(case.dtype)
+    # the model's own casts (its fp32 upcasts in a bf16/fp16 run: RMSNorm statistics, softmax, rotary angles) kept
+    # in both graphs, exactly as the runner prepares them (explorer.runtime.session): eager and torch.compile keep
+    # them, so without the record the graphs would compute those steps in the run dtype and be compared unfairly
+    casts, cast_note = (m.record_casts(model.module, model.example_inputs, model.gm, dtype)
+                        if model.module is not None else (None, "no eager module: no cast record"))
     return dict(analysis=analysis, model=model, detection=det, fused=fused, dtype=dtype,
+                casts=dict(kept=casts is not None, note=cast_note or ("float32/float64 run: no record needed"
+                                                                      if casts is None else "")),
                 inputs=m.prepare_inputs(model.example_inputs, device, dtype, case.channels_last),
-                unfused_gm=m.prepare_graph(model.gm, device, dtype, case.channels_last),
-                fused_gm=m.prepare_graph(fused.gm, device, dtype, case.channels_last),
+                unfused_gm=m.prepare_graph(model.gm, device, dtype, case.channels_last, casts=casts),
+                fused_gm=m.prepare_graph(fused.gm, device, dtype, case.channels_last, casts=casts),
                 eager=m.prepare_module(model.module, device, dtype, case.channels_last))
 
 
@@ -262,7 +270,7 @@ def measure_case(case: Case, args, deadline: float, write: Callable[[dict], None
     stage.update(model=model.name, source=model.source, batch=case.batch, seq_len=case.seq_len, dtype=case.dtype,
                  memory_format="channels_last" if case.channels_last else "nchw",
                  chains_detected=len(det.chains),
-                 chains_fused=sum(1 for a in fused.applied if a.status == "fused"),
+                 chains_fused=sum(1 for a in fused.applied if a.status == "fused"), casts=p["casts"],
                  load_s=round(time.perf_counter() - t0, 1))
     ref, where = reference_output(model.gm, model.example_inputs, device)
     stage["reference"] = where

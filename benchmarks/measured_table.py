@@ -91,8 +91,8 @@ def row(key: str, rec: dict, title: str) -> str:
     if _ms(rec, MANT) is None:
         cells[MANT] = "not measured"
     fg, ro = _bold_pair(_ms(rec, "fused_graph"), _ms(rec, RO), graphs)
-    if _ms(rec, RO) is not None and (rec.get("compile_notes") or {}).get(RO):
-        ro += " (its capture skipped)"
+    if _ms(rec, RO) is not None and any("skip" in k for k in (rec.get("compile_notes") or {}).get(RO, {})):
+        ro += " (its capture skipped)"      # inductor's cudagraph_skips counters, not its other cudagraph counters
     busy = rec.get("gpu_busy") or {}
     ind = (busy.get("inductor_ms") or {}).get(busy.get("inductor_best")) if busy.get("inductor_best") else None
     busy_cell = f"{_fmt(busy.get('fused_ms'), 3)} / {_fmt(ind, 3)}"
