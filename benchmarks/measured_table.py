@@ -76,8 +76,28 @@ def _bold_pair(a: float | None, b: float | None, v: dict | None) -> tuple[str, s
     return sa, sb
 
 
-def row(key: str, rec: dict, title: str) -> str:
-    """One model's row of the table."""
+def earlier_autotune(docs: list[tuple[str, dict]], key: str, chosen: dict) -> tuple[str, dict] | None:
+    """Where the chosen record of ``key`` has no max-autotune-no-cudagraphs, another file's record that has it
+    (the last such): ``(file name, record)``, or None."""
+    found = None
+    for name, doc in docs:
+        rec = (doc.get("models") or {}).get(key)
+        if rec is not None and rec is not chosen and _ms(rec, MANT) is not None:
+            found = (name, rec)
+    return found
+
+
+def _cited_autotune(cited: tuple[str, dict]) -> str:
+    """The max-autotune cell taken from another run: its median, and that run's own paired verdict."""
+    name, rec = cited
+    v = _verdict(rec, "fused <= faster")
+    there = (f"; there fused {v['candidate_ms']:.2f} vs {v['baseline'].replace('compile_', '')} "
+             f"{v['baseline_ms']:.2f}: {_verdict_cell(v)}") if v else ""
+    return f"{_ms(rec, MANT):.2f} (`{name}`{there})"
+
+
+def row(key: str, rec: dict, title: str, cited: tuple[str, dict] | None = None) -> str:
+    """One model's row of the table (``cited``: where its max-autotune figure comes from another run)."""
     if not rec.get("sessions"):
         why = rec.get("error", "not measured")
         return f"| {title} | " + " | ".join(["—"] * 10) + f" | not measured: {why[:80]} |"
@@ -89,7 +109,7 @@ def row(key: str, rec: dict, title: str) -> str:
     if base:
         cells[base] = best
     if _ms(rec, MANT) is None:
-        cells[MANT] = "not measured"
+        cells[MANT] = _cited_autotune(cited) if cited else "not measured"
     fg, ro = _bold_pair(_ms(rec, "fused_graph"), _ms(rec, RO), graphs)
     if _ms(rec, RO) is not None and any("skip" in k for k in (rec.get("compile_notes") or {}).get(RO, {})):
         ro += " (its capture skipped)"      # inductor's cudagraph_skips counters, not its other cudagraph counters
@@ -125,8 +145,8 @@ HEADER = ("| model | unfused | fused | compile default | max-autotune-no-cudagra
           "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
-def missed(merged: dict) -> list[str]:
-    """Every target missed, with its numbers."""
+def missed(merged: dict, docs: list[tuple[str, dict]] = ()) -> list[str]:
+    """Every target missed, with its numbers (``docs``: every run, for max-autotune figures cited from another)."""
     lines = []
     for key in [k for k in ORDER if k in merged] + [k for k in merged if k not in ORDER]:
         _name, _doc, rec = merged[key]
@@ -152,7 +172,7 @@ def missed(merged: dict) -> list[str]:
                          f"{h['fused']['host_us_per_launch']['median']:.1f} against "
                          f"{h[DEFAULT]['host_us_per_launch']['median']:.1f} µs ({hv['ratio']:.2f}× "
                          f"[{hv['ci_low']:.2f}, {hv['ci_high']:.2f}]).")
-        if _ms(rec, MANT) is None:
+        if _ms(rec, MANT) is None and earlier_autotune(list(docs), key, rec) is None:
             why = "; ".join(n for n in rec.get("notes", []) if "max_autotune" in n)[:200] or "not requested"
             lines.append(f"- {title}: max-autotune-no-cudagraphs not measured: {why}.")
     return lines
@@ -171,7 +191,7 @@ def markdown(docs: list[tuple[str, dict]]) -> str:
     lines = [HEADER]
     for key in keys:
         _name, _doc, rec = merged[key]
-        lines.append(row(key, rec, (rec.get("case") or {}).get("title", key)))
+        lines.append(row(key, rec, (rec.get("case") or {}).get("title", key), earlier_autotune(docs, key, rec)))
     envs = {json.dumps({k: d.get("environment", {}).get(k) for k in ("device_name", "torch", "triton", "driver")})
             for _n, d, _r in merged.values()}
     lines.append("")
@@ -180,7 +200,7 @@ def markdown(docs: list[tuple[str, dict]]) -> str:
                  "Sources: " + "; ".join(f"{k}: `{merged[k][0]}`" for k in keys) + ". "
                  + " ".join(f"{e['device_name']}, torch {e['torch']}, Triton {e['triton']}, driver {e['driver']}."
                             for e in map(json.loads, sorted(envs))))
-    miss = missed(merged)
+    miss = missed(merged, docs)
     if miss:
         lines += ["", "Targets missed in this run:", *miss]
     return "\n".join(lines)

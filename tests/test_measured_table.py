@@ -88,3 +88,18 @@ def test_readme_block_replaced_and_the_rest_kept():
 def test_host_per_launch_is_plain_minus_replay_over_launches():
     bench = benchmark_scripts.load("bench_measured", "bench_measured_test")
     assert bench.host_per_launch([2.0, 3.0], [1.5, 1.0], 50) == [10.0, 40.0]
+
+
+def test_autotune_cited_from_an_earlier_run_with_its_own_verdict():
+    later = _record()
+    later["sessions"][0]["variants"].pop("compile_max_autotune_no_cudagraphs")
+    later["verdicts"][0] = _verdict("fused <= faster of compile default / max-autotune-no-cudagraphs (max-autotune-"
+                                    "no-cudagraphs not measured)", "fused", "compile_default", 5.8, 6.3, "faster", 0.92)
+    docs = [("call1.json", {"models": {"llama_decoder_8b_layers": _record()}}),
+            ("call2.json", {"models": {"llama_decoder_8b_layers": later}})]
+    text = table.markdown(docs)
+    row = next(line for line in text.splitlines() if line.startswith("| 8B-layer"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == "6.10 (`call1.json`; there fused 5.80 vs max_autotune_no_cudagraphs 6.10: faster 0.95× [0.93, 0.97])"
+    assert cells[5].startswith("faster 0.92×")          # the plain verdict is the later run's own pairing
+    assert "max-autotune-no-cudagraphs not measured" not in text.split("Targets missed")[1]
