@@ -116,7 +116,8 @@ CASES = {c.key: c for c in (
 )}
 SMOKE_CASES = {c.key: c for c in (
     Case("residual_block_smoke", "residual_block", 2, None, "fp32", True, "residual block (smoke)", 0),
-    Case("gpt2_tiny_smoke", "hf:gpt2:tiny", 2, 16, "fp32", False, "GPT-2 tiny, HF folder (smoke)", 0),
+    Case("gpt2_tiny_smoke", "hf:gpt2:tiny", 2, 16, "bf16", False,
+         "GPT-2 tiny, HF folder, bf16 (smoke: the cast record)", 0),
 )}
 #: GPT2Config sizes of the folders this script writes (seeded weights).
 GPT2_SIZES = {"medium": dict(n_embd=1024, n_head=16, n_layer=4, n_positions=1024),
