@@ -21,6 +21,14 @@ from pathlib import Path
 START, END = "<!-- measured-table:start -->", "<!-- measured-table:end -->"
 ORDER = ("llama_decoder_8b_layers", "gpt2_medium_layers", "convnext_tiny", "llama_decoder", "llama_decode_step",
          "resnet50", "mobilenet_v2", "efficientnet_b0", "bert_base")
+#: Titles of models a run did not reach (a measured record carries its own).
+TITLES = {"llama_decoder_8b_layers": "8B-layer decoder prefill 4 × 1024",
+          "gpt2_medium_layers": "GPT-2-medium layers (HF folder) 4 × 1024", "convnext_tiny": "ConvNeXt-Tiny",
+          "llama_decoder": "zoo decoder prefill 16 × 1024", "llama_decode_step": "zoo decode step, cache 1024",
+          "resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2", "efficientnet_b0": "EfficientNet-B0",
+          "bert_base": "BERT-base s128"}
+#: Issue 22: the 8B-layer prefill's fused GPU busy at least 5% below inductor's.
+BUSY_MARGIN = {"llama_decoder_8b_layers": 0.95}
 DEFAULT, MANT, RO = "compile_default", "compile_max_autotune_no_cudagraphs", "compile_reduce_overhead"
 
 
@@ -150,7 +158,7 @@ def missed(merged: dict, docs: list[tuple[str, dict]] = ()) -> list[str]:
     lines = []
     for key in [k for k in ORDER if k in merged] + [k for k in merged if k not in ORDER]:
         _name, _doc, rec = merged[key]
-        title = (rec.get("case") or {}).get("title", key)
+        title = (rec.get("case") or {}).get("title", TITLES.get(key, key))
         if not rec.get("sessions"):
             lines.append(f"- {title}: not measured ({rec.get('error', 'no session')[:120]}).")
             continue
@@ -165,6 +173,11 @@ def missed(merged: dict, docs: list[tuple[str, dict]] = ()) -> list[str]:
             lines.append(f"- {title}: GPU busy ≤ inductor's: **missed**, {busy['fused_ms']:.3f} against "
                          f"{busy['inductor_best']} {ind:.3f} ms per forward ({busy['ratio']:.2f}×). "
                          f"Top kernels per forward: fused {_top(rec, 'fused')}; inductor {_top(rec, busy['inductor_best'])}.")
+        if key in BUSY_MARGIN and busy.get("ratio") is not None and busy["ratio"] > BUSY_MARGIN[key]:
+            lines.append(f"- {title}: GPU busy at least {1 - BUSY_MARGIN[key]:.0%} below inductor's: **missed**, "
+                         f"{busy['fused_ms']:.3f} against {busy['inductor_ms'][busy['inductor_best']]:.3f} ms "
+                         f"(fused / inductor {busy['ratio']:.3f}). Top kernels per forward: fused {_top(rec, 'fused')}; "
+                         f"inductor {_top(rec, busy['inductor_best'])}.")
         hv = (rec.get("host") or {}).get("verdict_per_launch")
         if hv and hv.get("label") == "slower":
             h = rec["host"]["variants"]
@@ -191,7 +204,8 @@ def markdown(docs: list[tuple[str, dict]]) -> str:
     lines = [HEADER]
     for key in keys:
         _name, _doc, rec = merged[key]
-        lines.append(row(key, rec, (rec.get("case") or {}).get("title", key), earlier_autotune(docs, key, rec)))
+        lines.append(row(key, rec, (rec.get("case") or {}).get("title", TITLES.get(key, key)),
+                         earlier_autotune(docs, key, rec)))
     envs = {json.dumps({k: d.get("environment", {}).get(k) for k in ("device_name", "torch", "triton", "driver")})
             for _n, d, _r in merged.values()}
     lines.append("")

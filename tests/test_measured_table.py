@@ -62,11 +62,12 @@ def test_row_verdicts_and_missed_targets():
     assert cells[9] == "5.600 / 5.500 (1.02×)"
     assert cells[10] == "9.0 / 4.0 / 8.8 (faster 0.45× [0.40, 0.50])"
     assert cells[11] == "60 / 48 / 57"
-    assert any(line.startswith("| bert_base |") and "not measured" in line for line in lines)
+    assert any(line.startswith("| BERT-base s128 |") and "not measured" in line for line in lines)
     missed = text.split("Targets missed in this run:")[1]
     assert "fused + CUDA graphs <= reduce-overhead: **missed**, 5.620 against compile_reduce_overhead 5.500" in missed
     assert "GPU busy ≤ inductor's: **missed**, 5.600 against compile_max_autotune_no_cudagraphs 5.500" in missed
-    assert "bert_base: not measured" in missed
+    assert "BERT-base s128: not measured" in missed
+    assert "GPU busy at least 5% below inductor's: **missed**, 5.600 against 5.500 ms" in missed
     assert "fused `nvjet_gemm_bf16` ×14 3100 µs; inductor not profiled" in missed
     assert "fused vs unfused" not in missed          # not a target
 
