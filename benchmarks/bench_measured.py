@@ -634,7 +634,7 @@ def main(argv=None) -> int:
                                label="SMOKE run on the CPU: the numbers are not GPU numbers" if args.smoke
                                else "GPU run")
     if not args.smoke and not torch.cuda.is_available():
-        return common.write_skipped(doc, path, "bench_measured", "plumbing (--smoke)")
+        return common.write_skipped(doc, path, "bench_measured", "plumbing")
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("bench_measured: SKIPPED - TRITON_INTERPRET is set; unset it to benchmark compiled kernels.")
