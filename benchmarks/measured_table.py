@@ -185,7 +185,10 @@ def missed(merged: dict, docs: list[tuple[str, dict]] = ()) -> list[str]:
                          f"{h['fused']['host_us_per_launch']['median']:.1f} against "
                          f"{h[DEFAULT]['host_us_per_launch']['median']:.1f} µs ({hv['ratio']:.2f}× "
                          f"[{hv['ci_low']:.2f}, {hv['ci_high']:.2f}]).")
-        if _ms(rec, MANT) is None and earlier_autotune(list(docs), key, rec) is None:
+        if _ms(rec, DEFAULT) is None:
+            why = "; ".join(n for n in rec.get("notes", []) if n.startswith("compile_"))[:200] or "not requested"
+            lines.append(f"- {title}: no torch.compile baseline in this run: {why}.")
+        elif _ms(rec, MANT) is None and earlier_autotune(list(docs), key, rec) is None:
             why = "; ".join(n for n in rec.get("notes", []) if "max_autotune" in n)[:200] or "not requested"
             lines.append(f"- {title}: max-autotune-no-cudagraphs not measured: {why}.")
     return lines
