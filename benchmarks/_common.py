@@ -193,12 +193,16 @@ def cuda_graph_replay(fn: Callable[[], Any], device: str) -> tuple[Callable[[], 
     return (variant.timed, "") if variant.cuda_graph else (None, variant.note)
 
 
-def profile_forward(fn: Callable[[], Any], device: str, top: int, cpu_ops: bool) -> dict:
+def profile_forward(fn: Callable[[], Any], device: str, top: int, cpu_ops: bool, calls: int = 1) -> dict:
     """One call of ``fn`` (after one unprofiled call) under ``explorer.runtime.measure.profiling``: the device
     kernels, their GPU-busy time (the union of their intervals, ``breakdown.interval_union_us``) and the
     ``top`` kernels by total time. On the CPU, with ``cpu_ops``: the top-level ATen ops by CPU time instead;
     without: nothing but a note. Returns ``gpu_busy_ms``, ``kernels``, ``top_kernels``, ``note``; a failed
-    profile is a note, never an exception."""
+    profile is a note, never an exception.
+
+    ``calls`` > 1 profiles that many synchronised calls and reports the figures per call, so that one
+    profile's noise weighs less. On CUDA also ``kernel_launches`` (kernels less memcpy/memset, as
+    ``measure.count_launches`` counts them) and ``kernel_sum_ms`` (the kernels' summed durations)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
@@ -213,9 +217,10 @@ def profile_forward(fn: Callable[[], Any], device: str, top: int, cpu_ops: bool)
             if cuda:
                 torch.cuda.synchronize()
             with profiling([ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
-                fn()
-                if cuda:
-                    torch.cuda.synchronize()
+                for _ in range(max(1, calls)):
+                    fn()
+                    if cuda:
+                        torch.cuda.synchronize()
         events = prof.events()
     except Exception as exc:  # the profile is evidence, never a reason to fail the run
         return dict(gpu_busy_ms=None, kernels=None, top_kernels=[], note=f"profiler failed: {exc}"[:200])
@@ -231,12 +236,18 @@ def profile_forward(fn: Callable[[], Any], device: str, top: int, cpu_ops: bool)
     by_name: dict[str, list[float]] = collections.defaultdict(list)
     for e in kernels:
         by_name[e.name].append(e.time_range.elapsed_us())
-    busy = interval_union_us([(e.time_range.start, e.time_range.end) for e in kernels]) / 1e3 if cuda else None
+    n = max(1, calls)
+    busy = interval_union_us([(e.time_range.start, e.time_range.end) for e in kernels]) / 1e3 / n if cuda else None
     ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
     total_us = sum(sum(v) for v in by_name.values()) or 1.0
-    return dict(gpu_busy_ms=busy, kernels=len(kernels),
-                top_kernels=[dict(name=name[:120], calls=len(v), total_us=round(sum(v), 1),
-                                  share=round(sum(v) / total_us, 3)) for name, v in ranked], note=note)
+    out = dict(gpu_busy_ms=busy, kernels=len(kernels) if n == 1 else round(len(kernels) / n, 2),
+               top_kernels=[dict(name=name[:120], calls=len(v) / n if n > 1 else len(v),
+                                 total_us=round(sum(v) / n, 1), share=round(sum(v) / total_us, 3))
+                            for name, v in ranked], note=note)
+    if cuda:
+        launched = [e for e in kernels if not e.name.lower().startswith(("memcpy", "memset"))]
+        out.update(kernel_launches=round(len(launched) / n, 2), kernel_sum_ms=total_us / 1e3 / n, calls=n)
+    return out
 
 
 # ====================================================================== model sessions
