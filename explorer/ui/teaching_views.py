@@ -22,6 +22,9 @@ from explorer.fusions import BY_NAME
 from explorer.ui.i18n import pattern_text, t
 from explorer.units import human_bytes
 
+#: Bytes per MiB: the tables and the chart count bytes as the other pages do (``human_bytes``: KiB, MiB).
+MIB = 2 ** 20
+
 CATEGORIES = ("launch_host", "memory_bound", "compute_bound", "other")
 COLORS = {"launch_host": "#f59e0b", "memory_bound": "#3b82f6", "compute_bound": "#10b981", "other": "#9ca3af"}
 
@@ -141,17 +144,18 @@ def breakdown_rows(breakdowns: dict[str, dict], with_seed: bool = True) -> list[
 
 
 def traffic_rows(traffic: dict[str, Any], limit: int = 12) -> list[dict[str, Any]]:
-    """The chains that save most bytes (``limit`` of them), then the whole model; MB before, after, saved."""
+    """The chains that save most bytes (``limit`` of them), then the whole model; MiB before, after, saved (MiB as
+    every other page counts bytes: ``explorer.units.human_bytes``)."""
     chains = sorted(traffic.get("chains") or [], key=lambda r: -r["bytes_saved"])
     rows = [{t("teach.col.chain"): r.get("title") or r["id"], t("teach.col.pattern"): _pattern_label(r["pattern"]),
-             t("teach.col.before_mb"): round(r["bytes_unfused"] / 1e6, 3),
-             t("teach.col.after_mb"): round(r["bytes_fused"] / 1e6, 3),
+             t("teach.col.before_mb"): round(r["bytes_unfused"] / MIB, 3),
+             t("teach.col.after_mb"): round(r["bytes_fused"] / MIB, 3),
              t("teach.col.saved"): f"{100 * r['bytes_saved'] / r['bytes_unfused']:.0f}%" if r["bytes_unfused"] else "-"}
             for r in chains[:limit]]
     total = traffic["total"]
     rows.append({t("teach.col.chain"): t("teach.tr.whole_model"), t("teach.col.pattern"): "",
-                 t("teach.col.before_mb"): round(total["bytes_unfused"] / 1e6, 3),
-                 t("teach.col.after_mb"): round(total["bytes_fused"] / 1e6, 3),
+                 t("teach.col.before_mb"): round(total["bytes_unfused"] / MIB, 3),
+                 t("teach.col.after_mb"): round(total["bytes_fused"] / MIB, 3),
                  t("teach.col.saved"): f"{100 * total['bytes_saved'] / total['bytes_unfused']:.0f}%"
                  if total["bytes_unfused"] else "-"})
     return rows
@@ -177,10 +181,10 @@ def traffic_figure(traffic: dict[str, Any], model_name: str = "") -> go.Figure:
         groups.append((t("teach.tr.bar_seed"), before, after))
     fig = go.Figure()
     for idx, (variant, color) in enumerate((("unfused", "#ef4444"), ("fused", "#22c55e"))):
-        values = [g[1 + idx] / 1e6 for g in groups]
+        values = [g[1 + idx] / MIB for g in groups]
         fig.add_trace(go.Bar(name=t(f"teach.variant.{variant}"), x=[g[0] for g in groups], y=values,
                              marker_color=color, text=[f"{v:,.1f}" for v in values], textposition="outside"))
-    fig.update_layout(barmode="group", title=t("teach.tr.fig_title"), yaxis_title="MB", height=360,
+    fig.update_layout(barmode="group", title=t("teach.tr.fig_title"), yaxis_title="MiB", height=360,
                       margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig
 

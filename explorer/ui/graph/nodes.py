@@ -20,7 +20,7 @@ from explorer.ui.graph.model import (CHARS_PER_LINE, FUSED_HEIGHT, GROUP_BORDER,
                                      MODULE_HEIGHT, MODULE_WIDTH, OP_WIDTH, PLAIN_BORDER, PLAIN_COLOR,
                                      REJECTED_FILL, ViewNode, darker, tint)
 from explorer.ui.graph.names import chain_name
-from explorer.ui.i18n import t_in, translate_phrases, translate_text
+from explorer.ui.i18n import catalog, t_in, translate_phrases, translate_text
 from explorer.units import human_bytes, human_count
 
 
@@ -141,6 +141,14 @@ def op_node(nid: str, graph: nx.DiGraph, node_chain: dict, chains: dict, accepte
                     highlighted=highlighted)
 
 
+def kernel_name(impl: str, lang: str = "en") -> str:
+    """A kernel choice's name as the view shows it: the ones that are English words (``separate``,
+    ``reference``) in the chosen language, the names of libraries and kernels (``triton``, ``cudnn_conv_relu``)
+    as they are."""
+    key = f"gv.impl.{impl}"
+    return t_in(lang, key) if key in catalog() else impl
+
+
 def _fused_node(nid: str, a: dict, chains: dict, highlighted: bool, lang: str = "en") -> ViewNode:
     """A fused chain's node: its pattern, first module and kernel (with its launches); dashed where no fused
     kernel runs (the same ops one after another)."""
@@ -152,11 +160,12 @@ def _fused_node(nid: str, a: dict, chains: dict, highlighted: bool, lang: str = 
     members = a.get("members", ())
     first = chain.names[0] if chain is not None and chain.names else str(a.get("origin", ""))
     n_launches = a.get("launches")
-    kernel = f"⚙ {a.get('kernel', '?')}" + (f" ×{n_launches}" if isinstance(n_launches, int) and n_launches > 1 else "")
+    impl = kernel_name(str(a.get("kernel", "?")), lang)
+    kernel = f"⚙ {impl}" + (f" ×{n_launches}" if isinstance(n_launches, int) and n_launches > 1 else "")
     label = "\n".join([fit(box_label, chars), fit(first, chars), kernel[:chars]])
     fill, border = _chain_colours(pattern, True)
     lines = [t_in(lang, "gv.tip.fused_chain", name=a.get("title") or nid), t_in(lang, "gv.tip.chain_id", id=nid),
-             t_in(lang, "gv.tip.pattern", pattern=label_of), t_in(lang, "gv.tip.kernel", kernel=a.get("kernel", "?")),
+             t_in(lang, "gv.tip.pattern", pattern=label_of), t_in(lang, "gv.tip.kernel", kernel=impl),
              t_in(lang, "gv.tip.runs", implementation=implementation_text(str(a.get("implementation", "?")), lang)),
              t_in(lang, "gv.tip.replaces", n=len(members), ops=chain.ops_text if chain else ", ".join(members)),
              t_in(lang, "gv.tip.launches_device", before=a.get("launches_unfused", "?"), n=a.get("launches", "?"))]

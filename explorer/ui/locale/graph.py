@@ -116,6 +116,9 @@ STRINGS = {
     "gv.tip.fused_chain": ("fused chain: {name}", "融合后的链：{name}"),
     "gv.tip.pattern": ("pattern: {pattern}", "融合模式：{pattern}"),
     "gv.tip.kernel": ("kernel: {kernel}", "内核：{kernel}"),
+    # kernel choices whose names are English words (the others name a library or a kernel: triton, cudnn, sdpa)
+    "gv.impl.separate": ("separate", "分开执行"),
+    "gv.impl.reference": ("reference", "参考实现"),
     "gv.tip.runs": ("runs: {implementation}", "实际运行：{implementation}"),
     "gv.tip.replaces": ("replaces {n} nodes: {ops}", "替换 {n} 个节点：{ops}"),
     "gv.tip.launches": ("kernel launches: {n}", "内核启动次数：{n}"),

@@ -191,8 +191,8 @@ STRINGS = {
     "teach.tr.whole_model": ("whole model", "整个模型"),
     "teach.col.chain": ("chain", "链"),
     "teach.col.pattern": ("pattern", "模式"),
-    "teach.col.before_mb": ("before, MB", "融合前 MB"),
-    "teach.col.after_mb": ("after, MB", "融合后 MB"),
+    "teach.col.before_mb": ("before, MiB", "融合前 MiB"),
+    "teach.col.after_mb": ("after, MiB", "融合后 MiB"),
     "teach.col.saved": ("saved", "节省"),
     "teach.tr.model_note": ("Byte model: each op reads its inputs and weights once and writes its outputs once; a fused "
                             "chain no longer writes and reads back its intermediate results. The reference article's ResNet-50 "
