@@ -184,7 +184,7 @@ def traffic_figure(traffic: dict[str, Any], model_name: str = "") -> go.Figure:
         values = [g[1 + idx] / MIB for g in groups]
         fig.add_trace(go.Bar(name=t(f"teach.variant.{variant}"), x=[g[0] for g in groups], y=values,
                              marker_color=color, text=[f"{v:,.1f}" for v in values], textposition="outside"))
-    fig.update_layout(barmode="group", title=t("teach.tr.fig_title"), yaxis_title="MiB", height=360,
+    fig.update_layout(barmode="group", title=t("teach.tr.fig_title"), yaxis_title=t("teach.tr.axis"), height=360,
                       margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig
 

@@ -185,6 +185,7 @@ STRINGS = {
     "teach.tr.title": ("Memory traffic before and after fusion", "融合前后的访存量"),
     "teach.tr.none": ("No traffic table.", "没有访存表。"),
     "teach.tr.fig_title": ("Bytes moved by one forward", "一次前向的访存字节数"),
+    "teach.tr.axis": ("MiB", "MiB"),
     "teach.tr.bar_model": ("byte model", "字节模型"),
     "teach.tr.bar_ncu": ("DRAM, measured (Nsight Compute)", "显存实测（Nsight Compute）"),
     "teach.tr.bar_seed": ("reference article's claim (batch not stated)", "参考文章的说法（未说明批大小）"),
