@@ -230,3 +230,16 @@ def test_the_multi_gpu_benchmark_matches_points_by_key_and_charts_its_runs():
     assert chart.startswith("<svg") and "ray x2" in chart and "3.90" in chart
     if not sweep_env.visible_gpus():
         assert bench.main(["--gpus", "1,2"]) == 2
+
+
+def test_a_progress_file_its_sweep_stopped_writing_reads_as_interrupted(tmp_path):
+    """A sweep killed mid-run (a device call's time limit) leaves "running" in progress.json: past STALE_S without
+    a rewrite it reads as interrupted, nothing running, no time left; a fresh one stays running."""
+    store = st.SweepStore(tmp_path)
+    store.write_progress({"status": "running", "done": 5, "total": 8, "running": 1, "left_s": 100.0,
+                          "updated_unix": 1000.0})
+    assert store.progress(now=1000.0 + st.STALE_S - 1)["status"] == "running"
+    stale = store.progress(now=1000.0 + st.STALE_S + 1)
+    assert (stale["status"], stale["running"], stale["left_s"], stale["done"]) == ("interrupted", 0, None, 5)
+    store.write_progress({"status": "done", "updated_unix": 0.0})
+    assert store.progress()["status"] == "done"

@@ -38,6 +38,9 @@ from explorer.jsonfile import parse_json, read_regular_file
 from explorer.report import NOT_MEASURED
 from explorer.sweeps.spec import SweepError
 
+#: Seconds after which a "running" progress file that its sweep stopped rewriting (it does so about once a second,
+#: ``sweeps.runner.PROGRESS_EVERY_S``) is read as an interrupted sweep.
+STALE_S = 60.0
 SPEC_FILE, JOURNAL, TABLE, PROGRESS, REPORTS = "sweep.json", "results.jsonl", "results.parquet", "progress.json", \
     "reports"
 OURS = {SPEC_FILE, JOURNAL, TABLE, PROGRESS, REPORTS}
@@ -356,7 +359,10 @@ class SweepStore:
             return None
         return parse_json(read_regular_file(path, SPEC_FILE, SweepError, 5 * 2**20), SPEC_FILE, SweepError)
 
-    def progress(self) -> dict | None:
+    def progress(self, now: float | None = None) -> dict | None:
+        """The folder's progress as its sweep last wrote it; one still "running" that has not been rewritten for
+        ``STALE_S`` is a sweep that stopped without saying so (killed, its machine given back, the call's time
+        limit), read as "interrupted" with nothing running and no time left (run the command again to resume)."""
         path = self.folder / PROGRESS
         if not path.is_file():
             return None
@@ -364,7 +370,13 @@ class SweepStore:
             value = parse_json(read_regular_file(path, PROGRESS, SweepError, 2**20), PROGRESS, SweepError)
         except SweepError:
             return None   # caught while being replaced: the next read has it
-        return value if isinstance(value, dict) else None
+        if not isinstance(value, dict):
+            return None
+        updated = value.get("updated_unix")
+        if value.get("status") == "running" and isinstance(updated, (int, float)) and \
+                (time.time() if now is None else now) - updated > STALE_S:
+            value = {**value, "status": "interrupted", "running": 0, "left_s": None}
+        return value
 
     # ------------------------------------------------------------ writing
     def write_spec(self, value: dict) -> None:
