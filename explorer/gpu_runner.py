@@ -34,8 +34,8 @@ from explorer.messages import PHASES as PHASES_WORDS, PROGRESS, RUN
 from explorer.errors import ReportError, RunError
 from explorer.report import PHASES, Report
 from explorer.runtime.child import child_main, run_child
-from explorer.runtime.progress import (PRIOR_CHILD_START_S, PRIOR_FINISH_S, CostMemory, estimating, format_seconds,
-                                       host_pace, split_left, with_left)
+from explorer.runtime.progress import (PRIOR_CHILD_START_S, PRIOR_FINISH_S, CallerClock, estimating, format_seconds,
+                                       host_pace, split_left)
 from explorer.runtime.settings import RunSettings
 
 __all__ = ["Report", "RunSettings", "run"]
@@ -123,14 +123,13 @@ def run(source: str, plan: Any | None, settings: RunSettings,
     return report
 
 
-class _Clock:
+class _Clock(CallerClock):
     """The caller's side of the time left (``explorer.runtime.progress``): before a child answers, the
     time to start one (measured by earlier runs) plus what the last run of this model took; then the
     child's own estimate. The fraction passed on is of the time since ``run`` was called."""
 
     def __init__(self, progress: Callable[[float, str], None] | None, source: str, settings: RunSettings) -> None:
-        self._progress = progress or (lambda f, s: None)
-        self.memory = CostMemory()
+        super().__init__(progress)
         self.key = f"run:{source}|{settings.batch}|{settings.seq_len}|" + "|".join(
             str(x) for x in (settings.device, settings.dtype, settings.quick, settings.chains_timed, settings.stages,
                              settings.compile_baseline, settings.compile_modes))
@@ -138,16 +137,7 @@ class _Clock:
         self.finish_key = f"run_finish:{settings.device}"
         self.finish_s = self.memory.get(self.finish_key, PRIOR_FINISH_S)
         self.last_status: float | None = None
-        self.t0 = time.monotonic()
         self.spawned: float | None = None
-        self.answered = False
-        self.shown = 0.0
-
-    def _send(self, status: str, left: float | None) -> None:
-        elapsed = time.monotonic() - self.t0
-        if left is not None:
-            self.shown = max(self.shown, min(0.99, elapsed / (elapsed + left) if elapsed + left > 0 else 0.0))
-        self._progress(self.shown, status if left is None else with_left(status, left))
 
     def starting(self) -> None:
         """A child is about to start: say so, with the time it takes to start one and the run after it."""

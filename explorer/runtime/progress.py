@@ -336,6 +336,28 @@ class Schedule:
         return lambda within, status: self.emit(phase, within, status)
 
 
+# ------------------------------------------------------------------ the caller's clock (before a child answers)
+
+class CallerClock:
+    """The caller's side of a child's time left: ``progress(fraction, status)`` is passed on with the fraction
+    of the time since the call (elapsed / (elapsed + left)), never going back, below 1 until the end.
+    ``gpu_runner`` (a run) and ``runtime.teach_tasks`` (the Learn page's tasks) price the time before the
+    child's own first estimate from what they remember (``memory``) and pass the child's statuses on."""
+
+    def __init__(self, progress: Callable[[float, str], None] | None) -> None:
+        self._progress = progress or (lambda f, s: None)
+        self.memory = CostMemory()
+        self.t0 = time.monotonic()
+        self.answered = False
+        self.shown = 0.0
+
+    def _send(self, status: str, left: float | None) -> None:
+        elapsed = time.monotonic() - self.t0
+        if left is not None:
+            self.shown = max(self.shown, min(0.99, elapsed / (elapsed + left) if elapsed + left > 0 else 0.0))
+        self._progress(self.shown, status if left is None else with_left(status, left))
+
+
 # ------------------------------------------------------------------ the countdown (the caller)
 
 class Countdown:

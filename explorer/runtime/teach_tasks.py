@@ -38,8 +38,8 @@ from typing import Any, Callable
 from explorer.errors import RunError
 from explorer.messages import PROGRESS, TASKS as WORDS
 from explorer.runtime.child import child_main, run_child, stop_on_sigterm
-from explorer.runtime.progress import (ESTIMATING, PRIOR_CHILD_START_S, PRIOR_LOAD_S, CostMemory, Schedule,
-                                       format_seconds, model_key, split_left, with_left)
+from explorer.runtime.progress import (ESTIMATING, PRIOR_CHILD_START_S, PRIOR_LOAD_S, CallerClock, CostMemory,
+                                       Schedule, format_seconds, model_key, split_left)
 
 MODULE = "explorer.runtime.teach_tasks"
 NAMES = ("profile", "bisect", "sweep")
@@ -83,25 +83,15 @@ def run_task(name: str, payload: dict, timeout_s: float | None = None,
     return answer
 
 
-class _Clock:
+class _Clock(CallerClock):
     """The caller's time left before the child's own (as ``gpu_runner`` prices a run): starting a process,
     loading the model, the task's last duration; the fraction is of the time since the click."""
 
     def __init__(self, progress: Callable[[float, str], None] | None, name: str, payload: dict) -> None:
-        self._progress = progress or (lambda f, s: None)
-        self.memory = CostMemory()
+        super().__init__(progress)
         self.name = name
         self.work_key = cost_key(name, payload)
         self.load_key = "load:" + model_key(str(payload.get("source")), payload.get("batch"), payload.get("seq_len"))
-        self.t0 = time.monotonic()
-        self.answered = False
-        self.shown = 0.0
-
-    def _send(self, status: str, left: float | None) -> None:
-        elapsed = time.monotonic() - self.t0
-        if left is not None:
-            self.shown = max(self.shown, min(0.99, elapsed / (elapsed + left) if elapsed + left > 0 else 0.0))
-        self._progress(self.shown, status if left is None else with_left(status, left))
 
     def starting(self) -> None:
         start = self.memory.get(START_KEY, PRIOR_CHILD_START_S)
