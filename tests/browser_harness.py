@@ -160,7 +160,7 @@ def overlaps(geometry: dict) -> list[tuple[str, str]]:
 def _segment_hits_box(p, q, box) -> bool:
     """Whether segment p-q passes through the inside of box (left, top, right, bottom): Liang-Barsky.
     (Written here again on purpose, not imported from the app: the layout routes edges around nodes
-    with ``explorer.graph_view.segment_hits_box``, so a check that used it would share its mistakes.)"""
+    with ``explorer.ui.graph.layout.segment_hits_box``, so a check that used it would share its mistakes.)"""
     (x0, y0), (x1, y1) = p, q
     dx, dy = x1 - x0, y1 - y0
     t0, t1 = 0.0, 1.0

@@ -1,4 +1,4 @@
-"""The SVG/PNG export of a graph view (``explorer.graph_svg``) and its downloads on the Export page.
+"""The SVG/PNG export of a graph view (``explorer.ui.graph.svg``) and its downloads on the Export page.
 
 - The SVG parses as XML, draws one node ``<rect>`` per view node (fill and dashed border as the view),
   one band group per chain band, one arrow-headed polyline per edge, every legend entry, and a
