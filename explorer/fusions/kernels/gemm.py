@@ -29,10 +29,30 @@ TOLERANCES = EPILOGUE_TOLERANCES
 
 
 @functools.lru_cache(maxsize=2)
+def grouped_tile(interpret: bool):
+    """The Triton helper ``_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M) -> (pid_m, pid_n)`` every GEMM here uses:
+    programs walk the output tiles in groups of ``GROUP_M`` row tiles, column after column, so that a group's
+    row tiles share the weight tiles they read while those are still in L2."""
+    global tl
+    del interpret
+    triton, tl = import_triton()
+
+    @triton.jit
+    def _tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+        tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+        per_group = GROUP_M * tiles_n                  # GROUP_M row tiles share their weight tiles in L2
+        first_m = (pid // per_group) * GROUP_M
+        rows_here = tl.minimum(tiles_m - first_m, GROUP_M)
+        return first_m + (pid % per_group) % rows_here, (pid % per_group) // rows_here
+
+    return _tile
+
+
+@functools.lru_cache(maxsize=2)
 def _build_gemm_kernel(interpret: bool):
     """Define the GEMM with its epilogue (imports Triton); cached per interpreter mode."""
-    global tl, _activation, _round_for
-    _activation, _round_for = triton_activation(interpret), triton_round_bf16(interpret)
+    global tl, _activation, _round_for, _tile
+    _activation, _round_for, _tile = triton_activation(interpret), triton_round_bf16(interpret), grouped_tile(interpret)
     triton, tl = import_triton()
 
     @triton.jit
@@ -43,13 +63,7 @@ def _build_gemm_kernel(interpret: bool):
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr,
         BF16_RTNE_BY_HAND: tl.constexpr,
     ):
-        pid = tl.program_id(0)
-        tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-        per_group = GROUP_M * tiles_n                  # GROUP_M row tiles share their B tiles in L2
-        first_m = (pid // per_group) * GROUP_M
-        rows_here = tl.minimum(tiles_m - first_m, GROUP_M)
-        pid_m = first_m + (pid % per_group) % rows_here
-        pid_n = (pid % per_group) // rows_here
+        pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                       # (BM,) output rows
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)                       # (BN,) output columns
         rk = tl.arange(0, BLOCK_K)
@@ -216,8 +230,8 @@ def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor
 @functools.lru_cache(maxsize=2)
 def _build_paired_kernel(interpret: bool):
     """Define the paired-column GEMM (imports Triton); cached per interpreter mode."""
-    global tl, _round_for
-    _round_for = triton_round_bf16(interpret)
+    global tl, _round_for, _tile
+    _round_for, _tile = triton_round_bf16(interpret), grouped_tile(interpret)
     triton, tl = import_triton()
 
     @triton.jit
@@ -229,13 +243,7 @@ def _build_paired_kernel(interpret: bool):
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr,
         BF16_RTNE_BY_HAND: tl.constexpr,
     ):
-        pid = tl.program_id(0)
-        tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(NP, BLOCK_N)
-        per_group = GROUP_M * tiles_n                  # GROUP_M row tiles share their weight tiles in L2
-        first_m = (pid // per_group) * GROUP_M
-        rows_here = tl.minimum(tiles_m - first_m, GROUP_M)
-        pid_m = first_m + (pid % per_group) % rows_here
-        pid_n = (pid % per_group) // rows_here
+        pid_m, pid_n = _tile(tl.program_id(0), M, NP, BLOCK_M, BLOCK_N, GROUP_M)
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                       # (BM,) output rows
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)                       # (BN,) column pairs
         if EPI == "swiglu":
@@ -432,8 +440,8 @@ def interleave_gate_up(weight: torch.Tensor, bias: torch.Tensor | None = None
 @functools.lru_cache(maxsize=2)
 def _build_interleaved_kernel(interpret: bool):
     """Define the GEMM over interleaved gate/up rows with SwiGLU in its epilogue; cached per interpreter mode."""
-    global tl, _round_for
-    _round_for = triton_round_bf16(interpret)
+    global tl, _round_for, _tile
+    _round_for, _tile = triton_round_bf16(interpret), grouped_tile(interpret)
     triton, tl = import_triton()
 
     @triton.jit
@@ -442,13 +450,7 @@ def _build_interleaved_kernel(interpret: bool):
         HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
     ):
-        pid = tl.program_id(0)
-        tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-        per_group = GROUP_M * tiles_n
-        first_m = (pid // per_group) * GROUP_M
-        rows_here = tl.minimum(tiles_m - first_m, GROUP_M)
-        pid_m = first_m + (pid % per_group) % rows_here
-        pid_n = (pid % per_group) // rows_here
+        pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)                       # interleaved columns: g, u, g, u, …
         rk = tl.arange(0, BLOCK_K)

@@ -24,6 +24,7 @@ import torch
 from explorer.fusions.epilogue import (EPILOGUE_TOLERANCES, TRITON_ACTIVATIONS, apply_activation, check,
                                        triton_activation, triton_round_bf16)
 from explorer.fusions.kernels.common import PLANS, TRITON_DTYPES, LaunchPlan
+from explorer.fusions.kernels.gemm import grouped_tile
 from explorer.fusions.triton_support import (import_triton, interpreting, launch, next_power_of_2, remember,
                                              triton_runs_on)
 
@@ -42,8 +43,8 @@ def gemm_act_prologue_reference(a: torch.Tensor, weight: torch.Tensor, bias: tor
 @functools.lru_cache(maxsize=2)
 def _build_kernel(interpret: bool):
     """Define the GEMM with the activation prologue (imports Triton); cached per interpreter mode."""
-    global tl, _activation, _round_for
-    _activation, _round_for = triton_activation(interpret), triton_round_bf16(interpret)
+    global tl, _activation, _round_for, _tile
+    _activation, _round_for, _tile = triton_activation(interpret), triton_round_bf16(interpret), grouped_tile(interpret)
     triton, tl = import_triton()
 
     @triton.jit
@@ -54,13 +55,7 @@ def _build_kernel(interpret: bool):
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr,
         BF16_RTNE_BY_HAND: tl.constexpr,
     ):
-        pid = tl.program_id(0)
-        tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-        per_group = GROUP_M * tiles_n                  # GROUP_M row tiles share their B tiles in L2
-        first_m = (pid // per_group) * GROUP_M
-        rows_here = tl.minimum(tiles_m - first_m, GROUP_M)
-        pid_m = first_m + (pid % per_group) % rows_here
-        pid_n = (pid % per_group) // rows_here
+        pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                       # (BM,) output rows
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)                       # (BN,) output columns
         rk = tl.arange(0, BLOCK_K)
