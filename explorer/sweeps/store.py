@@ -11,7 +11,9 @@
 A record (``make_record``) is one flat row of scalars: the point's axes, its status ("ok" or "failed" with the
 one-line ``reason``), the whole-model verdict of the report's paired test (``verdict``, ``speedup`` = 1/ratio and
 its 95% interval ``speedup_low``-``speedup_high``, ``p_value``, ``rounds``), the medians for reading, peak memory,
-each baseline's verdict against the fused model (``vs_<baseline>_*``), and where it was measured (worker, device,
+each baseline's verdict against the fused model (``vs_<baseline>_*``: the baseline's median ``_ms`` and, as
+``_fused_ms``, the median of the fused variant timed in the same rounds, which is the pair that verdict tested; the
+main phase's ``fused_ms`` comes from other rounds and is not its partner), and where it was measured (worker, device,
 GPU UUID, driver, clocks before and after, torch, Triton, the host's CPU share and load). ``key_fields`` (JSON) says
 what its cache key hashes.
 
@@ -67,7 +69,8 @@ SCHEMA: dict[str, tuple[type, ...]] = {
     "unfused_ms": _FLOAT, "fused_ms": _FLOAT, "unfused_p20": _FLOAT, "unfused_p80": _FLOAT, "fused_p20": _FLOAT,
     "fused_p80": _FLOAT, "peak_unfused_bytes": _INT, "peak_fused_bytes": _INT,
     **{f"vs_{b}_{f}": t for b in BASELINE_COLUMNS
-       for f, t in (("verdict", _STR), ("speedup", _FLOAT), ("low", _FLOAT), ("high", _FLOAT), ("ms", _FLOAT))},
+       for f, t in (("verdict", _STR), ("speedup", _FLOAT), ("low", _FLOAT), ("high", _FLOAT), ("ms", _FLOAT),
+                    ("fused_ms", _FLOAT))},
     "worker": _INT, "device_kind": _STR, "device_name": _STR, "gpu_uuid": _STR, "gpu_index": _STR,
     "driver": _STR, "sm_clock_mhz": _FLOAT, "sm_clock_mhz_after": _FLOAT, "sm_clock_max_mhz": _FLOAT,
     "gpu_util_pct_after": _FLOAT, "temperature_c": _FLOAT, "torch": _STR, "triton": _STR, "host": _STR,
@@ -134,12 +137,16 @@ def make_record(point: Any, key: str, fields: dict, answer: dict, attempts: int 
         rec["chains_detected"] = model.get("chains_detected")
         rec["chains_accepted"] = len(plan.get("accepted") or [])
         rec["duration_s"] = _num(report.get("duration_s"))
-        for b in report.get("baselines") or []:
+        entries = [b for b in report.get("baselines") or [] if isinstance(b, dict)]
+        medians = {b.get("name"): _num(((b.get("measurement") or {}).get("latency") or {}).get("median"))
+                   for b in entries}
+        for b in entries:
             name = b.get("name")
             if name in BASELINE_COLUMNS:
                 cols = _verdict_columns(f"vs_{name}_", b.get("verdict"))
-                lat = ((b.get("measurement") or {}).get("latency") or {})
-                cols[f"vs_{name}_ms"] = _num(lat.get("median"))
+                cols[f"vs_{name}_ms"] = medians.get(name)
+                # the fused side of this verdict's pairs (the baselines phase's own rounds), shown beside it
+                cols[f"vs_{name}_fused_ms"] = medians.get(b.get("pairs_with"))
                 if b.get("error"):
                     cols[f"vs_{name}_verdict"] = NOT_MEASURED
                 rec.update(cols)
