@@ -187,3 +187,39 @@ def test_thousands_of_rounds_in_bounded_memory():
     tracemalloc.stop()
     assert peak < 8 * 2 ** 20, peak
     assert v.label == FASTER and v.ci_low <= 0.97 <= v.ci_high and v.ci_high < 1
+
+
+def test_a_sweep_row_shows_the_pair_each_baseline_verdict_tested():
+    """The H200 sweep's BERT b1 read 'faster 1.17x' against torch.compile beside fused 5.24 ms and compile
+    4.90 ms: the verdict paired compile with the baselines phase's own fused rounds (4.16 ms), the 5.24 ms are
+    the main phase's. The record now keeps that partner's median, and the verdict agrees with its own pair."""
+    import json
+    from pathlib import Path
+
+    from explorer.sweeps import spec as S, store
+    from explorer.ui.sweep_views import point_rows
+
+    report = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/sweeps/h200_ray_slice/reports"
+                         / "3400a115e486d212594be4fece26382d.json").read_text())
+    point = S.Point("bert_base", "all", 1, None, "fp16", "channels_last", False, True)
+    rec = store.make_record(point, "3400a115e486d212594be4fece26382d", {}, {"status": "ok", "report": report})
+    assert rec["vs_torch_compile_verdict"] == FASTER and rec["fused_ms"] > rec["vs_torch_compile_ms"]
+    compile_ms, fused_ms = rec["vs_torch_compile_ms"], rec["vs_torch_compile_fused_ms"]
+    assert fused_ms == pytest.approx(4.1556, abs=1e-3) and compile_ms / fused_ms > 1.1      # its own pair: faster
+    assert rec["vs_torch_compile_low"] > 1 and rec["vs_eager_fused_ms"] == fused_ms
+    assert store.check_record(json.loads(json.dumps(rec)), "results.jsonl")["vs_torch_compile_fused_ms"] == fused_ms
+    row = point_rows([rec], "en")[0]
+    assert row["torch.compile ms · fused ms in the same rounds (medians)"] == f"{compile_ms:.3f} · {fused_ms:.3f}"
+
+
+def test_the_measured_table_names_the_statistic_of_the_verdicts_it_reads():
+    """The README's Measured table reads the verdicts its runs stored (it does not recompute them): its note names
+    the statistic they record, and the old one for runs that recorded none."""
+    import benchmark_scripts
+
+    table = benchmark_scripts.load("measured_table", "measured_table_stats")
+    old = {"m": ("a.json", {}, {"verdicts": [{"verdict": "faster"}]})}
+    new = {"m": ("b.json", {}, {"verdicts": [{"verdict": "faster", "method": stats.METHOD.format(effect=0.03)}]})}
+    assert table.verdict_method(old) == table.OLD_METHOD and "bootstrap" in table.OLD_METHOD
+    assert table.verdict_method(new).startswith("Wilcoxon signed-rank test") and "Hodges-Lehmann" in \
+        table.verdict_method(new)
