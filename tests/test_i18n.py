@@ -673,6 +673,7 @@ NAMES = {
     "tensor", "cpp", "auto", "bias", "sequence", "argmax", "cosine", "nvidia", "ncu", "hbm", "mask", "diag", "eval",
     "cublas", "llm", "token", "clip", "falcon", "bloom", "gemma", "swin", "vit", "gpt", "svg", "png", "groupnorm",
     "unet", "permute", "quick", "reshape", "stage", "stem", "torchvision", "layernorm2d",
+    "wilcoxon", "hodges-lehmann", "hodges", "lehmann",   # the statistic's names (explorer.stats)
 }
 
 
