@@ -210,7 +210,14 @@ class Verdict:
             return f"{word}: {self.speedup:.2f}x, no paired test ({self.method or self.note})"
         lo, hi = self.interval or (None, None)
         p = f", p={self.p_value:.2g}" if self.p_value is not None else ""
-        return f"{word}: {self.speedup:.2f}x (95% CI {lo:.2f}-{hi:.2f}x){p}, {self.n} rounds"
+        line = f"{word}: {self.speedup:.2f}x (95% CI {lo:.2f}-{hi:.2f}x){p}, {self.n} rounds"
+        return f"{line} ({self.note})" if self.significant_but_same else line
+
+    @property
+    def significant_but_same(self) -> bool:
+        """A "no significant difference" whose test rejected (p under the test's 0.05, ``explorer.stats.ALPHA``):
+        the difference is under the minimum effect, which its note says wherever the p-value is shown."""
+        return self.label == SAME and self.p_value is not None and self.p_value < 0.05 and bool(self.note)
 
 
 @dataclasses.dataclass(frozen=True)

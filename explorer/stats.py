@@ -200,11 +200,6 @@ class SignedRankNull:
         var = n * (n + 1) * (2 * n + 1) / 24 - sum(t ** 3 - t for t in ties) / 48
         self.sd = math.sqrt(max(var, 0.0))
 
-    @property
-    def name(self) -> str:
-        """How the p-value was computed (for the report's method line)."""
-        return "exact null" if self.exact else "normal approximation, tie-corrected"
-
     def p(self, w: float) -> float:
         """Two-sided p-value of ``W = w``."""
         if self.exact:
@@ -287,10 +282,10 @@ def compare(baseline_ms: Sequence[float], candidate_ms: Sequence[float], min_eff
         label = SAME
         inside = -band < low and high < band
         decided = inside or n >= needed
-        if inside:
-            note = f"95% CI inside ±{min_effect:.0%}"
-        elif significant:
+        if significant:       # said first: shown beside a p under alpha, "no significant difference" needs it
             note = f"significant but under the {min_effect:.0%} minimum effect"
+        elif inside:
+            note = f"95% CI inside ±{min_effect:.0%}"
         elif n >= needed:
             note = f"not significant with {n} rounds (enough for 80% power at {min_effect:.0%})"
         else:

@@ -223,3 +223,19 @@ def test_the_measured_table_names_the_statistic_of_the_verdicts_it_reads():
     assert table.verdict_method(old) == table.OLD_METHOD and "bootstrap" in table.OLD_METHOD
     assert table.verdict_method(new).startswith("Wilcoxon signed-rank test") and "Hodges-Lehmann" in \
         table.verdict_method(new)
+
+
+def test_a_significant_difference_under_the_minimum_effect_says_so_beside_its_p():
+    """'no significant difference ... p=4e-19' read as a contradiction: a SAME whose test rejected says why
+    (under the 3% minimum effect) wherever its p-value is shown, in both languages."""
+    from explorer.ui.charts import describe_verdict
+
+    rng = np.random.default_rng(0)
+    base = rng.lognormal(0, 0.1, 3000)
+    v = stats.compare(base, 1.01 * base * rng.lognormal(0, 0.05, 3000))
+    assert v.label == SAME and v.p_value < ALPHA and v.significant_but_same
+    assert v.describe().endswith("rounds (significant but under the 3% minimum effect)"), v.describe()
+    assert describe_verdict(v, "en") == v.describe()
+    assert describe_verdict(v, "zh").endswith("（说明：差异显著，但小于 3% 的最小效应）"), describe_verdict(v, "zh")
+    quiet = stats.compare(base, base * rng.lognormal(0, 0.05, 3000))
+    assert quiet.p_value >= ALPHA and not quiet.significant_but_same and quiet.describe().endswith(" rounds")
