@@ -239,3 +239,20 @@ def test_a_significant_difference_under_the_minimum_effect_says_so_beside_its_p(
     assert describe_verdict(v, "zh").endswith("（说明：差异显著，但小于 3% 的最小效应）"), describe_verdict(v, "zh")
     quiet = stats.compare(base, base * rng.lognormal(0, 0.05, 3000))
     assert quiet.p_value >= ALPHA and not quiet.significant_but_same and quiet.describe().endswith(" rounds")
+
+
+def test_the_committed_sweeps_rows_get_their_pairs_from_their_reports():
+    """The H200 slice's journal predates ``vs_<b>_fused_ms``: reading it fills each from the point's report
+    (the journal file itself is left as it is)."""
+    from pathlib import Path
+
+    from explorer.sweeps import store
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks/results/sweeps/h200_ray_slice"
+    before = (folder / "results.jsonl").read_bytes()
+    rows = {r["key"]: r for r in store.SweepStore.open(folder).results()}
+    assert b"vs_torch_compile_fused_ms" not in before
+    bert = rows["3400a115e486d212594be4fece26382d"]
+    assert bert["vs_torch_compile_fused_ms"] == pytest.approx(4.1556, abs=1e-3) and bert["fused_ms"] > 5
+    assert all(r["vs_torch_compile_fused_ms"] is not None for r in rows.values() if r["vs_torch_compile_ms"])
+    assert (folder / "results.jsonl").read_bytes() == before

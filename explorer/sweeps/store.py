@@ -52,6 +52,7 @@ MAX_REPORT_BYTES = 50 * 2**20
 MAX_TABLE_ROWS = 100_000
 MAX_TABLE_BYTES = 256 * 2**20
 KEY_RE = re.compile(r"^[0-9a-f]{32}$")
+PAIR_FILL_MAX = 2000   # reports read to give an older journal's records their baseline pairs' fused medians
 STATUSES = ("ok", "failed", "simulated")
 #: Baselines whose verdict against the fused model gets columns of its own (``runtime.baselines`` names).
 BASELINE_COLUMNS = ("eager", "eager_cuda_graphs", "torch_compile", "torch_compile_reduce_overhead",
@@ -93,6 +94,16 @@ def _verdict_columns(prefix: str, verdict: dict | None) -> dict[str, Any]:
             f"{prefix}speedup": 1.0 / ratio if ratio else None,
             f"{prefix}low": 1.0 / high if high else None,
             f"{prefix}high": 1.0 / low if low else None}
+
+
+def _baseline_medians(report: Any) -> dict[str, tuple[float | None, float | None]]:
+    """``{baseline: (its median ms, the median ms of the fused variant its verdict paired it with)}`` from a
+    report's baselines (one phase's alternated rounds: the main phase's ``fused`` is other rounds)."""
+    entries = [b for b in (report.get("baselines") or []) if isinstance(b, dict)] if isinstance(report, dict) else []
+    medians = {b.get("name"): _num(((b.get("measurement") or {}).get("latency") or {}).get("median"))
+               for b in entries}
+    return {b["name"]: (medians.get(b["name"]), medians.get(b.get("pairs_with")))
+            for b in entries if b.get("name") in BASELINE_COLUMNS}
 
 
 def make_record(point: Any, key: str, fields: dict, answer: dict, attempts: int = 1) -> dict[str, Any]:
@@ -137,16 +148,12 @@ def make_record(point: Any, key: str, fields: dict, answer: dict, attempts: int 
         rec["chains_detected"] = model.get("chains_detected")
         rec["chains_accepted"] = len(plan.get("accepted") or [])
         rec["duration_s"] = _num(report.get("duration_s"))
-        entries = [b for b in report.get("baselines") or [] if isinstance(b, dict)]
-        medians = {b.get("name"): _num(((b.get("measurement") or {}).get("latency") or {}).get("median"))
-                   for b in entries}
-        for b in entries:
-            name = b.get("name")
+        pairs = _baseline_medians(report)
+        for b in report.get("baselines") or []:
+            name = b.get("name") if isinstance(b, dict) else None
             if name in BASELINE_COLUMNS:
                 cols = _verdict_columns(f"vs_{name}_", b.get("verdict"))
-                cols[f"vs_{name}_ms"] = medians.get(name)
-                # the fused side of this verdict's pairs (the baselines phase's own rounds), shown beside it
-                cols[f"vs_{name}_fused_ms"] = medians.get(b.get("pairs_with"))
+                cols[f"vs_{name}_ms"], cols[f"vs_{name}_fused_ms"] = pairs[name]
                 if b.get("error"):
                     cols[f"vs_{name}_verdict"] = NOT_MEASURED
                 rec.update(cols)
@@ -344,8 +351,20 @@ class SweepStore:
         return records
 
     def results(self) -> list[dict]:
-        """The latest record of every point."""
-        return latest(self.records())
+        """The latest record of every point; a journal written before records kept each baseline verdict's fused
+        median (``vs_<b>_fused_ms``) gets it from the point's stored report (at most ``PAIR_FILL_MAX`` reports)."""
+        out = latest(self.records())
+        missing = [r for r in out if r.get("has_report") and any(
+            r.get(f"vs_{b}_ms") is not None and r.get(f"vs_{b}_fused_ms") is None for b in BASELINE_COLUMNS)]
+        for rec in missing[:PAIR_FILL_MAX]:
+            try:
+                report = parse_json(self.report_bytes(rec["key"]), rec["key"], SweepError)
+            except SweepError:
+                continue
+            for name, (_ms, fused_ms) in _baseline_medians(report).items():
+                if rec.get(f"vs_{name}_fused_ms") is None:
+                    rec[f"vs_{name}_fused_ms"] = fused_ms
+        return out
 
     def measured(self) -> dict[str, dict]:
         """Records with status "ok" whose report is stored, by key: the cache."""
