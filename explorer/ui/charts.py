@@ -233,8 +233,8 @@ def _missing(report: Report, m: Measurement, key: str, lang: str) -> str:
 def summary_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
     """Rows (metric, unfused, fused, change) for the headline table, every cell text. The latency row's change
     is THE speed-up (the verdict's: the Hodges-Lehmann estimate of the paired ratios, with the 95% interval of
-    the same signed-rank test), the same figure
-    as the headline and the command line; the other rows' change is fused ÷ unfused, said so. Kernel launches
+    the same signed-rank test), the same figure as the headline and the command line; the other rows' change
+    is fused ÷ unfused, said so. Kernel launches
     come twice: measured by the profiler, and the graph model of this device and plan (the Graph and Fusions
     pages' count); both with their saving."""
     col_change = t_in(lang, "chart.ratio")
