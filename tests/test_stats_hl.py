@@ -256,3 +256,12 @@ def test_the_committed_sweeps_rows_get_their_pairs_from_their_reports():
     assert bert["vs_torch_compile_fused_ms"] == pytest.approx(4.1556, abs=1e-3) and bert["fused_ms"] > 5
     assert all(r["vs_torch_compile_fused_ms"] is not None for r in rows.values() if r["vs_torch_compile_ms"])
     assert (folder / "results.jsonl").read_bytes() == before
+
+
+def test_the_results_page_says_what_undecided_means_in_both_languages():
+    """The caption beside an undecided chain names the statistic and the rule it follows, in English and 中文."""
+    from explorer.ui.i18n import t_in
+
+    en, zh = t_in("en", "results.undecided", n=2), t_in("zh", "results.undecided", n=2)
+    assert en.startswith("2 chain(s) undecided") and "Hodges-Lehmann" in en and "3% minimum effect" in en
+    assert zh.startswith("2 条链尚无定论") and "Hodges-Lehmann" in zh and "3% 的最小效应" in zh
