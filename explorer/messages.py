@@ -435,8 +435,11 @@ VERDICT = Words("verdict", {
         "{n} 轮后仍不显著（这个轮数足以在 {x} 的效应上达到 80% 的检验功效）"),
     "undecided_rounds_needed_80": ("undecided: {n:d} rounds, {n2:d} needed for 80% power at {x}",
         "无法判定：测了 {n} 轮，要在 {x} 的效应上达到 80% 的检验功效需要 {n2} 轮"),
+    # the method of reports measured before the Hodges-Lehmann statistic (they keep their words)
     "wilcoxon_signed_rank_test": ("Wilcoxon signed-rank test on paired log ratios (two-sided); 95% bootstrap CI of the median ratio; minimum effect {x}",
         "对配对的对数比值做 Wilcoxon 符号秩检验（双侧）；中位数比值的 95% bootstrap 置信区间；最小效应 {x}"),
+    "wilcoxon_hodges_lehmann": ("Wilcoxon signed-rank test on paired log ratios (two-sided); Hodges-Lehmann estimate with the 95% interval inverting that test; minimum effect {x}",
+        "对配对的对数比值做 Wilcoxon 符号秩检验（双侧）；Hodges-Lehmann 估计值，以及反演同一检验得到的 95% 置信区间；最小效应 {x}"),
     "version_1_rule_fused": ("version 1 rule: fused p20 above unfused p80 (a spread rule, no statistical test)",
         "版本 1 的规则：融合后的 p20 高于融合前的 p80（离散度规则，不是统计检验）"),
     "version_1_recorded_no": ("version 1 recorded no paired samples for the whole model",

@@ -108,8 +108,10 @@ def describe_verdict(v: Verdict, lang: str = "en") -> str:
                     why=message(v.method or v.note, lang))
     lo, hi = v.interval or (0.0, 0.0)
     p = t_in(lang, "chart.describe.p", p=v.p_value) if v.p_value is not None else ""
-    return t_in(lang, "chart.describe.tested", label=label, speedup=v.speedup, lo=f"{lo:.2f}", hi=f"{hi:.2f}", p=p,
+    line = t_in(lang, "chart.describe.tested", label=label, speedup=v.speedup, lo=f"{lo:.2f}", hi=f"{hi:.2f}", p=p,
                 n=v.n)
+    # p under alpha beside "no significant difference": the note says why (under the minimum effect)
+    return t_in(lang, "chart.describe.note", label=line, note=message(v.note, lang)) if v.significant_but_same else line
 
 
 def speedup_text(v: Verdict | None, lang: str = "en", why: str = "") -> str:
@@ -230,8 +232,9 @@ def _missing(report: Report, m: Measurement, key: str, lang: str) -> str:
 
 def summary_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
     """Rows (metric, unfused, fused, change) for the headline table, every cell text. The latency row's change
-    is THE speed-up (the verdict's: the median of the paired ratios, with its 95% interval), the same figure
-    as the headline and the command line; the other rows' change is fused ÷ unfused, said so. Kernel launches
+    is THE speed-up (the verdict's: the Hodges-Lehmann estimate of the paired ratios, with the 95% interval of
+    the same signed-rank test), the same figure as the headline and the command line; the other rows' change
+    is fused ÷ unfused, said so. Kernel launches
     come twice: measured by the profiler, and the graph model of this device and plan (the Graph and Fusions
     pages' count); both with their saving."""
     col_change = t_in(lang, "chart.ratio")
@@ -270,7 +273,7 @@ def verdict_text(report: Report, lang: str = "en") -> str:
     """The whole-model verdict in one line (a test over paired rounds)."""
     v = report.verdict
     return (t_in(lang, "chart.verdict_text", verdict=describe_verdict(v, lang))
-            + (DASH.get(lang, " — ") + message(v.note, lang) if v.note else ""))
+            + (DASH.get(lang, " — ") + message(v.note, lang) if v.note and not v.significant_but_same else ""))
 
 
 def baseline_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:

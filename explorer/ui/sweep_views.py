@@ -213,6 +213,12 @@ def stops_rows(records: list[dict], x: str, lang: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _pair_ms(r: dict, baseline: str) -> str:
+    """``"<baseline ms> · <fused ms>"``: the medians of the two sides the baseline's verdict paired, or ``""``."""
+    ms, fused = r.get(f"vs_{baseline}_ms"), r.get(f"vs_{baseline}_fused_ms")
+    return f"{ms:.3f} · {fused:.3f}" if ms is not None and fused is not None else ""
+
+
 def point_rows(records: list[dict], lang: str) -> list[dict[str, Any]]:
     """Every point: its status, verdict, speed-up and interval, medians, device and wall time, or its reason."""
     rows = []
@@ -227,6 +233,8 @@ def point_rows(records: list[dict], lang: str) -> list[dict[str, Any]]:
                      t_in(lang, "sweeps.col.unfused_ms"): r.get("unfused_ms"),
                      t_in(lang, "sweeps.col.fused_ms"): r.get("fused_ms"),
                      t_in(lang, "sweeps.col.vs_compile"): r.get("vs_torch_compile_speedup"),
+                     # that verdict's own pairs: the baselines phase timed its own fused rounds beside compile's
+                     t_in(lang, "sweeps.col.vs_compile_pair"): _pair_ms(r, "torch_compile"),
                      t_in(lang, "sweeps.col.device"): r.get("device_name") or "",
                      t_in(lang, "sweeps.col.clock"): r.get("sm_clock_mhz"),
                      t_in(lang, "sweeps.col.host_busy"): r.get("host_cpu_busy"),

@@ -133,9 +133,10 @@ STRINGS = {
     "chart.status.refused": ("refused", "已拒绝"),
     "chart.status.failed": ("failed", "失败"),
     "chart.status.not_applied": ("not applied", "未应用"),
-    "chart.speedup.title": ("Per-chain speed-up (median of paired unfused ÷ fused ratios, 95% CI); colour = "
-                            "pattern, verdict by test",
-                            "逐链加速比（配对的融合前 ÷ 融合后之比的中位数，95% 置信区间）；颜色 = 融合模式，结论来自统计检验"),
+    "chart.speedup.title": ("Per-chain speed-up (Hodges-Lehmann estimate of paired unfused ÷ fused ratios, 95% CI "
+                            "of the same signed-rank test); colour = pattern, verdict by that test",
+                            "逐链加速比（配对的融合前 ÷ 融合后之比的 Hodges-Lehmann 估计，同一符号秩检验的 95% 置信区间）；"
+                            "颜色 = 融合模式，结论来自这一检验"),
     "chart.speedup.x": ("speed-up (x, log scale)", "加速比（倍，对数坐标）"),
     "chart.speedup.no_change": ("no change", "无变化"),
     "chart.speedup.empty": ("no per-chain timings in this report", "这份报告中没有逐链计时"),

@@ -36,7 +36,7 @@ from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t
 from explorer.fusions.plan import gpu_slower_chains, slower_chains
-from explorer.report import PHASES, READINGS, Report
+from explorer.report import PHASES, READINGS, UNDECIDED, Report
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 
@@ -199,6 +199,8 @@ def _run_report(report: Report) -> None:
         st.markdown(plain(charts.LIST_SEP.get(lang, ", ").join(
             t("results.count", n=counts[label], label=charts.verdict_label(label, lang)) for label in READINGS
             if counts[label])))
+        if counts[UNDECIDED]:   # what "undecided" means, in the statistic's own words
+            st.caption(t("results.undecided", n=counts[UNDECIDED]))
         slower = report.slower_chains
         if slower:
             st.warning(t("results.slower", n=len(slower)))
