@@ -300,3 +300,21 @@ def test_breakdown_and_traffic_tables():
     assert views.traffic_rows(traffic)[0]["pattern"] == "Conv+BN+Add+act"
     bars = views.traffic_figure(traffic, "resnet50")
     assert list(bars.data[0].x) == ["byte model", "reference article's claim (batch not stated)"]
+
+
+def test_learn_diagrams_state_the_devices_launches_as_the_graph_page():
+    """The tour's and the worked examples' fused captions say the CPU's launches (conv+BN+ReLU runs as two there:
+    the conv, then ReLU in place), read from the engine's one count, not the one kernel drawn (issue 26)."""
+    from explorer.fusion_engine import analyze, chain_launch_table
+
+    at = _learn("en")
+    analysis = analyze("residual_block")
+    table = chain_launch_table(analysis, None, "cpu")
+    chain = analysis.detection.chains[0]
+    fused = table.of(chain.id).fused
+    assert fused == 2   # the premise: the CPU runs this chain as two launches
+    svgs = [m.value for m in at.markdown if "<svg" in m.value]
+    stated = [s for s in svgs if f"{fused} launch(es) on this CPU" in s]
+    assert len(stated) >= 2, [re.findall(r"\d+ launch\(es\)[^<]*", s) for s in svgs]   # the tour and the examples
+    saves = [str(df.value.to_dict()) for df in at.dataframe]
+    assert any(f"{table.of(chain.id).saved} launch(es)," in s for s in saves)   # the Patterns tab's "saves" column
