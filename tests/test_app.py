@@ -244,16 +244,24 @@ def test_app_flow_choose_run_results_plan(tmp_path):
     # Run page: measure on the CPU with the real runner
     at.switch_page("ui/pages/run.py").run()
     at.checkbox(key="run_quick").check().run()
+    clicked = time.time()
     at.button(key="run_start").click().run()
     assert at.session_state["run_job"] is not None
     _wait_run(at)
+    seen = time.time() - clicked
     assert not at.error, [e.value for e in at.error]
     key, report = at.session_state["last_report"]
     assert report.plan.accepted == (ids[0],) and report.settings["quick"] is True
+    # the page says both times for what they are: the wait from the click, and the measuring process's part of it
+    wait = at.session_state["last_report_wait_s"]
+    assert report.duration_s <= wait <= seen + 0.5, (report.duration_s, wait, seen)
+    said = [c.value for c in at.caption if "from your click" in c.value]
+    assert said and f"{wait:.0f} s from your click" in said[0] and f"{report.duration_s:.0f} s in the" in said[0]
     assert report.unfused.latency is not None and len(report.stages) == 4
     # the same model+plan+settings again: answered from the cache, no new job
     at.button(key="run_start").click().run()
     assert at.session_state["run_job"] is None and at.session_state["last_report_cached"]
+    assert any("answered from the cache now" in c.value and f"{wait:.0f} s" in c.value for c in at.caption)
 
     at.switch_page("ui/pages/results.py").run()
     assert not at.exception and not at.error

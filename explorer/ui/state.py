@@ -14,6 +14,7 @@ State (``st.session_state``), initialised by ``init_state``:
     plan_error / plan_notice   plan upload feedback
     run_job         the RunJob in flight (None when idle)
     last_report     (run key, Report) of the latest finished run, or of an opened report file
+    last_report_wait_s  seconds from the Run click to that report on screen (None: not waited for here)
     results_teaching (file name, validated teaching report dict) opened on the Results page, or None
     report_error / report_notice   feedback of the report uploader (Results page): the error in English
                     (translated where it is shown), the notice as ("run" or "teaching", file name)
@@ -60,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "run_job": None,
     "last_report": None,
     "last_report_cached": False,
+    "last_report_wait_s": None,  # the click to the report on screen, in seconds (the Run page says both times)
     "results_teaching": None,    # (file name, validated teaching report) opened on the Results page
     "report_error": None,
     "report_notice": None,
@@ -424,6 +426,7 @@ def open_report(name: str, data: bytes, ident: str) -> None:
         ss.report_error = str(exc)  # English; the page translates it and shows it as text, not markdown
         return
     ss.last_report, ss.last_report_cached = (ident, report), False
+    ss.last_report_wait_s = None
     ss.results_teaching = None
     ss.report_notice = ("run", name)
 
@@ -485,6 +488,12 @@ def report_store() -> dict[str, Report]:
     return {}
 
 
+@st.cache_resource(show_spinner=False)
+def wait_store() -> dict[str, float]:
+    """Seconds from the Run click to each stored report on screen, by run key (beside ``report_store``)."""
+    return {}
+
+
 def run_key(spec: LoadSpec, plan: Plan, settings: Any) -> str:
     settings_dict = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
     return json.dumps({"source": spec.source, "batch": spec.batch, "seq_len": spec.seq_len,
@@ -522,6 +531,7 @@ def start_run(spec: LoadSpec, plan: Plan, settings: Any) -> None:
     ss.run_error = None
     if key in store:
         ss.last_report, ss.last_report_cached = (key, store[key]), True
+        ss.last_report_wait_s = wait_store().get(key)
         return
     if ss.run_job is not None and not ss.run_job.done:
         return
@@ -550,6 +560,7 @@ def finish_run() -> None:
     if job.report is not None:
         report_store()[job.key] = job.report
         ss.last_report, ss.last_report_cached = (job.key, job.report), False
+        ss.last_report_wait_s = wait_store()[job.key] = time.time() - job.started   # the click to this screen
         ss.run_error = None
     elif job.cancelled:
         ss.run_error = None
