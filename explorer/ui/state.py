@@ -143,19 +143,65 @@ def load_analysis(source: str, batch: int, seq_len: int | None):
     return analyze(source, batch=batch, seq_len=seq_len)
 
 
-def request_load(spec: LoadSpec) -> None:
-    """Make ``spec`` the active model; on failure keep the previous one and remember the error."""
+def load_progress_text(what: str, seconds: float, measured: bool, elapsed: float) -> tuple[float, str]:
+    """(the bar's fraction, its line) of a load ``elapsed`` seconds after the click that an estimate of
+    ``seconds`` (``load_estimate``: ``measured`` on this machine, or a first guess) priced: the time left
+    counted down, then "taking longer than the N s estimated" once it has run out; the elapsed time beside it."""
+    left = seconds - elapsed
+    if left > 0:
+        key = "state.load_left" if measured else "state.load_left_guess"
+        line = t(key, left=left, elapsed=elapsed)
+    else:
+        line = t("state.load_overdue", s=seconds, elapsed=elapsed)
+    fraction = min(elapsed / (elapsed + max(left, 0.0)), 0.99) if elapsed + max(left, 0.0) > 0 else 0.0
+    return fraction, f"{what} {line}"
+
+
+#: How often the load's line is redrawn while the model loads (seconds).
+LOAD_REDRAW_S = 0.5
+
+
+def _load_with_progress(spec: LoadSpec, clicked: float):
+    """``load_analysis(spec)`` in a worker thread (with this run's context, so that its cache is the app's)
+    while this script thread redraws the time left and the time since ``clicked`` every ``LOAD_REDRAW_S``
+    (a spinner's text cannot change during a blocking call)."""
+    from streamlit.runtime.scriptrunner import add_script_run_ctx
+
+    seconds, measured = load_estimate(spec)
+    what = t(f"state.loading.{spec.kind}", label=ui_files.escape_markdown(spec.label))
+    box = st.empty()
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["value"] = load_analysis(spec.source, spec.batch, spec.seq_len)
+        except BaseException as exc:   # raised again in the script thread below
+            result["error"] = exc
+
+    worker = add_script_run_ctx(threading.Thread(target=work, name="fusion-explorer-load", daemon=True))
+    worker.start()
+    worker.join(0.2)   # a model in the cache answers at once: no bar flashes
+    while worker.is_alive():
+        fraction, line = load_progress_text(what, seconds, measured, time.time() - clicked)
+        box.progress(fraction, text=line)
+        worker.join(LOAD_REDRAW_S)
+    box.empty()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def request_load(spec: LoadSpec, clicked: float | None = None) -> None:
+    """Make ``spec`` the active model; on failure keep the previous one and remember the error. ``clicked``:
+    when the user asked for it (the script run's start), the load's elapsed time counts from it."""
     ss = st.session_state
     if spec == ss.active:
         return
     if spec == ss.failed_spec:
         return  # its error is still shown; do not retry on every rerun
     try:
-        seconds, measured = load_estimate(spec)
         started = time.monotonic()
-        with st.spinner(t(f"state.loading.{spec.kind}", label=ui_files.escape_markdown(spec.label))
-                        + " " + (t("state.load_estimate", s=seconds) if measured else t("state.load_guess", s=seconds))):
-            model, graph, detection = load_analysis(spec.source, spec.batch, spec.seq_len)
+        model, graph, detection = _load_with_progress(spec, time.time() if clicked is None else clicked)
         took = time.monotonic() - started
         if took > 0.5:   # not answered from the cache: a real load, the next estimate's measure
             _remember_load(spec, took)

@@ -39,8 +39,10 @@ STRINGS = {
     "chart.cell.no_test": ("no paired test", "没有配对检验"),
     "chart.missing.not_measured": ("not measured", "未测量"),
     "chart.missing.not_timed": ("not timed in this run", "本次运行没有计时"),
-    "chart.missing.memory_cpu": ("not measured on the CPU (no allocator high-water mark)",
-                                 "CPU 上不测（没有分配器的峰值记录）"),
+    "chart.missing.memory_cpu": ("n/a on the CPU", "CPU 上不测"),
+    "chart.missing.memory_cpu_why": ("Peak memory is not measured on the CPU: its allocator keeps no high-water "
+                                     "mark (CUDA's does).",
+                                     "CPU 上不测峰值内存：CPU 的分配器不记录峰值（CUDA 的分配器会记录）。"),
     "chart.missing.cpu": ("none on the CPU", "CPU 上没有"),
     "chart.missing.top1": ("not a classifier (no top-1)", "不是分类模型（没有 top-1）"),
     "chart.missing.none_refused": ("—", "—"),

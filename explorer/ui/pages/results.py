@@ -176,6 +176,8 @@ def _run_report(report: Report) -> None:
     st.markdown(plain(charts.verdict_text(report, lang)))
     st.plotly_chart(charts.comparison_figure(report, lang), key="chart_compare", width="stretch")
     st.dataframe(charts.summary_rows(report, lang), hide_index=True, width="stretch")
+    if report.is_cpu:   # the table's memory cells stay short ("n/a on the CPU"): the reason is said once, here
+        st.caption(t("chart.missing.memory_cpu_why"))
     for m in (report.unfused, report.fused):
         notes = [message(x) for x in (m.memory_note, m.launches_kind, m.note) if x]
         if m.bound in ("host", "gpu"):
@@ -219,6 +221,8 @@ def _run_report(report: Report) -> None:
     stage_rows = charts.stages_rows(report, lang)
     if stage_rows:
         st.dataframe(stage_rows, hide_index=True, width="stretch")
+        if report.is_cpu:
+            st.caption(t("chart.missing.memory_cpu_why"))
         st.plotly_chart(charts.stages_figure(report, lang), key="chart_stages", width="stretch")
     else:
         st.caption(t("results.no_stages"))

@@ -59,7 +59,8 @@ def _durations(report, wait_s: float | None, cached: bool) -> None:
     measured = report.duration_s
     if wait_s is not None and measured is not None:
         key = "run.duration_cached" if cached else "run.duration_wait"
-        st.caption(t(key, wait=wait_s, s=min(measured, wait_s), rest=max(0.0, wait_s - measured)))
+        wait, part = round(wait_s), round(min(measured, wait_s))   # whole seconds that add up as shown
+        st.caption(t(key, wait=wait, s=part, rest=wait - part))
     elif measured is not None:
         st.caption(t("run.duration", s=measured))
 
