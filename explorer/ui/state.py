@@ -149,8 +149,8 @@ def load_progress_text(what: str, seconds: float, measured: bool, elapsed: float
     counted down, then "taking longer than the N s estimated" once it has run out; the elapsed time beside it."""
     left = seconds - elapsed
     if left > 0:
-        key = "state.load_left" if measured else "state.load_left_guess"
-        line = t(key, left=left, elapsed=elapsed)
+        line = (t("state.load_left", left=left, elapsed=elapsed) if measured
+                else t("state.load_left_guess", left=left, elapsed=elapsed))
     else:
         line = t("state.load_overdue", s=seconds, elapsed=elapsed)
     fraction = min(elapsed / (elapsed + max(left, 0.0)), 0.99) if elapsed + max(left, 0.0) > 0 else 0.0

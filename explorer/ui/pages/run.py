@@ -58,9 +58,11 @@ def _durations(report, wait_s: float | None, cached: bool) -> None:
     loading the model there, preparing both graphs, timing them); the rest started that process."""
     measured = report.duration_s
     if wait_s is not None and measured is not None:
-        key = "run.duration_cached" if cached else "run.duration_wait"
         wait, part = round(wait_s), round(min(measured, wait_s))   # whole seconds that add up as shown
-        st.caption(t(key, wait=wait, s=part, rest=wait - part))
+        if cached:
+            st.caption(t("run.duration_cached", wait=wait, s=part))
+        else:
+            st.caption(t("run.duration_wait", wait=wait, s=part, rest=wait - part))
     elif measured is not None:
         st.caption(t("run.duration", s=measured))
 
