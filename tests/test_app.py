@@ -64,6 +64,13 @@ def test_chain_bars_styled_by_the_one_verdict_and_slower_has_its_own_colour():
     assert "layer: c" not in by_chain                     # no fused kernel: not timed, so no bar (and no 1.00x)
     assert charts.bar_style(R.NO_KERNEL, "conv_bn_act") == (charts.NO_KERNEL_COLOR, charts.NO_KERNEL_PATTERN, 1.0)
     assert any(t.name == "slower after fusion" for t in fig.data)
+    # a bar below 1x ends on the left, over the chains' names: its label sits right of the no-change line instead
+    labels = dict(zip(bars.y, bars.text))
+    slower = next(c for c in _report().chains if c.title == "layer: b")
+    assert labels["layer: b"] == "" and labels["layer: a"]
+    moved = [a for a in fig.layout.annotations if a.y == "layer: b"]
+    assert len(moved) == 1 and moved[0].x == 0.0 and moved[0].xanchor == "left"
+    assert moved[0].text == charts.speedup_text(slower.verdict)
     # the legend sits below the axis title whatever the chart's height (it covered the title on a two-chain run)
     layout = fig.layout
     plot_px = layout.height - layout.margin.t - layout.margin.b

@@ -426,9 +426,15 @@ def chain_speedup_figure(report: Report, lang: str = "en") -> go.Figure:
                            y=[c.title for c in measured], orientation="h",
                            marker=dict(color=[s[0] for s in styles], pattern_shape=[s[1] for s in styles],
                                        opacity=[s[2] for s in styles]),
-                           text=[speedup_text(c.verdict, lang) for c in measured], textposition="outside",
-                           cliponaxis=False, customdata=[c.speedup for c in measured],
+                           text=[speedup_text(c.verdict, lang) if c.speedup >= 1 else "" for c in measured],
+                           textposition="outside", cliponaxis=False, customdata=[c.speedup for c in measured],
                            hovertext=hover, hoverinfo="text", showlegend=False))
+    # A bar below 1 ends on the left, where its label would run over the chains' names: its label goes right of
+    # the no-change line instead, in its row's empty half (a log axis takes an annotation's x as log10).
+    for c in measured:
+        if c.speedup < 1:
+            fig.add_annotation(x=0.0, y=c.title, text=speedup_text(c.verdict, lang), showarrow=False,
+                               xanchor="left", xshift=6, font=dict(size=12))
     fig.add_vline(x=1.0, line_dash="dash", line_color="#444", annotation_text=t_in(lang, "chart.speedup.no_change"),
                   annotation_position="top")
     for name in sorted({c.pattern for c in measured if c.verdict.label in (FASTER, SAME)}):
