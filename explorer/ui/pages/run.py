@@ -122,6 +122,8 @@ def page(spec, model, graph, detection) -> None:
     _durations(report, ss.get("last_report_wait_s"), cached)
     _host_lines(report)
     st.dataframe(charts.summary_rows(report, lang), hide_index=True, width="stretch")
+    if report.is_cpu:   # the memory cells say "n/a on the CPU"; why, once
+        st.caption(t("chart.missing.memory_cpu_why"))
     st.page_link("ui/pages/results.py", label=t("run.to_results"), icon=":material/bar_chart:")
 
 
