@@ -140,7 +140,14 @@ def test_stages_and_precision_tables():
     rows = charts.stages_rows(_report())
     assert [r["stage"] for r in rows] == ["none", "conv_bn", "activation", "all"]   # all four, always
     assert rows[2]["speed-up over the original (medians)"] == f"{2.0 / 1.8:.2f}×"
-    assert rows[3]["latency ms (median)"] == "same graph as 'activation': not timed again" and rows[3]["graph"] == "..."
+    # the row above's graph, said short (the long form pushed the table's last column off a 1600 px window)
+    assert rows[3]["latency ms (median)"] == "same graph as the row above: not timed again" and rows[3]["graph"] == "..."
+    import dataclasses
+
+    report = _report()
+    far = dataclasses.replace(report, stages=report.stages[:3] + (dataclasses.replace(report.stages[3],
+                                                                                      same_as="conv_bn"),))
+    assert charts.stages_rows(far)[3]["latency ms (median)"] == "same graph as 'conv_bn': not timed again"
     assert [b.x for b in charts.stages_figure(_report()).data][0] == ("none", "conv_bn", "activation")
     prec = charts.precision_rows(_report())
     assert prec[0]["max_abs"] == "1.00e-06" and prec[1]["top1_agreement"] == "1.000000000"

@@ -486,12 +486,14 @@ def _stage_values(report: Report, lang: str) -> list[dict[str, Any]]:
     """The staged table's numbers by stage, with untranslated keys (the figure and the rows read them)."""
     first = next((s.latency for s in report.stages if s.latency is not None), None)
     out = []
-    for s in report.stages:
+    for i, s in enumerate(report.stages):
         lat: Latency | None = s.latency
         mem = s.peak_memory_bytes
-        same = (t_in(lang, "chart.missing.same_stage", stage=next(
-            (stage_label(o.stage, o.label, lang) for o in report.stages if o.stage == s.same_as), s.same_as))
-            if s.same_as else t_in(lang, "chart.missing.not_timed"))
+        above = i > 0 and report.stages[i - 1].stage == s.same_as   # the usual case, said short: the cell fits
+        same = (t_in(lang, "chart.missing.same_stage_above") if above
+                else t_in(lang, "chart.missing.same_stage", stage=next(
+                    (stage_label(o.stage, o.label, lang) for o in report.stages if o.stage == s.same_as), s.same_as))
+                if s.same_as else t_in(lang, "chart.missing.not_timed"))
         out.append({"stage": stage_label(s.stage, s.label, lang), "latency": lat.median if lat else None,
                     "p20": lat.p20 if lat else None, "p80": lat.p80 if lat else None,
                     "throughput": s.throughput, "memory": mem / 2**20 if mem is not None else None,

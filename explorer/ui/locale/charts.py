@@ -47,6 +47,7 @@ STRINGS = {
     "chart.missing.top1": ("not a classifier (no top-1)", "不是分类模型（没有 top-1）"),
     "chart.missing.none_refused": ("—", "—"),
     "chart.missing.not_fused": ("not timed: {status}", "未计时：{status}"),
+    "chart.missing.same_stage_above": ("same graph as the row above: not timed again", "与上一行是同一个计算图：不再计时"),
     "chart.missing.same_stage": ("same graph as '{stage}': not timed again", "与“{stage}”是同一个计算图：不再计时"),
     "chart.verdict.undecided": ("undecided", "尚无定论"),
     "chart.verdict.untested": ("not tested", "未检验"),
