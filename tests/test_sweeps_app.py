@@ -94,6 +94,14 @@ def test_the_sweeps_page_in_both_languages(lang, tmp_path, monkeypatch):
     assert drawn["layout"]["title"]["text"] == i18n.t_in(lang, "sweeps.fig.speedup")
     assert sum(len(tr["x"]) for tr in drawn["data"]) == 8
 
+    # every point's cells are text in one format per column, never a bare None (issue 26's walk: "None" in the
+    # torch.compile and clock columns of a CPU sweep)
+    points = at.dataframe[-1].value
+    assert not points.isna().any().any() and "None" not in points.astype(str).to_numpy().ravel().tolist()
+    speedups = points[i18n.t_in(lang, "sweeps.col.speedup")].tolist()
+    assert all(re.fullmatch(r"\d+\.\d\d×", s) for s in speedups), speedups
+    assert set(points[i18n.t_in(lang, "sweeps.col.clock")]) == {i18n.t_in(lang, "chart.missing.cpu")}
+
     # a running sweep in the folder: its progress, live
     (root / FOLDER / st.PROGRESS).write_text(json.dumps({"status": "running", "fraction": 0.5, "done": 3,
                                                          "failed": 1, "cached": 0, "total": 8, "running": 1,

@@ -213,23 +213,34 @@ def stops_rows(records: list[dict], x: str, lang: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _cell(value: Any, fmt: str, missing: str = "—") -> str:
+    """A number as the table shows it (one format per column), or ``missing`` where the point has none: a table
+    never shows a bare None."""
+    return missing if value is None else fmt.format(value)
+
+
 def point_rows(records: list[dict], lang: str) -> list[dict[str, Any]]:
-    """Every point: its status, verdict, speed-up and interval, medians, device and wall time, or its reason."""
+    """Every point: its status, verdict, speed-up and interval, medians, device and wall time, or its reason;
+    every cell text, each column in one format (the speed-up and its interval alike: ``1.07×``, ``0.99–1.20``)."""
     rows = []
+    not_measured = t_in(lang, "chart.missing.not_measured")
     for r in records:
         interval = (f"{r['speedup_low']:.2f}–{r['speedup_high']:.2f}"
-                    if r.get("speedup_low") is not None and r.get("speedup_high") is not None else "")
+                    if r.get("speedup_low") is not None and r.get("speedup_high") is not None else "—")
+        cpu = r.get("device_kind") == "cpu"
         rows.append({t_in(lang, "sweeps.col.point"): r["point"],
                      t_in(lang, "sweeps.col.status"): t_in(lang, f"sweeps.status.{r['status']}"),
-                     t_in(lang, "sweeps.col.verdict"): verdict_label(r["verdict"], lang) if r.get("verdict") else "",
-                     t_in(lang, "sweeps.col.speedup"): r.get("speedup"),
+                     t_in(lang, "sweeps.col.verdict"): verdict_label(r["verdict"], lang) if r.get("verdict") else "—",
+                     t_in(lang, "sweeps.col.speedup"): _cell(r.get("speedup"), "{:.2f}×"),
                      t_in(lang, "sweeps.col.interval"): interval,
-                     t_in(lang, "sweeps.col.unfused_ms"): r.get("unfused_ms"),
-                     t_in(lang, "sweeps.col.fused_ms"): r.get("fused_ms"),
-                     t_in(lang, "sweeps.col.vs_compile"): r.get("vs_torch_compile_speedup"),
-                     t_in(lang, "sweeps.col.device"): r.get("device_name") or "",
-                     t_in(lang, "sweeps.col.clock"): r.get("sm_clock_mhz"),
-                     t_in(lang, "sweeps.col.host_busy"): r.get("host_cpu_busy"),
-                     t_in(lang, "sweeps.col.wall"): r.get("wall_s"),
-                     t_in(lang, "sweeps.col.reason"): r.get("reason") or ""})
+                     t_in(lang, "sweeps.col.unfused_ms"): _cell(r.get("unfused_ms"), "{:.4f}"),
+                     t_in(lang, "sweeps.col.fused_ms"): _cell(r.get("fused_ms"), "{:.4f}"),
+                     t_in(lang, "sweeps.col.vs_compile"): _cell(r.get("vs_torch_compile_speedup"), "{:.2f}×",
+                                                                not_measured),
+                     t_in(lang, "sweeps.col.device"): r.get("device_name") or "—",
+                     t_in(lang, "sweeps.col.clock"): _cell(r.get("sm_clock_mhz"), "{:.0f}",
+                                                           t_in(lang, "chart.missing.cpu") if cpu else not_measured),
+                     t_in(lang, "sweeps.col.host_busy"): _cell(r.get("host_cpu_busy"), "{:.0%}", not_measured),
+                     t_in(lang, "sweeps.col.wall"): _cell(r.get("wall_s"), "{:.1f}"),
+                     t_in(lang, "sweeps.col.reason"): r.get("reason") or "—"})
     return rows
