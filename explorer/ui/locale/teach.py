@@ -9,9 +9,9 @@ STRINGS = {
     "diagram.kept_on_chip": ("stay in registers", "留在寄存器里"),
     "diagram.caption": ("{launches} launch(es) · {trips} intermediate result(s) written to device memory and read back",
                         "{launches} 次内核启动 · {trips} 个中间结果写回显存再读回"),
-    "diagram.caption_device": ("{launches} launch(es) on this {device} (drawn: the one kernel a GPU runs) · {trips} "
+    "diagram.caption_device": ("{launches} launch(es) on this {device}; drawn: the one kernel a GPU runs, {trips} "
                                "intermediate result(s) written to device memory and read back",
-                               "在这台 {device} 上 {launches} 次内核启动（图中画的是 GPU 上的单个内核）· {trips} 个中间结果"
+                               "在这台 {device} 上 {launches} 次内核启动；图中画的是 GPU 上的单个内核：{trips} 个中间结果"
                                "写回显存再读回"),
     "diagram.caption_siblings": ("{launches} launch(es) · the shared input read {reads} time(s)",
                                  "{launches} 次内核启动 · 共享输入被读取 {reads} 次"),
