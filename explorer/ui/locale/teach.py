@@ -59,7 +59,7 @@ STRINGS = {
     "ex.col.reads": ("reads", "读取"),
     "ex.col.writes": ("writes", "写入"),
     "ex.bytes.unfused_total": ("unfused: {n} kernels together", "融合前：{n} 个内核合计"),
-    "ex.bytes.fused_total": ("fused: one kernel", "融合后：1 个内核"),
+    "ex.bytes.fused_total": ("fused: one kernel (as on a GPU)", "融合后：1 个内核（GPU 上的情形）"),
     "ex.bytes.saved": ("Fusion saves {saved} of device-memory traffic: {n} intermediate result(s) no longer written "
                        "and read back, {kept} still written because something outside the chain reads it.",
                        "融合节省 {saved} 的访存：{n} 个中间结果不再写回显存再读回，{kept} 个仍要写出，因为链外还有算子读它。"),
