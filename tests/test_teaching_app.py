@@ -296,6 +296,9 @@ def test_breakdown_and_traffic_tables():
                "total": {"bytes_unfused": 1000, "bytes_fused": 900, "bytes_saved": 100}}
     rows = views.traffic_rows(traffic)
     assert rows[-1]["saved"] == "10%" and rows[0]["saved"] == "50%"
+    small = {"chains": [], "total": {"bytes_unfused": int(0.956 * 2**20), "bytes_fused": int(0.331 * 2**20)}}
+    labels = [bar.text[0] for bar in views.traffic_figure(small).data]
+    assert labels == ["0.956", "0.331"], labels   # as the table beside it says (the chart said 1.0 and 0.3)
     traffic["chains"][0]["pattern"] = "conv_bn_add_act"   # a pattern by its label, as every other table names it
     assert views.traffic_rows(traffic)[0]["pattern"] == "Conv+BN+Add+act"
     bars = views.traffic_figure(traffic, "resnet50")
