@@ -70,6 +70,10 @@ def test_learn_page_draws_every_tab_in_both_languages(lang):
     assert len([m for m in at.markdown if "<svg" in m.value]) >= 4   # drawn inline, in the page's fonts
     tables = [df.value for df in at.dataframe]
     assert any("γ" in str(v.to_dict()) for v in tables)
+    # the device's ceilings with their sources, whole sentences, in a table that wraps (a grid cut them off)
+    source = "来源" if lang == "zh" else "source"
+    ceilings = [tb.value for tb in at.table if source in list(tb.value.columns)]
+    assert ceilings and max(len(str(v)) for v in ceilings[0][source]) > 60
     # the language switch changes the page in place
     at.radio(key="lang").set_value("en" if lang == "zh" else "zh").run()
     assert not at.exception and bool(CJK.search(at.tabs[0].label)) == (lang == "en")

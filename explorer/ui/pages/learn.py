@@ -596,7 +596,7 @@ def _ceilings_box(c: Ceilings, dtype: str) -> None:
              t("pred.col.value"): human_bytes(c.l2_bytes) if c.l2_bytes else t("pred.unknown"),
              t("pred.col.source"): message(c.sources.get("l2_bytes", ""))},
         ]
-        st.dataframe(rows, hide_index=True, width="stretch")
+        st.table(rows, hide_index=True)   # a static table: its sources wrap (a grid cut them at 1600 px)
         st.markdown(t("pred.model"))
         if c.sources.get("note"):
             st.caption(plain(message(c.sources["note"])))
