@@ -62,6 +62,8 @@ def test_figures_follow_the_records():
             assert colour == views.VERDICT_COLOURS[next(r for r in records if r["key"] == key)["verdict"]]
     heat = views.heatmap_figure(records, "en", "fp32", 1)
     assert list(heat.data[0].y) == ["conv_bn_relu", "residual_block"] and list(heat.data[0].x) == ["all", "none"]
+    # in 中文 the plans are named as the series beside them name them (the heatmap said all/none)
+    assert list(views.heatmap_figure(records, "zh", "fp32", 1).data[0].x) == ["全部融合", "不融合"]
     # stops_paying reads verdicts: a series faster at batch 1 and not at 2 stops at 2
     fake = [dict(r) for r in measured if r["plan"] == "all" and r["model"] == "conv_bn_relu"]
     fake[0]["verdict"], fake[1]["verdict"] = "faster", "slower"

@@ -50,11 +50,15 @@ def _series_key(r: dict, x: str) -> tuple:
     return tuple(r.get(f) for f in SERIES if f != x)
 
 
+def _plan_name(plan: Any, lang: str) -> str:
+    """A sweep's plan as the page names it everywhere: all, none (translated), pattern names or a plan file."""
+    plan = str(plan)
+    return t_in(lang, f"sweeps.plan.{plan}") if plan in ("all", "none") else plan
+
+
 def _series_name(key: tuple, x: str, lang: str) -> str:
     fields = dict(zip([f for f in SERIES if f != x], key))
-    plan = str(fields["plan"])   # a sweep's plan: all, none, pattern names or a plan file
-    parts = [str(fields["model_label"]), t_in(lang, f"sweeps.plan.{plan}") if plan in ("all", "none") else plan,
-             str(fields["dtype"])]
+    parts = [str(fields["model_label"]), _plan_name(fields["plan"], lang), str(fields["dtype"])]
     if fields.get("memory_format") not in (None, "nchw"):
         parts.append(str(fields["memory_format"]))
     if fields.get("cuda_graphs"):
@@ -146,7 +150,7 @@ def heatmap_figure(records: list[dict], lang: str, dtype: str, batch: int) -> go
         text.append(t_row)
     # colour: log2 of the speed-up between 0.5x and 2x, so that 0.9x is pale and not as red as 0.5x
     zlog = [[None if v is None else max(-1.0, min(1.0, math.log2(v))) for v in row] for row in z]
-    fig = go.Figure(go.Heatmap(z=zlog, customdata=z, x=[_esc(p) for p in plans], y=[_esc(m) for m in models],
+    fig = go.Figure(go.Heatmap(z=zlog, customdata=z, x=[_esc(_plan_name(p, lang)) for p in plans], y=[_esc(m) for m in models],
                                text=text, texttemplate="%{text}", zmin=-1.0, zmax=1.0,
                                colorscale=[[0, "#dc2626"], [0.5, "#f9fafb"], [1, "#16a34a"]],
                                colorbar={"title": t_in(lang, "sweeps.axis.speedup_short"),
