@@ -70,6 +70,9 @@ def test_figures_follow_the_records():
     assert views.stops_paying(fake, "batch")[0]["stops"] == max(r["batch"] for r in fake)
     fake[1]["verdict"] = "faster"
     assert views.stops_paying(fake, "batch")[0]["stops"] is None
+    # one size measured: no claim about "every size"
+    reading = views.stops_rows(fake[:1], "batch", "en")[0]["reading"]
+    assert reading == i18n.t_in("en", "sweeps.stop.pays_one", at=fake[0]["batch"]), reading
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

@@ -205,6 +205,8 @@ def stops_rows(records: list[dict], x: str, lang: str) -> list[dict[str, Any]]:
     for s in stops_paying(records, x):
         if s["never"]:
             reading = t_in(lang, "sweeps.stop.never")
+        elif s["stops"] is None and len(s["values"]) == 1:   # one size: "every size" would claim a trend
+            reading = t_in(lang, "sweeps.stop.pays_one", at=s["values"][0])
         elif s["stops"] is None:
             reading = t_in(lang, "sweeps.stop.pays", last=s["last_faster"])
         else:

@@ -88,6 +88,8 @@ STRINGS = {
                              "按每条曲线上的结论读取：在较小形状上更快之后，融合模型第一次不再更快的形状。"),
     "sweeps.no_stops": ("No series with a plan that fuses anything.", "没有包含融合的方案曲线。"),
     "sweeps.stop.never": ("never faster here", "在这里从未更快"),
+    "sweeps.stop.pays_one": ("pays at the one size measured ({at}): a trend needs more sizes",
+                             "在唯一测量的形状（{at}）上划算：要看趋势需要更多形状"),
     "sweeps.stop.pays": ("pays at every size measured (last: {last})", "在测量的每个形状上都划算（最后一个：{last}）"),
     "sweeps.stop.at": ("stops paying at {at} ({verdict}); last faster at {last}",
                        "在 {at} 处不再划算（{verdict}）；最后一次更快是在 {last}"),
