@@ -176,9 +176,7 @@ def _run_report(report: Report) -> None:
     st.markdown(plain(charts.verdict_text(report, lang)))
     st.plotly_chart(charts.comparison_figure(report, lang), key="chart_compare", width="stretch")
     st.dataframe(charts.summary_rows(report, lang), hide_index=True, width="stretch")
-    if report.is_cpu:   # the table's memory cells stay short ("n/a on the CPU"): the reason is said once, here
-        st.caption(t("chart.missing.memory_cpu_why"))
-    for m in (report.unfused, report.fused):
+    for m in (report.unfused, report.fused):   # (a CPU run's memory notes say why its memory cells are n/a)
         notes = [message(x) for x in (m.memory_note, m.launches_kind, m.note) if x]
         if m.bound in ("host", "gpu"):
             notes.append(t("results.bound", bound=t(f"results.bound.{m.bound}"), ms=m.gpu_busy_ms or 0.0))
