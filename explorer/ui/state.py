@@ -41,6 +41,7 @@ import time
 from typing import Any, Callable
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import add_script_run_ctx
 
 from explorer.ui import files as ui_files
 from explorer.ui.i18n import message, t
@@ -165,8 +166,6 @@ def _load_with_progress(spec: LoadSpec, clicked: float):
     """``load_analysis(spec)`` in a worker thread (with this run's context, so that its cache is the app's)
     while this script thread redraws the time left and the time since ``clicked`` every ``LOAD_REDRAW_S``
     (a spinner's text cannot change during a blocking call)."""
-    from streamlit.runtime.scriptrunner import add_script_run_ctx
-
     seconds, measured = load_estimate(spec)
     what = t(f"state.loading.{spec.kind}", label=ui_files.escape_markdown(spec.label))
     box = st.empty()
