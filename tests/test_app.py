@@ -299,6 +299,12 @@ def test_app_flow_choose_run_results_plan(tmp_path):
     charts_drawn = at.get("plotly_chart")
     assert {c.key for c in charts_drawn} == {"chart_compare", "chart_stages"}   # quick: no per-chain timing
     assert any("No per-chain timings" in c.value for c in at.caption)
+    # the staged table without its sentence column (cut off in Chromium): each stage's graph listed below it
+    stages = next(df.value for df in at.dataframe if "p20" in df.value.columns and "stage" in df.value.columns)
+    assert "graph" not in stages.columns and len(stages) == len(report.stages)
+    listed = [m.value for m in at.markdown if m.value.startswith("- **")]
+    shown = [m.replace("\\", "") for m in listed]   # as rendered: the markdown escapes undone
+    assert any(all(f"**{charts.stage_label(s.stage, s.label)}**" in m for s in report.stages) for m in shown), listed
 
     # Plan: download, change the choices, upload it again -> same choices
     at.switch_page("ui/pages/fusions.py").run()
