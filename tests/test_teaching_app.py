@@ -53,6 +53,8 @@ def _wait(at, name: str, timeout: float = 180.0) -> None:
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_learn_page_draws_every_tab_in_both_languages(lang):
+    from explorer.ui.i18n import t_in
+
     at = _learn(lang)
     assert not at.error, [e.value for e in at.error]
     texts = _texts(at)
@@ -74,6 +76,18 @@ def test_learn_page_draws_every_tab_in_both_languages(lang):
     source = "来源" if lang == "zh" else "source"
     ceilings = [tb.value for tb in at.table if source in list(tb.value.columns)]
     assert ceilings and max(len(str(v)) for v in ceilings[0][source]) > 60
+    # the tour's and the worked examples' fused captions say the CPU's launches (conv+BN+ReLU runs as two there:
+    # the conv, then ReLU in place), the engine's one count as on the Graph page, not the one kernel drawn (issue 26)
+    from explorer.fusion_engine import analyze, chain_launch_table
+
+    analysis = analyze("residual_block")
+    counted = chain_launch_table(analysis, None, "cpu").of(analysis.detection.chains[0].id)
+    assert counted.fused == 2   # the premise: the CPU runs this chain as two launches
+    svgs = [m.value for m in at.markdown if "<svg" in m.value]
+    said = "在这台 CPU 上 2 次内核启动" if lang == "zh" else "2 launch(es) on this CPU"
+    assert len([s for s in svgs if said in s]) >= 2, [re.findall(r"\d+ launch\(es\)[^<]*", s) for s in svgs]
+    saves = t_in(lang, "learn.pattern.saves", launches=counted.saved, bytes="")   # the Patterns tab's column
+    assert any(saves.rstrip() in str(v.to_dict()) for v in tables), saves
     # the language switch changes the page in place
     at.radio(key="lang").set_value("en" if lang == "zh" else "zh").run()
     assert not at.exception and bool(CJK.search(at.tabs[0].label)) == (lang == "en")
@@ -308,20 +322,3 @@ def test_breakdown_and_traffic_tables():
     bars = views.traffic_figure(traffic, "resnet50")
     assert list(bars.data[0].x) == ["byte model", "reference article's claim (batch not stated)"]
 
-
-def test_learn_diagrams_state_the_devices_launches_as_the_graph_page():
-    """The tour's and the worked examples' fused captions say the CPU's launches (conv+BN+ReLU runs as two there:
-    the conv, then ReLU in place), read from the engine's one count, not the one kernel drawn (issue 26)."""
-    from explorer.fusion_engine import analyze, chain_launch_table
-
-    at = _learn("en")
-    analysis = analyze("residual_block")
-    table = chain_launch_table(analysis, None, "cpu")
-    chain = analysis.detection.chains[0]
-    fused = table.of(chain.id).fused
-    assert fused == 2   # the premise: the CPU runs this chain as two launches
-    svgs = [m.value for m in at.markdown if "<svg" in m.value]
-    stated = [s for s in svgs if f"{fused} launch(es) on this CPU" in s]
-    assert len(stated) >= 2, [re.findall(r"\d+ launch\(es\)[^<]*", s) for s in svgs]   # the tour and the examples
-    saves = [str(df.value.to_dict()) for df in at.dataframe]
-    assert any(f"{table.of(chain.id).saved} launch(es)," in s for s in saves)   # the Patterns tab's "saves" column
