@@ -976,38 +976,9 @@ def test_torchscript_node_names_give_module_paths(name, seen, path):
     assert (list(stack)[-1] if stack else None) == path
 
 
-def test_a_conv_with_its_batchnorm_folded_by_the_exporter_is_named_after_its_own_weight(tmp_path):
-    """torch's dynamo exporter folds ResNet's inference BatchNorms into their convs and gives each Conv the
-    BatchNorm's scope (``layer1.0.bn1``): the Conv is named after the module whose weight it reads
-    (``layer1.0.conv1``), so the chain reads ``layer1.0: conv1 → relu`` as on the torch side (issue 26)."""
-    import torchvision
-    from explorer.fusion_engine import detect
-    from explorer.graph.build import build_graph
-
-    class Stage(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1, self.bn1, self.relu = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()
-            self.layer1 = nn.Sequential(torchvision.models.resnet.BasicBlock(8, 8))
-
-        def forward(self, x):
-            return self.layer1(self.relu(self.bn1(self.conv1(x))))
-
-    path = str(tmp_path / "stage.onnx")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Stage().eval(), (torch.randn(1, 3, 9, 11),), path, dynamo=True, verbose=False)
-    scopes = [dict((p.key, p.value) for p in n.metadata_props).get("pkg.torch.onnx.name_scopes", "")
-              for n in onnx.load(path).graph.node if n.op_type == "Conv"]
-    assert any("bn1" in s for s in scopes)   # the premise: the exporter gave the folded Conv the BN's scope
-    g = build_graph(import_onnx(path).gm, "stage")
-    convs = sorted(a["origin"] for _, a in g.nodes(data=True) if a["kind"] == "conv")
-    assert convs == ["conv1", "layer1.0.conv1", "layer1.0.conv2"]
-    titles = [c.title for c in detect(g).chains]
-    assert "layer1.0: conv1 → relu" in titles and "conv1 → relu" in titles, titles
-
-
 def test_own_module_corrects_only_a_sibling_or_a_child_named_by_an_initializer():
+    """The dynamo exporter gives a Conv whose BatchNorm it folded the BatchNorm's scope: the Conv takes the module
+    its weight names (ResNet-18 through the exporter: ``test_onnx_corpus``), and nothing else is renamed."""
     from explorer.sources.onnx_import import own_module
 
     stack = {"layer1": ("layer1", "Sequential"), "layer1.0": ("layer1.0", "BasicBlock"),
