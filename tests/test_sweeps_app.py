@@ -106,6 +106,8 @@ def test_the_sweeps_page_in_both_languages(lang, tmp_path, monkeypatch):
     speedups = points[i18n.t_in(lang, "sweeps.col.speedup")].tolist()
     assert all(re.fullmatch(r"\d+\.\d\d×", s) for s in speedups), speedups
     assert set(points[i18n.t_in(lang, "sweeps.col.clock")]) == {i18n.t_in(lang, "chart.missing.cpu")}
+    names = points[i18n.t_in(lang, "sweeps.col.point")].tolist()   # in the page's language, as the series are
+    assert any((" · 全部融合 · 批 1 · " if lang == "zh" else " · all · batch 1 · ") in n for n in names), names
 
     # a running sweep in the folder: its progress, live
     (root / FOLDER / st.PROGRESS).write_text(json.dumps({"status": "running", "fraction": 0.5, "done": 3,

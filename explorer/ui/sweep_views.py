@@ -69,6 +69,21 @@ def _series_name(key: tuple, x: str, lang: str) -> str:
     return _esc(" · ".join(parts))
 
 
+def point_name(r: dict, lang: str) -> str:
+    """A point as the page names it in ``lang`` (the sweep's own label, ``SweepPoint.label``, is English):
+    ``resnet50 · 全部融合 · 批 8 · fp16 · channels_last``, CUDA graphs and baselines when on."""
+    parts = [str(r.get("model_label") or r.get("model") or ""), _plan_name(r.get("plan"), lang),
+             t_in(lang, "sweeps.short.batch", n=r.get("batch"))]
+    if r.get("seq_len") is not None:
+        parts.append(t_in(lang, "sweeps.short.seq_len", n=r["seq_len"]))
+    parts += [str(r.get("dtype") or ""), str(r.get("memory_format") or "")]
+    if r.get("cuda_graphs"):
+        parts.append(t_in(lang, "sweeps.graphs"))
+    if r.get("baselines"):
+        parts.append(t_in(lang, "sweeps.with_baselines"))
+    return " · ".join(p for p in parts if p)
+
+
 def _series(records: list[dict], x: str) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = collections.OrderedDict()
     for r in sorted(records, key=lambda r: tuple(str(r.get(f)) for f in SERIES)):
@@ -234,7 +249,7 @@ def point_rows(records: list[dict], lang: str) -> list[dict[str, Any]]:
         interval = (f"{r['speedup_low']:.2f}–{r['speedup_high']:.2f}"
                     if r.get("speedup_low") is not None and r.get("speedup_high") is not None else "—")
         cpu = r.get("device_kind") == "cpu"
-        rows.append({t_in(lang, "sweeps.col.point"): r["point"],
+        rows.append({t_in(lang, "sweeps.col.point"): point_name(r, lang),
                      t_in(lang, "sweeps.col.status"): t_in(lang, f"sweeps.status.{r['status']}"),
                      t_in(lang, "sweeps.col.verdict"): verdict_label(r["verdict"], lang) if r.get("verdict") else "—",
                      t_in(lang, "sweeps.col.speedup"): _cell(r.get("speedup"), "{:.2f}×"),

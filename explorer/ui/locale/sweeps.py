@@ -57,6 +57,7 @@ STRINGS = {
     "sweeps.axis.memory": ("peak memory (MiB)", "峰值显存（MiB）"),
     "sweeps.short.batch": ("batch {n}", "批 {n}"),
     "sweeps.short.seq_len": ("seq {n}", "序列 {n}"),
+    "sweeps.with_baselines": ("baselines", "含基线"),
     "sweeps.graphs": ("CUDA graphs", "CUDA 图"),
     "sweeps.break_even": ("break-even", "收支平衡"),
     "sweeps.hover": ("%{x}: speed-up %{y:.2f}× · %{customdata[1]}", "%{x}：加速比 %{y:.2f}× · %{customdata[1]}"),
