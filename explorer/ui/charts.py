@@ -429,9 +429,15 @@ def chain_speedup_figure(report: Report, lang: str = "en") -> go.Figure:
                            y=[c.title for c in measured], orientation="h",
                            marker=dict(color=[s[0] for s in styles], pattern_shape=[s[1] for s in styles],
                                        opacity=[s[2] for s in styles]),
-                           text=[speedup_text(c.verdict, lang) for c in measured], textposition="outside",
-                           cliponaxis=False, customdata=[c.speedup for c in measured],
+                           text=[speedup_text(c.verdict, lang) if c.speedup >= 1 else "" for c in measured],
+                           textposition="outside", cliponaxis=False, customdata=[c.speedup for c in measured],
                            hovertext=hover, hoverinfo="text", showlegend=False))
+    # A bar below 1 ends on the left, where its label would run over the chains' names: its label goes right of
+    # the no-change line instead, in its row's empty half (a log axis takes an annotation's x as log10).
+    for c in measured:
+        if c.speedup < 1:
+            fig.add_annotation(x=0.0, y=c.title, text=speedup_text(c.verdict, lang), showarrow=False,
+                               xanchor="left", xshift=6, font=dict(size=12))
     fig.add_vline(x=1.0, line_dash="dash", line_color="#444", annotation_text=t_in(lang, "chart.speedup.no_change"),
                   annotation_position="top")
     for name in sorted({c.pattern for c in measured if c.verdict.label in (FASTER, SAME)}):
@@ -483,12 +489,14 @@ def _stage_values(report: Report, lang: str) -> list[dict[str, Any]]:
     """The staged table's numbers by stage, with untranslated keys (the figure and the rows read them)."""
     first = next((s.latency for s in report.stages if s.latency is not None), None)
     out = []
-    for s in report.stages:
+    for i, s in enumerate(report.stages):
         lat: Latency | None = s.latency
         mem = s.peak_memory_bytes
-        same = (t_in(lang, "chart.missing.same_stage", stage=next(
-            (stage_label(o.stage, o.label, lang) for o in report.stages if o.stage == s.same_as), s.same_as))
-            if s.same_as else t_in(lang, "chart.missing.not_timed"))
+        above = i > 0 and report.stages[i - 1].stage == s.same_as   # the usual case, said short: the cell fits
+        same = (t_in(lang, "chart.missing.same_stage_above") if above
+                else t_in(lang, "chart.missing.same_stage", stage=next(
+                    (stage_label(o.stage, o.label, lang) for o in report.stages if o.stage == s.same_as), s.same_as))
+                if s.same_as else t_in(lang, "chart.missing.not_timed"))
         out.append({"stage": stage_label(s.stage, s.label, lang), "latency": lat.median if lat else None,
                     "p20": lat.p20 if lat else None, "p80": lat.p80 if lat else None,
                     "throughput": s.throughput, "memory": mem / 2**20 if mem is not None else None,

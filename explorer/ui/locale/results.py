@@ -81,8 +81,8 @@ STRINGS = {
                            "than the ops it replaces ('{column}' column).",
                            "{n} 条链即使按 CUDA graph 回放也更慢：融合内核本身在 GPU 上就比它替换掉的那些算子慢"
                            "（见“{column}”列）。"),
-    "results.separate": ("Use the separate epilogue for the {n} conv/linear chain(s) slower on the GPU",
-                         "为这 {n} 条在 GPU 上变慢的卷积/线性层链改用分开的尾处理"),
+    "results.separate": ("Use the separate epilogue for the {n} of them whose pattern offers it (conv/linear chains)",
+                         "为其中融合模式提供分开尾处理的 {n} 条（卷积/线性层链）改用分开的尾处理"),
     "results.separate_set": ("Kernel choice 'separate_epilogue' set for {n} chain(s): the next run times them with the "
                              "conv or GEMM and its epilogue as separate kernels.",
                              "已为 {n} 条链设置内核选择“separate_epilogue”：下一次运行时，卷积或 GEMM 与它的尾处理"

@@ -9,6 +9,10 @@ STRINGS = {
     "diagram.kept_on_chip": ("stay in registers", "留在寄存器里"),
     "diagram.caption": ("{launches} launch(es) · {trips} intermediate result(s) written to device memory and read back",
                         "{launches} 次内核启动 · {trips} 个中间结果写回显存再读回"),
+    "diagram.caption_device": ("{launches} launch(es) on this {device}; drawn: the one kernel a GPU runs, {trips} "
+                               "intermediate result(s) written to device memory and read back",
+                               "在这台 {device} 上 {launches} 次内核启动；图中画的是 GPU 上的单个内核：{trips} 个中间结果"
+                               "写回显存再读回"),
     "diagram.caption_siblings": ("{launches} launch(es) · the shared input read {reads} time(s)",
                                  "{launches} 次内核启动 · 共享输入被读取 {reads} 次"),
 
@@ -55,7 +59,7 @@ STRINGS = {
     "ex.col.reads": ("reads", "读取"),
     "ex.col.writes": ("writes", "写入"),
     "ex.bytes.unfused_total": ("unfused: {n} kernels together", "融合前：{n} 个内核合计"),
-    "ex.bytes.fused_total": ("fused: one kernel", "融合后：1 个内核"),
+    "ex.bytes.fused_total": ("fused: one kernel (as on a GPU)", "融合后：1 个内核（GPU 上的情形）"),
     "ex.bytes.saved": ("Fusion saves {saved} of device-memory traffic: {n} intermediate result(s) no longer written "
                        "and read back, {kept} still written because something outside the chain reads it.",
                        "融合节省 {saved} 的访存：{n} 个中间结果不再写回显存再读回，{kept} 个仍要写出，因为链外还有算子读它。"),
