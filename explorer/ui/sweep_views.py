@@ -264,6 +264,8 @@ def point_rows(records: list[dict], lang: str) -> list[dict[str, Any]]:
                      t_in(lang, "sweeps.col.fused_ms"): _cell(r.get("fused_ms"), "{:.4f}"),
                      t_in(lang, "sweeps.col.vs_compile"): _cell(r.get("vs_torch_compile_speedup"), "{:.2f}×",
                                                                 not_measured),
+                     # that verdict's own pairs: the baselines phase timed its own fused rounds beside compile's
+                     t_in(lang, "sweeps.col.vs_compile_pair"): _pair_ms(r, "torch_compile"),
                      t_in(lang, "sweeps.col.device"): r.get("device_name") or "—",
                      t_in(lang, "sweeps.col.clock"): _cell(r.get("sm_clock_mhz"), "{:.0f}",
                                                            t_in(lang, "chart.missing.cpu") if cpu else not_measured),
