@@ -177,26 +177,48 @@ def _build_kernel(interpret: bool):
         stride_x, stride_r, stride_s, stride_y,  # row strides (elements); the last dim is contiguous
         M, N, R_ROWS, eps,                       # R_ROWS: rows of the residual (< M: it repeats, a broadcast)
         HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
-        LIBRARY_REDUCE: tl.constexpr, ROWS: tl.constexpr, WRITE_SUM: tl.constexpr,
+        LIBRARY_REDUCE: tl.constexpr, ROWS: tl.constexpr, WRITE_SUM: tl.constexpr, EVEN: tl.constexpr,
     ):
+        """Program i: rows i·ROWS .. i·ROWS+ROWS-1; writes their sum (if WRITE_SUM) and normalised rows.
+
+        ``EVEN``: N == BLOCK and ROWS divides M, so no lane is masked and every access is a plain 16-byte
+        vector (as in ``rms_norm``'s kernel)."""
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
         cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
         in_row = cols < N
         live = (rows < M) & in_row                                                   # (ROWS, BLOCK)
-        x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
-        r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0, eviction_policy="evict_first")
-        # γ and β are issued now, with the rows, so their (L2) latency overlaps the reductions
+        if EVEN:
+            x = tl.load(X + rows * stride_x + cols, eviction_policy="evict_first")
+            r = tl.load(R + (rows % R_ROWS) * stride_r + cols, eviction_policy="evict_first")
+        else:
+            x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
+            r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0,
+                        eviction_policy="evict_first")
+        # γ and β are issued now, with the rows, so their (L2) latency overlaps the reductions. They are loaded
+        # as (ROWS, BLOCK) tiles in the rows' own register layout (each row's copy an L1 hit): a (1, BLOCK) load
+        # takes another layout and a conversion through shared memory when ROWS > 1 (rms_norm's kernel measured
+        # that at a third of a short row's time)
+        vec = cols + rows * 0                                                        # (ROWS, BLOCK)
         if HAS_W:
-            w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            if EVEN:
+                w = tl.load(W + vec, eviction_policy="evict_last").to(tl.float32)
+            else:
+                w = tl.load(W + vec, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
         if HAS_B:
-            b = tl.load(B + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            if EVEN:
+                b = tl.load(B + vec, eviction_policy="evict_last").to(tl.float32)
+            else:
+                b = tl.load(B + vec, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
         s = x.to(tl.float32) + r.to(tl.float32)
         if BF16_RTNE_BY_HAND:  # interpreter only: its fp32 -> bf16 cast truncates; round to nearest even first
             bits = s.to(tl.uint32, bitcast=True)
             s = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
         s = s.to(S.dtype.element_ty, fp_downcast_rounding="rtne")           # rounded like the unfused add
         if WRITE_SUM:
-            tl.store(S + rows * stride_s + cols, s, mask=live)
+            if EVEN:
+                tl.store(S + rows * stride_s + cols, s)
+            else:
+                tl.store(S + rows * stride_s + cols, s, mask=live)
         s = s.to(tl.float32)                                                # padded lanes are 0 + 0 = 0
         if LIBRARY_REDUCE:
             mean = tl.sum(s, axis=1) / N                                    # (ROWS,)
@@ -216,7 +238,11 @@ def _build_kernel(interpret: bool):
         if BF16_RTNE_BY_HAND:
             bits = y.to(tl.uint32, bitcast=True)
             y = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
-        tl.store(Y + rows * stride_y + cols, y.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
+        y = y.to(Y.dtype.element_ty, fp_downcast_rounding="rtne")
+        if EVEN:
+            tl.store(Y + rows * stride_y + cols, y)
+        else:
+            tl.store(Y + rows * stride_y + cols, y, mask=live)
 
     return _add_layernorm_fwd
 
@@ -260,7 +286,8 @@ def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) 
     per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
     constexprs = dict(HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block,
                       BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
-                      LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum)
+                      LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum,
+                      EVEN=n == block and rows % per_program == 0)
     return Launch(_build_kernel(interpret), (cdiv(rows, per_program),), (n, n, n, n, rows, n, r_rows),
                   constexprs, num_warps or warps)
 
@@ -327,7 +354,8 @@ def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_p
          x2.stride(0), r2.stride(0), s.stride(0), y.stride(0), rows, n, rows, eps),
         dict(HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
              BF16_RTNE_BY_HAND=interpreting() and x.dtype == torch.bfloat16,
-             LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum),
+             LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum,
+             EVEN=n == block and rows % per_program == 0),
         num_warps=warps,
     )
     return (s.view(x.shape) if keep_sum else None), y.view(x.shape)
