@@ -66,8 +66,9 @@ RMS_SWEEP = {512: ((1, 2), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8)),
 LN_SWEEP = ((1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 4), (4, 8), (8, 8))
 #: (BLOCK_M, BLOCK_N, num_warps); contiguous gate/up are one long row (BLOCK_M 1).
 SPLIT_SWEEP = ((1, 1024, 4), (1, 2048, 4), (1, 2048, 8), (1, 4096, 4), (1, 4096, 16), (1, 8192, 8), (1, 8192, 16))
-PACKED_SWEEP = ((1, 1024, 4), (2, 1024, 4), (2, 1024, 8), (8, 1024, 8), (8, 1024, 16), (4, 512, 4), (8, 512, 8),
-                (2, 2048, 8), (16, 256, 8))
+#: Packed: also each tile walked flat (``swiglu.flat_rule``'s two layouts), the default tile included.
+PACKED_SWEEP = ((4, 1024, 8), (1, 1024, 4), (2, 1024, 4), (2, 1024, 8), (8, 1024, 8), (8, 1024, 16), (4, 512, 4),
+                (8, 512, 8), (2, 2048, 8), (16, 256, 8))
 #: (tokens per (Q, K) program, heads per (Q, K) program or None, num_warps)
 ROTARY_SWEEP = (((4, 16), None, 4), ((2, 8), None, 4), ((1, 2), None, 4), ((1, 1), None, 4), ((1, 4), None, 4),
                 ((2, 8), None, 8), ((1, 2), (16, 8), 4), ((2, 4), (8, 8), 4))
@@ -202,26 +203,40 @@ def swiglu_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
             gu = torch.randn(m, 2 * i, device=dev, dtype=dt)
             gu[:, :i] *= 3
             return (gu,)
+        flat_rule = getattr(swiglu, "flat_rule", lambda m, n, bn: False)
         for kind, make, grid, default, fn, ref in (
-                ("silu_mul", make_split, SPLIT_SWEEP, swiglu.launch_config(1, m * inter),
-                 lambda g, u, bm=None, bn=None, w=None: swiglu.silu_mul(g, u, block_m=bm, block_n=bn, num_warps=w),
+                ("silu_mul", make_split, [(*t, False) for t in SPLIT_SWEEP], swiglu.launch_config(1, m * inter),
+                 lambda g, u, bm=None, bn=None, w=None, f=None: swiglu.silu_mul(g, u, block_m=bm, block_n=bn,
+                                                                                num_warps=w, **_flat(f)),
                  swiglu.silu_mul_reference),
-                ("silu_mul_packed", make_packed, PACKED_SWEEP, swiglu.launch_config(m, inter),
-                 lambda gu, bm=None, bn=None, w=None, i=inter: swiglu.silu_mul_packed(gu, i, block_m=bm, block_n=bn,
-                                                                                     num_warps=w),
+                ("silu_mul_packed", make_packed, [(*t, f) for f in (False, True) for t in PACKED_SWEEP],
+                 swiglu.launch_config(m, inter),
+                 lambda gu, bm=None, bn=None, w=None, f=None, i=inter: swiglu.silu_mul_packed(
+                     gu, i, block_m=bm, block_n=bn, num_warps=w, **_flat(f)),
                  lambda gu, i=inter: swiglu.silu_mul_packed_reference(gu, i))):
+            rows_m = 1 if kind == "silu_mul" else m
+            cols_n = m * inter if kind == "silu_mul" else inter
+            d_flat = flat_rule(rows_m, cols_n, default[1])
             sweep, settings = {}, {}
-            for bm, bn, w in _grid(grid, smoke):
-                if (bm, bn, w) == tuple(default):
+            for bm, bn, w, f in _grid(grid, smoke):
+                if (bm, bn, w) == tuple(default) and (kind == "silu_mul" or f == d_flat):
                     continue
-                label = _label(block_m=bm, block_n=bn, warps=w)
-                sweep[label] = (lambda *t, fn=fn, bm=bm, bn=bn, w=w: fn(*t, bm=bm, bn=bn, w=w))
-                settings[label] = dict(block_m=bm, block_n=bn, warps=w)
+                label = _label(block_m=bm, block_n=bn, warps=w, flat=int(f)) if kind != "silu_mul" else _label(
+                    block_m=bm, block_n=bn, warps=w)
+                fv = None if kind == "silu_mul" else f                    # one long row: no layout to choose
+                sweep[label] = (lambda *t, fn=fn, bm=bm, bn=bn, w=w, fv=fv: fn(*t, bm=bm, bn=bn, w=w, f=fv))
+                settings[label] = dict(block_m=bm, block_n=bn, warps=w, flat=f)
             case = Case(f"{kind} {name} {m}x{inter} {_short(dt)}", kind, 3 * m * inter * e, make, fn, ref,
                         swiglu.EAGER_TOLERANCES, dt, "", sweep)
             out.append((case, dict(family="swiglu", shape=name, m=m, n=inter, variant=kind,
-                                   default=dict(zip(("block_m", "block_n", "warps"), default)), settings=settings)))
+                                   default=dict(zip(("block_m", "block_n", "warps"), default), flat=d_flat),
+                                   settings=settings)))
     return out
+
+
+def _flat(f) -> dict:
+    """The ``flat`` keyword where a setting names it (a kernel without the knob takes its default)."""
+    return {} if f is None else {"flat": f}
 
 
 def _cos_sin(b, s, d, dev, dtype):
