@@ -108,3 +108,25 @@ def test_add_layernorm_even_and_masked_rows(rows, hidden, per_program, dtype, de
     assert_close64(y, y64, norm.TOLERANCES[dtype])
     _, y2 = norm.add_layernorm(x, r, w, b, 1e-5, rows_per_prog=per_program, keep_sum=False)
     assert torch.equal(y2, y)
+
+
+# ====================================================================== the benchmark's plumbing
+
+def test_bench_membw_smoke_names_the_best_setting(tmp_path, monkeypatch):
+    """``bench_membw.py --smoke --sweep`` on the CPU (interpreted, tiny shapes): every case has the copy, the
+    default, eager and its sweep, checked against eager, and a summary naming the best setting it measured."""
+    import json
+
+    import benchmark_scripts
+
+    monkeypatch.setenv("EXPLORER_GENERIC_COMPILE", "0")                 # what --smoke sets, undone afterwards
+    bench = benchmark_scripts.load("bench_membw")
+    out = tmp_path / "membw.json"
+    assert bench.main(["--smoke", "--sweep", "--only", "swiglu", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    summary = doc["swiglu"]["summary"]
+    assert [s["variant"] for s in summary] == ["silu_mul", "silu_mul_packed"]
+    for s in summary:
+        assert s["checks_ok"] and s["best_settings"] is not None and s["copy_gbps"] > 0
+    variants = {r["variant"] for r in doc["swiglu"]["rows"] if r["kernel"] == "silu_mul_packed"}
+    assert {"copy", "fused", "eager"} <= variants and any(v.startswith("cfg[") for v in variants)
