@@ -169,7 +169,7 @@ def layernorm_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
                 got = norm.add_layernorm_reference(x, r, w, b, 1e-5)
                 return got if keep else got[1]
             nbytes = (4 if keep else 3) * m * n * e + 2 * n * e
-            d_rows, d_warps = norm.DEFAULT_ROWS_PER_PROGRAM, norm.launch_config(n)[1]
+            d_rows, d_warps = norm.launch_rows(n, e, keep)
             sweep, settings = {}, {}
             for r, w in _grid(LN_SWEEP, smoke):
                 if (r, w) == (d_rows, d_warps):

@@ -144,6 +144,18 @@ def launch_config(hidden: int) -> tuple[int, int]:
 #: default and ``rows_per_prog`` remains a tuning knob.
 DEFAULT_ROWS_PER_PROGRAM = 1
 
+#: Measured launch settings, ``(BLOCK, element size, sum written) -> (ROWS, num_warps)``, where the sweep of
+#: ``benchmarks/bench_membw.py --sweep`` found one better than ``launch_rows``' rule by more than its spread.
+TUNED: dict[tuple[int, int, bool], tuple[int, int]] = {}
+
+
+def launch_rows(hidden: int, element_size: int = 2, keep_sum: bool = True) -> tuple[int, int]:
+    """``(ROWS, num_warps)`` for rows of ``hidden`` elements of ``element_size`` bytes: ``TUNED`` where measured,
+    else ``DEFAULT_ROWS_PER_PROGRAM`` rows and ``launch_config``'s warps."""
+    block, warps = launch_config(hidden)
+    tuned = TUNED.get((block, element_size, keep_sum))
+    return tuned if tuned is not None else (DEFAULT_ROWS_PER_PROGRAM, warps)
+
 
 def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Allocate an output the kernel fully overwrites (tests replace this to poison it)."""
@@ -282,8 +294,9 @@ def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) 
     interpret = interpreting()
     rows = x.numel() // n                                                     # rows of N, row stride N
     r_rows = residual.numel() // n                                            # = rows unless it broadcasts
-    block, warps = launch_config(n)
-    per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
+    block = launch_config(n)[0]
+    tuned_rows, warps = launch_rows(n, x.element_size(), keep_sum)
+    per_program = tuned_rows if rows_per_prog is None else rows_per_prog
     constexprs = dict(HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block,
                       BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
                       LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum,
@@ -344,9 +357,10 @@ def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_p
     rows = x2.shape[0]
     y = _new_output((rows, n), x.dtype, x.device)
     s = _new_output((rows, n), x.dtype, x.device) if keep_sum else y
-    block, warps = launch_config(n)
+    block = launch_config(n)[0]
+    tuned_rows, warps = launch_rows(n, x.element_size(), keep_sum)
     warps = num_warps or warps
-    per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
+    per_program = tuned_rows if rows_per_prog is None else rows_per_prog
     kernel = _build_kernel(interpreting())
     launch(
         kernel, (cdiv(rows, per_program),),
