@@ -69,6 +69,8 @@ SPLIT_SWEEP = ((1, 1024, 4), (1, 2048, 4), (1, 2048, 8), (1, 4096, 4), (1, 4096,
 #: Packed: also each tile walked flat (``swiglu.flat_rule``'s two layouts), the default tile included.
 PACKED_SWEEP = ((4, 1024, 8), (1, 1024, 4), (2, 1024, 4), (2, 1024, 8), (8, 1024, 8), (8, 1024, 16), (4, 512, 4),
                 (8, 512, 8), (2, 2048, 8), (16, 256, 8))
+#: SwiGLU's cache hints (``swiglu.HINTS``): 0 inputs evict-first, 1 none, 2 evict-first + streaming store.
+HINT_SWEEP = (0, 1, 2)
 #: (tokens per (Q, K) program, heads per (Q, K) program or None, num_warps)
 ROTARY_SWEEP = (((4, 16), None, 4), ((2, 8), None, 4), ((1, 2), None, 4), ((1, 1), None, 4), ((1, 4), None, 4),
                 ((2, 8), None, 8), ((1, 2), (16, 8), 4), ((2, 4), (8, 8), 4))
@@ -203,40 +205,41 @@ def swiglu_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
             gu = torch.randn(m, 2 * i, device=dev, dtype=dt)
             gu[:, :i] *= 3
             return (gu,)
-        flat_rule = getattr(swiglu, "flat_rule", lambda m, n, bn: False)
-        for kind, make, grid, default, fn, ref in (
-                ("silu_mul", make_split, [(*t, False) for t in SPLIT_SWEEP], swiglu.launch_config(1, m * inter),
-                 lambda g, u, bm=None, bn=None, w=None, f=None: swiglu.silu_mul(g, u, block_m=bm, block_n=bn,
-                                                                                num_warps=w, **_flat(f)),
+        for kind, make, default, fn, ref in (
+                ("silu_mul", make_split, swiglu.launch_config(1, m * inter),
+                 lambda g, u, bm=None, bn=None, w=None, f=None, h=None: swiglu.silu_mul(
+                     g, u, block_m=bm, block_n=bn, num_warps=w, flat=f, hints=h),
                  swiglu.silu_mul_reference),
-                ("silu_mul_packed", make_packed, [(*t, f) for f in (False, True) for t in PACKED_SWEEP],
-                 swiglu.launch_config(m, inter),
-                 lambda gu, bm=None, bn=None, w=None, f=None, i=inter: swiglu.silu_mul_packed(
-                     gu, i, block_m=bm, block_n=bn, num_warps=w, **_flat(f)),
+                ("silu_mul_packed", make_packed, swiglu.launch_config(m, inter),
+                 lambda gu, bm=None, bn=None, w=None, f=None, h=None, i=inter: swiglu.silu_mul_packed(
+                     gu, i, block_m=bm, block_n=bn, num_warps=w, flat=f, hints=h),
                  lambda gu, i=inter: swiglu.silu_mul_packed_reference(gu, i))):
-            rows_m = 1 if kind == "silu_mul" else m
-            cols_n = m * inter if kind == "silu_mul" else inter
-            d_flat = flat_rule(rows_m, cols_n, default[1])
+            split = kind == "silu_mul"
+            d_flat = swiglu.flat_rule(1 if split else m, m * inter if split else inter, default[1])
+            d_hints = swiglu.HINTS
+            if split:      # one long row: no layout to choose; the cache hints at the default and at 1024 x 4
+                grid = [(*t, None, d_hints) for t in SPLIT_SWEEP] + [
+                    (*t, None, h) for t in (tuple(default), (1, 1024, 4)) for h in HINT_SWEEP]
+            else:          # each tile walked flat and in tiles; the cache hints at the default
+                grid = [(*t, f, d_hints) for f in (False, True) for t in PACKED_SWEEP] + [
+                    (*default, d_flat, h) for h in HINT_SWEEP]
             sweep, settings = {}, {}
-            for bm, bn, w, f in _grid(grid, smoke):
-                if (bm, bn, w) == tuple(default) and (kind == "silu_mul" or f == d_flat):
+            for bm, bn, w, f, h in _grid(grid, smoke):
+                if (bm, bn, w) == tuple(default) and (f is None or f == d_flat) and h == d_hints:
                     continue
-                label = _label(block_m=bm, block_n=bn, warps=w, flat=int(f)) if kind != "silu_mul" else _label(
-                    block_m=bm, block_n=bn, warps=w)
-                fv = None if kind == "silu_mul" else f                    # one long row: no layout to choose
-                sweep[label] = (lambda *t, fn=fn, bm=bm, bn=bn, w=w, fv=fv: fn(*t, bm=bm, bn=bn, w=w, f=fv))
-                settings[label] = dict(block_m=bm, block_n=bn, warps=w, flat=f)
+                knobs = dict(block_m=bm, block_n=bn, warps=w) | ({} if f is None else dict(flat=int(f))) | dict(
+                    hints=h)
+                label = _label(**knobs)
+                if label in sweep:
+                    continue
+                sweep[label] = (lambda *t, fn=fn, bm=bm, bn=bn, w=w, f=f, h=h: fn(*t, bm=bm, bn=bn, w=w, f=f, h=h))
+                settings[label] = dict(block_m=bm, block_n=bn, warps=w, flat=f, hints=h)
             case = Case(f"{kind} {name} {m}x{inter} {_short(dt)}", kind, 3 * m * inter * e, make, fn, ref,
                         swiglu.EAGER_TOLERANCES, dt, "", sweep)
             out.append((case, dict(family="swiglu", shape=name, m=m, n=inter, variant=kind,
-                                   default=dict(zip(("block_m", "block_n", "warps"), default), flat=d_flat),
-                                   settings=settings)))
+                                   default=dict(zip(("block_m", "block_n", "warps"), default), flat=d_flat,
+                                                hints=d_hints), settings=settings)))
     return out
-
-
-def _flat(f) -> dict:
-    """The ``flat`` keyword where a setting names it (a kernel without the knob takes its default)."""
-    return {} if f is None else {"flat": f}
 
 
 def _cos_sin(b, s, d, dev, dtype):
