@@ -59,8 +59,8 @@ def test_rotary_table_layouts_match_float64_and_each_other(b, hq, hkv, s, d, dty
 @pytest.mark.parametrize("rows, inter, tile", [(1, 37, (1, 16)), (5, 37, (2, 16)), (3, 96, (2, 32))],
                          ids=["1row-ragged", "ragged", "even"])
 def test_silu_mul_packed_layouts_match_float64_and_each_other(rows, inter, tile, dtype, device, monkeypatch):
-    """One packed (rows, 2I) GEMM output walked flat and in tiles (ragged against the tile, or not): both within
-    TOLERANCES of float64 and bitwise equal; every output element written (poisoned outputs)."""
+    """One packed (rows, 2I) GEMM output walked flat and in tiles (ragged against the tile, or not), with each
+    cache-hint setting: within TOLERANCES of float64 and bitwise equal; every output element written (poisoned)."""
     gen = torch.Generator().manual_seed(rows * 100 + inter)
     gu = rand((rows, 2 * inter), dtype, device, gen)
     gu[:, :inter] *= 3
@@ -72,6 +72,8 @@ def test_silu_mul_packed_layouts_match_float64_and_each_other(rows, inter, tile,
         assert_close64(out, ref64, swiglu.TOLERANCES[dtype])
         outs.append(out)
     assert torch.equal(outs[0], outs[1])
+    for hints in (1, 2):                                                         # cache hints change no value
+        assert torch.equal(swiglu.silu_mul_packed(gu, inter, block_m=tile[0], block_n=tile[1], hints=hints), outs[0])
     gate, up = rand((rows, inter), dtype, device, gen, scale=3.0), rand((rows, inter), dtype, device, gen)
     out = swiglu.silu_mul(gate, up, block_n=16, flat=True)                       # one long row, flat or not
     assert_close64(out, swiglu.silu_mul_reference(up64(gate), up64(up)), swiglu.TOLERANCES[dtype])
