@@ -31,6 +31,7 @@ Usage::
     python3 benchmarks/bench_membw.py --sweep --budget-s 270     # checkpoint 1: the sweep (bf16), fp16 default
     python3 benchmarks/bench_membw.py --verify --budget-s 270    # checkpoint 2: the tuned defaults, both dtypes
     python3 benchmarks/bench_membw.py --smoke --only rmsnorm     # CPU plumbing: tiny shapes, interpreted
+    python3 benchmarks/bench_membw.py --table RESULT.json        # the README table of a result
 
 Without CUDA (and without ``--smoke``) it measures nothing, says SKIPPED and exits 0. JSON: ``--out``, else
 ``$OUT/bench_membw.json``, else ``benchmarks/results/``.
@@ -380,6 +381,21 @@ def print_table(doc: dict) -> None:
             print(f"{part}: {got['error']}")
 
 
+def markdown_table(doc: dict) -> list[str]:
+    """The README's table of one run: per case the default's, the best setting's and inductor's % of copy."""
+    lines = ["| kernel | shape | dtype | copy GB/s | ours (launched) | best setting swept | inductor |",
+             "|---|---|---|---|---|---|---|"]
+    for part in PARTS:
+        for s in (doc.get(part) or {}).get("summary", []):
+            best = "" if s["best_fraction"] is None or s["best_variant"] == "fused" else (
+                f"{100 * s['best_fraction']:.1f}% `{s['best_variant'][4:-1]}`")
+            ind = "not compiled" if s["inductor_fraction"] is None else f"{100 * s['inductor_fraction']:.1f}%"
+            mark = "" if s["meets_target"] else " (< 93%)"
+            lines.append(f"| {s['variant']} | {s['shape']} | {s['dtype']} | {s['copy_gbps']:.0f} | "
+                         f"{100 * s['default_fraction']:.1f}%{mark} | {best or 'the launched one'} | {ind} |")
+    return lines
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts: {', '.join(PARTS)}")
@@ -399,6 +415,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="CPU, interpreted kernels, tiny shapes: the plumbing")
     p.add_argument("--budget-s", type=float, default=270.0, help="no case starts after this many seconds")
     p.add_argument("--out", default=None)
+    p.add_argument("--table", default=None, metavar="JSON", help="print the markdown table of a result and exit")
     args = p.parse_args(argv)
     args.parts = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in args.parts if s not in PARTS]
@@ -420,6 +437,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     """Run the parts; 0 also when skipped without CUDA, 1 when a part failed or a variant's check did."""
     args = parse_args(argv)
+    if args.table:
+        import json
+
+        print("\n".join(markdown_table(json.loads(Path(args.table).read_text()))))
+        return 0
     device = common.bench_device("bench_membw.py", args.smoke)
     if device is None:
         return 0
