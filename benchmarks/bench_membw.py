@@ -77,6 +77,34 @@ ROTARY_SWEEP = (((4, 16), None, 4), ((2, 8), None, 4), ((1, 2), None, 4), ((1, 1
                 ((2, 8), None, 8), ((1, 2), (16, 8), 4), ((2, 4), (8, 8), 4))
 SMOKE_SWEEP = 2          # a smoke run times the first two settings of each grid
 
+#: The launch settings each kernel had before this tuning (commit d2d49e0), per (kernel, shape): ``--verify`` times
+#: them beside the current defaults in the same rounds, so a change is measured against what it replaced.
+PREVIOUS = {
+    **{(k, "zoo"): dict(rows=2, warps=2) for k in ("add_rms_norm", "add_rms_norm_nosum", "add_rms_norm_unit",
+                                                 "add_rms_norm_unit_nosum", "rms_norm")},
+    ("rms_norm_unit", "zoo"): dict(rows=4, warps=4),
+    **{(k, "8B"): dict(rows=r, warps=16) for k, r in (("add_rms_norm", 4), ("add_rms_norm_nosum", 1),
+                                                      ("add_rms_norm_unit", 4), ("add_rms_norm_unit_nosum", 1),
+                                                      ("rms_norm", 2), ("rms_norm_unit", 4))},
+    **{(k, ln): dict(rows=1, warps=4) for k in ("add_layer_norm", "add_layer_norm_nosum")
+       for ln in ("gpt2-medium", "bert-base")},
+    **{("silu_mul", d): dict(block_m=1, block_n=4096, warps=8, flat=None, hints=0) for d in ("zoo", "8B")},
+    **{("silu_mul_packed", d): dict(block_m=4, block_n=1024, warps=8, flat=False, hints=0) for d in ("zoo", "8B")},
+    **{(k, "zoo"): dict(tokens=(4, 16), heads=(8, 2), warps=4, table_tile=False) for k in ("rotary", "rotary_qkv_views")},
+    **{(k, "8B"): dict(tokens=(1, 2), heads=(16, 8), warps=4, table_tile=False) for k in ("rotary", "rotary_qkv_views")},
+}
+
+
+def _add_previous(kind: str, shape: str, default: dict, sweep: dict, settings: dict, make) -> str | None:
+    """Add the pre-tuning setting of ``(kind, shape)`` to a case's sweep as ``previous[...]`` (``make(settings)`` the
+    call) unless it is the default; returns its label, or None."""
+    prev = PREVIOUS.get((kind, shape))
+    if prev is None or all(default.get(k) == v for k, v in prev.items()):
+        return None
+    label = "previous" + _label(**prev)[3:]
+    sweep[label], settings[label] = make(prev), prev
+    return label
+
 
 def _dt(name: str):
     import torch
@@ -144,10 +172,12 @@ def rms_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
                 label = _label(rows=r, warps=w)
                 sweep[label] = (lambda x, res, wt, fn=fn, r=r, w=w: fn(x, res, wt, r, w))
                 settings[label] = dict(rows=r, warps=w)
+            previous = _add_previous(kind, name, dict(rows=d_rows, warps=d_warps), sweep, settings,
+                                     lambda p, fn=fn: (lambda x, res, wt: fn(x, res, wt, p["rows"], p["warps"])))
             case = Case(f"{kind} {name} {m}x{n} {_short(dt)}", kind, nbytes, make, fn, ref, rn.EAGER_TOLERANCES,
                         dt, "", sweep)
             out.append((case, dict(family="rmsnorm", shape=name, m=m, n=n, variant=kind,
-                                   default=dict(rows=d_rows, warps=d_warps), settings=settings)))
+                                   default=dict(rows=d_rows, warps=d_warps), settings=settings, previous=previous)))
     return out
 
 
@@ -181,10 +211,13 @@ def layernorm_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
                 sweep[label] = (lambda x, res, wt, bs, fn=fn, r=r, w=w: fn(x, res, wt, bs, r, w))
                 settings[label] = dict(rows=r, warps=w)
             kind = "add_layer_norm" if keep else "add_layer_norm_nosum"
+            previous = _add_previous(kind, name, dict(rows=d_rows, warps=d_warps), sweep, settings,
+                                     lambda p, fn=fn: (lambda x, res, wt, bs: fn(x, res, wt, bs, p["rows"],
+                                                                                  p["warps"])))
             case = Case(f"{kind} {name} {m}x{n} {_short(dt)}", kind, nbytes, make, fn, ref, norm.TOLERANCES, dt,
                         "", sweep)
             out.append((case, dict(family="layernorm", shape=name, m=m, n=n, variant=kind,
-                                   default=dict(rows=d_rows, warps=d_warps), settings=settings)))
+                                   default=dict(rows=d_rows, warps=d_warps), settings=settings, previous=previous)))
     return out
 
 
@@ -235,11 +268,15 @@ def swiglu_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
                     continue
                 sweep[label] = (lambda *t, fn=fn, bm=bm, bn=bn, w=w, f=f, h=h: fn(*t, bm=bm, bn=bn, w=w, f=f, h=h))
                 settings[label] = dict(block_m=bm, block_n=bn, warps=w, flat=f, hints=h)
+            d_settings = dict(zip(("block_m", "block_n", "warps"), default), flat=None if split else d_flat,
+                              hints=d_hints)
+            previous = _add_previous(kind, name, d_settings, sweep, settings,
+                                     lambda p, fn=fn: (lambda *t: fn(*t, bm=p["block_m"], bn=p["block_n"],
+                                                                     w=p["warps"], f=p["flat"], h=p["hints"])))
             case = Case(f"{kind} {name} {m}x{inter} {_short(dt)}", kind, 3 * m * inter * e, make, fn, ref,
                         swiglu.EAGER_TOLERANCES, dt, "", sweep)
-            out.append((case, dict(family="swiglu", shape=name, m=m, n=inter, variant=kind,
-                                   default=dict(zip(("block_m", "block_n", "warps"), default), flat=d_flat,
-                                                hints=d_hints), settings=settings)))
+            out.append((case, dict(family="swiglu", shape=name, m=m, n=inter, variant=kind, default=d_settings,
+                                   settings=settings, previous=previous)))
     return out
 
 
@@ -290,10 +327,14 @@ def rotary_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
                 sweep[label] = (lambda q, k, c, sn, t=t, h=h, w=w, tt=tt: rot.rotary(
                     q, k, c, sn, tokens=t, heads=h, num_warps=w, table_tile=tt))
                 settings[label] = dict(tokens=t, heads=h, warps=w, table_tile=tt)
+            previous = _add_previous(kind, name, default, sweep, settings,
+                                     lambda p: (lambda q, k, c, sn: rot.rotary(
+                                         q, k, c, sn, tokens=p["tokens"], heads=p["heads"], num_warps=p["warps"],
+                                         table_tile=p["table_tile"])))
             case = Case(f"{kind} {name} B{b} S{s} Hq{hq} Hkv{hkv} D{d} {_short(dt)}", kind, nbytes, make,
                         rot.rotary, rot.rotary_reference, rot.EAGER_TOLERANCES, dt, "", sweep)
             out.append((case, dict(family="rotary", shape=name, b=b, s=s, hq=hq, hkv=hkv, d=d, variant=kind,
-                                   default=default, settings=settings)))
+                                   default=default, settings=settings, previous=previous)))
     return out
 
 
@@ -329,6 +370,9 @@ def summarise(rows: list[dict], meta: dict) -> dict:
                 inductor_fraction=None if inductor is None else round(inductor["fraction_of_copy"], 4),
                 inductor_us=None if inductor is None else round(inductor["ms_p50"] * 1e3, 2),
                 eager_fraction=round(by["eager"]["fraction_of_copy"], 4) if "eager" in by else None,
+                previous=meta.get("previous"),
+                previous_fraction=(round(by[meta["previous"]]["fraction_of_copy"], 4)
+                                   if meta.get("previous") in by else None),
                 meets_target=bool(fused) and fused["check"] == "ok" and fused["fraction_of_copy"] >= TARGET_FRACTION,
                 checks_ok=all(r["check"] in ("ok", "n/a") for r in rows))
 
@@ -355,6 +399,9 @@ def bench_part(part: str, args, device: str, log, deadline: float, checkpoint) -
                 continue
             sub = argparse.Namespace(**vars(args))
             sub.sweep = args.sweep and dname in args.sweep_dtypes
+            if args.verify:                       # the defaults, and the settings they replaced in the same rounds
+                case.sweep = {k: v for k, v in case.sweep.items() if k == meta.get("previous")}
+                sub.sweep = bool(case.sweep)
             sub.no_compile = args.no_compile or dname not in args.compile_dtypes
             log(f"[{part}] {case.name}" + (f" + {len(case.sweep)} settings" if sub.sweep else ""))
             got = run_case(case, sub, l2_bytes, do_bench, deadline)
@@ -366,14 +413,16 @@ def bench_part(part: str, args, device: str, log, deadline: float, checkpoint) -
 
 def print_table(doc: dict) -> None:
     """One line per case: default, best setting, inductor, as % of copy."""
-    print(f"{'case':<52} {'copy GB/s':>9} {'default':>8} {'best':>7} {'inductor':>8}  best setting")
+    print(f"{'case':<52} {'copy GB/s':>9} {'default':>8} {'before':>7} {'best':>7} {'inductor':>8}  best setting")
     for part in PARTS:
         got = doc.get(part) or {}
         for s in got.get("summary", []):
             best = "-" if s["best_fraction"] is None else f"{100 * s['best_fraction']:.1f}%"
             ind = "-" if s["inductor_fraction"] is None else f"{100 * s['inductor_fraction']:.1f}%"
             mark = "" if s["meets_target"] else " <93"
-            print(f"{s['case']:<52} {s['copy_gbps']:9.0f} {100 * s['default_fraction']:7.1f}% {best:>7} {ind:>8}  "
+            prev = "-" if s.get("previous_fraction") is None else f"{100 * s['previous_fraction']:.1f}%"
+            print(f"{s['case']:<52} {s['copy_gbps']:9.0f} {100 * s['default_fraction']:7.1f}% {prev:>7} {best:>7} "
+                  f"{ind:>8}  "
                   f"{s['best_variant']}{mark}{'' if s['checks_ok'] else ' CHECK FAILED'}")
         if got.get("skipped_past_budget"):
             print(f"{part}: skipped past --budget-s: {len(got['skipped_past_budget'])} cases")
@@ -383,16 +432,18 @@ def print_table(doc: dict) -> None:
 
 def markdown_table(doc: dict) -> list[str]:
     """The README's table of one run: per case the default's, the best setting's and inductor's % of copy."""
-    lines = ["| kernel | shape | dtype | copy GB/s | ours (launched) | best setting swept | inductor |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| kernel | shape | dtype | copy GB/s | ours (launched) | before this tuning | best setting swept | inductor |",
+             "|---|---|---|---|---|---|---|---|"]
     for part in PARTS:
         for s in (doc.get(part) or {}).get("summary", []):
             best = "" if s["best_fraction"] is None or s["best_variant"] == "fused" else (
                 f"{100 * s['best_fraction']:.1f}% `{s['best_variant'][4:-1]}`")
             ind = "not compiled" if s["inductor_fraction"] is None else f"{100 * s['inductor_fraction']:.1f}%"
             mark = "" if s["meets_target"] else " (< 93%)"
+            prev = ("same setting" if s.get("previous") is None else "not timed" if s.get("previous_fraction") is None
+                    else f"{100 * s['previous_fraction']:.1f}%")
             lines.append(f"| {s['variant']} | {s['shape']} | {s['dtype']} | {s['copy_gbps']:.0f} | "
-                         f"{100 * s['default_fraction']:.1f}%{mark} | {best or 'the launched one'} | {ind} |")
+                         f"{100 * s['default_fraction']:.1f}%{mark} | {prev} | {best or 'the launched one'} | {ind} |")
     return lines
 
 
