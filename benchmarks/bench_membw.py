@@ -249,7 +249,8 @@ def swiglu_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
                      gu, i, block_m=bm, block_n=bn, num_warps=w, flat=f, hints=h),
                  lambda gu, i=inter: swiglu.silu_mul_packed_reference(gu, i))):
             split = kind == "silu_mul"
-            d_flat = swiglu.flat_rule(1 if split else m, m * inter if split else inter, default[1])
+            d_flat = swiglu.FLAT_WHEN_RAGGED and swiglu.flat_rule(1 if split else m, m * inter if split else inter,
+                                                                  default[1])
             d_hints = swiglu.HINTS
             if split:      # one long row: no layout to choose; the cache hints at the default and at 1024 x 4
                 grid = [(*t, None, d_hints) for t in SPLIT_SWEEP] + [

@@ -49,7 +49,6 @@ def test_rotary_table_layouts_match_float64_and_each_other(b, hq, hkv, s, d, dty
         assert_close64(ko, k64, rot.TOLERANCES[dtype])
         got[table] = (qo, ko)
     assert torch.equal(got[True][0], got[False][0]) and torch.equal(got[True][1], got[False][1])
-    assert rot.TABLE_TILE is True                                  # what the runner launches
 
 
 # ====================================================================== SwiGLU: flat or tiles
@@ -79,13 +78,20 @@ def test_silu_mul_packed_layouts_match_float64_and_each_other(rows, inter, tile,
     assert_close64(out, swiglu.silu_mul_reference(up64(gate), up64(up)), swiglu.TOLERANCES[dtype])
 
 
-def test_flat_rule_picks_per_shape():
+def test_flat_rule_picks_per_shape(monkeypatch):
     """Flat where rows are ragged against the tile (the zoo's packed I = 1376), tiles where they fit (8B's 14336);
-    one long row is the same walk either way (tiles)."""
+    one long row is the same walk either way (tiles). Launches follow the rule only with ``FLAT_WHEN_RAGGED`` (off
+    until measured): the default plan of a ragged packed output uses tiles, and flat once it is switched on."""
     assert swiglu.flat_rule(16384, 1376, swiglu.launch_config(16384, 1376)[1])
     assert not swiglu.flat_rule(4096, 14336, swiglu.launch_config(4096, 14336)[1])
     assert not swiglu.flat_rule(1, 4096 * 14336, swiglu.launch_config(1, 4096 * 14336)[1])
     assert swiglu.flat_rule(7, 1000, 1024) and not swiglu.flat_rule(7, 2048, 1024)
+    gu = torch.zeros(5, 2 * 1000)
+    tiles = swiglu._plan(gu, gu, 1000, swiglu._tuning(None, None, None))
+    assert swiglu.FLAT_WHEN_RAGGED is False and tiles.constexprs["FLAT"] is False
+    monkeypatch.setattr(swiglu, "FLAT_WHEN_RAGGED", True)
+    flat = swiglu._plan(gu, gu, 1000, swiglu._tuning(None, None, None))
+    assert flat.constexprs["FLAT"] is True and flat.grid == (-(-5 * 1000 // (tiles.constexprs["BLOCK_M"] * 1024)),)
 
 
 # ====================================================================== Add+LayerNorm: EVEN rows
@@ -132,3 +138,66 @@ def test_bench_membw_smoke_names_the_best_setting(tmp_path, monkeypatch):
         assert s["checks_ok"] and s["best_settings"] is not None and s["copy_gbps"] > 0
     variants = {r["variant"] for r in doc["swiglu"]["rows"] if r["kernel"] == "silu_mul_packed"}
     assert {"copy", "fused", "eager"} <= variants and any(v.startswith("cfg[") for v in variants)
+
+
+# ====================================================================== what only the compiler shows
+
+_COMPILE_LAYOUTS_FOR_SM90 = r'''
+from explorer.fusions import norm, rotary as rot, swiglu
+
+def aligned(kernel, names):  # what Triton's launcher assumes for 16-aligned pointers and ints
+    return {(list(kernel.arg_names).index(n),): [["tt.divisibility", 16]] for n in names}
+
+def build(kernel, pointers, dtype, const, warps, floats=()):
+    sig = {a: ("constexpr" if a in const else "fp32" if a in floats else "i32") for a in kernel.arg_names}
+    sig.update({p: "*" + dtype for p in pointers})
+    ints = [a for a in kernel.arg_names if sig[a] == "i32"]
+    c = triton.compile(ASTSource(kernel, sig, const, aligned(kernel, list(pointers) + ints)), target=target,
+                       options={"num_warps": warps})
+    ptx = c.asm["ptx"]
+    loads, stores = re.findall(r"ld\.global[^;]*;", ptx), re.findall(r"st\.global[^;]*;", ptx)
+    return dict(loads=len(loads), vector_loads=sum(".v4" in l for l in loads), stores=len(stores),
+                streaming_stores=sum(".cs" in s for s in stores), shared=c.metadata.shared, local=local_bytes(c))
+
+out = []
+k = rot._build_kernel(False)
+for hq, hkv, d in ((32, 8, 128),):                                  # Llama-3-8B's heads
+    bhq, bhk, tq, tk, bh, warps = rot.launch_config(hq, hkv, d)
+    qb, kb = -(-hq // bhq), -(-hkv // bhk)
+    for table in (True, False):
+        const = dict(HALF=d // 2, BLOCK_HALF=bh, BLOCK_HQ=bhq, BLOCK_HK=bhk, TOKENS_Q=tq, TOKENS_K=tk, Q_BLOCKS=qb,
+                     Q_PER=(tk // tq) * qb, PER=(tk // tq) * qb + kb, BF16_RTNE_BY_HAND=False, TABLE_TILE=table)
+        out.append(dict(kernel="rotary", d=d, table=table, **build(k, ("Q", "K", "C", "SN", "QO", "KO"), "bf16",
+                                                                   const, warps)))
+k = swiglu._build_kernel(False)
+for flat, hints in ((True, 2),):                                    # the zoo's packed I = 1376, 4 x 1024 tiles
+    const = dict(BLOCK_M=4, BLOCK_N=1024, BF16_RTNE_BY_HAND=False, ACT=0, FLAT=flat, HINTS=hints)
+    out.append(dict(kernel="swiglu", flat=flat, hints=hints, **build(k, ("G", "U", "O"), "bf16", const, 8)))
+k = norm._build_kernel(False)
+const = dict(HAS_W=True, HAS_B=True, BLOCK=1024, BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True, ROWS=4,
+             WRITE_SUM=True, EVEN=True)
+out.append(dict(kernel="add_layernorm", **build(k, "XRWBSY", "bf16", const, 8, floats=("eps",))))
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the compiled kernels are run by the gpu tests")
+def test_layouts_compile_for_sm90_to_16_byte_accesses():
+    """Compiled (not run) for an H100/H200: every proposed layout keeps 16-byte global loads and spills nothing;
+    rotary's cos/sin tiles need no shared memory (the broadcast rows do: what ``TABLE_TILE`` removes); ``HINTS`` 2
+    stores streaming; Add+LayerNorm's EVEN programs of 4 rows load γ/β without a shared-memory conversion (the
+    kernel before loaded them as (1, BLOCK) and converted them through 8 KB of shared memory)."""
+    from triton_testing import compile_for_sm90
+
+    results = compile_for_sm90(_COMPILE_LAYOUTS_FOR_SM90)
+    for r in results:
+        assert r["local"] in (0, None), f"register spills: {r}"
+        if not (r["kernel"] == "rotary" and not r["table"]):
+            assert r["loads"] == r["vector_loads"] > 0, f"loads narrower than 16 bytes: {r}"
+    rotary = {(r["d"], r["table"]): r for r in results if r["kernel"] == "rotary"}
+    assert rotary[128, True]["shared"] == 0 < rotary[128, False]["shared"], rotary
+    swiglu_hints = [r for r in results if r["kernel"] == "swiglu" and r["hints"] == 2]
+    assert swiglu_hints[0]["streaming_stores"] == swiglu_hints[0]["stores"] > 0
+    ln = [r for r in results if r["kernel"] == "add_layernorm"][0]
+    # the row reductions' scratch only (64 bytes); γ/β loaded as (1, BLOCK) took 8 KB and 6 more barriers here
+    assert ln["shared"] <= 256, f"more shared memory than the row reductions need: {ln}"

@@ -48,6 +48,9 @@ kernel (``qkv_decision``); the chain's label carries the verdict, or why q, k, v
 cannot share the GEMM (``_qkv_rewrite_note``). On the H200: 2.2x faster at the
 zoo decoder's sizes, 30% slower at Llama-3-8B's.
 
+cos/sin as whole tiles in x's register layout (``TABLE_TILE``, off): proposed from the sm_90 PTX (no
+shared-memory broadcast, 16-byte loads only), not yet measured; the measured broadcast rows stay the default.
+
 Token-major outputs (``TOKEN_MAJOR_ON_COLUMN_VIEWS``, off): on the QKV column views
 they measured no faster at the zoo's sizes (94.2% of copy against 95.1%) and
 slower at 8B's (84.8% against 96.5%), so outputs keep ``empty_like``'s layout.
@@ -259,8 +262,12 @@ def launch_config(hq: int, hkv: int, head_dim: int, tokens: int = 1 << 30) -> tu
 #: there is unmeasured).
 TILE = 1024
 HEADS_TILE = 1024
-#: Whether cos/sin are loaded in x's register layout (``_rotate_tile``'s ``TABLE_TILE``) unless a call says.
-TABLE_TILE = True
+#: Whether cos/sin are loaded in x's register layout (``_rotate_tile``'s ``TABLE_TILE``) unless a call says
+#: (``rotary(..., table_tile=)``). Off: the measured layout above. On is a proposal from reading the sm_90 PTX, NOT
+#: a measurement: the broadcast rows compile to 2-byte scalar loads and a 512-byte shared-memory broadcast per
+#: program, the tiles to 16-byte loads only and no shared memory (``tests/test_kernel_layouts.py`` checks both).
+#: ``benchmarks/bench_membw.py --sweep`` times both in one run; switch it on only where that measures faster.
+TABLE_TILE = False
 
 
 def _new_output_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -266,10 +266,17 @@ def launch_config(m: int, n: int) -> tuple[int, int, int]:
 HINTS = 0
 
 
+#: Whether a launch without ``flat=`` follows ``flat_rule`` (else: tiles, the measured layout). Off: the flat walk
+#: is a proposal from the layout arithmetic and the sm_90 PTX (16-byte loads either way), NOT a measurement;
+#: ``benchmarks/bench_membw.py --sweep`` times both layouts at the zoo's and the 8B shapes in one run.
+FLAT_WHEN_RAGGED = False
+
+
 def flat_rule(m: int, n: int, block_n: int) -> bool:
-    """Whether the kernel walks the (m, n) output as one flat index (``FLAT``) rather than in (BLOCK_M, BLOCK_N)
-    tiles: where rows are ragged against the tile (``n % block_n``), which leaves a tile's tail lanes idle (the
-    zoo's packed gate/up, I = 1376 in 1024-column tiles). One long row (m == 1) is the same walk either way."""
+    """Whether the (m, n) output is better walked as one flat index (``FLAT``) than in (BLOCK_M, BLOCK_N) tiles:
+    where rows are ragged against the tile (``n % block_n``), which leaves a tile's tail lanes idle (the zoo's
+    packed gate/up, I = 1376 in 1024-column tiles: two thirds of every second tile). One long row (m == 1) is
+    the same walk either way. Launches follow it only with ``FLAT_WHEN_RAGGED`` (proposed, unmeasured)."""
     return m > 1 and n % block_n != 0
 
 
@@ -298,7 +305,8 @@ def _build_kernel(interpret: bool):
         ``FLAT``: program pid takes output elements pid·BLOCK_M·BLOCK_N .. + BLOCK_M·BLOCK_N - 1 of the
         row-major (M, N) output instead (row = index // N, column = index % N; the grid is then
         cdiv(M·N, BLOCK_M·BLOCK_N)), so rows that are not a multiple of BLOCK_N leave no lanes idle (the zoo's
-        I = 1376 in 1024-column tiles: a third of the second tile's lanes live). ``HINTS``: 0 the inputs loaded
+        I = 1376 in 1024-column tiles: a third of the second tile's lanes live; proposed from the layout arithmetic,
+        not yet measured: see ``FLAT_WHEN_RAGGED``). ``HINTS``: 0 the inputs loaded
         evict-first, 1 no cache hints, 2 evict-first and the output stored streaming."""
         pid = tl.program_id(0)
         if FLAT:
@@ -396,7 +404,7 @@ def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tu
         up_off = n                                                                # up starts I columns in
     block_m, block_n, warps = launch_config(m, n)
     block_m, block_n = block_m_override or block_m, block_n_override or block_n
-    flat = flat_rule(m, n, block_n) if flat_override is None else bool(flat_override)
+    flat = (FLAT_WHEN_RAGGED and flat_rule(m, n, block_n)) if flat_override is None else bool(flat_override)
     n_blocks = cdiv(n, block_n)
     grid = cdiv(m * n, block_m * block_n) if flat else cdiv(m, block_m) * n_blocks
     so = n if m > 1 else 0                                                        # output rows are contiguous
