@@ -201,3 +201,11 @@ def test_layouts_compile_for_sm90_to_16_byte_accesses():
     ln = [r for r in results if r["kernel"] == "add_layernorm"][0]
     # the row reductions' scratch only (64 bytes); γ/β loaded as (1, BLOCK) took 8 KB and 6 more barriers here
     assert ln["shared"] <= 256, f"more shared memory than the row reductions need: {ln}"
+
+
+def test_add_layernorm_even_path_can_be_switched_off(monkeypatch):
+    """``EVEN_PATH`` False (the masked kernel everywhere, as before) plans the masked kernel for rows that fill BLOCK."""
+    x = torch.zeros(8, 256)
+    assert norm._plan_launch(x, x, None, None, None, 4, True).constexprs["EVEN"] is True
+    monkeypatch.setattr(norm, "EVEN_PATH", False)
+    assert norm._plan_launch(x, x, None, None, None, 4, True).constexprs["EVEN"] is False

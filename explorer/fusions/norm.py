@@ -144,6 +144,12 @@ def launch_config(hidden: int) -> tuple[int, int]:
 #: default and ``rows_per_prog`` remains a tuning knob.
 DEFAULT_ROWS_PER_PROGRAM = 1
 
+#: Whether programs whose rows fill BLOCK exactly (and whose ROWS divide M) take the kernel's unmasked ``EVEN``
+#: path. Chosen from the sm_90 PTX, not a measurement: at one row a program it is the masked kernel less a compare
+#: and a predicate (223 against 227 instructions at 1024 bf16; 768 is masked either way); False restores the masked
+#: kernel everywhere. ``benchmarks/bench_membw.py`` times GPT-2-medium's 1024-wide rows, where it applies.
+EVEN_PATH = True
+
 #: Measured launch settings, ``(BLOCK, element size, sum written) -> (ROWS, num_warps)``, where the sweep of
 #: ``benchmarks/bench_membw.py --sweep`` found one better than ``launch_rows``' rule by more than its spread.
 TUNED: dict[tuple[int, int, bool], tuple[int, int]] = {}
@@ -194,7 +200,9 @@ def _build_kernel(interpret: bool):
         """Program i: rows i·ROWS .. i·ROWS+ROWS-1; writes their sum (if WRITE_SUM) and normalised rows.
 
         ``EVEN``: N == BLOCK and ROWS divides M, so no lane is masked and every access is a plain 16-byte
-        vector (as in ``rms_norm``'s kernel)."""
+        vector (as in ``rms_norm``'s kernel; ``EVEN_PATH``). γ and β load as (ROWS, BLOCK) tiles: at ROWS > 1 the
+        (1, BLOCK) load they replaced was converted through 8 KB of shared memory with 6 more barriers (sm_90 PTX
+        at 4 rows of 1024 in bf16; not yet timed on a GPU)."""
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
         cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
         in_row = cols < N
@@ -300,7 +308,7 @@ def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) 
     constexprs = dict(HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block,
                       BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
                       LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum,
-                      EVEN=n == block and rows % per_program == 0)
+                      EVEN=EVEN_PATH and n == block and rows % per_program == 0)
     return Launch(_build_kernel(interpret), (cdiv(rows, per_program),), (n, n, n, n, rows, n, r_rows),
                   constexprs, num_warps or warps)
 
@@ -369,7 +377,7 @@ def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_p
         dict(HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
              BF16_RTNE_BY_HAND=interpreting() and x.dtype == torch.bfloat16,
              LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum,
-             EVEN=n == block and rows % per_program == 0),
+             EVEN=EVEN_PATH and n == block and rows % per_program == 0),
         num_warps=warps,
     )
     return (s.view(x.shape) if keep_sum else None), y.view(x.shape)
