@@ -38,6 +38,7 @@ Usage::
                                                                  # previous settings, both dtypes, inductor
     python3 benchmarks/bench_membw.py --smoke --only rmsnorm     # CPU plumbing: tiny shapes, interpreted
     python3 benchmarks/bench_membw.py --table RESULT.json        # the README table of a result
+    python3 benchmarks/bench_membw.py --propose RESULT.json      # what to bake: winners beyond the spread
 
 Without CUDA (and without ``--smoke``) it measures nothing, says SKIPPED and exits 0. JSON: ``--out``, else
 ``$OUT/bench_membw.json``, else ``benchmarks/results/``.
@@ -454,6 +455,29 @@ def markdown_table(doc: dict) -> list[str]:
     return lines
 
 
+def proposals(doc: dict) -> list[dict]:
+    """Per case of a ``--sweep`` result, the setting to bake into its family's table: the fastest checked setting
+    whose median beats the launched one's 20th percentile (faster than its spread), else None (keep the launched).
+    Each entry: case, family, kernel variant, shape, dtype, launched and proposed settings with their % of copy."""
+    out = []
+    for part in PARTS:
+        got = doc.get(part) or {}
+        rows_by_case: dict[str, dict[str, dict]] = {}
+        for r in got.get("rows", []):
+            rows_by_case.setdefault(r["case"], {})[r["variant"]] = r
+        for s in got.get("summary", []):
+            rows = rows_by_case.get(s["case"], {})
+            fused = rows.get("fused")
+            best = rows.get(s["best_variant"]) if s.get("best_variant") else None
+            wins = (fused is not None and best is not None and best is not fused and best["check"] == "ok"
+                    and best["ms_p50"] < fused["ms_p20"])
+            out.append(dict(case=s["case"], family=s["family"], variant=s["variant"], shape=s["shape"],
+                            dtype=s["dtype"], launched=s["default"], launched_fraction=s["default_fraction"],
+                            proposed=s["best_settings"] if wins else None,
+                            proposed_fraction=s["best_fraction"] if wins else None))
+    return out
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts: {', '.join(PARTS)}")
@@ -474,6 +498,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=240.0, help="no case starts after this many seconds")
     p.add_argument("--out", default=None)
     p.add_argument("--table", default=None, metavar="JSON", help="print the markdown table of a result and exit")
+    p.add_argument("--propose", default=None, metavar="JSON",
+                   help="print, per case of a --sweep result, the setting that beat the launched one by more than "
+                        "its spread (what to bake into the tables), and exit")
     args = p.parse_args(argv)
     args.parts = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in args.parts if s not in PARTS]
@@ -495,10 +522,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     """Run the parts; 0 also when skipped without CUDA, 1 when a part failed or a variant's check did."""
     args = parse_args(argv)
-    if args.table:
+    if args.table or args.propose:
         import json
 
-        print("\n".join(markdown_table(json.loads(Path(args.table).read_text()))))
+        doc = json.loads(Path(args.table or args.propose).read_text())
+        if args.table:
+            print("\n".join(markdown_table(doc)))
+        for p in proposals(doc) if args.propose else ():
+            verdict = ("keep" if p["proposed"] is None else
+                       f"-> {p['proposed']} ({100 * p['proposed_fraction']:.1f}%)")
+            print(f"{p['case']:<52} launched {p['launched']} ({100 * p['launched_fraction']:.1f}%) {verdict}")
         return 0
     device = common.bench_device("bench_membw.py", args.smoke)
     if device is None:

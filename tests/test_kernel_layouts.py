@@ -209,3 +209,24 @@ def test_add_layernorm_even_path_can_be_switched_off(monkeypatch):
     assert norm._plan_launch(x, x, None, None, None, 4, True).constexprs["EVEN"] is True
     monkeypatch.setattr(norm, "EVEN_PATH", False)
     assert norm._plan_launch(x, x, None, None, None, 4, True).constexprs["EVEN"] is False
+
+
+def test_bench_membw_proposes_only_winners_beyond_the_spread():
+    """``--propose``: a swept setting replaces the launched one only if its median is under the launched one's
+    20th percentile; a win inside the spread, or a setting whose check failed, proposes nothing."""
+    import benchmark_scripts
+
+    bench = benchmark_scripts.load("bench_membw")
+
+    def case(name, best_ms, check="ok"):
+        rows = [dict(case=name, variant="fused", ms_p50=10.0, ms_p20=9.5, check="ok"),
+                dict(case=name, variant="cfg[rows=2,warps=4]", ms_p50=best_ms, ms_p20=best_ms, check=check)]
+        summary = dict(case=name, family="layernorm", variant="add_layer_norm", shape="s", dtype="bf16",
+                       default=dict(rows=1, warps=4), default_fraction=0.9, best_variant="cfg[rows=2,warps=4]",
+                       best_settings=dict(rows=2, warps=4), best_fraction=0.95)
+        return rows, summary
+
+    cases = [case("wins", 9.0), case("inside the spread", 9.7), case("failed its check", 8.0, "mismatch")]
+    doc = {"layernorm": dict(rows=[r for rows, _ in cases for r in rows], summary=[s for _, s in cases])}
+    got = {p["case"]: p["proposed"] for p in bench.proposals(doc)}
+    assert got == {"wins": dict(rows=2, warps=4), "inside the spread": None, "failed its check": None}
