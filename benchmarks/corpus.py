@@ -392,8 +392,9 @@ def by_name(name: str) -> Entry:
 def features_module(entry: Entry, module):
     """The module that ``torch.export`` and ``torch.onnx.export`` see: a transformers model wrapped to take
     positional tensors and return its last hidden state (the encoder's, for Whisper), without a KV cache (a
-    prefill, as the zoo's decoder: with transformers' default ``use_cache=True`` the cache's update writes
-    ``aten.detach_`` into a ``.pt2``, which the reader refuses); a vision model as is."""
+    prefill, as the zoo's decoder; with transformers' default ``use_cache=True`` the cache's update writes
+    ``aten.detach_`` on the empty cache's fresh copy, which the reader allows since issue 20: the same chains,
+    ``tests/test_security_ops.py``); a vision model as is."""
     import inspect
 
     import torch

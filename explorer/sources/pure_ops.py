@@ -20,7 +20,12 @@ Three rules refine the list, each checked per node by ``check_graph_ops``:
 - an operator that writes into an argument (a ``Tensor(a!)`` in its schema:
   ``relu_``, ``add_``, ``index_copy_``) may write only into a value the graph
   computed itself, or a view of one (``_owned``): never into a placeholder
-  (the user's inputs), a weight, a buffer or a constant;
+  (the user's inputs), a weight, a buffer or a constant. ``detach_`` is one:
+  it changes no value, only the autograd metadata of its argument (which an
+  inference run has none of), and transformers' ``DynamicCache.update``
+  writes it on the fresh copy of an empty cache when a decoder is exported
+  with its default ``use_cache=True``: allowed on such a value, refused on an
+  input or a weight like every other write;
 - an operator tagged ``nondeterministic_seeded`` is allowed only where an
   argument guard proves it deterministic (``dropout(x, p, train=False)``,
   ``scaled_dot_product_attention`` with ``dropout_p=0``: ``GUARDS``);
@@ -111,6 +116,7 @@ aten.add_.Scalar aten.add_.Tensor aten.clamp_.default aten.div_.Tensor aten.drop
 aten.fill_.Tensor aten.gelu_.default aten.hardsigmoid_.default aten.hardswish_.default aten.hardtanh_.default
 aten.index_copy_.default aten.leaky_relu_.default aten.masked_fill_.Scalar aten.mul_.Scalar aten.mul_.Tensor
 aten.relu_.default aten.sigmoid_.default aten.silu_.default aten.sub_.Tensor aten.tanh_.default aten.zero_.default
+aten.detach_.default
 """.split())
 
 #: Python functions fx graphs call on sizes and on multi-output nodes (pure, on ints and tuples).
