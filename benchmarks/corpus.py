@@ -418,3 +418,55 @@ def features_module(entry: Entry, module):
             return out.last_hidden_state
 
     return HFPositional(module, names, entry.input_kind == "audio").eval()
+
+
+# ====================================================================== torch.compile's fusions beside ours
+
+def compile_check(name: str, folder, device: str = "cpu", dtype: str = "fp32") -> dict:
+    """One entry at its CI shape, written as a ``.pt2`` (``torch.export.save``) under ``folder``, loaded as a
+    user's file, detected, compiled by torch.compile on ``device`` in ``dtype`` with inductor's kernels mapped
+    onto our graph (``explorer.runtime.compile_map``), and set beside our detection: per op sequence, the
+    kernels that fuse ops one of our families covers in principle and that no chain, alternative or near miss
+    of ours touches (``compile_map.unclaimed``). A JSON-ready dict; a compile that fails is ``compile_failed``
+    with its one line. Used by ``tests/test_corpus.py`` (CPU) and ``benchmarks/check_compile_map_corpus.py``
+    (the GPU)."""
+    import collections
+    import time
+    from pathlib import Path
+
+    import torch
+
+    from explorer.errors import ExplorerError
+    from explorer.fusion_engine import detect
+    from explorer.fusions import PATTERNS
+    from explorer.graph.build import build_graph
+    from explorer.runtime import compile_map as cm
+    from explorer.sources import load_model
+
+    t0 = time.perf_counter()
+    entry = by_name(name)
+    module = entry.build("ci")
+    inputs = entry.inputs("ci", module=module)
+    path = Path(folder) / "model.pt2"
+    with torch.no_grad():
+        torch.export.save(torch.export.export(features_module(entry, module), inputs), str(path))
+    del module
+    loaded = load_model(str(path))
+    graph = build_graph(loaded.gm, name)
+    det = detect(graph)
+    out: dict = {"entry": name, "device": device, "dtype": dtype}
+    try:
+        cmap = cm.map_loaded(loaded, device, dtype)
+    except ExplorerError as exc:
+        return dict(out, status="compile_failed", reason=str(exc), seconds=round(time.perf_counter() - t0, 1))
+    comparison = cm.compare(det.chains, graph, cmap)
+    missed = cm.unclaimed(comparison, det, PATTERNS)
+    work = set(cm.compute_nodes(graph))
+    multi = [k for k in cmap.kernels if len([n for n in k.nodes if n in work]) >= 2]
+    return dict(out, status="ok", kernels=len(cmap.kernels), multi_op_kernels=len(multi),
+                only_inductor=len(comparison.only_inductor), problems=cm.problems(cmap, graph),
+                chains=dict(collections.Counter(c.status for c in comparison.chains)),
+                candidate_patterns=[{"ops": ops, "count": n} for ops, n in comparison.candidate_patterns()],
+                unclaimed=dict(collections.Counter(u.text for u in missed)),
+                unclaimed_patterns={u.text: list(u.patterns) for u in missed},
+                compile_s=cmap.compile_s, seconds=round(time.perf_counter() - t0, 1))

@@ -364,47 +364,18 @@ def run_case(name: str, source: str, folder: Path) -> dict:
 
 
 def run_compile_case(name: str, folder: Path) -> dict:
-    """One corpus entry's ``.pt2`` compiled by torch.compile on the CPU (inductor's C++ kernels), its kernels
-    mapped onto our graph (``runtime.compile_map``) and set beside our detection: the kernels that fuse ops
-    one of our families covers in principle and that no chain, alternative or near miss of ours touches
-    (``compile_map.unclaimed``), by op sequence; the JSON ``test_corpus_compile_map`` reads."""
+    """One corpus entry's ``.pt2`` compiled by torch.compile on the CPU (inductor's C++ kernels), mapped onto
+    our graph and set beside our detection (``benchmarks.corpus.compile_check``); the JSON
+    ``test_corpus_compile_map`` reads."""
     import logging
 
     import torch
 
     from benchmarks import corpus
-    from explorer.errors import ExplorerError
-    from explorer.fusion_engine import detect
-    from explorer.fusions import PATTERNS
-    from explorer.graph.build import build_graph
-    from explorer.runtime import compile_map as cm
-    from explorer.sources import load_model
 
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
-    t0 = time.perf_counter()
-    entry = corpus.by_name(name)
-    module = entry.build("ci")
-    inputs = entry.inputs("ci", module=module)
-    path = _write_source(entry, "pt2", module, corpus.features_module(entry, module), inputs, folder)
-    del module
-    loaded = load_model(str(path))
-    graph = build_graph(loaded.gm, name)
-    det = detect(graph)
-    out: dict = {"entry": name}
-    try:
-        cmap = cm.map_loaded(loaded, "cpu", "fp32")
-    except ExplorerError as exc:
-        return dict(out, status="compile_failed", reason=str(exc))
-    comparison = cm.compare(det.chains, graph, cmap)
-    missed = cm.unclaimed(comparison, det, PATTERNS)
-    multi = [k for k in cmap.kernels if len([n for n in k.nodes if n in set(cm.compute_nodes(graph))]) >= 2]
-    return dict(out, status="ok", kernels=len(cmap.kernels), multi_op_kernels=len(multi),
-                only_inductor=len(comparison.only_inductor),
-                chains=dict(collections.Counter(c.status for c in comparison.chains)),
-                unclaimed=dict(collections.Counter(u.text for u in missed)),
-                unclaimed_patterns={u.text: list(u.patterns) for u in missed},
-                seconds=round(time.perf_counter() - t0, 1))
+    return corpus.compile_check(name, folder, "cpu", "fp32")
 
 
 def dtype_fidelity(features, inputs, gm, fused_gm, plan_at_bf16: bool) -> dict:
