@@ -110,3 +110,39 @@ def test_prepare_graph_retargets_the_dtypes_inside_a_chains_graph():
     assert (got.double() - want).abs().max() <= 2e-2 * want.abs().max()
     # the original is unchanged: its chain still says float32
     assert torch.float32 in next(n for n in root.chain.sub.graph.nodes if n.target is torch.ops.aten.softmax.int).args
+
+
+def test_the_cast_record_reads_a_constant_through_its_fresh_copy():
+    """Falcon's attention indexes with a constant the model makes with ``torch.tensor``: the float32 capture
+    (real tensors) reads it through ``lift_fresh_copy``, the meta capture directly. The record matches the
+    two anyway (it did not: "differs", and the bf16 graph lost the model's float32 islands); where two
+    captures really differ (T5 casts to its weights' dtype only in bf16) the note says where."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.FalconConfig(hidden_size=64, num_attention_heads=4, multi_query=True, parallel_attn=True,
+                                       new_decoder_architecture=False, bias=False, vocab_size=128, alibi=False,
+                                       num_hidden_layers=1)
+    config._attn_implementation = "eager"
+    falcon = transformers.FalconModel(config).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, model, **kwargs):
+            super().__init__()
+            self.model, self.kwargs = model, kwargs
+
+        def forward(self, *ids):
+            return self.model(*ids, **self.kwargs).last_hidden_state
+
+    ids = (torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0)),)
+    module = Hidden(falcon, use_cache=False).eval()
+    with torch.no_grad():
+        gm = torch.export.export(module, ids).module()
+    assert any(str(n.target) == "aten.lift_fresh_copy.default" for n in gm.graph.nodes)
+    record, note = measure.record_casts(module, ids, gm, torch.bfloat16)
+    assert record is not None and "kept" in note.id, note
+    t5 = Hidden(transformers.T5EncoderModel(transformers.T5Config(vocab_size=128, d_model=48, d_kv=12, d_ff=80,
+                                                                  num_layers=1, num_heads=4)).eval())
+    with torch.no_grad():
+        gm = torch.export.export(t5, ids).module()
+    record, note = measure.record_casts(t5, ids, gm, torch.bfloat16)
+    assert record is None and "float32 has" in str(note) and "\n" not in str(note)

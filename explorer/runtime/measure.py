@@ -342,16 +342,47 @@ def _alias_rewires(gm: torch.fx.GraphModule, typed: torch.fx.GraphModule) -> dic
     return out
 
 
+#: Calls a capture on the meta device and one on real tensors may differ in, never in what they compute: a
+#: ``contiguous`` call on an already contiguous tensor returns it; a constant the model makes with
+#: ``torch.tensor`` is read through ``lift_fresh_copy`` (a copy of it) from real tensors, directly on meta.
+_SAME_VALUE = ("aten.contiguous.default", "aten.lift_fresh_copy.default")
+
+
 def _through_views(node: torch.fx.Node) -> torch.fx.Node:
-    """What a ``contiguous`` call reads: a capture on the meta device and one on real tensors may differ
-    in them (a contiguous call on an already contiguous tensor returns it), never in what they compute."""
-    while node.op == "call_function" and str(node.target) == "aten.contiguous.default" and node.args:
+    """What a chain of ``_SAME_VALUE`` calls reads."""
+    while node.op == "call_function" and str(node.target) in _SAME_VALUE and node.args \
+            and isinstance(node.args[0], torch.fx.Node):
         node = node.args[0]
     return node
 
 
+def _first_difference(gm: torch.fx.GraphModule, typed: torch.fx.GraphModule, mine: list[torch.fx.Node],
+                      theirs: list[torch.fx.Node]) -> str:
+    """Where two captures first differ, in a few words (for the "differs" note): a dtype-bearing node that one
+    has and the other has not, or reads other inputs; else the first node whose inputs differ otherwise."""
+    def says(n: torch.fx.Node | None) -> str:
+        if n is None:
+            return "nothing"
+        return f"{n.name} = {str(n.target).replace('aten.', '')}({', '.join(_through_views(i).name for i in n.all_input_nodes)})"
+
+    for a, b in zip(mine, theirs):
+        if _signature(a) != _signature(b):
+            return f"float32 has {says(a)}, the run dtype {says(b)}"
+    if len(mine) != len(theirs):
+        extra = (mine if len(mine) > len(theirs) else theirs)[min(len(mine), len(theirs))]
+        return f"{'float32' if len(mine) > len(theirs) else 'the run dtype'} also has {says(extra)}"
+    by_name = {n.name: n for n in gm.graph.nodes}
+    for t in typed.graph.nodes:
+        ours = by_name.get(t.name)
+        if t.op == "call_function" and (ours is None or str(ours.target) != str(t.target) or
+                                        [_through_views(i).name for i in ours.all_input_nodes] !=
+                                        [_through_views(i).name for i in t.all_input_nodes]):
+            return f"float32 has {says(ours)}, the run dtype {says(t)}"
+    return "the wiring of a cast"
+
+
 def _signature(node: torch.fx.Node) -> tuple:
-    return (node.name, str(node.target), tuple(n.name for n in node.all_input_nodes))
+    return (node.name, str(node.target), tuple(_through_views(n).name for n in node.all_input_nodes))
 
 
 def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: torch.fx.GraphModule,
@@ -393,7 +424,7 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
     mine, theirs = _dtype_nodes(gm), _dtype_nodes(typed)
     rewires = _alias_rewires(gm, typed)
     if [_signature(n) for n in mine] != [_signature(n) for n in theirs] or rewires is None:
-        return None, CASTS("differs", dtype=name)
+        return None, CASTS("differs_at", dtype=name, where=_first_difference(gm, typed, mine, theirs))
     args = {n.name: (str(n.target), tuple(_float_dtypes((n.args, n.kwargs)))) for n in theirs}
     wide = sum(1 for _t, ds in args.values() for d in ds if torch.finfo(d).bits > torch.finfo(dtype).bits)
     attrs: dict[str, torch.dtype] = {}
