@@ -389,7 +389,8 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
                  dtype: torch.dtype) -> tuple[CastRecord | None, str]:
     """What the model's own casts are when its weights are in ``dtype`` (``CastRecord``), and a note.
 
-    ``module`` is captured again with ``torch.export`` on the meta device (no weight is copied or
+    ``module`` is captured again with ``torch.export`` on the meta device (fake tensors of the model's
+    own device where that is not the CPU: its code may branch on the device) (no weight is copied or
     computed: a structural copy of the module (``copy_module``) holds meta tensors of ``dtype`` for its
     parameters and buffers, as ``module.to(dtype)`` would cast them, and shares every other tensor; the
     module itself is not changed, not even by what its forward caches), and its dtype-bearing nodes are
@@ -400,8 +401,22 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
     name = str(dtype).replace("torch.", "")
     if dtype in (torch.float32, torch.float64):
         return None, ""
+    # on the device the model runs on, without its memory: a model's code may branch on its tensors' device
+    # (an autocast region for CUDA only), so a capture on "meta" of a CUDA model is not the CUDA model's. On the
+    # CPU, meta tensors (proven against every CPU test's capture); elsewhere fake tensors of that device.
+    devices = [t.device for t in (*module.parameters(), *module.buffers(), *inputs) if t.device.type != "meta"]
+    fake_mode = None
+    if devices and devices[0].type != "cpu":
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+
     def meta(value: torch.Tensor) -> torch.Tensor:
-        return torch.empty(value.shape, device="meta", dtype=dtype if value.is_floating_point() else value.dtype)
+        kind = dtype if value.is_floating_point() else value.dtype
+        if fake_mode is None:
+            return torch.empty(value.shape, device="meta", dtype=kind)
+        with fake_mode:
+            return torch.empty(value.shape, device=value.device, dtype=kind)
 
     # the copy's parameters and buffers are meta tensors of ``dtype``; every other tensor it holds is the
     # original's own (detached where autograd computed it): nothing is copied, and whatever the capture's
