@@ -451,10 +451,13 @@ def compile_check(name: str, folder, device: str = "cpu", dtype: str = "fp32") -
     with torch.no_grad():
         torch.export.save(torch.export.export(features_module(entry, module), inputs), str(path))
     del module
-    loaded = load_model(str(path))
+    out: dict = {"entry": name, "device": device, "dtype": dtype}
+    try:
+        loaded = load_model(str(path))
+    except ExplorerError as exc:   # a refused file: nothing to compile (tests/test_corpus.py's REFUSED says why)
+        return dict(out, status="refused", reason=str(exc), seconds=round(time.perf_counter() - t0, 1))
     graph = build_graph(loaded.gm, name)
     det = detect(graph)
-    out: dict = {"entry": name, "device": device, "dtype": dtype}
     try:
         cmap = cm.map_loaded(loaded, device, dtype)
     except ExplorerError as exc:

@@ -464,6 +464,8 @@ GAPS: dict[tuple[str, str], dict[str, tuple[int, str]]] = {
     ("hf/falcon", "pt2"): {
         "linear_act": (0, "Falcon's MLP is `x @ W.T` then GELU (FalconLinear, no bias): found as linear_act_forms, the "
                           "matmul form of the same chain (1)")},
+    ("hf/falcon", "hf"): {
+        "linear_act": (0, "as via .pt2: Falcon's `x @ W.T` then GELU is found as linear_act_forms (1)")},
     ("hf/mixtral", "pt2"): {
         "softmax": (1, "the derivation also counts the router's softmax over the experts' logits, which is no "
                        "attention's scores (its input is a linear, not a QK^T matmul)")},
@@ -581,6 +583,9 @@ def test_corpus_case(name, source, tmp_path):
 def check_compile_case(r: dict) -> None:
     """The assertions of ``test_corpus_compile_map`` on one child's answer."""
     where = f"{r['entry']} under torch.compile (cpu)"
+    if r["status"] == "refused":   # the .pt2 itself is refused: test_corpus_case checks it against REFUSED
+        assert (r["entry"], "pt2") in REFUSED, f"{where}: a false refusal of the .pt2: {r['reason']}"
+        return
     if r["status"] == "compile_failed":
         assert r["entry"] in COMPILE_FAILS and COMPILE_FAILS[r["entry"]] in r["reason"], \
             f"{where}: torch.compile failed, not listed in COMPILE_FAILS: {r['reason']}"

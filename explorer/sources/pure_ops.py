@@ -90,6 +90,7 @@ aten.logical_and.default aten.logical_not.default aten.logical_or.default aten.l
 aten.lt.Scalar aten.lt.Tensor aten.masked_fill.Scalar aten.masked_fill.Tensor aten.matmul.default
 aten.max.dim aten.max_pool1d.default aten.max_pool2d.default aten.max_pool2d_with_indices.default
 aten.max_pool3d.default aten.maximum.default aten.mean.default aten.mean.dim aten.min.dim aten.minimum.default
+aten.min.other aten.max.other
 aten.mish.default aten.mm.default aten.mul.Scalar aten.mul.Tensor aten.narrow.default
 aten.native_channel_shuffle.default aten.native_group_norm.default aten.native_layer_norm.default
 aten.ne.Scalar aten.ne.Tensor aten.neg.default aten.new_ones.default aten.new_zeros.default aten.ones.default
