@@ -17,11 +17,16 @@ against eager PyTorch and the fused one against the unfused, and answers in JSON
   own float32 distance from float64 where seeded weights amplify rounding); every accepted chain fuses;
 - detection counts equal the counts DERIVED here from the architecture: from the autograd graph of one
   eager forward (a representation of the model's dataflow that is not our capture) and from the module
-  tree (``derive``), except where ``GAPS`` records what detection finds instead, and why;
+  tree (``derive``), except where ``GAPS`` records what detection finds instead, and why, or ``ALTERNATIVES``
+  says which earlier pattern's chains take those nodes (the derived chains are then its alternatives);
 - in bf16 and fp16, the unfused graph (prepared with the model's own casts, as the runner prepares it) is
   within ``FIDELITY`` (1.5x) of eager's error against float64, and the float32 plan applied at bf16 stays
   near the unfused graph (chain identities are the float32 capture's), except where ``FIDELITY_GAPS`` says
   why not (eager itself overflowing fp16).
+
+``test_corpus_compile_map`` (corpus scope only: minutes a model) compiles each ``.pt2`` entry with torch.compile
+on the CPU and fails on any inductor kernel fusing ops one of our families covers that no chain, alternative or
+near miss of ours touches, unless ``COMPILE_GAPS`` says why (``benchmarks.corpus.compile_check``).
 
 ``make test`` runs ``CI`` (each source and each family of architecture once); the rest are marked ``corpus``
 and skipped unless ``FUSION_EXPLORER_CORPUS`` is set: ``make test-corpus`` runs them (hours on 2 cores).
