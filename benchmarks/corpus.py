@@ -392,8 +392,9 @@ def by_name(name: str) -> Entry:
 def features_module(entry: Entry, module):
     """The module that ``torch.export`` and ``torch.onnx.export`` see: a transformers model wrapped to take
     positional tensors and return its last hidden state (the encoder's, for Whisper), without a KV cache (a
-    prefill, as the zoo's decoder: with transformers' default ``use_cache=True`` the cache's update writes
-    ``aten.detach_`` into a ``.pt2``, which the reader refuses); a vision model as is."""
+    prefill, as the zoo's decoder; with transformers' default ``use_cache=True`` the cache's update writes
+    ``aten.detach_`` on the empty cache's fresh copy, which the reader allows since issue 20: the same chains,
+    ``tests/test_security_ops.py``); a vision model as is."""
     import inspect
 
     import torch
@@ -417,3 +418,58 @@ def features_module(entry: Entry, module):
             return out.last_hidden_state
 
     return HFPositional(module, names, entry.input_kind == "audio").eval()
+
+
+# ====================================================================== torch.compile's fusions beside ours
+
+def compile_check(name: str, folder, device: str = "cpu", dtype: str = "fp32") -> dict:
+    """One entry at its CI shape, written as a ``.pt2`` (``torch.export.save``) under ``folder``, loaded as a
+    user's file, detected, compiled by torch.compile on ``device`` in ``dtype`` with inductor's kernels mapped
+    onto our graph (``explorer.runtime.compile_map``), and set beside our detection: per op sequence, the
+    kernels that fuse ops one of our families covers in principle and that no chain, alternative or near miss
+    of ours touches (``compile_map.unclaimed``). A JSON-ready dict; a compile that fails is ``compile_failed``
+    with its one line. Used by ``tests/test_corpus.py`` (CPU) and ``benchmarks/check_compile_map_corpus.py``
+    (the GPU)."""
+    import collections
+    import time
+    from pathlib import Path
+
+    import torch
+
+    from explorer.errors import ExplorerError
+    from explorer.fusion_engine import detect
+    from explorer.fusions import PATTERNS
+    from explorer.graph.build import build_graph
+    from explorer.runtime import compile_map as cm
+    from explorer.sources import load_model
+
+    t0 = time.perf_counter()
+    entry = by_name(name)
+    module = entry.build("ci")
+    inputs = entry.inputs("ci", module=module)
+    path = Path(folder) / "model.pt2"
+    with torch.no_grad():
+        torch.export.save(torch.export.export(features_module(entry, module), inputs), str(path))
+    del module
+    out: dict = {"entry": name, "device": device, "dtype": dtype}
+    try:
+        loaded = load_model(str(path))
+    except ExplorerError as exc:   # a refused file: nothing to compile (tests/test_corpus.py's REFUSED says why)
+        return dict(out, status="refused", reason=str(exc), seconds=round(time.perf_counter() - t0, 1))
+    graph = build_graph(loaded.gm, name)
+    det = detect(graph)
+    try:
+        cmap = cm.map_loaded(loaded, device, dtype)
+    except ExplorerError as exc:
+        return dict(out, status="compile_failed", reason=str(exc), seconds=round(time.perf_counter() - t0, 1))
+    comparison = cm.compare(det.chains, graph, cmap)
+    missed = cm.unclaimed(comparison, det, PATTERNS)
+    work = set(cm.compute_nodes(graph))
+    multi = [k for k in cmap.kernels if len([n for n in k.nodes if n in work]) >= 2]
+    return dict(out, status="ok", kernels=len(cmap.kernels), multi_op_kernels=len(multi),
+                only_inductor=len(comparison.only_inductor), problems=cm.problems(cmap, graph),
+                chains=dict(collections.Counter(c.status for c in comparison.chains)),
+                candidate_patterns=[{"ops": ops, "count": n} for ops, n in comparison.candidate_patterns()],
+                unclaimed=dict(collections.Counter(u.text for u in missed)),
+                unclaimed_patterns={u.text: list(u.patterns) for u in missed},
+                compile_s=cmap.compile_s, seconds=round(time.perf_counter() - t0, 1))

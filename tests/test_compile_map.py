@@ -378,3 +378,22 @@ def test_mapping_on_the_gpu(tmp_path):
     gmap = cm.map_loaded(model, "cuda", "fp16")
     _check_mapping(graph, gmap)
     assert {k.library for k in gmap.kernels if k.kind == "extern"} >= {"cuBLAS"}
+
+
+def test_unclaimed_lists_what_no_chain_alternative_or_near_miss_touches(bert):
+    """``compile_map.unclaimed`` (the corpus check's reading, issue 20): on the zoo's BERT block every kernel of
+    inductor's that fuses ops a family of ours covers is touched by one of our chains, alternatives or near
+    misses; with detection's findings taken away, those kernels are listed, each with the families covering
+    its op kinds, and a kernel whose kinds no family takes is not."""
+    import dataclasses
+
+    from explorer.fusions import PATTERNS
+
+    graph, det, cmap, comparison = bert
+    assert cm.unclaimed(comparison, det, PATTERNS) == ()
+    nothing = dataclasses.replace(det, chains=(), near_misses=(), alternatives=())
+    missed = cm.unclaimed(cm.compare((), graph, cmap), nothing, PATTERNS)
+    assert missed and all(u.patterns and len(u.ops) >= 2 for u in missed)
+    assert {u.kernel for u in missed} <= {g.kernel for g in cm.compare((), graph, cmap).only_inductor}
+    assert cm.covering_patterns(("add", "layer_norm"), PATTERNS) and not cm.covering_patterns(("sort", "cumsum"),
+                                                                                                 PATTERNS)

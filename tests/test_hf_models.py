@@ -84,3 +84,34 @@ def test_swin_with_list_valued_config_loads_through_the_source(tmp_path):
     assert model.source == "hf" and model.input_names == ["pixel_values"]
     assert tuple(model.example_inputs[0].shape) == (2, 3, 56, 56) and model.seq_len is None
     _computes_the_model(model)
+
+
+def _t5_encoder():
+    import transformers
+
+    return transformers.T5EncoderModel(transformers.T5Config(vocab_size=200, d_model=48, d_kv=12, d_ff=80,
+                                                             num_layers=2, num_heads=4))
+
+
+def test_a_t5_encoder_folder_builds_the_encoder_it_names(tmp_path):
+    """``architectures: ["T5EncoderModel"]``: AutoModel would build the encoder-decoder ``T5Model`` (which then
+    needs decoder inputs); the loader builds the class the folder names, from the installed transformers."""
+    model = load_hf_folder(_save(tmp_path, "t5_encoder", _t5_encoder), batch=2, seq_len=9)
+    assert type(model.module.model).__name__ == "T5EncoderModel"
+    assert model.input_names == ["input_ids", "attention_mask"] and model.task == "features"
+    _computes_the_model(model)
+
+
+def test_only_a_bare_model_class_of_the_configs_type_is_taken_from_architectures():
+    import transformers
+
+    from explorer.sources.hf import named_base_model
+
+    config = transformers.T5Config(vocab_size=200, d_model=48, d_kv=12, d_ff=80, num_layers=1, num_heads=4)
+    for names, want in ((["T5EncoderModel"], transformers.T5EncoderModel), (["T5Model"], transformers.T5Model),
+                        (["BertModel"], None),                  # another config type's class
+                        (["T5ForConditionalGeneration"], None),  # a head: AutoModel builds the base model
+                        (["T5PreTrainedModel"], None), (["__class__"], None), (["os.system"], None),
+                        (["T5EncoderModel", "T5Model"], None), ("T5EncoderModel", None), (None, None)):
+        config.architectures = names
+        assert named_base_model(config) is want, names

@@ -271,3 +271,48 @@ def test_a_custom_operator_whose_library_is_missing_is_refused_with_its_name(tmp
         pt2.load_graph(path)
     text = str(why.value)
     assert "transformers.grouped_mm_fallback.default" in text and "no_such_library" in text and "\n" not in text
+
+
+# ---------------------------------------------------------------------- a decoder with its default KV cache (issue 20)
+
+def _llama_archive(folder: Path, use_cache: bool) -> tuple[Path, torch.nn.Module, tuple]:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=1, vocab_size=128)
+    config._attn_implementation = "eager"
+    model = transformers.LlamaModel(config).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids, use_cache=use_cache).last_hidden_state
+
+    inputs = (torch.randint(0, 128, (1, 7), generator=torch.Generator().manual_seed(0)),)
+    path = folder / f"llama_cache_{use_cache}.pt2"
+    with torch.no_grad():
+        torch.export.save(torch.export.export(Hidden().eval(), inputs), path)
+    return path, Hidden().eval(), inputs
+
+
+def test_a_decoder_exported_with_its_kv_cache_loads_and_detach_writes_only_owned_values(tmp_path):
+    """transformers' ``DynamicCache.update`` writes ``aten.detach_`` on the fresh copy of its empty cache: the
+    archive loads, computes what eager does, and its chains are those of the same decoder exported without
+    a cache. ``detach_`` on an input or a weight stays refused (the side-effect rule of every write)."""
+    from explorer.fusion_engine import detect
+    from explorer.graph.build import build_graph
+
+    path, eager, inputs = _llama_archive(tmp_path, use_cache=True)
+    gm, _ = pt2.load_graph(path)
+    assert any(pure_ops.key_of(n.target) == "aten.detach_.default" for n in gm.graph.nodes if n.op == "call_function")
+    with torch.no_grad():
+        torch.testing.assert_close(gm(*inputs), eager(*inputs), rtol=1e-5, atol=1e-5)
+    plain, _ = pt2.load_graph(_llama_archive(tmp_path, use_cache=False)[0])
+    assert detect(build_graph(gm, "cache")).counts == detect(build_graph(plain, "no cache")).counts
+    graph = torch.fx.Graph()
+    x, weight = graph.placeholder("x"), graph.get_attr("weight")
+    assert "into an input" in pure_ops.refusal(graph.call_function(torch.ops.aten.detach_.default, (x,)))
+    assert "weight or constant" in pure_ops.refusal(graph.call_function(torch.ops.aten.detach_.default, (weight,)))

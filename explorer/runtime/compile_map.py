@@ -24,6 +24,10 @@ writes its output. The kernels that touch a node without owning it list it under
 together (``only_inductor``: candidate patterns, with their ops); and the ops inductor leaves as
 single-op kernels (``separate``).
 
+``unclaimed(comparison, detection, patterns)``: of those kernels, the ones whose op kinds a family of
+ours fuses in principle and that no chain, alternative or near miss of ours touches: what detection
+missed silently (``tests/test_corpus.py`` lists them per corpus model, each with a reason).
+
 The parent side (``compile_map``) imports no torch; the child's work does.
 """
 
@@ -740,6 +744,53 @@ def compare(chains: Iterable[Any], graph: Any, cmap: CompileMap) -> Comparison:
             separate.append((ops[0], graph.nodes[ops[0]]["kind"], k.key))
     no_kernel = tuple(n for n in work if n not in owner)
     return Comparison(tuple(verdicts), tuple(groups), tuple(separate), no_kernel)
+
+
+def covering_patterns(kinds: Iterable[str], patterns: Iterable[Any]) -> tuple[str, ...]:
+    """The patterns (``fusions.base.Pattern``) whose steps accept every op kind of ``kinds``: the families that
+    cover a kernel's op set in principle (all of its kinds are ones they fuse; the order and guards aside)."""
+    wanted = set(kinds)
+    out = []
+    for p in patterns:
+        accepted = set().union(*(step.kinds for step in p.steps)) if p.steps else set()
+        if wanted and wanted <= accepted:
+            out.append(p.name)
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unclaimed:
+    """A kernel of inductor's that fuses ops one of our families covers in principle (``patterns``), none of
+    which any chain, alternative or near miss of ours holds: a fusion detection did not look at."""
+
+    kernel: str
+    ops: tuple[str, ...]
+    nodes: tuple[str, ...]
+    patterns: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return " → ".join(self.ops)
+
+
+def unclaimed(comparison: Comparison, detection: Any, patterns: Iterable[Any]) -> tuple[Unclaimed, ...]:
+    """inductor's multi-op kernels (``comparison.only_inductor``) that ``detection`` (a ``Detection``) neither
+    found nor reported: no node of theirs is in a chain, in an alternative's chain or in a near miss, and
+    their op kinds are ones a pattern of ``patterns`` (the registry's) fuses (``covering_patterns``). A
+    kernel whose kinds no family takes (an extern call with a copy beside it, a reduction we have no
+    family for) is not listed: it is a candidate for a new family, not a miss of an existing one."""
+    patterns = tuple(patterns)
+    held = {n for c in detection.chains for n in c.nodes}
+    held |= {n for alt in detection.alternatives for c in alt.chains for n in c.nodes}
+    held |= {n for miss in detection.near_misses for n in miss.nodes}
+    out = []
+    for group in comparison.only_inductor:
+        if set(group.nodes) & held:
+            continue
+        covering = covering_patterns(group.ops, patterns)
+        if covering:
+            out.append(Unclaimed(group.kernel, group.ops, group.nodes, covering))
+    return tuple(out)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.fx
+import torch.utils._python_dispatch
 
 from explorer import stats
 from explorer.errors import RunError
@@ -142,6 +143,11 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     go through their public bindings, fused call targets call the library
     function they would pick at every forward, and weights are read as plain
     instance attributes. The result is final: move and cast before, not after.
+
+    The chains' own graphs that a fused graph calls (an inductor chain's
+    ``CompiledChain``) are retargeted as the root's nodes are: a softmax's
+    ``dtype=torch.float32`` inside one is the capture's dtype too (Falcon's
+    ``softmax(..., dtype=hidden_states.dtype)``).
     """
     captured = capture_dtype(gm)
     record = casts if casts is not None and casts.dtype == dtype else None
@@ -185,24 +191,28 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
                 old, new_input = by_name.get(old_name), by_name.get(new_name)
                 if old is not None and new_input is not None and new_input in _cast_chain(old)[1:]:
                     node.replace_input_with(old, new_input)  # what the model reads at this dtype
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function":
-            continue
-        if "_assert_tensor_metadata" in str(node.target) and not node.users:
-            gm.graph.erase_node(node)  # a check of the capture-time dtype/device, not model work
-            continue
-        if node.target is torch.ops.aten.dropout.default and aten.args_of(node).get("train") is False:
-            node.replace_all_uses_with(node.args[0])  # eval-mode dropout returns its input
-            gm.graph.erase_node(node)
-            continue
-        entry = record.args.get(node.name) if record is not None else None
-        if entry is not None and any("fused_chain" in user.meta for user in node.users):
-            entry = None  # a fused kernel takes its chain's input in the run dtype and upcasts inside, as the model
-        recorded = list(entry[1]) if entry is not None and entry[0] == str(node.target) else None
-        node.args = tuple(retarget(a, recorded) for a in node.args)
-        node.kwargs = {k: retarget(v, recorded) for k, v in node.kwargs.items()}
-    gm.graph.lint()
-    gm.recompile()
+    # the root's graph, and the chains' own graphs a fused graph calls (``generic.CompiledChain``: a softmax's
+    # ``dtype=torch.float32`` inside an inductor chain is the capture's as much as the root's ops are; their node
+    # names are the capture's, so the record applies to them by name)
+    for owner in [gm, *(m for m in gm.modules() if m is not gm and isinstance(m, torch.fx.GraphModule))]:
+        for node in list(owner.graph.nodes):
+            if node.op != "call_function":
+                continue
+            if "_assert_tensor_metadata" in str(node.target) and not node.users:
+                owner.graph.erase_node(node)  # a check of the capture-time dtype/device, not model work
+                continue
+            if node.target is torch.ops.aten.dropout.default and aten.args_of(node).get("train") is False:
+                node.replace_all_uses_with(node.args[0])  # eval-mode dropout returns its input
+                owner.graph.erase_node(node)
+                continue
+            entry = record.args.get(node.name) if record is not None else None
+            if entry is not None and any("fused_chain" in user.meta for user in node.users):
+                entry = None  # a fused kernel takes its chain's input in the run dtype and upcasts inside, as the model
+            recorded = list(entry[1]) if entry is not None and entry[0] == str(node.target) else None
+            node.args = tuple(retarget(a, recorded) for a in node.args)
+            node.kwargs = {k: retarget(v, recorded) for k, v in node.kwargs.items()}
+        owner.graph.lint()
+        owner.recompile()
     gm = gm.to(target_device)
     gm = _cast_floating(gm, dtype)
     if channels_last:
@@ -332,25 +342,58 @@ def _alias_rewires(gm: torch.fx.GraphModule, typed: torch.fx.GraphModule) -> dic
     return out
 
 
+#: Calls a capture on the meta device and one on real tensors may differ in, never in what they compute: a
+#: ``contiguous`` call on an already contiguous tensor returns it; a constant the model makes with
+#: ``torch.tensor`` is read through ``lift_fresh_copy`` (a copy of it) from real tensors, directly on meta.
+_SAME_VALUE = ("aten.contiguous.default", "aten.lift_fresh_copy.default")
+
+
 def _through_views(node: torch.fx.Node) -> torch.fx.Node:
-    """What a ``contiguous`` call reads: a capture on the meta device and one on real tensors may differ
-    in them (a contiguous call on an already contiguous tensor returns it), never in what they compute."""
-    while node.op == "call_function" and str(node.target) == "aten.contiguous.default" and node.args:
+    """What a chain of ``_SAME_VALUE`` calls reads."""
+    while node.op == "call_function" and str(node.target) in _SAME_VALUE and node.args \
+            and isinstance(node.args[0], torch.fx.Node):
         node = node.args[0]
     return node
 
 
+def _first_difference(gm: torch.fx.GraphModule, typed: torch.fx.GraphModule, mine: list[torch.fx.Node],
+                      theirs: list[torch.fx.Node]) -> str:
+    """Where two captures first differ, in a few words (for the "differs" note): a dtype-bearing node that one
+    has and the other has not, or reads other inputs; else the first node whose inputs differ otherwise."""
+    def says(n: torch.fx.Node | None) -> str:
+        if n is None:
+            return "nothing"
+        return f"{n.name} = {str(n.target).replace('aten.', '')}({', '.join(_through_views(i).name for i in n.all_input_nodes)})"
+
+    for a, b in zip(mine, theirs):
+        if _signature(a) != _signature(b):
+            return f"float32 has {says(a)}, the run dtype {says(b)}"
+    if len(mine) != len(theirs):
+        extra = (mine if len(mine) > len(theirs) else theirs)[min(len(mine), len(theirs))]
+        return f"{'float32' if len(mine) > len(theirs) else 'the run dtype'} also has {says(extra)}"
+    by_name = {n.name: n for n in gm.graph.nodes}
+    for t in typed.graph.nodes:
+        ours = by_name.get(t.name)
+        if t.op == "call_function" and (ours is None or str(ours.target) != str(t.target) or
+                                        [_through_views(i).name for i in ours.all_input_nodes] !=
+                                        [_through_views(i).name for i in t.all_input_nodes]):
+            return f"float32 has {says(ours)}, the run dtype {says(t)}"
+    return "the wiring of a cast"
+
+
 def _signature(node: torch.fx.Node) -> tuple:
-    return (node.name, str(node.target), tuple(n.name for n in node.all_input_nodes))
+    return (node.name, str(node.target), tuple(_through_views(n).name for n in node.all_input_nodes))
 
 
 def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: torch.fx.GraphModule,
                  dtype: torch.dtype) -> tuple[CastRecord | None, str]:
     """What the model's own casts are when its weights are in ``dtype`` (``CastRecord``), and a note.
 
-    ``module`` is captured again with ``torch.export`` on the meta device (no weight is copied or
-    computed: parameters and buffers are swapped for meta tensors of ``dtype`` for the capture and
-    put back afterwards, as ``module.to(dtype)`` would cast them), and its dtype-bearing nodes are
+    ``module`` is captured again with ``torch.export`` on the meta device (fake tensors of the model's
+    own device where that is not the CPU: its code may branch on the device) (no weight is copied or
+    computed: a structural copy of the module (``copy_module``) holds meta tensors of ``dtype`` for its
+    parameters and buffers, as ``module.to(dtype)`` would cast them, and shares every other tensor; the
+    module itself is not changed, not even by what its forward caches), and its dtype-bearing nodes are
     matched with ``gm``'s by name, target and inputs. When the two captures do not match node for
     node (the model branches on its dtype), no record is returned and the note says so: the graph
     then runs every capture-dtype op in ``dtype``. float32 and float64 need no record.
@@ -358,30 +401,45 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
     name = str(dtype).replace("torch.", "")
     if dtype in (torch.float32, torch.float64):
         return None, ""
-    swapped: list[tuple[dict, str, Any]] = []
+    # on the device the model runs on, without its memory: a model's code may branch on its tensors' device
+    # (an autocast region for CUDA only), so a capture on "meta" of a CUDA model is not the CUDA model's. On the
+    # CPU, meta tensors (proven against every CPU test's capture); elsewhere fake tensors of that device.
+    devices = [t.device for t in (*module.parameters(), *module.buffers(), *inputs) if t.device.type != "meta"]
+    fake_mode = None
+    if devices and devices[0].type != "cpu":
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def meta(value: torch.Tensor) -> torch.Tensor:
+        kind = dtype if value.is_floating_point() else value.dtype
+        if fake_mode is None:
+            return torch.empty(value.shape, device="meta", dtype=kind)
+        with fake_mode:
+            return torch.empty(value.shape, device=value.device, dtype=kind)
+
+    # the copy's parameters and buffers are meta tensors of ``dtype``; every other tensor it holds is the
+    # original's own (detached where autograd computed it): nothing is copied, and whatever the capture's
+    # forward stores (a per-device cache: timm LeViT's attention biases under "meta") stays in the copy
+    memo: dict[int, Any] = {id(t): t.detach() for t in _attribute_tensors(module)}
+    for mod in module.modules():
+        for key, value in mod._parameters.items():
+            if value is not None and id(value) not in memo:
+                memo[id(value)] = torch.nn.Parameter(meta(value), requires_grad=False)
+        for key, value in mod._buffers.items():
+            if value is not None and id(value) not in memo:
+                memo[id(value)] = meta(value)
     try:
-        for mod in module.modules():
-            for slots in (mod._parameters, mod._buffers):
-                for key, value in list(slots.items()):
-                    if value is None:
-                        continue
-                    meta = torch.empty(value.shape, device="meta",
-                                       dtype=dtype if value.is_floating_point() else value.dtype)
-                    swapped.append((slots, key, value))
-                    slots[key] = torch.nn.Parameter(meta, requires_grad=False) if slots is mod._parameters else meta
-        meta_inputs = tuple(torch.empty(t.shape, device="meta", dtype=dtype if t.is_floating_point() else t.dtype)
-                            for t in inputs)
+        typed_module = copy_module(module, memo)
+        meta_inputs = tuple(meta(t) for t in inputs)
         with torch.no_grad():
-            typed = torch.export.export(module, meta_inputs).module()
+            typed = torch.export.export(typed_module, meta_inputs).module()
     except Exception as exc:
         return None, CASTS("not_captured", dtype=name, reason=_one_line(exc))
-    finally:
-        for slots, key, value in reversed(swapped):
-            slots[key] = value
     mine, theirs = _dtype_nodes(gm), _dtype_nodes(typed)
     rewires = _alias_rewires(gm, typed)
     if [_signature(n) for n in mine] != [_signature(n) for n in theirs] or rewires is None:
-        return None, CASTS("differs", dtype=name)
+        return None, CASTS("differs_at", dtype=name, where=_first_difference(gm, typed, mine, theirs))
     args = {n.name: (str(n.target), tuple(_float_dtypes((n.args, n.kwargs)))) for n in theirs}
     wide = sum(1 for _t, ds in args.values() for d in ds if torch.finfo(d).bits > torch.finfo(dtype).bits)
     attrs: dict[str, torch.dtype] = {}
@@ -428,13 +486,99 @@ def _flatten_attrs(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
+def _attribute_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+    """Tensors a module holds outside its parameters and buffers: plain attributes, and those in dicts, lists
+    and tuples among them (a cache: timm LeViT's ``attention_bias_cache``)."""
+    found: dict[int, torch.Tensor] = {}
+
+    def visit(value: Any, depth: int) -> None:
+        if isinstance(value, torch.Tensor):
+            if not isinstance(value, torch.nn.Parameter):
+                found[id(value)] = value
+        elif depth < 4 and isinstance(value, dict):
+            for v in value.values():
+                visit(v, depth + 1)
+        elif depth < 4 and isinstance(value, (list, tuple)):
+            for v in value:
+                visit(v, depth + 1)
+
+    for mod in module.modules():
+        for key, value in vars(mod).items():
+            if key not in ("_parameters", "_buffers", "_modules"):
+                visit(value, 0)
+    return list(found.values())
+
+
+def copy_module(module: torch.nn.Module, memo: dict[int, Any] | None = None) -> torch.nn.Module:
+    """``copy.deepcopy(module)``, where a tensor autograd computed (in ``_attribute_tensors``) is copied as a detached
+    clone (same values, same dtype and device; ``deepcopy`` refuses a non-leaf tensor). ``memo``: what the copy
+    takes for given objects instead (``id`` → replacement), as ``copy.deepcopy``'s."""
+    memo = dict(memo or {})
+    for t in _attribute_tensors(module):
+        if not t.is_leaf:   # a cache filled by a forward with gradients on: copy.deepcopy refuses it
+            memo.setdefault(id(t), t.detach().clone())
+    return copy.deepcopy(module, memo)
+
+
+def grouped_mm_reference(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: torch.Tensor | None = None,
+                         bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """What ``torch._grouped_mm`` computes, as a loop of per-group matmuls in any dtype (float64 included,
+    which the op has no kernel for): ``mat_a`` (S, K) with its rows sorted by group, ``mat_b`` (G, K, N),
+    ``offs`` (G,) the groups' cumulative row ends; row block ``offs[g-1]:offs[g]`` times ``mat_b[g]``. Rows past
+    ``offs[-1]`` are zero here (the op leaves them unwritten). A 3-D ``mat_a`` (G, M, K) is a batched matmul.
+    Other forms (2-D times 2-D, grouped along K: the op's backward) and a ``bias`` (which the op does not
+    take yet) raise ``NotImplementedError``."""
+    if bias is not None:
+        raise NotImplementedError("grouped_mm_reference: a bias (torch._grouped_mm does not take one yet)")
+    if mat_a.dim() == 3 and mat_b.dim() == 3 and offs is None:
+        out = torch.bmm(mat_a, mat_b)                                      # (G, M, N)
+        return out.to(out_dtype or out.dtype)
+    if mat_a.dim() != 2 or mat_b.dim() != 3 or offs is None:
+        raise NotImplementedError(f"grouped_mm_reference: mat_a {tuple(mat_a.shape)}, mat_b {tuple(mat_b.shape)}, "
+                                  f"offs {'given' if offs is not None else 'none'}: only (S, K) x (G, K, N) by offs")
+    out = torch.zeros(mat_a.shape[0], mat_b.shape[2], dtype=mat_a.dtype, device=mat_a.device)  # (S, N)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        if end > start:
+            out[start:end] = mat_a[start:end] @ mat_b[g]                   # (rows of group g, K) @ (K, N)
+        start = end
+    return out.to(out_dtype or out.dtype)
+
+
+class _Float64Ops(torch.utils._python_dispatch.TorchDispatchMode):
+    """Routes the ATen operators with no float64 kernel (``_grouped_mm``: transformers' MoE experts on this
+    torch) to their reference decompositions (``grouped_mm_reference``) when they get float64 tensors; every
+    other call runs as it is."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._grouped_mm.default and args and args[0].dtype == torch.float64:
+            names = ("mat_a", "mat_b", "offs", "bias", "out_dtype")
+            return grouped_mm_reference(**dict(zip(names, args)), **kwargs)
+        return func(*args, **kwargs)
+
+
+class Float64Reference(torch.nn.Module):
+    """An eager module in float64, called under ``_Float64Ops``: what ``prepare_module`` returns for float64,
+    so that a model whose ops lack a float64 kernel still has its reference (never a skipped one)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with _Float64Ops():
+            return self.module(*args, **kwargs)
+
+
 def prepare_module(module: torch.nn.Module, device: str, dtype: torch.dtype,
                    channels_last: bool = False) -> torch.nn.Module:
-    """A copy of an eager module on ``device``, floating weights in ``dtype``."""
-    module = _cast_floating(copy.deepcopy(module).to(torch.device(device)), dtype)
+    """A copy of an eager module on ``device``, floating weights in ``dtype`` (``copy_module``); in float64
+    wrapped in ``Float64Reference`` (operators without a float64 kernel run their reference decomposition)."""
+    module = _cast_floating(copy_module(module).to(torch.device(device)), dtype)
     if channels_last:
         module = module.to(memory_format=torch.channels_last)
-    return module.eval()
+    return Float64Reference(module.eval()).eval() if dtype == torch.float64 else module.eval()
 
 
 def _cast_floating(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:

@@ -18,6 +18,11 @@ What a folder can do to a loader that trusts it, and what this module does inste
   ``trust_remote_code=False`` and ``use_safetensors=True``.
 - Safetensors headers are read (bounded) and the tensors they declare must lie
   inside their file; their total is checked against the budget too.
+- ``architectures`` in the config names the class that wrote the folder; it is
+  taken only when it is a bare model class the installed transformers package
+  exports for this config's type (``named_base_model``: a ``T5EncoderModel``
+  folder builds ``T5EncoderModel``, not AutoModel's encoder-decoder ``T5Model``);
+  any other name leaves the choice to ``AutoModel``. A name is never code.
 
 ``load_hf_folder(path, batch, seq_len) -> LoadedModel`` is what
 ``explorer.sources.load_model`` calls for a folder.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -361,6 +367,37 @@ def check_folder(path: Path, batch: int | None = None, seq_len: int | None = Non
     return config_dict, files, index
 
 
+_BASE_MODEL_NAME = re.compile(r"[A-Z][A-Za-z0-9]{0,80}Model")
+
+
+def named_base_model(config: Any) -> Any:
+    """The transformers class the folder's config names in ``architectures`` when it is a bare model (no head:
+    ``T5EncoderModel``, ``BertModel``) of this config's type, from the installed transformers package (never code
+    from the folder); else None (then ``AutoModel`` decides, as for ``LlamaForCausalLM``: its base model).
+
+    ``AutoModel`` maps a config type to one class: a ``T5Config`` to the encoder-decoder ``T5Model``, which
+    cannot run the ``T5EncoderModel`` that wrote the folder without decoder inputs. Only a name of one word
+    ending in ``Model`` (not a ``...PreTrainedModel``) that the transformers package itself exports, a
+    ``PreTrainedModel`` whose ``config_class`` the config is, is taken."""
+    import transformers
+
+    names = getattr(config, "architectures", None)
+    if not isinstance(names, (list, tuple)) or len(names) != 1 or not isinstance(names[0], str):
+        return None
+    name = names[0]
+    if not _BASE_MODEL_NAME.fullmatch(name) or name.endswith("PreTrainedModel"):
+        return None
+    try:
+        cls = getattr(transformers, name, None)
+    except Exception:   # a lazy import of transformers' own module that fails here: AutoModel decides
+        return None
+    config_class = getattr(cls, "config_class", None)
+    if not isinstance(cls, type) or not issubclass(cls, transformers.PreTrainedModel) or \
+            not isinstance(config_class, type) or not isinstance(config, config_class):
+        return None
+    return cls
+
+
 def load_hf_folder(path: Path, batch: int | None = None, seq_len: int | None = None):
     """Load a ``save_pretrained`` folder offline, safetensors only, eager attention; returns a ``LoadedModel``.
 
@@ -383,7 +420,8 @@ def load_hf_folder(path: Path, batch: int | None = None, seq_len: int | None = N
             with _quiet_transformers():
                 config = AutoConfig.from_pretrained(str(staging), local_files_only=True, trust_remote_code=False)
                 cls = AutoModelForSequenceClassification if getattr(config, "architectures", None) and any(
-                    "SequenceClassification" in str(a) for a in config.architectures) else AutoModel
+                    "SequenceClassification" in str(a) for a in config.architectures) else \
+                    (named_base_model(config) or AutoModel)
                 model = cls.from_pretrained(str(staging), local_files_only=True, trust_remote_code=False,
                                             use_safetensors=True, attn_implementation="eager")
         except (Exception, RecursionError) as exc:
@@ -398,7 +436,7 @@ def load_hf_folder(path: Path, batch: int | None = None, seq_len: int | None = N
     gm = capture(wrapper, inputs, path.name)
     limits.check_graph_fits(gm, path.name)
     rb, rs = spec.resolve(batch, seq_len)
-    task = "classification" if cls is not AutoModel else "features"
+    task = "classification" if cls is AutoModelForSequenceClassification else "features"
     return LoadedModel(
         name=path.name, source="hf", gm=gm, example_inputs=inputs, input_names=list(names),
         task=task, description=f"Hugging Face folder {path.name} ({type(model).__name__})",

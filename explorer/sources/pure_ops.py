@@ -20,7 +20,12 @@ Three rules refine the list, each checked per node by ``check_graph_ops``:
 - an operator that writes into an argument (a ``Tensor(a!)`` in its schema:
   ``relu_``, ``add_``, ``index_copy_``) may write only into a value the graph
   computed itself, or a view of one (``_owned``): never into a placeholder
-  (the user's inputs), a weight, a buffer or a constant;
+  (the user's inputs), a weight, a buffer or a constant. ``detach_`` is one:
+  it changes no value, only the autograd metadata of its argument (which an
+  inference run has none of), and transformers' ``DynamicCache.update``
+  writes it on the fresh copy of an empty cache when a decoder is exported
+  with its default ``use_cache=True``: allowed on such a value, refused on an
+  input or a weight like every other write;
 - an operator tagged ``nondeterministic_seeded`` is allowed only where an
   argument guard proves it deterministic (``dropout(x, p, train=False)``,
   ``scaled_dot_product_attention`` with ``dropout_p=0``: ``GUARDS``);
@@ -85,6 +90,7 @@ aten.logical_and.default aten.logical_not.default aten.logical_or.default aten.l
 aten.lt.Scalar aten.lt.Tensor aten.masked_fill.Scalar aten.masked_fill.Tensor aten.matmul.default
 aten.max.dim aten.max_pool1d.default aten.max_pool2d.default aten.max_pool2d_with_indices.default
 aten.max_pool3d.default aten.maximum.default aten.mean.default aten.mean.dim aten.min.dim aten.minimum.default
+aten.min.other aten.max.other
 aten.mish.default aten.mm.default aten.mul.Scalar aten.mul.Tensor aten.narrow.default
 aten.native_channel_shuffle.default aten.native_group_norm.default aten.native_layer_norm.default
 aten.ne.Scalar aten.ne.Tensor aten.neg.default aten.new_ones.default aten.new_zeros.default aten.ones.default
@@ -111,6 +117,7 @@ aten.add_.Scalar aten.add_.Tensor aten.clamp_.default aten.div_.Tensor aten.drop
 aten.fill_.Tensor aten.gelu_.default aten.hardsigmoid_.default aten.hardswish_.default aten.hardtanh_.default
 aten.index_copy_.default aten.leaky_relu_.default aten.masked_fill_.Scalar aten.mul_.Scalar aten.mul_.Tensor
 aten.relu_.default aten.sigmoid_.default aten.silu_.default aten.sub_.Tensor aten.tanh_.default aten.zero_.default
+aten.detach_.default
 """.split())
 
 #: Python functions fx graphs call on sizes and on multi-output nodes (pure, on ints and tuples).
