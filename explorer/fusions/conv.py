@@ -541,7 +541,8 @@ def _folded(ctx: RewriteContext, conv: torch.fx.Node, bn: torch.fx.Node) -> tupl
 
 def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z: torch.fx.Node | None, separate: bool) -> Choice:
     """``select_conv_epilogue`` for a chain's conv, from the shapes the graph records, in the dtype the graph
-    runs in for the rewrite's target (``RewriteContext.run_dtype``)."""
+    runs in for the rewrite's target (``RewriteContext.run_dtype``) and the input layout its memory format
+    gives (``_target_layout``)."""
     c = _conv(conv)
     weight_val = aten.node_val(c.weight)
     w_shape = tuple(weight_val.shape) if isinstance(weight_val, torch.Tensor) else None
@@ -558,7 +559,20 @@ def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z: torch.fx.Node
                                            and is_depthwise(x_shape[1], w_shape, c.groups)),
                                 pointwise=w_shape is not None and is_pointwise_conv(w_shape, c.stride, c.padding,
                                                                                     c.dilation, c.groups),
-                                out_pixels=math.prod(out_shape[2:]) * out_shape[0] if out_shape else None)
+                                out_pixels=math.prod(out_shape[2:]) * out_shape[0] if out_shape else None,
+                                layout=_target_layout(ctx, c.input))
+
+
+def _target_layout(ctx: RewriteContext, x: torch.fx.Node) -> str | None:
+    """The layout the conv's input has when the graph runs for the rewrite's target, where the target says it: in
+    nchw the prepared graph keeps the capture's layouts (nothing is converted), so it is the one the graph records
+    (``layout_of`` its value: "nchw" for a contiguous input, "nhwc" for a permuted one such as ConvNeXt's, None for
+    any other); in channels_last the inputs and weights are converted when the graph is prepared and a permute may
+    still hand the conv a contiguous tensor, so the layout stays a run-time question (None)."""
+    if ctx.target.channels_last:
+        return None
+    val = aten.node_val(x)
+    return layout_of(val) if isinstance(val, torch.Tensor) else None
 
 
 def fold(ctx: RewriteContext, chain: Chain) -> edit.Edit:
