@@ -380,9 +380,10 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
     broadcast z). ``separate``: the plan's kernel choice "separate_epilogue" (the
     convolution with its bias, then the epilogue as separate torch ops). ``kernel_size``,
     ``depthwise`` (``is_depthwise``), ``pointwise`` (``is_pointwise_conv``), ``out_pixels``
-    (N·H'·W' of the output) and ``layout`` (the input's, ``layout_of``; None where it is not
-    known, as in a captured graph) are read where they decide (module docstring; None:
-    unknown). ``Choice.impl`` is one of ``cudnn_conv_add_relu``, ``cudnn_conv_relu``,
+    (N·H'·W' of the output) and ``layout`` (the input's, ``layout_of``: at run time the tensor's;
+    at the rewrite the graph's for an nchw target, whose prepared graph keeps the capture's
+    layouts, and None for channels_last, where a permute may still hand the conv a contiguous
+    tensor) are read where they decide (module docstring; None: unknown). ``Choice.impl`` is one of ``cudnn_conv_add_relu``, ``cudnn_conv_relu``,
     ``triton_gemm``, ``triton_depthwise``, ``triton_epilogue``, ``separate``; ``fused`` is
     whether the epilogue costs no kernel of its own per op.
     """
