@@ -3,9 +3,10 @@
 Runs on any tree, before issue 21's change as after (it wraps each family module's ``select_*`` attribute,
 which the call sites look up at call time, rather than reading the selection registry the old tree lacks), so
 that the two counts compare. Per model: cpu/fp32 (fuse, lowering, one forward) and cuda/fp16 as planned (fuse and
-lowering: no GPU needed)::
+lowering: no GPU needed). A name with a slash is a corpus entry (``benchmarks/corpus.py``, at its CI size:
+one layer, eager attention), captured as ``bench_corpus.py`` captures it::
 
-    python3 benchmarks/check_selection_calls.py resnet50 bert_base llama_decoder
+    python3 benchmarks/check_selection_calls.py resnet50 bert_base llama_decoder hf/gpt2
 """
 import importlib
 import sys
@@ -36,9 +37,29 @@ try:
     from explorer.vocab import Target
 except ImportError:
     Target = None
+
+
+def _analysis(name: str):
+    """The zoo model ``name``'s analysis, or a corpus entry's (``hf/gpt2``) captured at its CI size."""
+    if "/" not in name:
+        return fusion_engine.analyze(name)
+    from benchmarks import corpus
+    from explorer.graph.build import build_graph
+    from explorer.sources import LoadedModel, capture
+
+    entry = corpus.by_name(name)
+    module = entry.build("ci")
+    features = corpus.features_module(entry, module)
+    x = entry.inputs("ci", module=module)
+    gm = capture(features, x, name)
+    graph = build_graph(gm, name)
+    model = LoadedModel(name, "corpus", gm, tuple(x), [f"x{i}" for i in range(len(x))])
+    return fusion_engine.Analysis(model, graph, fusion_engine.detect(graph))
+
+
 out = {}
 for model in sys.argv[1:] or ["resnet50", "bert_base", "llama_decoder"]:
-    a = fusion_engine.analyze(model)
+    a = _analysis(model)
     for device, dtype in (("cpu", "fp32"), ("cuda", "fp16")):
         counts.clear()
         plan = make_plan(a.detection, "all")

@@ -135,7 +135,8 @@ def test_each_chain_is_decided_once_per_target(net, target):
     dtype = measure.torch_dtype(target.dtype)
     recorded = {n.meta["fused_chain"]: n.meta["fused_choice"] for n in _fused_calls(fused.gm)}
     assert {a.chain_id: a.impl for a in fused.applied} == {k: c.impl for k, c in recorded.items()}
-    assert all(n.meta["fused_for"] == (target.device_type, dtype) for n in _fused_calls(fused.gm))
+    assert all(n.meta["fused_for"] == (target.device_type, dtype, target.memory_format)
+               for n in _fused_calls(fused.gm))
     prepared = measure.prepare_graph(fused.gm, "cpu", dtype, target.channels_last, lean=False)
     with counting() as later:
         lowered = lean.specialize_fused_calls(prepared, torch.device(target.device), dtype)

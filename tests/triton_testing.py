@@ -154,12 +154,14 @@ def fuse_all(gm, detection, device: str = "cpu"):
 
 def fused_matches(gm, detection, x: torch.Tensor, rtol: float, layout: str = "nchw", device: str = KERNEL_DEVICE):
     """``gm`` rewritten on ``device`` with the default plan (every chain accepted, ``apply_plan`` at its default
-    level); asserts that every chain is fused and that the fused graph computes what ``gm`` does on ``x`` (both run
-    channels_last when ``layout`` is "nhwc") within ``rtol`` of the largest output. Returns the rewrite."""
+    level) in the memory format of ``layout``; asserts that every chain is fused and that the fused graph computes
+    what ``gm`` does on ``x`` (both run channels_last when ``layout`` is "nhwc") within ``rtol`` of the largest
+    output. Returns the rewrite."""
     from explorer.fusions.plan import make_plan
     from explorer.fusions.rewrite import apply_plan
 
-    fused = apply_plan(gm, detection, make_plan(detection), device)
+    memory_format = "channels_last" if layout == "nhwc" else "nchw"
+    fused = apply_plan(gm, detection, make_plan(detection, memory_format=memory_format), device)
     assert all(a.status == "fused" for a in fused.applied), fused.applied
     fgm = fused.gm
     if layout == "nhwc":

@@ -14,7 +14,10 @@
 
 The row must fit in one block, so the fused path handles ``N <= MAX_FUSED_N``
 (1024); longer rows take the reference path (``select_matmul_softmax`` says
-which, and why: the one decision the runtime call, the label and the lowering ask). Padded columns are set to −inf before the row max (so they
+which, and why: the one decision, made once per chain at the rewrite for the run's
+target and recorded on the fused call; the lowering of a lean graph for that target
+hands the recorded impl to the call (``LOWERINGS``), which follows it without asking
+again; a fused graph run as it is asks at each call). Padded columns are set to −inf before the row max (so they
 get probability 0); padded rows and K lanes load 0 and are never stored.
 fp32 inputs use ``tl.dot(..., input_precision="ieee")`` (no TF32), so the
 fused result is as accurate as an fp32 matmul; fp16/bf16 inputs use tensor
@@ -313,15 +316,21 @@ def _as_4d(t: torch.Tensor, batch: tuple[int, ...], last2: tuple[int, int]) -> t
 
 def matmul_softmax(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0,
                    mask: torch.Tensor | None = None, tscale: torch.Tensor | None = None,
-                   cap: float | None = None) -> torch.Tensor:
+                   cap: float | None = None, impl: str | None = None) -> torch.Tensor:
     """``softmax(a @ b * scale + mask, dim=-1)`` from one kernel where ``select_matmul_softmax`` allows.
 
     ``a``: ``(..., M, K)``; ``b``: ``(..., K, N)``; batch dims broadcast;
     ``mask``: additive (or boolean, True = keep), broadcastable to ``(..., M, N)``
     (a ``(B, 1, 1, N)`` padding mask is read with stride 0, never expanded in
-    memory). Returns ``(..., M, N)`` in the input dtype.
+    memory). Returns ``(..., M, N)`` in the input dtype. ``impl``: the ``Choice.impl`` decided for this
+    call's target (a lowered fused call is handed it); given, the selection is not asked ("triton" runs the
+    kernel where the operands share a device, anything else the reference).
     """
-    if select_for_tensors(a, b, mask).impl != "triton" or (tscale is not None and tscale.device != a.device):
+    if impl is None:
+        impl = select_for_tensors(a, b, mask).impl
+    elif impl == "triton" and not (b.device == a.device and (mask is None or mask.device == a.device)):
+        impl = "reference"
+    if impl != "triton" or (tscale is not None and tscale.device != a.device):
         return matmul_softmax_reference(a, b, scale, mask, tscale, cap)
     m, k = a.shape[-2:]
     n = b.shape[-1]
@@ -391,9 +400,10 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
 
 # ====================================================================== fused call targets
 
-def fused_matmul_softmax(a, b, scale, mask):
-    """``softmax(a @ b * scale + mask, dim=-1)``, scores kept on chip where the Triton kernel runs."""
-    return matmul_softmax(a, b, scale, _mask_like(mask, a))
+def fused_matmul_softmax(a, b, scale, mask, impl=None):
+    """``softmax(a @ b * scale + mask, dim=-1)``, scores kept on chip where the Triton kernel runs (``impl``: what
+    its lowering hands it, ``LOWERINGS``; None: the selection decides at the call)."""
+    return matmul_softmax(a, b, scale, _mask_like(mask, a), impl=impl)
 
 
 def fused_attention(q, k, v, scale, mask):
@@ -524,6 +534,16 @@ def einsum_form(equation: str) -> str | None:
     return None
 
 
+def scores_shapes(a_shape, b_shape, b_is_k: bool, shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The scores' operand shapes as ``(…, M, K)`` and ``(…, K, N)`` (what ``select_matmul_softmax`` reads) for
+    operands of shapes ``a_shape`` and ``b_shape`` (``b_is_k``: the second is K, ``(…, N, K)``), regrouped to the
+    batch dims of ``shape`` (the softmax's, where views regroup them; None: ``a``'s own)."""
+    m, k = a_shape[-2:]
+    n = b_shape[-2] if b_is_k else b_shape[-1]
+    batch = tuple(shape[:-2]) if shape is not None else tuple(a_shape[:-2])
+    return batch + (int(m), int(k)), batch + (int(k), int(n))
+
+
 def _scores_operands(a, b, qscale, qdiv, b_is_k, shape):
     """The scores' operands as ``(…, M, K) @ (…, K, N)``: the tensor scale folded into the queries
     (``(a·t) @ b == (a @ b)·t`` when ``t`` is constant along M and N), regrouped to ``shape``'s batch dims."""
@@ -567,16 +587,16 @@ def scores_softmax_reference(a, b, scale=1.0, qscale=None, qdiv=False, b_is_k=Fa
     return torch.softmax(s, dim=-1)
 
 
-def fused_scores_softmax(a, b, scale, qscale, qdiv, b_is_k, terms, shape, cap=None):
+def fused_scores_softmax(a, b, scale, qscale, qdiv, b_is_k, terms, shape, cap=None, impl=None):
     """``softmax(a @ b · t · scale + Σ terms)`` in ``shape``: scores from a matmul, an einsum or a ``baddbmm``,
     the tensor scale ``t`` (constant along the score rows and columns) applied to the fp32 scores in the kernel,
     the bias and the mask summed once, Gemma2's soft-cap ``cap·tanh(s / cap)`` (``cap``) before them; one
-    Triton kernel where it runs."""
+    Triton kernel where it runs (``impl``: what its lowering hands it; None: the selection decides at the call)."""
     a, b = _scores_operands(a, b, None, False, b_is_k, shape)
     tscale = None
     if qscale is not None:
         tscale = 1.0 / qscale.float() if qdiv else qscale
-    return matmul_softmax(a, b, scale, _total_mask(terms, shape, a), tscale, cap)
+    return matmul_softmax(a, b, scale, _total_mask(terms, shape, a), tscale, cap, impl)
 
 
 def fused_attention_forms(q, b, v, scale, qscale, qdiv, b_is_k, terms, shape=None):
@@ -614,10 +634,10 @@ def check_softmax(ctx: RewriteContext, chain, a_val) -> None:
     raise UseGeneric(WORDS("generic.cast_back", scores=names[0], probs=names[1], out=names[2]))
 
 
-def fused_capped_attention(q, b, v, scale, qscale, qdiv, b_is_k, terms, shape, cap, p_shape):
+def fused_capped_attention(q, b, v, scale, qscale, qdiv, b_is_k, terms, shape, cap, p_shape, impl=None):
     """Gemma2's soft-capped attention: ``softmax(cap·tanh(q @ kᵀ·scale / cap) + Σ terms)`` from the Triton scores
     kernel (SDPA has no soft-cap), regrouped to ``p_shape`` (what the model's P·V reads), then ``P @ v``."""
-    p = fused_scores_softmax(q, b, scale, qscale, qdiv, b_is_k, terms, shape, cap)
+    p = fused_scores_softmax(q, b, scale, qscale, qdiv, b_is_k, terms, shape, cap, impl)
     return torch.matmul(p.reshape(tuple(p_shape)), v)
 
 
@@ -748,11 +768,8 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
     check_softmax(ctx, chain, av)
     context = ctx.node(chain, "context")
     if context is None:
-        m, k = av.shape[-2:]
-        n = bv.shape[-2] if b_is_k else bv.shape[-1]
-        batch = tuple(shape[:-2]) if shape is not None else tuple(av.shape[:-2])
         choice = select_matmul_softmax(ctx.device, ctx.run_dtype(av.dtype), ctx.run_dtype(bv.dtype),
-                                       batch + (int(m), int(k)), batch + (int(k), int(n)), True, bool(terms))
+                                       *scores_shapes(av.shape, bv.shape, b_is_k, shape), True, bool(terms))
         label = WORDS("label.forms", label=choice.label, scores=name, terms=len(terms))
         return edit.whole_chain_edit(ctx, chain, fused_scores_softmax,
                                      (a, b, scale, qscale, qdiv, b_is_k, terms, shape, cap),
@@ -764,11 +781,8 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
     p_shape = aten.static_shape(cform[0])
     if cap is not None:
         # SDPA has no soft-cap: the Triton scores kernel applies it, then P·V is one matmul
-        m, k = av.shape[-2:]
-        n = bv.shape[-2] if b_is_k else bv.shape[-1]
-        batch = tuple(shape[:-2]) if shape is not None else tuple(av.shape[:-2])
-        choice = select_matmul_softmax(ctx.device, ctx.run_dtype(av.dtype), ctx.run_dtype(bv.dtype), batch + (int(m), int(k)),
-                                       batch + (int(k), int(n)), True, bool(terms))
+        choice = select_matmul_softmax(ctx.device, ctx.run_dtype(av.dtype), ctx.run_dtype(bv.dtype),
+                                       *scores_shapes(av.shape, bv.shape, b_is_k, shape), True, bool(terms))
         if choice.impl != "triton" or p_shape is None:
             raise UseGeneric(WORDS("generic.softcap"))
         label = WORDS("label.forms", label=WORDS("label.capped", label=choice.label), scores=name, terms=len(terms))
@@ -796,6 +810,42 @@ def select_attention(device: torch.device | str) -> Choice:
     if device.type == "cuda":
         return Choice("sdpa", WORDS("label.sdpa"), True)
     return Choice("sdpa", WORDS("label.sdpa_cpu", device=device.type), True)
+
+
+# ====================================================================== lowering (lean graphs)
+
+def _lower_scores(node: torch.fx.Node, device: torch.device, dtype: torch.dtype, arity: int, b_is_k: bool,
+                  shape, has_terms: bool) -> bool:
+    """Hand a fused scores→softmax call the impl decided for this device and dtype: the rewrite's
+    (``edit.planned``), else (a call fused for another target) the selection's, asked here once from the
+    shapes the graph records (its operands are floating, in ``dtype`` once the graph is prepared)."""
+    choice = edit.planned(node, device, dtype)
+    if choice is None:
+        a_shape, b_shape = aten.static_shape(node.args[0]), aten.static_shape(node.args[1])
+        if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) < 2:
+            return False                                          # the call asks at run time, as before
+        choice = select_matmul_softmax(device, dtype, dtype, *scores_shapes(a_shape, b_shape, b_is_k, shape), True,
+                                       has_terms)
+    return edit.bind_choice(node, arity, choice.impl)
+
+
+def _lower_forms(node: torch.fx.Node, device: torch.device, dtype: torch.dtype, arity: int, at: int) -> bool:
+    """``fused_scores_softmax`` (``at`` 5) / ``fused_capped_attention`` (6, after ``v``): ``b_is_k, terms, shape``
+    from argument ``at`` on."""
+    if len(node.args) < arity:
+        return False
+    b_is_k, terms, shape = node.args[at:at + 3]
+    return _lower_scores(node, device, dtype, arity, bool(b_is_k), shape, bool(terms))
+
+
+#: fused call target -> lowering(gm, node, device, dtype) -> bool (explorer.runtime.lean). The SDPA calls
+#: (``fused_attention*``) decide nothing at run time and are not lowered here.
+LOWERINGS = {
+    fused_matmul_softmax: lambda gm, node, device, dtype: _lower_scores(node, device, dtype, 4, False, None,
+                                                                        node.args[3] is not None),
+    fused_scores_softmax: lambda gm, node, device, dtype: _lower_forms(node, device, dtype, 9, 5),
+    fused_capped_attention: lambda gm, node, device, dtype: _lower_forms(node, device, dtype, 11, 6),
+}
 
 
 # ====================================================================== patterns

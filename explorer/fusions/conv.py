@@ -380,9 +380,10 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
     broadcast z). ``separate``: the plan's kernel choice "separate_epilogue" (the
     convolution with its bias, then the epilogue as separate torch ops). ``kernel_size``,
     ``depthwise`` (``is_depthwise``), ``pointwise`` (``is_pointwise_conv``), ``out_pixels``
-    (N·H'·W' of the output) and ``layout`` (the input's, ``layout_of``; None where it is not
-    known, as in a captured graph) are read where they decide (module docstring; None:
-    unknown). ``Choice.impl`` is one of ``cudnn_conv_add_relu``, ``cudnn_conv_relu``,
+    (N·H'·W' of the output) and ``layout`` (the input's, ``layout_of``: at run time the tensor's;
+    at the rewrite the graph's for an nchw target, whose prepared graph keeps the capture's
+    layouts, and None for channels_last, where a permute may still hand the conv a contiguous
+    tensor) are read where they decide (module docstring; None: unknown). ``Choice.impl`` is one of ``cudnn_conv_add_relu``, ``cudnn_conv_relu``,
     ``triton_gemm``, ``triton_depthwise``, ``triton_epilogue``, ``separate``; ``fused`` is
     whether the epilogue costs no kernel of its own per op.
     """
@@ -541,7 +542,8 @@ def _folded(ctx: RewriteContext, conv: torch.fx.Node, bn: torch.fx.Node) -> tupl
 
 def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z: torch.fx.Node | None, separate: bool) -> Choice:
     """``select_conv_epilogue`` for a chain's conv, from the shapes the graph records, in the dtype the graph
-    runs in for the rewrite's target (``RewriteContext.run_dtype``)."""
+    runs in for the rewrite's target (``RewriteContext.run_dtype``) and the input layout its memory format
+    gives (``_target_layout``)."""
     c = _conv(conv)
     weight_val = aten.node_val(c.weight)
     w_shape = tuple(weight_val.shape) if isinstance(weight_val, torch.Tensor) else None
@@ -558,7 +560,20 @@ def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z: torch.fx.Node
                                            and is_depthwise(x_shape[1], w_shape, c.groups)),
                                 pointwise=w_shape is not None and is_pointwise_conv(w_shape, c.stride, c.padding,
                                                                                     c.dilation, c.groups),
-                                out_pixels=math.prod(out_shape[2:]) * out_shape[0] if out_shape else None)
+                                out_pixels=math.prod(out_shape[2:]) * out_shape[0] if out_shape else None,
+                                layout=_target_layout(ctx, c.input))
+
+
+def _target_layout(ctx: RewriteContext, x: torch.fx.Node) -> str | None:
+    """The layout the conv's input has when the graph runs for the rewrite's target, where the target says it: in
+    nchw the prepared graph keeps the capture's layouts (nothing is converted), so it is the one the graph records
+    (``layout_of`` its value: "nchw" for a contiguous input, "nhwc" for a permuted one such as ConvNeXt's, None for
+    any other); in channels_last the inputs and weights are converted when the graph is prepared and a permute may
+    still hand the conv a contiguous tensor, so the layout stays a run-time question (None)."""
+    if ctx.target.channels_last:
+        return None
+    val = aten.node_val(x)
+    return layout_of(val) if isinstance(val, torch.Tensor) else None
 
 
 def fold(ctx: RewriteContext, chain: Chain) -> edit.Edit:

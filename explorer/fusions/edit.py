@@ -215,12 +215,36 @@ def epilogue_choice(ctx: RewriteContext, choice: Choice, separate: bool, what: s
 
 def planned(node: torch.fx.Node, device: torch.device, dtype: torch.dtype) -> Choice | None:
     """The ``Choice`` the rewrite recorded on a fused call (``node.meta["fused_choice"]``) when it was made for
-    this device type and dtype (``node.meta["fused_for"]``); None for a call fused for another target (or by
-    a lowering of its own): the lowering then asks the family's selection, its one other caller."""
+    this device type and dtype (``node.meta["fused_for"]``: device type, torch dtype, memory format); None for a
+    call fused for another target (or by a lowering of its own, or set aside by ``set_aside_for``): the lowering
+    then asks the family's selection, its one other caller."""
     choice, made_for = node.meta.get("fused_choice"), node.meta.get("fused_for")
-    if isinstance(choice, Choice) and made_for == (torch.device(device).type, dtype):
+    if isinstance(choice, Choice) and made_for is not None and tuple(made_for[:2]) == (torch.device(device).type,
+                                                                                       dtype):
         return choice
     return None
+
+
+def set_aside_for(node: torch.fx.Node, memory_format: str) -> None:
+    """A fused call recorded for another memory format than the one its graph is lowered for is a call fused
+    for another target: its recorded choice is set aside (``planned`` then answers None). The conv selection
+    reads the memory format (an nchw graph's layouts are the capture's), so its nchw choice is not a
+    channels_last one."""
+    made_for = node.meta.get("fused_for")
+    if made_for is not None and len(made_for) > 2 and made_for[2] != memory_format:
+        node.meta.pop("fused_choice", None)
+
+
+def bind_choice(node: torch.fx.Node, arity: int, impl: str) -> bool:
+    """Pass ``impl`` (a ``Choice.impl``) to a fused call as its argument after its ``arity`` own ones, for a
+    family whose fused call follows the choice it is given instead of asking its selection at run time (the
+    call target, and so the lean graph's list of calls, stays the same; ``node.meta["fused_bound"]`` says it was
+    handed one). Returns whether it did (a call written with fewer arguments keeps asking)."""
+    if len(node.args) < arity:
+        return False
+    node.args = (*node.args[:arity], impl)
+    node.meta["fused_bound"] = impl
+    return True
 
 
 def not_fused_note(device: torch.device, label: str, what: str) -> str:

@@ -27,7 +27,11 @@ thread holds a few 16-byte vectors.
 
 Supported: fp32, fp16, bf16; any number of rows; last dim up to 16384; weight
 and bias optional. Anything else, and CPU tensors without ``TRITON_INTERPRET=1``,
-takes the reference path; ``select_add_layer_norm`` is the one decision.
+takes the reference path; ``select_add_layer_norm`` is the one decision. It is made
+once per chain, at the rewrite, for the run's target, and recorded on the fused call;
+the lowering of a lean graph for that target hands the recorded impl to the call
+(``LOWERINGS``: ``edit.bind_choice``), which then follows it without asking again.
+A fused graph run as it is (not lowered) asks once per call signature.
 """
 
 
@@ -273,30 +277,33 @@ def _build_kernel(interpret: bool):
 _LAUNCHES: dict[tuple, Launch] = {}
 
 
-def _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum=True) -> tuple | None:
+def _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum=True,
+               impl: str | None = None) -> tuple | None:
     """Hashable call signature for the fast path, or None where only the general path applies.
 
     Contiguous inputs only. It holds what the kernel is specialised on (dtypes; shapes,
     hence every integer argument; which pointers are 16-byte aligned), the device (and
-    on the CPU whether Triton is interpreting) and the tuning overrides.
+    on the CPU whether Triton is interpreting), the tuning overrides and the impl the call was handed.
     """
     operands = contiguous_key(x, residual, weight, bias)
     if operands is None:
         return None
-    return (operands, float(eps), num_warps, rows_per_prog, keep_sum, x.is_cuda or interpreting())
+    return (operands, float(eps), num_warps, rows_per_prog, keep_sum, x.is_cuda or interpreting(), impl)
 
 
-def _kernel_applies(x, residual, weight, bias, residual_shape_ok: bool) -> bool:
-    """Whether the Triton kernel can take these operands (else the reference composition runs)."""
-    n = x.shape[-1] if x.dim() else 0
-    return (select_add_layer_norm(x.device, n, x.dtype).impl == "triton" and residual_shape_ok
+def _kernel_applies(x, residual, weight, bias, residual_shape_ok: bool, impl: str | None = None) -> bool:
+    """Whether the Triton kernel runs for these operands (else the reference composition): the choice the call
+    was handed (``impl``), else the selection's for their device, row length and dtype; and operands it takes."""
+    if impl is None:
+        impl = select_add_layer_norm(x.device, x.shape[-1] if x.dim() else 0, x.dtype).impl
+    return (impl == "triton" and residual_shape_ok
             and residual.dtype == x.dtype and residual.device == x.device and x.numel() > 0
             and all(t is None or t.device == x.device for t in (weight, bias)))
 
 
-def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) -> Launch:
+def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum, impl=None) -> Launch:
     """Decide, for contiguous inputs, whether the kernel runs, and prepare its launch."""
-    if not _kernel_applies(x, residual, weight, bias, leading_broadcast(residual.shape, x.shape)):
+    if not _kernel_applies(x, residual, weight, bias, leading_broadcast(residual.shape, x.shape), impl):
         return Launch()                                                       # kernel None: the reference
     n = x.shape[-1]
     interpret = interpreting()
@@ -315,8 +322,8 @@ def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) 
 
 def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
                   bias: torch.Tensor | None = None, eps: float = 1e-5,
-                  num_warps: int | None = None, rows_per_prog: int | None = None, keep_sum: bool = True
-                  ) -> tuple[torch.Tensor | None, torch.Tensor]:
+                  num_warps: int | None = None, rows_per_prog: int | None = None, keep_sum: bool = True,
+                  impl: str | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Return ``(x + residual, layer_norm(x + residual))`` over the last dim, from one kernel.
 
     ``x`` and ``residual``: shape ``(..., N)`` and one dtype; ``residual`` may also
@@ -327,16 +334,22 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
     it is computed from the sum rounded to the dtype either way). Falls back to
     ``add_layernorm_reference`` where ``select_add_layer_norm`` says "reference" or
     the operands do not fit the kernel (other broadcasts, mixed dtypes or devices).
-    ``num_warps`` and ``rows_per_prog`` override the launch heuristics (for tuning).
+    ``num_warps`` and ``rows_per_prog`` override the launch heuristics (for tuning). ``impl`` is the
+    ``Choice.impl`` decided for this call's target (a lowered fused call is handed it): given, the
+    selection is not asked ("reference" runs the reference, "triton" the kernel where the operands fit).
 
     Contiguous inputs take a fast path: the launch is planned once per call signature
     and then reused (a model calls this with the same shapes every forward); anything
     else goes through ``_add_layernorm_general``, planned afresh on every call.
     """
-    key = _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum)
+    if impl is not None and impl != "triton":
+        s, y = add_layernorm_reference(x, residual, weight, bias, eps)
+        return (s if keep_sum else None), y
+    key = _signature(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum, impl)
     if key is None:
-        return _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum)
-    plan = planned(_LAUNCHES, key, _plan_launch, x, residual, weight, bias, num_warps, rows_per_prog, keep_sum)
+        return _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum, impl)
+    plan = planned(_LAUNCHES, key, _plan_launch, x, residual, weight, bias, num_warps, rows_per_prog, keep_sum,
+                   impl)
     if plan.kernel is None:
         s, y = add_layernorm_reference(x, residual, weight, bias, eps)
         return (s if keep_sum else None), y
@@ -348,9 +361,9 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
     return (s if keep_sum else None), y
 
 
-def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum=True):
+def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_prog, keep_sum=True, impl=None):
     """Any layout and device: rows through ``reshape``, each call planned afresh."""
-    if not _kernel_applies(x, residual, weight, bias, residual.shape == x.shape):
+    if not _kernel_applies(x, residual, weight, bias, residual.shape == x.shape, impl):
         s, y = add_layernorm_reference(x, residual, weight, bias, eps)
         return (s if keep_sum else None), y
     n = x.shape[-1]
@@ -385,22 +398,25 @@ def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_p
 
 # ====================================================================== fused call targets
 
-def fused_add_layer_norm(x, residual, weight, bias, eps):
+# Each takes, last, the impl its lowering hands it (``LOWERINGS``); None (a graph run as it is fused): the
+# selection decides, once per call signature.
+
+def fused_add_layer_norm(x, residual, weight, bias, eps, impl=None):
     """``(x + residual, layer_norm(x + residual))`` over the last dim, from one kernel where possible."""
-    return add_layernorm(x, residual, weight, bias, eps)
+    return add_layernorm(x, residual, weight, bias, eps, impl=impl)
 
 
-def fused_add_layer_norm_viewed(x, residual, weight, bias, eps, shape, keep_sum=True):
+def fused_add_layer_norm_viewed(x, residual, weight, bias, eps, shape, keep_sum=True, impl=None):
     """``(x + residual, layer_norm(x + residual))`` where the LayerNorm reads the sum through a view that keeps its
     rows (OPT's ``(B·T, C) → (B, T, C)``; an eval-mode dropout): the normalised rows are the same, in ``shape``.
     Without ``keep_sum`` (nothing outside the chain reads the sum) only the normalised output is returned."""
-    s, y = add_layernorm(x, residual, weight, bias, eps, keep_sum=keep_sum)
+    s, y = add_layernorm(x, residual, weight, bias, eps, keep_sum=keep_sum, impl=impl)
     return (s, y.reshape(tuple(shape))) if keep_sum else y.reshape(tuple(shape))
 
 
-def fused_add_layer_norm_normed(x, residual, weight, bias, eps):
+def fused_add_layer_norm_normed(x, residual, weight, bias, eps, impl=None):
     """``layer_norm(x + residual)`` from one kernel where possible; the sum (read by nothing else) is not written."""
-    return add_layernorm(x, residual, weight, bias, eps, keep_sum=False)[1]
+    return add_layernorm(x, residual, weight, bias, eps, keep_sum=False, impl=impl)[1]
 
 
 # ====================================================================== rewrite
@@ -458,6 +474,27 @@ def _rows_kept(ctx: RewriteContext, chain, node, add, n: int) -> None:
     compute = set(chain.compute_nodes)
     if any(ctx.by_name[m] not in on_path for m in chain.nodes if m not in compute):
         raise UseGeneric(WORDS("generic.view"))
+
+
+# ====================================================================== lowering (lean graphs)
+
+def _lower(node: torch.fx.Node, device: torch.device, dtype: torch.dtype, arity: int, keep_sum: bool) -> bool:
+    """Hand the fused call the impl decided for this device and dtype: the rewrite's (``edit.planned``), else (a
+    call fused for another target) the selection's, asked here once for the row length the graph records."""
+    choice = edit.planned(node, device, dtype)
+    if choice is None:
+        shape = aten.static_shape(node.args[0])                             # x: floating, in ``dtype`` now
+        choice = select_add_layer_norm(device, int(shape[-1]) if shape else None, dtype, keep_sum)
+    return edit.bind_choice(node, arity, choice.impl)
+
+
+#: fused call target -> lowering(gm, node, device, dtype) -> bool (explorer.runtime.lean)
+LOWERINGS = {
+    fused_add_layer_norm: lambda gm, node, device, dtype: _lower(node, device, dtype, 5, True),
+    fused_add_layer_norm_normed: lambda gm, node, device, dtype: _lower(node, device, dtype, 5, False),
+    fused_add_layer_norm_viewed: lambda gm, node, device, dtype: _lower(
+        node, device, dtype, 7, bool(node.args[6]) if len(node.args) > 6 else True),
+}
 
 
 # ====================================================================== GroupNorm + activation

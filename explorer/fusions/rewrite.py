@@ -30,12 +30,17 @@ What the fused model is made for is one ``Target(device, dtype, memory_format)``
 selection, for that target: its dtype is the one the prepared graph runs in
 (``RewriteContext.run_dtype``), not the capture's float32. The fused call records
 the ``Choice`` (``node.meta["fused_choice"]``, for ``node.meta["fused_for"]``:
-the device type and torch dtype), the chain's ``AppliedChain`` carries its impl
-and label (the launch counts read those: ``explorer.launches``), and the lowering
-of a lean graph prepared for the same target reads it (``edit.planned``) instead
-of deciding again. The memory format is part of the target; the selections that
-depend on a layout still read the tensors' own at run time, where a channels_last
-plan can meet a contiguous tensor (after a permute).
+the device type, torch dtype and memory format), the chain's ``AppliedChain`` carries
+its impl and label (the launch counts read those: ``explorer.launches``), and the
+lowering of a lean graph prepared for the same target reads it (``edit.planned``)
+instead of deciding again; the families whose fused calls would otherwise decide at
+run time (Add+LayerNorm, the attention scores kernel) are handed the recorded impl
+by their lowering (``edit.bind_choice``). The memory format is part of the target:
+in nchw the graph runs with the capture's layouts, so the conv selection reads each
+input's layout from the graph (1×1 and depthwise convs over a contiguous input take
+the epilogue pass, not a kernel that would fall back at run time); in channels_last
+a permute can still hand a conv a contiguous tensor, so the layout stays a run-time
+question there.
 """
 
 from __future__ import annotations
@@ -214,7 +219,7 @@ def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]]
     edits: list[tuple[Edit, str, str]] = []
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     read_attrs: set[str] = set()
-    made_for = (ctx.device.type, ctx.dtype)
+    made_for = (ctx.device.type, ctx.dtype, target.memory_format)
     for chain, mode, kernel in work:
         def unfused(status: str, reason: str) -> AppliedChain:
             return AppliedChain(chain.id, chain.pattern, UNFUSED_LABEL, status, reason, kernel)
@@ -266,11 +271,11 @@ def _rewrite(gm: torch.fx.GraphModule, work: list[tuple[Chain, str | None, str]]
 
 
 def _apply_edit(gm: torch.fx.GraphModule, e: Edit, replaced: dict[torch.fx.Node, torch.fx.Node],
-                made_for: tuple[str, torch.dtype] | None = None) -> set[str]:
+                made_for: tuple[str, torch.dtype, str] | None = None) -> set[str]:
     """Insert ``e``'s fused call, reroute its outputs' users and erase the chain's nodes.
 
     ``replaced`` maps nodes earlier edits removed to what replaced them (an
-    argument of this edit may be one); ``made_for`` (device type, torch dtype) is the
+    argument of this edit may be one); ``made_for`` (device type, torch dtype, memory format) is the
     target the edit's choice was made for, recorded with it on the call. Returns the
     ``get_attr`` targets the removed nodes read (candidates for ``_drop_unused_tensors``).
     """

@@ -56,6 +56,7 @@ import torch
 import torch.fx
 
 from explorer.fusions import LOWERINGS
+from explorer.fusions.edit import set_aside_for
 from explorer.graph.aten import attr_value
 
 aten = torch.ops.aten
@@ -149,20 +150,27 @@ def pin_attrs(gm: torch.fx.GraphModule) -> int:
 
 # ------------------------------------------------------------------ fused call targets
 
-def specialize_fused_calls(gm: torch.fx.GraphModule, device: torch.device | str, dtype: torch.dtype) -> int:
+def specialize_fused_calls(gm: torch.fx.GraphModule, device: torch.device | str, dtype: torch.dtype,
+                           memory_format: str | None = None) -> int:
     """Replace each fused call target by the library calls it would take on ``device`` in ``dtype``.
 
     Each family declares its lowerings (``explorer.fusions.LOWERINGS``); a
-    lowering asks the family's one kernel selection, so the graph runs what the
-    generic target would have chosen at every call. ``gm`` must already hold its
+    lowering reads the choice the rewrite recorded for this target (else asks the
+    family's one kernel selection), so the graph runs what the generic target
+    would have chosen at every call; a family whose fused call would decide at run
+    time is handed the choice instead. ``gm`` must already hold its
     tensors on ``device`` with floating ones in ``dtype`` (as ``prepare_graph``
-    leaves it). Edits ``gm`` in place and returns how many fused calls were lowered.
+    leaves it); ``memory_format`` (``nchw`` or ``channels_last``, as prepared; None:
+    not known) sets aside the choices recorded for the other one (``edit.set_aside_for``).
+    Edits ``gm`` in place and returns how many fused calls were lowered.
     """
     device = torch.device(device)
     changed = 0
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and not node.kwargs:
             lower = LOWERINGS.get(node.target)
+            if lower is not None and memory_format is not None:
+                set_aside_for(node, memory_format)
             if lower is not None and lower(gm, node, device, dtype):
                 changed += 1
     if changed:

@@ -220,7 +220,7 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     _flatten_attrs(gm)
     if lean:
         lean_graphs.lower_aten_calls(gm)
-        lean_graphs.specialize_fused_calls(gm, target_device, dtype)
+        lean_graphs.specialize_fused_calls(gm, target_device, dtype, "channels_last" if channels_last else "nchw")
         lean_graphs.fold_constants(gm)
         lean_graphs.pin_attrs(gm)
     return gm.eval()
