@@ -14,6 +14,7 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, assert_close64, fused_matches, fusion_benchmark,
                             needs_backend, triton_interpreter, up64)
@@ -21,7 +22,7 @@ from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, assert_close
 import torchvision  # after triton_testing: importing torchvision imports Triton
 
 from explorer.fusion_engine import detect
-from explorer.fusions import conv, convnext, triton_support
+from explorer.fusions import conv, convnext, linear, triton_support
 from explorer.fusions.plan import make_plan
 from explorer.fusions.rewrite import apply_plan
 from explorer.graph.build import build_graph
@@ -251,3 +252,63 @@ def test_kernel_benchmark_smoke_checks_every_variant(tmp_path, monkeypatch):
     assert any(r["variant"].startswith("tap_") and r["variant"][4].isdigit() for r in rows), "the tile sweep ran"
     monkeypatch.setattr(convnext, "TOLERANCES", {k: dict(rtol=0.0, atol=0.0) for k in convnext.TOLERANCES})
     assert bench.main(["--smoke", "--only", "fc1", "--out", str(out)]) == 1
+
+
+@pytest.mark.parametrize("dwln", ["reference", "cudnn_ln"])
+def test_lowering_accumulates_onto_a_dead_block_input(dwln, monkeypatch):
+    """``cublas_accumulate``: the second block's input is the first block's output, dead after it, so its lean
+    lowering is ``mlp_accumulate_`` (fc2 accumulating onto x in place, the bias in the padded column: no residual
+    pass); the first block reads the graph's input, which it must not overwrite: it keeps ``project_residual``.
+    The lean graph computes what the plain graph does, and leaves its input untouched."""
+    triton = dwln != "reference"
+    if triton and not (HAS_CUDA or INTERPRET):
+        pytest.skip("Triton runs neither compiled nor interpreted")
+    if not triton:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    x = torch.randn(3, 24, 5, 7, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    gm, det = _detect(nn.Sequential(block(24, 0), block(24, 1), block(24, 2)).to(DEVICE), x)
+    fused = apply_plan(gm, det, make_plan(det), DEVICE)
+    plain = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True, lean=False)
+    forced = dict(convnext_mlp="cublas_accumulate", convnext_dwln=dwln) if triton else \
+        dict(depthwise_triton=False, gemm_triton=False)
+    with conv.policy(**forced), monkeypatch.context() as m:
+        m.setattr(convnext, "mlp_impl", lambda *a, **k: "cublas_accumulate")   # without Triton too: pure cuBLAS
+        lean_gm = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True)
+    targets = [n.target for n in lean_gm.graph.nodes if n.op == "call_function"]
+    assert targets.count(convnext.mlp_accumulate_) == 2 and targets.count(convnext.project_residual) == 1
+    x = x.contiguous(memory_format=torch.channels_last)
+    before = x.clone()
+    with torch.inference_mode():
+        torch.testing.assert_close(lean_gm(x), plain(x), rtol=2e-5, atol=2e-5)
+    assert torch.equal(x, before), "the graph's input is not overwritten"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("act", ["gelu", "relu"])
+def test_accumulating_mlp_matches_float64(dtype, act):
+    """``mlp_accumulate_`` against the block's MLP in float64 on odd channels and 1×1 and batch-1 maps: the padded
+    column carries fc2's bias exactly (the activation maps 8 to 8), and x is updated in place (channels_last
+    rows) or through its rows' copy (NCHW)."""
+    for (n, c, h, w), layout in (((2, 13, 3, 5), "nhwc"), ((1, 24, 1, 1), "nhwc"), ((2, 9, 4, 3), "nchw")):
+        gen = torch.Generator().manual_seed(c)
+        x = torch.randn(n, c, h, w, generator=gen)
+        t = torch.randn(n, h, w, c, generator=gen)
+        w1, b1 = torch.randn(4 * c, c, generator=gen) / c ** 0.5, torch.randn(4 * c, generator=gen)
+        w2, b2 = torch.randn(c, 4 * c, generator=gen) / (2 * c) ** 0.5, torch.randn(c, generator=gen) * 3
+        ref = linear.linear_act_reference(t.double(), w1.double(), b1.double(), act)
+        ref = F.linear(ref, w2.double(), b2.double()).permute(0, 3, 1, 2) + x.double()
+        parts = convnext.accumulate_weights(*(p.to(dtype).to(DEVICE) for p in (w1, b1, w2, b2)), act)
+        xd = x.to(dtype).to(DEVICE)
+        xd = xd.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else xd.contiguous()
+        out = convnext.mlp_accumulate_(t.to(dtype).to(DEVICE), *parts, xd, act)
+        assert out is xd and out.dtype == dtype
+        tol = convnext.TOLERANCES[dtype]
+        torch.testing.assert_close(out.double().cpu(), ref, rtol=tol["rtol"] * 4, atol=tol["atol"] * 4 * 3)
+
+
+def test_accumulate_weights_refuse_an_activation_that_moves_the_carrier():
+    with pytest.raises(ValueError, match="does not map"):
+        convnext.accumulate_weights(torch.ones(8, 2), None, torch.ones(2, 8), None, "silu")
+    w1a, b1a, w2a = convnext.accumulate_weights(torch.ones(8, 2), None, torch.ones(2, 8), torch.tensor([4.0, -2.0]))
+    assert w1a.shape == (8 + convnext.K_PAD, 2) and b1a[8] == convnext.BIAS_CARRIER and not b1a[9:].any()
+    assert w2a[:, 8].tolist() == [0.5, -0.25] and not w2a[:, 9:].any() and not w1a[8:].any()

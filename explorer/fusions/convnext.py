@@ -148,6 +148,22 @@ WORDS = Words("convnext", {
                       "loads it, bias and residual in its epilogue, layer scale folded (1 kernel: no {act} pass)"),
                      ("cuBLAS linear+偏置（1 个内核） + triton GEMM：读入输入时就地做 {act}，尾处理加偏置和残差，折叠 layer scale"
                       "（1 个内核：没有单独的 {act} 遍）")),
+    "mlp.accumulate": (("cuBLAS linear+bias (1 kernel, one padded column of 8s) + {act} in place (1 pass) + cuBLAS "
+                        "linear accumulating onto the block input, its bias carried by the padded column, layer scale "
+                        "folded (1 kernel: no residual pass; where the input is dead after the block, else the "
+                        "residual pass)"),
+                       ("cuBLAS 线性层+偏置（1 个内核，多一列常数 8） + 就地 {act}（1 遍） + cuBLAS 线性层直接累加到块输入上，"
+                        "偏置由补出的那一列带入，折叠 layer scale（1 个内核：没有残差遍；仅当输入在块之后不再使用，否则保留残差遍）")),
+    "accumulate.explanation": (("fc2's bias rides in its GEMM: fc1 gets one more output whose bias is 8 and whose "
+                                "weights are 0, GELU(8) = 8 exactly, and fc2's weight gets the column b₂/8; then "
+                                "cuBLAS computes x + h·W₂ᵀ + b₂ straight into x's storage (β = 1), so the residual "
+                                "add is no pass of its own."),
+                               ("把 fc2 的偏置放进它的 GEMM：fc1 多一个输出，权重为 0、偏置为 8，GELU(8) 恰好等于 8；fc2 的权重多一列 "
+                                "b₂/8。cuBLAS 于是直接在 x 的存储上算出 x + h·W₂ᵀ + b₂（β = 1），残差相加不再单独一遍。")),
+    "accumulate.formula": ("act(t W1'^T + b1') W2'^T = act(t W1^T + b1) W2^T + b2,  W1' = [W1; 0], b1' = [b1; 8], "
+                           "W2' = [W2 | b2/8]",
+                           "act(t W1'^T + b1') W2'^T = act(t W1^T + b1) W2^T + b2，W1' = [W1; 0]，b1' = [b1; 8]，"
+                           "W2' = [W2 | b2/8]"),
     "notes.two": ("{first}; for the MLP, {second}", "{first}；MLP：{second}"),
     "stem.label": ("ConvNeXt stem: conv + LayerNorm2d", "ConvNeXt stem：卷积 + LayerNorm2d"),
     "downsample.label": ("ConvNeXt downsampling: LayerNorm2d + conv", "ConvNeXt 下采样：LayerNorm2d + 卷积"),
@@ -323,7 +339,10 @@ MLP_MEASURED: dict[tuple[int, int, int], tuple[str, dict[str, float]]] = {
 }
 #: Where a shape was not measured: cuBLAS and one pass each (the lower GPU time wherever each kernel was timed).
 MLP_DEFAULT = "cublas"
-MLP_IMPLS = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue")
+#: ``cublas_accumulate``: cuBLAS's fc1 with one padded column, the activation in place, cuBLAS's fc2 accumulating
+#: onto the block input in place (``mlp_accumulate_``: no residual pass); only in a lowered graph where the block
+#: input is dead after the block (``_owned_input``), else ``cublas``.
+MLP_IMPLS = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue", "cublas_accumulate")
 #: The GELU-prologue GEMM's tile per shape (the sweep's fastest in the same run), ``(BLOCK_M, BLOCK_N, BLOCK_K,
 #: num_warps, num_stages)``; elsewhere ``gemm_prologue.prologue_config``.
 PROLOGUE_TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
@@ -417,6 +436,8 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
         mlp, fused = WORDS("mlp.fc1", act=act), True
     elif mlp_choice == "gelu_prologue":
         mlp, fused = WORDS("mlp.prologue", act=act), True
+    elif mlp_choice == "cublas_accumulate":
+        mlp, fused = WORDS("mlp.accumulate", act=act), True
     else:
         lin = linear.select_linear_act(device, dtype, act, 2, 2)
         residual = WORDS("residual.triton" if triton else "residual.torch")
@@ -586,6 +607,55 @@ def project_residual(h: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None,
     return residual_add_(gemm_launch(plan, key, h, w2, b2, None, out), x)
 
 
+#: The accumulating MLP (``mlp_accumulate_``): fc1 gets ``K_PAD`` extra output rows, all zero but the first, whose
+#: bias is ``BIAS_CARRIER``; the activation maps it to itself exactly (GELU(8) = 8·Φ(8), Φ(8) = 1 − 6e-16 rounds to
+#: 1 in every float dtype; ReLU(8) = 8), so fc2's bias rides in the GEMM as the column ``b₂ / 8`` of its weight
+#: (a power of two: exact). ``K_PAD`` = 8 keeps fp16/bf16 rows 16-byte aligned.
+K_PAD = 8
+BIAS_CARRIER = 8.0
+ACCUMULATE_ACTS = ("gelu", "relu")
+
+
+def accumulate_weights(w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor | None,
+                       act: str = "gelu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(W₁', b₁', W₂')`` for ``mlp_accumulate_``: ``W₁' = [W₁; 0]`` ``(4C + K_PAD, C)``, ``b₁' = [b₁; 8, 0…]``,
+    ``W₂' = [W₂ | b₂/8 | 0…]`` ``(C, 4C + K_PAD)``, so that ``act(t W₁'ᵀ + b₁') W₂'ᵀ = act(t W₁ᵀ + b₁) W₂ᵀ + b₂``
+    exactly (the extra hidden column is exactly 8, the others exactly 0). In float64, returned in the weights'
+    dtypes; the inputs are not modified."""
+    if act not in ACCUMULATE_ACTS:
+        raise ValueError(f"activation {act} does not map {BIAS_CARRIER} to itself exactly")
+    hidden, c = w1.shape
+    w1a = torch.zeros((hidden + K_PAD, c), dtype=torch.float64, device=w1.device)
+    w1a[:hidden] = w1.detach().to(torch.float64)
+    b1a = torch.zeros(hidden + K_PAD, dtype=torch.float64, device=w1.device)
+    if b1 is not None:
+        b1a[:hidden] = b1.detach().to(torch.float64)
+    b1a[hidden] = BIAS_CARRIER
+    w2a = torch.zeros((w2.shape[0], hidden + K_PAD), dtype=torch.float64, device=w2.device)
+    w2a[:, :hidden] = w2.detach().to(torch.float64)
+    if b2 is not None:
+        w2a[:, hidden] = b2.detach().to(torch.float64) / BIAS_CARRIER
+    return w1a.to(w1.dtype), b1a.to(w1.dtype if b1 is None else b1.dtype), w2a.to(w2.dtype)
+
+
+def mlp_accumulate_(t: torch.Tensor, w1a: torch.Tensor, b1a: torch.Tensor, w2a: torch.Tensor, x: torch.Tensor,
+                    act: str = "gelu") -> torch.Tensor:
+    """``x += act(t W₁ᵀ + b₁) W₂ᵀ + b₂`` IN PLACE on the block input ``x`` ``(N, C, H, W)``, returned, with the
+    weights of ``accumulate_weights``: cuBLAS's fc1 (bias in its epilogue), the activation in place, and ONE cuBLAS
+    GEMM accumulating onto x's rows (``addmm_``, β = 1: x is read in the GEMM's epilogue), fc2's bias carried by
+    the extra column: three kernels where cuBLAS + the residual pass take four, and the sum is never written
+    twice. ``t``: ``(N, H, W, C)`` contiguous. Only where x is dead after the block (the lowering proves it:
+    ``_owned_input``); an x that is not channels_last is updated through a copy of its rows."""
+    n, c, hh, ww = x.shape
+    h = apply_activation_(F.linear(t.reshape(-1, c), w1a, b1a), act)                  # (N·H·W, 4C + K_PAD)
+    rows = x.permute(0, 2, 3, 1)                                                       # (N, H, W, C)
+    if rows.is_contiguous():
+        rows.view(-1, c).addmm_(h, w2a.t())
+        return x
+    x.copy_(torch.addmm(rows.reshape(-1, c), h, w2a.t()).view(n, hh, ww, c).permute(0, 3, 1, 2))
+    return x
+
+
 def project_gelu_residual(hp: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None, x: torch.Tensor,
                           act: str = "gelu") -> torch.Tensor:
     """``x + (act(hp) @ w2ᵀ + b2)`` as ``(N, C, H, W)`` (channels_last memory), ``hp`` being fc1's output before
@@ -624,6 +694,8 @@ def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, 
     t = _dwln(dwln_impl(x.device, x.dtype, c, hw), x, dw_weight, dw_bias, stride, padding, dilation, ln_weight,
               ln_bias, eps)                                                        # (N, H, W, C)
     mlp = mlp_impl(x.device, x.dtype, c, hw, act)
+    if mlp == "cublas_accumulate":           # in place only where a lowering proved x dead after the block
+        mlp = "cublas"
     if mlp == "gelu_prologue":
         return project_gelu_residual(F.linear(t.reshape(-1, c), w1, b1), w2, b2, x, act)
     h = mlp_hidden(t, w1, b1, act, mlp in ("triton_gemm", "triton_fc1"))          # (N·H·W, 4C)
@@ -715,6 +787,15 @@ def _lower(gm, node, device, dtype) -> bool:
     out = conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
     first = dwln_impl(device, dtype, c, hw)
     mlp = mlp_impl(device, dtype, c, hw, act)
+    accumulate = ()
+    if mlp == "cublas_accumulate":
+        if act in ACCUMULATE_ACTS and _owned_input(x, node):
+            parts = accumulate_weights(w1t, edit.attr_tensor(gm, b1), w2t, edit.attr_tensor(gm, b2), act)
+            base = "_lean_acc_" + str(w2.target).replace(".", "_")
+            accumulate = tuple(edit.register_buffer(gm, base + suffix, p) for suffix, p in zip(("_w1", "_b1", "_w2"),
+                                                                                               parts))
+        else:
+            mlp = "cublas"
     hidden_linear = []
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
@@ -730,6 +811,8 @@ def _lower(gm, node, device, dtype) -> bool:
             y = g.call_function(torch.conv2d, (x, dw_w, dw_b, stride, padding, dilation, c))
             t = g.call_function(torch.layer_norm, (g.call_function(torch.permute, (y, [0, 2, 3, 1])), [c], ln_w,
                                                    ln_b, eps))
+        if accumulate:
+            return g.call_function(mlp_accumulate_, (t, *(g.get_attr(a) for a in accumulate), x, act))
         if mlp in ("triton_gemm", "triton_fc1"):
             h = g.call_function(mlp_hidden, (t, w1, b1, act, True))                      # (N·H·W, 4C)
             return g.call_function(project_residual, (h, w2, b2, x, mlp == "triton_gemm"))
@@ -748,6 +831,26 @@ def _lower(gm, node, device, dtype) -> bool:
     return True
 
 
+
+
+#: Calls whose result is a view of their first argument (the walk of ``_owned_input`` goes through them).
+_VIEWS = {torch.permute, torch.ops.aten.permute.default, torch.ops.aten.view.default, torch.reshape,
+          torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default, "permute", "view"}
+
+
+def _owned_input(x: torch.fx.Node, consumer: torch.fx.Node) -> bool:
+    """Whether the block's input ``x`` may be overwritten by ``consumer`` (the block): every node from the tensor's
+    producer through the views to ``consumer`` has that one user, and the producer makes a fresh tensor (one of
+    this family's calls or a convolution: ``_FRESH``), so no other value shares the storage. A graph input, a
+    weight, or any other producer: not owned (the block then keeps its residual pass)."""
+    node, user = x, consumer
+    while True:
+        if not isinstance(node, torch.fx.Node) or list(node.users) != [user]:
+            return False
+        if node.op == "call_method" and node.target in _VIEWS or node.op == "call_function" and node.target in _VIEWS:
+            node, user = node.args[0], node
+            continue
+        return node.op == "call_function" and node.target in _FRESH
 
 
 # ====================================================================== LayerNorm2d: the stem, downsamplings, head
@@ -975,6 +1078,13 @@ def _head_direct(t, ln_weight, ln_bias, eps, weight, bias):
     n = rows_layer_norm(t, ln_weight, ln_bias, eps)
     return F.linear(n.reshape(n.shape[0], -1), weight, bias)
 
+
+#: Calls that return a tensor of their own (not a view of an input that may live on): a block's input made by one
+#: of them may be accumulated onto in place. ``mlp_accumulate_`` returns its input, which its own lowering proved
+#: was owned.
+_FRESH = {torch.conv2d, torch.ops.aten.convolution.default, conv_layer_norm2d, _stem_reference, _downsample_direct,
+          _downsample_reference, fused_conv_layer_norm2d, fused_layer_norm2d_conv, fused_convnext_block,
+          project_residual, project_gelu_residual, mlp_accumulate_}
 
 LOWERINGS = {fused_convnext_block: _lower,
              fused_conv_layer_norm2d: _lower_ln2d(conv_layer_norm2d, _stem_reference, stem=True),
