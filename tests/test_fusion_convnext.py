@@ -121,27 +121,27 @@ def test_block_reference_is_the_unfused_block():
 def test_selection_says_why(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     cpu = convnext.select_convnext_block("cpu", torch.float32, 96)
-    assert cpu.impl == "reference" and "no Triton on cpu" in cpu.label and "residual add_" in cpu.label
+    assert cpu.impl == "reference+cublas" and "no Triton on cpu" in cpu.label and "residual add_" in cpu.label
     if triton_support.triton_available():
         monkeypatch.setattr(convnext, "DWLN_MEASURED", {(96, 56, 56): ("triton", 90.0, 120.0)})
         monkeypatch.setattr(convnext, "MLP_MEASURED", {(96, 56, 56): ("gelu_prologue", {"cublas": 150.0,
                                                                                         "gelu_prologue": 120.0})})
         cuda = convnext.select_convnext_block("cuda", torch.float16, 96, hw=(56, 56))
-        assert cuda.impl == "triton" and cuda.label.startswith("triton dwconv+bias+LayerNorm (1 kernel")
+        assert cuda.impl == "triton+gelu_prologue" and cuda.label.startswith("triton dwconv+bias+LayerNorm (1 kernel")
         assert "our kernel 90 µs, cuDNN + LayerNorm pass 120 µs" in cuda.label, "the measurement is said"
         assert "applied to its input" in cuda.label and "gelu_prologue 120 µs, cublas 150 µs" in cuda.label
         other = convnext.select_convnext_block("cuda", torch.float16, 96, hw=(28, 28))
-        assert other.impl == convnext.DWLN_DEFAULT == "cudnn_ln" and "not measured" in other.label
+        assert other.impl == f"{convnext.DWLN_DEFAULT}+{convnext.MLP_DEFAULT}" == "cudnn_ln+cublas" and "not measured" in other.label
         assert other.label.startswith("cuDNN dwconv + triton bias+LayerNorm (1 pass")
         assert "linear+gelu" in other.label and "triton GEMM" not in other.label, "cuBLAS by default"
         with conv.policy(mlp_gemm_triton=True):
             gemm = convnext.select_convnext_block("cuda", torch.float16, 96)
         assert "triton GEMM+bias+gelu (1 kernel)" in gemm.label
         with conv.policy(convnext_dwln="triton"):
-            assert convnext.select_convnext_block("cuda", torch.float16, 4096).impl == "cudnn_ln", "too wide"
-        assert convnext.select_convnext_block("cuda", torch.float16, 96, layout="nchw").impl == "reference"
+            assert convnext.select_convnext_block("cuda", torch.float16, 4096).impl.startswith("cudnn_ln+"), "too wide"
+        assert convnext.select_convnext_block("cuda", torch.float16, 96, layout="nchw").impl.startswith("reference+")
         with conv.policy(depthwise_triton=False):
-            assert convnext.select_convnext_block("cuda", torch.float16, 96).impl == "reference"
+            assert convnext.select_convnext_block("cuda", torch.float16, 96).impl.startswith("reference+")
 
 
 # ===================================================================== pattern and rewrite
@@ -187,7 +187,7 @@ def test_rewrite_without_triton_is_exact_in_float64(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     x = torch.randn(2, 24, 7, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     fused = _check_rewrite(nn.Sequential(block(24, 0), block(24, 1)).double(), x, 1e-12)
-    assert all(a.impl == "reference" for a in fused.applied)
+    assert all(a.impl == "reference+cublas" for a in fused.applied)
     assert "layer_scale" not in fused.gm.code and "mul" not in fused.gm.code, "the layer scale is folded away"
 
 
@@ -198,7 +198,7 @@ def test_rewrite_through_triton(layout, dwln):
     with conv.policy(convnext_dwln=dwln):
         fused = _check_rewrite(nn.Sequential(block(40, 0), block(40, 1)), x, 2e-5, layout)
     label = "LayerNorm (1 kernel" if dwln == "triton" else "bias+LayerNorm (1 pass"
-    assert all(a.impl == dwln and label in a.implementation for a in fused.applied)
+    assert all(a.impl.split("+")[0] == dwln and label in a.implementation for a in fused.applied)
 
 
 @pytest.mark.parametrize("dwln, mlp", [("reference", "cublas"), ("triton", "cublas"), ("cudnn_ln", "gelu_prologue"),
@@ -312,3 +312,29 @@ def test_accumulate_weights_refuse_an_activation_that_moves_the_carrier():
     w1a, b1a, w2a = convnext.accumulate_weights(torch.ones(8, 2), None, torch.ones(2, 8), torch.tensor([4.0, -2.0]))
     assert w1a.shape == (8 + convnext.K_PAD, 2) and b1a[8] == convnext.BIAS_CARRIER and not b1a[9:].any()
     assert w2a[:, 8].tolist() == [0.5, -0.25] and not w2a[:, 9:].any() and not w1a[8:].any()
+
+
+def test_lowering_runs_the_recorded_choice(monkeypatch):
+    """The rewrite records ``"<first step>+<MLP>"`` on the fused call (``node.meta["fused_choice"]``); the lean
+    lowering runs that (``block_steps``), not what the tables say at lowering time, unless a ConvNeXt switch is
+    forced (then the switch wins)."""
+    if not (HAS_CUDA or INTERPRET):
+        pytest.skip("Triton runs neither compiled nor interpreted")
+    x = torch.randn(2, 24, 7, 7, generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    gm, det = _detect(block(24).to(DEVICE), x)
+    monkeypatch.setattr(convnext, "DWLN_MEASURED", {(24, 7, 7): ("triton", 1.0, 2.0)})
+    monkeypatch.setattr(convnext, "MLP_MEASURED", {(24, 7, 7): ("triton_gemm", {"triton_gemm": 1.0})})
+    fused = apply_plan(gm, det, make_plan(det), DEVICE)
+    assert [a.impl for a in fused.applied] == ["triton+triton_gemm"]
+    monkeypatch.setattr(convnext, "DWLN_MEASURED", {})            # the tables would now say cudnn_ln + cublas
+    monkeypatch.setattr(convnext, "MLP_MEASURED", {})
+
+    def targets(**switches):
+        with conv.policy(**switches):
+            lean = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True)
+        return [n.target for n in lean.graph.nodes if n.op == "call_function"]
+
+    recorded = targets()
+    assert convnext.depthwise_layer_norm in recorded and convnext.mlp_hidden in recorded
+    forced = targets(convnext_mlp="cublas")
+    assert convnext.mlp_hidden not in forced and convnext.channels_layer_norm in forced, "the switch wins"

@@ -403,6 +403,25 @@ def uses_gemm(device: torch.device | str, dtype: torch.dtype, channels: int | No
     return mlp_impl(device, dtype, channels, hw) == "triton_gemm"
 
 
+#: The ConvNeXt switches of ``kernels.policy`` at their defaults: a lowering then runs what the rewrite recorded.
+_POLICY_DEFAULTS = dict(depthwise_triton=True, gemm_triton=True, mlp_gemm_triton=False, convnext_dwln="auto",
+                        convnext_mlp="auto")
+
+
+def block_steps(recorded: Choice | None, device: torch.device | str, dtype: torch.dtype, channels: int | None,
+                hw: tuple[int, int] | None, act: str = "gelu") -> tuple[str, str]:
+    """``(first step, MLP)`` of a block: the choice the rewrite recorded on the fused call (``edit.planned``:
+    ``select_convnext_block``'s ``impl`` is ``"<dwln_impl>+<mlp_impl>"``), unless a ConvNeXt switch of
+    ``kernels.policy`` is forced away from its default (then the switch wins: ``dwln_impl``, ``mlp_impl``
+    decide again) or nothing was recorded for this device and dtype."""
+    forced = any(getattr(policy.POLICY, k) != v for k, v in _POLICY_DEFAULTS.items())
+    if recorded is not None and not forced and recorded.impl.count("+") == 1:
+        first, mlp = recorded.impl.split("+")
+        if first in DWLN_IMPLS + ("reference",) and mlp in MLP_IMPLS:
+            return first, mlp
+    return dwln_impl(device, dtype, channels, hw), mlp_impl(device, dtype, channels, hw, act)
+
+
 def _measured_note(table: dict, key, impl: str) -> str:
     """"measured at C×H×W: ours 137 µs, cuDNN + LN 95 µs"-style note for a label, or "" (not measured)."""
     row = table.get(key)
@@ -458,7 +477,7 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
             note = notes[0] if len(notes) == 1 else WORDS("notes.two", first=notes[0], second=notes[1])
             label = WORDS(("label.triton" if impl == "triton" else "label.cudnn_ln") + tail + ".noted", mlp=mlp,
                           note=note)
-        return Choice(impl, where(label, device), True)
+        return Choice(f"{impl}+{mlp_choice}", where(label, device), True)
     if not triton:
         why = BASE_WORDS("no_triton", device=device.type) if not triton_runs_on(device) else \
             WORDS("why.dtype", dtype=dtype)
@@ -466,7 +485,7 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
         why = WORDS("why.policy")
     else:
         why = WORDS("why.layout")
-    return Choice("reference", where(WORDS("label.reference", mlp=mlp, why=why), device), fused)
+    return Choice(f"reference+{mlp_choice}", where(WORDS("label.reference", mlp=mlp, why=why), device), fused)
 
 
 # ====================================================================== the block
@@ -785,8 +804,7 @@ def _lower(gm, node, device, dtype) -> bool:
     n, c = x_shape[0], x_shape[1]
     hw = (x_shape[2], x_shape[3])
     out = conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
-    first = dwln_impl(device, dtype, c, hw)
-    mlp = mlp_impl(device, dtype, c, hw, act)
+    first, mlp = block_steps(edit.planned(node, device, dtype), device, dtype, c, hw, act)
     accumulate = ()
     if mlp == "cublas_accumulate":
         if act in ACCUMULATE_ACTS and _owned_input(x, node):
