@@ -21,7 +21,7 @@
     fc2   (N·H·W, 4C) @ (C, 4C)ᵀ + b + the block input (residual): the same variants
     block (issue 22) one whole block per stage, every (first step, MLP) pair the lean lowering can build
           (``triton``/``cudnn_ln`` × ``cublas``/``triton_fc1``/``triton_gemm``/``gelu_prologue``/
-          ``cublas_accumulate``) and inductor of the unfused block: float64 error and GPU busy per block from the
+          ``cublas_accumulate``/``triton_fc1_accumulate``) and inductor of the unfused block: float64 error and GPU busy per block from the
           profiler (no host gaps: the figure the model's GPU-busy target is made of); prints the per-stage winner
           table (``winners.BLOCK_MEASURED``)
     ln2d_gpu  the stem, the three downsamplings and the head as whole chains (with their conv/linear), ours,
@@ -421,7 +421,7 @@ def suggested_tables(rows: list[dict]) -> dict:
 
 #: The block's first step and its MLP, every way ``convnext`` can run them (``block``: each pair is one candidate).
 BLOCK_DWLN = ("triton", "cudnn_ln")
-BLOCK_MLP = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue", "cublas_accumulate")
+BLOCK_MLP = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue", "cublas_accumulate", "triton_fc1_accumulate")
 #: Profiled calls per candidate (each a pass over the rotated input sets); the GPU busy is per block.
 PROFILED_CALLS = 4
 
@@ -470,8 +470,8 @@ def block_rows(c: int, hw: int, compile_: bool, log, smoke: bool = False) -> lis
         return convnext.conv_then_layer_norm(x, w, b, 1, 3, 1, lw, lb, eps)
 
     def mlp_of(mlp, t, x):                                 # each MLP as convnext._lower builds it
-        if mlp == "cublas_accumulate":
-            return convnext.mlp_accumulate_(t, *acc, x, "gelu")
+        if mlp in convnext.ACCUMULATE_IMPLS:
+            return convnext.mlp_accumulate_(t, *acc, x, "gelu", mlp == "triton_fc1_accumulate")
         if mlp == "gelu_prologue":
             return convnext.project_gelu_residual(F.linear(t.reshape(-1, c), w1, b1), w2f, b2f, x, "gelu")
         if mlp == "cublas":
@@ -588,6 +588,8 @@ MODEL_GPU_VARIANTS = {
     "fused_mlp_cublas": dict(convnext_mlp="cublas"),
     "fused_mlp_cublas_accumulate": dict(convnext_mlp="cublas_accumulate"),
     "fused_dwln_cudnn_ln+mlp_cublas_accumulate": dict(convnext_dwln="cudnn_ln", convnext_mlp="cublas_accumulate"),
+    "fused_dwln_cudnn_ln+mlp_triton_fc1_accumulate": dict(convnext_dwln="cudnn_ln",
+                                                          convnext_mlp="triton_fc1_accumulate"),
 }
 
 

@@ -284,12 +284,17 @@ def test_lowering_accumulates_onto_a_dead_block_input(dwln, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("act", ["gelu", "relu"])
-def test_accumulating_mlp_matches_float64(dtype, act):
+@pytest.mark.parametrize("act, gemm", [("gelu", False), ("relu", False), ("gelu", True)],
+                         ids=["gelu", "relu", "gelu-triton-fc1"])
+def test_accumulating_mlp_matches_float64(dtype, act, gemm):
     """``mlp_accumulate_`` against the block's MLP in float64 on odd channels and 1×1 and batch-1 maps: the padded
     column carries fc2's bias exactly (the activation maps 8 to 8), and x is updated in place (channels_last
-    rows) or through its rows' copy (NCHW)."""
-    for (n, c, h, w), layout in (((2, 13, 3, 5), "nhwc"), ((1, 24, 1, 1), "nhwc"), ((2, 9, 4, 3), "nchw")):
+    rows) or through its rows' copy (NCHW). ``gemm``: fc1 as our Triton GEMM with the activation in its epilogue
+    (the padded column then goes through the epilogue's GELU)."""
+    if gemm and not (HAS_CUDA or INTERPRET):
+        pytest.skip("Triton runs neither compiled nor interpreted")
+    for (n, c, h, w), layout in (((2, 13, 3, 5), "nhwc"), ((1, 24, 1, 1), "nhwc"), ((2, 9, 4, 3), "nchw"),
+                                 ((1, 16, 3, 3), "nhwc")):
         gen = torch.Generator().manual_seed(c)
         x = torch.randn(n, c, h, w, generator=gen)
         t = torch.randn(n, h, w, c, generator=gen)
@@ -300,7 +305,7 @@ def test_accumulating_mlp_matches_float64(dtype, act):
         parts = convnext.accumulate_weights(*(p.to(dtype).to(DEVICE) for p in (w1, b1, w2, b2)), act)
         xd = x.to(dtype).to(DEVICE)
         xd = xd.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else xd.contiguous()
-        out = convnext.mlp_accumulate_(t.to(dtype).to(DEVICE), *parts, xd, act)
+        out = convnext.mlp_accumulate_(t.to(dtype).to(DEVICE), *parts, xd, act, gemm)
         assert out is xd and out.dtype == dtype
         tol = convnext.TOLERANCES[dtype]
         torch.testing.assert_close(out.double().cpu(), ref, rtol=tol["rtol"] * 4, atol=tol["atol"] * 4 * 3)

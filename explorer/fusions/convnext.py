@@ -154,6 +154,12 @@ WORDS = Words("convnext", {
                         "residual pass)"),
                        ("cuBLAS 线性层+偏置（1 个内核，多一列常数 8） + 就地 {act}（1 遍） + cuBLAS 线性层直接累加到块输入上，"
                         "偏置由补出的那一列带入，折叠 layer scale（1 个内核：没有残差遍；仅当输入在块之后不再使用，否则保留残差遍）")),
+    "mlp.fc1_accumulate": (("triton GEMM+bias+{act} (1 kernel, one padded column of 8s) + cuBLAS linear "
+                            "accumulating onto the block input, its bias carried by the padded column, layer scale "
+                            "folded (1 kernel: no {act} pass, no residual pass; where the input is dead after the "
+                            "block, else the residual pass)"),
+                           ("triton GEMM+偏置+{act}（1 个内核，多一列常数 8） + cuBLAS 线性层直接累加到块输入上，偏置由补出的那一列带入，"
+                            "折叠 layer scale（1 个内核：没有 {act} 遍，也没有残差遍；仅当输入在块之后不再使用，否则保留残差遍）")),
     "accumulate.explanation": (("fc2's bias rides in its GEMM: fc1 gets one more output whose bias is 8 and whose "
                                 "weights are 0, GELU(8) = 8 exactly, and fc2's weight gets the column b₂/8; then "
                                 "cuBLAS computes x + h·W₂ᵀ + b₂ straight into x's storage (β = 1), so the residual "
@@ -342,7 +348,9 @@ MLP_DEFAULT = "cublas"
 #: ``cublas_accumulate``: cuBLAS's fc1 with one padded column, the activation in place, cuBLAS's fc2 accumulating
 #: onto the block input in place (``mlp_accumulate_``: no residual pass); only in a lowered graph where the block
 #: input is dead after the block (``_owned_input``), else ``cublas``.
-MLP_IMPLS = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue", "cublas_accumulate")
+#: ``triton_fc1_accumulate``: the same with fc1 as our Triton GEMM, the activation in its epilogue.
+MLP_IMPLS = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue", "cublas_accumulate", "triton_fc1_accumulate")
+ACCUMULATE_IMPLS = ("cublas_accumulate", "triton_fc1_accumulate")
 #: The GELU-prologue GEMM's tile per shape (the sweep's fastest in the same run), ``(BLOCK_M, BLOCK_N, BLOCK_K,
 #: num_warps, num_stages)``; elsewhere ``gemm_prologue.prologue_config``.
 PROLOGUE_TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
@@ -457,6 +465,8 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
         mlp, fused = WORDS("mlp.prologue", act=act), True
     elif mlp_choice == "cublas_accumulate":
         mlp, fused = WORDS("mlp.accumulate", act=act), True
+    elif mlp_choice == "triton_fc1_accumulate":
+        mlp, fused = WORDS("mlp.fc1_accumulate", act=act), True
     else:
         lin = linear.select_linear_act(device, dtype, act, 2, 2)
         residual = WORDS("residual.triton" if triton else "residual.torch")
@@ -658,15 +668,19 @@ def accumulate_weights(w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tens
 
 
 def mlp_accumulate_(t: torch.Tensor, w1a: torch.Tensor, b1a: torch.Tensor, w2a: torch.Tensor, x: torch.Tensor,
-                    act: str = "gelu") -> torch.Tensor:
+                    act: str = "gelu", gemm: bool = False) -> torch.Tensor:
     """``x += act(t W₁ᵀ + b₁) W₂ᵀ + b₂`` IN PLACE on the block input ``x`` ``(N, C, H, W)``, returned, with the
     weights of ``accumulate_weights``: cuBLAS's fc1 (bias in its epilogue), the activation in place, and ONE cuBLAS
     GEMM accumulating onto x's rows (``addmm_``, β = 1: x is read in the GEMM's epilogue), fc2's bias carried by
     the extra column: three kernels where cuBLAS + the residual pass take four, and the sum is never written
     twice. ``t``: ``(N, H, W, C)`` contiguous. Only where x is dead after the block (the lowering proves it:
-    ``_owned_input``); an x that is not channels_last is updated through a copy of its rows."""
+    ``_owned_input``); an x that is not channels_last is updated through a copy of its rows. ``gemm``: fc1 as our
+    Triton GEMM with the bias and the activation in its epilogue (``mlp_hidden``: no activation pass)."""
     n, c, hh, ww = x.shape
-    h = apply_activation_(F.linear(t.reshape(-1, c), w1a, b1a), act)                  # (N·H·W, 4C + K_PAD)
+    if gemm:
+        h = mlp_hidden(t, w1a, b1a, act, True)                                         # (N·H·W, 4C + K_PAD)
+    else:
+        h = apply_activation_(F.linear(t.reshape(-1, c), w1a, b1a), act)
     rows = x.permute(0, 2, 3, 1)                                                       # (N, H, W, C)
     if rows.is_contiguous():
         rows.view(-1, c).addmm_(h, w2a.t())
@@ -713,8 +727,8 @@ def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, 
     t = _dwln(dwln_impl(x.device, x.dtype, c, hw), x, dw_weight, dw_bias, stride, padding, dilation, ln_weight,
               ln_bias, eps)                                                        # (N, H, W, C)
     mlp = mlp_impl(x.device, x.dtype, c, hw, act)
-    if mlp == "cublas_accumulate":           # in place only where a lowering proved x dead after the block
-        mlp = "cublas"
+    if mlp in ACCUMULATE_IMPLS:              # in place only where a lowering proved x dead after the block
+        mlp = "cublas" if mlp == "cublas_accumulate" else "triton_fc1"
     if mlp == "gelu_prologue":
         return project_gelu_residual(F.linear(t.reshape(-1, c), w1, b1), w2, b2, x, act)
     h = mlp_hidden(t, w1, b1, act, mlp in ("triton_gemm", "triton_fc1"))          # (N·H·W, 4C)
@@ -806,14 +820,14 @@ def _lower(gm, node, device, dtype) -> bool:
     out = conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
     first, mlp = block_steps(edit.planned(node, device, dtype), device, dtype, c, hw, act)
     accumulate = ()
-    if mlp == "cublas_accumulate":
+    if mlp in ACCUMULATE_IMPLS:
         if act in ACCUMULATE_ACTS and _owned_input(x, node):
             parts = accumulate_weights(w1t, edit.attr_tensor(gm, b1), w2t, edit.attr_tensor(gm, b2), act)
             base = "_lean_acc_" + str(w2.target).replace(".", "_")
             accumulate = tuple(edit.register_buffer(gm, base + suffix, p) for suffix, p in zip(("_w1", "_b1", "_w2"),
                                                                                                parts))
         else:
-            mlp = "cublas"
+            mlp = "cublas" if mlp == "cublas_accumulate" else "triton_fc1"
     hidden_linear = []
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
@@ -830,7 +844,8 @@ def _lower(gm, node, device, dtype) -> bool:
             t = g.call_function(torch.layer_norm, (g.call_function(torch.permute, (y, [0, 2, 3, 1])), [c], ln_w,
                                                    ln_b, eps))
         if accumulate:
-            return g.call_function(mlp_accumulate_, (t, *(g.get_attr(a) for a in accumulate), x, act))
+            return g.call_function(mlp_accumulate_, (t, *(g.get_attr(a) for a in accumulate), x, act,
+                                                     mlp == "triton_fc1_accumulate"))
         if mlp in ("triton_gemm", "triton_fc1"):
             h = g.call_function(mlp_hidden, (t, w1, b1, act, True))                      # (N·H·W, 4C)
             return g.call_function(project_residual, (h, w2, b2, x, mlp == "triton_gemm"))
