@@ -166,10 +166,6 @@ WORDS = Words("convnext", {
                                 "add is no pass of its own."),
                                ("把 fc2 的偏置放进它的 GEMM：fc1 多一个输出，权重为 0、偏置为 8，GELU(8) 恰好等于 8；fc2 的权重多一列 "
                                 "b₂/8。cuBLAS 于是直接在 x 的存储上算出 x + h·W₂ᵀ + b₂（β = 1），残差相加不再单独一遍。")),
-    "accumulate.formula": ("act(t W1'^T + b1') W2'^T = act(t W1^T + b1) W2^T + b2,  W1' = [W1; 0], b1' = [b1; 8], "
-                           "W2' = [W2 | b2/8]",
-                           "act(t W1'^T + b1') W2'^T = act(t W1^T + b1) W2^T + b2，W1' = [W1; 0]，b1' = [b1; 8]，"
-                           "W2' = [W2 | b2/8]"),
     "notes.two": ("{first}; for the MLP, {second}", "{first}；MLP：{second}"),
     "stem.label": ("ConvNeXt stem: conv + LayerNorm2d", "ConvNeXt stem：卷积 + LayerNorm2d"),
     "downsample.label": ("ConvNeXt downsampling: LayerNorm2d + conv", "ConvNeXt 下采样：LayerNorm2d + 卷积"),
@@ -272,6 +268,9 @@ TOLERANCES = {
 }
 
 CAVEAT = WORDS("caveat")
+#: The accumulating MLP's fold (fc2's bias carried through its GEMM by one padded hidden column), taught where the
+#: block's pattern is shown.
+CAVEAT_ACCUMULATE = WORDS("accumulate.explanation")
 #: Not every fusion pays, and this one did not where it was measured: said where the user chooses.
 CAVEAT_MEASURED = WORDS("caveat_measured")
 
@@ -1236,7 +1235,7 @@ PATTERNS = (
         color="#6b6ecf", rewrite=rewrite,
         implementation=WORDS("convnext_block.implementation"),
         explanation=WORDS("convnext_block.explanation"),
-        caveats=(PRECISION_CAVEAT, CAVEAT, CAVEAT_MEASURED),
+        caveats=(PRECISION_CAVEAT, CAVEAT, CAVEAT_MEASURED, CAVEAT_ACCUMULATE),
         formula=WORDS("convnext_block.formula"),
     ),
     Pattern(
