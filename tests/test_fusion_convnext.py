@@ -343,3 +343,21 @@ def test_lowering_runs_the_recorded_choice(monkeypatch):
     assert convnext.depthwise_layer_norm in recorded and convnext.mlp_hidden in recorded
     forced = targets(convnext_mlp="cublas")
     assert convnext.mlp_hidden not in forced and convnext.channels_layer_norm in forced, "the switch wins"
+
+
+def test_block_table_decides_both_steps_and_says_the_gpu_time(monkeypatch):
+    """``BLOCK_MEASURED`` (GPU time per whole block, inductor's beside it) decides the first step and the MLP for
+    its shape and the label says the measurement; an activation the carrier column does not survive keeps the
+    residual pass."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if not triton_support.triton_runs_on("cpu"):
+        pytest.skip("Triton's interpreter is not usable here")
+    monkeypatch.setattr(convnext, "BLOCK_MEASURED", {(96, 56, 56): (
+        "cudnn_ln", "cublas_accumulate", {"cudnn_ln+cublas_accumulate": 70.0, "triton+cublas": 95.0}, 80.0)})
+    choice = convnext.select_convnext_block("cpu", torch.float16, 96, hw=(56, 56))
+    assert choice.impl == "cudnn_ln+cublas_accumulate"
+    assert "GPU time per block measured at C=96 56×56: cudnn_ln+cublas_accumulate 70 µs, inductor 80 µs" in choice.label
+    assert "triton+cublas 95 µs" in choice.label and "padded column" in choice.label
+    assert convnext.mlp_impl("cpu", torch.float16, 96, (56, 56), "silu") == "cublas", "silu(8) != 8"
+    with conv.policy(convnext_dwln="triton"):
+        assert convnext.dwln_impl("cpu", torch.float16, 96, (56, 56)) == "triton", "a forced switch wins"

@@ -222,6 +222,9 @@ WORDS = Words("convnext", {
     "measured.none": ("not measured at this shape: the default", "此形状未实测：使用默认"),
     "measured.dwln": ("measured at C={c} {h}×{w}: our kernel {ours:.0f} µs, cuDNN + LayerNorm pass {split:.0f} µs",
                       "在 C={c} {h}×{w} 实测：我们的内核 {ours:.0f} µs，cuDNN + LayerNorm 遍 {split:.0f} µs"),
+    "measured.block": (("GPU time per block measured at C={c} {h}×{w}: {pair} {us:.0f} µs, inductor {inductor} µs; "
+                        "the others {others}"),
+                       "在 C={c} {h}×{w} 实测每个块的 GPU 时间：{pair} {us:.0f} µs，inductor {inductor} µs；其余 {others}"),
     "measured.mlp": (("measured at C={c} {h}×{w} in bursts that include each launch's host cost: {times}; "
                       "chosen with each GEMM's GPU time too (convnext.MLP_MEASURED)"),
                      "在 C={c} {h}×{w} 以连续调用实测（含每次启动的主机开销）：{times}；选择时也考虑了各 GEMM 的 GPU 时间（convnext.MLP_MEASURED）"),
@@ -371,6 +374,14 @@ LN2D_MEASURED: dict[tuple[int, int, int], tuple[str, float, float]] = {
 STEM_MEASURED = {(96, 56, 56): ("triton", 82.2, 171.1)}
 
 
+#: The whole block per shape by GPU time (issue 22: the target is the model's GPU busy, which host-inclusive bursts
+#: do not rank): ``(C, H, W) -> (first step, MLP, {"<first>+<mlp>": µs}, µs of inductor's block)``, the profiler's
+#: GPU busy per block of every pair the lean lowering can build and of inductor (compile default) on the same
+#: unfused block, in one run (``bench_convnext_kernels.py --only block``, fp16, batch 32, channels_last). Where a
+#: shape is in it, it decides both steps; elsewhere ``DWLN_MEASURED`` and ``MLP_MEASURED``.
+BLOCK_MEASURED: dict[tuple[int, int, int], tuple[str, str, dict[str, float], float | None]] = {}
+
+
 def _shape_key(channels: int | None, hw: tuple[int, int] | None) -> tuple[int, int, int] | None:
     return None if channels is None or hw is None else (int(channels), int(hw[0]), int(hw[1]))
 
@@ -380,12 +391,18 @@ def dwln_impl(device: torch.device | str, dtype: torch.dtype, channels: int | No
     """How the depthwise conv + bias + LayerNorm step runs: ``triton`` (our one kernel), ``cudnn_ln`` (cuDNN's
     conv without its bias, then ``channels_layer_norm`` adding it in its one pass) or ``reference`` (cuDNN's
     conv, ``layer_norm``: where Triton does not run, or ``policy.POLICY.depthwise_triton`` is off).
-    ``policy.POLICY.convnext_dwln`` forces one; "auto" reads ``DWLN_MEASURED`` for the shape ``(C, H, W)``
-    (the block's input), else ``DWLN_DEFAULT``."""
+    ``policy.POLICY.convnext_dwln`` forces one; "auto" reads ``BLOCK_MEASURED``, then ``DWLN_MEASURED`` for the
+    shape ``(C, H, W)`` (the block's input), else ``DWLN_DEFAULT``."""
     if not (triton_runs_on(device) and dtype in SUPPORTED_DTYPES and policy.POLICY.depthwise_triton):
         return "reference"
     forced = policy.POLICY.convnext_dwln
-    impl = forced if forced in DWLN_IMPLS else DWLN_MEASURED.get(_shape_key(channels, hw), (DWLN_DEFAULT,))[0]
+    key = _shape_key(channels, hw)
+    if forced in DWLN_IMPLS:
+        impl = forced
+    elif key in BLOCK_MEASURED:
+        impl = BLOCK_MEASURED[key][0]
+    else:
+        impl = DWLN_MEASURED.get(key, (DWLN_DEFAULT,))[0]
     if impl == "triton" and channels is not None and channels > MAX_CHANNELS:
         return "cudnn_ln"
     return impl
@@ -393,7 +410,8 @@ def dwln_impl(device: torch.device | str, dtype: torch.dtype, channels: int | No
 
 def mlp_impl(device: torch.device | str, dtype: torch.dtype, channels: int | None = None,
              hw: tuple[int, int] | None = None, act: str = "gelu") -> str:
-    """How the MLP runs: ``cublas``, ``triton_fc1``, ``triton_gemm`` or ``gelu_prologue`` (``MLP_MEASURED``);
+    """How the MLP runs: one of ``MLP_IMPLS``, from ``BLOCK_MEASURED`` for the shape, else ``MLP_MEASURED``
+    (an accumulating one only for an activation that maps the carrier 8 to itself, ``ACCUMULATE_ACTS``);
     ``cublas`` where Triton does not run (then the residual pass is torch's ``add_``). ``policy.POLICY.mlp_gemm_triton`` forces
     ``triton_gemm`` (and ``gemm_triton`` off rules out both Triton GEMMs), ``convnext_mlp`` forces any."""
     if not (triton_runs_on(device) and dtype in SUPPORTED_DTYPES and policy.POLICY.gemm_triton):
@@ -401,7 +419,16 @@ def mlp_impl(device: torch.device | str, dtype: torch.dtype, channels: int | Non
     if policy.POLICY.mlp_gemm_triton:
         return "triton_gemm"
     forced = policy.POLICY.convnext_mlp
-    return forced if forced in MLP_IMPLS else MLP_MEASURED.get(_shape_key(channels, hw), (MLP_DEFAULT,))[0]
+    key = _shape_key(channels, hw)
+    if forced in MLP_IMPLS:
+        impl = forced
+    elif key in BLOCK_MEASURED:
+        impl = BLOCK_MEASURED[key][1]
+    else:
+        impl = MLP_MEASURED.get(key, (MLP_DEFAULT,))[0]
+    if impl in ACCUMULATE_IMPLS and act not in ACCUMULATE_ACTS:          # the carrier column needs act(8) = 8
+        impl = "cublas" if impl == "cublas_accumulate" else "triton_fc1"
+    return impl
 
 
 def uses_gemm(device: torch.device | str, dtype: torch.dtype, channels: int | None = None,
@@ -427,6 +454,14 @@ def block_steps(recorded: Choice | None, device: torch.device | str, dtype: torc
         if first in DWLN_IMPLS + ("reference",) and mlp in MLP_IMPLS:
             return first, mlp
     return dwln_impl(device, dtype, channels, hw), mlp_impl(device, dtype, channels, hw, act)
+
+
+def _block_note(key: tuple[int, int, int], pair: str) -> str:
+    """"GPU time per block measured at C×H×W: this pair 80 µs, inductor 90 µs, next ..." for a label."""
+    _, _, times, inductor = BLOCK_MEASURED[key]
+    others = ", ".join(f"{k} {v:.0f} µs" for k, v in sorted(times.items(), key=lambda kv: kv[1]) if k != pair)
+    return WORDS("measured.block", c=key[0], h=key[1], w=key[2], pair=pair, us=times.get(pair, float("nan")),
+                 inductor="-" if inductor is None else f"{inductor:.0f}", others=others)
 
 
 def _measured_note(table: dict, key, impl: str) -> str:
@@ -477,10 +512,15 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
         tail = "" if layout == "nhwc" else "_cl"
         label = WORDS(("label.triton" if impl == "triton" else "label.cudnn_ln") + tail, mlp=mlp)
         notes = []
-        if policy.POLICY.convnext_dwln == "auto":
-            notes.append(_measured_note(DWLN_MEASURED, key, impl))
-        if triton and policy.POLICY.convnext_mlp == "auto" and not policy.POLICY.mlp_gemm_triton:
-            notes.append(_measured_note(MLP_MEASURED, key, mlp_choice))
+        auto = policy.POLICY.convnext_dwln == "auto" and policy.POLICY.convnext_mlp == "auto" and \
+            not policy.POLICY.mlp_gemm_triton
+        if auto and key in BLOCK_MEASURED:
+            notes.append(_block_note(key, f"{impl}+{mlp_choice}"))
+        else:
+            if policy.POLICY.convnext_dwln == "auto":
+                notes.append(_measured_note(DWLN_MEASURED, key, impl))
+            if triton and policy.POLICY.convnext_mlp == "auto" and not policy.POLICY.mlp_gemm_triton:
+                notes.append(_measured_note(MLP_MEASURED, key, mlp_choice))
         notes = list(dict.fromkeys(notes))                 # "not measured" once
         if notes:
             note = notes[0] if len(notes) == 1 else WORDS("notes.two", first=notes[0], second=notes[1])
