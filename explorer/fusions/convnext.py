@@ -15,6 +15,9 @@
        │                           triton_fc1:  Triton GEMM+b₁+GELU ─► linear(γ·W₂)+γ·b₂ ─► +x pass
        │                           triton_gemm: Triton GEMM+b₁+GELU ─► Triton GEMM(γ·W₂)+γ·b₂+x
        │                           gelu_prologue: linear+b₁ ─► Triton GEMM(GELU(h)·(γ·W₂)ᵀ)+γ·b₂+x
+       │                           cublas_accumulate: linear([W₁;0], [b₁;8]) ─► GELU in place ─►
+       │                                        x += h·[γW₂ | γb₂/8]ᵀ (cuBLAS, β = 1, into x's storage: no +x pass)
+       │                           triton_fc1_accumulate: the same, fc1 our Triton GEMM with the GELU epilogue
        └───────────────────────────────────────────────────────────────────────────────────────────▲
 
     LayerNorm2d (permute → layer_norm(C) → permute), one pass over the channels_last rows each:
@@ -36,6 +39,12 @@ What each step buys, and why it is this way:
   (``fold_layer_scale``): the multiply disappears.
 - **The residual as one pass** (``residual_add_``'s kernel, launched from the call's plan);
   eager runs the multiply by γ and the add as two.
+- **Or no residual pass at all** (``cublas_accumulate``, ``triton_fc1_accumulate``): cuBLAS can add the block
+  input in its epilogue (``addmm_``, β = 1) but not a bias as well, so fc2's bias rides in the GEMM: fc1 gets
+  ``K_PAD`` more outputs, zero weights, bias 8 on the first (GELU(8) = 8 exactly in every dtype), and fc2's
+  weight the column ``γb₂/8`` (a power of two: exact). The sum is written once, into x's storage: only in a
+  lean graph where x is provably dead after the block (``_owned_input``: a fresh tensor, every view of it used
+  once), else the residual pass.
 - **The MLP per shape** (``MLP_MEASURED``): cuBLASLt's GELU epilogue is the tanh
   approximation, so after cuBLAS the exact GELU is a pass of its own; our Triton GEMM with
   the exact GELU in its epilogue (``triton_fc1``) ties cuBLAS + the pass on the GPU at two
