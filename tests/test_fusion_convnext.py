@@ -361,3 +361,19 @@ def test_block_table_decides_both_steps_and_says_the_gpu_time(monkeypatch):
     assert convnext.mlp_impl("cpu", torch.float16, 96, (56, 56), "silu") == "cublas", "silu(8) != 8"
     with conv.policy(convnext_dwln="triton"):
         assert convnext.dwln_impl("cpu", torch.float16, 96, (56, 56)) == "triton", "a forced switch wins"
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs Triton's interpreter (no CUDA here)")
+def test_block_benchmark_smoke_checks_every_pair(tmp_path, monkeypatch):
+    """``bench_convnext_kernels.py --smoke --only block,ln2d_gpu``: every (first step, MLP) pair the GPU run
+    profiles, the accumulating ones included, and every LayerNorm2d chain match float64."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if not triton_support.library_reductions_usable():
+        pytest.skip("Triton was first imported without TRITON_INTERPRET: its library functions cannot be interpreted")
+    bench = fusion_benchmark("bench_convnext_kernels")
+    out = tmp_path / "smoke.json"
+    assert bench.main(["--smoke", "--only", "block,ln2d_gpu", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    pairs = {r["variant"] for r in rows if r["kind"] == "block"}
+    assert pairs == {f"{d}+{m}" for d in bench.BLOCK_DWLN for m in bench.BLOCK_MLP} and all(r["check"]["ok"] for r in rows)
+    assert {r["where"] for r in rows if r["kind"] == "ln2d_gpu"} == {"stem", "downsample", "head"}
