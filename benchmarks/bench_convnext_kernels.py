@@ -20,8 +20,8 @@
           a sweep of configs | cuBLAS linear + GELU (eager) | torch.compile (default)
     fc2   (N·H·W, 4C) @ (C, 4C)ᵀ + b + the block input (residual): the same variants
     block (issue 22) one whole block per stage, every (first step, MLP) pair the lean lowering can build
-          (``triton``/``cudnn_ln`` × ``cublas``/``triton_fc1``/``triton_gemm``/``gelu_prologue``/
-          ``cublas_accumulate``/``triton_fc1_accumulate``) and inductor of the unfused block: float64 error and GPU busy per block from the
+          (``triton``/``cudnn_ln`` × ``cublas``/``triton_fc1``/``cublas_accumulate``/``triton_fc1_accumulate``)
+          and inductor of the unfused block: float64 error and GPU busy per block from the
           profiler (no host gaps: the figure the model's GPU-busy target is made of); prints the per-stage winner
           table (``winners.BLOCK_MEASURED``)
     ln2d_gpu  the stem, the three downsamplings and the head as whole chains (with their conv/linear), ours,
@@ -421,7 +421,9 @@ def suggested_tables(rows: list[dict]) -> dict:
 
 #: The block's first step and its MLP, every way ``convnext`` can run them (``block``: each pair is one candidate).
 BLOCK_DWLN = ("triton", "cudnn_ln")
-BLOCK_MLP = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue", "cublas_accumulate", "triton_fc1_accumulate")
+#: (``triton_gemm`` and ``gelu_prologue`` are left out: both lost on GPU time before, 0.35 ms more GPU time in the
+#: model for the first, every stage but one for the second; ``--only mlp`` still times them.)
+BLOCK_MLP = ("cublas", "triton_fc1", "cublas_accumulate", "triton_fc1_accumulate")
 #: Profiled calls per candidate (each a pass over the rotated input sets); the GPU busy is per block.
 PROFILED_CALLS = 4
 
@@ -736,8 +738,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += ln2d_rows(not args.no_compile, log)
         write_json(path, doc)
     for s in args.stages if "block" in args.only else []:
-        if time.perf_counter() - started > args.budget_s * 0.6:
-            doc.setdefault("skipped", []).append(f"block stage {s}: past 60% of --budget-s")
+        if time.perf_counter() - started > args.budget_s * 0.65:
+            doc.setdefault("skipped", []).append(f"block stage {s}: past 65% of --budget-s")
             continue
         c, hw = STAGES[s]
         log(f"block stage {s}: C={c} {hw}x{hw}, GPU busy per candidate")
@@ -746,9 +748,9 @@ def main(argv: list[str] | None = None) -> int:
         write_json(path, doc)
     if "ln2d_gpu" in args.only:
         log("ln2d_gpu: stem, downsamplings, head as whole chains, GPU busy")
-        late = time.perf_counter() - started > args.budget_s * 0.5
+        late = time.perf_counter() - started > args.budget_s * 0.4       # ours against torch's is what is chosen
         if late and not args.no_compile:
-            doc.setdefault("skipped", []).append("ln2d_gpu inductor: past half of --budget-s")
+            doc.setdefault("skipped", []).append("ln2d_gpu inductor: past 40% of --budget-s")
         rows += ln2d_gpu_rows(not args.no_compile and not late, log)
         doc["winners"] = block_winners(rows)
         write_json(path, doc)
