@@ -619,8 +619,12 @@ def model_gpu(compile_: bool, log, deadline: float, smoke: bool = False) -> dict
                applied=sorted({(a.pattern, a.implementation) for a in fused.applied}), variants={}, skipped=[])
     calls = {}
     for name, switches in MODEL_GPU_VARIANTS.items():
-        with conv.policy(**switches):
-            g = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
+        try:
+            with conv.policy(**switches):
+                g = measure.prepare_graph(fused.gm, device, dtype, channels_last=True)
+        except Exception as exc:                       # one variant that fails to prepare costs only itself
+            out["variants"][name] = dict(error=f"{type(exc).__name__}: {str(exc)[:200]}")
+            continue
         calls[name] = (lambda g=g: g(*x))
     if compile_ and deadline - time.perf_counter() < 60:
         out["skipped"].append("compile_default: under 60 s of --budget-s left")
@@ -633,8 +637,13 @@ def model_gpu(compile_: bool, log, deadline: float, smoke: bool = False) -> dict
         if time.perf_counter() > deadline:
             out["skipped"].append(name)
             continue
-        with torch.inference_mode():
-            y = fn()
+        try:
+            with torch.inference_mode():
+                y = fn()
+        except Exception as exc:
+            out["variants"][name] = dict(error=f"{type(exc).__name__}: {str(exc)[:200]}")
+            log(f"  {name}: failed: {out['variants'][name]['error']}")
+            continue
         r = dict(common.errors(y, ref))
         if not smoke:
             prof = common.profile_forward(fn, device, top=10, cpu_ops=False, calls=PROFILED_CALLS)
@@ -793,6 +802,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ln2d_gpu {key:22} " + "  ".join(f"{k} {u:.1f} us" for k, u in v.items()))
     if doc.get("model_gpu"):
         for name, r in doc["model_gpu"]["variants"].items():
+            if "error" in r:
+                print(f"model_gpu {name:44} FAILED {r['error']}")
+                continue
             print(f"model_gpu {name:44} GPU busy {r.get('gpu_busy_ms') or float('nan'):.3f} ms  "
                   f"launches {r.get('launches')}  rel_l2 {r['rel_l2']:.2e}")
         if doc["model_gpu"]["skipped"]:
