@@ -123,6 +123,7 @@ def test_selection_says_why(monkeypatch):
     cpu = convnext.select_convnext_block("cpu", torch.float32, 96)
     assert cpu.impl == "reference+cublas" and "no Triton on cpu" in cpu.label and "residual add_" in cpu.label
     if triton_support.triton_available():
+        monkeypatch.setattr(convnext, "BLOCK_MEASURED", {})           # the per-step tables below decide
         monkeypatch.setattr(convnext, "DWLN_MEASURED", {(96, 56, 56): ("triton", 90.0, 120.0)})
         monkeypatch.setattr(convnext, "MLP_MEASURED", {(96, 56, 56): ("gelu_prologue", {"cublas": 150.0,
                                                                                         "gelu_prologue": 120.0})})

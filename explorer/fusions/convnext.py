@@ -106,14 +106,14 @@ WORDS = Words("convnext", {
     "caveat": (("Folding the layer scale into the second linear rounds γ·W₂ to the weights' dtype once, as "
                 "BatchNorm folding does; valid in inference and training alike (it is exact algebra)."),
                "把 layer scale 折叠进第二个线性层时，γ·W₂ 会按权重的数据类型舍入一次，和 BN 折叠一样；推理和训练都成立（这是精确的代数变换）。"),
-    "caveat_measured": (("Measured on the H200 (ConvNeXt-Tiny, fp16, batch 32): with our depthwise+LayerNorm kernel "
-                         "at every stage the fused model was 1.18x the time of torch.compile's default mode "
-                         "(bench_cnn_fusions_convnext_tiny_quick_h200.json); the per-stage choices now made "
-                         "(bench_convnext_perstage_h200.json) were measured stage by stage, not yet as a whole "
-                         "model. Time these chains on your GPU before accepting them."),
-                        ("在 H200 上实测（ConvNeXt-Tiny，fp16，batch 32）：每个 stage 都用我们的深度可分离卷积+LayerNorm 内核时，融合模型耗时是 "
-                         "torch.compile 默认模式的 1.18 倍（bench_cnn_fusions_convnext_tiny_quick_h200.json）；现在按 stage "
-                         "做出的选择（bench_convnext_perstage_h200.json）是逐 stage 实测的，尚未作为整个模型实测。接受这些链之前，先在你的 "
+    "caveat_measured": (("Measured on the H200 (ConvNeXt-Tiny, fp16, batch 32, channels_last), by the profiler's GPU "
+                         "time: each block's steps were chosen block by block (bench_convnext_blocks_h200.json); in "
+                         "the same run the whole model with cuDNN's depthwise conv at every stage took 2.12 ms of GPU "
+                         "time per forward against torch.compile's default mode's 2.35. A plain call's latency "
+                         "depends on the host too. Time these chains on your GPU before accepting them."),
+                        ("在 H200 上按 profiler 的 GPU 时间实测（ConvNeXt-Tiny，fp16，batch 32，channels_last）：每个块的各步骤逐块选择"
+                         "（bench_convnext_blocks_h200.json）；同一次运行中，每个 stage 都用 cuDNN 深度可分离卷积的整个模型每次前向占用 "
+                         "2.12 ms GPU 时间，torch.compile 默认模式为 2.35 ms。普通调用的延迟还取决于主机。接受这些链之前，先在你的 "
                          "GPU 上给它们计时。")),
     "convnext_block.formula": ("gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2   (per output channel)",
                                "gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2（逐输出通道）"),
@@ -368,27 +368,54 @@ PROLOGUE_TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
     (96, 56, 56): (128, 128, 32, 4, 5), (192, 28, 28): (128, 256, 64, 8, 3), (384, 14, 14): (128, 256, 64, 8, 3),
     (768, 7, 7): (64, 256, 64, 8, 3),
 }
-#: The LayerNorm2d passes per shape, ``(C, H, W)`` of the normalised map ``-> (impl, µs ours, µs torch)`` in the same
-#: run (the stem's with its conv 4×4/4): ``triton`` (our one pass) or ``torch`` (permute + ``layer_norm``). The
-#: small ones are bound by the launch (each a few µs of memory time): torch's C++ ``layer_norm`` launches faster
-#: than our Python-side Triton launch. Unmeasured shapes: ``triton``.
+#: The LayerNorm2d chains per shape, ``(C, H, W)`` of the normalised map ``-> (impl, µs ours, µs torch)``: the
+#: profiler's GPU busy of the whole chain (the LayerNorm with the downsampling's conv 2×2/2, or with the head's
+#: linear) in one run (``bench_convnext_blocks_h200.json``, ``--only ln2d_gpu``): ``triton`` (our one pass, the
+#: affine folded into the next layer) or ``torch`` (permute + ``layer_norm``). Ours had the lower GPU time at all
+#: of them (inductor's, same run: 41.2, 22.1, 22.6, 4.6 µs). Host-inclusive bursts (``bench_convnext_perstage_h200``)
+#: had ranked torch's first at the two small ones, where its C++ launch is cheaper than our Python-side one: the
+#: target here is GPU work. Unmeasured shapes: ``triton``.
 LN2D_MEASURED: dict[tuple[int, int, int], tuple[str, float, float]] = {
-    (96, 56, 56): ("triton", 32.4, 113.8),
-    (192, 28, 28): ("triton", 34.5, 34.9),
-    (384, 14, 14): ("torch", 24.0, 16.7),
-    (768, 1, 1): ("torch", 22.9, 15.4),
+    (96, 56, 56): ("triton", 44.5, 151.9),
+    (192, 28, 28): ("triton", 26.6, 56.2),
+    (384, 14, 14): ("triton", 26.4, 34.2),
+    (768, 1, 1): ("triton", 4.7, 6.1),
 }
 #: The stem (conv 4×4/4 → LayerNorm2d over 96 channels at 56×56): cuDNN's conv without its bias + our pass adding
-#: it, 82.2 µs, against cuDNN's conv with its bias (ATen's extra pass) + layer_norm, 171.1 µs (same run).
-STEM_MEASURED = {(96, 56, 56): ("triton", 82.2, 171.1)}
+#: it, against cuDNN's conv with its bias (ATen's extra pass) + layer_norm: GPU busy of the chain, same run
+#: (inductor's: 59.6 µs).
+STEM_MEASURED = {(96, 56, 56): ("triton", 50.1, 172.6)}
 
 
 #: The whole block per shape by GPU time (issue 22: the target is the model's GPU busy, which host-inclusive bursts
 #: do not rank): ``(C, H, W) -> (first step, MLP, {"<first>+<mlp>": µs}, µs of inductor's block)``, the profiler's
 #: GPU busy per block of every pair the lean lowering can build and of inductor (compile default) on the same
-#: unfused block, in one run (``bench_convnext_kernels.py --only block``, fp16, batch 32, channels_last). Where a
-#: shape is in it, it decides both steps; elsewhere ``DWLN_MEASURED`` and ``MLP_MEASURED``.
-BLOCK_MEASURED: dict[tuple[int, int, int], tuple[str, str, dict[str, float], float | None]] = {}
+#: unfused block (layer scale unfolded), in one run (``benchmarks/results/bench_convnext_blocks_h200.json``: H200,
+#: fp16, batch 32, channels_last; ``bench_convnext_kernels.py --only block``). Where a shape is in it, it decides
+#: both steps; elsewhere ``DWLN_MEASURED`` and ``MLP_MEASURED``. cuDNN's depthwise conv + our LayerNorm pass won at
+#: every stage, the 7×7 one too (61.8 against 72.8 µs: the host-inclusive bursts had ranked our one kernel first
+#: there). The MLPs within 1 µs of each other are ties on the GPU; the one with fewer launches is taken (the
+#: accumulating MLP at the 2nd and 4th stages: no residual pass; our fc1 with its GELU epilogue at the 1st). The
+#: accumulating MLP loses where the padded column costs more than the pass saves (1st stage: 4C = 384 → 392
+#: columns, 266 against 228 µs; 3rd: 81 against 77).
+BLOCK_MEASURED: dict[tuple[int, int, int], tuple[str, str, dict[str, float], float | None]] = {
+    (96, 56, 56): ("cudnn_ln", "triton_fc1",
+                   {"cudnn_ln+triton_fc1": 226.4, "cudnn_ln+cublas": 227.6, "cudnn_ln+cublas_accumulate": 266.4,
+                    "triton+triton_fc1": 280.2, "triton+cublas": 281.7, "cudnn_ln+triton_fc1_accumulate": 286.1,
+                    "triton+cublas_accumulate": 320.8, "triton+triton_fc1_accumulate": 341.4}, 304.5),
+    (192, 28, 28): ("cudnn_ln", "cublas_accumulate",
+                    {"cudnn_ln+cublas_accumulate": 122.4, "cudnn_ln+cublas": 123.0, "cudnn_ln+triton_fc1": 128.9,
+                     "triton+cublas": 142.4, "triton+cublas_accumulate": 142.7, "triton+triton_fc1": 148.3,
+                     "cudnn_ln+triton_fc1_accumulate": 150.4, "triton+triton_fc1_accumulate": 170.5}, 125.5),
+    (384, 14, 14): ("cudnn_ln", "cublas",
+                    {"cudnn_ln+cublas": 77.1, "cudnn_ln+cublas_accumulate": 81.0, "cudnn_ln+triton_fc1": 85.8,
+                     "cudnn_ln+triton_fc1_accumulate": 92.1, "triton+cublas_accumulate": 99.2, "triton+cublas": 99.4,
+                     "triton+triton_fc1": 106.0, "triton+triton_fc1_accumulate": 107.0}, 83.8),
+    (768, 7, 7): ("cudnn_ln", "cublas_accumulate",
+                  {"cudnn_ln+cublas_accumulate": 61.5, "cudnn_ln+cublas": 61.8, "cudnn_ln+triton_fc1": 70.2,
+                   "cudnn_ln+triton_fc1_accumulate": 70.5, "triton+cublas_accumulate": 72.4, "triton+cublas": 72.8,
+                   "triton+triton_fc1": 80.3, "triton+triton_fc1_accumulate": 81.0}, 61.2),
+}
 
 
 def _shape_key(channels: int | None, hw: tuple[int, int] | None) -> tuple[int, int, int] | None:
