@@ -111,7 +111,7 @@ WORDS = Words("convnext", {
                          "the same run the whole model with cuDNN's depthwise conv at every stage took 2.12 ms of GPU "
                          "time per forward against torch.compile's default mode's 2.35. A plain call's latency "
                          "depends on the host too. Time these chains on your GPU before accepting them."),
-                        ("在 H200 上按 profiler 的 GPU 时间实测（ConvNeXt-Tiny，fp16，batch 32，channels_last）：每个块的各步骤逐块选择"
+                        ("在 H200 上按性能分析器的 GPU 时间实测（ConvNeXt-Tiny，fp16，batch 32，channels_last）：每个块的各步骤逐块选择"
                          "（bench_convnext_blocks_h200.json）；同一次运行中，每个 stage 都用 cuDNN 深度可分离卷积的整个模型每次前向占用 "
                          "2.12 ms GPU 时间，torch.compile 默认模式为 2.35 ms。普通调用的延迟还取决于主机。接受这些链之前，先在你的 "
                          "GPU 上给它们计时。")),
