@@ -15,6 +15,9 @@
        │                           triton_fc1:  Triton GEMM+b₁+GELU ─► linear(γ·W₂)+γ·b₂ ─► +x pass
        │                           triton_gemm: Triton GEMM+b₁+GELU ─► Triton GEMM(γ·W₂)+γ·b₂+x
        │                           gelu_prologue: linear+b₁ ─► Triton GEMM(GELU(h)·(γ·W₂)ᵀ)+γ·b₂+x
+       │                           cublas_accumulate: linear([W₁;0], [b₁;8]) ─► GELU in place ─►
+       │                                        x += h·[γW₂ | γb₂/8]ᵀ (cuBLAS, β = 1, into x's storage: no +x pass)
+       │                           triton_fc1_accumulate: the same, fc1 our Triton GEMM with the GELU epilogue
        └───────────────────────────────────────────────────────────────────────────────────────────▲
 
     LayerNorm2d (permute → layer_norm(C) → permute), one pass over the channels_last rows each:
@@ -36,6 +39,12 @@ What each step buys, and why it is this way:
   (``fold_layer_scale``): the multiply disappears.
 - **The residual as one pass** (``residual_add_``'s kernel, launched from the call's plan);
   eager runs the multiply by γ and the add as two.
+- **Or no residual pass at all** (``cublas_accumulate``, ``triton_fc1_accumulate``): cuBLAS can add the block
+  input in its epilogue (``addmm_``, β = 1) but not a bias as well, so fc2's bias rides in the GEMM: fc1 gets
+  ``K_PAD`` more outputs, zero weights, bias 8 on the first (GELU(8) = 8 exactly in every dtype), and fc2's
+  weight the column ``γb₂/8`` (a power of two: exact). The sum is written once, into x's storage: only in a
+  lean graph where x is provably dead after the block (``_owned_input``: a fresh tensor, every view of it used
+  once), else the residual pass.
 - **The MLP per shape** (``MLP_MEASURED``): cuBLASLt's GELU epilogue is the tanh
   approximation, so after cuBLAS the exact GELU is a pass of its own; our Triton GEMM with
   the exact GELU in its epilogue (``triton_fc1``) ties cuBLAS + the pass on the GPU at two
@@ -97,14 +106,14 @@ WORDS = Words("convnext", {
     "caveat": (("Folding the layer scale into the second linear rounds γ·W₂ to the weights' dtype once, as "
                 "BatchNorm folding does; valid in inference and training alike (it is exact algebra)."),
                "把 layer scale 折叠进第二个线性层时，γ·W₂ 会按权重的数据类型舍入一次，和 BN 折叠一样；推理和训练都成立（这是精确的代数变换）。"),
-    "caveat_measured": (("Measured on the H200 (ConvNeXt-Tiny, fp16, batch 32): with our depthwise+LayerNorm kernel "
-                         "at every stage the fused model was 1.18x the time of torch.compile's default mode "
-                         "(bench_cnn_fusions_convnext_tiny_quick_h200.json); the per-stage choices now made "
-                         "(bench_convnext_perstage_h200.json) were measured stage by stage, not yet as a whole "
-                         "model. Time these chains on your GPU before accepting them."),
-                        ("在 H200 上实测（ConvNeXt-Tiny，fp16，batch 32）：每个 stage 都用我们的深度可分离卷积+LayerNorm 内核时，融合模型耗时是 "
-                         "torch.compile 默认模式的 1.18 倍（bench_cnn_fusions_convnext_tiny_quick_h200.json）；现在按 stage "
-                         "做出的选择（bench_convnext_perstage_h200.json）是逐 stage 实测的，尚未作为整个模型实测。接受这些链之前，先在你的 "
+    "caveat_measured": (("Measured on the H200 (ConvNeXt-Tiny, fp16, batch 32, channels_last), by the profiler's GPU "
+                         "time: each block's steps were chosen block by block (bench_convnext_blocks_h200.json); in "
+                         "the same run the whole model with cuDNN's depthwise conv at every stage took 2.12 ms of GPU "
+                         "time per forward against torch.compile's default mode's 2.35. A plain call's latency "
+                         "depends on the host too. Time these chains on your GPU before accepting them."),
+                        ("在 H200 上按性能分析器的 GPU 时间实测（ConvNeXt-Tiny，fp16，batch 32，channels_last）：每个块的各步骤逐块选择"
+                         "（bench_convnext_blocks_h200.json）；同一次运行中，每个 stage 都用 cuDNN 深度可分离卷积的整个模型每次前向占用 "
+                         "2.12 ms GPU 时间，torch.compile 默认模式为 2.35 ms。普通调用的延迟还取决于主机。接受这些链之前，先在你的 "
                          "GPU 上给它们计时。")),
     "convnext_block.formula": ("gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2   (per output channel)",
                                "gamma * (h W2^T + b2) = h (gamma W2)^T + gamma b2（逐输出通道）"),
@@ -148,6 +157,24 @@ WORDS = Words("convnext", {
                       "loads it, bias and residual in its epilogue, layer scale folded (1 kernel: no {act} pass)"),
                      ("cuBLAS linear+偏置（1 个内核） + triton GEMM：读入输入时就地做 {act}，尾处理加偏置和残差，折叠 layer scale"
                       "（1 个内核：没有单独的 {act} 遍）")),
+    "mlp.accumulate": (("cuBLAS linear+bias (1 kernel, one padded column of 8s) + {act} in place (1 pass) + cuBLAS "
+                        "linear accumulating onto the block input, its bias carried by the padded column, layer scale "
+                        "folded (1 kernel: no residual pass; where the input is dead after the block, else the "
+                        "residual pass)"),
+                       ("cuBLAS 线性层+偏置（1 个内核，多一列常数 8） + 就地 {act}（1 遍） + cuBLAS 线性层直接累加到块输入上，"
+                        "偏置由补出的那一列带入，折叠 layer scale（1 个内核：没有残差遍；仅当输入在块之后不再使用，否则保留残差遍）")),
+    "mlp.fc1_accumulate": (("triton GEMM+bias+{act} (1 kernel, one padded column of 8s) + cuBLAS linear "
+                            "accumulating onto the block input, its bias carried by the padded column, layer scale "
+                            "folded (1 kernel: no {act} pass, no residual pass; where the input is dead after the "
+                            "block, else the residual pass)"),
+                           ("triton GEMM+偏置+{act}（1 个内核，多一列常数 8） + cuBLAS 线性层直接累加到块输入上，偏置由补出的那一列带入，"
+                            "折叠 layer scale（1 个内核：没有 {act} 遍，也没有残差遍；仅当输入在块之后不再使用，否则保留残差遍）")),
+    "accumulate.explanation": (("fc2's bias rides in its GEMM: fc1 gets one more output whose bias is 8 and whose "
+                                "weights are 0, GELU(8) = 8 exactly, and fc2's weight gets the column b₂/8; then "
+                                "cuBLAS computes x + h·W₂ᵀ + b₂ straight into x's storage (β = 1), so the residual "
+                                "add is no pass of its own."),
+                               ("把 fc2 的偏置放进它的 GEMM：fc1 多一个输出，权重为 0、偏置为 8，GELU(8) 恰好等于 8；fc2 的权重多一列 "
+                                "b₂/8。cuBLAS 于是直接在 x 的存储上算出 x + h·W₂ᵀ + b₂（β = 1），残差相加不再单独一遍。")),
     "notes.two": ("{first}; for the MLP, {second}", "{first}；MLP：{second}"),
     "stem.label": ("ConvNeXt stem: conv + LayerNorm2d", "ConvNeXt stem：卷积 + LayerNorm2d"),
     "downsample.label": ("ConvNeXt downsampling: LayerNorm2d + conv", "ConvNeXt 下采样：LayerNorm2d + 卷积"),
@@ -204,6 +231,9 @@ WORDS = Words("convnext", {
     "measured.none": ("not measured at this shape: the default", "此形状未实测：使用默认"),
     "measured.dwln": ("measured at C={c} {h}×{w}: our kernel {ours:.0f} µs, cuDNN + LayerNorm pass {split:.0f} µs",
                       "在 C={c} {h}×{w} 实测：我们的内核 {ours:.0f} µs，cuDNN + LayerNorm 遍 {split:.0f} µs"),
+    "measured.block": (("GPU time per block measured at C={c} {h}×{w}: {pair} {us:.0f} µs, inductor {inductor} µs; "
+                        "the others {others}"),
+                       "在 C={c} {h}×{w} 实测每个块的 GPU 时间：{pair} {us:.0f} µs，inductor {inductor} µs；其余 {others}"),
     "measured.mlp": (("measured at C={c} {h}×{w} in bursts that include each launch's host cost: {times}; "
                       "chosen with each GEMM's GPU time too (convnext.MLP_MEASURED)"),
                      "在 C={c} {h}×{w} 以连续调用实测（含每次启动的主机开销）：{times}；选择时也考虑了各 GEMM 的 GPU 时间（convnext.MLP_MEASURED）"),
@@ -250,6 +280,9 @@ TOLERANCES = {
 }
 
 CAVEAT = WORDS("caveat")
+#: The accumulating MLP's fold (fc2's bias carried through its GEMM by one padded hidden column), taught where the
+#: block's pattern is shown.
+CAVEAT_ACCUMULATE = WORDS("accumulate.explanation")
 #: Not every fusion pays, and this one did not where it was measured: said where the user chooses.
 CAVEAT_MEASURED = WORDS("caveat_measured")
 
@@ -323,26 +356,66 @@ MLP_MEASURED: dict[tuple[int, int, int], tuple[str, dict[str, float]]] = {
 }
 #: Where a shape was not measured: cuBLAS and one pass each (the lower GPU time wherever each kernel was timed).
 MLP_DEFAULT = "cublas"
-MLP_IMPLS = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue")
+#: ``cublas_accumulate``: cuBLAS's fc1 with one padded column, the activation in place, cuBLAS's fc2 accumulating
+#: onto the block input in place (``mlp_accumulate_``: no residual pass); only in a lowered graph where the block
+#: input is dead after the block (``_owned_input``), else ``cublas``.
+#: ``triton_fc1_accumulate``: the same with fc1 as our Triton GEMM, the activation in its epilogue.
+MLP_IMPLS = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue", "cublas_accumulate", "triton_fc1_accumulate")
+ACCUMULATE_IMPLS = ("cublas_accumulate", "triton_fc1_accumulate")
 #: The GELU-prologue GEMM's tile per shape (the sweep's fastest in the same run), ``(BLOCK_M, BLOCK_N, BLOCK_K,
 #: num_warps, num_stages)``; elsewhere ``gemm_prologue.prologue_config``.
 PROLOGUE_TILES: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
     (96, 56, 56): (128, 128, 32, 4, 5), (192, 28, 28): (128, 256, 64, 8, 3), (384, 14, 14): (128, 256, 64, 8, 3),
     (768, 7, 7): (64, 256, 64, 8, 3),
 }
-#: The LayerNorm2d passes per shape, ``(C, H, W)`` of the normalised map ``-> (impl, µs ours, µs torch)`` in the same
-#: run (the stem's with its conv 4×4/4): ``triton`` (our one pass) or ``torch`` (permute + ``layer_norm``). The
-#: small ones are bound by the launch (each a few µs of memory time): torch's C++ ``layer_norm`` launches faster
-#: than our Python-side Triton launch. Unmeasured shapes: ``triton``.
+#: The LayerNorm2d chains per shape, ``(C, H, W)`` of the normalised map ``-> (impl, µs ours, µs torch)``: the
+#: profiler's GPU busy of the whole chain (the LayerNorm with the downsampling's conv 2×2/2, or with the head's
+#: linear) in one run (``bench_convnext_blocks_h200.json``, ``--only ln2d_gpu``): ``triton`` (our one pass, the
+#: affine folded into the next layer) or ``torch`` (permute + ``layer_norm``). Ours had the lower GPU time at all
+#: of them (inductor's, same run: 41.2, 22.1, 22.6, 4.6 µs). Host-inclusive bursts (``bench_convnext_perstage_h200``)
+#: had ranked torch's first at the two small ones, where its C++ launch is cheaper than our Python-side one: the
+#: target here is GPU work. Unmeasured shapes: ``triton``.
 LN2D_MEASURED: dict[tuple[int, int, int], tuple[str, float, float]] = {
-    (96, 56, 56): ("triton", 32.4, 113.8),
-    (192, 28, 28): ("triton", 34.5, 34.9),
-    (384, 14, 14): ("torch", 24.0, 16.7),
-    (768, 1, 1): ("torch", 22.9, 15.4),
+    (96, 56, 56): ("triton", 44.5, 151.9),
+    (192, 28, 28): ("triton", 26.6, 56.2),
+    (384, 14, 14): ("triton", 26.4, 34.2),
+    (768, 1, 1): ("triton", 4.7, 6.1),
 }
 #: The stem (conv 4×4/4 → LayerNorm2d over 96 channels at 56×56): cuDNN's conv without its bias + our pass adding
-#: it, 82.2 µs, against cuDNN's conv with its bias (ATen's extra pass) + layer_norm, 171.1 µs (same run).
-STEM_MEASURED = {(96, 56, 56): ("triton", 82.2, 171.1)}
+#: it, against cuDNN's conv with its bias (ATen's extra pass) + layer_norm: GPU busy of the chain, same run
+#: (inductor's: 59.6 µs).
+STEM_MEASURED = {(96, 56, 56): ("triton", 50.1, 172.6)}
+
+
+#: The whole block per shape by GPU time (issue 22: the target is the model's GPU busy, which host-inclusive bursts
+#: do not rank): ``(C, H, W) -> (first step, MLP, {"<first>+<mlp>": µs}, µs of inductor's block)``, the profiler's
+#: GPU busy per block of every pair the lean lowering can build and of inductor (compile default) on the same
+#: unfused block (layer scale unfolded), in one run (``benchmarks/results/bench_convnext_blocks_h200.json``: H200,
+#: fp16, batch 32, channels_last; ``bench_convnext_kernels.py --only block``). Where a shape is in it, it decides
+#: both steps; elsewhere ``DWLN_MEASURED`` and ``MLP_MEASURED``. cuDNN's depthwise conv + our LayerNorm pass won at
+#: every stage, the 7×7 one too (61.8 against 72.8 µs: the host-inclusive bursts had ranked our one kernel first
+#: there). The MLPs within 1 µs of each other are ties on the GPU; the one with fewer launches is taken (the
+#: accumulating MLP at the 2nd and 4th stages: no residual pass; our fc1 with its GELU epilogue at the 1st). The
+#: accumulating MLP loses where the padded column costs more than the pass saves (1st stage: 4C = 384 → 392
+#: columns, 266 against 228 µs; 3rd: 81 against 77).
+BLOCK_MEASURED: dict[tuple[int, int, int], tuple[str, str, dict[str, float], float | None]] = {
+    (96, 56, 56): ("cudnn_ln", "triton_fc1",
+                   {"cudnn_ln+triton_fc1": 226.4, "cudnn_ln+cublas": 227.6, "cudnn_ln+cublas_accumulate": 266.4,
+                    "triton+triton_fc1": 280.2, "triton+cublas": 281.7, "cudnn_ln+triton_fc1_accumulate": 286.1,
+                    "triton+cublas_accumulate": 320.8, "triton+triton_fc1_accumulate": 341.4}, 304.5),
+    (192, 28, 28): ("cudnn_ln", "cublas_accumulate",
+                    {"cudnn_ln+cublas_accumulate": 122.4, "cudnn_ln+cublas": 123.0, "cudnn_ln+triton_fc1": 128.9,
+                     "triton+cublas": 142.4, "triton+cublas_accumulate": 142.7, "triton+triton_fc1": 148.3,
+                     "cudnn_ln+triton_fc1_accumulate": 150.4, "triton+triton_fc1_accumulate": 170.5}, 125.5),
+    (384, 14, 14): ("cudnn_ln", "cublas",
+                    {"cudnn_ln+cublas": 77.1, "cudnn_ln+cublas_accumulate": 81.0, "cudnn_ln+triton_fc1": 85.8,
+                     "cudnn_ln+triton_fc1_accumulate": 92.1, "triton+cublas_accumulate": 99.2, "triton+cublas": 99.4,
+                     "triton+triton_fc1": 106.0, "triton+triton_fc1_accumulate": 107.0}, 83.8),
+    (768, 7, 7): ("cudnn_ln", "cublas_accumulate",
+                  {"cudnn_ln+cublas_accumulate": 61.5, "cudnn_ln+cublas": 61.8, "cudnn_ln+triton_fc1": 70.2,
+                   "cudnn_ln+triton_fc1_accumulate": 70.5, "triton+cublas_accumulate": 72.4, "triton+cublas": 72.8,
+                   "triton+triton_fc1": 80.3, "triton+triton_fc1_accumulate": 81.0}, 61.2),
+}
 
 
 def _shape_key(channels: int | None, hw: tuple[int, int] | None) -> tuple[int, int, int] | None:
@@ -354,12 +427,18 @@ def dwln_impl(device: torch.device | str, dtype: torch.dtype, channels: int | No
     """How the depthwise conv + bias + LayerNorm step runs: ``triton`` (our one kernel), ``cudnn_ln`` (cuDNN's
     conv without its bias, then ``channels_layer_norm`` adding it in its one pass) or ``reference`` (cuDNN's
     conv, ``layer_norm``: where Triton does not run, or ``policy.POLICY.depthwise_triton`` is off).
-    ``policy.POLICY.convnext_dwln`` forces one; "auto" reads ``DWLN_MEASURED`` for the shape ``(C, H, W)``
-    (the block's input), else ``DWLN_DEFAULT``."""
+    ``policy.POLICY.convnext_dwln`` forces one; "auto" reads ``BLOCK_MEASURED``, then ``DWLN_MEASURED`` for the
+    shape ``(C, H, W)`` (the block's input), else ``DWLN_DEFAULT``."""
     if not (triton_runs_on(device) and dtype in SUPPORTED_DTYPES and policy.POLICY.depthwise_triton):
         return "reference"
     forced = policy.POLICY.convnext_dwln
-    impl = forced if forced in DWLN_IMPLS else DWLN_MEASURED.get(_shape_key(channels, hw), (DWLN_DEFAULT,))[0]
+    key = _shape_key(channels, hw)
+    if forced in DWLN_IMPLS:
+        impl = forced
+    elif key in BLOCK_MEASURED:
+        impl = BLOCK_MEASURED[key][0]
+    else:
+        impl = DWLN_MEASURED.get(key, (DWLN_DEFAULT,))[0]
     if impl == "triton" and channels is not None and channels > MAX_CHANNELS:
         return "cudnn_ln"
     return impl
@@ -367,7 +446,8 @@ def dwln_impl(device: torch.device | str, dtype: torch.dtype, channels: int | No
 
 def mlp_impl(device: torch.device | str, dtype: torch.dtype, channels: int | None = None,
              hw: tuple[int, int] | None = None, act: str = "gelu") -> str:
-    """How the MLP runs: ``cublas``, ``triton_fc1``, ``triton_gemm`` or ``gelu_prologue`` (``MLP_MEASURED``);
+    """How the MLP runs: one of ``MLP_IMPLS``, from ``BLOCK_MEASURED`` for the shape, else ``MLP_MEASURED``
+    (an accumulating one only for an activation that maps the carrier 8 to itself, ``ACCUMULATE_ACTS``);
     ``cublas`` where Triton does not run (then the residual pass is torch's ``add_``). ``policy.POLICY.mlp_gemm_triton`` forces
     ``triton_gemm`` (and ``gemm_triton`` off rules out both Triton GEMMs), ``convnext_mlp`` forces any."""
     if not (triton_runs_on(device) and dtype in SUPPORTED_DTYPES and policy.POLICY.gemm_triton):
@@ -375,13 +455,49 @@ def mlp_impl(device: torch.device | str, dtype: torch.dtype, channels: int | Non
     if policy.POLICY.mlp_gemm_triton:
         return "triton_gemm"
     forced = policy.POLICY.convnext_mlp
-    return forced if forced in MLP_IMPLS else MLP_MEASURED.get(_shape_key(channels, hw), (MLP_DEFAULT,))[0]
+    key = _shape_key(channels, hw)
+    if forced in MLP_IMPLS:
+        impl = forced
+    elif key in BLOCK_MEASURED:
+        impl = BLOCK_MEASURED[key][1]
+    else:
+        impl = MLP_MEASURED.get(key, (MLP_DEFAULT,))[0]
+    if impl in ACCUMULATE_IMPLS and act not in ACCUMULATE_ACTS:          # the carrier column needs act(8) = 8
+        impl = "cublas" if impl == "cublas_accumulate" else "triton_fc1"
+    return impl
 
 
 def uses_gemm(device: torch.device | str, dtype: torch.dtype, channels: int | None = None,
               hw: tuple[int, int] | None = None) -> bool:
     """Whether the block's two linears run as Triton GEMMs with their epilogues (``mlp_impl`` "triton_gemm")."""
     return mlp_impl(device, dtype, channels, hw) == "triton_gemm"
+
+
+#: The ConvNeXt switches of ``kernels.policy`` at their defaults: a lowering then runs what the rewrite recorded.
+_POLICY_DEFAULTS = dict(depthwise_triton=True, gemm_triton=True, mlp_gemm_triton=False, convnext_dwln="auto",
+                        convnext_mlp="auto")
+
+
+def block_steps(recorded: Choice | None, device: torch.device | str, dtype: torch.dtype, channels: int | None,
+                hw: tuple[int, int] | None, act: str = "gelu") -> tuple[str, str]:
+    """``(first step, MLP)`` of a block: the choice the rewrite recorded on the fused call (``edit.planned``:
+    ``select_convnext_block``'s ``impl`` is ``"<dwln_impl>+<mlp_impl>"``), unless a ConvNeXt switch of
+    ``kernels.policy`` is forced away from its default (then the switch wins: ``dwln_impl``, ``mlp_impl``
+    decide again) or nothing was recorded for this device and dtype."""
+    forced = any(getattr(policy.POLICY, k) != v for k, v in _POLICY_DEFAULTS.items())
+    if recorded is not None and not forced and recorded.impl.count("+") == 1:
+        first, mlp = recorded.impl.split("+")
+        if first in DWLN_IMPLS + ("reference",) and mlp in MLP_IMPLS:
+            return first, mlp
+    return dwln_impl(device, dtype, channels, hw), mlp_impl(device, dtype, channels, hw, act)
+
+
+def _block_note(key: tuple[int, int, int], pair: str) -> str:
+    """"GPU time per block measured at C×H×W: this pair 80 µs, inductor 90 µs, next ..." for a label."""
+    _, _, times, inductor = BLOCK_MEASURED[key]
+    others = ", ".join(f"{k} {v:.0f} µs" for k, v in sorted(times.items(), key=lambda kv: kv[1]) if k != pair)
+    return WORDS("measured.block", c=key[0], h=key[1], w=key[2], pair=pair, us=times.get(pair, float("nan")),
+                 inductor="-" if inductor is None else f"{inductor:.0f}", others=others)
 
 
 def _measured_note(table: dict, key, impl: str) -> str:
@@ -417,6 +533,10 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
         mlp, fused = WORDS("mlp.fc1", act=act), True
     elif mlp_choice == "gelu_prologue":
         mlp, fused = WORDS("mlp.prologue", act=act), True
+    elif mlp_choice == "cublas_accumulate":
+        mlp, fused = WORDS("mlp.accumulate", act=act), True
+    elif mlp_choice == "triton_fc1_accumulate":
+        mlp, fused = WORDS("mlp.fc1_accumulate", act=act), True
     else:
         lin = linear.select_linear_act(device, dtype, act, 2, 2)
         residual = WORDS("residual.triton" if triton else "residual.torch")
@@ -428,16 +548,21 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
         tail = "" if layout == "nhwc" else "_cl"
         label = WORDS(("label.triton" if impl == "triton" else "label.cudnn_ln") + tail, mlp=mlp)
         notes = []
-        if policy.POLICY.convnext_dwln == "auto":
-            notes.append(_measured_note(DWLN_MEASURED, key, impl))
-        if triton and policy.POLICY.convnext_mlp == "auto" and not policy.POLICY.mlp_gemm_triton:
-            notes.append(_measured_note(MLP_MEASURED, key, mlp_choice))
+        auto = policy.POLICY.convnext_dwln == "auto" and policy.POLICY.convnext_mlp == "auto" and \
+            not policy.POLICY.mlp_gemm_triton
+        if auto and key in BLOCK_MEASURED:
+            notes.append(_block_note(key, f"{impl}+{mlp_choice}"))
+        else:
+            if policy.POLICY.convnext_dwln == "auto":
+                notes.append(_measured_note(DWLN_MEASURED, key, impl))
+            if triton and policy.POLICY.convnext_mlp == "auto" and not policy.POLICY.mlp_gemm_triton:
+                notes.append(_measured_note(MLP_MEASURED, key, mlp_choice))
         notes = list(dict.fromkeys(notes))                 # "not measured" once
         if notes:
             note = notes[0] if len(notes) == 1 else WORDS("notes.two", first=notes[0], second=notes[1])
             label = WORDS(("label.triton" if impl == "triton" else "label.cudnn_ln") + tail + ".noted", mlp=mlp,
                           note=note)
-        return Choice(impl, where(label, device), True)
+        return Choice(f"{impl}+{mlp_choice}", where(label, device), True)
     if not triton:
         why = BASE_WORDS("no_triton", device=device.type) if not triton_runs_on(device) else \
             WORDS("why.dtype", dtype=dtype)
@@ -445,7 +570,7 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
         why = WORDS("why.policy")
     else:
         why = WORDS("why.layout")
-    return Choice("reference", where(WORDS("label.reference", mlp=mlp, why=why), device), fused)
+    return Choice(f"reference+{mlp_choice}", where(WORDS("label.reference", mlp=mlp, why=why), device), fused)
 
 
 # ====================================================================== the block
@@ -586,6 +711,59 @@ def project_residual(h: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None,
     return residual_add_(gemm_launch(plan, key, h, w2, b2, None, out), x)
 
 
+#: The accumulating MLP (``mlp_accumulate_``): fc1 gets ``K_PAD`` extra output rows, all zero but the first, whose
+#: bias is ``BIAS_CARRIER``; the activation maps it to itself exactly (GELU(8) = 8·Φ(8), Φ(8) = 1 − 6e-16 rounds to
+#: 1 in every float dtype; ReLU(8) = 8), so fc2's bias rides in the GEMM as the column ``b₂ / 8`` of its weight
+#: (a power of two: exact). ``K_PAD`` = 8 keeps fp16/bf16 rows 16-byte aligned.
+K_PAD = 8
+BIAS_CARRIER = 8.0
+ACCUMULATE_ACTS = ("gelu", "relu")
+
+
+def accumulate_weights(w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor | None,
+                       act: str = "gelu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(W₁', b₁', W₂')`` for ``mlp_accumulate_``: ``W₁' = [W₁; 0]`` ``(4C + K_PAD, C)``, ``b₁' = [b₁; 8, 0…]``,
+    ``W₂' = [W₂ | b₂/8 | 0…]`` ``(C, 4C + K_PAD)``, so that ``act(t W₁'ᵀ + b₁') W₂'ᵀ = act(t W₁ᵀ + b₁) W₂ᵀ + b₂``
+    exactly (the extra hidden column is exactly 8, the others exactly 0). In float64, returned in the weights'
+    dtypes; the inputs are not modified."""
+    if act not in ACCUMULATE_ACTS:
+        raise ValueError(f"activation {act} does not map {BIAS_CARRIER} to itself exactly")
+    hidden, c = w1.shape
+    w1a = torch.zeros((hidden + K_PAD, c), dtype=torch.float64, device=w1.device)
+    w1a[:hidden] = w1.detach().to(torch.float64)
+    b1a = torch.zeros(hidden + K_PAD, dtype=torch.float64, device=w1.device)
+    if b1 is not None:
+        b1a[:hidden] = b1.detach().to(torch.float64)
+    b1a[hidden] = BIAS_CARRIER
+    w2a = torch.zeros((w2.shape[0], hidden + K_PAD), dtype=torch.float64, device=w2.device)
+    w2a[:, :hidden] = w2.detach().to(torch.float64)
+    if b2 is not None:
+        w2a[:, hidden] = b2.detach().to(torch.float64) / BIAS_CARRIER
+    return w1a.to(w1.dtype), b1a.to(w1.dtype if b1 is None else b1.dtype), w2a.to(w2.dtype)
+
+
+def mlp_accumulate_(t: torch.Tensor, w1a: torch.Tensor, b1a: torch.Tensor, w2a: torch.Tensor, x: torch.Tensor,
+                    act: str = "gelu", gemm: bool = False) -> torch.Tensor:
+    """``x += act(t W₁ᵀ + b₁) W₂ᵀ + b₂`` IN PLACE on the block input ``x`` ``(N, C, H, W)``, returned, with the
+    weights of ``accumulate_weights``: cuBLAS's fc1 (bias in its epilogue), the activation in place, and ONE cuBLAS
+    GEMM accumulating onto x's rows (``addmm_``, β = 1: x is read in the GEMM's epilogue), fc2's bias carried by
+    the extra column: three kernels where cuBLAS + the residual pass take four, and the sum is never written
+    twice. ``t``: ``(N, H, W, C)`` contiguous. Only where x is dead after the block (the lowering proves it:
+    ``_owned_input``); an x that is not channels_last is updated through a copy of its rows. ``gemm``: fc1 as our
+    Triton GEMM with the bias and the activation in its epilogue (``mlp_hidden``: no activation pass)."""
+    n, c, hh, ww = x.shape
+    if gemm:
+        h = mlp_hidden(t, w1a, b1a, act, True)                                         # (N·H·W, 4C + K_PAD)
+    else:
+        h = apply_activation_(F.linear(t.reshape(-1, c), w1a, b1a), act)
+    rows = x.permute(0, 2, 3, 1)                                                       # (N, H, W, C)
+    if rows.is_contiguous():
+        rows.view(-1, c).addmm_(h, w2a.t())
+        return x
+    x.copy_(torch.addmm(rows.reshape(-1, c), h, w2a.t()).view(n, hh, ww, c).permute(0, 3, 1, 2))
+    return x
+
+
 def project_gelu_residual(hp: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None, x: torch.Tensor,
                           act: str = "gelu") -> torch.Tensor:
     """``x + (act(hp) @ w2ᵀ + b2)`` as ``(N, C, H, W)`` (channels_last memory), ``hp`` being fc1's output before
@@ -624,6 +802,8 @@ def convnext_block(x, dw_weight, dw_bias, stride, padding, dilation, ln_weight, 
     t = _dwln(dwln_impl(x.device, x.dtype, c, hw), x, dw_weight, dw_bias, stride, padding, dilation, ln_weight,
               ln_bias, eps)                                                        # (N, H, W, C)
     mlp = mlp_impl(x.device, x.dtype, c, hw, act)
+    if mlp in ACCUMULATE_IMPLS:              # in place only where a lowering proved x dead after the block
+        mlp = "cublas" if mlp == "cublas_accumulate" else "triton_fc1"
     if mlp == "gelu_prologue":
         return project_gelu_residual(F.linear(t.reshape(-1, c), w1, b1), w2, b2, x, act)
     h = mlp_hidden(t, w1, b1, act, mlp in ("triton_gemm", "triton_fc1"))          # (N·H·W, 4C)
@@ -713,8 +893,16 @@ def _lower(gm, node, device, dtype) -> bool:
     n, c = x_shape[0], x_shape[1]
     hw = (x_shape[2], x_shape[3])
     out = conv_out_shape(x_shape, weight.shape, stride, padding, dilation)
-    first = dwln_impl(device, dtype, c, hw)
-    mlp = mlp_impl(device, dtype, c, hw, act)
+    first, mlp = block_steps(edit.planned(node, device, dtype), device, dtype, c, hw, act)
+    accumulate = ()
+    if mlp in ACCUMULATE_IMPLS:
+        if act in ACCUMULATE_ACTS and _owned_input(x, node):
+            parts = accumulate_weights(w1t, edit.attr_tensor(gm, b1), w2t, edit.attr_tensor(gm, b2), act)
+            base = "_lean_acc_" + str(w2.target).replace(".", "_")
+            accumulate = tuple(edit.register_buffer(gm, base + suffix, p) for suffix, p in zip(("_w1", "_b1", "_w2"),
+                                                                                               parts))
+        else:
+            mlp = "cublas" if mlp == "cublas_accumulate" else "triton_fc1"
     hidden_linear = []
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
@@ -730,6 +918,9 @@ def _lower(gm, node, device, dtype) -> bool:
             y = g.call_function(torch.conv2d, (x, dw_w, dw_b, stride, padding, dilation, c))
             t = g.call_function(torch.layer_norm, (g.call_function(torch.permute, (y, [0, 2, 3, 1])), [c], ln_w,
                                                    ln_b, eps))
+        if accumulate:
+            return g.call_function(mlp_accumulate_, (t, *(g.get_attr(a) for a in accumulate), x, act,
+                                                     mlp == "triton_fc1_accumulate"))
         if mlp in ("triton_gemm", "triton_fc1"):
             h = g.call_function(mlp_hidden, (t, w1, b1, act, True))                      # (N·H·W, 4C)
             return g.call_function(project_residual, (h, w2, b2, x, mlp == "triton_gemm"))
@@ -748,6 +939,26 @@ def _lower(gm, node, device, dtype) -> bool:
     return True
 
 
+
+
+#: Calls whose result is a view of their first argument (the walk of ``_owned_input`` goes through them).
+_VIEWS = {torch.permute, torch.ops.aten.permute.default, torch.ops.aten.view.default, torch.reshape,
+          torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default, "permute", "view"}
+
+
+def _owned_input(x: torch.fx.Node, consumer: torch.fx.Node) -> bool:
+    """Whether the block's input ``x`` may be overwritten by ``consumer`` (the block): every node from the tensor's
+    producer through the views to ``consumer`` has that one user, and the producer makes a fresh tensor (one of
+    this family's calls or a convolution: ``_FRESH``), so no other value shares the storage. A graph input, a
+    weight, or any other producer: not owned (the block then keeps its residual pass)."""
+    node, user = x, consumer
+    while True:
+        if not isinstance(node, torch.fx.Node) or list(node.users) != [user]:
+            return False
+        if node.op == "call_method" and node.target in _VIEWS or node.op == "call_function" and node.target in _VIEWS:
+            node, user = node.args[0], node
+            continue
+        return node.op == "call_function" and node.target in _FRESH
 
 
 # ====================================================================== LayerNorm2d: the stem, downsamplings, head
@@ -976,6 +1187,13 @@ def _head_direct(t, ln_weight, ln_bias, eps, weight, bias):
     return F.linear(n.reshape(n.shape[0], -1), weight, bias)
 
 
+#: Calls that return a tensor of their own (not a view of an input that may live on): a block's input made by one
+#: of them may be accumulated onto in place. ``mlp_accumulate_`` returns its input, which its own lowering proved
+#: was owned.
+_FRESH = {torch.conv2d, torch.ops.aten.convolution.default, conv_layer_norm2d, _stem_reference, _downsample_direct,
+          _downsample_reference, fused_conv_layer_norm2d, fused_layer_norm2d_conv, fused_convnext_block,
+          project_residual, project_gelu_residual, mlp_accumulate_}
+
 LOWERINGS = {fused_convnext_block: _lower,
              fused_conv_layer_norm2d: _lower_ln2d(conv_layer_norm2d, _stem_reference, stem=True),
              fused_layer_norm2d_conv: _lower_ln2d(_downsample_direct, _downsample_reference),
@@ -1093,7 +1311,7 @@ PATTERNS = (
         color="#6b6ecf", rewrite=rewrite,
         implementation=WORDS("convnext_block.implementation"),
         explanation=WORDS("convnext_block.explanation"),
-        caveats=(PRECISION_CAVEAT, CAVEAT, CAVEAT_MEASURED),
+        caveats=(PRECISION_CAVEAT, CAVEAT, CAVEAT_MEASURED, CAVEAT_ACCUMULATE),
         formula=WORDS("convnext_block.formula"),
     ),
     Pattern(
