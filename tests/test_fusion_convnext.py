@@ -330,7 +330,8 @@ def test_lowering_runs_the_recorded_choice(monkeypatch):
     gm, det = _detect(block(24).to(DEVICE), x)
     monkeypatch.setattr(convnext, "DWLN_MEASURED", {(24, 7, 7): ("triton", 1.0, 2.0)})
     monkeypatch.setattr(convnext, "MLP_MEASURED", {(24, 7, 7): ("triton_gemm", {"triton_gemm": 1.0})})
-    fused = apply_plan(gm, det, make_plan(det), DEVICE)
+    # fused for the layout it is prepared in: a choice recorded for another memory format is set aside
+    fused = apply_plan(gm, det, make_plan(det, memory_format="channels_last"), DEVICE)
     assert [a.impl for a in fused.applied] == ["triton+triton_gemm"]
     monkeypatch.setattr(convnext, "DWLN_MEASURED", {})            # the tables would now say cudnn_ln + cublas
     monkeypatch.setattr(convnext, "MLP_MEASURED", {})
