@@ -598,6 +598,9 @@ def fused_rotary(q, k, cos, sin):
 
 LOWERINGS = {fused_rotary: _lower}
 
+#: Targets a lean CUDA graph binds per node (``triton_support.BoundCall``): Triton launches only.
+BOUND_CALLS = (fused_rotary, qkv_rotary, rotary_token_major)
+
 
 # ====================================================================== matching
 

@@ -55,7 +55,8 @@ import operator
 import torch
 import torch.fx
 
-from explorer.fusions import LOWERINGS
+from explorer.fusions import BOUND_CALLS, LOWERINGS
+from explorer.fusions.triton_support import BoundCall
 from explorer.graph.aten import attr_value
 
 aten = torch.ops.aten
@@ -170,6 +171,29 @@ def specialize_fused_calls(gm: torch.fx.GraphModule, device: torch.device | str,
         gm.graph.lint()
         gm.recompile()
     return changed
+
+
+def bind_calls(gm: torch.fx.GraphModule, targets: frozenset | None = None) -> int:
+    """Give each node whose target is a Triton-only fused call (``explorer.fusions.BOUND_CALLS``, or ``targets``)
+    its own ``triton_support.BoundCall``: planned once, at its first call, then outputs allocated and kernels
+    launched with nothing else per call (see ``BoundCall``). Run after ``specialize_fused_calls`` (which
+    chooses the targets); ``prepare_graph`` does it for CUDA graphs. Edits ``gm`` in place and returns how many
+    nodes were bound.
+    """
+    targets = BOUND_CALLS if targets is None else targets
+    changed = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and not node.kwargs and node.target in targets:
+            node.target = BoundCall(node.target)
+            changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+def bound_calls(gm: torch.fx.GraphModule) -> list[BoundCall]:
+    """The graph's bound calls, in graph order (their ``replay``/``why`` say whether each is bound)."""
+    return [n.target for n in gm.graph.nodes if n.op == "call_function" and isinstance(n.target, BoundCall)]
 
 
 # ------------------------------------------------------------------ values that depend on no input
