@@ -489,6 +489,14 @@ def _storage_key(t: torch.Tensor) -> tuple:
     return (t.device, t.untyped_storage().data_ptr())
 
 
+def _new_buffer(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device, contiguous: bool
+                ) -> torch.Tensor:
+    """A replayed call's allocation, as the recorded one (tests replace this to poison it)."""
+    if contiguous:
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.empty_strided(shape, stride, dtype=dtype, device=device)
+
+
 class _Replay:
     """A recorded call replayed: check the inputs, allocate the outputs, launch each kernel once.
 
@@ -613,13 +621,11 @@ class _Replay:
             hooks = self.hooks
             if _hook_active(hooks.launch_enter_hook) or _hook_active(hooks.launch_exit_hook):
                 return None                               # a profiler's hook: Triton's runner calls it
-            bases = [t.data_ptr() for t in tensors]
-            for idx, off in self.aligned_inputs:
-                if (bases[idx] + off) & 15:
-                    return None                           # compiled for an aligned pointer: the JIT picks another
-        allocs = [None if spec is None else
-                  torch.empty(spec[0], dtype=spec[2], device=device) if spec[3] else
-                  torch.empty_strided(spec[0], spec[1], dtype=spec[2], device=device)
+        bases = [t.data_ptr() for t in tensors]
+        for idx, off in self.aligned_inputs:
+            if (bases[idx] + off) & 15:
+                return None                               # compiled for an aligned pointer: the JIT picks another
+        allocs = [None if spec is None else _new_buffer(spec[0], spec[1], spec[2], device, spec[3])
                   for spec in self.allocs]
         if self.compiled:
             news = [None if a is None else a.data_ptr() for a in allocs]

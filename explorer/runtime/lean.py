@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
 import operator
 
 import torch
@@ -191,9 +192,166 @@ def bind_calls(gm: torch.fx.GraphModule, targets: frozenset | None = None) -> in
     return changed
 
 
-def bound_calls(gm: torch.fx.GraphModule) -> list[BoundCall]:
+def bound_calls(gm: torch.fx.GraphModule) -> list:
     """The graph's bound calls, in graph order (their ``replay``/``why`` say whether each is bound)."""
-    return [n.target for n in gm.graph.nodes if n.op == "call_function" and isinstance(n.target, BoundCall)]
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"
+            and isinstance(n.target, (BoundCall, BoundAttention))]
+
+
+def unbind(gm: torch.fx.GraphModule) -> int:
+    """Put every bound node of ``gm`` back on its generic call (``BoundCall``'s target; the public SDPA call with
+    the node's arguments): the graph as it was before ``bind_calls``/``bind_attention``. Returns how many."""
+    changed = 0
+    for node in gm.graph.nodes:
+        target = node.target if node.op == "call_function" else None
+        if isinstance(target, BoundCall):
+            node.target = target.generic
+        elif isinstance(target, BoundAttention):
+            node.target = torch._C._nn.scaled_dot_product_attention
+            node.args = (*node.args, None, 0.0, target.is_causal)
+            node.kwargs = dict(scale=target.scale, enable_gqa=target.enable_gqa)
+        else:
+            continue
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+# ------------------------------------------------------------------ attention bound to its backend
+
+#: SDPBackend values of ``torch._fused_sdp_choice`` (``torch.nn.attention.SDPBackend``) that ``BoundAttention``
+#: calls directly, and the public binding of each backend's op.
+_SDP_FLASH, _SDP_EFFICIENT, _SDP_CUDNN = 1, 2, 3
+
+
+def _public_sdpa(q, k, v, is_causal, scale, enable_gqa):
+    return torch._C._nn.scaled_dot_product_attention(q, k, v, None, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+class BoundAttention:
+    """One SDPA node (no mask, no dropout) bound to the backend the dispatcher picks for it.
+
+    ``scaled_dot_product_attention`` asks ``_fused_sdp_choice`` at every call which backend runs (a dozen checks
+    of shapes, strides, dtypes and device properties), then calls that backend's op. A prepared graph's
+    shapes are fixed, so at the first call on CUDA this asks ``torch._fused_sdp_choice`` once, calls the chosen
+    op (flash, memory-efficient or cuDNN attention) exactly as ``scaled_dot_product_attention`` calls it (no mask;
+    flash with the head dim's scale computed as PyTorch computes it, only where the head dim needs no padding),
+    and keeps the op only where its output equals the public call's bit for bit and in layout on these inputs;
+    later calls whose q, k, v have the recorded shapes, strides, dtype and device call it directly, others
+    (and calls autograd records) the public SDPA. On the CPU: always the public call. ``why`` says why a node
+    kept the public call; ``backend`` names the op taken.
+    """
+
+    def __init__(self, is_causal: bool, scale: float | None, enable_gqa: bool = False) -> None:
+        self.is_causal, self.scale, self.enable_gqa = bool(is_causal), scale, bool(enable_gqa)
+        # not torch's own module name: fx would then emit a call of torch's function by its qualified name
+        self.__name__ = self.__qualname__ = "bound_scaled_dot_product_attention"
+        self.__module__ = __name__
+        self.op: Any = None
+        self.backend: str | None = None
+        self.checks: tuple | None = None
+        self.recorded = False
+        self.why: str | None = None
+
+    def generic(self, q, k, v):
+        """The public call with this node's arguments."""
+        return _public_sdpa(q, k, v, self.is_causal, self.scale, self.enable_gqa)
+
+    def __repr__(self) -> str:
+        state = f"bound: {self.backend}" if self.op is not None else f"generic: {self.why}" if self.why else "new"
+        return f"BoundAttention({state})"
+
+    def __deepcopy__(self, memo) -> "BoundAttention":
+        return BoundAttention(self.is_causal, self.scale, self.enable_gqa)
+
+    def __reduce__(self):
+        return (BoundAttention, (self.is_causal, self.scale, self.enable_gqa))
+
+    def __call__(self, q, k, v):
+        op = self.op
+        if op is not None:
+            checks = self.checks
+            if (q.shape == checks[0] and k.shape == checks[1] and v.shape == checks[2] and q.stride() == checks[3]
+                    and k.stride() == checks[4] and v.stride() == checks[5] and q.dtype == checks[6]
+                    and k.dtype == checks[6] and v.dtype == checks[6] and q.device == checks[7]
+                    and k.device == checks[7] and v.device == checks[7]
+                    and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+                return op(q, k, v)
+            return _public_sdpa(q, k, v, self.is_causal, self.scale, self.enable_gqa)
+        if self.recorded:
+            return _public_sdpa(q, k, v, self.is_causal, self.scale, self.enable_gqa)
+        return self._bind(q, k, v)
+
+    def _bind(self, q, k, v):
+        out = _public_sdpa(q, k, v, self.is_causal, self.scale, self.enable_gqa)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return out                                    # bound later, on a call autograd does not record
+        self.recorded = True
+        if q.device.type != "cuda" or not (q.device == k.device == v.device) or not (q.dtype == k.dtype == v.dtype):
+            self.why = "not three CUDA tensors of one dtype"
+            return out
+        try:
+            choice = int(torch._fused_sdp_choice(q, k, v, None, 0.0, self.is_causal, scale=self.scale,
+                                                 enable_gqa=self.enable_gqa))
+            op, name = self._op(choice, q)
+            if op is None:
+                self.why = name
+                return out
+            direct = op(q, k, v)
+        except Exception as exc:  # a backend that refuses these inputs: keep the public call
+            self.why = f"{type(exc).__name__}: {exc}"[:160]
+            return out
+        if direct.shape != out.shape or direct.stride() != out.stride() or not torch.equal(direct, out):
+            self.why = f"{name} differs from the public call on these inputs"
+            return out
+        self.op, self.backend = op, name
+        self.checks = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device)
+        return out
+
+    def _op(self, choice: int, q) -> tuple[Any, str]:
+        """(the backend op as ``scaled_dot_product_attention`` calls it, its name), or (None, why not)."""
+        causal, scale = self.is_causal, self.scale
+        if choice == _SDP_CUDNN:
+            fn = torch._scaled_dot_product_cudnn_attention
+            return (lambda q, k, v: fn(q, k, v, None, False, 0.0, causal, False, scale=scale)[0]), "cudnn"
+        if choice == _SDP_EFFICIENT:
+            fn = torch._scaled_dot_product_efficient_attention
+            return (lambda q, k, v: fn(q, k, v, None, False, 0.0, causal, scale=scale)[0]), "efficient"
+        if choice == _SDP_FLASH:
+            d = q.shape[-1]
+            if d % 8:
+                return None, f"flash pads head dim {d} to a multiple of 8"
+            og_scale = scale if scale is not None else 1.0 / math.sqrt(d)   # PyTorch's calculate_scale, in double
+            fn = torch._scaled_dot_product_flash_attention
+            return (lambda q, k, v: fn(q, k, v, 0.0, causal, False, scale=og_scale)[0]), "flash"
+        return None, f"the dispatcher picks backend {choice} (math or another), not one called directly"
+
+
+def bind_attention(gm: torch.fx.GraphModule) -> int:
+    """Bind each ``scaled_dot_product_attention`` node without mask or dropout to its backend (``BoundAttention``;
+    under ``enable_gqa`` the backends that take fewer key/value heads read them as they are, as the public call
+    passes them). Edits ``gm`` in place; returns how many nodes were bound."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    defaults = dict(attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False)
+    changed = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch._C._nn.scaled_dot_product_attention:
+            continue
+        if len(node.args) > len(names) or any(k not in names for k in node.kwargs):
+            continue
+        bound = {**defaults, **dict(zip(names, node.args)), **node.kwargs}
+        if not all(k in bound for k in names[:3]) or bound["attn_mask"] is not None or bound["dropout_p"] != 0.0:
+            continue
+        if not isinstance(bound["enable_gqa"], bool) or not isinstance(bound["is_causal"], bool) or not (
+                bound["scale"] is None or isinstance(bound["scale"], float)):
+            continue
+        node.target = BoundAttention(bound["is_causal"], bound["scale"], bound["enable_gqa"])
+        node.args, node.kwargs = (bound["query"], bound["key"], bound["value"]), {}
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
 
 
 # ------------------------------------------------------------------ values that depend on no input
