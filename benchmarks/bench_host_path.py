@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import _common as common  # noqa: E402
 from benchmarks import bench_measured as bm  # noqa: E402
+from benchmarks import profile_host as ph  # noqa: E402
 
 MODELS = ("llama_decoder", "llama_decoder_8b_layers", "gpt2_medium_layers")
 START = time.perf_counter()
@@ -86,18 +87,22 @@ def measure(key: str, args, log) -> dict:
     from explorer.runtime import lean
     from explorer.runtime import measure as m
 
-    case = bm.CASES[key]
+    device = "cpu" if args.smoke else "cuda"
+    case = bm.SMOKE_CASES[key] if args.smoke else bm.CASES[key]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        p = bm.prepared(case, "cuda", Path(tmp))
+        p = bm.prepared(case, device, Path(tmp))
     fused, inputs = p["fused_gm"], p["inputs"]
+    if args.smoke:                                    # prepare_graph binds on CUDA only: bind here for the check
+        lean.bind_calls(fused)
+        lean.bind_attention(fused)
     generic = generic_copy(fused)
     row: dict[str, Any] = dict(title=case.title, load_s=round(time.perf_counter() - t0, 1), notes=[])
     with torch.inference_mode():
         for _ in range(3):                            # the first call records each bound node
             out_b = fused(*inputs)
             out_g = generic(*inputs)
-        torch.cuda.synchronize()
+        m.synchronize(device)
         row["bitwise_bound_vs_generic"] = bitwise(out_b, out_g)
     row["bound_nodes"] = [repr(b) for b in lean.bound_calls(fused)]
     row["bound"] = sum(1 for b in lean.bound_calls(fused) if getattr(b, "replay", None) is not None
@@ -106,9 +111,9 @@ def measure(key: str, args, log) -> dict:
     plain = {"fused_generic": lambda: generic(*inputs), "fused_bound": lambda: fused(*inputs)}
     left = args.budget_s - (time.perf_counter() - START)
     keep = []
-    if not args.no_compile and left > 60:
+    if not args.no_compile and not args.smoke and left > 60:
         try:
-            call, target, seconds = common.compile_copy(p["eager"], None, inputs, "cuda")
+            call, target, seconds = common.compile_copy(p["eager"], None, inputs, device)
             keep.append(target)
             plain["compile_default"] = call
             row["compile_s"] = seconds
@@ -118,21 +123,24 @@ def measure(key: str, args, log) -> dict:
         row["notes"].append("compile default: skipped (--no-compile, or under 60 s of --budget-s left)")
     variants = dict(plain)
     for name in ("fused_bound", "compile_default"):
-        if name in plain:
-            replay, why = common.cuda_graph_replay(plain[name], "cuda")
+        if name in plain and not args.smoke:
+            replay, why = common.cuda_graph_replay(plain[name], device)
             if replay is None:
                 row["notes"].append(f"{name} CUDA graph: {why}")
             else:
                 variants[name.replace("fused_bound", "fused") + "_graph"] = replay
     with torch.inference_mode():
-        issue = {v: bm.host_issue_ms(fn, "cuda", args.issue_calls) for v, fn in plain.items()}
+        issue = {v: bm.host_issue_ms(fn, device, args.issue_calls) for v, fn in plain.items()}
+        # where the bound graph's host time still goes (own time per function, as profile_host.py reports it)
+        row["cprofile_fused_bound"] = ph.cprofile_top(plain["fused_bound"], 20, device, 20)
+        row["cprofile_fused_generic"] = ph.cprofile_top(plain["fused_generic"], 20, device, 12)
     left = args.budget_s - (time.perf_counter() - START)
-    plan = m.TimingPlan(warmup=3, reps=None, target_s=min(args.target_s, max(0.3, left / 20)), min_reps=20,
+    plan = m.TimingPlan(warmup=1, reps=3) if args.smoke else m.TimingPlan(warmup=3, reps=None, target_s=min(args.target_s, max(0.3, left / 20)), min_reps=20,
                         max_reps=200, max_rounds=300, budget_s=min(args.extend_s, max(0.0, left / 10)))
     pairs = [("fused_generic", "fused_bound")] + ([("compile_default", "fused_bound")] if "compile_default" in plain
                                                    else [])
-    samples = m.time_paired(variants, pairs, "cuda", plan)
-    launches = {v: common.profile_forward(fn, "cuda", top=3, cpu_ops=False).get("kernel_launches")
+    samples = m.time_paired(variants, pairs, device, plan)
+    launches = {v: common.profile_forward(fn, device, top=3, cpu_ops=False).get("kernel_launches")
                 for v, fn in plain.items()}
     graph_of = {"fused_generic": "fused_graph", "fused_bound": "fused_graph", "compile_default": "compile_default_graph"}
     row["variants"] = {}
@@ -150,7 +158,8 @@ def measure(key: str, args, log) -> dict:
     row["samples_ms"] = {v: [round(t, 5) for t in s] for v, s in samples.items()}
     row["wall_s"] = round(time.perf_counter() - t0, 1)
     del keep, plain, variants
-    torch.cuda.empty_cache()
+    if not args.smoke:
+        torch.cuda.empty_cache()
     log(f"{key}: done in {row['wall_s']} s")
     return row
 
@@ -164,13 +173,20 @@ def main(argv=None) -> int:
     ap.add_argument("--target-s", type=float, default=1.0, help="timed seconds per variant to aim at")
     ap.add_argument("--extend-s", type=float, default=6.0, help="seconds of extra rounds for an open verdict")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU, Triton's interpreter, bench_measured's GPT-2 tiny smoke case: the plumbing, not GPU numbers")
     args = ap.parse_args(argv)
     path = common.results_path(args.out, "bench_host_path.json")
     doc: dict[str, Any] = dict(schema="bench_host_path/1", **common.run_stamp(), models={}, skipped=[])
     import torch
-    if not torch.cuda.is_available():
+    if args.smoke:
+        import os
+        os.environ["TRITON_INTERPRET"] = "1"
+        args.models, args.no_compile = "gpt2_tiny_smoke", True
+        doc["label"] = "SMOKE run on the CPU (Triton interpreter): the numbers are not GPU numbers"
+    elif not torch.cuda.is_available():
         return common.write_skipped(doc, path, "bench_host_path.py")
-    doc["gpu"] = torch.cuda.get_device_name(0)
+    doc["gpu"] = torch.cuda.get_device_name(0) if not args.smoke else "none (CPU smoke)"
     doc["versions"] = dict(torch=torch.__version__, triton=__import__("triton").__version__)
     log = common.elapsed_logger(START)
     for key in [k for k in args.models.split(",") if k]:
@@ -201,6 +217,8 @@ def main(argv=None) -> int:
         for s in r["bound_nodes"]:
             if "generic" in s:
                 print("   stays generic:", s)
+        for x in r.get("cprofile_fused_bound", [])[:8]:
+            print(f"   bound cProfile own {x['own_us']:7.1f} us x{x['calls_per_forward']:.0f} {x['function']}")
     for s in doc["skipped"]:
         print("skipped:", s)
     print("wrote", path)
