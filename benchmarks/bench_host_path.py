@@ -12,7 +12,11 @@ every bound node put back to its generic target (``generic``: the path before th
   the same alternated rounds (``measure.time_paired``);
 - **host µs per launch**: (plain call − CUDA-graph replay) / kernels launched, per round, for each;
 - **bitwise**: the bound graph's outputs against the generic graph's, ``torch.equal`` on every output, and each
-  bound node's state (bound, or why it stayed generic).
+  bound node's state (bound, or why it stayed generic);
+- **token-major QKV** (``fused_bound_token_major``, decoders whose QKV GEMM has rotary in its epilogue): the same
+  graph with ``qkv_rotary`` writing q, k, v as column views of its own rows (``rotary.QKV_TOKEN_MAJOR``), so that
+  attention writes (B, S, H, D) memory and the reshape before o_proj is a view: its time, GPU busy and launches,
+  and its outputs against the generic graph's (not bitwise: attention reads other strides).
 
 Usage (GPU machine)::
 
@@ -62,6 +66,28 @@ def generic_copy(gm):
     return copy
 
 
+def token_major_copy(gm):
+    """``generic_copy`` with each QKV-rotary node read by attention only writing token-major outputs
+    (``rotary.QKV_TOKEN_MAJOR``'s choice), bound again; (graph, nodes switched)."""
+    import torch
+
+    from explorer.fusions import rotary
+    from explorer.runtime import lean
+
+    copy = generic_copy(gm)
+    switched = 0
+    for node in copy.graph.nodes:
+        if node.op == "call_function" and node.target is rotary.qkv_rotary and len(node.args) == 10:
+            readers = [u for g in node.users if g.args[1] in (0, 1) for u in g.users]
+            if readers and all(u.target is torch._C._nn.scaled_dot_product_attention for u in readers):
+                node.args = (*node.args[:9], True)
+                switched += 1
+    copy.recompile()
+    lean.bind_calls(copy)
+    lean.bind_attention(copy)
+    return copy, switched
+
+
 def _flat(out) -> list:
     import torch
     if isinstance(out, torch.Tensor):
@@ -107,8 +133,20 @@ def measure(key: str, args, log) -> dict:
     row["bound_nodes"] = [repr(b) for b in lean.bound_calls(fused)]
     row["bound"] = sum(1 for b in lean.bound_calls(fused) if getattr(b, "replay", None) is not None
                        or getattr(b, "backend", None) is not None)
-    del out_b, out_g
     plain = {"fused_generic": lambda: generic(*inputs), "fused_bound": lambda: fused(*inputs)}
+    tm, switched = token_major_copy(fused)
+    row["token_major_nodes"] = switched
+    if switched:
+        with torch.inference_mode():
+            for _ in range(3):
+                out_t = tm(*inputs)
+            m.synchronize(device)
+            row["token_major_vs_generic"] = dict(bitwise(out_t, out_g), max_abs=max(
+                float((a.double() - b.double()).abs().max()) for a, b in zip(_flat(out_t), _flat(out_g))))
+        row["token_major_bound_nodes"] = [repr(b) for b in lean.bound_calls(tm)]
+        plain["fused_bound_token_major"] = lambda: tm(*inputs)
+        del out_t
+    del out_b, out_g
     left = args.budget_s - (time.perf_counter() - START)
     keep = []
     if not args.no_compile and not args.smoke and left > 60:
@@ -122,13 +160,15 @@ def measure(key: str, args, log) -> dict:
     else:
         row["notes"].append("compile default: skipped (--no-compile, or under 60 s of --budget-s left)")
     variants = dict(plain)
-    for name in ("fused_bound", "compile_default"):
+    graph_of = {"fused_generic": "fused_graph", "fused_bound": "fused_graph", "compile_default": "compile_default_graph",
+                "fused_bound_token_major": "fused_token_major_graph"}
+    for name in ("fused_bound", "compile_default", "fused_bound_token_major"):
         if name in plain and not args.smoke:
             replay, why = common.cuda_graph_replay(plain[name], device)
             if replay is None:
                 row["notes"].append(f"{name} CUDA graph: {why}")
             else:
-                variants[name.replace("fused_bound", "fused") + "_graph"] = replay
+                variants[graph_of[name]] = replay
     with torch.inference_mode():
         issue = {v: bm.host_issue_ms(fn, device, args.issue_calls) for v, fn in plain.items()}
         # where the bound graph's host time still goes (own time per function, as profile_host.py reports it)
@@ -138,17 +178,19 @@ def measure(key: str, args, log) -> dict:
     plan = m.TimingPlan(warmup=1, reps=3) if args.smoke else m.TimingPlan(warmup=3, reps=None, target_s=min(args.target_s, max(0.3, left / 20)), min_reps=20,
                         max_reps=200, max_rounds=300, budget_s=min(args.extend_s, max(0.0, left / 10)))
     pairs = [("fused_generic", "fused_bound")] + ([("compile_default", "fused_bound")] if "compile_default" in plain
-                                                   else [])
+                                                   else []) + ([("fused_bound", "fused_bound_token_major")]
+                                                               if "fused_bound_token_major" in plain else [])
     samples = m.time_paired(variants, pairs, device, plan)
-    launches = {v: common.profile_forward(fn, device, top=3, cpu_ops=False).get("kernel_launches")
-                for v, fn in plain.items()}
-    graph_of = {"fused_generic": "fused_graph", "fused_bound": "fused_graph", "compile_default": "compile_default_graph"}
+    profiles = {v: common.profile_forward(fn, device, top=6, cpu_ops=False) for v, fn in plain.items()}
+    launches = {v: profiles[v].get("kernel_launches") for v in plain}
     row["variants"] = {}
     for v in variants:
         r = dict(latency_ms=m.summarize(samples[v]))
         if v in plain:
             r["host_issue_ms"] = m.summarize(issue[v])
             r["launches"] = launches[v]
+            r["gpu_busy_ms"] = profiles[v].get("gpu_busy_ms")
+            r["top_kernels"] = profiles[v].get("top_kernels")
             g = graph_of[v]
             if launches[v] and g in samples:
                 r["host_us_per_launch"] = m.summarize(bm.host_per_launch(samples[v], samples[g], launches[v]))

@@ -75,6 +75,8 @@ def _cases(dtype, device, shape):
         "rotary": (rotary.fused_rotary, (q, k, cos, sin), rotary.rotary_reference, rotary.TOLERANCES[dtype]),
         "qkv_rotary": (rotary.qkv_rotary, (xa, w_qkv, bias_qkv, cos, sin, hq, hkv, d, None),
                        lambda x_, w_, b_, c_, s_, *_: qkv64(x_, w_, b_, c_, s_), paired),
+        "qkv_rotary_token_major": (rotary.qkv_rotary, (xa, w_qkv, bias_qkv, cos, sin, hq, hkv, d, None, True),
+                                   lambda x_, w_, b_, c_, s_, *_: qkv64(x_, w_, b_, c_, s_), paired),
         "linear_residual": (linear_residual.linear_residual_gemm, (xa, w_lin, b_lin, z),
                             lambda x_, w_, b_, z_: F.linear(x_, w_, b_) + z_, paired),
         "swiglu_interleaved": (swiglu.swiglu_epilogue_interleaved, (xa, w_il, b_il, None), swiglu64, paired),
@@ -83,7 +85,8 @@ def _cases(dtype, device, shape):
     }
 
 
-FAMILIES = ("rms_norm", "add_rms_norm", "add_rms_norm_normed", "rotary", "qkv_rotary", "linear_residual",
+FAMILIES = ("rms_norm", "add_rms_norm", "add_rms_norm_normed", "rotary", "qkv_rotary", "qkv_rotary_token_major",
+            "linear_residual",
             "swiglu_interleaved", "silu_mul_packed")
 
 
