@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, assert_close64, device_params, rand,
                             triton_interpreter, up64)
 
-from explorer.fusions import linear_residual, rms_norm, rotary, swiglu, triton_support as ts
+from explorer.fusions import linear_residual, norm, rms_norm, rotary, swiglu, triton_support as ts
 from explorer.fusions.kernels import gemm
 from explorer.runtime import lean
 
@@ -72,6 +72,12 @@ def _cases(dtype, device, shape):
                          rms_norm.TOLERANCES[dtype]),
         "add_rms_norm_normed": (rms_norm.fused_add_rms_norm_normed, (x, res, w, eps),
                                 lambda *a: rms_norm.add_rms_norm_reference(*a)[1], rms_norm.TOLERANCES[dtype]),
+        "add_layer_norm": (norm.fused_add_layer_norm, (x, res, w, w - 1, 1e-5), _add_ln64, norm.TOLERANCES[dtype]),
+        "add_layer_norm_viewed": (norm.fused_add_layer_norm_viewed, (x.view(-1, hidden), res.view(-1, hidden), w,
+                                                                   w - 1, 1e-5, [b, s, hidden]),
+                                  lambda x_, r_, w_, b_, e_, sh: (_add_ln64(x_, r_, w_, b_, e_)[0],
+                                                                  _add_ln64(x_, r_, w_, b_, e_)[1].reshape(sh)),
+                                  norm.TOLERANCES[dtype]),
         "rotary": (rotary.fused_rotary, (q, k, cos, sin), rotary.rotary_reference, rotary.TOLERANCES[dtype]),
         "qkv_rotary": (rotary.qkv_rotary, (xa, w_qkv, bias_qkv, cos, sin, hq, hkv, d, None),
                        lambda x_, w_, b_, c_, s_, *_: qkv64(x_, w_, b_, c_, s_), paired),
@@ -85,9 +91,14 @@ def _cases(dtype, device, shape):
     }
 
 
-FAMILIES = ("rms_norm", "add_rms_norm", "add_rms_norm_normed", "rotary", "qkv_rotary", "qkv_rotary_token_major",
+FAMILIES = ("rms_norm", "add_rms_norm", "add_rms_norm_normed", "add_layer_norm", "add_layer_norm_viewed", "rotary", "qkv_rotary", "qkv_rotary_token_major",
             "linear_residual",
             "swiglu_interleaved", "silu_mul_packed")
+
+
+def _add_ln64(x, r, w, b, eps):
+    h = x + r
+    return h, F.layer_norm(h, h.shape[-1:], w, b, eps)
 
 
 def _flat(out):
