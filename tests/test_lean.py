@@ -71,6 +71,7 @@ SAMPLES = {
     aten.scaled_dot_product_attention.default: lambda: (
         (_t(1, 2, 5, 8), _t(1, 2, 5, 8, seed=1), _t(1, 2, 5, 8, seed=2)),
         {"attn_mask": _t(1, 1, 5, 5, seed=3), "scale": 0.125}),
+    aten.to.dtype: lambda: ((_t(2, 3), torch.float16, False, False), {}),
 }
 
 

@@ -97,6 +97,7 @@ PUBLIC_BINDINGS: dict[Any, tuple[str, Any]] = {
     aten.adaptive_avg_pool2d.default: ("function", torch._C._nn.adaptive_avg_pool2d),
     aten.embedding.default: ("function", torch.embedding),
     aten.scaled_dot_product_attention.default: ("function", torch._C._nn.scaled_dot_product_attention),
+    aten.to.dtype: ("method", "to"),      # (dtype, non_blocking, copy, memory_format): Tensor.to's order
 }
 
 
