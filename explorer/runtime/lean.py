@@ -98,6 +98,13 @@ PUBLIC_BINDINGS: dict[Any, tuple[str, Any]] = {
     aten.embedding.default: ("function", torch.embedding),
     aten.scaled_dot_product_attention.default: ("function", torch._C._nn.scaled_dot_product_attention),
     aten.to.dtype: ("method", "to"),      # (dtype, non_blocking, copy, memory_format): Tensor.to's order
+    aten.addmm.default: ("function", torch.addmm),
+    aten.pow.Tensor_Scalar: ("function", torch.pow),
+    aten.tanh.default: ("function", torch.tanh),
+    aten.neg.default: ("function", torch.neg),
+    aten.rsqrt.default: ("function", torch.rsqrt),
+    aten.mean.dim: ("function", torch.mean),
+    aten.where.ScalarOther: ("function", torch.where),
 }
 
 
