@@ -291,3 +291,30 @@ def test_bound_attention_equals_public_sdpa(shape, dtype):
         assert bound.op is not None, bound.why
         assert torch.equal(first, want) and torch.equal(again, want) and again.stride() == want.stride()
         assert torch.equal(other, other_want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_bound_linear_is_linear_bit_for_bit(dtype):
+    """``BoundLinear``: the mm/addmm ATen's linear runs, called directly: bit for bit ``linear``'s output (3-D and
+    2-D inputs, with and without bias, K and N not multiples of anything); a changed shape or a strided input
+    takes ``linear``; a strided first input is never bound."""
+    g = _gen(7)
+    cases = [(rand((3, 7, 45), dtype, "cpu", g), rand((23, 45), dtype, "cpu", g), rand((23,), dtype, "cpu", g)),
+             (rand((5, 45), dtype, "cpu", g), rand((23, 45), dtype, "cpu", g), None)]
+    for x, w, b in cases:
+        bound = lean.BoundLinear()
+        with torch.inference_mode():
+            first = bound(x, w, b)
+            assert bound.sig is not None, bound.why
+            again = bound(x, w, b)
+            want = F.linear(x, w, b)
+            assert torch.equal(first, want) and torch.equal(again, want) and again.stride() == want.stride()
+            other = x[:2] if x.dim() == 3 else x[:3]
+            assert torch.equal(bound(other, w, b), F.linear(other, w, b))
+            t = torch.empty(*x.shape[:-1], 2 * x.shape[-1], dtype=dtype)[..., ::2].copy_(x)  # same shape, strided
+            assert torch.equal(bound(t, w, b), F.linear(t, w, b))
+    strided = lean.BoundLinear()
+    x, w, b = cases[0]
+    with torch.inference_mode():
+        strided(x.transpose(0, 1), w, b)
+    assert strided.sig is None and "contiguous" in strided.why

@@ -203,7 +203,7 @@ def bind_calls(gm: torch.fx.GraphModule, targets: frozenset | None = None) -> in
 def bound_calls(gm: torch.fx.GraphModule) -> list:
     """The graph's bound calls, in graph order (their ``replay``/``why`` say whether each is bound)."""
     return [n.target for n in gm.graph.nodes if n.op == "call_function"
-            and isinstance(n.target, (BoundCall, BoundAttention))]
+            and isinstance(n.target, (BoundCall, BoundAttention, BoundLinear))]
 
 
 def unbind(gm: torch.fx.GraphModule) -> int:
@@ -214,6 +214,9 @@ def unbind(gm: torch.fx.GraphModule) -> int:
         target = node.target if node.op == "call_function" else None
         if isinstance(target, BoundCall):
             node.target = target.generic
+        elif isinstance(target, BoundLinear):
+            node.target = torch._C._nn.linear
+            node.args = node.args if target.had_bias_arg else node.args[:2]
         elif isinstance(target, BoundAttention):
             node.target = torch._C._nn.scaled_dot_product_attention
             node.args = (*node.args, None, 0.0, target.is_causal)
@@ -334,6 +337,84 @@ class BoundAttention:
             fn = torch._scaled_dot_product_flash_attention
             return (lambda q, k, v: fn(q, k, v, 0.0, causal, False, scale=og_scale)[0]), "flash"
         return None, f"the dispatcher picks backend {choice} (math or another), not one called directly"
+
+
+class BoundLinear:
+    """One ``linear`` node whose input is contiguous: the ``mm``/``addmm`` ATen's ``linear`` runs for it, called
+    directly on the input's row view, without ``linear``'s composite steps (``matmul``'s folding decisions).
+
+    For a contiguous ``(..., K)`` input ATen's ``linear`` runs ``addmm(bias, x.view(-1, K), weight.t())`` with a
+    bias and ``x.view(-1, K).mm(weight.t())`` without (matmul folds the leading dims), then views the result
+    back: the same cuBLAS call on the same pointers. The first call runs ``linear`` and the direct call and keeps
+    the direct one only where both are equal bit for bit and in layout; later calls whose input has the recorded
+    shape, strides, dtype and device (and whose weight has the recorded shape) take it, others ``linear``.
+    """
+
+    def __init__(self, had_bias_arg: bool = True) -> None:
+        self.had_bias_arg = had_bias_arg                  # the node passed a bias argument (None or a tensor)
+        self.__name__ = self.__qualname__ = "bound_linear"
+        self.__module__ = __name__
+        self.sig: tuple | None = None
+        self.recorded = False
+        self.why: str | None = None
+
+    generic = staticmethod(torch._C._nn.linear)
+
+    def __repr__(self) -> str:
+        return "BoundLinear(bound)" if self.sig else f"BoundLinear(generic: {self.why})" if self.why else "BoundLinear"
+
+    def __deepcopy__(self, memo) -> "BoundLinear":
+        return BoundLinear(self.had_bias_arg)
+
+    def __reduce__(self):
+        return (BoundLinear, (self.had_bias_arg,))
+
+    def __call__(self, x, w, b=None):
+        sig = self.sig
+        if sig is not None:
+            if (x.shape == sig[0] and x.stride() == sig[1] and x.dtype == sig[2] and x.device == sig[3]
+                    and w.shape == sig[4] and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
+                rows = x.view(sig[5], sig[6])
+                out = torch.mm(rows, w.t()) if b is None else torch.addmm(b, rows, w.t())
+                return out.view(sig[7])
+            return torch._C._nn.linear(x, w, b)
+        out = torch._C._nn.linear(x, w, b)
+        if not self.recorded and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
+            self._bind(x, w, b, out)
+        return out
+
+    def _bind(self, x, w, b, out) -> None:
+        self.recorded = True
+        if x.dim() < 2 or not x.is_contiguous() or w.dim() != 2 or (b is not None and b.dim() != 1):
+            self.why = "not a contiguous (..., K) input with a 2-D weight"
+            return
+        k = x.shape[-1]
+        m = x.numel() // k if k else 0
+        try:
+            rows = x.view(m, k)
+            direct = (torch.mm(rows, w.t()) if b is None else torch.addmm(b, rows, w.t())).view(out.shape)
+        except Exception as exc:
+            self.why = f"{type(exc).__name__}: {exc}"[:160]
+            return
+        if direct.stride() != out.stride() or direct.dtype != out.dtype or not torch.equal(direct, out):
+            self.why = "mm differs from linear on these inputs"
+            return
+        self.sig = (x.shape, x.stride(), x.dtype, x.device, w.shape, m, k, out.shape)
+
+
+def bind_linears(gm: torch.fx.GraphModule) -> int:
+    """Give each ``linear`` node (input, weight[, bias]) its own ``BoundLinear``. Edits ``gm`` in place; returns how
+    many nodes were bound."""
+    changed = 0
+    for node in gm.graph.nodes:
+        if (node.op == "call_function" and node.target is torch._C._nn.linear and not node.kwargs
+                and len(node.args) in (2, 3)):
+            node.target = BoundLinear(len(node.args) == 3)
+            node.args = (*node.args, None) if len(node.args) == 2 else node.args
+            changed += 1
+    if changed:
+        gm.recompile()
+    return changed
 
 
 def bind_attention(gm: torch.fx.GraphModule) -> int:

@@ -214,6 +214,7 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
         if torch.device(target_device).type == "cuda":
             lean_graphs.bind_calls(gm)
             lean_graphs.bind_attention(gm)
+            lean_graphs.bind_linears(gm)
         lean_graphs.fold_constants(gm)
         lean_graphs.pin_attrs(gm)
     return gm.eval()
