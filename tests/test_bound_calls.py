@@ -21,6 +21,7 @@ from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, assert_close
 
 from explorer.fusions import linear_residual, norm, rms_norm, rotary, swiglu, triton_support as ts
 from explorer.fusions.kernels import gemm
+from explorer.fusions.linear import fused_linear_act_forms
 from explorer.runtime import lean
 
 assert triton_interpreter  # the autouse fixture, imported into this module
@@ -318,3 +319,49 @@ def test_bound_linear_is_linear_bit_for_bit(dtype):
     with torch.inference_mode():
         strided(x.transpose(0, 1), w, b)
     assert strided.sig is None and "contiguous" in strided.why
+
+
+class _Forms(torch.nn.Module):
+    """A GPT-2 Conv1D-style MLP input: ``gelu_tanh(x @ W + b)`` with ``W`` stored (in, out), as a fused call."""
+
+    def __init__(self, weight_t: bool, act: str):
+        super().__init__()
+        g = _gen(11)
+        self.weight_t, self.act = weight_t, act
+        w = torch.randn(45, 23, generator=g) / 45 ** 0.5                              # (in, out)
+        self.w = torch.nn.Parameter(w if weight_t else w.t().contiguous())
+        self.b = torch.nn.Parameter(torch.randn(23, generator=g) * 0.1)
+
+    def forward(self, x):
+        return fused_linear_act_forms(x, self.w, self.b, self.act, self.weight_t, [3, 7, 23])
+
+
+@pytest.mark.parametrize("weight_t, act", [(True, "gelu_tanh"), (False, "relu"), (True, "none")])
+def test_linear_forms_lowering_runs_the_generic_calls(weight_t, act):
+    """``fused_linear_act_forms`` lowered for the CPU: ``linear`` + the activation in place, then the reshape, bit for
+    bit the generic target; lowered for CUDA (on a CPU graph: structure only): one ``_addmm_activation`` reading
+    the stored ``Wᵀ`` (GPT-2) or a transpose view, and the reshape."""
+    from explorer.runtime.lean import specialize_fused_calls
+
+    module = _Forms(weight_t, act).eval()
+    x = torch.randn(3, 7, 45, generator=_gen(12))
+    for device in ("cpu", "cuda"):
+        graph = torch.fx.Graph()
+        xn = graph.placeholder("x")
+        xn.meta["val"] = x
+        call = graph.call_function(fused_linear_act_forms, (xn, graph.get_attr("w"), graph.get_attr("b"), act,
+                                                            weight_t, [3, 7, 23]))
+        graph.output(call)
+        gm = torch.fx.GraphModule(module, graph)
+        lowered = specialize_fused_calls(gm, device, torch.float32)
+        if device == "cuda" and act.startswith("gelu") and not HAS_CUDA:
+            assert lowered == 0   # whether cuBLASLt's GELU is the model's is probed on the device: left generic
+            continue
+        assert lowered == 1
+        targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+        assert fused_linear_act_forms not in targets
+        if device == "cpu":
+            with torch.inference_mode():
+                assert torch.equal(gm(x), module(x))
+        elif act != "none":
+            assert torch._addmm_activation in targets and torch.reshape in targets
