@@ -365,3 +365,30 @@ def test_linear_forms_lowering_runs_the_generic_calls(weight_t, act):
                 assert torch.equal(gm(x), module(x))
         elif act != "none":
             assert torch._addmm_activation in targets and torch.reshape in targets
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("mask_shape", [(1, 1, 64, 64), (2, 1, 1, 64)], ids=["causal_bias", "padding"])
+def test_bound_masked_attention_equals_the_generic_call(mask_shape, device):
+    """``fused_attention`` with an additive mask (GPT-2's causal bias, BERT's padding mask), bound: bit for bit the
+    generic call's output and layout, and a changed mask shape takes the generic call; on the CPU it stays
+    generic (with the reason)."""
+    from explorer.fusions import attention
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    g = _gen(13)
+    q, k, v = (rand((2, 4, 64, 64), dtype, device, g) for _ in range(3))
+    mask = torch.where(rand(mask_shape, torch.float32, device, g) > -1.0, 0.0, -1e4).to(dtype)
+    bound = lean.BoundMaskedAttention()
+    with torch.inference_mode():
+        first = bound(q, k, v, 0.125, mask)
+        again = bound(q, k, v, 0.125, mask)
+        want = attention.fused_attention(q, k, v, 0.125, mask)
+        other_mask = mask.expand(2, 1, 64, 64).contiguous()
+        other = bound(q, k, v, 0.125, other_mask)
+    assert torch.equal(first, want) and torch.equal(again, want) and again.stride() == want.stride()
+    assert torch.equal(other, attention.fused_attention(q, k, v, 0.125, other_mask))
+    if device == "cuda":
+        assert bound.op is not None, bound.why
+    else:
+        assert bound.op is None and "CUDA" in bound.why

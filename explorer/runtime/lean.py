@@ -57,6 +57,7 @@ import torch
 import torch.fx
 
 from explorer.fusions import BOUND_CALLS, LOWERINGS
+from explorer.fusions import attention as attention_family
 from explorer.fusions.triton_support import BoundCall
 from explorer.graph.aten import attr_value
 
@@ -203,7 +204,7 @@ def bind_calls(gm: torch.fx.GraphModule, targets: frozenset | None = None) -> in
 def bound_calls(gm: torch.fx.GraphModule) -> list:
     """The graph's bound calls, in graph order (their ``replay``/``why`` say whether each is bound)."""
     return [n.target for n in gm.graph.nodes if n.op == "call_function"
-            and isinstance(n.target, (BoundCall, BoundAttention, BoundLinear))]
+            and isinstance(n.target, (BoundCall, BoundAttention, BoundMaskedAttention, BoundLinear))]
 
 
 def unbind(gm: torch.fx.GraphModule) -> int:
@@ -214,6 +215,8 @@ def unbind(gm: torch.fx.GraphModule) -> int:
         target = node.target if node.op == "call_function" else None
         if isinstance(target, BoundCall):
             node.target = target.generic
+        elif isinstance(target, BoundMaskedAttention):
+            node.target = attention_family.fused_attention
         elif isinstance(target, BoundLinear):
             node.target = torch._C._nn.linear
             node.args = node.args if target.had_bias_arg else node.args[:2]
@@ -339,6 +342,98 @@ class BoundAttention:
         return None, f"the dispatcher picks backend {choice} (math or another), not one called directly"
 
 
+class BoundMaskedAttention:
+    """A ``fused_attention(q, k, v, scale, mask)`` node (the attention family's SDPA call with an additive mask:
+    GPT-2's, BERT's) bound like ``BoundAttention``: at the first call on CUDA the backend the dispatcher picks
+    for these inputs, called as ``scaled_dot_product_attention`` calls it (cuDNN with the mask as it is; the
+    memory-efficient kernel with the mask expanded to (B, H, L, S), where that needs no padding or copy), kept only
+    where it equals the generic call bit for bit; later calls whose q, k, v and mask have the recorded shapes,
+    strides, dtype and device call it directly. The generic call (``attention.fused_attention``, with its
+    contiguity and dtype fix-ups) otherwise, and always on the CPU.
+    """
+
+    def __init__(self) -> None:
+        self.__name__ = self.__qualname__ = "bound_fused_attention"
+        self.__module__ = __name__
+        self.op: Any = None
+        self.backend: str | None = None
+        self.checks: tuple | None = None
+        self.scale: Any = None
+        self.recorded = False
+        self.why: str | None = None
+
+    @staticmethod
+    def generic(q, k, v, scale, mask):
+        return attention_family.fused_attention(q, k, v, scale, mask)
+
+    def __repr__(self) -> str:
+        state = f"bound: {self.backend}" if self.op is not None else f"generic: {self.why}" if self.why else "new"
+        return f"BoundMaskedAttention({state})"
+
+    def __deepcopy__(self, memo) -> "BoundMaskedAttention":
+        return BoundMaskedAttention()
+
+    def __reduce__(self):
+        return (BoundMaskedAttention, ())
+
+    def __call__(self, q, k, v, scale, mask):
+        op = self.op
+        if op is not None:
+            c = self.checks
+            if (isinstance(mask, torch.Tensor) and q.shape == c[0] and k.shape == c[1] and v.shape == c[2]
+                    and mask.shape == c[3] and q.stride() == c[4] and k.stride() == c[5] and v.stride() == c[6]
+                    and mask.stride() == c[7] and q.dtype == c[8] and k.dtype == c[8] and v.dtype == c[8]
+                    and mask.dtype == c[8] and q.device == c[9] and k.device == c[9] and v.device == c[9]
+                    and mask.device == c[9] and scale == self.scale
+                    and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+                return op(q, k, v, mask)
+            return attention_family.fused_attention(q, k, v, scale, mask)
+        out = attention_family.fused_attention(q, k, v, scale, mask)
+        if not self.recorded and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                                                   or v.requires_grad)):
+            self._bind(q, k, v, scale, mask, out)
+        return out
+
+    def _bind(self, q, k, v, scale, mask, out) -> None:
+        self.recorded = True
+        tensors = (q, k, v, mask)
+        if (not isinstance(mask, torch.Tensor) or q.device.type != "cuda" or any(t.device != q.device for t in tensors)
+                or any(t.dtype != q.dtype for t in tensors) or any(t.stride(-1) != 1 for t in (q, k, v))
+                or q.dim() != 4 or not (scale is None or isinstance(scale, float))):
+            self.why = "not four CUDA tensors of one dtype, (B, H, L, E) with a contiguous last dim"
+            return
+        try:
+            choice = int(torch._fused_sdp_choice(q, k, v, mask, 0.0, False, scale=scale))
+            op, name = self._op(choice, q, k, mask, scale)
+            if op is None:
+                self.why = name
+                return
+            direct = op(q, k, v, mask)
+        except Exception as exc:  # a backend that refuses these inputs: keep the generic call
+            self.why = f"{type(exc).__name__}: {exc}"[:160]
+            return
+        if direct.shape != out.shape or direct.stride() != out.stride() or not torch.equal(direct, out):
+            self.why = f"{name} differs from the generic call on these inputs"
+            return
+        self.op, self.backend, self.scale = op, name, scale
+        self.checks = (q.shape, k.shape, v.shape, mask.shape, q.stride(), k.stride(), v.stride(), mask.stride(),
+                       q.dtype, q.device)
+
+    @staticmethod
+    def _op(choice: int, q, k, mask, scale) -> tuple[Any, str]:
+        if choice == _SDP_CUDNN:
+            fn = torch._scaled_dot_product_cudnn_attention
+            return (lambda q, k, v, m: fn(q, k, v, m, False, 0.0, False, False, scale=scale)[0]), "cudnn"
+        if choice == _SDP_EFFICIENT:
+            shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+            m4 = mask.expand(shape)
+            if shape[-1] % 16 or any(st % 16 for st in m4.stride()[:3]):
+                return None, "the memory-efficient kernel would pad or copy this mask"
+            fn = torch._scaled_dot_product_efficient_attention
+            return (lambda q, k, v, m: fn(q, k, v, m.expand(shape), False, 0.0, False, scale=scale)[0]), "efficient"
+        return None, f"the dispatcher picks backend {choice} for a masked call, not one called directly"
+
+
 class BoundLinear:
     """One ``linear`` node whose input is contiguous: the ``mm``/``addmm`` ATen's ``linear`` runs for it, called
     directly on the input's row view, without ``linear``'s composite steps (``matmul``'s folding decisions).
@@ -420,7 +515,7 @@ def bind_linears(gm: torch.fx.GraphModule) -> int:
 def bind_attention(gm: torch.fx.GraphModule) -> int:
     """Bind each ``scaled_dot_product_attention`` node without mask or dropout to its backend (``BoundAttention``;
     under ``enable_gqa`` the backends that take fewer key/value heads read them as they are, as the public call
-    passes them). Edits ``gm`` in place; returns how many nodes were bound."""
+    passes them), and each ``attention.fused_attention`` node (an additive mask) to ``BoundMaskedAttention``. Edits ``gm`` in place; returns how many nodes were bound."""
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
     defaults = dict(attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False)
     changed = 0
@@ -438,6 +533,11 @@ def bind_attention(gm: torch.fx.GraphModule) -> int:
         node.target = BoundAttention(bound["is_causal"], bound["scale"], bound["enable_gqa"])
         node.args, node.kwargs = (bound["query"], bound["key"], bound["value"]), {}
         changed += 1
+    for node in gm.graph.nodes:
+        if (node.op == "call_function" and node.target is attention_family.fused_attention and not node.kwargs
+                and len(node.args) == 5):
+            node.target = BoundMaskedAttention()
+            changed += 1
     if changed:
         gm.recompile()
     return changed
