@@ -108,9 +108,9 @@ def _flat(out):
 
 def _poison(monkeypatch):
     """Replayed allocations full of NaN: an element the replayed kernels do not write fails the comparison."""
-    def nan_buffer(shape, stride, dtype, device, contiguous):
-        return torch.empty_strided(shape, stride, dtype=dtype, device=device).fill_(float("nan"))
-    monkeypatch.setattr(ts, "_new_buffer", nan_buffer)
+    def nan_maker(shape, stride, dtype, device, contiguous):
+        return lambda: torch.empty_strided(shape, stride, dtype=dtype, device=device).fill_(float("nan"))
+    monkeypatch.setattr(ts, "_buffer_maker", nan_maker)
 
 
 @pytest.mark.parametrize("device", device_params())

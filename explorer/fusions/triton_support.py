@@ -489,12 +489,13 @@ def _storage_key(t: torch.Tensor) -> tuple:
     return (t.device, t.untyped_storage().data_ptr())
 
 
-def _new_buffer(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device, contiguous: bool
-                ) -> torch.Tensor:
-    """A replayed call's allocation, as the recorded one (tests replace this to poison it)."""
+def _buffer_maker(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device,
+                  contiguous: bool) -> Callable[[], torch.Tensor]:
+    """What makes a replayed call's allocation, as the recorded one: ``torch.empty`` bound to its arguments (a C
+    call per replay, no Python frame). Tests replace this to poison the allocations."""
     if contiguous:
-        return torch.empty(shape, dtype=dtype, device=device)
-    return torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        return functools.partial(torch.empty, shape, dtype=dtype, device=device)
+    return functools.partial(torch.empty_strided, shape, stride, dtype=dtype, device=device)
 
 
 class _Replay:
@@ -597,8 +598,8 @@ class _Replay:
                                                      o.storage_offset()))
         if any(a.storage_offset() for a in allocs):
             return "allocates a view"
-        self.allocs = tuple((tuple(a.shape), tuple(a.stride()), a.dtype, a.is_contiguous()) if j in used else None
-                            for j, a in enumerate(allocs))
+        self.allocs = tuple(_buffer_maker(tuple(a.shape), tuple(a.stride()), a.dtype, a.device, a.is_contiguous())
+                            if j in used else None for j, a in enumerate(allocs))
         self.launches = tuple(launches)
         self.aligned_inputs = tuple(sorted(aligned_inputs))
         self.outputs = tuple(outputs)
@@ -608,27 +609,30 @@ class _Replay:
 
     def run(self, args: tuple) -> Any:
         """The outputs of one replayed call on ``args``; None where the generic path must run instead."""
-        tensors = []
+        device = self.device
+        tensors, bases = [], []
         for i, shape, stride, dtype in self.checks:
             t = args[i]
-            if t.dtype != dtype or t.shape != shape or t.stride() != stride or t.device != self.device:
+            if t.dtype != dtype or t.shape != shape or t.stride() != stride or t.device != device:
                 return None
             tensors.append(t)
+            bases.append(t.data_ptr())
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return None                                   # the generic path takes the reference, which autograd records
-        device = self.device
         if self.compiled:
-            hooks = self.hooks
-            if _hook_active(hooks.launch_enter_hook) or _hook_active(hooks.launch_exit_hook):
+            enter, exit_ = self.hooks.launch_enter_hook, self.hooks.launch_exit_hook   # ``_hook_active``, inline
+            if (enter is not None and getattr(enter, "calls", True)) or (exit_ is not None
+                                                                         and getattr(exit_, "calls", True)):
                 return None                               # a profiler's hook: Triton's runner calls it
-        bases = [t.data_ptr() for t in tensors]
         for idx, off in self.aligned_inputs:
             if (bases[idx] + off) & 15:
                 return None                               # compiled for an aligned pointer: the JIT picks another
-        allocs = [None if spec is None else _new_buffer(spec[0], spec[1], spec[2], device, spec[3])
-                  for spec in self.allocs]
+        allocs, news = [], []
+        for make in self.allocs:
+            a = None if make is None else make()
+            allocs.append(a)
+            news.append(0 if a is None else a.data_ptr())
         if self.compiled:
-            news = [None if a is None else a.data_ptr() for a in allocs]
             stream = torch._C._cuda_getCurrentRawStream(device.index)
             for entry, grid3, template, slots, _, _, _, _ in self.launches:
                 largs = list(template)
