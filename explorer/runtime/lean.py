@@ -37,6 +37,16 @@ the same at every call of a prepared graph, whose sequence length is fixed).
 ``fold_constants`` computes such values once, with the same ops on the same
 device, and the graph reads the result as an attribute.
 
+A fifth, on CUDA graphs (``prepare_graph`` runs these after the others): a node's call is bound once, at its
+first call, to what that call resolved to. ``bind_calls``: each Triton-only fused call
+(``triton_support.BoundCall``) records its launches, allocations and outputs and later replays them (an input
+check, the allocations, one C launch per kernel), where the generic call selected, built keys, looked plans up
+and read the environment at every call. ``bind_attention``: each SDPA call (and the attention family's masked
+one) calls the backend op the dispatcher picked for it. ``bind_linears``: each linear on a contiguous input calls
+the ``mm``/``addmm`` ATen's ``linear`` runs for it. Each keeps its bound path only where the first call's
+outputs are the generic call's bit for bit, and takes the generic call whenever an input differs from the
+recorded one; ``unbind`` puts a graph back.
+
 A lean graph is final: it is tied to the state it was made in. Pinned reads
 follow a parameter through ``.to()`` (PyTorch moves parameters in place) but
 not a buffer, and a later ``torch.backends.cudnn.enabled = False`` does not
