@@ -382,28 +382,15 @@ def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], ke
     which is much cheaper than ``_specialization`` of every argument (the default).
     Under the interpreter, or on a tensor not on CUDA, always the plain call.
     """
-    recording = _RECORDING
-    if recording is None:
-        _launch_now(kernel, grid, args, constexprs, key, options)
+    if _RECORDING is not None and not _RECORDING.paused:
+        _launch_recorded(kernel, grid, args, constexprs, key, options)
         return
-    recording.paused = True                     # the JIT's and the interpreter's own tensor ops are not the call's
-    try:
-        entry = _launch_now(kernel, grid, args, constexprs, key, options)
-    finally:
-        recording.paused = False
-    recording.launches.append((kernel, tuple(grid), tuple(args), dict(constexprs), dict(options), entry))
-
-
-def _launch_now(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], key: Any,
-                options: dict[str, Any]) -> "_Compiled | None":
-    """``launch``'s body; returns the compiled specialisation it launched (None: interpreted, or not kept)."""
     first = args[0]
     if not first.is_cuda:
         kernel[grid](*args, **constexprs, **options)
-        return None
+        return
     if key is None:
-        key = (tuple(constexprs.items()), tuple(sorted(options.items())),
-               tuple(_specialization(a) for a in args))
+        key = _default_key(args, constexprs, options)
     device = first.get_device()
     cache = getattr(kernel, "_explorer_compiled", None)
     if cache is None:
@@ -413,23 +400,45 @@ def _launch_now(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any
     if hit is None:
         compiled = kernel[grid](*args, **constexprs, **options)
         if interpreting():  # an interpreted kernel has no compiled handle to keep
-            return None
+            return
         if compiled is not None and hasattr(compiled, "__getitem__"):
             names = list(kernel.arg_names)[len(args):]
             if len(cache) >= MAX_COMPILED:
                 cache.pop(next(iter(cache)))  # the oldest specialisation
-            entry = cache[key] = _Compiled(compiled, tuple(constexprs[n] for n in names))
-            return entry
-        return None
+            cache[key] = _Compiled(compiled, tuple(constexprs[n] for n in names))
+        return
     stream = torch._C._cuda_getCurrentRawStream(device)
     if hit.direct is not None and not _hooks_set():
         grid3 = hit.runners.get(grid)
         if grid3 is None:
             grid3 = hit.runners[grid] = tuple(grid) + (1,) * (3 - len(grid))
         hit.direct(grid3, stream, (*args, *hit.const_values))
-        return hit
+        return
     hit.runner(grid)(*args, *hit.const_values, stream=stream)
-    return hit
+
+
+def _default_key(args: tuple, constexprs: dict[str, Any], options: dict[str, Any]) -> tuple:
+    """``launch``'s signature key where the caller gives none: everything Triton specialises on."""
+    return (tuple(constexprs.items()), tuple(sorted(options.items())), tuple(_specialization(a) for a in args))
+
+
+def _launch_recorded(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], key: Any,
+                     options: dict[str, Any]) -> None:
+    """``launch`` while a ``BoundCall`` records: the launch as always (the JIT's and the interpreter's own tensor
+    ops not recorded), then the launch and the compiled specialisation it used noted in ``_RECORDING``."""
+    recording = _RECORDING
+    recording.paused = True
+    try:
+        launch(kernel, grid, args, constexprs, key, **options)
+    finally:
+        recording.paused = False
+    entry = None
+    first = args[0]
+    if first.is_cuda and not interpreting():
+        cache = getattr(kernel, "_explorer_compiled", None)
+        full = (key if key is not None else _default_key(args, constexprs, options), first.get_device())
+        entry = None if cache is None else cache.get(full)
+    recording.launches.append((kernel, tuple(grid), tuple(args), dict(constexprs), dict(options), entry))
 
 
 # ------------------------------------------------------------------ bound calls (one graph node, one plan)
