@@ -3,8 +3,9 @@
 ``prepare_graph`` now binds each Triton-only fused node once (``lean.bind_calls``: ``triton_support.BoundCall``,
 after its first call an input check, the allocations and one C launch per kernel), each SDPA node to the
 backend the dispatcher picks (``lean.bind_attention``) and each linear on a contiguous input to the mm/addmm ATen's
-linear runs for it (``lean.bind_linears``). This script measures what that saves, on the GPU, for the
-graphs exactly as ``bench_measured.py`` prepares them (``bench_measured.prepared``), against the same graph with
+linear runs for it (``lean.bind_linears``). This script measures what that saves, on the GPU, for the fused
+graphs exactly as ``bench_measured.py`` prepares them (``prepared_fused``: its steps, the model's casts kept),
+against the same graph with
 every bound node put back to its generic target (``generic``: the path before this change):
 
 - **host issue ms**: host time to issue one forward with the GPU idle (synchronised before each call);
@@ -21,12 +22,13 @@ every bound node put back to its generic target (``generic``: the path before th
 
 Usage (GPU machine)::
 
-    python3 benchmarks/bench_host_path.py --budget-s 240
-    python3 benchmarks/bench_host_path.py --models llama_decoder --no-compile --budget-s 90
+    python3 benchmarks/bench_host_path.py                  # zoo decoder + GPT-2 folder, about 110 s on one H200
+    python3 benchmarks/bench_host_path.py --models llama_decoder,llama_decoder_8b_layers --compile --budget-s 400
 
 Writes ``$OUT/bench_host_path.json`` (else ``benchmarks/results/bench_host_path.json``) after every model; prints
-a short table. A model does not start with less than 45 s of ``--budget-s`` left, torch.compile is skipped with
-less than 120 s left (the JSON says what was skipped).
+a short table, then the per-family GPU bitwise checks (``family_checks``) while time is left. A model does not
+start with less than 35 s of ``--budget-s`` left; torch.compile runs only with ``--compile`` and 120 s left; at
+``--budget-s`` + 10 s a watchdog writes the JSON and ends the process (the JSON says what was skipped).
 """
 
 from __future__ import annotations
@@ -47,8 +49,27 @@ from benchmarks import _common as common  # noqa: E402
 from benchmarks import bench_measured as bm  # noqa: E402
 from benchmarks import profile_host as ph  # noqa: E402
 
-MODELS = ("llama_decoder", "gpt2_medium_layers", "llama_decoder_8b_layers")
+MODELS = ("llama_decoder", "gpt2_medium_layers")
 START = time.perf_counter()
+
+
+def prepared_fused(case, device: str, tmp: Path, eager: bool) -> dict:
+    """``bench_measured.prepared`` without the unfused graph (and without the eager module unless ``eager``): the
+    fused graph exactly as the runner prepares it (the model's casts kept), its inputs."""
+    from explorer.fusion_engine import fuse
+    from explorer.fusions.plan import make_plan
+    from explorer.runtime import measure as m
+
+    analysis = bm.load_case(case, tmp)
+    model, _graph, det = analysis
+    plan = make_plan(det, "all", memory_format="channels_last" if case.channels_last else "nchw")
+    fused = fuse(analysis, plan, device)
+    dtype = m.torch_dtype(case.dtype)
+    casts, _note = (m.record_casts(model.module, model.example_inputs, model.gm, dtype)
+                    if model.module is not None else (None, None))
+    return dict(inputs=m.prepare_inputs(model.example_inputs, device, dtype, case.channels_last),
+                fused_gm=m.prepare_graph(fused.gm, device, dtype, case.channels_last, casts=casts),
+                eager=m.prepare_module(model.module, device, dtype, case.channels_last) if eager else None)
 
 
 def generic_copy(gm):
@@ -119,7 +140,7 @@ def measure(key: str, args, log) -> dict:
     case = bm.SMOKE_CASES[key] if args.smoke else bm.CASES[key]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        p = bm.prepared(case, device, Path(tmp))
+        p = prepared_fused(case, device, Path(tmp), eager=args.compile)
     fused, inputs = p["fused_gm"], p["inputs"]
     if args.smoke:                                    # prepare_graph binds on CUDA only: bind here for the check
         lean.bind_calls(fused)
@@ -136,6 +157,9 @@ def measure(key: str, args, log) -> dict:
     row["bound_nodes"] = [repr(b) for b in lean.bound_calls(fused)]
     row["bound"] = sum(1 for b in row["bound_nodes"] if "generic" not in b and ("bound)" in b or "bound:" in b))
     plain = {"fused_generic": lambda: generic(*inputs), "fused_bound": lambda: fused(*inputs)}
+    if not args.smoke and args.budget_s - (time.perf_counter() - START) < 20:
+        row["notes"].append("stopped after the bitwise check: under 20 s of --budget-s left")
+        return row
     tm, switched = token_major_copy(fused)
     row["token_major_nodes"] = switched
     if switched:
@@ -151,7 +175,7 @@ def measure(key: str, args, log) -> dict:
     del out_b, out_g
     left = args.budget_s - (time.perf_counter() - START)
     keep = []
-    if not args.no_compile and not args.smoke and left > 120:
+    if args.compile and not args.smoke and left > 120:
         try:
             call, target, seconds = common.compile_copy(p["eager"], None, inputs, device)
             keep.append(target)
@@ -160,7 +184,8 @@ def measure(key: str, args, log) -> dict:
         except Exception as exc:
             row["notes"].append(f"compile default failed: {m._one_line(exc)[:200]}")
     else:
-        row["notes"].append("compile default: skipped (--no-compile, or under 120 s of --budget-s left)")
+        row["notes"].append("compile default: not run (no --compile, or under 120 s of --budget-s left): "
+                            "bench_measured's JSON has it for these models")
     variants = dict(plain)
     graph_of = {"fused_generic": "fused_graph", "fused_bound": "fused_graph", "compile_default": "compile_default_graph",
                 "fused_bound_token_major": "fused_token_major_graph"}
@@ -174,11 +199,12 @@ def measure(key: str, args, log) -> dict:
     with torch.inference_mode():
         issue = {v: bm.host_issue_ms(fn, device, args.issue_calls) for v, fn in plain.items()}
         # where the bound graph's host time still goes (own time per function, as profile_host.py reports it)
-        row["cprofile_fused_bound"] = ph.cprofile_top(plain["fused_bound"], 20, device, 20)
-        row["cprofile_fused_generic"] = ph.cprofile_top(plain["fused_generic"], 20, device, 12)
+        row["cprofile_fused_bound"] = ph.cprofile_top(plain["fused_bound"], 10, device, 20)
+        row["cprofile_fused_generic"] = ph.cprofile_top(plain["fused_generic"], 10, device, 12)
     left = args.budget_s - (time.perf_counter() - START)
-    plan = m.TimingPlan(warmup=1, reps=3) if args.smoke else m.TimingPlan(warmup=3, reps=None, target_s=min(args.target_s, max(0.3, left / 20)), min_reps=20,
-                        max_reps=200, max_rounds=300, budget_s=min(args.extend_s, max(0.0, left / 10)))
+    plan = m.TimingPlan(warmup=1, reps=3) if args.smoke else m.TimingPlan(
+        warmup=2, reps=None, target_s=min(args.target_s, max(0.2, left / 40)), min_reps=15, max_reps=120,
+        max_rounds=150, budget_s=min(args.extend_s, max(0.0, left / 15)))
     pairs = [("fused_generic", "fused_bound")] + ([("compile_default", "fused_bound")] if "compile_default" in plain
                                                    else []) + ([("fused_bound", "fused_bound_token_major")]
                                                                if "fused_bound_token_major" in plain else [])
@@ -208,14 +234,80 @@ def measure(key: str, args, log) -> dict:
     return row
 
 
+def family_checks(deadline: float, device: str = "cuda") -> dict:
+    """Each bound family on CUDA at one awkward shape in bf16: the replay (second call) against the generic call,
+    bit for bit and in layout, and the bound state. A family not started before ``deadline`` is listed as skipped."""
+    import torch
+    import torch.nn.functional as F
+
+    from explorer.fusions import linear_residual, norm, rms_norm, rotary, swiglu
+    from explorer.fusions import triton_support as ts
+    from explorer.fusions.kernels import gemm
+    from explorer.runtime import lean
+    from explorer.runtime import measure as m
+
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def r(*shape, scale=1.0):
+        return torch.randn(*shape, device=device, dtype=torch.bfloat16, generator=g) * scale
+
+    x, res, w = r(3, 37, 520), r(3, 37, 520), r(520)
+    q, k, cos, sin = r(2, 8, 33, 64), r(2, 2, 33, 64), r(1, 33, 64), r(1, 33, 64)
+    xa = r(2, 33, 520)
+    w_qkv, w_o, b_o, z = r(12 * 64, 520, scale=0.05), r(384, 520, scale=0.05), r(384), r(2, 33, 384)
+    w_il, _ = gemm.interleave_gate_up(r(2 * 344, 520, scale=0.05))
+    qa, ka, va = r(2, 8, 128, 64), r(2, 2, 128, 64), r(2, 2, 128, 64)
+    cases = {
+        "rms_norm": (rms_norm.fused_rms_norm, (x, w, 1e-6)),
+        "add_rms_norm": (rms_norm.fused_add_rms_norm, (x, res, w, 1e-6)),
+        "add_rms_norm_normed": (rms_norm.fused_add_rms_norm_normed, (x, res, w, 1e-6)),
+        "add_layer_norm": (norm.fused_add_layer_norm, (x, res, w, r(520), 1e-5)),
+        "rotary": (rotary.fused_rotary, (q, k, cos, sin)),
+        "qkv_rotary": (rotary.qkv_rotary, (xa, w_qkv, None, cos, sin, 8, 2, 64, None, False)),
+        "qkv_rotary_token_major": (rotary.qkv_rotary, (xa, w_qkv, None, cos, sin, 8, 2, 64, None, True)),
+        "linear_residual": (linear_residual.linear_residual_gemm, (xa, w_o, b_o, z)),
+        "swiglu_interleaved": (swiglu.swiglu_epilogue_interleaved, (xa, w_il, None, None)),
+        "silu_mul_packed": (swiglu.silu_mul_packed, (r(5, 41, 688), 344)),
+        "linear": ("linear", (x, w_o, b_o)),
+        "sdpa_gqa_causal": ("sdpa", (qa, ka, va)),
+    }
+    out: dict[str, Any] = {}
+    for name, (target, args) in cases.items():
+        if time.perf_counter() > deadline:
+            out[name] = "skipped: the deadline"
+            continue
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                if target == "linear":
+                    bound, generic = lean.BoundLinear(), (lambda *a: F.linear(*a))
+                elif target == "sdpa":
+                    bound = lean.BoundAttention(True, None, True)
+                    generic = lambda *a: F.scaled_dot_product_attention(*a, is_causal=True, enable_gqa=True)  # noqa
+                else:
+                    bound, generic = ts.BoundCall(target), target
+                bound(*args)
+                replayed = bound(*args)
+                want = generic(*args)
+                m.synchronize(device)
+                flat_r, flat_w = _flat(replayed), _flat(want)
+                equal = len(flat_r) == len(flat_w) and all(
+                    a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b) for a, b in zip(flat_r, flat_w))
+            out[name] = dict(equal=equal, state=repr(bound), seconds=round(time.perf_counter() - t0, 2))
+        except Exception as exc:  # one family's failure is a result
+            out[name] = dict(equal=False, error=f"{type(exc).__name__}: {exc}"[:300])
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--budget-s", type=float, default=240.0)
-    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile default")
-    ap.add_argument("--issue-calls", type=int, default=40)
-    ap.add_argument("--target-s", type=float, default=1.0, help="timed seconds per variant to aim at")
-    ap.add_argument("--extend-s", type=float, default=6.0, help="seconds of extra rounds for an open verdict")
+    ap.add_argument("--budget-s", type=float, default=105.0,
+                    help="no model starts after it; the process writes its JSON and exits at --budget-s + 10")
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile default (tens of seconds each)")
+    ap.add_argument("--issue-calls", type=int, default=30)
+    ap.add_argument("--target-s", type=float, default=0.4, help="timed seconds per variant to aim at")
+    ap.add_argument("--extend-s", type=float, default=3.0, help="seconds of extra rounds for an open verdict")
     ap.add_argument("--out", default=None)
     ap.add_argument("--smoke", action="store_true",
                     help="CPU, Triton's interpreter, bench_measured's GPT-2 tiny smoke case: the plumbing, not GPU numbers")
@@ -226,16 +318,18 @@ def main(argv=None) -> int:
     if args.smoke:
         import os
         os.environ["TRITON_INTERPRET"] = "1"
-        args.models, args.no_compile = "gpt2_tiny_smoke", True
+        args.models, args.compile = "gpt2_tiny_smoke", False
         doc["label"] = "SMOKE run on the CPU (Triton interpreter): the numbers are not GPU numbers"
     elif not torch.cuda.is_available():
         return common.write_skipped(doc, path, "bench_host_path.py")
     doc["gpu"] = torch.cuda.get_device_name(0) if not args.smoke else "none (CPU smoke)"
     doc["versions"] = dict(torch=torch.__version__, triton=__import__("triton").__version__)
     log = common.elapsed_logger(START)
+    if not args.smoke:
+        _watchdog(doc, path, args.budget_s + 10)
     for key in [k for k in args.models.split(",") if k]:
-        if args.budget_s - (time.perf_counter() - START) < 45:
-            doc["skipped"].append(f"{key}: under 45 s of --budget-s left")
+        if args.budget_s - (time.perf_counter() - START) < 35:
+            doc["skipped"].append(f"{key}: under 35 s of --budget-s left")
             continue
         try:
             doc["models"][key] = measure(key, args, log)
@@ -243,6 +337,12 @@ def main(argv=None) -> int:
             import traceback
             doc["models"][key] = dict(error=f"{type(exc).__name__}: {exc}"[:400],
                                       where=traceback.format_exc()[-1500:])
+        common.write_json(path, doc)
+    if not args.smoke:
+        if args.budget_s - (time.perf_counter() - START) > 8:
+            doc["family_checks"] = family_checks(START + args.budget_s)
+        else:
+            doc["skipped"].append("family_checks: under 8 s of --budget-s left")
         common.write_json(path, doc)
     print(f"{'model':26} {'variant':16} {'ms':>8} {'issue ms':>9} {'launch':>7} {'host us/launch':>15}")
     for key, r in doc["models"].items():
@@ -263,11 +363,35 @@ def main(argv=None) -> int:
                 print("   stays generic:", s)
         for x in r.get("cprofile_fused_bound", [])[:8]:
             print(f"   bound cProfile own {x['own_us']:7.1f} us x{x['calls_per_forward']:.0f} {x['function']}")
+    for name, c in doc.get("family_checks", {}).items():
+        print(f"family {name:24} {c if isinstance(c, str) else ('bitwise ' + str(c.get('equal')) + ' ' + c.get('state', c.get('error', '')))}")
     for s in doc["skipped"]:
         print("skipped:", s)
-    print("wrote", path)
+    print("wrote", path, f"in {time.perf_counter() - START:.1f} s")
     return 0
 
 
+def _watchdog(doc: dict, path: Path, at_s: float) -> None:
+    """At ``at_s`` seconds after the start: write what was measured and leave the process (a hard deadline)."""
+    import os
+    import threading
+
+    def stop() -> None:
+        try:
+            doc.setdefault("skipped", []).append(f"stopped by the hard deadline at {at_s:.0f} s")
+            common.write_json(path, doc)
+        finally:
+            print(f"bench_host_path: hard deadline at {at_s:.0f} s; wrote {path}", flush=True)
+            os._exit(0)
+
+    timer = threading.Timer(max(1.0, at_s - (time.perf_counter() - START)), stop)
+    timer.daemon = True
+    timer.start()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    import os
+    os._exit(code)        # no lingering threads or children (the watchdog, compile workers)
