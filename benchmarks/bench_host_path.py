@@ -302,7 +302,7 @@ def family_checks(deadline: float, device: str = "cuda") -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--budget-s", type=float, default=105.0,
+    ap.add_argument("--budget-s", type=float, default=100.0,
                     help="no model starts after it; the process writes its JSON and exits at --budget-s + 10")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile default (tens of seconds each)")
     ap.add_argument("--issue-calls", type=int, default=30)

@@ -734,8 +734,9 @@ class BoundCall:
         if not tensors or nested or not triton_runs_on(tensors[0].device) or _RECORDING is not None:
             self.recorded, self.why = True, "not a call on tensors Triton runs on" if not _RECORDING else "nested"
             return self.generic(*args)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            return self.generic(*args)                    # recorded later, on a call autograd does not record
+        if (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)) or (
+                tensors[0].is_cuda and torch.cuda.is_current_stream_capturing()):
+            return self.generic(*args)                    # recorded later, outside autograd and CUDA-graph capture
         rec = _Recording()
         _RECORDING = rec
         try:

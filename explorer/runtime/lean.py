@@ -249,6 +249,12 @@ def unbind(gm: torch.fx.GraphModule) -> int:
 _SDP_FLASH, _SDP_EFFICIENT, _SDP_CUDNN = 1, 2, 3
 
 
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on the current stream: a first call then binds nothing (its
+    comparison would synchronise); it binds at a later call outside the capture."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 def _public_sdpa(q, k, v, is_causal, scale, enable_gqa):
     return torch._C._nn.scaled_dot_product_attention(q, k, v, None, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)
 
@@ -309,7 +315,7 @@ class BoundAttention:
 
     def _bind(self, q, k, v):
         out = _public_sdpa(q, k, v, self.is_causal, self.scale, self.enable_gqa)
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) or _capturing(q):
             return out                                    # bound later, on a call autograd does not record
         self.recorded = True
         if q.device.type != "cuda" or not (q.device == k.device == v.device) or not (q.dtype == k.dtype == v.dtype):
@@ -399,8 +405,8 @@ class BoundMaskedAttention:
                 return op(q, k, v, mask)
             return attention_family.fused_attention(q, k, v, scale, mask)
         out = attention_family.fused_attention(q, k, v, scale, mask)
-        if not self.recorded and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
-                                                                   or v.requires_grad)):
+        if not self.recorded and not _capturing(q) and not (torch.is_grad_enabled() and (
+                q.requires_grad or k.requires_grad or v.requires_grad)):
             self._bind(q, k, v, scale, mask, out)
         return out
 
@@ -484,7 +490,8 @@ class BoundLinear:
                 return out.view(sig[7])
             return torch._C._nn.linear(x, w, b)
         out = torch._C._nn.linear(x, w, b)
-        if not self.recorded and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
+        if not self.recorded and not _capturing(x) and not (torch.is_grad_enabled() and (
+                x.requires_grad or w.requires_grad)):
             self._bind(x, w, b, out)
         return out
 
