@@ -210,7 +210,7 @@ def verdict(samples: dict[str, list[float]], baseline: str, candidate: str, basi
     c_ms, b_ms = statistics.median(samples[candidate]), statistics.median(samples[baseline])
     return dict(target=target, candidate=candidate, baseline=baseline, candidate_ms=c_ms, baseline_ms=b_ms,
                 verdict=test.label, met=test.label != stats.SLOWER, ratio=test.ratio, ci_low=test.ci_low,
-                ci_high=test.ci_high, p_value=test.p_value, n=test.n, note=test.note)
+                ci_high=test.ci_high, p_value=test.p_value, n=test.n, note=test.note, method=test.method)
 
 
 def session_verdicts(samples: dict[str, list[float]], medians_from: dict[str, list[float]] | None = None) -> list[dict]:

@@ -200,6 +200,18 @@ def _top(rec: dict, variant: str, n: int = 3) -> str:
     return ", ".join(f"`{k['name'][:48]}` ×{k['calls']:g} {k['total_us']:.0f} µs" for k in rows[:n]) or "not profiled"
 
 
+#: What ``explorer.stats.compare`` was before the Hodges-Lehmann statistic: runs of then stored no ``method``.
+OLD_METHOD = ("the median of the paired ratios with a 95% bootstrap interval and a Wilcoxon signed-rank p, "
+              "explorer.stats before its Hodges-Lehmann statistic")
+
+
+def verdict_method(merged: dict[str, tuple[str, dict, dict]]) -> str:
+    """Which statistic produced the stored verdicts the table shows (this table reads them, it does not recompute
+    them): the ``method`` they record, or ``OLD_METHOD`` for runs that recorded none."""
+    methods = {v.get("method") or OLD_METHOD for _n, _d, rec in merged.values() for v in rec.get("verdicts") or []}
+    return "; ".join(sorted(methods)) or OLD_METHOD
+
+
 def markdown(docs: list[tuple[str, dict]]) -> str:
     """The table, its sources and the targets missed."""
     merged = merge(docs)
@@ -212,8 +224,9 @@ def markdown(docs: list[tuple[str, dict]]) -> str:
     envs = {json.dumps({k: d.get("environment", {}).get(k) for k in ("device_name", "torch", "triton", "driver")})
             for _n, d, _r in merged.values()}
     lines.append("")
-    lines.append("Median ms of the paired rounds; a verdict is `explorer.stats.compare` over them (ratio fused / other, "
-                 "95% interval; level: no significant difference beyond 3%); bold marks the side a verdict calls faster. "
+    lines.append("Median ms of the paired rounds; a verdict is the one the run stored, `explorer.stats.compare` over "
+                 f"them (statistic: {verdict_method(merged)}), as ratio fused / other with its 95% interval; level: "
+                 "no significant difference beyond 3%; bold marks the side a verdict calls faster. "
                  "Sources: " + "; ".join(f"{k}: `{merged[k][0]}`" for k in keys) + ". "
                  + " ".join(f"{e['device_name']}, torch {e['torch']}, Triton {e['triton']}, driver {e['driver']}."
                             for e in map(json.loads, sorted(envs))))

@@ -22,6 +22,7 @@ memory_format, cuda_graphs; page keys are listed in each page's docstring.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # `streamlit run explorer/app.py` runs this file as a script
@@ -151,6 +152,7 @@ def init_widget_defaults() -> None:
 
 
 def main() -> None:
+    clicked = time.time()   # this run began with the user's click: a load's elapsed time counts from here
     # A local image: a ":material/...:" page icon makes the browser fetch the favicon from
     # fonts.gstatic.com, and the app makes no network request (docs/security.md).
     lang = st.session_state.get("lang") or st.query_params.get("lang")   # the switch is drawn below
@@ -172,7 +174,7 @@ def main() -> None:
         requested = sidebar_model()
         sidebar_settings(cuda)
         if requested is not None:
-            ui_state.request_load(requested)
+            ui_state.request_load(requested, clicked)
     except ExplorerError as exc:
         st.session_state.load_error = str(exc)
         requested = None

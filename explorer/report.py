@@ -71,8 +71,9 @@ UNDECIDED = "undecided"
 UNTESTED = "not tested"
 READINGS = VERDICTS + (UNDECIDED, UNTESTED)
 #: What the one speed-up of the project is (``Verdict.speedup``): said beside it wherever it is explained.
-SPEEDUP_DEFINITION = ("speed-up = unfused time ÷ fused time: the median of the paired per-round ratios, with the "
-                      "95% bootstrap interval of that median")
+SPEEDUP_DEFINITION = ("speed-up = unfused time ÷ fused time over paired rounds: the Hodges-Lehmann estimate of the "
+                      "signed-rank test, with the 95% interval of that same test (reports made before it: the median "
+                      "of the per-round ratios with a bootstrap interval, as their verdict's method says)")
 
 # What limits a chain that is slower: the host issuing calls, or the GPU itself.
 HOST, GPU = "host", "gpu"
@@ -145,9 +146,13 @@ class Measurement:
 class Verdict:
     """A candidate (the fused form) against a baseline, decided by a test over paired rounds.
 
-    ``ratio`` is the median over rounds of candidate time / baseline time (below 1:
-    the candidate is faster; ``speedup`` = 1 / ratio), ``ci_low``-``ci_high`` its
-    95% confidence interval, ``p_value`` the test's, ``n`` the paired rounds,
+    ``ratio`` is candidate time / baseline time over the paired rounds, the
+    Hodges-Lehmann estimate of the Wilcoxon signed-rank test (``explorer.stats``;
+    below 1: the candidate is faster; ``speedup`` = 1 / ratio), ``ci_low``-``ci_high``
+    its 95% confidence interval from inverting that same test, ``p_value`` that
+    test's (so the interval excludes 1 exactly when p < 0.05, but for a tie at an
+    end), ``n`` the paired rounds, ``method`` the statistic's name (a report made
+    before that statistic records the median ratio and its bootstrap interval there),
     ``rounds_needed`` how many the observed spread needs for 80% power at
     ``min_effect``. ``label`` is one of ``VERDICTS``; ``decided`` is False when
     the rounds ran out before the test could tell (then the label is ``SAME``).
@@ -168,8 +173,9 @@ class Verdict:
 
     @property
     def speedup(self) -> float | None:
-        """THE speed-up (``SPEEDUP_DEFINITION``): 1 / ``ratio``, the median of the paired per-round ratios
-        unfused ÷ fused; ``interval`` is its 95% interval. None where nothing was timed."""
+        """THE speed-up (``SPEEDUP_DEFINITION``): 1 / ``ratio``, the Hodges-Lehmann estimate of the paired
+        per-round ratios unfused ÷ fused; ``interval`` is its 95% interval (the same signed-rank test's).
+        None where nothing was timed."""
         return 1.0 / self.ratio if self.ratio else None
 
     @property
@@ -204,7 +210,14 @@ class Verdict:
             return f"{word}: {self.speedup:.2f}x, no paired test ({self.method or self.note})"
         lo, hi = self.interval or (None, None)
         p = f", p={self.p_value:.2g}" if self.p_value is not None else ""
-        return f"{word}: {self.speedup:.2f}x (95% CI {lo:.2f}-{hi:.2f}x){p}, {self.n} rounds"
+        line = f"{word}: {self.speedup:.2f}x (95% CI {lo:.2f}-{hi:.2f}x){p}, {self.n} rounds"
+        return f"{line} ({self.note})" if self.significant_but_same else line
+
+    @property
+    def significant_but_same(self) -> bool:
+        """A "no significant difference" whose test rejected (p under the test's 0.05, ``explorer.stats.ALPHA``):
+        the difference is under the minimum effect, which its note says wherever the p-value is shown."""
+        return self.label == SAME and self.p_value is not None and self.p_value < 0.05 and bool(self.note)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -456,8 +469,8 @@ class Report:
 
     @property
     def speedup(self) -> float | None:
-        """THE whole-model speed-up: the verdict's (``Verdict.speedup``: the median of the paired per-round
-        ratios, with ``verdict.interval``); None where the main phase did not run."""
+        """THE whole-model speed-up: the verdict's (``Verdict.speedup``: the Hodges-Lehmann estimate of the
+        paired per-round ratios, with ``verdict.interval``); None where the main phase did not run."""
         return self.verdict.speedup
 
     @property

@@ -64,6 +64,13 @@ def test_chain_bars_styled_by_the_one_verdict_and_slower_has_its_own_colour():
     assert "layer: c" not in by_chain                     # no fused kernel: not timed, so no bar (and no 1.00x)
     assert charts.bar_style(R.NO_KERNEL, "conv_bn_act") == (charts.NO_KERNEL_COLOR, charts.NO_KERNEL_PATTERN, 1.0)
     assert any(t.name == "slower after fusion" for t in fig.data)
+    # a bar below 1x ends on the left, over the chains' names: its label sits right of the no-change line instead
+    labels = dict(zip(bars.y, bars.text))
+    slower = next(c for c in _report().chains if c.title == "layer: b")
+    assert labels["layer: b"] == "" and labels["layer: a"]
+    moved = [a for a in fig.layout.annotations if a.y == "layer: b"]
+    assert len(moved) == 1 and moved[0].x == 0.0 and moved[0].xanchor == "left"
+    assert moved[0].text == charts.speedup_text(slower.verdict)
     # the legend sits below the axis title whatever the chart's height (it covered the title on a two-chain run)
     layout = fig.layout
     plot_px = layout.height - layout.margin.t - layout.margin.b
@@ -133,12 +140,34 @@ def test_stages_and_precision_tables():
     rows = charts.stages_rows(_report())
     assert [r["stage"] for r in rows] == ["none", "conv_bn", "activation", "all"]   # all four, always
     assert rows[2]["speed-up over the original (medians)"] == f"{2.0 / 1.8:.2f}×"
-    assert rows[3]["latency ms (median)"] == "same graph as 'activation': not timed again" and rows[3]["graph"] == "..."
+    # the row above's graph, said short (the long form pushed the table's last column off a 1600 px window)
+    assert rows[3]["latency ms (median)"] == "same graph as the row above: not timed again" and rows[3]["graph"] == "..."
+    import dataclasses
+
+    report = _report()
+    far = dataclasses.replace(report, stages=report.stages[:3] + (dataclasses.replace(report.stages[3],
+                                                                                      same_as="conv_bn"),))
+    assert charts.stages_rows(far)[3]["latency ms (median)"] == "same graph as 'conv_bn': not timed again"
     assert [b.x for b in charts.stages_figure(_report()).data][0] == ("none", "conv_bn", "activation")
     prec = charts.precision_rows(_report())
     assert prec[0]["max_abs"] == "1.00e-06" and prec[1]["top1_agreement"] == "1.000000000"
     assert prec[0]["why no relative figures"] == "—"
     assert charts.chain_precision_figure(_report()).data is not None
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_cpu_reports_memory_cells_fit_their_column(lang):
+    """The Results tables' peak-memory cells on a CPU report were a whole sentence, cut off in Chromium at
+    1600×1000 (issue 26): they are a short "n/a on the CPU", the reason one caption below the table."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "report_resnet50_cpu.json"
+    report = ui_files.load_report(path.name, path.read_bytes())
+    assert report.is_cpu
+    memory = [(r, k) for r in charts.summary_rows(report, lang) for k in list(r)[1:3]
+              if "MiB" in str(list(r.values())[0])]
+    memory_cells = [r[k] for r, k in memory]
+    memory_cells += [v for r in charts.stages_rows(report, lang) for k, v in r.items() if "MiB" in k]
+    assert len(memory_cells) >= 4, memory_cells
+    assert all(len(c) <= 14 for c in memory_cells), memory_cells   # fits the narrowest column at 1600 px
 
 
 # ------------------------------------------------------------------ files
@@ -244,22 +273,38 @@ def test_app_flow_choose_run_results_plan(tmp_path):
     # Run page: measure on the CPU with the real runner
     at.switch_page("ui/pages/run.py").run()
     at.checkbox(key="run_quick").check().run()
+    clicked = time.time()
     at.button(key="run_start").click().run()
     assert at.session_state["run_job"] is not None
     _wait_run(at)
+    seen = time.time() - clicked
     assert not at.error, [e.value for e in at.error]
     key, report = at.session_state["last_report"]
     assert report.plan.accepted == (ids[0],) and report.settings["quick"] is True
+    # the page says both times for what they are: the wait from the click, and the measuring process's part of it
+    wait = at.session_state["last_report_wait_s"]
+    assert report.duration_s <= wait <= seen + 0.5, (report.duration_s, wait, seen)
+    said = [c.value for c in at.caption if "from your click" in c.value]
+    part = round(min(report.duration_s, wait))
+    assert said and f"{round(wait)} s from your click" in said[0] and f"{part} s in the" in said[0], said
+    assert f"{round(wait) - part} s starting it" in said[0], said   # the two parts add up to the wait shown
     assert report.unfused.latency is not None and len(report.stages) == 4
     # the same model+plan+settings again: answered from the cache, no new job
     at.button(key="run_start").click().run()
     assert at.session_state["run_job"] is None and at.session_state["last_report_cached"]
+    assert any("answered from the cache now" in c.value and f"{round(wait)} s" in c.value for c in at.caption)
 
     at.switch_page("ui/pages/results.py").run()
     assert not at.exception and not at.error
     charts_drawn = at.get("plotly_chart")
     assert {c.key for c in charts_drawn} == {"chart_compare", "chart_stages"}   # quick: no per-chain timing
     assert any("No per-chain timings" in c.value for c in at.caption)
+    # the staged table without its sentence column (cut off in Chromium): each stage's graph listed below it
+    stages = next(df.value for df in at.dataframe if "p20" in df.value.columns and "stage" in df.value.columns)
+    assert "graph" not in stages.columns and len(stages) == len(report.stages)
+    listed = [m.value for m in at.markdown if m.value.startswith("- **")]
+    shown = [m.replace("\\", "") for m in listed]   # as rendered: the markdown escapes undone
+    assert any(all(f"**{charts.stage_label(s.stage, s.label)}**" in m for s in report.stages) for m in shown), listed
 
     # Plan: download, change the choices, upload it again -> same choices
     at.switch_page("ui/pages/fusions.py").run()

@@ -72,6 +72,28 @@ def _drawn(page, names: set[str], timeout_s: float, check=lambda frames: True) -
     raise AssertionError(f"graph views {sorted(names)} not drawn in {timeout_s:.0f} s; found {sorted(geometries)}")
 
 
+def _assert_the_load_counts(page) -> None:
+    """While a model loads, its line updates: the elapsed time grows with the wall clock and the time left
+    (while there is one) goes down, the first elapsed counted from the click (issue 26: the spinner's
+    "about N s" stayed as it was for the whole load)."""
+    import re
+
+    bar = page.locator('[data-testid="stProgress"]').first
+    bar.wait_for(timeout=30_000)
+    seen = []
+    for _ in range(2):
+        text, at = bar.inner_text(timeout=5_000), time.time()
+        seen.append((text, at))
+        page.wait_for_timeout(1500)
+    (first, t1), (second, t2) = seen
+    e1, e2 = (int(re.search(r"(\d+) s elapsed", x).group(1)) for x in (first, second))
+    assert 0.5 <= e2 - e1 <= (t2 - t1) + 1.5, (first, second)
+    left = [re.search(r"About (\d+) s left", x) for x in (first, second)]
+    if all(left):
+        assert int(left[1].group(1)) < int(left[0].group(1)), (first, second)
+    assert e1 <= 30, first   # counted from the click, not from an earlier start
+
+
 def _assert_readable_and_clean(geometry: dict, what: str) -> None:
     """No two boxes overlap, no edge passes behind a node, every visible label is >= 10 px."""
     assert overlaps(geometry) == [], f"{what}: overlapping boxes {overlaps(geometry)[:5]}"
@@ -93,6 +115,7 @@ def test_graph_is_layered_readable_and_fused_in_chromium(app_url, browser):
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     t0 = time.perf_counter()
     page.goto(app_url)
+    _assert_the_load_counts(page)
     views = _drawn(page, {"original"}, 90)
     print(f"time to graph (resnet50, page open -> drawn canvas): {time.perf_counter() - t0:.1f} s")
     original = views["original"]

@@ -673,6 +673,7 @@ NAMES = {
     "tensor", "cpp", "auto", "bias", "sequence", "argmax", "cosine", "nvidia", "ncu", "hbm", "mask", "diag", "eval",
     "cublas", "llm", "token", "clip", "falcon", "bloom", "gemma", "swin", "vit", "gpt", "svg", "png", "groupnorm",
     "unet", "permute", "quick", "reshape", "stage", "stem", "torchvision", "layernorm2d",
+    "wilcoxon", "hodges-lehmann", "hodges", "lehmann",   # the statistic's names (explorer.stats)
 }
 
 
@@ -838,7 +839,7 @@ def test_every_text_of_a_committed_report_is_translated(path):
     en = _report_texts(report, "en")
     assert not [x for x in en if CJK.search(x) or MISSING_KEY.search(x)]
     assert charts.verdict_text(report, "en") == "Fused against unfused: " + report.verdict.describe() + \
-        (f" — {report.verdict.note}" if report.verdict.note else "")
+        (f" — {report.verdict.note}" if report.verdict.note and not report.verdict.significant_but_same else "")
 
 
 def test_chart_keys_built_from_parts_exist():

@@ -381,7 +381,7 @@ for dt, hidden in (("fp32", 4096), ("bf16", 4096), ("fp16", 768), ("fp32", 16384
     sig = {n: "i32" for n in ("stride_x", "stride_r", "stride_s", "stride_y", "M", "N", "R_ROWS")}
     sig.update({p: "*" + dt for p in "XRWBSY"}, eps="fp32")
     const = dict(HAS_W=True, HAS_B=True, BLOCK=block, BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True,
-                 ROWS=norm.DEFAULT_ROWS_PER_PROGRAM, WRITE_SUM=True)
+                 ROWS=norm.DEFAULT_ROWS_PER_PROGRAM, WRITE_SUM=True, EVEN=hidden == block)
     sig.update({c: "constexpr" for c in const})
     c = triton.compile(ASTSource(k, sig, const, aligned(k, list("XRWBSY") + list(sig)[:6])),
                        target=target, options={"num_warps": warps})

@@ -2,7 +2,7 @@
 
 The kernel launches (the device's, per kernel choice: ``explorer.launches`` through
 ``fusion_engine.launch_counts``), the speed-up with its interval (``Verdict.speedup`` / ``interval``: the
-median of the paired ratios) and each chain's name (``Chain.title``) are computed once; this test reads them
+Hodges-Lehmann estimate of the paired ratios, ``explorer.stats``) and each chain's name (``Chain.title``) are computed once; this test reads them
 back from the report, ``report.summary_table`` (the command line), and the Graph, Fusions, Run and Results
 pages driven by AppTest, and checks they agree, with no raw None in any table.
 

@@ -201,11 +201,12 @@ def test_the_ops_the_importer_refused_are_in_these_exports(corpus):
 
 
 def test_resnet18_chains_from_both_exporters_are_named_by_module_paths(tmp_path):
-    """ResNet-18 through the dynamo exporter: its chains read as on the torch side ("layer1.0: bn2 → add →
-    relu"), not by node ids. The exporter's optimiser folds each BatchNorm into its convolution and the
-    folded Conv keeps the BatchNorm's path (the file records no other), so where torch.export names
-    "conv2 → bn2 → add → relu" the ONNX chain reads "bn2 → add → relu"; the three downsample Conv+BN
-    pairs, folded already, leave nothing to fuse."""
+    """ResNet-18 through the dynamo exporter: its chains read as on the torch side ("layer1.0: conv2 → add →
+    relu"), not by node ids. The exporter's optimiser folds each BatchNorm into its convolution and gives the
+    folded Conv the BatchNorm's path; the importer names it after the weight it reads (``layer1.0.conv2.weight``,
+    ``onnx_import.own_module``), so where torch.export names "conv2 → bn2 → add → relu" the ONNX chain reads
+    "conv2 → add → relu", as from the TorchScript exporter; the three downsample Conv+BN pairs, folded
+    already, leave nothing to fuse."""
     import torchvision
 
     torch.manual_seed(0)
@@ -218,11 +219,11 @@ def test_resnet18_chains_from_both_exporters_are_named_by_module_paths(tmp_path)
     imported = import_onnx(path)
     onnx_names = sorted(chain_name(c) for c in detect(build_graph(imported.gm, "resnet18")).chains)
     blocks = [f"layer{i}.{j}" for i in range(1, 5) for j in range(2)]
-    assert onnx_names == sorted(["bn1 → relu"] + [f"{b}: bn1 → relu" for b in blocks]
-                                + [f"{b}: bn2 → add → relu" for b in blocks])
+    assert onnx_names == sorted(["conv1 → relu"] + [f"{b}: conv1 → relu" for b in blocks]
+                                + [f"{b}: conv2 → add → relu" for b in blocks])
     torch_chains = detect(build_graph(torch.export.export(model, (x,)).module(), "resnet18")).chains
     torch_names = [chain_name(c) for c in torch_chains if c.pattern in ("conv_bn_act", "conv_bn_add_act")]
-    assert sorted(n.replace("conv1 → ", "").replace("conv2 → ", "") for n in torch_names) == onnx_names
+    assert sorted(n.replace(" → bn1", "").replace(" → bn2", "") for n in torch_names) == onnx_names
     # the TorchScript exporter records no metadata; its node names (/layer1/layer1.0/conv2/Conv) give the
     # paths, and its folded Conv keeps the convolution's name: "layer1.0: conv2 → add → relu"
     script_path = str(tmp_path / "resnet18_ts.onnx")

@@ -976,6 +976,27 @@ def test_torchscript_node_names_give_module_paths(name, seen, path):
     assert (list(stack)[-1] if stack else None) == path
 
 
+def test_own_module_corrects_only_a_sibling_or_a_child_named_by_an_initializer():
+    """The dynamo exporter gives a Conv whose BatchNorm it folded the BatchNorm's scope: the Conv takes the module
+    its weight names (ResNet-18 through the exporter: ``test_onnx_corpus``), and nothing else is renamed."""
+    from explorer.sources.onnx_import import own_module
+
+    stack = {"layer1": ("layer1", "Sequential"), "layer1.0": ("layer1.0", "BasicBlock"),
+             "layer1.0.bn1": ("layer1.0.bn1", "BatchNorm2d")}
+    conv = helper.make_node("Conv", ["x", "layer1.0.conv1.weight"], ["y"])
+    assert list(own_module(conv, stack, {"layer1.0.conv1.weight"})) == ["layer1", "layer1.0", "layer1.0.conv1"]
+    assert own_module(conv, stack, set()) == stack                     # not an initializer: the file's scope kept
+    other = helper.make_node("Conv", ["x", "layer3.2.conv1.weight"], ["y"])
+    assert own_module(other, stack, {"layer3.2.conv1.weight"}) == stack   # another block's weight: not corrected
+    relu = helper.make_node("Relu", ["x", "layer1.0.conv1.weight"], ["y"])
+    assert own_module(relu, stack, {"layer1.0.conv1.weight"}) == stack
+    child = helper.make_node("MatMul", ["x", "layer1.0.bn1.proj.weight"], ["y"])
+    assert list(own_module(child, stack, {"layer1.0.bn1.proj.weight"}))[-1] == "layer1.0.bn1.proj"
+    odd = helper.make_node("Conv", ["x", "a/../b.weight"], ["y"])
+    assert own_module(odd, stack, {"a/../b.weight"}) == stack
+    assert own_module(conv, None, {"layer1.0.conv1.weight"}) is None
+
+
 # ---------------------------------------------------------------------- Faster R-CNN's operators (issue 20)
 
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])

@@ -102,7 +102,7 @@ def test_verdicts_script_tests_any_pair_of_a_committed_run(capsys):
     script, results = benchmark_scripts.load("verdicts"), benchmark_scripts.ROOT / "benchmarks" / "results"
     run = str(results / "bench_cnn_fusions_convnext_tiny_quick_h200.json")
     assert script.main([run, "fused", "eager"]) == 0
-    assert "fused / eager = 0.947 [0.946, 0.948]: faster" in capsys.readouterr().out
+    assert "fused / eager = 0.942 [0.925, 0.946]: faster" in capsys.readouterr().out
     assert script.main([run, "fused", "compile_default"]) == 0
     assert ": slower" in capsys.readouterr().out
     for argv in ([run, "fused", "nosuch"], [run, "fused", "eager", "--model", "resnet"],

@@ -62,12 +62,17 @@ def test_figures_follow_the_records():
             assert colour == views.VERDICT_COLOURS[next(r for r in records if r["key"] == key)["verdict"]]
     heat = views.heatmap_figure(records, "en", "fp32", 1)
     assert list(heat.data[0].y) == ["conv_bn_relu", "residual_block"] and list(heat.data[0].x) == ["all", "none"]
+    # in 中文 the plans are named as the series beside them name them (the heatmap said all/none)
+    assert list(views.heatmap_figure(records, "zh", "fp32", 1).data[0].x) == ["全部融合", "不融合"]
     # stops_paying reads verdicts: a series faster at batch 1 and not at 2 stops at 2
     fake = [dict(r) for r in measured if r["plan"] == "all" and r["model"] == "conv_bn_relu"]
     fake[0]["verdict"], fake[1]["verdict"] = "faster", "slower"
     assert views.stops_paying(fake, "batch")[0]["stops"] == max(r["batch"] for r in fake)
     fake[1]["verdict"] = "faster"
     assert views.stops_paying(fake, "batch")[0]["stops"] is None
+    # one size measured: no claim about "every size"
+    reading = views.stops_rows(fake[:1], "batch", "en")[0]["reading"]
+    assert reading == i18n.t_in("en", "sweeps.stop.pays_one", at=fake[0]["batch"]), reading
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -93,6 +98,16 @@ def test_the_sweeps_page_in_both_languages(lang, tmp_path, monkeypatch):
     drawn = json.loads(charts[0].proto.spec)
     assert drawn["layout"]["title"]["text"] == i18n.t_in(lang, "sweeps.fig.speedup")
     assert sum(len(tr["x"]) for tr in drawn["data"]) == 8
+
+    # every point's cells are text in one format per column, never a bare None (issue 26's walk: "None" in the
+    # torch.compile and clock columns of a CPU sweep)
+    points = at.dataframe[-1].value
+    assert not points.isna().any().any() and "None" not in points.astype(str).to_numpy().ravel().tolist()
+    speedups = points[i18n.t_in(lang, "sweeps.col.speedup")].tolist()
+    assert all(re.fullmatch(r"\d+\.\d\d×", s) for s in speedups), speedups
+    assert set(points[i18n.t_in(lang, "sweeps.col.clock")]) == {i18n.t_in(lang, "chart.missing.cpu")}
+    names = points[i18n.t_in(lang, "sweeps.col.point")].tolist()   # in the page's language, as the series are
+    assert any((" · 全部融合 · 批 1 · " if lang == "zh" else " · all · batch 1 · ") in n for n in names), names
 
     # a running sweep in the folder: its progress, live
     (root / FOLDER / st.PROGRESS).write_text(json.dumps({"status": "running", "fraction": 0.5, "done": 3,

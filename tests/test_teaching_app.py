@@ -53,6 +53,8 @@ def _wait(at, name: str, timeout: float = 180.0) -> None:
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_learn_page_draws_every_tab_in_both_languages(lang):
+    from explorer.ui.i18n import t_in
+
     at = _learn(lang)
     assert not at.error, [e.value for e in at.error]
     texts = _texts(at)
@@ -70,6 +72,22 @@ def test_learn_page_draws_every_tab_in_both_languages(lang):
     assert len([m for m in at.markdown if "<svg" in m.value]) >= 4   # drawn inline, in the page's fonts
     tables = [df.value for df in at.dataframe]
     assert any("γ" in str(v.to_dict()) for v in tables)
+    # the device's ceilings with their sources, whole sentences, in a table that wraps (a grid cut them off)
+    source = "来源" if lang == "zh" else "source"
+    ceilings = [tb.value for tb in at.table if source in list(tb.value.columns)]
+    assert ceilings and max(len(str(v)) for v in ceilings[0][source]) > 60
+    # the tour's and the worked examples' fused captions say the CPU's launches (conv+BN+ReLU runs as two there:
+    # the conv, then ReLU in place), the engine's one count as on the Graph page, not the one kernel drawn (issue 26)
+    from explorer.fusion_engine import analyze, chain_launch_table
+
+    analysis = analyze("residual_block")
+    counted = chain_launch_table(analysis, None, "cpu").of(analysis.detection.chains[0].id)
+    assert counted.fused == 2   # the premise: the CPU runs this chain as two launches
+    svgs = [m.value for m in at.markdown if "<svg" in m.value]
+    said = "在这台 CPU 上 2 次内核启动" if lang == "zh" else "2 launch(es) on this CPU"
+    assert len([s for s in svgs if said in s]) >= 2, [re.findall(r"\d+ launch\(es\)[^<]*", s) for s in svgs]
+    saves = t_in(lang, "learn.pattern.saves", launches=counted.saved, bytes="")   # the Patterns tab's column
+    assert any(saves.rstrip() in str(v.to_dict()) for v in tables), saves
     # the language switch changes the page in place
     at.radio(key="lang").set_value("en" if lang == "zh" else "zh").run()
     assert not at.exception and bool(CJK.search(at.tabs[0].label)) == (lang == "en")
@@ -296,7 +314,11 @@ def test_breakdown_and_traffic_tables():
                "total": {"bytes_unfused": 1000, "bytes_fused": 900, "bytes_saved": 100}}
     rows = views.traffic_rows(traffic)
     assert rows[-1]["saved"] == "10%" and rows[0]["saved"] == "50%"
+    small = {"chains": [], "total": {"bytes_unfused": int(0.956 * 2**20), "bytes_fused": int(0.331 * 2**20)}}
+    labels = [bar.text[0] for bar in views.traffic_figure(small).data]
+    assert labels == ["0.956", "0.331"], labels   # as the table beside it says (the chart said 1.0 and 0.3)
     traffic["chains"][0]["pattern"] = "conv_bn_add_act"   # a pattern by its label, as every other table names it
     assert views.traffic_rows(traffic)[0]["pattern"] == "Conv+BN+Add+act"
     bars = views.traffic_figure(traffic, "resnet50")
     assert list(bars.data[0].x) == ["byte model", "reference article's claim (batch not stated)"]
+

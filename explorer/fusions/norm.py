@@ -144,6 +144,24 @@ def launch_config(hidden: int) -> tuple[int, int]:
 #: default and ``rows_per_prog`` remains a tuning knob.
 DEFAULT_ROWS_PER_PROGRAM = 1
 
+#: Whether programs whose rows fill BLOCK exactly (and whose ROWS divide M) take the kernel's unmasked ``EVEN``
+#: path. Chosen from the sm_90 PTX, not a measurement: at one row a program it is the masked kernel less a compare
+#: and a predicate (223 against 227 instructions at 1024 bf16; 768 is masked either way); False restores the masked
+#: kernel everywhere. ``benchmarks/bench_membw.py`` times GPT-2-medium's 1024-wide rows, where it applies.
+EVEN_PATH = True
+
+#: Measured launch settings, ``(BLOCK, element size, sum written) -> (ROWS, num_warps)``, where the sweep of
+#: ``benchmarks/bench_membw.py --sweep`` found one better than ``launch_rows``' rule by more than its spread.
+TUNED: dict[tuple[int, int, bool], tuple[int, int]] = {}
+
+
+def launch_rows(hidden: int, element_size: int = 2, keep_sum: bool = True) -> tuple[int, int]:
+    """``(ROWS, num_warps)`` for rows of ``hidden`` elements of ``element_size`` bytes: ``TUNED`` where measured,
+    else ``DEFAULT_ROWS_PER_PROGRAM`` rows and ``launch_config``'s warps."""
+    block, warps = launch_config(hidden)
+    tuned = TUNED.get((block, element_size, keep_sum))
+    return tuned if tuned is not None else (DEFAULT_ROWS_PER_PROGRAM, warps)
+
 
 def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Allocate an output the kernel fully overwrites (tests replace this to poison it)."""
@@ -177,26 +195,50 @@ def _build_kernel(interpret: bool):
         stride_x, stride_r, stride_s, stride_y,  # row strides (elements); the last dim is contiguous
         M, N, R_ROWS, eps,                       # R_ROWS: rows of the residual (< M: it repeats, a broadcast)
         HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
-        LIBRARY_REDUCE: tl.constexpr, ROWS: tl.constexpr, WRITE_SUM: tl.constexpr,
+        LIBRARY_REDUCE: tl.constexpr, ROWS: tl.constexpr, WRITE_SUM: tl.constexpr, EVEN: tl.constexpr,
     ):
+        """Program i: rows i·ROWS .. i·ROWS+ROWS-1; writes their sum (if WRITE_SUM) and normalised rows.
+
+        ``EVEN``: N == BLOCK and ROWS divides M, so no lane is masked and every access is a plain 16-byte
+        vector (as in ``rms_norm``'s kernel; ``EVEN_PATH``). γ and β load as (ROWS, BLOCK) tiles: at ROWS > 1 the
+        (1, BLOCK) load they replaced was converted through 8 KB of shared memory with 6 more barriers (sm_90 PTX
+        at 4 rows of 1024 in bf16; not yet timed on a GPU)."""
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
         cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
         in_row = cols < N
         live = (rows < M) & in_row                                                   # (ROWS, BLOCK)
-        x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
-        r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0, eviction_policy="evict_first")
-        # γ and β are issued now, with the rows, so their (L2) latency overlaps the reductions
+        if EVEN:
+            x = tl.load(X + rows * stride_x + cols, eviction_policy="evict_first")
+            r = tl.load(R + (rows % R_ROWS) * stride_r + cols, eviction_policy="evict_first")
+        else:
+            x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
+            r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0,
+                        eviction_policy="evict_first")
+        # γ and β are issued now, with the rows, so their (L2) latency overlaps the reductions. They are loaded
+        # as (ROWS, BLOCK) tiles in the rows' own register layout (each row's copy an L1 hit): a (1, BLOCK) load
+        # takes another layout and a conversion through shared memory when ROWS > 1 (rms_norm's kernel measured
+        # that at a third of a short row's time)
+        vec = cols + rows * 0                                                        # (ROWS, BLOCK)
         if HAS_W:
-            w = tl.load(W + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            if EVEN:
+                w = tl.load(W + vec, eviction_policy="evict_last").to(tl.float32)
+            else:
+                w = tl.load(W + vec, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
         if HAS_B:
-            b = tl.load(B + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            if EVEN:
+                b = tl.load(B + vec, eviction_policy="evict_last").to(tl.float32)
+            else:
+                b = tl.load(B + vec, mask=live, other=0.0, eviction_policy="evict_last").to(tl.float32)
         s = x.to(tl.float32) + r.to(tl.float32)
         if BF16_RTNE_BY_HAND:  # interpreter only: its fp32 -> bf16 cast truncates; round to nearest even first
             bits = s.to(tl.uint32, bitcast=True)
             s = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
         s = s.to(S.dtype.element_ty, fp_downcast_rounding="rtne")           # rounded like the unfused add
         if WRITE_SUM:
-            tl.store(S + rows * stride_s + cols, s, mask=live)
+            if EVEN:
+                tl.store(S + rows * stride_s + cols, s)
+            else:
+                tl.store(S + rows * stride_s + cols, s, mask=live)
         s = s.to(tl.float32)                                                # padded lanes are 0 + 0 = 0
         if LIBRARY_REDUCE:
             mean = tl.sum(s, axis=1) / N                                    # (ROWS,)
@@ -216,7 +258,11 @@ def _build_kernel(interpret: bool):
         if BF16_RTNE_BY_HAND:
             bits = y.to(tl.uint32, bitcast=True)
             y = ((bits + (((bits >> 16) & 1) + 0x7FFF)) >> 16 << 16).to(tl.float32, bitcast=True)
-        tl.store(Y + rows * stride_y + cols, y.to(Y.dtype.element_ty, fp_downcast_rounding="rtne"), mask=live)
+        y = y.to(Y.dtype.element_ty, fp_downcast_rounding="rtne")
+        if EVEN:
+            tl.store(Y + rows * stride_y + cols, y)
+        else:
+            tl.store(Y + rows * stride_y + cols, y, mask=live)
 
     return _add_layernorm_fwd
 
@@ -256,11 +302,13 @@ def _plan_launch(x, residual, weight, bias, num_warps, rows_per_prog, keep_sum) 
     interpret = interpreting()
     rows = x.numel() // n                                                     # rows of N, row stride N
     r_rows = residual.numel() // n                                            # = rows unless it broadcasts
-    block, warps = launch_config(n)
-    per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
+    block = launch_config(n)[0]
+    tuned_rows, warps = launch_rows(n, x.element_size(), keep_sum)
+    per_program = tuned_rows if rows_per_prog is None else rows_per_prog
     constexprs = dict(HAS_W=weight is not None, HAS_B=bias is not None, BLOCK=block,
                       BF16_RTNE_BY_HAND=interpret and x.dtype == torch.bfloat16,
-                      LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum)
+                      LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum,
+                      EVEN=EVEN_PATH and n == block and rows % per_program == 0)
     return Launch(_build_kernel(interpret), (cdiv(rows, per_program),), (n, n, n, n, rows, n, r_rows),
                   constexprs, num_warps or warps)
 
@@ -317,9 +365,10 @@ def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_p
     rows = x2.shape[0]
     y = _new_output((rows, n), x.dtype, x.device)
     s = _new_output((rows, n), x.dtype, x.device) if keep_sum else y
-    block, warps = launch_config(n)
+    block = launch_config(n)[0]
+    tuned_rows, warps = launch_rows(n, x.element_size(), keep_sum)
     warps = num_warps or warps
-    per_program = DEFAULT_ROWS_PER_PROGRAM if rows_per_prog is None else rows_per_prog
+    per_program = tuned_rows if rows_per_prog is None else rows_per_prog
     kernel = _build_kernel(interpreting())
     launch(
         kernel, (cdiv(rows, per_program),),
@@ -327,7 +376,8 @@ def _add_layernorm_general(x, residual, weight, bias, eps, num_warps, rows_per_p
          x2.stride(0), r2.stride(0), s.stride(0), y.stride(0), rows, n, rows, eps),
         dict(HAS_W=w is not None, HAS_B=b is not None, BLOCK=block,
              BF16_RTNE_BY_HAND=interpreting() and x.dtype == torch.bfloat16,
-             LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum),
+             LIBRARY_REDUCE=library_reductions_usable(), ROWS=per_program, WRITE_SUM=keep_sum,
+             EVEN=EVEN_PATH and n == block and rows % per_program == 0),
         num_warps=warps,
     )
     return (s.view(x.shape) if keep_sum else None), y.view(x.shape)

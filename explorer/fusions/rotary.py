@@ -48,6 +48,9 @@ kernel (``qkv_decision``); the chain's label carries the verdict, or why q, k, v
 cannot share the GEMM (``_qkv_rewrite_note``). On the H200: 2.2x faster at the
 zoo decoder's sizes, 30% slower at Llama-3-8B's.
 
+cos/sin as whole tiles in x's register layout (``TABLE_TILE``, off): proposed from the sm_90 PTX (no
+shared-memory broadcast, 16-byte loads only), not yet measured; the measured broadcast rows stay the default.
+
 Token-major outputs (``TOKEN_MAJOR_ON_COLUMN_VIEWS``, off): on the QKV column views
 they measured no faster at the zoo's sizes (94.2% of copy against 95.1%) and
 slower at 8B's (84.8% against 96.5%), so outputs keep ``empty_like``'s layout.
@@ -259,6 +262,12 @@ def launch_config(hq: int, hkv: int, head_dim: int, tokens: int = 1 << 30) -> tu
 #: there is unmeasured).
 TILE = 1024
 HEADS_TILE = 1024
+#: Whether cos/sin are loaded in x's register layout (``_rotate_tile``'s ``TABLE_TILE``) unless a call says
+#: (``rotary(..., table_tile=)``). Off: the measured layout above. On is a proposal from reading the sm_90 PTX, NOT
+#: a measurement: the broadcast rows compile to 2-byte scalar loads and a 512-byte shared-memory broadcast per
+#: program, the tiles to 16-byte loads only and no shared memory (``tests/test_kernel_layouts.py`` checks both).
+#: ``benchmarks/bench_membw.py --sweep`` times both in one run; switch it on only where that measures faster.
+TABLE_TILE = False
 
 
 def _new_output_like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -276,9 +285,13 @@ def _build_kernel(interpret: bool):
     @triton.jit
     def _rotate_tile(X, O, C, SN, t0, T, S, h0, H, sx_b, sx_s, sx_h, so_b, so_s, so_h, sc_b, sc_s, ss_b, ss_s,
                      HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
-                     BF16_RTNE_BY_HAND: tl.constexpr):
+                     BF16_RTNE_BY_HAND: tl.constexpr, TABLE_TILE: tl.constexpr):
         """Rotate tokens t0 .. t0+TOKENS-1 (< T) × heads h0 .. h0+BLOCK_H-1 (< H): a (TOKENS, BLOCK_H, HALF) tile
-        of each half, with the tokens' cos/sin rows loaded once for all the heads."""
+        of each half, with the tokens' cos/sin rows read from DRAM once for all the heads.
+
+        ``TABLE_TILE``: cos/sin are loaded as whole (TOKENS, BLOCK_H, HALF) tiles in x's register layout (each
+        head's copy an L1 hit), as ``rms_norm`` loads its weight; else as (TOKENS, 1, HALF) rows, which Triton
+        gives a layout of their own (scalar 2-byte loads) and broadcasts through shared memory."""
         tok = (t0 + tl.arange(0, TOKENS)).to(tl.int64)[:, None, None]                 # (TOKENS, 1, 1)
         h = (h0 + tl.arange(0, BLOCK_H))[None, :, None]                                # (1, BLOCK_H, 1)
         d = tl.arange(0, BLOCK_HALF)[None, None, :]                                    # (1, 1, BLOCK_HALF)
@@ -290,12 +303,18 @@ def _build_kernel(interpret: bool):
         else:
             row_live = (tok < T) & (d < HALF)
             live = row_live & (h < H)
-        c = C + b * sc_b + s * sc_s + d                                                # (TOKENS, 1, BLOCK_HALF)
-        sn = SN + b * ss_b + s * ss_s + d
-        c1 = tl.load(c, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        c2 = tl.load(c + HALF, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        s1 = tl.load(sn, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        s2 = tl.load(sn + HALF, mask=row_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        if TABLE_TILE:
+            d_tile = d + h * 0                                                         # (1, BLOCK_H, BLOCK_HALF)
+            table_live = live
+        else:
+            d_tile = d
+            table_live = row_live
+        c = C + b * sc_b + s * sc_s + d_tile                                  # (TOKENS, 1 or BLOCK_H, BLOCK_HALF)
+        sn = SN + b * ss_b + s * ss_s + d_tile
+        c1 = tl.load(c, mask=table_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        c2 = tl.load(c + HALF, mask=table_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        s1 = tl.load(sn, mask=table_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        s2 = tl.load(sn + HALF, mask=table_live, other=0.0, eviction_policy="evict_last").to(tl.float32)
         x = X + b * sx_b + s * sx_s + h * sx_h + d                                     # (TOKENS, BLOCK_H, BLOCK_HALF)
         x1 = tl.load(x, mask=live, other=0.0, eviction_policy="evict_first").to(tl.float32)          # x[..., :D/2]
         x2 = tl.load(x + HALF, mask=live, other=0.0, eviction_policy="evict_first").to(tl.float32)   # x[..., D/2:]
@@ -314,7 +333,7 @@ def _build_kernel(interpret: bool):
         sqo_b, sqo_h, sqo_s, sko_b, sko_h, sko_s,             # output strides
         HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
         TOKENS_Q: tl.constexpr, TOKENS_K: tl.constexpr, Q_BLOCKS: tl.constexpr, Q_PER: tl.constexpr,
-        PER: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr,
+        PER: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr, TABLE_TILE: tl.constexpr,
     ):
         """1-D grid in groups of TOKENS_K tokens: first the group's Q programs (TOKENS_Q tokens × BLOCK_HQ heads
         each), then its K programs (TOKENS_K tokens × BLOCK_HK heads), neighbours in launch order: Q_PER
@@ -326,11 +345,11 @@ def _build_kernel(interpret: bool):
         if j < Q_PER:
             _rotate_tile(Q, QO, C, SN, t_group + (j // Q_BLOCKS) * TOKENS_Q, T, S, (j % Q_BLOCKS) * BLOCK_HQ, HQ,
                          sq_b, sq_s, sq_h, sqo_b, sqo_s, sqo_h, sc_b, sc_s, ss_b, ss_s,
-                         HALF, BLOCK_HALF, TOKENS_Q, BLOCK_HQ, BF16_RTNE_BY_HAND)
+                         HALF, BLOCK_HALF, TOKENS_Q, BLOCK_HQ, BF16_RTNE_BY_HAND, TABLE_TILE)
         else:
             _rotate_tile(K, KO, C, SN, t_group, T, S, (j - Q_PER) * BLOCK_HK, HKV,
                          sk_b, sk_s, sk_h, sko_b, sko_s, sko_h, sc_b, sc_s, ss_b, ss_s,
-                         HALF, BLOCK_HALF, TOKENS_K, BLOCK_HK, BF16_RTNE_BY_HAND)
+                         HALF, BLOCK_HALF, TOKENS_K, BLOCK_HK, BF16_RTNE_BY_HAND, TABLE_TILE)
 
     return _rotary_fwd
 
@@ -352,7 +371,8 @@ def _plan(q, k, cos, sin, tuning) -> Launch:
     b, hq, s, d = q.shape
     hkv = k.shape[1]
     block_hq, block_hk, tokens_q, tokens_k, block_half, warps = launch_config(hq, hkv, d, b * s)
-    tokens_override, heads_override, warps_override = tuning
+    tokens_override, heads_override, warps_override, *table_override = tuning
+    table_tile = TABLE_TILE if not table_override or table_override[0] is None else table_override[0]
     if tokens_override:                                 # (TOKENS_Q, TOKENS_K): tokens per Q / K program
         tokens_q, tokens_k = tokens_override
     if heads_override:                                  # (BLOCK_HQ, BLOCK_HK): heads per Q / K program
@@ -368,13 +388,14 @@ def _plan(q, k, cos, sin, tuning) -> Launch:
     return Launch(_build_kernel(interpret), grid, ints,
                   dict(HALF=d // 2, BLOCK_HALF=block_half, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, TOKENS_Q=tokens_q,
                        TOKENS_K=tokens_k, Q_BLOCKS=q_blocks, Q_PER=q_per, PER=q_per + k_blocks,
-                       BF16_RTNE_BY_HAND=interpret),
+                       BF16_RTNE_BY_HAND=interpret, TABLE_TILE=bool(table_tile)),
                   warps_override or warps, torch.promote_types(q.dtype, cos.dtype))
 
 
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1, *,
            tokens: tuple[int, int] | None = None, heads: tuple[int, int] | None = None,
-           num_warps: int | None = None, token_major: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+           num_warps: int | None = None, token_major: bool = False,
+           table_tile: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``apply_rotary_pos_emb(q, k, cos, sin)`` for both q and k in one kernel launch.
 
     ``q``: (B, Hq, S, D), ``k``: (B, Hkv, S, D), any strides with a contiguous last dim; with
@@ -383,13 +404,14 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     memory layouts, in ``promote(q, cos)``. Falls back to ``rotary_reference`` where ``select_rotary``
     refuses. ``tokens`` = (tokens per Q program, tokens per K program), powers of two with the second a
     multiple of the first, ``heads`` = (heads per Q program, per K program), powers of two, and
-    ``num_warps`` override the launch heuristics (``launch_config``). ``token_major``: write the outputs as
+    ``num_warps`` override the launch heuristics (``launch_config``), ``table_tile`` the cos/sin load layout
+    (``TABLE_TILE``). ``token_major``: write the outputs as
     transposes of (B, S, H, D) buffers whatever q's layout (a benchmark's question: what the output layout
     costs where q and k are column views, whose ``empty_like`` is (B, H, S, D)).
     """
     if unsqueeze_dim == 2:
         qe, ke = rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 1, tokens=tokens, heads=heads,
-                        num_warps=num_warps)
+                        num_warps=num_warps, table_tile=table_tile)
         return qe.transpose(1, 2), ke.transpose(1, 2)
     if unsqueeze_dim != 1 or needs_autograd(q, k, cos, sin):                   # the kernel is forward-only
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
@@ -400,8 +422,8 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     if heads is not None and any(h < 1 or h & (h - 1) for h in heads):
         raise ValueError(f"heads must be powers of two (q, k), got {heads}")
     key = (operand_key(q), operand_key(k), operand_key(cos), operand_key(sin), tokens, heads, num_warps,
-           q.is_cuda or interpreting())
-    plan = planned(_LAUNCHES, key, _plan, q, k, cos, sin, (tokens, heads, num_warps))
+           q.is_cuda or interpreting(), table_tile)
+    plan = planned(_LAUNCHES, key, _plan, q, k, cos, sin, (tokens, heads, num_warps, table_tile))
     if plan.kernel is None:
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
     if token_major:

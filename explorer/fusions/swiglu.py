@@ -262,6 +262,24 @@ def launch_config(m: int, n: int) -> tuple[int, int, int]:
     return block_m, block_n, num_warps
 
 
+#: The kernel's cache hints unless a call says (``_silu_mul_fwd``'s ``HINTS``): 0, the inputs loaded evict-first.
+HINTS = 0
+
+
+#: Whether a launch without ``flat=`` follows ``flat_rule`` (else: tiles, the measured layout). Off: the flat walk
+#: is a proposal from the layout arithmetic and the sm_90 PTX (16-byte loads either way), NOT a measurement;
+#: ``benchmarks/bench_membw.py --sweep`` times both layouts at the zoo's and the 8B shapes in one run.
+FLAT_WHEN_RAGGED = False
+
+
+def flat_rule(m: int, n: int, block_n: int) -> bool:
+    """Whether the (m, n) output is better walked as one flat index (``FLAT``) than in (BLOCK_M, BLOCK_N) tiles:
+    where rows are ragged against the tile (``n % block_n``), which leaves a tile's tail lanes idle (the zoo's
+    packed gate/up, I = 1376 in 1024-column tiles: two thirds of every second tile). One long row (m == 1) is
+    the same walk either way. Launches follow it only with ``FLAT_WHEN_RAGGED`` (proposed, unmeasured)."""
+    return m > 1 and n % block_n != 0
+
+
 def _new_output(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Allocate an output the kernel fully overwrites (tests replace this to poison it)."""
     return torch.empty(shape, dtype=dtype, device=device)
@@ -280,23 +298,45 @@ def _build_kernel(interpret: bool):
         up_off, stride_g, stride_u, stride_o,      # up's element offset from U; row strides (elements)
         M, N, N_BLOCKS,                            # output rows, columns; column blocks per row block
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr, ACT: tl.constexpr,
+        FLAT: tl.constexpr, HINTS: tl.constexpr,
     ):
-        """Program pid: output tile (pid // N_BLOCKS, pid % N_BLOCKS) of BLOCK_M rows by BLOCK_N columns."""
+        """Program pid: output tile (pid // N_BLOCKS, pid % N_BLOCKS) of BLOCK_M rows by BLOCK_N columns.
+
+        ``FLAT``: program pid takes output elements pid·BLOCK_M·BLOCK_N .. + BLOCK_M·BLOCK_N - 1 of the
+        row-major (M, N) output instead (row = index // N, column = index % N; the grid is then
+        cdiv(M·N, BLOCK_M·BLOCK_N)), so rows that are not a multiple of BLOCK_N leave no lanes idle (the zoo's
+        I = 1376 in 1024-column tiles: a third of the second tile's lanes live; proposed from the layout arithmetic,
+        not yet measured: see ``FLAT_WHEN_RAGGED``). ``HINTS``: 0 the inputs loaded
+        evict-first, 1 no cache hints, 2 evict-first and the output stored streaming."""
         pid = tl.program_id(0)
-        pid_m = pid // N_BLOCKS
-        pid_n = pid % N_BLOCKS
-        rows = (pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]        # (BLOCK_M, 1)
-        cols = (pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]        # (1, BLOCK_N)
-        live = (rows < M) & (cols < N)                                                 # (BLOCK_M, BLOCK_N)
-        g = tl.load(G + rows * stride_g + cols, mask=live, other=0.0, eviction_policy="evict_first")
-        u = tl.load(U + up_off + rows * stride_u + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        if FLAT:
+            idx = pid.to(tl.int64) * (BLOCK_M * BLOCK_N) + tl.arange(0, BLOCK_M * BLOCK_N)[None, :]   # (1, TILE)
+            rows = idx // N
+            cols = idx - rows * N
+            live = rows < M                                       # idx < M·N without an int32 product
+        else:
+            pid_m = pid // N_BLOCKS
+            pid_n = pid % N_BLOCKS
+            rows = (pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]    # (BLOCK_M, 1)
+            cols = (pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]    # (1, BLOCK_N)
+            live = (rows < M) & (cols < N)                                             # (BLOCK_M, BLOCK_N)
+        if HINTS == 1:                                 # no cache hints (what inductor's pointwise kernels issue)
+            g = tl.load(G + rows * stride_g + cols, mask=live, other=0.0)
+            u = tl.load(U + up_off + rows * stride_u + cols, mask=live, other=0.0)
+        else:                                          # streamed inputs: evict them first
+            g = tl.load(G + rows * stride_g + cols, mask=live, other=0.0, eviction_policy="evict_first")
+            u = tl.load(U + up_off + rows * stride_u + cols, mask=live, other=0.0, eviction_policy="evict_first")
         g = g.to(tl.float32)
         if ACT == 0:
             a = g / (1.0 + tl.exp(-g)) * u.to(tl.float32)                              # silu(g)·u, fp32
         else:  # GeGLU: 0.5·g·(1 + tanh(t))·u with t = √(2/π)·(g + 0.044715·g³), as g·sigmoid(2t)·u (no cancellation)
             t = 0.7978845608028654 * (g + 0.044715 * g * g * g)
             a = g / (1.0 + tl.exp(-2.0 * t)) * u.to(tl.float32)
-        tl.store(O + rows * stride_o + cols, _round_to(a, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
+        if HINTS == 2:                                 # and the output stored streaming (.cs)
+            tl.store(O + rows * stride_o + cols, _round_to(a, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live,
+                     cache_modifier=".cs")
+        else:
+            tl.store(O + rows * stride_o + cols, _round_to(a, O.dtype.element_ty, BF16_RTNE_BY_HAND), mask=live)
 
     return _silu_mul_fwd
 
@@ -347,7 +387,8 @@ def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tu
         out_shape = tuple(gate.shape[:-1]) + (packed_i,)
     if not fused or gate.numel() == 0:
         return Launch(out_shape=out_shape)
-    block_m_override, block_n_override, warps_override = tuning
+    block_m_override, block_n_override, warps_override, *extra = tuning
+    flat_override, hints_override = (extra + [None, None])[:2]
     if packed_i is None and gate.is_contiguous() and up.is_contiguous():
         m, n, sg, su, up_off = 1, gate.numel(), 0, 0, 0                          # one long row
     elif packed_i is None:
@@ -363,11 +404,14 @@ def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tu
         up_off = n                                                                # up starts I columns in
     block_m, block_n, warps = launch_config(m, n)
     block_m, block_n = block_m_override or block_m, block_n_override or block_n
+    flat = (FLAT_WHEN_RAGGED and flat_rule(m, n, block_n)) if flat_override is None else bool(flat_override)
     n_blocks = cdiv(n, block_n)
+    grid = cdiv(m * n, block_m * block_n) if flat else cdiv(m, block_m) * n_blocks
     so = n if m > 1 else 0                                                        # output rows are contiguous
     interpret = interpreting()
-    return Launch(_build_kernel(interpret), (cdiv(m, block_m) * n_blocks,), (up_off, sg, su, so, m, n, n_blocks),
-                  dict(BLOCK_M=block_m, BLOCK_N=block_n, BF16_RTNE_BY_HAND=interpret, ACT=KERNEL_GATES[act]),
+    return Launch(_build_kernel(interpret), (grid,), (up_off, sg, su, so, m, n, n_blocks),
+                  dict(BLOCK_M=block_m, BLOCK_N=block_n, BF16_RTNE_BY_HAND=interpret, ACT=KERNEL_GATES[act],
+                       FLAT=flat, HINTS=HINTS if hints_override is None else int(hints_override)),
                   warps_override or warps, out_shape=out_shape)
 
 
@@ -386,24 +430,29 @@ def _run(kind: str, gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, 
     return out
 
 
-def _tuning(block_m, block_n, num_warps) -> tuple:
-    """Validated launch overrides (powers of two, or None for the heuristic)."""
+def _tuning(block_m, block_n, num_warps, flat=None, hints=None) -> tuple:
+    """Validated launch overrides (powers of two, or None for the heuristic; ``flat`` None for ``flat_rule``,
+    ``hints`` None for ``HINTS``)."""
     for name, v in (("block_m", block_m), ("block_n", block_n)):
         if v is not None and (v < 1 or v & (v - 1)):
             raise ValueError(f"{name} must be a power of two, got {v}")
-    return (block_m, block_n, num_warps)
+    if hints not in (None, 0, 1, 2):
+        raise ValueError(f"hints must be 0, 1 or 2, got {hints}")
+    return (block_m, block_n, num_warps, flat, hints)
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor, *, block_m: int | None = None, block_n: int | None = None,
-             num_warps: int | None = None, act: str = "silu") -> torch.Tensor:
+             num_warps: int | None = None, act: str = "silu", flat: bool | None = None,
+             hints: int | None = None) -> torch.Tensor:
     """``silu(gate) * up`` in one pass (fp32 math, one rounding); returns a contiguous tensor of gate's shape.
 
     ``gate``, ``up``: one shape and dtype (fp32/fp16/bf16), any layout; layouts ``_fits`` accepts are
     read in place (column views of a packed GEMM output included), others are copied to rows first.
     Falls back to ``silu_mul_reference`` where ``select_swiglu`` refuses. ``block_m``, ``block_n``,
-    ``num_warps`` override the launch heuristics (for tuning).
+    ``num_warps`` override the launch heuristics (for tuning), ``flat`` the program layout (``flat_rule``),
+    ``hints`` the cache hints (``HINTS``).
     """
-    tuning = _tuning(block_m, block_n, num_warps)
+    tuning = _tuning(block_m, block_n, num_warps, flat, hints)
     if needs_autograd(gate, up):
         return silu_mul_reference(gate, up, act)                                 # forward-only kernel
     if not (gate.is_contiguous() and up.is_contiguous()) and gate.shape == up.shape and gate.dim() > 0:
@@ -415,7 +464,8 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor, *, block_m: int | None = None
 
 
 def silu_mul_packed(gu: torch.Tensor, sizes: int | Sequence[int], *, block_m: int | None = None,
-                    block_n: int | None = None, num_warps: int | None = None, act: str = "silu") -> torch.Tensor:
+                    block_n: int | None = None, num_warps: int | None = None, act: str = "silu",
+                    flat: bool | None = None, hints: int | None = None) -> torch.Tensor:
     """``silu(gu[..., :I]) * gu[..., I:]`` from one packed GEMM output ``gu`` of shape ``(..., 2I)``.
 
     ``sizes``: ``I`` or ``(I, I)``. Returns ``(..., I)``, contiguous, in ``gu``'s dtype. Gate and up
@@ -423,7 +473,7 @@ def silu_mul_packed(gu: torch.Tensor, sizes: int | Sequence[int], *, block_m: in
     is copied first. Falls back to ``silu_mul_packed_reference`` where ``select_swiglu`` refuses.
     """
     i = split_sizes(gu.shape[-1], sizes)
-    tuning = _tuning(block_m, block_n, num_warps)
+    tuning = _tuning(block_m, block_n, num_warps, flat, hints)
     if needs_autograd(gu):
         return silu_mul_packed_reference(gu, i, act)                             # forward-only kernel
     if gu.dim() > 0 and not _fits(gu):

@@ -8,8 +8,9 @@ can lose. The sweep that measures it is a sweep like any other
 chain accepted alone, each point one run of ``gpu_runner.run`` in the sweep's
 workers, in the Learn page's task child, ``runtime.teach_tasks``); there is no
 second measurement path. ``SweepPoint`` is what one point's report says of the
-chain: its unfused and fused medians with their spread, the speed-up (unfused
-median / fused median), the chain's bytes by the byte model, and the verdict of
+chain: its unfused and fused medians with their spread, the speed-up (the
+verdict's: ``ChainResult.speedup``, the Hodges-Lehmann estimate of the paired
+ratios, not unfused median / fused median), the chain's bytes by the byte model, and the verdict of
 the report's paired test (``explorer.stats.compare``: faster, slower or no
 significant difference, with its interval and whether the rounds decided it):
 a point is "slower" only when the test says so, and "undecided"
@@ -46,7 +47,7 @@ class SweepPoint:
     error: str | None = None
     verdict: str | None = None   # the paired test's label (explorer.stats.compare; a run report's, explorer.sweeps.chain)
     decided: bool | None = None  # whether the rounds decided that verdict (False: "undecided")
-    ci_low: float | None = None  # the verdict's 95% interval of the fused/unfused time ratio
+    ci_low: float | None = None  # the verdict's 95% interval of the fused/unfused time ratio (the same test's)
     ci_high: float | None = None
     rounds: int | None = None    # the paired rounds the verdict rests on
 

@@ -354,6 +354,7 @@ class _Builder:
         self.onnx_name = ""
         self.module_stack: dict[str, tuple[str, str]] | None = None  # the current node's, from its metadata
         self.scopes: set[str] = set()  # module paths read from TorchScript-style node names so far
+        self.weight_names: set[str] = set()  # the file's initializers (a node's weight names its module)
         self.current_outputs = 0
         self.constant_bytes = 0  # weights and every value folded at import time, kept in self.env
 
@@ -447,6 +448,7 @@ class _Builder:
             except Exception as err:
                 raise ModelLoadError(f"could not read weight '{init.name}': {' '.join(str(err).split())[:200]}") from None
             self.env[init.name] = self.tensor_const(init.name, _to_torch(arr))
+        self.weight_names = {init.name for init in graph.initializer}
 
         names, declared, dtypes = [], [], []
         for inp in graph.input:
@@ -476,7 +478,7 @@ class _Builder:
 
         for node in graph.node:
             self.onnx_name = node.name or f"{node.op_type}:{node.output[0] if node.output else ''}"
-            self.module_stack = module_stack(node, self.scopes)
+            self.module_stack = own_module(node, module_stack(node, self.scopes), self.weight_names)
             ins = [self.env[n] if n else None for n in node.input]
             attrs = _attributes(node, self)
             self.current_outputs = len(node.output)
@@ -571,6 +573,45 @@ def module_stack(node, scopes: set[str] | None = None) -> dict[str, tuple[str, s
     stack = {path: (path, classes[i] if i < len(classes) else "")
              for i, path in enumerate(scopes_meta[:-1]) if path}
     return stack or None
+
+
+#: A parameter named after its module: ``layer1.0.conv1.weight`` (identifier-like segments, a short path).
+_PARAMETER = re.compile(r"((?:[A-Za-z_][A-Za-z0-9_]*|\d+)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|\d+)){0,31})\.weight")
+#: Ops whose second input is their module's weight.
+_WEIGHTED = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
+def own_module(node, stack: dict[str, tuple[str, str]] | None, weights: set[str] | frozenset = frozenset()
+               ) -> dict[str, tuple[str, str]] | None:
+    """``stack`` (``module_stack``) with its innermost module replaced by the module whose weight ``node``
+    reads, where the two differ under the same parent.
+
+    torch's dynamo exporter folds an inference BatchNorm into the Conv before it (onnxscript's
+    ``FuseBatchNormIntoConv``) and the Conv keeps the BatchNorm's scope::
+
+        Conv(x, 'layer1.0.conv1.weight')   name_scopes ['', 'layer1', 'layer1.0', 'layer1.0.bn1', ...]
+
+    so ResNet's convs would be named ``bn1``. The weight is an initializer of the file named after its
+    parameter: its module (``layer1.0.conv1``) is the node's own when it is the innermost module's sibling
+    (same parent, ``layer1.0``, or both at the root) or child; otherwise ``stack`` is kept as it is.
+    ``weights``: the file's initializer names."""
+    if not stack or node.op_type not in _WEIGHTED or len(node.input) < 2 or node.input[1] not in weights:
+        return stack
+    found = _PARAMETER.fullmatch(node.input[1])
+    if found is None:
+        return stack
+    path = found.group(1)
+    inner = list(stack)[-1]
+    parent = path.rpartition(".")[0]
+    if path in stack:
+        return stack
+    if parent == inner:   # a module calling its child's weight: the child is the node's
+        return {**stack, path: (path, "")}
+    if parent != inner.rpartition(".")[0]:   # not the inner module's sibling: nothing to correct
+        return stack
+    own = {k: v for k, v in stack.items() if k != inner}
+    own[path] = (path, "")
+    return own
 
 
 _SCOPED_NAME = re.compile(r"(?:/[^/]+){2,64}")

@@ -11,7 +11,9 @@
 A record (``make_record``) is one flat row of scalars: the point's axes, its status ("ok" or "failed" with the
 one-line ``reason``), the whole-model verdict of the report's paired test (``verdict``, ``speedup`` = 1/ratio and
 its 95% interval ``speedup_low``-``speedup_high``, ``p_value``, ``rounds``), the medians for reading, peak memory,
-each baseline's verdict against the fused model (``vs_<baseline>_*``), and where it was measured (worker, device,
+each baseline's verdict against the fused model (``vs_<baseline>_*``: the baseline's median ``_ms`` and, as
+``_fused_ms``, the median of the fused variant timed in the same rounds, which is the pair that verdict tested; the
+main phase's ``fused_ms`` comes from other rounds and is not its partner), and where it was measured (worker, device,
 GPU UUID, driver, clocks before and after, torch, Triton, the host's CPU share and load). ``key_fields`` (JSON) says
 what its cache key hashes.
 
@@ -50,6 +52,7 @@ MAX_REPORT_BYTES = 50 * 2**20
 MAX_TABLE_ROWS = 100_000
 MAX_TABLE_BYTES = 256 * 2**20
 KEY_RE = re.compile(r"^[0-9a-f]{32}$")
+PAIR_FILL_MAX = 2000   # reports read to give an older journal's records their baseline pairs' fused medians
 STATUSES = ("ok", "failed", "simulated")
 #: Baselines whose verdict against the fused model gets columns of its own (``runtime.baselines`` names).
 BASELINE_COLUMNS = ("eager", "eager_cuda_graphs", "torch_compile", "torch_compile_reduce_overhead",
@@ -67,7 +70,8 @@ SCHEMA: dict[str, tuple[type, ...]] = {
     "unfused_ms": _FLOAT, "fused_ms": _FLOAT, "unfused_p20": _FLOAT, "unfused_p80": _FLOAT, "fused_p20": _FLOAT,
     "fused_p80": _FLOAT, "peak_unfused_bytes": _INT, "peak_fused_bytes": _INT,
     **{f"vs_{b}_{f}": t for b in BASELINE_COLUMNS
-       for f, t in (("verdict", _STR), ("speedup", _FLOAT), ("low", _FLOAT), ("high", _FLOAT), ("ms", _FLOAT))},
+       for f, t in (("verdict", _STR), ("speedup", _FLOAT), ("low", _FLOAT), ("high", _FLOAT), ("ms", _FLOAT),
+                    ("fused_ms", _FLOAT))},
     "worker": _INT, "device_kind": _STR, "device_name": _STR, "gpu_uuid": _STR, "gpu_index": _STR,
     "driver": _STR, "sm_clock_mhz": _FLOAT, "sm_clock_mhz_after": _FLOAT, "sm_clock_max_mhz": _FLOAT,
     "gpu_util_pct_after": _FLOAT, "temperature_c": _FLOAT, "torch": _STR, "triton": _STR, "host": _STR,
@@ -90,6 +94,16 @@ def _verdict_columns(prefix: str, verdict: dict | None) -> dict[str, Any]:
             f"{prefix}speedup": 1.0 / ratio if ratio else None,
             f"{prefix}low": 1.0 / high if high else None,
             f"{prefix}high": 1.0 / low if low else None}
+
+
+def _baseline_medians(report: Any) -> dict[str, tuple[float | None, float | None]]:
+    """``{baseline: (its median ms, the median ms of the fused variant its verdict paired it with)}`` from a
+    report's baselines (one phase's alternated rounds: the main phase's ``fused`` is other rounds)."""
+    entries = [b for b in (report.get("baselines") or []) if isinstance(b, dict)] if isinstance(report, dict) else []
+    medians = {b.get("name"): _num(((b.get("measurement") or {}).get("latency") or {}).get("median"))
+               for b in entries}
+    return {b["name"]: (medians.get(b["name"]), medians.get(b.get("pairs_with")))
+            for b in entries if b.get("name") in BASELINE_COLUMNS}
 
 
 def make_record(point: Any, key: str, fields: dict, answer: dict, attempts: int = 1) -> dict[str, Any]:
@@ -134,12 +148,12 @@ def make_record(point: Any, key: str, fields: dict, answer: dict, attempts: int 
         rec["chains_detected"] = model.get("chains_detected")
         rec["chains_accepted"] = len(plan.get("accepted") or [])
         rec["duration_s"] = _num(report.get("duration_s"))
+        pairs = _baseline_medians(report)
         for b in report.get("baselines") or []:
-            name = b.get("name")
+            name = b.get("name") if isinstance(b, dict) else None
             if name in BASELINE_COLUMNS:
                 cols = _verdict_columns(f"vs_{name}_", b.get("verdict"))
-                lat = ((b.get("measurement") or {}).get("latency") or {})
-                cols[f"vs_{name}_ms"] = _num(lat.get("median"))
+                cols[f"vs_{name}_ms"], cols[f"vs_{name}_fused_ms"] = pairs[name]
                 if b.get("error"):
                     cols[f"vs_{name}_verdict"] = NOT_MEASURED
                 rec.update(cols)
@@ -337,8 +351,20 @@ class SweepStore:
         return records
 
     def results(self) -> list[dict]:
-        """The latest record of every point."""
-        return latest(self.records())
+        """The latest record of every point; a journal written before records kept each baseline verdict's fused
+        median (``vs_<b>_fused_ms``) gets it from the point's stored report (at most ``PAIR_FILL_MAX`` reports)."""
+        out = latest(self.records())
+        missing = [r for r in out if r.get("has_report") and any(
+            r.get(f"vs_{b}_ms") is not None and r.get(f"vs_{b}_fused_ms") is None for b in BASELINE_COLUMNS)]
+        for rec in missing[:PAIR_FILL_MAX]:
+            try:
+                report = parse_json(self.report_bytes(rec["key"]), rec["key"], SweepError)
+            except SweepError:
+                continue
+            for name, (_ms, fused_ms) in _baseline_medians(report).items():
+                if rec.get(f"vs_{name}_fused_ms") is None:
+                    rec[f"vs_{name}_fused_ms"] = fused_ms
+        return out
 
     def measured(self) -> dict[str, dict]:
         """Records with status "ok" whose report is stored, by key: the cache."""

@@ -68,7 +68,7 @@ def chain_timing(c: Any) -> MeasuredChain | None:
         slower = (verdict.get("label") == "slower") if isinstance(verdict, dict) else None
         if u is None or f is None:
             return None
-        # the speed-ups are the verdicts' (the median of the paired ratios: ``explorer.report``), as every
+        # the speed-ups are the verdicts' (the Hodges-Lehmann estimate of the paired ratios: ``explorer.stats``), as every
         # page shows them; synchronised calls, and CUDA-graph replays where measured
         plain = c.get("plain") if isinstance(c.get("plain"), dict) else verdict
         return MeasuredChain(str(c["id"]), u, f, verdict_speedup(plain), verdict_speedup(c.get("graph")),

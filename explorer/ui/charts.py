@@ -108,8 +108,10 @@ def describe_verdict(v: Verdict, lang: str = "en") -> str:
                     why=message(v.method or v.note, lang))
     lo, hi = v.interval or (0.0, 0.0)
     p = t_in(lang, "chart.describe.p", p=v.p_value) if v.p_value is not None else ""
-    return t_in(lang, "chart.describe.tested", label=label, speedup=v.speedup, lo=f"{lo:.2f}", hi=f"{hi:.2f}", p=p,
+    line = t_in(lang, "chart.describe.tested", label=label, speedup=v.speedup, lo=f"{lo:.2f}", hi=f"{hi:.2f}", p=p,
                 n=v.n)
+    # p under alpha beside "no significant difference": the note says why (under the minimum effect)
+    return t_in(lang, "chart.describe.note", label=line, note=message(v.note, lang)) if v.significant_but_same else line
 
 
 def speedup_text(v: Verdict | None, lang: str = "en", why: str = "") -> str:
@@ -230,8 +232,9 @@ def _missing(report: Report, m: Measurement, key: str, lang: str) -> str:
 
 def summary_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
     """Rows (metric, unfused, fused, change) for the headline table, every cell text. The latency row's change
-    is THE speed-up (the verdict's: the median of the paired ratios, with its 95% interval), the same figure
-    as the headline and the command line; the other rows' change is fused ÷ unfused, said so. Kernel launches
+    is THE speed-up (the verdict's: the Hodges-Lehmann estimate of the paired ratios, with the 95% interval of
+    the same signed-rank test), the same figure as the headline and the command line; the other rows' change
+    is fused ÷ unfused, said so. Kernel launches
     come twice: measured by the profiler, and the graph model of this device and plan (the Graph and Fusions
     pages' count); both with their saving."""
     col_change = t_in(lang, "chart.ratio")
@@ -270,7 +273,7 @@ def verdict_text(report: Report, lang: str = "en") -> str:
     """The whole-model verdict in one line (a test over paired rounds)."""
     v = report.verdict
     return (t_in(lang, "chart.verdict_text", verdict=describe_verdict(v, lang))
-            + (DASH.get(lang, " — ") + message(v.note, lang) if v.note else ""))
+            + (DASH.get(lang, " — ") + message(v.note, lang) if v.note and not v.significant_but_same else ""))
 
 
 def baseline_rows(report: Report, lang: str = "en") -> list[dict[str, Any]]:
@@ -426,9 +429,15 @@ def chain_speedup_figure(report: Report, lang: str = "en") -> go.Figure:
                            y=[c.title for c in measured], orientation="h",
                            marker=dict(color=[s[0] for s in styles], pattern_shape=[s[1] for s in styles],
                                        opacity=[s[2] for s in styles]),
-                           text=[speedup_text(c.verdict, lang) for c in measured], textposition="outside",
-                           cliponaxis=False, customdata=[c.speedup for c in measured],
+                           text=[speedup_text(c.verdict, lang) if c.speedup >= 1 else "" for c in measured],
+                           textposition="outside", cliponaxis=False, customdata=[c.speedup for c in measured],
                            hovertext=hover, hoverinfo="text", showlegend=False))
+    # A bar below 1 ends on the left, where its label would run over the chains' names: its label goes right of
+    # the no-change line instead, in its row's empty half (a log axis takes an annotation's x as log10).
+    for c in measured:
+        if c.speedup < 1:
+            fig.add_annotation(x=0.0, y=c.title, text=speedup_text(c.verdict, lang), showarrow=False,
+                               xanchor="left", xshift=6, font=dict(size=12))
     fig.add_vline(x=1.0, line_dash="dash", line_color="#444", annotation_text=t_in(lang, "chart.speedup.no_change"),
                   annotation_position="top")
     for name in sorted({c.pattern for c in measured if c.verdict.label in (FASTER, SAME)}):
@@ -480,12 +489,14 @@ def _stage_values(report: Report, lang: str) -> list[dict[str, Any]]:
     """The staged table's numbers by stage, with untranslated keys (the figure and the rows read them)."""
     first = next((s.latency for s in report.stages if s.latency is not None), None)
     out = []
-    for s in report.stages:
+    for i, s in enumerate(report.stages):
         lat: Latency | None = s.latency
         mem = s.peak_memory_bytes
-        same = (t_in(lang, "chart.missing.same_stage", stage=next(
-            (stage_label(o.stage, o.label, lang) for o in report.stages if o.stage == s.same_as), s.same_as))
-            if s.same_as else t_in(lang, "chart.missing.not_timed"))
+        above = i > 0 and report.stages[i - 1].stage == s.same_as   # the usual case, said short: the cell fits
+        same = (t_in(lang, "chart.missing.same_stage_above") if above
+                else t_in(lang, "chart.missing.same_stage", stage=next(
+                    (stage_label(o.stage, o.label, lang) for o in report.stages if o.stage == s.same_as), s.same_as))
+                if s.same_as else t_in(lang, "chart.missing.not_timed"))
         out.append({"stage": stage_label(s.stage, s.label, lang), "latency": lat.median if lat else None,
                     "p20": lat.p20 if lat else None, "p80": lat.p80 if lat else None,
                     "throughput": s.throughput, "memory": mem / 2**20 if mem is not None else None,

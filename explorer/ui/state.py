@@ -14,6 +14,7 @@ State (``st.session_state``), initialised by ``init_state``:
     plan_error / plan_notice   plan upload feedback
     run_job         the RunJob in flight (None when idle)
     last_report     (run key, Report) of the latest finished run, or of an opened report file
+    last_report_wait_s  seconds from the Run click to that report on screen (None: not waited for here)
     results_teaching (file name, validated teaching report dict) opened on the Results page, or None
     report_error / report_notice   feedback of the report uploader (Results page): the error in English
                     (translated where it is shown), the notice as ("run" or "teaching", file name)
@@ -40,6 +41,7 @@ import time
 from typing import Any, Callable
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import add_script_run_ctx
 
 from explorer.ui import files as ui_files
 from explorer.ui.i18n import message, t
@@ -60,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "run_job": None,
     "last_report": None,
     "last_report_cached": False,
+    "last_report_wait_s": None,  # the click to the report on screen, in seconds (the Run page says both times)
     "results_teaching": None,    # (file name, validated teaching report) opened on the Results page
     "report_error": None,
     "report_notice": None,
@@ -141,19 +144,63 @@ def load_analysis(source: str, batch: int, seq_len: int | None):
     return analyze(source, batch=batch, seq_len=seq_len)
 
 
-def request_load(spec: LoadSpec) -> None:
-    """Make ``spec`` the active model; on failure keep the previous one and remember the error."""
+def load_progress_text(what: str, seconds: float, measured: bool, elapsed: float) -> tuple[float, str]:
+    """(the bar's fraction, its line) of a load ``elapsed`` seconds after the click that an estimate of
+    ``seconds`` (``load_estimate``: ``measured`` on this machine, or a first guess) priced: the time left
+    counted down, then "taking longer than the N s estimated" once it has run out; the elapsed time beside it."""
+    left = seconds - elapsed
+    if left > 0:
+        line = (t("state.load_left", left=left, elapsed=elapsed) if measured
+                else t("state.load_left_guess", left=left, elapsed=elapsed))
+    else:
+        line = t("state.load_overdue", s=seconds, elapsed=elapsed)
+    fraction = min(elapsed / (elapsed + max(left, 0.0)), 0.99) if elapsed + max(left, 0.0) > 0 else 0.0
+    return fraction, f"{what} {line}"
+
+
+#: How often the load's line is redrawn while the model loads (seconds).
+LOAD_REDRAW_S = 0.5
+
+
+def _load_with_progress(spec: LoadSpec, clicked: float):
+    """``load_analysis(spec)`` in a worker thread (with this run's context, so that its cache is the app's)
+    while this script thread redraws the time left and the time since ``clicked`` every ``LOAD_REDRAW_S``
+    (a spinner's text cannot change during a blocking call)."""
+    seconds, measured = load_estimate(spec)
+    what = t(f"state.loading.{spec.kind}", label=ui_files.escape_markdown(spec.label))
+    box = st.empty()
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["value"] = load_analysis(spec.source, spec.batch, spec.seq_len)
+        except BaseException as exc:   # raised again in the script thread below
+            result["error"] = exc
+
+    worker = add_script_run_ctx(threading.Thread(target=work, name="fusion-explorer-load", daemon=True))
+    worker.start()
+    worker.join(0.2)   # a model in the cache answers at once: no bar flashes
+    while worker.is_alive():
+        fraction, line = load_progress_text(what, seconds, measured, time.time() - clicked)
+        box.progress(fraction, text=line)
+        worker.join(LOAD_REDRAW_S)
+    box.empty()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def request_load(spec: LoadSpec, clicked: float | None = None) -> None:
+    """Make ``spec`` the active model; on failure keep the previous one and remember the error. ``clicked``:
+    when the user asked for it (the script run's start), the load's elapsed time counts from it."""
     ss = st.session_state
     if spec == ss.active:
         return
     if spec == ss.failed_spec:
         return  # its error is still shown; do not retry on every rerun
     try:
-        seconds, measured = load_estimate(spec)
         started = time.monotonic()
-        with st.spinner(t(f"state.loading.{spec.kind}", label=ui_files.escape_markdown(spec.label))
-                        + " " + (t("state.load_estimate", s=seconds) if measured else t("state.load_guess", s=seconds))):
-            model, graph, detection = load_analysis(spec.source, spec.batch, spec.seq_len)
+        model, graph, detection = _load_with_progress(spec, time.time() if clicked is None else clicked)
         took = time.monotonic() - started
         if took > 0.5:   # not answered from the cache: a real load, the next estimate's measure
             _remember_load(spec, took)
@@ -424,6 +471,7 @@ def open_report(name: str, data: bytes, ident: str) -> None:
         ss.report_error = str(exc)  # English; the page translates it and shows it as text, not markdown
         return
     ss.last_report, ss.last_report_cached = (ident, report), False
+    ss.last_report_wait_s = None
     ss.results_teaching = None
     ss.report_notice = ("run", name)
 
@@ -485,6 +533,12 @@ def report_store() -> dict[str, Report]:
     return {}
 
 
+@st.cache_resource(show_spinner=False)
+def wait_store() -> dict[str, float]:
+    """Seconds from the Run click to each stored report on screen, by run key (beside ``report_store``)."""
+    return {}
+
+
 def run_key(spec: LoadSpec, plan: Plan, settings: Any) -> str:
     settings_dict = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
     return json.dumps({"source": spec.source, "batch": spec.batch, "seq_len": spec.seq_len,
@@ -522,6 +576,7 @@ def start_run(spec: LoadSpec, plan: Plan, settings: Any) -> None:
     ss.run_error = None
     if key in store:
         ss.last_report, ss.last_report_cached = (key, store[key]), True
+        ss.last_report_wait_s = wait_store().get(key)
         return
     if ss.run_job is not None and not ss.run_job.done:
         return
@@ -550,6 +605,7 @@ def finish_run() -> None:
     if job.report is not None:
         report_store()[job.key] = job.report
         ss.last_report, ss.last_report_cached = (job.key, job.report), False
+        ss.last_report_wait_s = wait_store()[job.key] = time.time() - job.started   # the click to this screen
         ss.run_error = None
     elif job.cancelled:
         ss.run_error = None

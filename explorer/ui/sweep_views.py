@@ -50,11 +50,15 @@ def _series_key(r: dict, x: str) -> tuple:
     return tuple(r.get(f) for f in SERIES if f != x)
 
 
+def _plan_name(plan: Any, lang: str) -> str:
+    """A sweep's plan as the page names it everywhere: all, none (translated), pattern names or a plan file."""
+    plan = str(plan)
+    return t_in(lang, f"sweeps.plan.{plan}") if plan in ("all", "none") else plan
+
+
 def _series_name(key: tuple, x: str, lang: str) -> str:
     fields = dict(zip([f for f in SERIES if f != x], key))
-    plan = str(fields["plan"])   # a sweep's plan: all, none, pattern names or a plan file
-    parts = [str(fields["model_label"]), t_in(lang, f"sweeps.plan.{plan}") if plan in ("all", "none") else plan,
-             str(fields["dtype"])]
+    parts = [str(fields["model_label"]), _plan_name(fields["plan"], lang), str(fields["dtype"])]
     if fields.get("memory_format") not in (None, "nchw"):
         parts.append(str(fields["memory_format"]))
     if fields.get("cuda_graphs"):
@@ -63,6 +67,21 @@ def _series_name(key: tuple, x: str, lang: str) -> str:
     if fields.get(other) is not None:
         parts.append(t_in(lang, f"sweeps.short.{other}", n=fields[other]))
     return _esc(" · ".join(parts))
+
+
+def point_name(r: dict, lang: str) -> str:
+    """A point as the page names it in ``lang`` (the sweep's own label, ``SweepPoint.label``, is English):
+    ``resnet50 · 全部融合 · 批 8 · fp16 · channels_last``, CUDA graphs and baselines when on."""
+    parts = [str(r.get("model_label") or r.get("model") or ""), _plan_name(r.get("plan"), lang),
+             t_in(lang, "sweeps.short.batch", n=r.get("batch"))]
+    if r.get("seq_len") is not None:
+        parts.append(t_in(lang, "sweeps.short.seq_len", n=r["seq_len"]))
+    parts += [str(r.get("dtype") or ""), str(r.get("memory_format") or "")]
+    if r.get("cuda_graphs"):
+        parts.append(t_in(lang, "sweeps.graphs"))
+    if r.get("baselines"):
+        parts.append(t_in(lang, "sweeps.with_baselines"))
+    return " · ".join(p for p in parts if p)
 
 
 def _series(records: list[dict], x: str) -> dict[tuple, list[dict]]:
@@ -146,7 +165,7 @@ def heatmap_figure(records: list[dict], lang: str, dtype: str, batch: int) -> go
         text.append(t_row)
     # colour: log2 of the speed-up between 0.5x and 2x, so that 0.9x is pale and not as red as 0.5x
     zlog = [[None if v is None else max(-1.0, min(1.0, math.log2(v))) for v in row] for row in z]
-    fig = go.Figure(go.Heatmap(z=zlog, customdata=z, x=[_esc(p) for p in plans], y=[_esc(m) for m in models],
+    fig = go.Figure(go.Heatmap(z=zlog, customdata=z, x=[_esc(_plan_name(p, lang)) for p in plans], y=[_esc(m) for m in models],
                                text=text, texttemplate="%{text}", zmin=-1.0, zmax=1.0,
                                colorscale=[[0, "#dc2626"], [0.5, "#f9fafb"], [1, "#16a34a"]],
                                colorbar={"title": t_in(lang, "sweeps.axis.speedup_short"),
@@ -201,6 +220,8 @@ def stops_rows(records: list[dict], x: str, lang: str) -> list[dict[str, Any]]:
     for s in stops_paying(records, x):
         if s["never"]:
             reading = t_in(lang, "sweeps.stop.never")
+        elif s["stops"] is None and len(s["values"]) == 1:   # one size: "every size" would claim a trend
+            reading = t_in(lang, "sweeps.stop.pays_one", at=s["values"][0])
         elif s["stops"] is None:
             reading = t_in(lang, "sweeps.stop.pays", last=s["last_faster"])
         else:
@@ -213,23 +234,42 @@ def stops_rows(records: list[dict], x: str, lang: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _pair_ms(r: dict, baseline: str) -> str:
+    """``"<baseline ms> · <fused ms>"``: the medians of the two sides the baseline's verdict paired, or ``"—"``."""
+    ms, fused = r.get(f"vs_{baseline}_ms"), r.get(f"vs_{baseline}_fused_ms")
+    return f"{ms:.3f} · {fused:.3f}" if ms is not None and fused is not None else "—"
+
+
+def _cell(value: Any, fmt: str, missing: str = "—") -> str:
+    """A number as the table shows it (one format per column), or ``missing`` where the point has none: a table
+    never shows a bare None."""
+    return missing if value is None else fmt.format(value)
+
+
 def point_rows(records: list[dict], lang: str) -> list[dict[str, Any]]:
-    """Every point: its status, verdict, speed-up and interval, medians, device and wall time, or its reason."""
+    """Every point: its status, verdict, speed-up and interval, medians, device and wall time, or its reason;
+    every cell text, each column in one format (the speed-up and its interval alike: ``1.07×``, ``0.99–1.20``)."""
     rows = []
+    not_measured = t_in(lang, "chart.missing.not_measured")
     for r in records:
         interval = (f"{r['speedup_low']:.2f}–{r['speedup_high']:.2f}"
-                    if r.get("speedup_low") is not None and r.get("speedup_high") is not None else "")
-        rows.append({t_in(lang, "sweeps.col.point"): r["point"],
+                    if r.get("speedup_low") is not None and r.get("speedup_high") is not None else "—")
+        cpu = r.get("device_kind") == "cpu"
+        rows.append({t_in(lang, "sweeps.col.point"): point_name(r, lang),
                      t_in(lang, "sweeps.col.status"): t_in(lang, f"sweeps.status.{r['status']}"),
-                     t_in(lang, "sweeps.col.verdict"): verdict_label(r["verdict"], lang) if r.get("verdict") else "",
-                     t_in(lang, "sweeps.col.speedup"): r.get("speedup"),
+                     t_in(lang, "sweeps.col.verdict"): verdict_label(r["verdict"], lang) if r.get("verdict") else "—",
+                     t_in(lang, "sweeps.col.speedup"): _cell(r.get("speedup"), "{:.2f}×"),
                      t_in(lang, "sweeps.col.interval"): interval,
-                     t_in(lang, "sweeps.col.unfused_ms"): r.get("unfused_ms"),
-                     t_in(lang, "sweeps.col.fused_ms"): r.get("fused_ms"),
-                     t_in(lang, "sweeps.col.vs_compile"): r.get("vs_torch_compile_speedup"),
-                     t_in(lang, "sweeps.col.device"): r.get("device_name") or "",
-                     t_in(lang, "sweeps.col.clock"): r.get("sm_clock_mhz"),
-                     t_in(lang, "sweeps.col.host_busy"): r.get("host_cpu_busy"),
-                     t_in(lang, "sweeps.col.wall"): r.get("wall_s"),
-                     t_in(lang, "sweeps.col.reason"): r.get("reason") or ""})
+                     t_in(lang, "sweeps.col.unfused_ms"): _cell(r.get("unfused_ms"), "{:.4f}"),
+                     t_in(lang, "sweeps.col.fused_ms"): _cell(r.get("fused_ms"), "{:.4f}"),
+                     t_in(lang, "sweeps.col.vs_compile"): _cell(r.get("vs_torch_compile_speedup"), "{:.2f}×",
+                                                                not_measured),
+                     # that verdict's own pairs: the baselines phase timed its own fused rounds beside compile's
+                     t_in(lang, "sweeps.col.vs_compile_pair"): _pair_ms(r, "torch_compile"),
+                     t_in(lang, "sweeps.col.device"): r.get("device_name") or "—",
+                     t_in(lang, "sweeps.col.clock"): _cell(r.get("sm_clock_mhz"), "{:.0f}",
+                                                           t_in(lang, "chart.missing.cpu") if cpu else not_measured),
+                     t_in(lang, "sweeps.col.host_busy"): _cell(r.get("host_cpu_busy"), "{:.0%}", not_measured),
+                     t_in(lang, "sweeps.col.wall"): _cell(r.get("wall_s"), "{:.1f}"),
+                     t_in(lang, "sweeps.col.reason"): r.get("reason") or "—"})
     return rows

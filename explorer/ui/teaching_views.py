@@ -180,10 +180,12 @@ def traffic_figure(traffic: dict[str, Any], model_name: str = "") -> go.Figure:
         before, after = SEED_TRAFFIC[model_name]
         groups.append((t("teach.tr.bar_seed"), before, after))
     fig = go.Figure()
+    # under 10 MiB the labels take the table's three decimals (0.956 -> 0.331, not 1.0 -> 0.3 beside it)
+    fmt = "{:,.3f}" if max(max(g[1], g[2]) for g in groups) / MIB < 10 else "{:,.1f}"
     for idx, (variant, color) in enumerate((("unfused", "#ef4444"), ("fused", "#22c55e"))):
         values = [g[1 + idx] / MIB for g in groups]
         fig.add_trace(go.Bar(name=t(f"teach.variant.{variant}"), x=[g[0] for g in groups], y=values,
-                             marker_color=color, text=[f"{v:,.1f}" for v in values], textposition="outside"))
+                             marker_color=color, text=[fmt.format(v) for v in values], textposition="outside"))
     fig.update_layout(barmode="group", title=t("teach.tr.fig_title"), yaxis_title=t("teach.tr.axis"), height=360,
                       margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig

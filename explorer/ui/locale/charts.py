@@ -39,12 +39,15 @@ STRINGS = {
     "chart.cell.no_test": ("no paired test", "没有配对检验"),
     "chart.missing.not_measured": ("not measured", "未测量"),
     "chart.missing.not_timed": ("not timed in this run", "本次运行没有计时"),
-    "chart.missing.memory_cpu": ("not measured on the CPU (no allocator high-water mark)",
-                                 "CPU 上不测（没有分配器的峰值记录）"),
+    "chart.missing.memory_cpu": ("n/a on the CPU", "CPU 上不测"),
+    "chart.missing.memory_cpu_why": ("Peak memory is not measured on the CPU: its allocator keeps no high-water "
+                                     "mark (CUDA's does).",
+                                     "CPU 上不测峰值内存：CPU 的分配器不记录峰值（CUDA 的分配器会记录）。"),
     "chart.missing.cpu": ("none on the CPU", "CPU 上没有"),
     "chart.missing.top1": ("not a classifier (no top-1)", "不是分类模型（没有 top-1）"),
     "chart.missing.none_refused": ("—", "—"),
     "chart.missing.not_fused": ("not timed: {status}", "未计时：{status}"),
+    "chart.missing.same_stage_above": ("same graph as the row above: not timed again", "与上一行是同一个计算图：不再计时"),
     "chart.missing.same_stage": ("same graph as '{stage}': not timed again", "与“{stage}”是同一个计算图：不再计时"),
     "chart.verdict.undecided": ("undecided", "尚无定论"),
     "chart.verdict.untested": ("not tested", "未检验"),
@@ -133,9 +136,10 @@ STRINGS = {
     "chart.status.refused": ("refused", "已拒绝"),
     "chart.status.failed": ("failed", "失败"),
     "chart.status.not_applied": ("not applied", "未应用"),
-    "chart.speedup.title": ("Per-chain speed-up (median of paired unfused ÷ fused ratios, 95% CI); colour = "
-                            "pattern, verdict by test",
-                            "逐链加速比（配对的融合前 ÷ 融合后之比的中位数，95% 置信区间）；颜色 = 融合模式，结论来自统计检验"),
+    "chart.speedup.title": ("Per-chain speed-up (Hodges-Lehmann estimate of paired unfused ÷ fused ratios, 95% CI "
+                            "of the same signed-rank test); colour = pattern, verdict by that test",
+                            "逐链加速比（配对的融合前 ÷ 融合后之比的 Hodges-Lehmann 估计，同一符号秩检验的 95% 置信区间）；"
+                            "颜色 = 融合模式，结论来自这一检验"),
     "chart.speedup.x": ("speed-up (x, log scale)", "加速比（倍，对数坐标）"),
     "chart.speedup.no_change": ("no change", "无变化"),
     "chart.speedup.empty": ("no per-chain timings in this report", "这份报告中没有逐链计时"),

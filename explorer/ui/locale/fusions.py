@@ -42,9 +42,10 @@ STRINGS = {
                                "融合内核仍须写出的中间结果"),
     "fusions.col.speedup": ("speed-up", "加速比"),
     "fusions.col.speedup_paired_help": (
-        "Measured, this chain alone: the median of the paired ratios unfused ÷ fused (the Results page shows its "
-        "95% interval)",
-        "实测，单独这条链：配对的融合前 ÷ 融合后之比的中位数（结果页给出它的 95% 置信区间）"),
+        "Measured, this chain alone: the Hodges-Lehmann estimate of the paired ratios unfused ÷ fused, the "
+        "signed-rank test's own estimate (the Results page shows its 95% interval from that test)",
+        "实测，单独这条链：配对的融合前 ÷ 融合后之比的 Hodges-Lehmann 估计，即符号秩检验自己的估计值（结果页给出由同一检验"
+        "得到的 95% 置信区间）"),
     "fusions.not_in_report": ("not in the report (not accepted when it ran)", "报告中没有（运行时未被接受）"),
     "fusions.col.speedup_help": ("Measured, this chain alone: unfused time / fused time",
                                  "实测，只看这条链：未融合时间 / 融合后时间"),

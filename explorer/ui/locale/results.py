@@ -53,6 +53,15 @@ STRINGS = {
     "results.precision": ("Precision of the model output", "模型输出的精度"),
     "results.per_chain": ("Per chain", "逐链结果"),
     "results.count": ("{n} {label}", "{label} {n} 条"),
+    "results.undecided": ("{n} chain(s) undecided: the paired test (Wilcoxon signed-rank over the alternated rounds; "
+                          "the speed-up is its Hodges-Lehmann estimate and the interval inverts the same test, so the "
+                          "interval excludes 1 exactly when p < 0.05) ran out of rounds while its 95% interval was "
+                          "still too wide to say whether the difference is beyond the 3% minimum effect or within it. "
+                          "A normal run (more rounds) or a quieter machine decides them.",
+                          "{n} 条链尚无定论：配对检验（对交替测量的各轮做 Wilcoxon 符号秩检验；加速比是它的 Hodges-Lehmann "
+                          "估计值，置信区间由反演同一检验得到，所以区间不含 1 当且仅当 p < 0.05）在轮数用完时，95% 置信区间"
+                          "仍然太宽，说不清差异是超过 3% 的最小效应还是在其以内。普通模式运行（轮数更多）或换一台更空闲的"
+                          "机器可以判定它们。"),
     "results.slower": ("{n} chain(s) got slower when fused (dark, cross-hatched bars): not every fusion pays. Reject "
                        "them and run again.",
                        "{n} 条链融合后变慢了（深色、带交叉阴影的条）：并不是每个融合都划算。拒绝它们，再运行一次。"),
@@ -72,8 +81,8 @@ STRINGS = {
                            "than the ops it replaces ('{column}' column).",
                            "{n} 条链即使按 CUDA graph 回放也更慢：融合内核本身在 GPU 上就比它替换掉的那些算子慢"
                            "（见“{column}”列）。"),
-    "results.separate": ("Use the separate epilogue for the {n} conv/linear chain(s) slower on the GPU",
-                         "为这 {n} 条在 GPU 上变慢的卷积/线性层链改用分开的尾处理"),
+    "results.separate": ("Use the separate epilogue for the {n} of them whose pattern offers it (conv/linear chains)",
+                         "为其中融合模式提供分开尾处理的 {n} 条（卷积/线性层链）改用分开的尾处理"),
     "results.separate_set": ("Kernel choice 'separate_epilogue' set for {n} chain(s): the next run times them with the "
                              "conv or GEMM and its epilogue as separate kernels.",
                              "已为 {n} 条链设置内核选择“separate_epilogue”：下一次运行时，卷积或 GEMM 与它的尾处理"

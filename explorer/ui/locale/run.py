@@ -67,6 +67,16 @@ STRINGS = {
                                  "one) (answered from the cache: same model, plan and settings).",
                                  "上一次运行的结果（属于另一个融合计划或设置；点击“运行”测量当前的），来自缓存"
                                  "（模型、融合计划和设置都相同）。"),
-    "run.duration": ("measured in {s:.0f} s", "测量用时 {s:.0f} 秒"),
+    "run.duration": ("the measuring process took {s:.0f} s (loading the model there, preparing both graphs, timing "
+                     "them; not counting its start)",
+                     "测量进程用时 {s:.0f} 秒（在其中加载模型、准备两张图并计时；不含进程启动）"),
+    "run.duration_wait": ("{wait:.0f} s from your click to these results: {s:.0f} s in the measuring process "
+                          "(loading the model there, preparing both graphs, timing them), {rest:.0f} s starting it "
+                          "and reading its report",
+                          "从点击到看到结果共 {wait:.0f} 秒：其中 {s:.0f} 秒在测量进程里（加载模型、准备两张图并计时），"
+                          "{rest:.0f} 秒用于启动该进程和读取报告"),
+    "run.duration_cached": ("answered from the cache now; when it was measured: {wait:.0f} s from the click to the "
+                            "results, {s:.0f} s of it in the measuring process",
+                            "本次直接取自缓存；当初测量时从点击到结果共 {wait:.0f} 秒，其中 {s:.0f} 秒在测量进程里"),
     "run.to_results": ("See every chart on the Results page", "在结果页查看全部图表"),
 }

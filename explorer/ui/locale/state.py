@@ -20,10 +20,13 @@ STRINGS = {
                          "detected…",
                          "正在加载 Hugging Face 文件夹 {label}：先在单独的进程中检查配置和 safetensors 权重，再构建模型、"
                          "用 torch.export 捕获计算图并检测可融合的链…"),
-    "state.load_estimate": ("About {s:.0f} s (as loads like it took on this machine).",
-                            "大约 {s:.0f} 秒（按这台机器上类似的加载用时估计）。"),
-    "state.load_guess": ("About {s:.0f} s (a first guess: no load like it measured yet).",
-                         "大约 {s:.0f} 秒（初步估计：还没有测过类似的加载）。"),
+    "state.load_left": ("About {left:.0f} s left (as loads like it took on this machine) · {elapsed:.0f} s elapsed",
+                        "大约还剩 {left:.0f} 秒（按这台机器上类似的加载用时估计）· 已用 {elapsed:.0f} 秒"),
+    "state.load_left_guess": ("About {left:.0f} s left (a first guess: no load like it measured yet) · "
+                              "{elapsed:.0f} s elapsed",
+                              "大约还剩 {left:.0f} 秒（初步估计：还没有测过类似的加载）· 已用 {elapsed:.0f} 秒"),
+    "state.load_overdue": ("Taking longer than the {s:.0f} s estimated · {elapsed:.0f} s elapsed",
+                           "比估计的 {s:.0f} 秒要久 · 已用 {elapsed:.0f} 秒"),
     "state.choose_model": ("Choose a model in the sidebar.", "请在侧边栏选择一个模型。"),
     "state.progress": ("{status} · {elapsed:.0f} s elapsed", "{status} · 已用 {elapsed:.0f} 秒"),
     "state.in_progress": ("Run in progress: {fraction:.0%}", "正在运行：{fraction:.0%}"),

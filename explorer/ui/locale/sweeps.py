@@ -11,10 +11,11 @@ STRINGS = {
     "sweeps.intro": ("A sweep measures every point of a grid (models × plans × batch sizes × sequence lengths × "
                      "dtypes × memory formats × CUDA graphs × baselines) with the same runner as the Run page: "
                      "`fusion-explorer sweep` (docs/sweeps.md). Each speed-up below is the paired test of its "
-                     "report, with its 95% interval.",
+                     "report (Wilcoxon signed-rank: its Hodges-Lehmann estimate and the 95% interval of that test), "
+                     "set against the times of the rounds it paired.",
                      "扫描用与运行页相同的测量程序测量网格中的每个测量点（模型 × 方案 × 批大小 × 序列长度 × 数据类型 × "
                      "内存格式 × CUDA 图 × 基线）：`fusion-explorer sweep`（见 docs/sweeps.md）。下面每个加速比都来自其报告的"
-                     "配对检验，并给出 95% 置信区间。"),
+                     "配对检验（Wilcoxon 符号秩检验：它的 Hodges-Lehmann 估计值和同一检验的 95% 置信区间），并与它所配对的那些轮次的时间对照。"),
     "sweeps.source": ("Results from", "结果来源"),
     "sweeps.source.folder": ("a sweep folder", "扫描文件夹"),
     "sweeps.source.upload": ("an uploaded file", "上传的文件"),
@@ -57,6 +58,7 @@ STRINGS = {
     "sweeps.axis.memory": ("peak memory (MiB)", "峰值显存（MiB）"),
     "sweeps.short.batch": ("batch {n}", "批 {n}"),
     "sweeps.short.seq_len": ("seq {n}", "序列 {n}"),
+    "sweeps.with_baselines": ("baselines", "含基线"),
     "sweeps.graphs": ("CUDA graphs", "CUDA 图"),
     "sweeps.break_even": ("break-even", "收支平衡"),
     "sweeps.hover": ("%{x}: speed-up %{y:.2f}× · %{customdata[1]}", "%{x}：加速比 %{y:.2f}× · %{customdata[1]}"),
@@ -88,6 +90,8 @@ STRINGS = {
                              "按每条曲线上的结论读取：在较小形状上更快之后，融合模型第一次不再更快的形状。"),
     "sweeps.no_stops": ("No series with a plan that fuses anything.", "没有包含融合的方案曲线。"),
     "sweeps.stop.never": ("never faster here", "在这里从未更快"),
+    "sweeps.stop.pays_one": ("pays at the one size measured ({at}): a trend needs more sizes",
+                             "在唯一测量的形状（{at}）上划算：要看趋势需要更多形状"),
     "sweeps.stop.pays": ("pays at every size measured (last: {last})", "在测量的每个形状上都划算（最后一个：{last}）"),
     "sweeps.stop.at": ("stops paying at {at} ({verdict}); last faster at {last}",
                        "在 {at} 处不再划算（{verdict}）；最后一次更快是在 {last}"),
@@ -105,6 +109,8 @@ STRINGS = {
     "sweeps.col.unfused_ms": ("unfused ms (median)", "融合前 ms（中位数）"),
     "sweeps.col.fused_ms": ("fused ms (median)", "融合后 ms（中位数）"),
     "sweeps.col.vs_compile": ("vs torch.compile", "相对 torch.compile"),
+    "sweeps.col.vs_compile_pair": ("torch.compile ms · fused ms in the same rounds (medians)",
+                                   "torch.compile ms · 同一批轮次中融合后的 ms（中位数）"),
     "sweeps.col.device": ("device", "设备"),
     "sweeps.col.clock": ("SM clock MHz", "SM 时钟 MHz"),
     "sweeps.col.host_busy": ("host CPU busy", "主机 CPU 占用"),

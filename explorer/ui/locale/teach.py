@@ -9,6 +9,10 @@ STRINGS = {
     "diagram.kept_on_chip": ("stay in registers", "留在寄存器里"),
     "diagram.caption": ("{launches} launch(es) · {trips} intermediate result(s) written to device memory and read back",
                         "{launches} 次内核启动 · {trips} 个中间结果写回显存再读回"),
+    "diagram.caption_device": ("{launches} launch(es) on this {device}; drawn: the one kernel a GPU runs, {trips} "
+                               "intermediate result(s) written to device memory and read back",
+                               "在这台 {device} 上 {launches} 次内核启动；图中画的是 GPU 上的单个内核：{trips} 个中间结果"
+                               "写回显存再读回"),
     "diagram.caption_siblings": ("{launches} launch(es) · the shared input read {reads} time(s)",
                                  "{launches} 次内核启动 · 共享输入被读取 {reads} 次"),
 
@@ -55,7 +59,7 @@ STRINGS = {
     "ex.col.reads": ("reads", "读取"),
     "ex.col.writes": ("writes", "写入"),
     "ex.bytes.unfused_total": ("unfused: {n} kernels together", "融合前：{n} 个内核合计"),
-    "ex.bytes.fused_total": ("fused: one kernel", "融合后：1 个内核"),
+    "ex.bytes.fused_total": ("fused: one kernel (as on a GPU)", "融合后：1 个内核（GPU 上的情形）"),
     "ex.bytes.saved": ("Fusion saves {saved} of device-memory traffic: {n} intermediate result(s) no longer written "
                        "and read back, {kept} still written because something outside the chain reads it.",
                        "融合节省 {saved} 的访存：{n} 个中间结果不再写回显存再读回，{kept} 个仍要写出，因为链外还有算子读它。"),
@@ -330,23 +334,26 @@ STRINGS = {
     "teach.sweep.x": ("batch size", "批大小"),
     "teach.sweep.y": ("speed-up (unfused ÷ fused)", "加速比（融合前 ÷ 融合后）"),
     "teach.sweep.break_even": ("break-even", "收支平衡"),
-    "teach.sweep.hover": ("batch %{x}: %{y:.2f}× (%{customdata[0]:.3f} → %{customdata[1]:.3f} ms)",
-                          "批大小 %{x}：%{y:.2f} 倍（%{customdata[0]:.3f} → %{customdata[1]:.3f} ms）"),
+    "teach.sweep.hover": ("batch %{x}: %{y:.2f}× (medians %{customdata[0]:.3f} → %{customdata[1]:.3f} ms)",
+                          "批大小 %{x}：%{y:.2f} 倍（中位数 %{customdata[0]:.3f} → %{customdata[1]:.3f} ms）"),
     "sweep.read_losing": ("The fused chain is slower at {n} point(s), batch {batches}: there fusion does not pay.",
                           "融合后的链在 {n} 个点上更慢（批大小 {batches}）：在那里融合不划算。"),
     "sweep.read_all_win": ("The fused chain is at least as fast at every point measured.",
                            "在所有测量点上，融合后的链都不慢。"),
     "sweep.read_undecided": ("At {n} point(s), batch {batches}, the paired test could not decide with the rounds it "
-                             "had: neither faster nor slower can be said there (run the sweep again, or on a quieter "
-                             "machine).",
-                             "在 {n} 个点上（批大小 {batches}），配对检验用现有的轮数无法判定：那里既不能说更快，也不能说更慢"
+                             "had: its 95% interval is still too wide to say whether the difference is beyond the 3% "
+                             "minimum effect or within it, so neither faster nor slower can be said there (run the sweep "
+                             "again, or on a quieter machine).",
+                             "在 {n} 个点上（批大小 {batches}），配对检验用现有的轮数无法判定：它的 95% 置信区间仍然太宽，"
+                             "说不清差异是超过 3% 的最小效应还是在其以内，所以那里既不能说更快，也不能说更慢"
                              "（请再扫描一次，或换一台更空闲的机器）。"),
     "sweep.col.verdict": ("verdict (paired test)", "结论（配对检验）"),
     "sweep.undecided": ("undecided ({n} rounds)", "无法判定（{n} 轮）"),
     "sweep.why": ("Timings in a shared machine's CPU are noisy; the GPU is where the reference article's warning is sharpest. "
                   "Times are medians of alternated calls; each point's verdict is its run report's paired test (Wilcoxon "
-                  "signed-rank over paired rounds, 3% minimum effect), as in a run.",
-                  "共享机器上的 CPU 计时噪声较大；参考文章的提醒在 GPU 上最明显。时间是交替调用的中位数；每个点的结论来自其运行报告的配对检验（对配对轮次做 Wilcoxon 符号秩检验，最小效应 3%），"
+                  "signed-rank over paired rounds: its Hodges-Lehmann estimate, the 95% interval of that same test and "
+                  "its p-value, 3% minimum effect), as in a run.",
+                  "共享机器上的 CPU 计时噪声较大；参考文章的提醒在 GPU 上最明显。时间是交替调用的中位数；每个点的结论来自其运行报告的配对检验（对配对轮次做 Wilcoxon 符号秩检验：它的 Hodges-Lehmann 估计值、同一检验的 95% 置信区间和 p 值，最小效应 3%），"
                   "与一次运行相同。"),
     "sweep.col.batch": ("batch", "批大小"),
     "sweep.col.dtype": ("dtype", "数据类型"),

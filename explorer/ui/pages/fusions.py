@@ -106,7 +106,9 @@ def measured(report, detection) -> dict[str, tuple[float | None, str]]:
         if verdict is not None and not isinstance(verdict, str):
             verdict = _get(verdict, "label")
         if not isinstance(verdict, str):
-            verdict = "slower" if _get(entry, "slower") else ("faster" if speedup is not None else "")
+            # no test's label: a speed-up alone is not "faster" (every verdict comes from explorer.stats.compare;
+            # a version 1 entry's "slower" flag is its own rule, which its upgraded report names)
+            verdict = "slower" if _get(entry, "slower") else ""
         out[str(chain_id)] = (speedup, verdict)
     return out
 

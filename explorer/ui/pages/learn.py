@@ -136,9 +136,14 @@ def _on_open_committed() -> None:
             st.session_state.teach_report_error = f"{name}: {exc.strerror or exc}"
 
 
-def _svg(spec: diagrams.DiagramSpec, fused: bool) -> str:
+def _svg(spec: diagrams.DiagramSpec, fused: bool, device_launches: int | None = None) -> str:
+    """One drawing with its caption; ``device_launches`` is the chain's fused launches on the sidebar's device
+    (``explorer.launches``, the count the Graph page shows), said when it is not the one kernel drawn."""
     c = diagrams.counts(spec, fused)
-    if spec.siblings:
+    if fused and device_launches is not None and device_launches != c["launches"]:
+        caption = t("diagram.caption_device", launches=device_launches, device=_device_word(),
+                    trips=c["round_trips"])
+    elif spec.siblings:
         caption = t("diagram.caption_siblings", launches=c["launches"], reads=c["input_reads"])
     else:
         caption = t("diagram.caption", launches=c["launches"], trips=c["round_trips"])
@@ -146,16 +151,30 @@ def _svg(spec: diagrams.DiagramSpec, fused: bool) -> str:
                                       "kept_on_chip": t("diagram.kept_on_chip"), "caption": caption})
 
 
-def _before_after(spec: diagrams.DiagramSpec) -> None:
+def _device_word() -> str:
+    return "GPU" if str(st.session_state.get("device", "cpu")).startswith("cuda") else "CPU"
+
+
+def _chain_launches(cur, chain_id: str):
+    """A chain's launches on the sidebar's device with the user's kernel choice (``ui_state.launch_table``, the
+    one count the Graph and Fusions pages show), or None when the table does not have it."""
+    spec, _model, _graph, detection = cur
+    return ui_state.launch_table(spec, detection).of(chain_id)
+
+
+def _before_after(spec: diagrams.DiagramSpec, launches=None) -> None:
     """The unfused and the fused drawing side by side, inline in the page (an SVG shown as an image draws with
-    the machine's fonts only; inline, its Chinese uses the app's own CJK font, explorer/ui/fonts.py)."""
+    the machine's fonts only; inline, its Chinese uses the app's own CJK font, explorer/ui/fonts.py).
+    ``launches`` (a ``ChainLaunches``: a real chain's on this device) puts the device's count in the fused
+    caption where it differs from the one kernel the drawing shows."""
     left, right = st.columns(2)
     with left:
         st.markdown(f"**{t('diagram.before')}**")
         st.markdown(diagrams.fit_width(_svg(spec, False)), unsafe_allow_html=True)
     with right:
         st.markdown(f"**{t('diagram.after')}**")
-        st.markdown(diagrams.fit_width(_svg(spec, True)), unsafe_allow_html=True)
+        st.markdown(diagrams.fit_width(_svg(spec, True, launches.fused if launches is not None else None)),
+                    unsafe_allow_html=True)
 
 
 def _poll(name: str) -> None:
@@ -242,7 +261,7 @@ def _tour(cur) -> None:
     if st.session_state.get("device", "cpu") == "cpu":   # the Graph page shows the CPU's launches: say why
         st.caption(t("tour.s2.cpu"))
     ex = teach_examples.traffic_example(graph, chain, "fp32")
-    _before_after(diagrams.spec_for_example(ex, BY_NAME[chain.pattern].color))
+    _before_after(diagrams.spec_for_example(ex, BY_NAME[chain.pattern].color), _chain_launches(cur, chain.id))
     st.page_link("ui/pages/graph.py", label=t("tour.s2.link"), icon=":material/hub:")
     if st.checkbox(t("tour.s2.check"), value=seen, key="tour_seen"):
         done["seen"] = True
@@ -296,6 +315,7 @@ def _patterns(cur) -> None:
     accepted = ui_state.accepted_ids(detection) if detection else set()
     st.markdown(t("learn.patterns.intro"))
     present = {c.pattern for c in detection.chains} if detection else set()
+    table = ui_state.launch_table(cur[0], detection) if cur else None   # the device's launches, as on the Graph page
     for p in sorted(PATTERNS, key=lambda p: p.name not in present):  # the model's own patterns first
         chains = [c for c in detection.chains if c.pattern == p.name] if detection else []
         misses = [m for m in detection.near_misses if m.pattern == p.name] if detection else []
@@ -316,7 +336,7 @@ def _patterns(cur) -> None:
                 st.markdown(f"**{t('learn.pattern.in_model')}**")
                 st.dataframe([{t("teach.col.chain"): c.title, t("learn.col.id"): c.id,
                                t("learn.col.accepted"): c.id in accepted,
-                               t("learn.col.saves"): t("learn.pattern.saves", launches=c.launches_saved,
+                               t("learn.col.saves"): t("learn.pattern.saves", launches=_saved(table, c),
                                                        bytes=human_bytes(c.bytes_saved))}
                               for c in chains], hide_index=True, width="stretch")
             elif cur:
@@ -325,6 +345,12 @@ def _patterns(cur) -> None:
                 st.markdown(f"**{t('learn.pattern.near_misses')}**")
                 for m in misses[:8]:
                     st.markdown(f"- {code(', '.join(m.nodes[:4]))}: {plain(message(m.reason))}")
+
+
+def _saved(table, chain) -> int:
+    """The launches ``chain`` saves on the sidebar's device (``table``: ``ui_state.launch_table``)."""
+    counted = table.of(chain.id) if table is not None else None
+    return counted.saved if counted is not None else chain.launches_saved
 
 
 def _steps_text(p) -> str:
@@ -405,7 +431,7 @@ def _examples(cur) -> None:
         else:
             st.markdown(t("ex.bytes.saved", saved=human_bytes(ex.bytes_saved), n=len(ex.intermediates) - len(kept),
                           kept=len(kept)))
-        _before_after(diagrams.spec_for_example(ex, BY_NAME[ex.pattern].color))
+        _before_after(diagrams.spec_for_example(ex, BY_NAME[ex.pattern].color), _chain_launches(cur, ex.chain_id))
 
 
 def _source_picker() -> tuple[str, dict | None]:
@@ -570,7 +596,7 @@ def _ceilings_box(c: Ceilings, dtype: str) -> None:
              t("pred.col.value"): human_bytes(c.l2_bytes) if c.l2_bytes else t("pred.unknown"),
              t("pred.col.source"): message(c.sources.get("l2_bytes", ""))},
         ]
-        st.dataframe(rows, hide_index=True, width="stretch")
+        st.table(rows, hide_index=True)   # a static table: its sources wrap (a grid cut them at 1600 px)
         st.markdown(t("pred.model"))
         if c.sources.get("note"):
             st.caption(plain(message(c.sources["note"])))

@@ -17,7 +17,7 @@ tables' from ``explorer.ui.charts`` (given the language), the runtime's notes an
 ``explorer.ui.i18n.message``.
 
 Chart keys: chart_compare, chart_chain_speedup, chart_chain_precision, chart_stages, and per model of a
-teaching report chart_breakdown_<i>, chart_traffic_<i>; table: table_baselines; buttons: reject_slower,
+teaching report chart_breakdown_<i>, chart_traffic_<i>; tables: table_baselines, table_stages; buttons: reject_slower,
 separate_gpu_slower, results_open_committed; select box: results_committed; uploader: report_file.
 """
 
@@ -36,7 +36,7 @@ from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t
 from explorer.fusions.plan import gpu_slower_chains, slower_chains
-from explorer.report import PHASES, READINGS, Report
+from explorer.report import PHASES, READINGS, UNDECIDED, Report
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 
@@ -176,7 +176,7 @@ def _run_report(report: Report) -> None:
     st.markdown(plain(charts.verdict_text(report, lang)))
     st.plotly_chart(charts.comparison_figure(report, lang), key="chart_compare", width="stretch")
     st.dataframe(charts.summary_rows(report, lang), hide_index=True, width="stretch")
-    for m in (report.unfused, report.fused):
+    for m in (report.unfused, report.fused):   # (a CPU run's memory notes say why its memory cells are n/a)
         notes = [message(x) for x in (m.memory_note, m.launches_kind, m.note) if x]
         if m.bound in ("host", "gpu"):
             notes.append(t("results.bound", bound=t(f"results.bound.{m.bound}"), ms=m.gpu_busy_ms or 0.0))
@@ -199,6 +199,8 @@ def _run_report(report: Report) -> None:
         st.markdown(plain(charts.LIST_SEP.get(lang, ", ").join(
             t("results.count", n=counts[label], label=charts.verdict_label(label, lang)) for label in READINGS
             if counts[label])))
+        if counts[UNDECIDED]:   # what "undecided" means, in the statistic's own words
+            st.caption(t("results.undecided", n=counts[UNDECIDED]))
         slower = report.slower_chains
         if slower:
             st.warning(t("results.slower", n=len(slower)))
@@ -218,7 +220,13 @@ def _run_report(report: Report) -> None:
     st.markdown("#### " + t("results.stages"))
     stage_rows = charts.stages_rows(report, lang)
     if stage_rows:
-        st.dataframe(stage_rows, hide_index=True, width="stretch")
+        # how each stage's graph differs is a sentence: listed below the table, whose last column cut it off
+        graph, stage = t("chart.col.graph"), t("chart.col.stage")
+        st.dataframe([{k: v for k, v in r.items() if k != graph} for r in stage_rows], hide_index=True,
+                     width="stretch", key="table_stages")
+        st.markdown("\n".join(f"- **{plain(r[stage])}**: {plain(r[graph])}" for r in stage_rows if r[graph]))
+        if report.is_cpu:
+            st.caption(t("chart.missing.memory_cpu_why"))
         st.plotly_chart(charts.stages_figure(report, lang), key="chart_stages", width="stretch")
     else:
         st.caption(t("results.no_stages"))

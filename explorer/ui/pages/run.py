@@ -52,6 +52,21 @@ def _host_lines(report) -> None:
                  how=t("run.threads_set") if host.threads_set else t("run.threads_default")))
 
 
+def _durations(report, wait_s: float | None, cached: bool) -> None:
+    """The two times a run has, each said for what it is: the wait from the click to the results on screen
+    (``wait_s``, the elapsed counter's clock), and the part of it the measuring process spent (``duration_s``:
+    loading the model there, preparing both graphs, timing them); the rest started that process."""
+    measured = report.duration_s
+    if wait_s is not None and measured is not None:
+        wait, part = round(wait_s), round(min(measured, wait_s))   # whole seconds that add up as shown
+        if cached:
+            st.caption(t("run.duration_cached", wait=wait, s=part))
+        else:
+            st.caption(t("run.duration_wait", wait=wait, s=part, rest=wait - part))
+    elif measured is not None:
+        st.caption(t("run.duration", s=measured))
+
+
 @ui_state.needs_model
 def page(spec, model, graph, detection) -> None:
     ss = st.session_state
@@ -104,10 +119,11 @@ def page(spec, model, graph, detection) -> None:
         st.success(t("run.results_other_cached") if cached else t("run.results_other"))
     st.caption(plain(charts.device_caption(report, lang)))
     st.markdown(plain(charts.verdict_text(report, lang)))
-    if report.duration_s is not None:
-        st.caption(t("run.duration", s=report.duration_s))
+    _durations(report, ss.get("last_report_wait_s"), cached)
     _host_lines(report)
     st.dataframe(charts.summary_rows(report, lang), hide_index=True, width="stretch")
+    if report.is_cpu:   # the memory cells say "n/a on the CPU"; why, once
+        st.caption(t("chart.missing.memory_cpu_why"))
     st.page_link("ui/pages/results.py", label=t("run.to_results"), icon=":material/bar_chart:")
 
 

@@ -195,7 +195,7 @@ def _points(records: list[dict], store: sweep_store.SweepStore | None) -> None:
     if store is None:
         st.caption(t("sweeps.upload_no_reports"))
         return
-    with_report = {r["key"]: r["point"] for r in records if r["has_report"]}
+    with_report = {r["key"]: views.point_name(r, lang) for r in records if r["has_report"]}
     if not with_report:
         return
     c1, c2 = st.columns([3, 1])

@@ -1,0 +1,232 @@
+"""The program layouts issue 22's bandwidth sweep (``benchmarks/bench_membw.py``) chooses between, each against float64.
+
+Every layout knob the launch tables set is a different kernel: rotary's cos/sin loaded in x's register layout or
+as broadcast rows (``rotary.TABLE_TILE``), the SwiGLU pass walked flat or in tiles (``swiglu.flat_rule``),
+Add+LayerNorm's unmasked ``EVEN`` path with several rows a program. Each runs in Triton's interpreter on awkward
+shapes (one token or row, head dims 64/128/40, ragged widths) in fp32, fp16 and bf16 against float64 with the
+family's tolerances, outputs poisoned first; two layouts of one kernel must agree bitwise (the same arithmetic
+on the same elements). The rules that pick a layout per shape are tested for the shapes they were measured on.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from triton_testing import DTYPE_IDS, DTYPES, assert_close64, device_params, poison, rand, triton_interpreter, up64
+
+from explorer.fusions import norm, swiglu
+from explorer.fusions import rotary as rot
+
+assert triton_interpreter  # the autouse fixture, imported into this module
+
+
+def _poison_norm(monkeypatch) -> None:
+    """NaN-filled outputs for the Add+LayerNorm kernel (its fast path's allocator takes the tensor only)."""
+    monkeypatch.setattr(norm, "_new_output_like", lambda t: torch.full_like(t, float("nan")))
+    monkeypatch.setattr(norm, "_new_output", lambda shape, dtype, device: torch.full(shape, float("nan"),
+                                                                                     dtype=dtype, device=device))
+
+
+# ====================================================================== rotary: cos/sin layout
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("b, hq, hkv, s, d", [(1, 4, 2, 1, 128), (2, 3, 1, 5, 64), (1, 2, 1, 3, 40)],
+                         ids=["1token-D128", "gqa-D64", "masked-D40"])
+def test_rotary_table_layouts_match_float64_and_each_other(b, hq, hkv, s, d, dtype, device, monkeypatch):
+    """cos/sin as whole tiles in x's layout (the default) and as broadcast rows: both within TOLERANCES of
+    float64, and the same bits (only the load layout differs)."""
+    gen = torch.Generator().manual_seed(b * 1000 + s * 10 + d)
+    q = rand((b, s, hq, d), dtype, device, gen).transpose(1, 2)                    # (B, Hq, S, D) strided
+    k = rand((b, s, hkv, d), dtype, device, gen).transpose(1, 2)
+    cos, sin = rand((b, s, d), dtype, device, gen).clamp(-1, 1), rand((b, s, d), dtype, device, gen).clamp(-1, 1)
+    q64, k64 = rot.rotary_reference(up64(q), up64(k), up64(cos), up64(sin))
+    poison(monkeypatch, rot)
+    got = {}
+    for table in (True, False):
+        qo, ko = rot.rotary(q, k, cos, sin, table_tile=table)
+        assert_close64(qo, q64, rot.TOLERANCES[dtype])
+        assert_close64(ko, k64, rot.TOLERANCES[dtype])
+        got[table] = (qo, ko)
+    assert torch.equal(got[True][0], got[False][0]) and torch.equal(got[True][1], got[False][1])
+
+
+# ====================================================================== SwiGLU: flat or tiles
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("rows, inter, tile", [(1, 37, (1, 16)), (5, 37, (2, 16)), (3, 96, (2, 32))],
+                         ids=["1row-ragged", "ragged", "even"])
+def test_silu_mul_packed_layouts_match_float64_and_each_other(rows, inter, tile, dtype, device, monkeypatch):
+    """One packed (rows, 2I) GEMM output walked flat and in tiles (ragged against the tile, or not), with each
+    cache-hint setting: within TOLERANCES of float64 and bitwise equal; every output element written (poisoned)."""
+    gen = torch.Generator().manual_seed(rows * 100 + inter)
+    gu = rand((rows, 2 * inter), dtype, device, gen)
+    gu[:, :inter] *= 3
+    ref64 = swiglu.silu_mul_packed_reference(up64(gu), inter)
+    poison(monkeypatch, swiglu)
+    outs = []
+    for flat in (True, False):
+        out = swiglu.silu_mul_packed(gu, inter, block_m=tile[0], block_n=tile[1], flat=flat)
+        assert_close64(out, ref64, swiglu.TOLERANCES[dtype])
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    for hints in (1, 2):                                                         # cache hints change no value
+        assert torch.equal(swiglu.silu_mul_packed(gu, inter, block_m=tile[0], block_n=tile[1], hints=hints), outs[0])
+    gate, up = rand((rows, inter), dtype, device, gen, scale=3.0), rand((rows, inter), dtype, device, gen)
+    out = swiglu.silu_mul(gate, up, block_n=16, flat=True)                       # one long row, flat or not
+    assert_close64(out, swiglu.silu_mul_reference(up64(gate), up64(up)), swiglu.TOLERANCES[dtype])
+
+
+def test_flat_rule_picks_per_shape(monkeypatch):
+    """Flat where rows are ragged against the tile (the zoo's packed I = 1376), tiles where they fit (8B's 14336);
+    one long row is the same walk either way (tiles). Launches follow the rule only with ``FLAT_WHEN_RAGGED`` (off
+    until measured): the default plan of a ragged packed output uses tiles, and flat once it is switched on."""
+    assert swiglu.flat_rule(16384, 1376, swiglu.launch_config(16384, 1376)[1])
+    assert not swiglu.flat_rule(4096, 14336, swiglu.launch_config(4096, 14336)[1])
+    assert not swiglu.flat_rule(1, 4096 * 14336, swiglu.launch_config(1, 4096 * 14336)[1])
+    assert swiglu.flat_rule(7, 1000, 1024) and not swiglu.flat_rule(7, 2048, 1024)
+    gu = torch.zeros(5, 2 * 1000)
+    tiles = swiglu._plan(gu, gu, 1000, swiglu._tuning(None, None, None))
+    assert swiglu.FLAT_WHEN_RAGGED is False and tiles.constexprs["FLAT"] is False
+    monkeypatch.setattr(swiglu, "FLAT_WHEN_RAGGED", True)
+    flat = swiglu._plan(gu, gu, 1000, swiglu._tuning(None, None, None))
+    assert flat.constexprs["FLAT"] is True and flat.grid == (-(-5 * 1000 // (tiles.constexprs["BLOCK_M"] * 1024)),)
+
+
+# ====================================================================== Add+LayerNorm: EVEN rows
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("rows, hidden, per_program", [(1, 256, 1), (8, 256, 4), (6, 256, 4), (5, 96, 2)],
+                         ids=["1row-even", "even-4rows", "row-tail", "masked-96"])
+def test_add_layernorm_even_and_masked_rows(rows, hidden, per_program, dtype, device, monkeypatch):
+    """Unmasked (N == BLOCK, ROWS divides M) and masked programs of several rows, γ/β loaded in the rows' layout:
+    the sum equals torch's add bitwise, the normalised rows match float64; sum written or not."""
+    gen = torch.Generator().manual_seed(rows * 31 + hidden + per_program)
+    x, r = rand((rows, hidden), dtype, device, gen), rand((rows, hidden), dtype, device, gen)
+    w = rand(hidden, dtype, device, gen, scale=0.1) + 1
+    b = rand(hidden, dtype, device, gen, scale=0.1)
+    plan = norm._plan_launch(x, r, w, b, None, per_program, True)
+    assert plan.constexprs["EVEN"] == (hidden == 256 and rows % per_program == 0)
+    _poison_norm(monkeypatch)
+    s, y = norm.add_layernorm(x, r, w, b, 1e-5, rows_per_prog=per_program)
+    assert torch.equal(s, x + r)
+    _, y64 = norm.add_layernorm_reference(up64(x), up64(r), up64(w), up64(b), 1e-5)
+    assert_close64(y, y64, norm.TOLERANCES[dtype])
+    _, y2 = norm.add_layernorm(x, r, w, b, 1e-5, rows_per_prog=per_program, keep_sum=False)
+    assert torch.equal(y2, y)
+
+
+# ====================================================================== the benchmark's plumbing
+
+def test_bench_membw_smoke_names_the_best_setting(tmp_path, monkeypatch):
+    """``bench_membw.py --smoke --sweep`` on the CPU (interpreted, tiny shapes): every case has the copy, the
+    default, eager and its sweep, checked against eager, and a summary naming the best setting it measured."""
+    import json
+
+    import benchmark_scripts
+
+    monkeypatch.setenv("EXPLORER_GENERIC_COMPILE", "0")                 # what --smoke sets, undone afterwards
+    bench = benchmark_scripts.load("bench_membw")
+    out = tmp_path / "membw.json"
+    assert bench.main(["--smoke", "--sweep", "--only", "swiglu", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    summary = doc["swiglu"]["summary"]
+    assert [s["variant"] for s in summary] == ["silu_mul", "silu_mul_packed"]
+    for s in summary:
+        assert s["checks_ok"] and s["best_settings"] is not None and s["copy_gbps"] > 0
+    variants = {r["variant"] for r in doc["swiglu"]["rows"] if r["kernel"] == "silu_mul_packed"}
+    assert {"copy", "fused", "eager"} <= variants and any(v.startswith("cfg[") for v in variants)
+
+
+# ====================================================================== what only the compiler shows
+
+_COMPILE_LAYOUTS_FOR_SM90 = r'''
+from explorer.fusions import norm, rotary as rot, swiglu
+
+def aligned(kernel, names):  # what Triton's launcher assumes for 16-aligned pointers and ints
+    return {(list(kernel.arg_names).index(n),): [["tt.divisibility", 16]] for n in names}
+
+def build(kernel, pointers, dtype, const, warps, floats=()):
+    sig = {a: ("constexpr" if a in const else "fp32" if a in floats else "i32") for a in kernel.arg_names}
+    sig.update({p: "*" + dtype for p in pointers})
+    ints = [a for a in kernel.arg_names if sig[a] == "i32"]
+    c = triton.compile(ASTSource(kernel, sig, const, aligned(kernel, list(pointers) + ints)), target=target,
+                       options={"num_warps": warps})
+    ptx = c.asm["ptx"]
+    loads, stores = re.findall(r"ld\.global[^;]*;", ptx), re.findall(r"st\.global[^;]*;", ptx)
+    return dict(loads=len(loads), vector_loads=sum(".v4" in l for l in loads), stores=len(stores),
+                streaming_stores=sum(".cs" in s for s in stores), shared=c.metadata.shared, local=local_bytes(c))
+
+out = []
+k = rot._build_kernel(False)
+for hq, hkv, d in ((32, 8, 128),):                                  # Llama-3-8B's heads
+    bhq, bhk, tq, tk, bh, warps = rot.launch_config(hq, hkv, d)
+    qb, kb = -(-hq // bhq), -(-hkv // bhk)
+    for table in (True, False):
+        const = dict(HALF=d // 2, BLOCK_HALF=bh, BLOCK_HQ=bhq, BLOCK_HK=bhk, TOKENS_Q=tq, TOKENS_K=tk, Q_BLOCKS=qb,
+                     Q_PER=(tk // tq) * qb, PER=(tk // tq) * qb + kb, BF16_RTNE_BY_HAND=False, TABLE_TILE=table)
+        out.append(dict(kernel="rotary", d=d, table=table, **build(k, ("Q", "K", "C", "SN", "QO", "KO"), "bf16",
+                                                                   const, warps)))
+k = swiglu._build_kernel(False)
+for flat, hints in ((True, 2),):                                    # the zoo's packed I = 1376, 4 x 1024 tiles
+    const = dict(BLOCK_M=4, BLOCK_N=1024, BF16_RTNE_BY_HAND=False, ACT=0, FLAT=flat, HINTS=hints)
+    out.append(dict(kernel="swiglu", flat=flat, hints=hints, **build(k, ("G", "U", "O"), "bf16", const, 8)))
+k = norm._build_kernel(False)
+const = dict(HAS_W=True, HAS_B=True, BLOCK=1024, BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True, ROWS=4,
+             WRITE_SUM=True, EVEN=True)
+out.append(dict(kernel="add_layernorm", **build(k, "XRWBSY", "bf16", const, 8, floats=("eps",))))
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the compiled kernels are run by the gpu tests")
+def test_layouts_compile_for_sm90_to_16_byte_accesses():
+    """Compiled (not run) for an H100/H200: every proposed layout keeps 16-byte global loads and spills nothing;
+    rotary's cos/sin tiles need no shared memory (the broadcast rows do: what ``TABLE_TILE`` removes); ``HINTS`` 2
+    stores streaming; Add+LayerNorm's EVEN programs of 4 rows load γ/β without a shared-memory conversion (the
+    kernel before loaded them as (1, BLOCK) and converted them through 8 KB of shared memory)."""
+    from triton_testing import compile_for_sm90
+
+    results = compile_for_sm90(_COMPILE_LAYOUTS_FOR_SM90)
+    for r in results:
+        assert r["local"] in (0, None), f"register spills: {r}"
+        if not (r["kernel"] == "rotary" and not r["table"]):
+            assert r["loads"] == r["vector_loads"] > 0, f"loads narrower than 16 bytes: {r}"
+    rotary = {(r["d"], r["table"]): r for r in results if r["kernel"] == "rotary"}
+    assert rotary[128, True]["shared"] == 0 < rotary[128, False]["shared"], rotary
+    swiglu_hints = [r for r in results if r["kernel"] == "swiglu" and r["hints"] == 2]
+    assert swiglu_hints[0]["streaming_stores"] == swiglu_hints[0]["stores"] > 0
+    ln = [r for r in results if r["kernel"] == "add_layernorm"][0]
+    # the row reductions' scratch only (64 bytes); γ/β loaded as (1, BLOCK) took 8 KB and 6 more barriers here
+    assert ln["shared"] <= 256, f"more shared memory than the row reductions need: {ln}"
+
+
+def test_add_layernorm_even_path_can_be_switched_off(monkeypatch):
+    """``EVEN_PATH`` False (the masked kernel everywhere, as before) plans the masked kernel for rows that fill BLOCK."""
+    x = torch.zeros(8, 256)
+    assert norm._plan_launch(x, x, None, None, None, 4, True).constexprs["EVEN"] is True
+    monkeypatch.setattr(norm, "EVEN_PATH", False)
+    assert norm._plan_launch(x, x, None, None, None, 4, True).constexprs["EVEN"] is False
+
+
+def test_bench_membw_proposes_only_winners_beyond_the_spread():
+    """``--propose``: a swept setting replaces the launched one only if its median is under the launched one's
+    20th percentile; a win inside the spread, or a setting whose check failed, proposes nothing."""
+    import benchmark_scripts
+
+    bench = benchmark_scripts.load("bench_membw")
+
+    def case(name, best_ms, check="ok"):
+        rows = [dict(case=name, variant="fused", ms_p50=10.0, ms_p20=9.5, check="ok"),
+                dict(case=name, variant="cfg[rows=2,warps=4]", ms_p50=best_ms, ms_p20=best_ms, check=check)]
+        summary = dict(case=name, family="layernorm", variant="add_layer_norm", shape="s", dtype="bf16",
+                       default=dict(rows=1, warps=4), default_fraction=0.9, best_variant="cfg[rows=2,warps=4]",
+                       best_settings=dict(rows=2, warps=4), best_fraction=0.95)
+        return rows, summary
+
+    cases = [case("wins", 9.0), case("inside the spread", 9.7), case("failed its check", 8.0, "mismatch")]
+    doc = {"layernorm": dict(rows=[r for rows, _ in cases for r in rows], summary=[s for _, s in cases])}
+    got = {p["case"]: p["proposed"] for p in bench.proposals(doc)}
+    assert got == {"wins": dict(rows=2, warps=4), "inside the spread": None, "failed its check": None}
