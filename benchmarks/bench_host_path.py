@@ -99,7 +99,8 @@ def token_major_copy(gm):
     copy = generic_copy(gm)
     switched = 0
     for node in copy.graph.nodes:
-        if node.op == "call_function" and node.target is rotary.qkv_rotary and len(node.args) == 10:
+        if node.op == "call_function" and node.target is rotary.qkv_rotary and len(node.args) == 10 \
+                and node.args[9] is False:          # with rotary.QKV_TOKEN_MAJOR on, the graph is token-major already
             readers = [u for g in node.users if g.args[1] in (0, 1) for u in g.users]
             if readers and all(u.target is torch._C._nn.scaled_dot_product_attention for u in readers):
                 node.args = (*node.args[:9], True)
