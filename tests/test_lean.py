@@ -71,6 +71,14 @@ SAMPLES = {
     aten.scaled_dot_product_attention.default: lambda: (
         (_t(1, 2, 5, 8), _t(1, 2, 5, 8, seed=1), _t(1, 2, 5, 8, seed=2)),
         {"attn_mask": _t(1, 1, 5, 5, seed=3), "scale": 0.125}),
+    aten.to.dtype: lambda: ((_t(2, 3), torch.float16, False, False), {}),
+    aten.addmm.default: lambda: ((_t(5), _t(3, 4, seed=1), _t(4, 5, seed=2)), {"beta": 0.5, "alpha": 2.0}),
+    aten.pow.Tensor_Scalar: lambda: ((_t(2, 3), 3.0), {}),
+    aten.tanh.default: lambda: ((_t(2, 3),), {}),
+    aten.neg.default: lambda: ((_t(2, 3),), {}),
+    aten.rsqrt.default: lambda: ((_t(2, 3).abs() + 0.1,), {}),
+    aten.mean.dim: lambda: ((_t(2, 3, 4), [-1], True), {"dtype": torch.float64}),
+    aten.where.ScalarOther: lambda: ((_t(2, 3) > 0, _t(2, 3, seed=1), -1e4), {}),
 }
 
 

@@ -52,6 +52,9 @@ WORDS: dict[str, tuple[str, str]] = merge([base.WORDS, *(f.WORDS for f in FAMILI
 BY_NAME: dict[str, Pattern] = {p.name: p for p in PATTERNS}
 #: fused call target -> its lowering for lean graphs (explorer.runtime.lean)
 LOWERINGS: dict[Callable, Callable] = {t: fn for f in FAMILIES for t, fn in getattr(f, "LOWERINGS", {}).items()}
+#: fused call targets whose work is Triton launches only: a lean CUDA graph binds each node's call once
+#: (``triton_support.BoundCall``, explorer.runtime.lean.bind_calls)
+BOUND_CALLS: frozenset = frozenset(t for f in FAMILIES for t in getattr(f, "BOUND_CALLS", ()))
 #: "Already fused" op kinds, reported as near misses of the pattern they would have been.
 ALREADY_FUSED: dict[str, str] = {k: v for f in FAMILIES for k, v in getattr(f, "ALREADY_FUSED", {}).items()}
 

@@ -263,6 +263,50 @@ def fused_linear_act_forms(x, weight, bias, act, weight_t, shape):
     return y if shape is None else y.reshape(tuple(shape))
 
 
+def _lower_forms(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, dtype: torch.dtype) -> bool:
+    """fused_linear_act_forms → the calls ``linear_act`` makes for it on this device and dtype, then the reshape
+    to ``shape``: one ``_addmm_activation`` on ``Wᵀ`` (a GPT-2 Conv1D weight as it is stored; another's transpose
+    as a view), or ``linear`` + the activation in place. The same library calls on the same operands as the
+    generic target, without its per-call selection (GPT-2's four per forward: 158 µs each on the H200 host,
+    ``benchmarks/results/profile_host_h200.json``)."""
+    if node.kwargs or len(node.args) != 6:
+        return False
+    x, weight, bias, act, weight_t, shape = node.args
+    w = edit.attr_tensor(gm, weight)
+    x_shape = aten.static_shape(x)
+    if (w is None or w.dim() != 2 or x_shape is None or act not in LINEAR_ACTIVATIONS or not isinstance(weight_t, bool)
+            or 0 in x_shape):
+        return False
+    in_f, out_f = (w.shape[0], w.shape[1]) if weight_t else (w.shape[1], w.shape[0])
+    out_shape = list(shape) if shape is not None else [*x_shape[:-1], out_f]
+    choice = edit.planned(node, device, dtype) or select_linear_act(device, dtype, act, in_f, out_f)
+    if choice.impl in ("cublaslt_relu", "cublaslt_gelu"):
+        b = edit.attr_tensor(gm, bias)
+        if b is None or b.dim() != 1 or not b.is_contiguous() or b.dtype != w.dtype:
+            return False  # the generic target handles these (a zero bias, a cast)
+
+        def build(g: torch.fx.Graph) -> torch.fx.Node:
+            x2 = g.call_function(torch.reshape, (x, [-1, in_f]))                              # (rows, in)
+            wt = weight if weight_t else g.get_attr(_weight_t(gm, weight, w))                 # (in, out)
+            y = g.call_function(torch._addmm_activation, (bias, x2, wt),
+                                {"use_gelu": choice.impl == "cublaslt_gelu"})
+            return g.call_function(torch.reshape, (y, out_shape))
+
+        return edit.replace_node(gm, node, build)
+    if choice.impl != "separate":
+        return False
+
+    def build_separate(g: torch.fx.Graph) -> torch.fx.Node:
+        w_out_in = g.get_attr(_weight_t(gm, weight, w)) if weight_t else weight                # (out, in)
+        y = in_place_node(g, g.call_function(torch._C._nn.linear, (x, w_out_in, bias)), act)
+        return y if shape is None else g.call_function(torch.reshape, (y, out_shape))
+
+    return edit.replace_node(gm, node, build_separate)
+
+
+LOWERINGS[fused_linear_act_forms] = _lower_forms
+
+
 def _linear_operands(ctx: RewriteContext, chain) -> tuple:
     """``(x, weight, weight_t, bias)`` of the chain's linear, however it is written; ``UseGeneric`` otherwise."""
     node = ctx.node(chain, "linear")

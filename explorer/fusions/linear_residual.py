@@ -239,6 +239,9 @@ LOWERINGS = {
     fused_linear_residual_separate: lambda gm, node, device, dtype: _lower(gm, node, device, dtype, separate=True),
 }
 
+#: Targets a lean CUDA graph binds per node (``triton_support.BoundCall``): Triton launches only.
+BOUND_CALLS = (linear_residual_gemm,)
+
 
 # ====================================================================== patterns
 

@@ -419,6 +419,11 @@ def fused_add_layer_norm_normed(x, residual, weight, bias, eps, impl=None):
     return add_layernorm(x, residual, weight, bias, eps, keep_sum=False, impl=impl)[1]
 
 
+#: Targets a lean CUDA graph binds per node (``triton_support.BoundCall``: a call that runs anything but its
+#: Triton kernel is recorded once and stays generic).
+BOUND_CALLS = (fused_add_layer_norm, fused_add_layer_norm_viewed, fused_add_layer_norm_normed)
+
+
 # ====================================================================== rewrite
 
 def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:

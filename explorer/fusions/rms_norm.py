@@ -517,6 +517,10 @@ def fused_rms_norm(x, weight, eps):
     return rms_norm(x, weight, eps)
 
 
+#: Targets a lean CUDA graph binds per node (``triton_support.BoundCall``): Triton launches only.
+BOUND_CALLS = (fused_add_rms_norm, fused_add_rms_norm_normed, fused_rms_norm)
+
+
 # ====================================================================== matching
 
 _CASTS = frozenset({"to", "copy"})

@@ -483,11 +483,13 @@ def qkv_rotary_reference(x, weight, bias, cos, sin, heads: int, kv_heads: int, h
 
 def qkv_rotary(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cos: torch.Tensor,
                sin: torch.Tensor, heads: int, kv_heads: int, head_dim: int,
-               tiles: tuple[int, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               tiles: tuple[int, ...] | None = None,
+               token_major: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v of ``x`` (B, S, in) through ``weight = [W_q; W_k; W_v]`` with q and k rotated, as ONE Triton GEMM
     (``kernels.gemm.gemm_qkv_rotary``). Returns ``(q_embed, k_embed, v)``: (B, Hq, S, D), (B, Hkv, S, D)
     contiguous and v as (B, S, Hkv·D) rows, the layouts the unfused model has; ``qkv_rotary_reference``
-    where the kernel does not take the operands."""
+    where the kernel does not take the operands. ``token_major``: column views of the GEMM's own rows instead
+    (``gemm_qkv_rotary``; what the lowering chooses with ``QKV_TOKEN_MAJOR``)."""
     b = x.shape[0]
     a = x.reshape(-1, weight.shape[1])                                                # (B·S, in)
     if (x.dim() != 3 or needs_autograd(x, weight, bias, cos, sin) or not gemm_kernels.paired_applies(a, weight)
@@ -495,7 +497,8 @@ def qkv_rotary(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
             or cos.dim() != 3 or cos.shape != sin.shape or cos.shape[0] not in (1, b) or cos.shape[1] != x.shape[1]
             or cos.shape[2] != head_dim or (bias is not None and bias.dtype != x.dtype)):
         return qkv_rotary_reference(x, weight, bias, cos, sin, heads, kv_heads, head_dim)
-    qe, ke, v = gemm_kernels.gemm_qkv_rotary(a, weight, bias, cos, sin, b, heads, kv_heads, head_dim, tiles=tiles)
+    qe, ke, v = gemm_kernels.gemm_qkv_rotary(a, weight, bias, cos, sin, b, heads, kv_heads, head_dim, tiles=tiles,
+                                             token_major=token_major)
     return qe, ke, v.view(b, x.shape[1], kv_heads * head_dim)
 
 
@@ -543,6 +546,21 @@ def _only_user(n: torch.fx.Node, user: torch.fx.Node) -> bool:
 #: measured no faster (zoo 94.2% of copy against 95.1%; Llama-3-8B 84.8% against 96.5%;
 #: ``benchmarks/results/bench_llm_epilogues_followup_h200.json``).
 TOKEN_MAJOR_ON_COLUMN_VIEWS = False
+
+
+#: Whether the lowering's ``qkv_rotary`` writes q, k, v as column views of the GEMM's own rows (``token_major``)
+#: where attention is the only reader of q and k: attention whose output follows q's layout (cuDNN's) then
+#: writes (B, S, H, D) memory and the reshape before o_proj is a view, not a copy (one copy kernel per layer:
+#: ``benchmarks/results/profile_host_h200.json``). On: on the H200 the zoo decoder prefill's plain call measured
+#: 1.518 against 1.620 ms (0.93× [0.92, 0.94], paired rounds), 31 launches against 35, GPU busy 1.237 against
+#: 1.328 ms, outputs bit for bit the same (``benchmarks/results/bench_host_path_h200.json``).
+QKV_TOKEN_MAJOR = True
+
+
+def _read_by_attention(node: torch.fx.Node) -> bool:
+    """Whether every reader of the rotary's q and k outputs is attention (which takes any strides)."""
+    readers = [u for g in node.users for u in g.users]
+    return bool(readers) and all(_is_attention(u) for u in readers)
 
 
 def rotary_token_major(q, k, cos, sin):
@@ -598,7 +616,8 @@ def _fold_qkv(gm, node, device, dtype) -> bool:
     if any(isinstance(t, torch.fx.Node) and position[t] > position[first] for t in (cos, sin)):
         return False                                    # the tables come later: the GEMM cannot move after them
     with gm.graph.inserting_before(first):
-        call = gm.graph.call_function(qkv_rotary, (x, weight, bias, cos, sin, hq, hkv, d, decision.tiles))
+        call = gm.graph.call_function(qkv_rotary, (x, weight, bias, cos, sin, hq, hkv, d, decision.tiles,
+                                                   QKV_TOKEN_MAJOR and _read_by_attention(node)))
         v = gm.graph.call_function(operator.getitem, (call, 2))
     v.meta.update(getitems[2].meta)
     getitems[2].replace_all_uses_with(v)
@@ -619,6 +638,9 @@ def fused_rotary(q, k, cos, sin):
 
 
 LOWERINGS = {fused_rotary: _lower}
+
+#: Targets a lean CUDA graph binds per node (``triton_support.BoundCall``): Triton launches only.
+BOUND_CALLS = (fused_rotary, qkv_rotary, rotary_token_major)
 
 
 # ====================================================================== matching

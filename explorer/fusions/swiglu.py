@@ -818,6 +818,9 @@ def _lower(gm, node, device, dtype) -> bool:
 
 LOWERINGS = {fused_swiglu: _lower}
 
+#: Targets a lean CUDA graph binds per node (``triton_support.BoundCall``): Triton launches only.
+BOUND_CALLS = (swiglu_epilogue, swiglu_epilogue_interleaved, silu_mul_packed)
+
 
 # ====================================================================== patterns
 

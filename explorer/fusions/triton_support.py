@@ -247,6 +247,13 @@ class _Compiled:
         self.runners: dict[tuple, Any] = {}   # grid -> the handle's launcher for that grid
         self.direct = bind_launcher(handle)   # (grid, stream, args) -> None, or None: use the runners
 
+    def runner(self, grid: tuple) -> Any:
+        """Triton's own runner of this handle for ``grid`` (kept per grid; the handle wants 3 grid dims)."""
+        runner = self.runners.get(("runner", grid))
+        if runner is None:
+            runner = self.runners[("runner", grid)] = self.handle[tuple(grid) + (1,) * (3 - len(grid))]
+        return runner
+
 
 #: The Triton versions whose launcher ``bind_launcher`` knows how to call directly (``major.minor``).
 #: Each is checked on a GPU against the runner it bypasses (``tests/test_gpu_launch.py``); on any other
@@ -375,13 +382,15 @@ def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], ke
     which is much cheaper than ``_specialization`` of every argument (the default).
     Under the interpreter, or on a tensor not on CUDA, always the plain call.
     """
+    if _RECORDING is not None and not _RECORDING.paused:
+        _launch_recorded(kernel, grid, args, constexprs, key, options)
+        return
     first = args[0]
     if not first.is_cuda:
         kernel[grid](*args, **constexprs, **options)
         return
     if key is None:
-        key = (tuple(constexprs.items()), tuple(sorted(options.items())),
-               tuple(_specialization(a) for a in args))
+        key = _default_key(args, constexprs, options)
     device = first.get_device()
     cache = getattr(kernel, "_explorer_compiled", None)
     if cache is None:
@@ -405,7 +414,340 @@ def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], ke
             grid3 = hit.runners[grid] = tuple(grid) + (1,) * (3 - len(grid))
         hit.direct(grid3, stream, (*args, *hit.const_values))
         return
-    runner = hit.runners.get(("runner", grid))
-    if runner is None:  # the handle wants 3 grid dims
-        runner = hit.runners[("runner", grid)] = hit.handle[tuple(grid) + (1,) * (3 - len(grid))]
-    runner(*args, *hit.const_values, stream=stream)
+    hit.runner(grid)(*args, *hit.const_values, stream=stream)
+
+
+def _default_key(args: tuple, constexprs: dict[str, Any], options: dict[str, Any]) -> tuple:
+    """``launch``'s signature key where the caller gives none: everything Triton specialises on."""
+    return (tuple(constexprs.items()), tuple(sorted(options.items())), tuple(_specialization(a) for a in args))
+
+
+def _launch_recorded(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], key: Any,
+                     options: dict[str, Any]) -> None:
+    """``launch`` while a ``BoundCall`` records: the launch as always (the JIT's and the interpreter's own tensor
+    ops not recorded), then the launch and the compiled specialisation it used noted in ``_RECORDING``."""
+    recording = _RECORDING
+    recording.paused = True
+    try:
+        launch(kernel, grid, args, constexprs, key, **options)
+    finally:
+        recording.paused = False
+    entry = None
+    first = args[0]
+    if first.is_cuda and not interpreting():
+        cache = getattr(kernel, "_explorer_compiled", None)
+        full = (key if key is not None else _default_key(args, constexprs, options), first.get_device())
+        entry = None if cache is None else cache.get(full)
+    recording.launches.append((kernel, tuple(grid), tuple(args), dict(constexprs), dict(options), entry))
+
+
+# ------------------------------------------------------------------ bound calls (one graph node, one plan)
+
+class _Recording:
+    """What one call of a fused target did, seen while ``BoundCall`` records it: the launches (through ``launch``),
+    the tensors it allocated, and the first tensor op that is neither an allocation nor a view (``computed``)."""
+
+    __slots__ = ("launches", "allocs", "computed", "paused")
+
+    def __init__(self) -> None:
+        self.launches: list[tuple] = []
+        self.allocs: list[torch.Tensor] = []
+        self.computed: str | None = None
+        self.paused = False
+
+
+#: The recording in progress (``BoundCall``'s first call), else None: ``launch`` notes its launches there.
+_RECORDING: _Recording | None = None
+
+#: ATen ops a recorded call may run without losing its replay: allocations (replayed) and views (metadata only,
+#: the kernels read through the pointers recorded). Anything else computes, so the call keeps its generic path.
+_ALLOCATING = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
+_VIEWING = ("view", "_unsafe_view", "reshape", "transpose", "permute", "expand", "slice", "select", "split",
+            "split_with_sizes", "unsqueeze", "squeeze", "as_strided", "t", "alias", "detach", "unbind", "narrow",
+            "chunk", "unflatten", "flatten", "view_as", "expand_as", "sym_size", "sym_stride", "sym_numel",
+            "sym_storage_offset", "is_contiguous", "lift_fresh")
+
+
+def _metadata_only(func: Any, out: Any) -> bool:
+    """An op that returns no tensor and writes none (``promote_types``, ``result_type``): a question, not work."""
+    schema = getattr(func, "_schema", None)
+    flat = out if isinstance(out, (tuple, list)) else (out,)
+    return schema is not None and not schema.is_mutable and not any(isinstance(o, torch.Tensor) for o in flat)
+
+
+def _recorder_mode():
+    """A ``TorchDispatchMode`` that notes allocations and the first computing op into ``_RECORDING``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            rec = _RECORDING
+            if rec is not None and not rec.paused:
+                name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+                if name in _ALLOCATING and isinstance(out, torch.Tensor):
+                    rec.allocs.append(out)
+                elif name not in _VIEWING and rec.computed is None and not _metadata_only(func, out):
+                    rec.computed = name
+            return out
+
+    return _Mode()
+
+
+def _storage_key(t: torch.Tensor) -> tuple:
+    return (t.device, t.untyped_storage().data_ptr())
+
+
+def _buffer_maker(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device,
+                  contiguous: bool) -> Callable[[], torch.Tensor]:
+    """What makes a replayed call's allocation, as the recorded one: ``torch.empty`` bound to its arguments (a C
+    call per replay, no Python frame). Tests replace this to poison the allocations."""
+    if contiguous:
+        return functools.partial(torch.empty, shape, dtype=dtype, device=device)
+    return functools.partial(torch.empty_strided, shape, stride, dtype=dtype, device=device)
+
+
+class _Replay:
+    """A recorded call replayed: check the inputs, allocate the outputs, launch each kernel once.
+
+    Built from the first call's tensors (``build``); ``run`` returns None where an input differs from the
+    recorded one in what the launches depend on (shape, strides, dtype, device, a pointer's 16-byte alignment
+    where it was aligned, autograd), or a launch hook is set: the caller then takes the generic path.
+    """
+
+    __slots__ = ("checks", "positions", "allocs", "launches", "aligned_inputs", "outputs", "single", "device",
+                 "compiled", "hooks")
+
+    @classmethod
+    def build(cls, args: tuple, rec: _Recording, out: Any) -> "_Replay | str":
+        """The replay of ``rec`` (one call on ``args`` returning ``out``), or why the call cannot be replayed."""
+        if rec.computed is not None:
+            return f"runs {rec.computed} besides its kernels"
+        if not rec.launches:
+            return "launches no Triton kernel"
+        tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        self = cls()
+        self.device = tensors[0][1].device
+        self.compiled = self.device.type == "cuda"
+        if any(t.device != self.device for _, t in tensors):
+            return "reads tensors of two devices"
+        self.checks = tuple((i, t.shape, t.stride(), t.dtype) for i, t in tensors)
+        self.positions = tuple(i for i, _ in tensors)
+        by_storage: dict[tuple, list[int]] = {}
+        for slot, (i, t) in enumerate(tensors):
+            by_storage.setdefault(_storage_key(t), []).append(slot)
+        allocs, alloc_index = [], {}
+        for a in rec.allocs:
+            alloc_index.setdefault(_storage_key(a), len(allocs))
+            if len(allocs) < len(alloc_index):
+                allocs.append(a)
+
+        def source(t: torch.Tensor) -> tuple | str:
+            """``("in", slot, byte offset)`` or ``("new", alloc, byte offset)`` of a tensor a kernel reads."""
+            key = _storage_key(t)
+            slots = by_storage.get(key)
+            if slots:
+                exact = [s for s in slots if tensors[s][1].data_ptr() == t.data_ptr()]
+                if len(slots) == 1:
+                    return ("in", slots[0], t.data_ptr() - tensors[slots[0]][1].data_ptr())
+                if len(exact) == 1:
+                    return ("in", exact[0], 0)
+                return "reads a view shared by two inputs"
+            if key in alloc_index:
+                j = alloc_index[key]
+                return ("new", j, t.data_ptr() - allocs[j].data_ptr())
+            return "reads a tensor made outside the call"
+
+        launches, aligned_inputs, used = [], set(), set()
+        for kernel, grid, largs, constexprs, options, entry in rec.launches:
+            if self.compiled and entry is None:
+                return "a kernel without a kept compiled handle"
+            template = list(largs) + (list(entry.const_values) if self.compiled else [])
+            slots = []
+            for pos, a in enumerate(largs):
+                if not isinstance(a, torch.Tensor):
+                    continue
+                src = source(a)
+                if isinstance(src, str):
+                    return src
+                kind, idx, off = src
+                base = tensors[idx][1] if kind == "in" else allocs[idx]
+                if a.dtype != base.dtype or off % a.element_size():
+                    return "reads a tensor as another dtype"
+                aligned = a.data_ptr() % 16 == 0
+                if kind == "in" and aligned:
+                    aligned_inputs.add((idx, off))
+                if kind == "new":
+                    used.add(idx)
+                # the interpreter reads tensors: their view of the base, as (size, stride, element offset)
+                slots.append((pos, kind == "in", idx, off, tuple(a.shape), tuple(a.stride()), off // a.element_size()))
+                template[pos] = None
+            grid3 = tuple(grid) + (1,) * (3 - len(grid))
+            launches.append((entry, grid3, template, tuple(slots), kernel, grid, constexprs, options))
+        outputs = []
+        flat = list(out) if isinstance(out, (tuple, list)) else [out]
+        for o in flat:
+            if o is None:
+                outputs.append(None)
+                continue
+            if not isinstance(o, torch.Tensor):
+                return "returns something other than tensors"
+            same = [s for s, (_, t) in enumerate(tensors) if t is o]
+            if same:
+                outputs.append(("in", same[0]))
+                continue
+            key = _storage_key(o)
+            if key not in alloc_index:
+                return "returns a view of an input or of a tensor made elsewhere"
+            j = alloc_index[key]
+            used.add(j)
+            whole = (o.shape == allocs[j].shape and o.stride() == allocs[j].stride()
+                     and o.storage_offset() == allocs[j].storage_offset())
+            outputs.append(("new", j) if whole else ("view", j, tuple(o.shape), tuple(o.stride()),
+                                                     o.storage_offset()))
+        if any(a.storage_offset() for a in allocs):
+            return "allocates a view"
+        self.allocs = tuple(_buffer_maker(tuple(a.shape), tuple(a.stride()), a.dtype, a.device, a.is_contiguous())
+                            if j in used else None for j, a in enumerate(allocs))
+        self.launches = tuple(launches)
+        self.aligned_inputs = tuple(sorted(aligned_inputs))
+        self.outputs = tuple(outputs)
+        self.single = not isinstance(out, (tuple, list))
+        self.hooks = _runtime_knobs() if self.compiled else None
+        return self
+
+    def run(self, args: tuple) -> Any:
+        """The outputs of one replayed call on ``args``; None where the generic path must run instead."""
+        device = self.device
+        tensors, bases = [], []
+        for i, shape, stride, dtype in self.checks:
+            t = args[i]
+            if t.dtype != dtype or t.shape != shape or t.stride() != stride or t.device != device:
+                return None
+            tensors.append(t)
+            bases.append(t.data_ptr())
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return None                                   # the generic path takes the reference, which autograd records
+        if self.compiled:
+            enter, exit_ = self.hooks.launch_enter_hook, self.hooks.launch_exit_hook   # ``_hook_active``, inline
+            if (enter is not None and getattr(enter, "calls", True)) or (exit_ is not None
+                                                                         and getattr(exit_, "calls", True)):
+                return None                               # a profiler's hook: Triton's runner calls it
+        for idx, off in self.aligned_inputs:
+            if (bases[idx] + off) & 15:
+                return None                               # compiled for an aligned pointer: the JIT picks another
+        allocs, news = [], []
+        for make in self.allocs:
+            a = None if make is None else make()
+            allocs.append(a)
+            news.append(0 if a is None else a.data_ptr())
+        if self.compiled:
+            stream = torch._C._cuda_getCurrentRawStream(device.index)
+            for entry, grid3, template, slots, _, _, _, _ in self.launches:
+                largs = list(template)
+                for pos, from_input, idx, off, _, _, _ in slots:
+                    largs[pos] = (bases[idx] if from_input else news[idx]) + off
+                if entry.direct is not None:
+                    entry.direct(grid3, stream, largs)
+                else:
+                    entry.runner(grid3)(*largs, stream=stream)
+        else:                                             # the interpreter: tensors, through the plain JIT call
+            for _, _, template, slots, kernel, grid, constexprs, options in self.launches:
+                largs = list(template)
+                for pos, from_input, idx, _, size, stride, elems in slots:
+                    base = tensors[idx] if from_input else allocs[idx]
+                    largs[pos] = torch.as_strided(base, size, stride, base.storage_offset() + elems)
+                kernel[grid](*largs, **constexprs, **options)
+        outs = []
+        for spec in self.outputs:
+            if spec is None:
+                outs.append(None)
+            elif spec[0] == "in":
+                outs.append(tensors[spec[1]])
+            elif spec[0] == "new":
+                outs.append(allocs[spec[1]])
+            else:
+                outs.append(torch.as_strided(allocs[spec[1]], spec[2], spec[3], spec[4]))
+        return outs[0] if self.single else tuple(outs)
+
+
+class BoundCall:
+    """One graph node's fused call, planned once: after its first call, allocate the outputs and launch.
+
+    ``generic`` is a fused call target whose work is Triton launches through ``launch`` (a family's kernel
+    call: the rotary QKV GEMM, the GEMM with a residual, the SwiGLU epilogues, RMSNorm ...). The first call
+    runs it as always (it plans, compiles, keeps the compiled handle) while it is recorded: which kernels it
+    launched with which arguments, which tensors it allocated, which tensors it returned, and that it ran no
+    other tensor op (a view or an allocation only: a ``TorchDispatchMode`` sees every op). Later calls replay
+    that: check each input tensor's shape, strides, dtype and device against the recorded ones (and the
+    16-byte alignment of pointers that were aligned, the one pointer property Triton specialises on), allocate
+    the outputs, launch each kernel through its bound C launcher (``bind_launcher``) with pointers and the
+    recorded integers: no selection, no plan lookup, no key, no environment read, no string. Any difference
+    takes the generic path for that call (which plans and compiles as it always did); so does a call autograd
+    would record, a launch hook (a profiler), or a first call that did anything the replay cannot repeat
+    (``why`` says what).
+
+    The graph's constant arguments (ints, floats, None) are the node's, the same at every call; keyword
+    arguments take the generic path. Under the interpreter (CPU tensors with ``TRITON_INTERPRET=1``) the
+    replay is the same, the kernels called through the JIT with views of the same memory: the CPU tests run
+    this very object. A copy (``copy.deepcopy`` of a graph) starts unrecorded.
+    """
+
+    def __init__(self, generic: Callable[..., Any]) -> None:
+        self.generic = generic
+        self.__name__ = self.__qualname__ = getattr(generic, "__name__", "call")
+        self.__module__ = getattr(generic, "__module__", __name__)
+        self.replay: _Replay | None = None
+        self.recorded = False                             # the first eligible call was recorded
+        self.why: str | None = None                       # why it stays on the generic path (None: bound, or not yet)
+
+    def __repr__(self) -> str:
+        state = "bound" if self.replay is not None else f"generic: {self.why}" if self.why else "not yet called"
+        return f"BoundCall({self.__name__}, {state})"
+
+    def __deepcopy__(self, memo) -> "BoundCall":
+        return BoundCall(self.generic)
+
+    def __reduce__(self):
+        return (BoundCall, (self.generic,))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        replay = self.replay
+        if replay is not None and not kwargs:
+            try:
+                out = replay.run(args)
+            except Exception as exc:  # a launcher that refuses what the replay passes: this node stays generic
+                self.replay, self.why = None, f"replay failed: {type(exc).__name__}: {exc}"[:200]
+                return self.generic(*args)
+            if out is not None:
+                return out
+            return self.generic(*args)
+        if self.recorded or kwargs:
+            return self.generic(*args, **kwargs)
+        return self._record(args)
+
+    def _record(self, args: tuple) -> Any:
+        """Run the generic target once while recording it; keep the replay where it can be made."""
+        global _RECORDING
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        nested = any(isinstance(a, (tuple, list)) and any(isinstance(b, torch.Tensor) for b in a) for a in args)
+        if not tensors or nested or not triton_runs_on(tensors[0].device) or _RECORDING is not None:
+            self.recorded, self.why = True, "not a call on tensors Triton runs on" if not _RECORDING else "nested"
+            return self.generic(*args)
+        if (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)) or (
+                tensors[0].is_cuda and torch.cuda.is_current_stream_capturing()):
+            return self.generic(*args)                    # recorded later, outside autograd and CUDA-graph capture
+        rec = _Recording()
+        _RECORDING = rec
+        try:
+            with _recorder_mode():
+                out = self.generic(*args)
+        finally:
+            _RECORDING = None
+        self.recorded = True
+        replay = _Replay.build(args, rec, out)
+        if isinstance(replay, str):
+            self.why = replay
+        else:
+            self.replay = replay
+        return out

@@ -37,6 +37,16 @@ the same at every call of a prepared graph, whose sequence length is fixed).
 ``fold_constants`` computes such values once, with the same ops on the same
 device, and the graph reads the result as an attribute.
 
+A fifth, on CUDA graphs (``prepare_graph`` runs these after the others): a node's call is bound once, at its
+first call, to what that call resolved to. ``bind_calls``: each Triton-only fused call
+(``triton_support.BoundCall``) records its launches, allocations and outputs and later replays them (an input
+check, the allocations, one C launch per kernel), where the generic call selected, built keys, looked plans up
+and read the environment at every call. ``bind_attention``: each SDPA call (and the attention family's masked
+one) calls the backend op the dispatcher picked for it. ``bind_linears``: each linear on a contiguous input calls
+the ``mm``/``addmm`` ATen's ``linear`` runs for it. Each keeps its bound path only where the first call's
+outputs are the generic call's bit for bit, and takes the generic call whenever an input differs from the
+recorded one; ``unbind`` puts a graph back.
+
 A lean graph is final: it is tied to the state it was made in. Pinned reads
 follow a parameter through ``.to()`` (PyTorch moves parameters in place) but
 not a buffer, and a later ``torch.backends.cudnn.enabled = False`` does not
@@ -50,13 +60,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
 import operator
 
 import torch
 import torch.fx
 
-from explorer.fusions import LOWERINGS
+from explorer.fusions import BOUND_CALLS, LOWERINGS
+from explorer.fusions import attention as attention_family
 from explorer.fusions.edit import set_aside_for
+from explorer.fusions.triton_support import BoundCall
 from explorer.graph.aten import attr_value
 
 aten = torch.ops.aten
@@ -96,6 +109,14 @@ PUBLIC_BINDINGS: dict[Any, tuple[str, Any]] = {
     aten.adaptive_avg_pool2d.default: ("function", torch._C._nn.adaptive_avg_pool2d),
     aten.embedding.default: ("function", torch.embedding),
     aten.scaled_dot_product_attention.default: ("function", torch._C._nn.scaled_dot_product_attention),
+    aten.to.dtype: ("method", "to"),      # (dtype, non_blocking, copy, memory_format): Tensor.to's order
+    aten.addmm.default: ("function", torch.addmm),
+    aten.pow.Tensor_Scalar: ("function", torch.pow),
+    aten.tanh.default: ("function", torch.tanh),
+    aten.neg.default: ("function", torch.neg),
+    aten.rsqrt.default: ("function", torch.rsqrt),
+    aten.mean.dim: ("function", torch.mean),
+    aten.where.ScalarOther: ("function", torch.where),
 }
 
 
@@ -176,6 +197,373 @@ def specialize_fused_calls(gm: torch.fx.GraphModule, device: torch.device | str,
     if changed:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
+        gm.recompile()
+    return changed
+
+
+def bind_calls(gm: torch.fx.GraphModule, targets: frozenset | None = None) -> int:
+    """Give each node whose target is a Triton-only fused call (``explorer.fusions.BOUND_CALLS``, or ``targets``)
+    its own ``triton_support.BoundCall``: planned once, at its first call, then outputs allocated and kernels
+    launched with nothing else per call (see ``BoundCall``). Run after ``specialize_fused_calls`` (which
+    chooses the targets); ``prepare_graph`` does it for CUDA graphs. Edits ``gm`` in place and returns how many
+    nodes were bound.
+    """
+    targets = BOUND_CALLS if targets is None else targets
+    changed = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and not node.kwargs and node.target in targets:
+            node.target = BoundCall(node.target)
+            changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+def bound_calls(gm: torch.fx.GraphModule) -> list:
+    """The graph's bound calls, in graph order (their ``replay``/``why`` say whether each is bound)."""
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"
+            and isinstance(n.target, (BoundCall, BoundAttention, BoundMaskedAttention, BoundLinear))]
+
+
+def unbind(gm: torch.fx.GraphModule) -> int:
+    """Put every bound node of ``gm`` back on its generic call (``BoundCall``'s target; the public SDPA call with
+    the node's arguments): the graph as it was before ``bind_calls``/``bind_attention``. Returns how many."""
+    changed = 0
+    for node in gm.graph.nodes:
+        target = node.target if node.op == "call_function" else None
+        if isinstance(target, BoundCall):
+            node.target = target.generic
+        elif isinstance(target, BoundMaskedAttention):
+            node.target = attention_family.fused_attention
+        elif isinstance(target, BoundLinear):
+            node.target = torch._C._nn.linear
+            node.args = node.args if target.had_bias_arg else node.args[:2]
+        elif isinstance(target, BoundAttention):
+            node.target = torch._C._nn.scaled_dot_product_attention
+            node.args = (*node.args, None, 0.0, target.is_causal)
+            node.kwargs = dict(scale=target.scale, enable_gqa=target.enable_gqa)
+        else:
+            continue
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+# ------------------------------------------------------------------ attention bound to its backend
+
+#: SDPBackend values of ``torch._fused_sdp_choice`` (``torch.nn.attention.SDPBackend``) that ``BoundAttention``
+#: calls directly, and the public binding of each backend's op.
+_SDP_FLASH, _SDP_EFFICIENT, _SDP_CUDNN = 1, 2, 3
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on the current stream: a first call then binds nothing (its
+    comparison would synchronise); it binds at a later call outside the capture."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def _public_sdpa(q, k, v, is_causal, scale, enable_gqa):
+    return torch._C._nn.scaled_dot_product_attention(q, k, v, None, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+class BoundAttention:
+    """One SDPA node (no mask, no dropout) bound to the backend the dispatcher picks for it.
+
+    ``scaled_dot_product_attention`` asks ``_fused_sdp_choice`` at every call which backend runs (a dozen checks
+    of shapes, strides, dtypes and device properties), then calls that backend's op. A prepared graph's
+    shapes are fixed, so at the first call on CUDA this asks ``torch._fused_sdp_choice`` once, calls the chosen
+    op (flash, memory-efficient or cuDNN attention) exactly as ``scaled_dot_product_attention`` calls it (no mask;
+    flash with the head dim's scale computed as PyTorch computes it, only where the head dim needs no padding),
+    and keeps the op only where its output equals the public call's bit for bit and in layout on these inputs;
+    later calls whose q, k, v have the recorded shapes, strides, dtype and device call it directly, others
+    (and calls autograd records) the public SDPA. On the CPU: always the public call. ``why`` says why a node
+    kept the public call; ``backend`` names the op taken.
+    """
+
+    def __init__(self, is_causal: bool, scale: float | None, enable_gqa: bool = False) -> None:
+        self.is_causal, self.scale, self.enable_gqa = bool(is_causal), scale, bool(enable_gqa)
+        # not torch's own module name: fx would then emit a call of torch's function by its qualified name
+        self.__name__ = self.__qualname__ = "bound_scaled_dot_product_attention"
+        self.__module__ = __name__
+        self.op: Any = None
+        self.backend: str | None = None
+        self.checks: tuple | None = None
+        self.recorded = False
+        self.why: str | None = None
+
+    def generic(self, q, k, v):
+        """The public call with this node's arguments."""
+        return _public_sdpa(q, k, v, self.is_causal, self.scale, self.enable_gqa)
+
+    def __repr__(self) -> str:
+        state = f"bound: {self.backend}" if self.op is not None else f"generic: {self.why}" if self.why else "new"
+        return f"BoundAttention({state})"
+
+    def __deepcopy__(self, memo) -> "BoundAttention":
+        return BoundAttention(self.is_causal, self.scale, self.enable_gqa)
+
+    def __reduce__(self):
+        return (BoundAttention, (self.is_causal, self.scale, self.enable_gqa))
+
+    def __call__(self, q, k, v):
+        op = self.op
+        if op is not None:
+            checks = self.checks
+            if (q.shape == checks[0] and k.shape == checks[1] and v.shape == checks[2] and q.stride() == checks[3]
+                    and k.stride() == checks[4] and v.stride() == checks[5] and q.dtype == checks[6]
+                    and k.dtype == checks[6] and v.dtype == checks[6] and q.device == checks[7]
+                    and k.device == checks[7] and v.device == checks[7]
+                    and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+                return op(q, k, v)
+            return _public_sdpa(q, k, v, self.is_causal, self.scale, self.enable_gqa)
+        if self.recorded:
+            return _public_sdpa(q, k, v, self.is_causal, self.scale, self.enable_gqa)
+        return self._bind(q, k, v)
+
+    def _bind(self, q, k, v):
+        out = _public_sdpa(q, k, v, self.is_causal, self.scale, self.enable_gqa)
+        if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)) or _capturing(q):
+            return out                                    # bound later, on a call autograd does not record
+        self.recorded = True
+        if q.device.type != "cuda" or not (q.device == k.device == v.device) or not (q.dtype == k.dtype == v.dtype):
+            self.why = "not three CUDA tensors of one dtype"
+            return out
+        try:
+            choice = int(torch._fused_sdp_choice(q, k, v, None, 0.0, self.is_causal, scale=self.scale,
+                                                 enable_gqa=self.enable_gqa))
+            op, name = self._op(choice, q)
+            if op is None:
+                self.why = name
+                return out
+            direct = op(q, k, v)
+        except Exception as exc:  # a backend that refuses these inputs: keep the public call
+            self.why = f"{type(exc).__name__}: {exc}"[:160]
+            return out
+        if direct.shape != out.shape or direct.stride() != out.stride() or not torch.equal(direct, out):
+            self.why = f"{name} differs from the public call on these inputs"
+            return out
+        self.op, self.backend = op, name
+        self.checks = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device)
+        return out
+
+    def _op(self, choice: int, q) -> tuple[Any, str]:
+        """(the backend op as ``scaled_dot_product_attention`` calls it, its name), or (None, why not)."""
+        causal, scale = self.is_causal, self.scale
+        if choice == _SDP_CUDNN:
+            fn = torch._scaled_dot_product_cudnn_attention
+            return (lambda q, k, v: fn(q, k, v, None, False, 0.0, causal, False, scale=scale)[0]), "cudnn"
+        if choice == _SDP_EFFICIENT:
+            fn = torch._scaled_dot_product_efficient_attention
+            return (lambda q, k, v: fn(q, k, v, None, False, 0.0, causal, scale=scale)[0]), "efficient"
+        if choice == _SDP_FLASH:
+            d = q.shape[-1]
+            if d % 8:
+                return None, f"flash pads head dim {d} to a multiple of 8"
+            og_scale = scale if scale is not None else 1.0 / math.sqrt(d)   # PyTorch's calculate_scale, in double
+            fn = torch._scaled_dot_product_flash_attention
+            return (lambda q, k, v: fn(q, k, v, 0.0, causal, False, scale=og_scale)[0]), "flash"
+        return None, f"the dispatcher picks backend {choice} (math or another), not one called directly"
+
+
+class BoundMaskedAttention:
+    """A ``fused_attention(q, k, v, scale, mask)`` node (the attention family's SDPA call with an additive mask:
+    GPT-2's, BERT's) bound like ``BoundAttention``: at the first call on CUDA the backend the dispatcher picks
+    for these inputs, called as ``scaled_dot_product_attention`` calls it (cuDNN with the mask as it is; the
+    memory-efficient kernel with the mask expanded to (B, H, L, S), where that needs no padding or copy), kept only
+    where it equals the generic call bit for bit; later calls whose q, k, v and mask have the recorded shapes,
+    strides, dtype and device call it directly. The generic call (``attention.fused_attention``, with its
+    contiguity and dtype fix-ups) otherwise, and always on the CPU.
+    """
+
+    def __init__(self) -> None:
+        self.__name__ = self.__qualname__ = "bound_fused_attention"
+        self.__module__ = __name__
+        self.op: Any = None
+        self.backend: str | None = None
+        self.checks: tuple | None = None
+        self.scale: Any = None
+        self.recorded = False
+        self.why: str | None = None
+
+    @staticmethod
+    def generic(q, k, v, scale, mask):
+        return attention_family.fused_attention(q, k, v, scale, mask)
+
+    def __repr__(self) -> str:
+        state = f"bound: {self.backend}" if self.op is not None else f"generic: {self.why}" if self.why else "new"
+        return f"BoundMaskedAttention({state})"
+
+    def __deepcopy__(self, memo) -> "BoundMaskedAttention":
+        return BoundMaskedAttention()
+
+    def __reduce__(self):
+        return (BoundMaskedAttention, ())
+
+    def __call__(self, q, k, v, scale, mask):
+        op = self.op
+        if op is not None:
+            c = self.checks
+            if (isinstance(mask, torch.Tensor) and q.shape == c[0] and k.shape == c[1] and v.shape == c[2]
+                    and mask.shape == c[3] and q.stride() == c[4] and k.stride() == c[5] and v.stride() == c[6]
+                    and mask.stride() == c[7] and q.dtype == c[8] and k.dtype == c[8] and v.dtype == c[8]
+                    and mask.dtype == c[8] and q.device == c[9] and k.device == c[9] and v.device == c[9]
+                    and mask.device == c[9] and scale == self.scale
+                    and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+                return op(q, k, v, mask)
+            return attention_family.fused_attention(q, k, v, scale, mask)
+        out = attention_family.fused_attention(q, k, v, scale, mask)
+        if not self.recorded and not _capturing(q) and not (torch.is_grad_enabled() and (
+                q.requires_grad or k.requires_grad or v.requires_grad)):
+            self._bind(q, k, v, scale, mask, out)
+        return out
+
+    def _bind(self, q, k, v, scale, mask, out) -> None:
+        self.recorded = True
+        tensors = (q, k, v, mask)
+        if (not isinstance(mask, torch.Tensor) or q.device.type != "cuda" or any(t.device != q.device for t in tensors)
+                or any(t.dtype != q.dtype for t in tensors) or any(t.stride(-1) != 1 for t in (q, k, v))
+                or q.dim() != 4 or not (scale is None or isinstance(scale, float))):
+            self.why = "not four CUDA tensors of one dtype, (B, H, L, E) with a contiguous last dim"
+            return
+        try:
+            choice = int(torch._fused_sdp_choice(q, k, v, mask, 0.0, False, scale=scale))
+            op, name = self._op(choice, q, k, mask, scale)
+            if op is None:
+                self.why = name
+                return
+            direct = op(q, k, v, mask)
+        except Exception as exc:  # a backend that refuses these inputs: keep the generic call
+            self.why = f"{type(exc).__name__}: {exc}"[:160]
+            return
+        if direct.shape != out.shape or direct.stride() != out.stride() or not torch.equal(direct, out):
+            self.why = f"{name} differs from the generic call on these inputs"
+            return
+        self.op, self.backend, self.scale = op, name, scale
+        self.checks = (q.shape, k.shape, v.shape, mask.shape, q.stride(), k.stride(), v.stride(), mask.stride(),
+                       q.dtype, q.device)
+
+    @staticmethod
+    def _op(choice: int, q, k, mask, scale) -> tuple[Any, str]:
+        if choice == _SDP_CUDNN:
+            fn = torch._scaled_dot_product_cudnn_attention
+            return (lambda q, k, v, m: fn(q, k, v, m, False, 0.0, False, False, scale=scale)[0]), "cudnn"
+        if choice == _SDP_EFFICIENT:
+            shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+            m4 = mask.expand(shape)
+            if shape[-1] % 16 or any(st % 16 for st in m4.stride()[:3]):
+                return None, "the memory-efficient kernel would pad or copy this mask"
+            fn = torch._scaled_dot_product_efficient_attention
+            return (lambda q, k, v, m: fn(q, k, v, m.expand(shape), False, 0.0, False, scale=scale)[0]), "efficient"
+        return None, f"the dispatcher picks backend {choice} for a masked call, not one called directly"
+
+
+class BoundLinear:
+    """One ``linear`` node whose input is contiguous: the ``mm``/``addmm`` ATen's ``linear`` runs for it, called
+    directly on the input's row view, without ``linear``'s composite steps (``matmul``'s folding decisions).
+
+    For a contiguous ``(..., K)`` input ATen's ``linear`` runs ``addmm(bias, x.view(-1, K), weight.t())`` with a
+    bias and ``x.view(-1, K).mm(weight.t())`` without (matmul folds the leading dims), then views the result
+    back: the same cuBLAS call on the same pointers. The first call runs ``linear`` and the direct call and keeps
+    the direct one only where both are equal bit for bit and in layout; later calls whose input has the recorded
+    shape, strides, dtype and device (and whose weight has the recorded shape) take it, others ``linear``.
+    """
+
+    def __init__(self, had_bias_arg: bool = True) -> None:
+        self.had_bias_arg = had_bias_arg                  # the node passed a bias argument (None or a tensor)
+        self.__name__ = self.__qualname__ = "bound_linear"
+        self.__module__ = __name__
+        self.sig: tuple | None = None
+        self.recorded = False
+        self.why: str | None = None
+
+    generic = staticmethod(torch._C._nn.linear)
+
+    def __repr__(self) -> str:
+        return "BoundLinear(bound)" if self.sig else f"BoundLinear(generic: {self.why})" if self.why else "BoundLinear"
+
+    def __deepcopy__(self, memo) -> "BoundLinear":
+        return BoundLinear(self.had_bias_arg)
+
+    def __reduce__(self):
+        return (BoundLinear, (self.had_bias_arg,))
+
+    def __call__(self, x, w, b=None):
+        sig = self.sig
+        if sig is not None:
+            if (x.shape == sig[0] and x.stride() == sig[1] and x.dtype == sig[2] and x.device == sig[3]
+                    and w.shape == sig[4] and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))):
+                rows = x.view(sig[5], sig[6])
+                out = torch.mm(rows, w.t()) if b is None else torch.addmm(b, rows, w.t())
+                return out.view(sig[7])
+            return torch._C._nn.linear(x, w, b)
+        out = torch._C._nn.linear(x, w, b)
+        if not self.recorded and not _capturing(x) and not (torch.is_grad_enabled() and (
+                x.requires_grad or w.requires_grad)):
+            self._bind(x, w, b, out)
+        return out
+
+    def _bind(self, x, w, b, out) -> None:
+        self.recorded = True
+        if x.dim() < 2 or not x.is_contiguous() or w.dim() != 2 or (b is not None and b.dim() != 1):
+            self.why = "not a contiguous (..., K) input with a 2-D weight"
+            return
+        k = x.shape[-1]
+        m = x.numel() // k if k else 0
+        try:
+            rows = x.view(m, k)
+            direct = (torch.mm(rows, w.t()) if b is None else torch.addmm(b, rows, w.t())).view(out.shape)
+        except Exception as exc:
+            self.why = f"{type(exc).__name__}: {exc}"[:160]
+            return
+        if direct.stride() != out.stride() or direct.dtype != out.dtype or not torch.equal(direct, out):
+            self.why = "mm differs from linear on these inputs"
+            return
+        self.sig = (x.shape, x.stride(), x.dtype, x.device, w.shape, m, k, out.shape)
+
+
+def bind_linears(gm: torch.fx.GraphModule) -> int:
+    """Give each ``linear`` node (input, weight[, bias]) its own ``BoundLinear``. Edits ``gm`` in place; returns how
+    many nodes were bound."""
+    changed = 0
+    for node in gm.graph.nodes:
+        if (node.op == "call_function" and node.target is torch._C._nn.linear and not node.kwargs
+                and len(node.args) in (2, 3)):
+            node.target = BoundLinear(len(node.args) == 3)
+            node.args = (*node.args, None) if len(node.args) == 2 else node.args
+            changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+def bind_attention(gm: torch.fx.GraphModule) -> int:
+    """Bind each ``scaled_dot_product_attention`` node without mask or dropout to its backend (``BoundAttention``;
+    under ``enable_gqa`` the backends that take fewer key/value heads read them as they are, as the public call
+    passes them), and each ``attention.fused_attention`` node (an additive mask) to ``BoundMaskedAttention``. Edits ``gm`` in place; returns how many nodes were bound."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    defaults = dict(attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False)
+    changed = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch._C._nn.scaled_dot_product_attention:
+            continue
+        if len(node.args) > len(names) or any(k not in names for k in node.kwargs):
+            continue
+        bound = {**defaults, **dict(zip(names, node.args)), **node.kwargs}
+        if not all(k in bound for k in names[:3]) or bound["attn_mask"] is not None or bound["dropout_p"] != 0.0:
+            continue
+        if not isinstance(bound["enable_gqa"], bool) or not isinstance(bound["is_causal"], bool) or not (
+                bound["scale"] is None or isinstance(bound["scale"], float)):
+            continue
+        node.target = BoundAttention(bound["is_causal"], bound["scale"], bound["enable_gqa"])
+        node.args, node.kwargs = (bound["query"], bound["key"], bound["value"]), {}
+        changed += 1
+    for node in gm.graph.nodes:
+        if (node.op == "call_function" and node.target is attention_family.fused_attention and not node.kwargs
+                and len(node.args) == 5):
+            node.target = BoundMaskedAttention()
+            changed += 1
+    if changed:
         gm.recompile()
     return changed
 

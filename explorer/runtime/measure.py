@@ -221,6 +221,10 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     if lean:
         lean_graphs.lower_aten_calls(gm)
         lean_graphs.specialize_fused_calls(gm, target_device, dtype, "channels_last" if channels_last else "nchw")
+        if torch.device(target_device).type == "cuda":
+            lean_graphs.bind_calls(gm)
+            lean_graphs.bind_attention(gm)
+            lean_graphs.bind_linears(gm)
         lean_graphs.fold_constants(gm)
         lean_graphs.pin_attrs(gm)
     return gm.eval()

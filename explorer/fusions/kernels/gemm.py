@@ -398,7 +398,8 @@ def gemm_swiglu(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 
 def gemm_qkv_rotary(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cos: torch.Tensor,
                     sin: torch.Tensor, batch: int, heads: int, kv_heads: int, head_dim: int, *,
-                    tiles: tuple[int, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    tiles: tuple[int, ...] | None = None,
+                    token_major: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``q, k, v = split(a @ weightᵀ + bias)`` with q and k rotated, as ONE Triton GEMM (rotary in its epilogue).
 
     ``a``: ``(B·S, K)``, rows ``b·S + s``; ``weight``: ``[W_q; W_k; W_v]``, ``((Hq + 2·Hkv)·D, K)``; ``bias``
@@ -406,6 +407,11 @@ def gemm_qkv_rotary(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     ``(B, Hq, S, D)`` and ``(B, Hkv, S, D)`` contiguous (what ``apply_rotary_pos_emb`` returns after the
     model's view and transpose), each element ``t·cos + rotate_half(t)·sin`` of the fp32 accumulator
     rounded once, and ``v`` as ``(B·S, Hkv·D)`` contiguous rows (what ``v_proj`` returns).
+
+    ``token_major``: the three outputs are column views of ONE ``(B·S, (Hq + 2·Hkv)·D)`` buffer, the GEMM's own
+    row layout (q and k ``(B, H, S, D)`` views of ``(B, S, H, D)`` memory, v rows ``(Hq + 2·Hkv)·D`` apart), the
+    layout the unfused model's packed projection has: attention that writes its output in q's layout then
+    writes ``(B, S, H, D)`` memory, which o_proj reads without a copy.
     """
     m = a.shape[0]
     d = head_dim
@@ -416,10 +422,16 @@ def gemm_qkv_rotary(a: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     if cos.stride(-1) != 1 or sin.stride(-1) != 1:
         cos, sin = cos.contiguous(), sin.contiguous()
     nq, nk = batch * heads * seq * d, batch * kv_heads * seq * d
-    out = _new_output((nq + 2 * nk,), a.dtype, a.device)                # one allocation for the three outputs
-    qo = out[:nq].view(batch, heads, seq, d)
-    ko = out[nq:nq + nk].view(batch, kv_heads, seq, d)
-    v = out[nq + nk:].view(m, kv_heads * d)
+    if token_major:
+        rows = _new_output((m, (heads + 2 * kv_heads) * d), a.dtype, a.device)   # the GEMM's rows: q | k | v
+        qo = rows[:, :heads * d].view(batch, seq, heads, d).transpose(1, 2)       # (B, Hq, S, D) of (B, S, Hq, D)
+        ko = rows[:, heads * d:(heads + kv_heads) * d].view(batch, seq, kv_heads, d).transpose(1, 2)
+        v = rows[:, (heads + kv_heads) * d:]                                      # (M, Hkv·D), rows N apart
+    else:
+        out = _new_output((nq + 2 * nk,), a.dtype, a.device)            # one allocation for the three outputs
+        qo = out[:nq].view(batch, heads, seq, d)
+        ko = out[nq:nq + nk].view(batch, kv_heads, seq, d)
+        v = out[nq + nk:].view(m, kv_heads * d)
     _paired("rotary", a, weight, bias, v, qo, ko, (heads + 2 * kv_heads) * d // 2, 0, d // 2, cos, sin, seq,
             heads, kv_heads, tiles)
     return qo, ko, v

@@ -1,0 +1,398 @@
+"""The fused graph's host path, before and after its bound calls (issue 22): host time per forward and per launch.
+
+``prepare_graph`` now binds each Triton-only fused node once (``lean.bind_calls``: ``triton_support.BoundCall``,
+after its first call an input check, the allocations and one C launch per kernel), each SDPA node to the
+backend the dispatcher picks (``lean.bind_attention``) and each linear on a contiguous input to the mm/addmm ATen's
+linear runs for it (``lean.bind_linears``). This script measures what that saves, on the GPU, for the fused
+graphs exactly as ``bench_measured.py`` prepares them (``prepared_fused``: its steps, the model's casts kept),
+against the same graph with
+every bound node put back to its generic target (``generic``: the path before this change):
+
+- **host issue ms**: host time to issue one forward with the GPU idle (synchronised before each call);
+- **plain calls**: ms per forward of ``fused_generic``, ``fused_bound``, the fused graph's own CUDA-graph replay
+  (``fused_graph``; the same kernels either way) and torch.compile default (and its CUDA-graph replay) timed in
+  the same alternated rounds (``measure.time_paired``);
+- **host µs per launch**: (plain call − CUDA-graph replay) / kernels launched, per round, for each;
+- **bitwise**: the bound graph's outputs against the generic graph's, ``torch.equal`` on every output, and each
+  bound node's state (bound, or why it stayed generic);
+- **token-major QKV** (``fused_bound_token_major``, decoders whose QKV GEMM has rotary in its epilogue): the same
+  graph with ``qkv_rotary`` writing q, k, v as column views of its own rows (``rotary.QKV_TOKEN_MAJOR``), so that
+  attention writes (B, S, H, D) memory and the reshape before o_proj is a view: its time, GPU busy and launches,
+  and its outputs against the generic graph's (not bitwise: attention reads other strides).
+
+Usage (GPU machine)::
+
+    python3 benchmarks/bench_host_path.py                  # zoo decoder + GPT-2 folder, about 110 s on one H200
+    python3 benchmarks/bench_host_path.py --models llama_decoder,llama_decoder_8b_layers --compile --budget-s 400
+
+Writes ``$OUT/bench_host_path.json`` (else ``benchmarks/results/bench_host_path.json``) after every model; prints
+a short table, then the per-family GPU bitwise checks (``family_checks``) while time is left. A model does not
+start with less than 35 s of ``--budget-s`` left; torch.compile runs only with ``--compile`` and 120 s left; at
+``--budget-s`` + 10 s a watchdog writes the JSON and ends the process (the JSON says what was skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import _common as common  # noqa: E402
+from benchmarks import bench_measured as bm  # noqa: E402
+from benchmarks import profile_host as ph  # noqa: E402
+
+MODELS = ("llama_decoder", "gpt2_medium_layers")
+START = time.perf_counter()
+
+
+def prepared_fused(case, device: str, tmp: Path, eager: bool) -> dict:
+    """``bench_measured.prepared`` without the unfused graph (and without the eager module unless ``eager``): the
+    fused graph exactly as the runner prepares it (the model's casts kept), its inputs."""
+    from explorer.fusion_engine import fuse
+    from explorer.fusions.plan import make_plan
+    from explorer.runtime import measure as m
+
+    analysis = bm.load_case(case, tmp)
+    model, _graph, det = analysis
+    plan = make_plan(det, "all", memory_format="channels_last" if case.channels_last else "nchw")
+    fused = fuse(analysis, plan, device)
+    dtype = m.torch_dtype(case.dtype)
+    casts, _note = (m.record_casts(model.module, model.example_inputs, model.gm, dtype)
+                    if model.module is not None else (None, None))
+    return dict(inputs=m.prepare_inputs(model.example_inputs, device, dtype, case.channels_last),
+                fused_gm=m.prepare_graph(fused.gm, device, dtype, case.channels_last, casts=casts),
+                eager=m.prepare_module(model.module, device, dtype, case.channels_last) if eager else None)
+
+
+def generic_copy(gm):
+    """The same graph (same tensors, same nodes) with every bound node back on its generic target."""
+    import torch.fx
+
+    from explorer.runtime import lean
+
+    graph = torch.fx.Graph()
+    graph._codegen = gm.graph._codegen                # the pytree in/out specs: the same calling convention
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    copy = torch.fx.GraphModule(gm, graph)
+    copy.__dict__.update({k: v for k, v in gm.__dict__.items() if k.startswith("_pin_")})
+    lean.unbind(copy)
+    return copy
+
+
+def token_major_copy(gm):
+    """``generic_copy`` with each QKV-rotary node read by attention only writing token-major outputs
+    (``rotary.QKV_TOKEN_MAJOR``'s choice), bound again; (graph, nodes switched)."""
+    import torch
+
+    from explorer.fusions import rotary
+    from explorer.runtime import lean
+
+    copy = generic_copy(gm)
+    switched = 0
+    for node in copy.graph.nodes:
+        if node.op == "call_function" and node.target is rotary.qkv_rotary and len(node.args) == 10 \
+                and node.args[9] is False:          # with rotary.QKV_TOKEN_MAJOR on, the graph is token-major already
+            readers = [u for g in node.users if g.args[1] in (0, 1) for u in g.users]
+            if readers and all(u.target is torch._C._nn.scaled_dot_product_attention for u in readers):
+                node.args = (*node.args[:9], True)
+                switched += 1
+    copy.recompile()
+    lean.bind_calls(copy)
+    lean.bind_attention(copy)
+    lean.bind_linears(copy)
+    return copy, switched
+
+
+def _flat(out) -> list:
+    import torch
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flat(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _flat(o)]
+    return []
+
+
+def bitwise(a, b) -> dict:
+    """Whether two forwards' outputs are equal bit for bit, output by output."""
+    import torch
+    fa, fb = _flat(a), _flat(b)
+    same = [bool(x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)) for x, y in zip(fa, fb)]
+    return dict(outputs=len(fa), equal=all(same) and len(fa) == len(fb), per_output=same)
+
+
+def measure(key: str, args, log) -> dict:
+    import torch
+
+    from explorer.runtime import lean
+    from explorer.runtime import measure as m
+
+    device = "cpu" if args.smoke else "cuda"
+    case = bm.SMOKE_CASES[key] if args.smoke else bm.CASES[key]
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        p = prepared_fused(case, device, Path(tmp), eager=args.compile)
+    fused, inputs = p["fused_gm"], p["inputs"]
+    if args.smoke:                                    # prepare_graph binds on CUDA only: bind here for the check
+        lean.bind_calls(fused)
+        lean.bind_attention(fused)
+        lean.bind_linears(fused)
+    generic = generic_copy(fused)
+    row: dict[str, Any] = dict(title=case.title, load_s=round(time.perf_counter() - t0, 1), notes=[])
+    with torch.inference_mode():
+        for _ in range(3):                            # the first call records each bound node
+            out_b = fused(*inputs)
+            out_g = generic(*inputs)
+        m.synchronize(device)
+        row["bitwise_bound_vs_generic"] = bitwise(out_b, out_g)
+    row["bound_nodes"] = [repr(b) for b in lean.bound_calls(fused)]
+    row["bound"] = sum(1 for b in row["bound_nodes"] if "generic" not in b and ("bound)" in b or "bound:" in b))
+    plain = {"fused_generic": lambda: generic(*inputs), "fused_bound": lambda: fused(*inputs)}
+    if not args.smoke and args.budget_s - (time.perf_counter() - START) < 20:
+        row["notes"].append("stopped after the bitwise check: under 20 s of --budget-s left")
+        return row
+    tm, switched = token_major_copy(fused)
+    row["token_major_nodes"] = switched
+    if switched:
+        with torch.inference_mode():
+            for _ in range(3):
+                out_t = tm(*inputs)
+            m.synchronize(device)
+            row["token_major_vs_generic"] = dict(bitwise(out_t, out_g), max_abs=max(
+                float((a.double() - b.double()).abs().max()) for a, b in zip(_flat(out_t), _flat(out_g))))
+        row["token_major_bound_nodes"] = [repr(b) for b in lean.bound_calls(tm)]
+        plain["fused_bound_token_major"] = lambda: tm(*inputs)
+        del out_t
+    del out_b, out_g
+    left = args.budget_s - (time.perf_counter() - START)
+    keep = []
+    if args.compile and not args.smoke and left > 120:
+        try:
+            call, target, seconds = common.compile_copy(p["eager"], None, inputs, device)
+            keep.append(target)
+            plain["compile_default"] = call
+            row["compile_s"] = seconds
+        except Exception as exc:
+            row["notes"].append(f"compile default failed: {m._one_line(exc)[:200]}")
+    else:
+        row["notes"].append("compile default: not run (no --compile, or under 120 s of --budget-s left): "
+                            "bench_measured's JSON has it for these models")
+    variants = dict(plain)
+    graph_of = {"fused_generic": "fused_graph", "fused_bound": "fused_graph", "compile_default": "compile_default_graph",
+                "fused_bound_token_major": "fused_token_major_graph"}
+    for name in ("fused_bound", "compile_default", "fused_bound_token_major"):
+        if name in plain and not args.smoke:
+            replay, why = common.cuda_graph_replay(plain[name], device)
+            if replay is None:
+                row["notes"].append(f"{name} CUDA graph: {why}")
+            else:
+                variants[graph_of[name]] = replay
+    with torch.inference_mode():
+        issue = {v: bm.host_issue_ms(fn, device, args.issue_calls) for v, fn in plain.items()}
+        # where the bound graph's host time still goes (own time per function, as profile_host.py reports it)
+        row["cprofile_fused_bound"] = ph.cprofile_top(plain["fused_bound"], 10, device, 20)
+        row["cprofile_fused_generic"] = ph.cprofile_top(plain["fused_generic"], 10, device, 12)
+    left = args.budget_s - (time.perf_counter() - START)
+    plan = m.TimingPlan(warmup=1, reps=3) if args.smoke else m.TimingPlan(
+        warmup=2, reps=None, target_s=min(args.target_s, max(0.2, left / 40)), min_reps=15, max_reps=120,
+        max_rounds=150, budget_s=min(args.extend_s, max(0.0, left / 15)))
+    pairs = [("fused_generic", "fused_bound")] + ([("compile_default", "fused_bound")] if "compile_default" in plain
+                                                   else []) + ([("fused_bound", "fused_bound_token_major")]
+                                                               if "fused_bound_token_major" in plain else [])
+    samples = m.time_paired(variants, pairs, device, plan)
+    profiles = {v: common.profile_forward(fn, device, top=6, cpu_ops=False) for v, fn in plain.items()}
+    launches = {v: profiles[v].get("kernel_launches") for v in plain}
+    row["variants"] = {}
+    for v in variants:
+        r = dict(latency_ms=m.summarize(samples[v]))
+        if v in plain:
+            r["host_issue_ms"] = m.summarize(issue[v])
+            r["launches"] = launches[v]
+            r["gpu_busy_ms"] = profiles[v].get("gpu_busy_ms")
+            r["top_kernels"] = profiles[v].get("top_kernels")
+            g = graph_of[v]
+            if launches[v] and g in samples:
+                r["host_us_per_launch"] = m.summarize(bm.host_per_launch(samples[v], samples[g], launches[v]))
+                r["exposed_host_ms"] = m.summarize([a - b for a, b in zip(samples[v], samples[g])])
+        row["variants"][v] = r
+    row["verdicts"] = [bm.verdict(samples, b, c, "plain calls, paired rounds", f"{c} vs {b}") for b, c in pairs]
+    row["samples_ms"] = {v: [round(t, 5) for t in s] for v, s in samples.items()}
+    row["wall_s"] = round(time.perf_counter() - t0, 1)
+    del keep, plain, variants
+    if not args.smoke:
+        torch.cuda.empty_cache()
+    log(f"{key}: done in {row['wall_s']} s")
+    return row
+
+
+def family_checks(deadline: float, device: str = "cuda") -> dict:
+    """Each bound family on CUDA at one awkward shape in bf16: the replay (second call) against the generic call,
+    bit for bit and in layout, and the bound state. A family not started before ``deadline`` is listed as skipped."""
+    import torch
+    import torch.nn.functional as F
+
+    from explorer.fusions import linear_residual, norm, rms_norm, rotary, swiglu
+    from explorer.fusions import triton_support as ts
+    from explorer.fusions.kernels import gemm
+    from explorer.runtime import lean
+    from explorer.runtime import measure as m
+
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def r(*shape, scale=1.0):
+        return torch.randn(*shape, device=device, dtype=torch.bfloat16, generator=g) * scale
+
+    x, res, w = r(3, 37, 520), r(3, 37, 520), r(520)
+    q, k, cos, sin = r(2, 8, 33, 64), r(2, 2, 33, 64), r(1, 33, 64), r(1, 33, 64)
+    xa = r(2, 33, 520)
+    w_qkv, w_o, b_o, z = r(12 * 64, 520, scale=0.05), r(384, 520, scale=0.05), r(384), r(2, 33, 384)
+    w_il, _ = gemm.interleave_gate_up(r(2 * 344, 520, scale=0.05))
+    qa, ka, va = r(2, 8, 128, 64), r(2, 2, 128, 64), r(2, 2, 128, 64)
+    cases = {
+        "rms_norm": (rms_norm.fused_rms_norm, (x, w, 1e-6)),
+        "add_rms_norm": (rms_norm.fused_add_rms_norm, (x, res, w, 1e-6)),
+        "add_rms_norm_normed": (rms_norm.fused_add_rms_norm_normed, (x, res, w, 1e-6)),
+        "add_layer_norm": (norm.fused_add_layer_norm, (x, res, w, r(520), 1e-5)),
+        "rotary": (rotary.fused_rotary, (q, k, cos, sin)),
+        "qkv_rotary": (rotary.qkv_rotary, (xa, w_qkv, None, cos, sin, 8, 2, 64, None, False)),
+        "qkv_rotary_token_major": (rotary.qkv_rotary, (xa, w_qkv, None, cos, sin, 8, 2, 64, None, True)),
+        "linear_residual": (linear_residual.linear_residual_gemm, (xa, w_o, b_o, z)),
+        "swiglu_interleaved": (swiglu.swiglu_epilogue_interleaved, (xa, w_il, None, None)),
+        "silu_mul_packed": (swiglu.silu_mul_packed, (r(5, 41, 688), 344)),
+        "linear": ("linear", (x, w_o, b_o)),
+        "sdpa_gqa_causal": ("sdpa", (qa, ka, va)),
+    }
+    out: dict[str, Any] = {}
+    for name, (target, args) in cases.items():
+        if time.perf_counter() > deadline:
+            out[name] = "skipped: the deadline"
+            continue
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                if target == "linear":
+                    bound, generic = lean.BoundLinear(), (lambda *a: F.linear(*a))
+                elif target == "sdpa":
+                    bound = lean.BoundAttention(True, None, True)
+                    generic = lambda *a: F.scaled_dot_product_attention(*a, is_causal=True, enable_gqa=True)  # noqa
+                else:
+                    bound, generic = ts.BoundCall(target), target
+                bound(*args)
+                replayed = bound(*args)
+                want = generic(*args)
+                m.synchronize(device)
+                flat_r, flat_w = _flat(replayed), _flat(want)
+                equal = len(flat_r) == len(flat_w) and all(
+                    a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b) for a, b in zip(flat_r, flat_w))
+            out[name] = dict(equal=equal, state=repr(bound), seconds=round(time.perf_counter() - t0, 2))
+        except Exception as exc:  # one family's failure is a result
+            out[name] = dict(equal=False, error=f"{type(exc).__name__}: {exc}"[:300])
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--budget-s", type=float, default=100.0,
+                    help="no model starts after it; the process writes its JSON and exits at --budget-s + 10")
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile default (tens of seconds each)")
+    ap.add_argument("--issue-calls", type=int, default=30)
+    ap.add_argument("--target-s", type=float, default=0.4, help="timed seconds per variant to aim at")
+    ap.add_argument("--extend-s", type=float, default=3.0, help="seconds of extra rounds for an open verdict")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU, Triton's interpreter, bench_measured's GPT-2 tiny smoke case: the plumbing, not GPU numbers")
+    args = ap.parse_args(argv)
+    path = common.results_path(args.out, "bench_host_path.json")
+    doc: dict[str, Any] = dict(schema="bench_host_path/1", **common.run_stamp(), models={}, skipped=[])
+    import torch
+    if args.smoke:
+        import os
+        os.environ["TRITON_INTERPRET"] = "1"
+        args.models, args.compile = "gpt2_tiny_smoke", False
+        doc["label"] = "SMOKE run on the CPU (Triton interpreter): the numbers are not GPU numbers"
+    elif not torch.cuda.is_available():
+        return common.write_skipped(doc, path, "bench_host_path.py")
+    doc["gpu"] = torch.cuda.get_device_name(0) if not args.smoke else "none (CPU smoke)"
+    doc["versions"] = dict(torch=torch.__version__, triton=__import__("triton").__version__)
+    log = common.elapsed_logger(START)
+    if not args.smoke:
+        _watchdog(doc, path, args.budget_s + 10)
+    for key in [k for k in args.models.split(",") if k]:
+        if args.budget_s - (time.perf_counter() - START) < 35:
+            doc["skipped"].append(f"{key}: under 35 s of --budget-s left")
+            continue
+        try:
+            doc["models"][key] = measure(key, args, log)
+        except Exception as exc:  # a failed model is recorded, the others still run
+            import traceback
+            doc["models"][key] = dict(error=f"{type(exc).__name__}: {exc}"[:400],
+                                      where=traceback.format_exc()[-1500:])
+        common.write_json(path, doc)
+    if not args.smoke:
+        if args.budget_s - (time.perf_counter() - START) > 8:
+            doc["family_checks"] = family_checks(START + args.budget_s)
+        else:
+            doc["skipped"].append("family_checks: under 8 s of --budget-s left")
+        common.write_json(path, doc)
+    print(f"{'model':26} {'variant':16} {'ms':>8} {'issue ms':>9} {'launch':>7} {'host us/launch':>15}")
+    for key, r in doc["models"].items():
+        if "error" in r:
+            print(key, r["error"])
+            continue
+        print(f"{key}: bitwise bound == generic: {r['bitwise_bound_vs_generic']['equal']}, "
+              f"{r['bound']} of {len(r['bound_nodes'])} bound nodes bound")
+        for v, x in r["variants"].items():
+            hpl = x.get("host_us_per_launch")
+            print(f"{key:26} {v:16} {x['latency_ms']['median']:8.3f} "
+                  f"{x.get('host_issue_ms', {}).get('median', float('nan')):9.3f} {x.get('launches') or 0:7.0f} "
+                  f"{hpl['median'] if hpl else float('nan'):15.1f}")
+        for vd in r["verdicts"]:
+            print(f"   {vd['target']}: {vd['verdict']} ({vd['candidate_ms']:.3f} vs {vd['baseline_ms']:.3f} ms)")
+        for s in r["bound_nodes"]:
+            if "generic" in s:
+                print("   stays generic:", s)
+        for x in r.get("cprofile_fused_bound", [])[:8]:
+            print(f"   bound cProfile own {x['own_us']:7.1f} us x{x['calls_per_forward']:.0f} {x['function']}")
+    for name, c in doc.get("family_checks", {}).items():
+        print(f"family {name:24} {c if isinstance(c, str) else ('bitwise ' + str(c.get('equal')) + ' ' + c.get('state', c.get('error', '')))}")
+    for s in doc["skipped"]:
+        print("skipped:", s)
+    print("wrote", path, f"in {time.perf_counter() - START:.1f} s")
+    return 0
+
+
+def _watchdog(doc: dict, path: Path, at_s: float) -> None:
+    """At ``at_s`` seconds after the start: write what was measured and leave the process (a hard deadline)."""
+    import os
+    import threading
+
+    def stop() -> None:
+        try:
+            doc.setdefault("skipped", []).append(f"stopped by the hard deadline at {at_s:.0f} s")
+            common.write_json(path, doc)
+        finally:
+            print(f"bench_host_path: hard deadline at {at_s:.0f} s; wrote {path}", flush=True)
+            os._exit(0)
+
+    timer = threading.Timer(max(1.0, at_s - (time.perf_counter() - START)), stop)
+    timer.daemon = True
+    timer.start()
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    import os
+    os._exit(code)        # no lingering threads or children (the watchdog, compile workers)

@@ -1,0 +1,102 @@
+"""A CPU proxy of the fused graph's host path: Python frames of the explorer per forward, bound against generic.
+
+Not a GPU number and not a time: on the CPU the Triton kernels run in Triton's interpreter, whose own frames say
+nothing about a CUDA launch. What it counts is the explorer's own Python work per forward (frames whose code is
+in ``explorer/``: selections, plans, keys, wrappers), the part ``lean.bind_calls``/``bind_attention``/
+``bind_linears`` remove, for the tiny zoo-style Llama decoder (2 layers, GQA 3 over 1 heads of 16, both LLM
+epilogues on) fused and prepared lean on the CPU, then bound; and the environment reads (``os.environ``) per
+forward.
+
+Usage::
+
+    python3 benchmarks/check_host_frames.py        # writes $OUT/check_host_frames.json (else benchmarks/results/)
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+for p in (ROOT, ROOT / "tests"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from benchmarks import _common as common  # noqa: E402
+
+
+def frames_per_forward(fn, calls: int = 3) -> tuple[float, float, dict]:
+    """(explorer frames per call, environment reads per call, the top explorer functions by frames)."""
+    counts: collections.Counter = collections.Counter()
+    env_reads = [0]
+    explorer = str(ROOT / "explorer")
+
+    import triton
+    interpreter = str(Path(triton.__file__).parent)
+
+    def in_kernel(frame) -> bool:
+        """A frame the Triton interpreter runs (a kernel body or its helpers): not host work on a GPU."""
+        f = frame.f_back
+        while f is not None:
+            if f.f_code.co_filename.startswith(interpreter):
+                return True
+            f = f.f_back
+        return False
+
+    def profiler(frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            if code.co_filename.startswith(explorer) and not in_kernel(frame):
+                counts[f"{Path(code.co_filename).name}:{code.co_name}"] += 1
+            elif code.co_name == "__getitem__" and code.co_filename in ("<frozen os>", os.__file__):
+                env_reads[0] += 1
+
+    sys.setprofile(profiler)
+    try:
+        for _ in range(calls):
+            fn()
+    finally:
+        sys.setprofile(None)
+    top = dict((k, v / calls) for k, v in counts.most_common(15))
+    return sum(counts.values()) / calls, env_reads[0] / calls, top
+
+
+def main() -> int:
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    from triton_testing import detect_module, fuse_all, randomized
+
+    from explorer.fusions.kernels import measured
+    from explorer.runtime import lean, measure
+    from explorer.sources import models
+
+    torch.manual_seed(0)
+    sizes = dict(layers=2, hidden=48, heads=3, kv_heads=1, intermediate=40, vocab=64, max_positions=32)
+    model = randomized(models.LlamaDecoder(sizes).eval(), 1)
+    ids = torch.randint(0, 64, (2, 7))
+    gm, det = detect_module(model, (ids,), "tiny_llama")
+    fused = fuse_all(gm, det)
+    with measured.policy(swiglu="always", qkv_rotary="always"):
+        generic = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    bound = copy.deepcopy(generic)
+    n = dict(calls=lean.bind_calls(bound), attention=lean.bind_attention(bound), linears=lean.bind_linears(bound))
+    doc = dict(schema="check_host_frames/1", **common.run_stamp(),
+               label="CPU proxy (Triton interpreter): explorer frames per forward, not GPU time", bound_nodes=n)
+    with torch.inference_mode():
+        bound(ids)                                    # the first call records
+        for name, g in (("generic", generic), ("bound", bound)):
+            frames, env, top = frames_per_forward(lambda g=g: g(ids))
+            doc[name] = dict(explorer_frames_per_forward=frames, environment_reads_per_forward=env, top=top)
+            print(f"{name:8} explorer frames/forward {frames:7.1f}   os.environ reads/forward {env:5.1f}")
+    doc["states"] = [repr(b) for b in lean.bound_calls(bound)]
+    path = common.results_path(None, "check_host_frames.json")
+    common.write_json(path, doc)
+    print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
