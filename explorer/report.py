@@ -142,6 +142,11 @@ class Measurement:
     memory_note: str = ""
 
 
+#: What a verdict of the older statistic says where its bootstrap interval excludes 1 and its test did not reject.
+OLDER_INTERVAL_NOTE = ("interval from the earlier bootstrap statistic, which can exclude 1 where the test does not "
+                       "reject; the reading is the test's")
+
+
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     """A candidate (the fused form) against a baseline, decided by a test over paired rounds.
@@ -211,7 +216,19 @@ class Verdict:
         lo, hi = self.interval or (None, None)
         p = f", p={self.p_value:.2g}" if self.p_value is not None else ""
         line = f"{word}: {self.speedup:.2f}x (95% CI {lo:.2f}-{hi:.2f}x){p}, {self.n} rounds"
+        if self.older_interval_disagrees:
+            return f"{line} ({OLDER_INTERVAL_NOTE})"
         return f"{line} ({self.note})" if self.significant_but_same else line
+
+    @property
+    def older_interval_disagrees(self) -> bool:
+        """A verdict stored by the statistic before the Hodges-Lehmann one (its ``method`` names a bootstrap
+        interval) whose interval excludes 1 although its test did not reject: that older interval and test were
+        two statistics and could disagree; the reading is the test's, and wherever the interval is shown a note
+        says so (a report keeps its medians, not its rounds, so the verdict cannot be recomputed)."""
+        lo, hi = self.interval or (None, None)
+        return (self.tested and self.label == SAME and "bootstrap" in (self.method or "") and lo is not None
+                and hi is not None and (lo > 1 or hi < 1) and not self.significant_but_same)
 
     @property
     def significant_but_same(self) -> bool:

@@ -10,6 +10,7 @@ contradicted each other.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import tracemalloc
@@ -266,3 +267,22 @@ def test_the_results_page_says_what_undecided_means_in_both_languages():
     en, zh = t_in("en", "results.undecided", n=2), t_in("zh", "results.undecided", n=2)
     assert en.startswith("2 chain(s) undecided") and "Hodges-Lehmann" in en and "3% minimum effect" in en
     assert zh.startswith("2 条链尚无定论") and "Hodges-Lehmann" in zh and "3% 的最小效应" in zh
+
+
+def test_a_stored_verdict_of_the_older_statistic_says_its_interval_and_test_disagree():
+    """A committed report made before the Hodges-Lehmann statistic can hold "undecided: 1.41x (95% CI 1.04-1.71x),
+    p=0.2": its bootstrap interval excludes 1 and its test did not reject (the walk found one on screen). Its rounds
+    are not kept, so it cannot be recomputed; wherever it is described a note says which statistic disagrees, in
+    both languages. A verdict of the current statistic, or an older one whose interval holds 1, gets no note."""
+    from explorer.report import SAME, Verdict
+    from explorer.ui.charts import describe_verdict
+
+    older = "Wilcoxon signed-rank test on paired log ratios (two-sided); 95% bootstrap CI of the median ratio"
+    stored = Verdict(SAME, ratio=1 / 1.41, ci_low=1 / 1.71, ci_high=1 / 1.04, p_value=0.2, n=12, method=older)
+    assert stored.older_interval_disagrees
+    assert "earlier bootstrap statistic" in stored.describe()
+    assert "earlier bootstrap statistic" in describe_verdict(stored, "en")
+    assert "bootstrap 统计量" in describe_verdict(stored, "zh")
+    for v in (dataclasses.replace(stored, method=stats.METHOD.format(effect=0.03)),
+              dataclasses.replace(stored, ci_low=1 / 1.71, ci_high=1 / 0.98)):
+        assert not v.older_interval_disagrees and "bootstrap statistic" not in describe_verdict(v, "en")

@@ -172,3 +172,27 @@ def test_a_graph_fused_for_another_target_asks_the_selection(net):
         lean.specialize_fused_calls(prepared, torch.device("cuda"), torch.float16)
     assert calls == Counter(_SELECTION[a.pattern] for a in fused.applied)
     assert set(SELECTIONS) >= set(_SELECTION.values())
+
+
+@pytest.mark.parametrize("target", [Target("cpu"), Target("cuda", "bf16")], ids=str)
+def test_the_decoders_epilogue_lowerings_read_the_recorded_choice(analyze_cached, target):
+    """The SwiGLU and rotary lowerings (the GEMM epilogues: ``swiglu.epilogue_decision``, ``rotary.qkv_decision``)
+    read the choice their rewrite recorded for the target instead of asking ``select_swiglu`` / ``select_rotary``
+    again (they asked 4 + 4 on the zoo decoder before); the committed H200 table still gives the tiles. A graph
+    fused for another target asks them again (the one other caller)."""
+    from explorer.fusion_engine import fuse
+
+    analysis = analyze_cached("llama_decoder", 2, 16)
+    _model, _graph, detection = analysis
+    with counting() as calls:
+        fused = fuse(analysis, make_plan(detection, "all"), target)
+    dtype = measure.torch_dtype(target.dtype)
+    prepared = measure.prepare_graph(fused.gm, "cpu", dtype, lean=False)
+    with counting() as later:
+        lean.specialize_fused_calls(prepared, torch.device(target.device), dtype)
+    assert calls["rotary.select_rotary"] and calls["swiglu.select_swiglu"]
+    assert not later, later
+    other = measure.prepare_graph(fused.gm, "cpu", torch.float16, lean=False)      # fused for another dtype
+    with counting() as asked:
+        lean.specialize_fused_calls(other, torch.device(target.device), torch.float16)
+    assert asked["swiglu.select_swiglu"] and asked["rotary.select_rotary"]

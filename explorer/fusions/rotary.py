@@ -450,10 +450,12 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
 # ====================================================================== rotary in the QKV GEMM's epilogue
 
 def qkv_decision(device: torch.device | str, dtype: torch.dtype, m: int, k: int, hq: int, hkv: int,
-                 d: int) -> measured.Decision:
+                 d: int, choice: Choice | None = None) -> measured.Decision:
     """Whether q and k are rotated in the QKV GEMM's epilogue at this shape: Triton must run there in one of its
-    dtypes with an even head_dim, then ``kernels.measured.decide`` (the committed H200 table)."""
-    if select_rotary(device, dtype, d).impl != "triton":
+    dtypes with an even head_dim, then ``kernels.measured.decide`` (the committed H200 table). ``choice``: the
+    rotary choice the rewrite recorded for this target (the lowering passes it), so the selection is not asked
+    again."""
+    if (choice or select_rotary(device, dtype, d)).impl != "triton":
         return measured.Decision(False, None, None, "device")
     return measured.decide("qkv_rotary", device, dtype, m, k, hq, hkv, d)
 
@@ -608,7 +610,8 @@ def _fold_qkv(gm, node, device, dtype) -> bool:
     if set(getitems) != {0, 1, 2} or not all(_only_user(n.args[0], n) and _only_user(n.args[0].args[0], n.args[0])
                                              for n in (q, k)) or not all(_only_user(n, node) for n in (q, k)):
         return False
-    decision = qkv_decision(device, dtype, x_val.numel() // x_val.shape[-1], int(w.shape[1]), hq, hkv, d)
+    decision = qkv_decision(device, dtype, x_val.numel() // x_val.shape[-1], int(w.shape[1]), hq, hkv, d,
+                            edit.planned(node, device, dtype))
     if not decision.fused:
         return False
     position = {n: i for i, n in enumerate(gm.graph.nodes)}

@@ -488,10 +488,15 @@ def swiglu_pass(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return silu_mul_packed(F.linear(x, weight, bias), intermediate, act=act)    # (..., 2I) -> (..., I)
 
 
-def epilogue_decision(device: torch.device | str, dtype: torch.dtype, m: int, k: int, i: int) -> measured.Decision:
+def epilogue_decision(device: torch.device | str, dtype: torch.dtype, m: int, k: int, i: int,
+                      choice: Choice | None = None) -> measured.Decision:
     """Whether SwiGLU runs in the GEMM's epilogue at (M, K, I) in ``dtype`` on ``device``: Triton must run there in
-    one of its dtypes, then ``kernels.measured.decide`` (the committed H200 table)."""
-    if select_swiglu(device, dtype).impl != "triton":
+    one of its dtypes, then ``kernels.measured.decide`` (the committed H200 table). ``choice``: what the rewrite
+    recorded for this target (the lowering passes it: ``gemm_epilogue``, or ``one_gemm_<the selection's
+    impl>``), which says whether Triton runs there, so the selection is not asked again."""
+    triton = (choice.impl in ("gemm_epilogue", "one_gemm_triton") if choice is not None
+              else select_swiglu(device, dtype).impl == "triton")
+    if not triton:
         return measured.Decision(False, None, None, "device")
     return measured.decide("swiglu", device, dtype, m, k, i)
 
@@ -789,7 +794,7 @@ def _lower(gm, node, device, dtype) -> bool:
     w = edit.attr_tensor(gm, weight)
     if act == "silu" and isinstance(x_val, torch.Tensor) and x_val.dim() >= 1 and w is not None:
         decision = epilogue_decision(device, dtype, x_val.numel() // max(1, x_val.shape[-1]), w.shape[1],
-                                     intermediate)
+                                     intermediate, edit.planned(node, device, dtype))
         if decision.fused and decision.measurement is not None and decision.measurement.variant == "interleaved":
             b = edit.attr_tensor(gm, bias) if bias is not None else None
             if bias is None or b is not None:

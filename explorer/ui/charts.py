@@ -110,6 +110,8 @@ def describe_verdict(v: Verdict, lang: str = "en") -> str:
     p = t_in(lang, "chart.describe.p", p=v.p_value) if v.p_value is not None else ""
     line = t_in(lang, "chart.describe.tested", label=label, speedup=v.speedup, lo=f"{lo:.2f}", hi=f"{hi:.2f}", p=p,
                 n=v.n)
+    if v.older_interval_disagrees:    # a stored verdict of the older statistic: its interval and test disagree
+        return t_in(lang, "chart.describe.note", label=line, note=t_in(lang, "chart.describe.older_interval"))
     # p under alpha beside "no significant difference": the note says why (under the minimum effect)
     return t_in(lang, "chart.describe.note", label=line, note=message(v.note, lang)) if v.significant_but_same else line
 
