@@ -173,6 +173,15 @@ class BenchRun:
             self.log(f"[{key}] done; wrote {self.path}")
         return failed
 
+    def failed_checks(self, parts) -> list[dict]:
+        """The rows of ``parts`` whose correctness check (``row["check"]``) is neither ``ok`` nor ``n/a``, each
+        printed as ``CHECK FAILED: <case> <variant>: <why>``: a script exits non-zero when there are any."""
+        bad = [r for part in parts for r in (self.doc.get(part) or {}).get("rows", [])
+               if r["check"] not in ("ok", "n/a")]
+        for r in bad:
+            print(f"CHECK FAILED: {r['case']} {r['variant']}: {r['check']}")
+        return bad
+
     def environment_line(self, libraries: tuple[str, ...] = ("torch", "cuda", "triton")) -> str:
         """``<label>: <GPU> torch x cuda y ... driver z (<date>)``, printed above the table."""
         env = self.doc["environment"]

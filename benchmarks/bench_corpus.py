@@ -192,21 +192,23 @@ def measure_model(name: str, smoke: bool, warm_only: bool, no_compile: bool) -> 
     return out
 
 
-def fidelity(features, x32, gm, ref, device: str, channels_last: bool) -> dict:
-    """Per low dtype (fp16 and bf16): rel_l2 against float64 of eager and of the unfused graph prepared with the
-    model's own casts (the issue's bar: the graph within 1.5x of eager), one copy at a time."""
+def fidelity(features, x32, gm, ref, device: str, channels_last: bool,
+             labels: tuple[str, ...] = ("fp16", "bf16")) -> dict:
+    """Per low dtype (``labels``): whether the model's own casts were recorded (``matched``) and the record's note,
+    and rel_l2 against float64 of eager and of the unfused graph prepared with that record (the issue's bar: the
+    graph within 1.5x of eager), one copy at a time. ``check_cast_record.py`` asks the same."""
     import torch
 
     from benchmarks._common import errors
     from explorer.runtime import measure as m
 
     out = {}
-    for label in ("fp16", "bf16"):
+    for label in labels:
         dtype = m.torch_dtype(label)
         try:
             casts, note = m.record_casts(features, x32, gm, dtype)
             x = m.prepare_inputs(x32, device, dtype, channels_last)
-            row = {"casts_note": note}
+            row = {"matched": casts is not None, "casts_note": note}
             for what, make in (("eager", lambda: m.prepare_module(features, device, dtype, channels_last)),
                                ("unfused", lambda: m.prepare_graph(gm, device, dtype, channels_last, casts=casts))):
                 model = make()

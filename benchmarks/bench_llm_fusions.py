@@ -495,11 +495,12 @@ def aot_compile_all(arch: int = 90) -> list[dict]:
         bm, bn, warps = swiglu.launch_config(m, n)
         sig = dict(G=f"*{dt}", U=f"*{dt}", O=f"*{dt}", up_off="i32", stride_g="i32", stride_u="i32",
                    stride_o="i32", M="i32", N="i32", N_BLOCKS="i32", BLOCK_M="constexpr", BLOCK_N="constexpr",
-                   BF16_RTNE_BY_HAND="constexpr", ACT="constexpr")
+                   BF16_RTNE_BY_HAND="constexpr", ACT="constexpr", FLAT="constexpr", HINTS="constexpr")
         aligned = ("G", "U", "O") + (("up_off", "stride_g", "stride_u", "stride_o", "N") if n % 16 == 0 else ())
         records.append(dict(kernel=label, case=f"{dt} {m}x{n} tile {bm}x{bn}", num_warps=warps,
                             **compile_one(kernel, sig, dict(BLOCK_M=bm, BLOCK_N=bn, BF16_RTNE_BY_HAND=False,
-                                                            ACT=swiglu.KERNEL_GATES["silu"]), warps, aligned)))
+                                                            ACT=swiglu.KERNEL_GATES["silu"], FLAT=False,
+                                                            HINTS=swiglu.HINTS), warps, aligned)))
     kernel = rot._build_kernel(False)
     names = ["Q", "K", "C", "SN", "QO", "KO", "T", "S", "HQ", "HKV", "sq_b", "sq_h", "sq_s", "sk_b", "sk_h", "sk_s",
              "sc_b", "sc_s", "ss_b", "ss_s", "sqo_b", "sqo_h", "sqo_s", "sko_b", "sko_h", "sko_s"]
@@ -508,7 +509,8 @@ def aot_compile_all(arch: int = 90) -> list[dict]:
         q_blocks, k_blocks = -(-hq // bhq), -(-hkv // bhk)
         q_per = (tk // tq) * q_blocks
         consts = dict(HALF=d // 2, BLOCK_HALF=bhalf, BLOCK_HQ=bhq, BLOCK_HK=bhk, TOKENS_Q=tq, TOKENS_K=tk,
-                      Q_BLOCKS=q_blocks, Q_PER=q_per, PER=q_per + k_blocks, BF16_RTNE_BY_HAND=False)
+                      Q_BLOCKS=q_blocks, Q_PER=q_per, PER=q_per + k_blocks, BF16_RTNE_BY_HAND=False,
+                      TABLE_TILE=False)
         sig = {k: ("*bf16" if j < 6 else "i32") for j, k in enumerate(names)}
         sig.update({c: "constexpr" for c in consts})
         aligned = names[:6] + (names[10:] if d % 16 == 0 else [])
@@ -613,11 +615,9 @@ def main(argv=None) -> int:
     failed = run.run_parts({part: (lambda checkpoint: bench_kernels(args, device, log, deadline)) if part == "kernels"
                             else functools.partial(bench_model, part, args, device, log, deadline)
                             for part in args.parts})
-    checks = [r for r in (doc.get("kernels") or {}).get("rows", []) if r["check"] not in ("ok", "n/a")]
     print(run.environment_line())
     print(table(doc))
-    for r in checks:
-        print(f"CHECK FAILED: {r['case']} {r['variant']}: {r['check']}")
+    checks = run.failed_checks(["kernels"])
     print(f"wrote {run.path}")
     return 1 if failed or checks else 0
 

@@ -552,10 +552,7 @@ def main(argv=None) -> int:
                             for part in args.parts})
     print(run.environment_line())
     print_table(run.doc)
-    bad = [r for part in args.parts for r in (run.doc.get(part) or {}).get("rows", [])
-           if r["check"] not in ("ok", "n/a")]
-    for r in bad:
-        print(f"CHECK FAILED: {r['case']} {r['variant']}: {r['check']}")
+    bad = run.failed_checks(args.parts)
     print(f"wrote {run.path} (wall {run.doc.get('wall_s')} s)")
     return 1 if failed or bad else 0
 

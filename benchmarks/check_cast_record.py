@@ -34,7 +34,7 @@ def check(name: str, device: str, scale: str) -> dict:
     import torch
 
     from benchmarks import corpus
-    from benchmarks._common import errors
+    from benchmarks.bench_corpus import fidelity
     from explorer.runtime import measure as m
     from explorer.sources import capture
 
@@ -49,21 +49,7 @@ def check(name: str, device: str, scale: str) -> dict:
         ref = m.flat_outputs(ref_module(*m.prepare_inputs(x32, device, torch.float64)))[0]
     del ref_module
     out: dict = {"entry": name, "scale": scale, "shape": str(entry.shape(scale))}
-    for label in ("bf16", "fp16"):
-        dtype = m.torch_dtype(label)
-        casts, note = m.record_casts(features, x32, gm, dtype)
-        x = m.prepare_inputs(x32, device, dtype)
-        row = {"matched": casts is not None, "note": str(note)}
-        for what, make in (("eager", lambda: m.prepare_module(features, device, dtype)),
-                           ("unfused", lambda: m.prepare_graph(gm, device, dtype, casts=casts))):
-            model = make()
-            with torch.inference_mode():
-                row[what] = errors(m.flat_outputs(model(*x))[0].float(), ref)["rel_l2"]
-            del model
-        row["ratio"] = row["unfused"] / row["eager"] if row["eager"] else None
-        out[label] = row
-        if device == "cuda":
-            torch.cuda.empty_cache()
+    out.update(fidelity(features, x32, gm, ref, device, False, labels=("bf16", "fp16")))
     out["seconds"] = round(time.perf_counter() - t0, 1)
     return out
 
@@ -87,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = tuple(args.entries) if args.entries else (("hf/falcon",) if args.smoke else ENTRIES)
     path = Path(args.out) if args.out else results_path(None, "check_cast_record.json")
-    doc = {"schema": "check_cast_record/1", **run_stamp(), "torch": torch.__version__,
+    doc = {"schema": "check_cast_record/2", **run_stamp(), "torch": torch.__version__,
            "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "entries": [], "skipped": []}
     started = time.perf_counter()
     for name in names:
@@ -105,10 +91,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for label in ("bf16", "fp16"):
             row = r[label]
+            if "error" in row:
+                print(f"{name:12} {label} error: {row['error']}")
+                continue
             print(f"{name:12} {label} matched={row['matched']!s:5} eager {row['eager']:.2e} unfused {row['unfused']:.2e} "
-                  f"ratio {row['ratio']:.2f}  {'' if row['matched'] else row['note'][:160]}")
-        if device == "cuda":
-            torch.cuda.empty_cache()
+                  f"ratio {row['ratio']:.2f}  {'' if row['matched'] else row['casts_note'][:160]}")
     print(f"skipped (budget): {doc['skipped']}" if doc["skipped"] else "", f"wrote {path}")
     write_json(path, doc)
     return 0

@@ -86,12 +86,16 @@ _GATHER = 1 << 15         # candidates left when a selection gathers them and pa
 
 
 def log_ratios(baseline_ms: Sequence[float], candidate_ms: Sequence[float]) -> np.ndarray:
-    """``ln(candidate_i / baseline_i)`` for each round with two positive times (pairs by index)."""
+    """``ln(candidate_i / baseline_i)`` for each round with two positive times (pairs by index), computed as
+    ``ln c_i - ln b_i``: swapping the two sides then negates every ratio exactly, and two rounds with opposite
+    times give ratios that cancel exactly (``ln(c / b)`` rounds the quotient first: ``ln(1 / 0.75)`` and
+    ``ln(0.75 / 1)`` differ in their last bit, a Walsh average of 5e-17 instead of 0 and a p-value that
+    depended on which side was called the baseline)."""
     n = min(len(baseline_ms), len(candidate_ms))
     b = np.asarray(baseline_ms[:n], dtype=float)
     c = np.asarray(candidate_ms[:n], dtype=float)
     keep = (b > 0) & (c > 0) & np.isfinite(b) & np.isfinite(c)
-    return np.log(c[keep] / b[keep])
+    return np.log(c[keep]) - np.log(b[keep])
 
 
 def robust_sd(d: np.ndarray) -> float:

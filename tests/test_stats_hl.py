@@ -17,7 +17,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
@@ -130,6 +130,8 @@ def test_discreteness_of_the_exact_test_is_as_the_docstring_says():
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(st.lists(st.floats(0.2, 5.0, allow_nan=False), min_size=16, max_size=120).filter(lambda x: len(x) % 2 == 0))
+# found by hypothesis on a loaded machine: rounds 1 -> 0.75 and 0.75 -> 1 whose log ratios did not cancel exactly
+@example([1.0] * 16 + [0.75] + [1.0] * 14 + [2.0, 0.75, 1.0])
 def test_swapping_baseline_and_candidate_gives_the_reciprocal(times):
     b, c = times[: len(times) // 2], times[len(times) // 2:]
     there, back = stats.compare(b, c), stats.compare(c, b)
@@ -174,8 +176,9 @@ def test_the_walks_contradiction_cannot_happen_any_more():
     base = np.full(len(d), 2.0)
     v = stats.compare(base, base * np.exp(d))
     assert v.ci_low < 1 < v.ci_high and v.p_value > ALPHA and v.ci_low <= v.ratio <= v.ci_high
+    # speed-up = 1 / ratio; p 0.094 with the rounds at +0.045 and -0.045 cancelling exactly (``log_ratios``)
     assert v.label == SAME and v.describe().startswith(
-        "no significant difference: 0.97x (95% CI 0.96-1.01x), p=0.097"), v.describe()   # speed-up = 1 / ratio
+        "no significant difference: 0.97x (95% CI 0.96-1.01x), p=0.094"), v.describe()
 
 
 def test_thousands_of_rounds_in_bounded_memory():
@@ -282,7 +285,7 @@ def test_a_stored_verdict_of_the_older_statistic_says_its_interval_and_test_disa
     assert stored.older_interval_disagrees
     assert "earlier bootstrap statistic" in stored.describe()
     assert "earlier bootstrap statistic" in describe_verdict(stored, "en")
-    assert "bootstrap 统计量" in describe_verdict(stored, "zh")
+    assert "自助法统计量" in describe_verdict(stored, "zh")
     for v in (dataclasses.replace(stored, method=stats.METHOD.format(effect=0.03)),
               dataclasses.replace(stored, ci_low=1 / 1.71, ci_high=1 / 0.98)):
         assert not v.older_interval_disagrees and "bootstrap statistic" not in describe_verdict(v, "en")

@@ -73,7 +73,7 @@ STRINGS = {
                               "{label}：{speedup:.2f}x（95% 置信区间 {lo}–{hi}x）{p}，{n} 轮"),
     "chart.describe.older_interval": ("interval from the earlier bootstrap statistic, which can exclude 1 where the "
                                       "test does not reject; the reading is the test's",
-                                      "区间来自早先的 bootstrap 统计量，它可能在检验不拒绝时也不含 1；结论以检验为准"),
+                                      "区间来自早先的自助法统计量，它可能在检验不拒绝时也不含 1；结论以检验为准"),
     "chart.describe.p": (", p={p:.2g}", "，p 值 {p:.2g}"),
     "chart.verdict.faster": ("faster", "更快"),
     "chart.verdict.slower": ("slower", "更慢"),
