@@ -686,6 +686,17 @@ def _gate_name(ctx: RewriteContext, chain, gate_node) -> str:
     raise UseGeneric(WORDS("generic.not_silu"))
 
 
+def _gate_up_attrs(key: str, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[dict, NewAttr, NewAttr | None]:
+    """The one GEMM's packed gate/up weight (and bias) as new graph attributes named after ``key``: the tensors to
+    register, and the weight's and bias's arguments (None without a bias)."""
+    tensors = {f"{key}_gate_up_weight": weight}
+    bias_arg = None
+    if bias is not None:
+        tensors[f"{key}_gate_up_bias"] = bias
+        bias_arg = NewAttr(f"{key}_gate_up_bias")
+    return tensors, NewAttr(f"{key}_gate_up_weight"), bias_arg
+
+
 def _rewrite_packed(ctx: RewriteContext, chain) -> edit.Edit:
     """Phi-3: one packed projection split in two halves, ``act(gate) * up``: the same GEMM (its rows reordered
     once where the model's gate is the second half), then the packed kernel on its column views."""
@@ -723,16 +734,11 @@ def _rewrite_packed(ctx: RewriteContext, chain) -> edit.Edit:
     if gate_item.args[1] == 1:                                            # up first: gate rows to the front, once
         weight = torch.cat([weight[i:], weight[:i]])
         bias = torch.cat([bias[i:], bias[:i]]) if bias is not None else None
-    key = lin_node.name
-    tensors = {f"{key}_gate_up_weight": weight}
-    bias_arg = None
-    if bias is not None:
-        tensors[f"{key}_gate_up_bias"] = bias
-        bias_arg = NewAttr(f"{key}_gate_up_bias")
+    tensors, weight_arg, bias_arg = _gate_up_attrs(lin_node.name, weight, bias)
     elementwise = select_swiglu(ctx.device, ctx.run_dtype(mul), act=act)
     choice = Choice("one_gemm_" + elementwise.impl, WORDS("label.packed", i=i, label=elementwise.label),
                     elementwise.fused)
-    return edit.whole_chain_edit(ctx, chain, fused_swiglu, (lin.input, NewAttr(f"{key}_gate_up_weight"), bias_arg,
+    return edit.whole_chain_edit(ctx, chain, fused_swiglu, (lin.input, weight_arg, bias_arg,
                                                             i, act), choice, tensors=tensors)
 
 
@@ -758,12 +764,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         raise Refuse(str(exc)) from None
     if sizes[0] != sizes[1]:
         raise Refuse(WORDS("refuse.widths", gate=sizes[0], up=sizes[1]))
-    key = ctx.node(chain, "gate").name
-    tensors = {f"{key}_gate_up_weight": weight}
-    bias_arg = None
-    if bias is not None:
-        tensors[f"{key}_gate_up_bias"] = bias
-        bias_arg = NewAttr(f"{key}_gate_up_bias")
+    tensors, weight_arg, bias_arg = _gate_up_attrs(ctx.node(chain, "gate").name, weight, bias)
     elementwise = select_swiglu(ctx.device, ctx.run_dtype(mul), act=gate_act_name)
     label = WORDS("label.one_gemm", gate=sizes[0], up=sizes[1], label=elementwise.label)
     impl = "one_gemm_" + elementwise.impl
@@ -777,7 +778,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         if note is not None:
             label = WORDS("label.with_note", label=label, note=note)
     choice = Choice(impl, label, True)   # one GEMM fewer either way
-    args = (gate.input, NewAttr(f"{key}_gate_up_weight"), bias_arg, sizes[0])
+    args = (gate.input, weight_arg, bias_arg, sizes[0])
     return edit.whole_chain_edit(ctx, chain, fused_swiglu, args + ((gate_act_name,) if gate_act_name != "silu" else ()),
                                  choice, tensors=tensors)
 
