@@ -35,7 +35,9 @@ def _poison_norm(monkeypatch) -> None:
                          ids=["1token-D128", "gqa-D64", "masked-D40"])
 def test_rotary_table_layouts_match_float64_and_each_other(b, hq, hkv, s, d, dtype, device, monkeypatch):
     """cos/sin as whole tiles in x's layout (the default) and as broadcast rows: both within TOLERANCES of
-    float64, and the same bits (only the load layout differs)."""
+    float64, and the same bits in bf16/fp16 (only the load layout differs). In float32 the compiler may contract
+    ``q·cos − r·sin`` into an FMA in one layout and not the other (the H200, Triton 3.6: 1-ulp differences), which
+    the 16-bit roundings hide; there the two agree within 2 ulp of the larger term."""
     gen = torch.Generator().manual_seed(b * 1000 + s * 10 + d)
     q = rand((b, s, hq, d), dtype, device, gen).transpose(1, 2)                    # (B, Hq, S, D) strided
     k = rand((b, s, hkv, d), dtype, device, gen).transpose(1, 2)
@@ -48,7 +50,11 @@ def test_rotary_table_layouts_match_float64_and_each_other(b, hq, hkv, s, d, dty
         assert_close64(qo, q64, rot.TOLERANCES[dtype])
         assert_close64(ko, k64, rot.TOLERANCES[dtype])
         got[table] = (qo, ko)
-    assert torch.equal(got[True][0], got[False][0]) and torch.equal(got[True][1], got[False][1])
+    if dtype == torch.float32:
+        for a, b_ in zip(got[True], got[False]):
+            torch.testing.assert_close(a, b_, rtol=2.4e-7, atol=2.4e-7 * float(q.abs().max()))
+    else:
+        assert torch.equal(got[True][0], got[False][0]) and torch.equal(got[True][1], got[False][1])
 
 
 # ====================================================================== SwiGLU: flat or tiles
