@@ -25,6 +25,7 @@ from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, KERNEL_DEVICE, assert_c
                             device_params, triton_interpreter, up64)
 
 from explorer.fusions import attention, edit, linear, norm, siblings
+from explorer.fusions.kernels import packed_gemm
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
@@ -330,14 +331,14 @@ def _sibling_inputs(x_shape, sizes, bias, dtype, device, gen):
 def _check_siblings(x_shape, sizes, bias, dtype, device):
     gen = torch.Generator().manual_seed(15)
     x, ws, bs = _sibling_inputs(x_shape, sizes, bias, dtype, device, gen)
-    weight, b, got_sizes = siblings.concat_weights(ws, bs)
+    weight, b, got_sizes = packed_gemm.concat_weights(ws, bs)
     assert got_sizes == list(sizes) and weight.shape == (sum(sizes), x_shape[-1])
-    outs = siblings.linear_siblings(x, weight, b, got_sizes)
-    refs = siblings.linear_siblings_reference(up64(x), [up64(w) for w in ws], [up64(t) for t in bs])
+    outs = siblings.fused_linear_siblings(x, weight, b, got_sizes)
+    refs = packed_gemm.packed_linear_reference(up64(x), [up64(w) for w in ws], [up64(t) for t in bs])
     assert len(outs) == len(sizes)
     base = outs[0].untyped_storage().data_ptr()
     for out, ref in zip(outs, refs):
-        assert_close64(out, ref, siblings.TOLERANCES[dtype])
+        assert_close64(out, ref, packed_gemm.PACKED_TOLERANCES[dtype])
         assert out.untyped_storage().data_ptr() == base  # views of one output: no copy
         assert out.stride(-1) == 1 and out.stride(-2) == sum(sizes)
 
@@ -359,11 +360,33 @@ def test_linear_siblings_gpu(x_shape, sizes, bias, dtype, no_tf32):
 def test_concat_weights_refuses_mismatches():
     w = torch.randn(4, 8)
     with pytest.raises(ValueError, match="in_features"):
-        siblings.concat_weights([w, torch.randn(4, 9)], [None, None])
+        packed_gemm.concat_weights([w, torch.randn(4, 9)], [None, None])
     with pytest.raises(ValueError, match="bias"):
-        siblings.concat_weights([w, w], [torch.randn(4), None])
+        packed_gemm.concat_weights([w, w], [torch.randn(4), None])
     with pytest.raises(ValueError, match="dtype"):
-        siblings.concat_weights([w, w.half()], [None, None])
+        packed_gemm.concat_weights([w, w.half()], [None, None])
+
+
+def test_a_packed_gemm_call_is_known_by_its_mark_not_its_family():
+    """Rotary's QKV epilogue finds the siblings' one GEMM by the mark the siblings put on their fused call
+    (``packed_gemm_call``), without importing the siblings; an unmarked call is not one."""
+    assert packed_gemm.is_packed_gemm_call(siblings.fused_linear_siblings)
+    assert not packed_gemm.is_packed_gemm_call(packed_gemm.packed_linear)
+    assert not packed_gemm.is_packed_gemm_call(torch.split_with_sizes)
+    # rotary's reader of the QKV column views, on a graph with the siblings' fused call not lowered yet
+    import operator
+
+    from explorer.fusions import rotary
+
+    g = torch.fx.Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    packed = g.call_function(siblings.fused_linear_siblings, (x, w, None, [8, 4, 4]))
+    q = g.call_function(torch.transpose, (g.call_method("view", (g.call_function(operator.getitem, (packed, 0)),
+                                                                (1, 3, 2, 4))), 1, 2))
+    found = rotary._projection_source(q)
+    assert found is not None and found[1] is packed and found[2] == 0 and found[3] == (x, w, None, [8, 4, 4])
+    packed.target = packed_gemm.packed_linear          # the same call, unmarked: not a packed GEMM rotary knows
+    assert rotary._projection_source(q) is None
 
 
 # ------------------------------------------------------------------- compiled code (no GPU needed)

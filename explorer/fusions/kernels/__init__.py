@@ -7,6 +7,9 @@ Families import these; no family imports another family's internals.
 - ``bias_act``: the in-place epilogue pass ``act(y + bias[c] (+ z))`` (``BIAS_ACT_TOLERANCES``);
 - ``depthwise``: the depthwise convolution with its epilogue or a LayerNorm (``DEPTHWISE_TOLERANCES``);
 - ``gemm``: the Triton GEMM with a bias, residual and activation epilogue (``TOLERANCES``: the epilogue's).
+- ``packed_gemm``: several projections of one input as one GEMM (``concat_weights``, the layout the sibling linears
+  and SwiGLU's gate/up share), its column views and reference (``PACKED_TOLERANCES``), and the mark
+  (``packed_gemm_call``) by which another family recognises such a fused call without importing its family.
 
 A kernel only one family calls stays in that family's module, beside its rewrite (the add + LayerNorm and the
 (add +) RMSNorm kernels, squeeze-excite's, rotary's, SwiGLU's); it moves here when a second family needs it.
