@@ -261,8 +261,10 @@ def _on_device(choice: Choice, device: torch.device, dtype: torch.dtype, act: st
 
 def _bind(node: torch.fx.Node, arity: int, choice: Choice | None) -> bool:
     """A fused call the lowering leaves in the graph takes the recorded impl (``edit.bind_choice``), so that it does
-    not ask the selection at every call; a call with no recorded choice keeps asking (returns False)."""
-    return choice is not None and edit.bind_choice(node, arity, choice.impl)
+    not ask the selection at every call. A call with no recorded choice keeps asking (returns False), and so does one
+    recorded as ``cublaslt_on_device`` and lowered without the device: whether cuBLASLt's GELU is the model's is a
+    fact of the device, which only the run has (``linear_act`` asks the selection there, by name)."""
+    return choice is not None and choice.impl != "cublaslt_on_device" and edit.bind_choice(node, arity, choice.impl)
 
 
 def _weight_t(gm: torch.fx.GraphModule, weight: torch.fx.Node, w: torch.Tensor) -> str:
@@ -321,7 +323,7 @@ def _lower_forms(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.de
 
         return edit.replace_node(gm, node, build)
     if choice.impl != "separate":
-        return _bind(node, 6, choice)   # cublaslt_on_device planned without the device: the call probes it
+        return _bind(node, 6, choice)   # cublaslt_on_device lowered without the device: the call probes it
 
     def build_separate(g: torch.fx.Graph) -> torch.fx.Node:
         w_out_in = g.get_attr(_weight_t(gm, weight, w)) if weight_t else weight                # (out, in)

@@ -862,9 +862,10 @@ def _lower(gm, node, device, dtype) -> bool:
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
         gu = g.call_function(torch._C._nn.linear, (x, weight, bias))                   # (..., 2I)
-        if act != "silu":
-            return g.call_function(silu_mul_packed, (gu, intermediate, impl), {"act": act})   # (..., I)
-        return g.call_function(silu_mul_packed, (gu, intermediate, impl))                    # (..., I)
+        kwargs = {"act": act} if act != "silu" else {}
+        out = g.call_function(silu_mul_packed, (gu, intermediate, impl), kwargs)       # (..., I)
+        out.meta["fused_bound"] = impl                                                 # handed it: asks nothing
+        return out
 
     return edit.replace_node(gm, node, build)
 
