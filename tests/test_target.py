@@ -5,7 +5,9 @@ refused in the parent with one line (the command line, a sweep's spec, the run s
 The counts come from the selection registry (``fusions.base.counting``), which patches nothing: every family's
 ``select_*`` is registered there and counts its own calls while the block is open. The model is a small CNN and
 MLP written here whose chains are one of each family with a lowering that reads the choice (conv, squeeze-excite,
-linear + activation, linear + residual); its fused outputs are compared with the unfused model's.
+linear + activation, linear + residual); its fused outputs are compared with the unfused model's. The zoo decoder
+and GPT-2 (the corpus's CI size) show that a lean graph's calls follow the recorded choice when they run: no
+selection is asked in the forward, and the outputs are bit for bit those of the fused graph run as it is.
 """
 
 from __future__ import annotations
@@ -270,3 +272,25 @@ def test_a_lean_graph_asks_no_selection_when_it_runs(name, analyze_cached, monke
             and not n.meta.get("fused_bound")
             and getattr(n.meta.get("fused_choice"), "impl", None) != "cublaslt_on_device"]
     assert not left, left           # cublaslt_on_device: GPT-2's GELU epilogue is probed on the device, named
+
+
+def test_the_squeeze_excite_kernel_follows_the_recorded_choice(net, monkeypatch):
+    """Where Triton runs (here its interpreter), the squeeze-excite lowering calls the kernel function handed the
+    recorded impl: the forward asks ``select_squeeze_excite`` nothing (EfficientNet-B0's CPU forward asked it 10
+    times), and computes what the fused graph run as it is computes, bit for bit."""
+    from explorer.fusions.triton_support import triton_available
+
+    if not triton_available():
+        pytest.skip("no Triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    gm, detection, x = net
+    fused = apply_plan(gm, detection, make_plan(detection, "all"), Target("cpu"))
+    (se_call,) = [n for n in _fused_calls(fused.gm) if n.meta["fused_pattern"] == "squeeze_excite"]
+    assert se_call.meta["fused_choice"].impl == "triton"
+    lean_gm = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    plain = measure.prepare_graph(fused.gm, "cpu", torch.float32, lean=False)
+    with torch.inference_mode(), counting() as calls:
+        out = lean_gm(x)
+    assert not calls
+    with torch.inference_mode():
+        torch.testing.assert_close(out, plain(x), rtol=0, atol=0)
