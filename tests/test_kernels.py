@@ -24,7 +24,8 @@ import torch
 from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, KERNEL_DEVICE, assert_close64, compile_for_sm90,
                             device_params, triton_interpreter, up64)
 
-from explorer.fusions import attention, edit, linear, norm, siblings
+from explorer.fusions import attention, edit, norm, siblings
+from explorer.fusions.kernels import linear_act as linear_kernel
 from explorer.fusions.kernels import packed_gemm
 
 gpu = pytest.mark.gpu
@@ -33,7 +34,7 @@ needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 # Tolerances live beside each kernel (with their error model); the tests use them as they are.
 TOL_ADD_LAYERNORM = norm.TOLERANCES
 TOL_MATMUL_SOFTMAX = attention.TOLERANCES
-TOL_LINEAR = linear.TOLERANCES
+TOL_LINEAR = linear_kernel.TOLERANCES
 TOL_ATTENTION = attention.ATTENTION_TOLERANCES
 
 
@@ -260,7 +261,7 @@ def test_attention_matches_explicit_reference(dtype, device, no_tf32):
 LINEAR_SHAPES = [((1, 24), 17), ((3, 5, 40), 33), ((37, 64), 100)]
 
 
-@pytest.mark.parametrize("act", linear.LINEAR_ACTIVATIONS)
+@pytest.mark.parametrize("act", linear_kernel.LINEAR_ACTIVATIONS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("x_shape, out_features", LINEAR_SHAPES)
 def test_linear_act_cpu(x_shape, out_features, dtype, act):
@@ -268,10 +269,10 @@ def test_linear_act_cpu(x_shape, out_features, dtype, act):
     x = rand(x_shape, dtype, "cpu", gen)
     w = rand((out_features, x_shape[-1]), dtype, "cpu", gen, scale=x_shape[-1] ** -0.5)
     b = rand(out_features, dtype, "cpu", gen)
-    out = linear.linear_act(x, w, b, act)
-    ref64 = linear.linear_act_reference(up64(x), up64(w), up64(b), act)
+    out = linear_kernel.linear_act(x, w, b, act)
+    ref64 = linear_kernel.linear_act_reference(up64(x), up64(w), up64(b), act)
     assert_close64(out, ref64, TOL_LINEAR[dtype])
-    assert "cuBLASLt" not in linear.select_linear_act("cpu", dtype, act).label
+    assert "cuBLASLt" not in linear_kernel.select_linear_act("cpu", dtype, act).label
 
 
 @pytest.mark.parametrize("approximate, act", [("none", "gelu"), ("tanh", "gelu_tanh")])
@@ -289,7 +290,7 @@ def test_linear_gelu_variant_is_read_from_the_graph(approximate, act):
     gm = capture(block, (x,), "linear_gelu")
     det = detect(build_graph(gm, "linear_gelu"))
     fused = apply_plan(gm, det, make_plan(det))
-    (call,) = [n for n in fused.gm.graph.nodes if n.target is linear.fused_linear_act]
+    (call,) = [n for n in fused.gm.graph.nodes if n.target is linear_kernel.fused_linear_act]
     assert call.args[-1] == act
     with torch.no_grad():
         assert torch.equal(fused.gm(x), block(x))
@@ -297,7 +298,7 @@ def test_linear_gelu_variant_is_read_from_the_graph(approximate, act):
 
 @gpu
 @needs_cuda
-@pytest.mark.parametrize("act", linear.LINEAR_ACTIVATIONS)
+@pytest.mark.parametrize("act", linear_kernel.LINEAR_ACTIVATIONS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("x_shape, out_features", LINEAR_SHAPES + [((4, 128, 768), 3072)])
 def test_linear_act_gpu(x_shape, out_features, dtype, act, no_tf32):
@@ -305,14 +306,14 @@ def test_linear_act_gpu(x_shape, out_features, dtype, act, no_tf32):
     x = rand(x_shape, dtype, "cuda", gen)
     w = rand((out_features, x_shape[-1]), dtype, "cuda", gen, scale=x_shape[-1] ** -0.5)
     b = rand(out_features, dtype, "cuda", gen)
-    label = linear.select_linear_act("cuda", dtype, act).label
+    label = linear_kernel.select_linear_act("cuda", dtype, act).label
     if act == "relu":
         assert label.startswith("cuBLASLt")
-    variant = linear.gelu_epilogue_variant("cuda", dtype)
+    variant = linear_kernel.gelu_epilogue_variant("cuda", dtype)
     assert variant in ("gelu", "gelu_tanh")
     assert label.startswith("cuBLASLt") == (act == "relu" or act == variant)
-    out = linear.linear_act(x, w, b, act)
-    ref64 = linear.linear_act_reference(up64(x), up64(w), up64(b), act)
+    out = linear_kernel.linear_act(x, w, b, act)
+    ref64 = linear_kernel.linear_act_reference(up64(x), up64(w), up64(b), act)
     assert_close64(out, ref64, TOL_LINEAR[dtype])
 
 

@@ -163,10 +163,6 @@ def _declared_extensions(path: Path) -> tuple[str, ...]:
     return ()
 
 
-#: Family imports still to be taken apart (issue 21, session 22 part B: convnext's linear + activation kernel).
-_PENDING = {("convnext", "linear")}
-
-
 def test_a_family_imports_no_other_family_but_the_one_it_extends():
     """Kernels stand apart (issue 21): a family module imports shared modules (``fusions.kernels``, ``base``,
     ``edit``, ``claims``, ...), never another family's internals, except the family it declares it extends
@@ -177,7 +173,7 @@ def test_a_family_imports_no_other_family_but_the_one_it_extends():
     for src, target, _top in _explorer_edges():
         if src in families and target in families:
             extends = _declared_extensions(MODULES[src])
-            if families[target] not in extends and (families[src], families[target]) not in _PENDING:
+            if families[target] not in extends:
                 problems.append(f"{families[src]} imports the family {families[target]} (EXTENDS: {extends or 'none'})")
     for module, name in families.items():
         for parent in _declared_extensions(MODULES[module]):

@@ -109,7 +109,7 @@ class _Net(nn.Module):
 
 #: The selection each of the model's patterns asks.
 _SELECTION = {"conv_bn_act": "conv.select_conv_epilogue", "squeeze_excite": "squeeze_excite.select_squeeze_excite",
-              "linear_act": "linear.select_linear_act", "linear_residual": "linear_residual.select_linear_residual"}
+              "linear_act": "linear_act.select_linear_act", "linear_residual": "linear_residual.select_linear_residual"}
 
 
 @pytest.fixture(scope="module")
