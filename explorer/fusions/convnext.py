@@ -363,6 +363,11 @@ MLP_DEFAULT = "cublas"
 #: input is dead after the block (``_owned_input``), else ``cublas``.
 #: ``triton_fc1_accumulate``: the same with fc1 as our Triton GEMM, the activation in its epilogue.
 MLP_IMPLS = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue", "cublas_accumulate", "triton_fc1_accumulate")
+#: The MLPs whose fc1 a lowering makes a linear + activation call of (``fused_linear_act``): cuBLAS's, and the
+#: accumulating one where the block input is not provably dead (``_owned_input``, a fact of the lean graph). The
+#: rewrite records that call's choice as the block's part ``HIDDEN_LINEAR`` (``edit.Edit.parts``).
+HIDDEN_LINEAR_MLPS = ("cublas", "cublas_accumulate")
+HIDDEN_LINEAR = "hidden_linear"
 ACCUMULATE_IMPLS = ("cublas_accumulate", "triton_fc1_accumulate")
 #: The GELU-prologue GEMM's tile per shape (the sweep's fastest in the same run), ``(BLOCK_M, BLOCK_N, BLOCK_K,
 #: num_warps, num_stages)``; elsewhere ``gemm_prologue.prologue_config``.
@@ -876,8 +881,13 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("fused_kernel"))
     args = (c.input, c.weight, c.bias, stride, padding, dilation, ln.weight, ln.bias, ln.eps,
             lin1.weight, lin1.bias, act, w2_arg, b2_arg)
+    parts = {}
+    w1_shape = aten.static_shape(lin1.weight)
+    if choice.impl.rpartition("+")[2] in HIDDEN_LINEAR_MLPS and w1_shape is not None and len(w1_shape) == 2:
+        # fc1 as the linear + activation call (the lowering makes one): decided once, here, with its (C, 4C) shape
+        parts[HIDDEN_LINEAR] = select_linear_act(ctx.device, ctx.run_dtype(fc1), act, w1_shape[1], w1_shape[0])
     return edit.whole_chain_edit(ctx, chain, fused_convnext_block, args, Choice(choice.impl, label, choice.fused),
-                                 tensors)
+                                 tensors, parts=parts)
 
 
 # ====================================================================== lowering (lean graphs)
@@ -932,6 +942,7 @@ def _lower(gm, node, device, dtype) -> bool:
             return g.call_function(project_gelu_residual, (hp, w2, b2, x, act))
         rows.meta["val"] = torch.empty((n * out[2] * out[3], c), dtype=dtype, device="meta")      # (M, C)
         h = g.call_function(fused_linear_act, (rows, w1, b1, act))
+        edit.hand_part(node, h, HIDDEN_LINEAR)      # the rewrite's choice for it, read by its lowering
         hidden_linear.append(h)
         return g.call_function(project_residual, (h, w2, b2, x, False))
 
