@@ -50,7 +50,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from explorer.fusions import attention as mms  # noqa: E402
-from explorer.fusions import conv, linear  # noqa: E402
+from explorer.fusions import conv  # noqa: E402
+from explorer.fusions.kernels import linear_act as linear  # noqa: E402 (the linear + activation call)
 from explorer.fusions import norm as aln  # noqa: E402
 
 SECTIONS = ("add_layernorm", "matmul_softmax", "conv", "linear")

@@ -12,7 +12,7 @@
              Add+RMSNorm (the norm reads x and r) against the Triton GEMM with the residual in its epilogue
              + RMSNorm (the norm reads the sum), per shape (8B: M 4096..16384, K 4096 / 14336, N 4096; the
              zoo: M 16384, K 512 / 1376, N 512), a few GEMM tiles; the faster one per shape is the decision
-             (``explorer.fusions.linear_residual.RESIDUAL_EPILOGUE_WINS``).
+             (``explorer.fusions.claims.RESIDUAL_EPILOGUE_WINS``).
     layer    the zoo's llama_decoder_8b_layers (2 layers at Llama-3-8B sizes) in bf16, batch x seq (default
              4 x 1024): the unfused graph, fused without the fold, fused with the fold, and fused with the
              fold and the residual in the o_proj/down_proj epilogue everywhere; median with p20/p80 of
@@ -342,7 +342,7 @@ def bench_layer(args, device: str, log) -> dict:
 
     from explorer import fusions
     from explorer.fusion_engine import analyze, detect
-    from explorer.fusions import linear_residual as lr
+    from explorer.fusions import claims
     from explorer.fusions.plan import make_plan
     from explorer.fusions.rewrite import apply_plan
     from explorer.runtime import measure
@@ -367,14 +367,12 @@ def bench_layer(args, device: str, log) -> dict:
     variants["graph"] = lambda: graph_gm(*x)
     counts, keep = {}, []
     for label, (patterns, owner) in plans.items():
-        before = getattr(lr, "RESIDUAL_OWNER", None)
-        if before is not None:
-            lr.RESIDUAL_OWNER = owner
+        before = claims.RESIDUAL_OWNER
+        claims.RESIDUAL_OWNER = owner
         try:
             det = detect(graph, patterns)
         finally:
-            if before is not None:
-                lr.RESIDUAL_OWNER = before
+            claims.RESIDUAL_OWNER = before
         fused = apply_plan(model.gm, det, make_plan(det, "all"), device)
         counts[label] = dict(chains=dict((k, v) for k, v in det.counts.items() if v),
                              failed=[(a.chain_id, a.reason) for a in fused.applied if a.status != "fused"])

@@ -1,8 +1,9 @@
 """How often each family's ``select_*`` runs to fuse a zoo model, lower its lean graph, and (on the CPU) run it once.
 
-Runs on any tree, before issue 21's change as after (it wraps each family module's ``select_*`` attribute,
-which the call sites look up at call time, rather than reading the selection registry the old tree lacks), so
-that the two counts compare. Per model: cpu/fp32 (fuse, lowering, one forward) and cuda/fp16 as planned (fuse and
+Runs on any tree, before issue 21's change as after: it reads the selection registry (``fusions.base.counting``,
+every registered selection wherever it lives and whoever calls it: a family's ``select_*`` and a shared kernel's,
+such as ``kernels.linear_act.select_linear_act``); on a tree without the registry it wraps each family module's
+``select_*`` attribute instead, which the call sites look up at call time, so that the two counts compare. Per model: cpu/fp32 (fuse, lowering, one forward) and cuda/fp16 as planned (fuse and
 lowering: no GPU needed). A name with a slash is a corpus entry (``benchmarks/corpus.py``, at its CI size:
 one layer, eager attention), captured as ``bench_corpus.py`` captures it. The CPU forward runs the Triton
 kernels under the interpreter (``TRITON_INTERPRET=1`` unless set otherwise). ``--out`` writes the rows as JSON
@@ -11,6 +12,7 @@ kernels under the interpreter (``TRITON_INTERPRET=1`` unless set otherwise). ``-
     python3 benchmarks/check_selection_calls.py resnet50 bert_base llama_decoder hf/gpt2 [--out calls.json]
 """
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -30,9 +32,15 @@ from explorer.runtime import lean, measure  # noqa: E402
 counts = Counter()
 phase = ["fuse"]
 
+try:
+    from explorer.fusions.base import counting
+except ImportError:   # the tree before the selection registry
+    counting = None
+
 
 def count_selections() -> None:
-    """Wrap each family module's ``select_*`` so that its calls count under the current phase."""
+    """On a tree without the registry: wrap each family module's ``select_*`` so that its calls count under the
+    current phase."""
     for fam in FAMILY_NAMES:
         mod = importlib.import_module(f"explorer.fusions.{fam}")
         for name in dir(mod):
@@ -42,6 +50,19 @@ def count_selections() -> None:
                     counts[(phase[0], _n)] += 1
                     return _fn(*a, **k)
                 setattr(mod, name, wrap)
+
+
+@contextlib.contextmanager
+def counted(name: str):
+    """Count the selections' calls under phase ``name`` (from the registry where the tree has one)."""
+    phase[0] = name
+    if counting is None:
+        yield
+        return
+    with counting() as calls:
+        yield
+    for sel, n in calls.items():
+        counts[(name, sel)] += n
 
 
 try:
@@ -74,23 +95,23 @@ def main() -> None:
     ap.add_argument("--out", help="write the rows as JSON here")
     args = ap.parse_args()
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    count_selections()
+    if counting is None:
+        count_selections()
     out = {}
     for model in args.models:
         a = analysis(model)
         for device, dtype in (("cpu", "fp32"), ("cuda", "fp16")):
             counts.clear()
             plan = make_plan(a.detection, "all")
-            phase[0] = "fuse"
             target = Target(device, dtype) if Target else device
-            fused = fusion_engine.fuse(a, plan, target)
-            phase[0] = "lowering"
-            gm = measure.prepare_graph(fused.gm, "cpu", measure.torch_dtype(dtype), lean=False)
-            lean.specialize_fused_calls(gm, torch.device(device), measure.torch_dtype(dtype))
+            with counted("fuse"):
+                fused = fusion_engine.fuse(a, plan, target)
+            with counted("lowering"):
+                gm = measure.prepare_graph(fused.gm, "cpu", measure.torch_dtype(dtype), lean=False)
+                lean.specialize_fused_calls(gm, torch.device(device), measure.torch_dtype(dtype))
             if device == "cpu":
-                phase[0] = "forward"
                 x = measure.prepare_inputs(a.model.example_inputs, "cpu", torch.float32)
-                with torch.inference_mode():
+                with counted("forward"), torch.inference_mode():
                     gm(*x)
             n_fused = sum(1 for c in fused.applied if c.status == "fused")
             by_phase = Counter()

@@ -22,7 +22,8 @@ from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, INTERPRET, assert_close
 import torchvision  # after triton_testing: importing torchvision imports Triton
 
 from explorer.fusion_engine import detect
-from explorer.fusions import conv, convnext, linear, triton_support
+from explorer.fusions import conv, convnext, triton_support
+from explorer.fusions.kernels.linear_act import linear_act_reference
 from explorer.fusions.plan import make_plan
 from explorer.fusions.rewrite import apply_plan
 from explorer.graph.build import build_graph
@@ -207,7 +208,7 @@ def test_rewrite_through_triton(layout, dwln):
 def test_lowering(dwln, mlp, monkeypatch):
     """A lean graph names each step as ``dwln_impl`` and ``mlp_impl`` chose (``depthwise_layer_norm``; cuDNN's
     conv + ``channels_layer_norm``; conv + ``layer_norm``; then ``mlp_hidden``'s GEMM, ``project_gelu_residual``
-    after cuBLAS's fc1, or the linear family's lowering), and computes what the plain graph does."""
+    after cuBLAS's fc1, or the linear + activation call's lowering), and computes what the plain graph does."""
     triton = dwln != "reference"
     if triton and not (HAS_CUDA or INTERPRET):
         pytest.skip("Triton runs neither compiled nor interpreted")
@@ -301,7 +302,7 @@ def test_accumulating_mlp_matches_float64(dtype, act, gemm):
         t = torch.randn(n, h, w, c, generator=gen)
         w1, b1 = torch.randn(4 * c, c, generator=gen) / c ** 0.5, torch.randn(4 * c, generator=gen)
         w2, b2 = torch.randn(c, 4 * c, generator=gen) / (2 * c) ** 0.5, torch.randn(c, generator=gen) * 3
-        ref = linear.linear_act_reference(t.double(), w1.double(), b1.double(), act)
+        ref = linear_act_reference(t.double(), w1.double(), b1.double(), act)
         ref = F.linear(ref, w2.double(), b2.double()).permute(0, 3, 1, 2) + x.double()
         parts = convnext.accumulate_weights(*(p.to(dtype).to(DEVICE) for p in (w1, b1, w2, b2)), act)
         xd = x.to(dtype).to(DEVICE)

@@ -15,7 +15,7 @@ from torch import nn
 from triton_testing import (DTYPE_IDS, DTYPES, INTERPRET, KERNEL_DEVICE, assert_close64, detect_module, device_params,
                             fuse_all, needs_backend, rand, triton_interpreter, up64)
 
-from explorer.fusions import BY_NAME, linear_residual as lr
+from explorer.fusions import BY_NAME, claims, linear_residual as lr
 from explorer.ui import i18n
 
 assert triton_interpreter  # the autouse fixture, imported into this module
@@ -149,12 +149,12 @@ def test_its_texts_in_both_languages():
 def test_residual_home_reads_the_measured_table(monkeypatch):
     """One decision per shape: the table's threshold in M, a shape not in it keeps the add with the Add+RMSNorm, and
     the policy forces either side; each answer says on what it rests."""
-    monkeypatch.setattr(lr, "RESIDUAL_EPILOGUE_WINS", {(4096, 4096): 8192})
-    assert lr.residual_home(16384, 4096, 4096)[0] == "epilogue"
-    assert lr.residual_home(4096, 4096, 4096) == ("norm", lr.WORDS("why.measured_faster"))
-    assert lr.residual_home(16384, 14336, 4096) == ("norm", lr.WORDS("why.not_measured"))
-    monkeypatch.setattr(lr, "RESIDUAL_OWNER", "epilogue")
-    assert lr.residual_home(1, 14336, 4096)[0] == "epilogue"
+    monkeypatch.setattr(claims, "RESIDUAL_EPILOGUE_WINS", {(4096, 4096): 8192})
+    assert claims.residual_home(16384, 4096, 4096)[0] == "epilogue"
+    assert claims.residual_home(4096, 4096, 4096) == ("norm", claims.WORDS("why.measured_faster"))
+    assert claims.residual_home(16384, 14336, 4096) == ("norm", claims.WORDS("why.not_measured"))
+    monkeypatch.setattr(claims, "RESIDUAL_OWNER", "epilogue")
+    assert claims.residual_home(1, 14336, 4096)[0] == "epilogue"
 
 
 @pytest.mark.parametrize("home", ["norm", "epilogue"])
@@ -184,7 +184,7 @@ def test_a_captured_llama_gives_the_add_to_the_faster_home(home, monkeypatch):
     wrapped = Hidden(model).eval()
     ids = torch.randint(0, 32, (1, 9), generator=torch.Generator().manual_seed(0))
     if home == "epilogue":   # 9 rows; o_proj 120 -> 120, down_proj 200 -> 120
-        monkeypatch.setattr(lr, "RESIDUAL_EPILOGUE_WINS", {(120, 120): 1, (200, 120): 1})
+        monkeypatch.setattr(claims, "RESIDUAL_EPILOGUE_WINS", {(120, 120): 1, (200, 120): 1})
     gm, det = detect_module(wrapped, (ids,), "llama")
     # per layer two residual adds (after o_proj, after down_proj), each before a norm; the last norm is the model's
     # output (no reader to fold γ into)

@@ -24,7 +24,9 @@ import torch
 from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, KERNEL_DEVICE, assert_close64, compile_for_sm90,
                             device_params, triton_interpreter, up64)
 
-from explorer.fusions import attention, edit, linear, norm, siblings
+from explorer.fusions import attention, edit, norm, siblings
+from explorer.fusions.kernels import linear_act as linear_kernel
+from explorer.fusions.kernels import packed_gemm
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
@@ -32,7 +34,7 @@ needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 # Tolerances live beside each kernel (with their error model); the tests use them as they are.
 TOL_ADD_LAYERNORM = norm.TOLERANCES
 TOL_MATMUL_SOFTMAX = attention.TOLERANCES
-TOL_LINEAR = linear.TOLERANCES
+TOL_LINEAR = linear_kernel.TOLERANCES
 TOL_ATTENTION = attention.ATTENTION_TOLERANCES
 
 
@@ -259,7 +261,7 @@ def test_attention_matches_explicit_reference(dtype, device, no_tf32):
 LINEAR_SHAPES = [((1, 24), 17), ((3, 5, 40), 33), ((37, 64), 100)]
 
 
-@pytest.mark.parametrize("act", linear.LINEAR_ACTIVATIONS)
+@pytest.mark.parametrize("act", linear_kernel.LINEAR_ACTIVATIONS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("x_shape, out_features", LINEAR_SHAPES)
 def test_linear_act_cpu(x_shape, out_features, dtype, act):
@@ -267,10 +269,10 @@ def test_linear_act_cpu(x_shape, out_features, dtype, act):
     x = rand(x_shape, dtype, "cpu", gen)
     w = rand((out_features, x_shape[-1]), dtype, "cpu", gen, scale=x_shape[-1] ** -0.5)
     b = rand(out_features, dtype, "cpu", gen)
-    out = linear.linear_act(x, w, b, act)
-    ref64 = linear.linear_act_reference(up64(x), up64(w), up64(b), act)
+    out = linear_kernel.linear_act(x, w, b, act)
+    ref64 = linear_kernel.linear_act_reference(up64(x), up64(w), up64(b), act)
     assert_close64(out, ref64, TOL_LINEAR[dtype])
-    assert "cuBLASLt" not in linear.select_linear_act("cpu", dtype, act).label
+    assert "cuBLASLt" not in linear_kernel.select_linear_act("cpu", dtype, act).label
 
 
 @pytest.mark.parametrize("approximate, act", [("none", "gelu"), ("tanh", "gelu_tanh")])
@@ -288,7 +290,7 @@ def test_linear_gelu_variant_is_read_from_the_graph(approximate, act):
     gm = capture(block, (x,), "linear_gelu")
     det = detect(build_graph(gm, "linear_gelu"))
     fused = apply_plan(gm, det, make_plan(det))
-    (call,) = [n for n in fused.gm.graph.nodes if n.target is linear.fused_linear_act]
+    (call,) = [n for n in fused.gm.graph.nodes if n.target is linear_kernel.fused_linear_act]
     assert call.args[-1] == act
     with torch.no_grad():
         assert torch.equal(fused.gm(x), block(x))
@@ -296,7 +298,7 @@ def test_linear_gelu_variant_is_read_from_the_graph(approximate, act):
 
 @gpu
 @needs_cuda
-@pytest.mark.parametrize("act", linear.LINEAR_ACTIVATIONS)
+@pytest.mark.parametrize("act", linear_kernel.LINEAR_ACTIVATIONS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("x_shape, out_features", LINEAR_SHAPES + [((4, 128, 768), 3072)])
 def test_linear_act_gpu(x_shape, out_features, dtype, act, no_tf32):
@@ -304,14 +306,14 @@ def test_linear_act_gpu(x_shape, out_features, dtype, act, no_tf32):
     x = rand(x_shape, dtype, "cuda", gen)
     w = rand((out_features, x_shape[-1]), dtype, "cuda", gen, scale=x_shape[-1] ** -0.5)
     b = rand(out_features, dtype, "cuda", gen)
-    label = linear.select_linear_act("cuda", dtype, act).label
+    label = linear_kernel.select_linear_act("cuda", dtype, act).label
     if act == "relu":
         assert label.startswith("cuBLASLt")
-    variant = linear.gelu_epilogue_variant("cuda", dtype)
+    variant = linear_kernel.gelu_epilogue_variant("cuda", dtype)
     assert variant in ("gelu", "gelu_tanh")
     assert label.startswith("cuBLASLt") == (act == "relu" or act == variant)
-    out = linear.linear_act(x, w, b, act)
-    ref64 = linear.linear_act_reference(up64(x), up64(w), up64(b), act)
+    out = linear_kernel.linear_act(x, w, b, act)
+    ref64 = linear_kernel.linear_act_reference(up64(x), up64(w), up64(b), act)
     assert_close64(out, ref64, TOL_LINEAR[dtype])
 
 
@@ -330,14 +332,14 @@ def _sibling_inputs(x_shape, sizes, bias, dtype, device, gen):
 def _check_siblings(x_shape, sizes, bias, dtype, device):
     gen = torch.Generator().manual_seed(15)
     x, ws, bs = _sibling_inputs(x_shape, sizes, bias, dtype, device, gen)
-    weight, b, got_sizes = siblings.concat_weights(ws, bs)
+    weight, b, got_sizes = packed_gemm.concat_weights(ws, bs)
     assert got_sizes == list(sizes) and weight.shape == (sum(sizes), x_shape[-1])
-    outs = siblings.linear_siblings(x, weight, b, got_sizes)
-    refs = siblings.linear_siblings_reference(up64(x), [up64(w) for w in ws], [up64(t) for t in bs])
+    outs = siblings.fused_linear_siblings(x, weight, b, got_sizes)
+    refs = packed_gemm.packed_linear_reference(up64(x), [up64(w) for w in ws], [up64(t) for t in bs])
     assert len(outs) == len(sizes)
     base = outs[0].untyped_storage().data_ptr()
     for out, ref in zip(outs, refs):
-        assert_close64(out, ref, siblings.TOLERANCES[dtype])
+        assert_close64(out, ref, packed_gemm.PACKED_TOLERANCES[dtype])
         assert out.untyped_storage().data_ptr() == base  # views of one output: no copy
         assert out.stride(-1) == 1 and out.stride(-2) == sum(sizes)
 
@@ -359,11 +361,33 @@ def test_linear_siblings_gpu(x_shape, sizes, bias, dtype, no_tf32):
 def test_concat_weights_refuses_mismatches():
     w = torch.randn(4, 8)
     with pytest.raises(ValueError, match="in_features"):
-        siblings.concat_weights([w, torch.randn(4, 9)], [None, None])
+        packed_gemm.concat_weights([w, torch.randn(4, 9)], [None, None])
     with pytest.raises(ValueError, match="bias"):
-        siblings.concat_weights([w, w], [torch.randn(4), None])
+        packed_gemm.concat_weights([w, w], [torch.randn(4), None])
     with pytest.raises(ValueError, match="dtype"):
-        siblings.concat_weights([w, w.half()], [None, None])
+        packed_gemm.concat_weights([w, w.half()], [None, None])
+
+
+def test_a_packed_gemm_call_is_known_by_its_mark_not_its_family():
+    """Rotary's QKV epilogue finds the siblings' one GEMM by the mark the siblings put on their fused call
+    (``packed_gemm_call``), without importing the siblings; an unmarked call is not one."""
+    assert packed_gemm.is_packed_gemm_call(siblings.fused_linear_siblings)
+    assert not packed_gemm.is_packed_gemm_call(packed_gemm.packed_linear)
+    assert not packed_gemm.is_packed_gemm_call(torch.split_with_sizes)
+    # rotary's reader of the QKV column views, on a graph with the siblings' fused call not lowered yet
+    import operator
+
+    from explorer.fusions import rotary
+
+    g = torch.fx.Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    packed = g.call_function(siblings.fused_linear_siblings, (x, w, None, [8, 4, 4]))
+    q = g.call_function(torch.transpose, (g.call_method("view", (g.call_function(operator.getitem, (packed, 0)),
+                                                                (1, 3, 2, 4))), 1, 2))
+    found = rotary._projection_source(q)
+    assert found is not None and found[1] is packed and found[2] == 0 and found[3] == (x, w, None, [8, 4, 4])
+    packed.target = packed_gemm.packed_linear          # the same call, unmarked: not a packed GEMM rotary knows
+    assert rotary._projection_source(q) is None
 
 
 # ------------------------------------------------------------------- compiled code (no GPU needed)

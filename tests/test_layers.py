@@ -142,3 +142,40 @@ def test_no_import_cycles():
     # a package's __init__ importing its own submodules is not a cycle of code
     cycles = [c for c in cycles if not all(m.startswith(min(c, key=len)) for m in c)]
     assert not cycles, f"import cycles: {cycles}"
+
+
+def _family_names() -> tuple[str, ...]:
+    """``explorer.fusions.FAMILY_NAMES``, read from its source (no torch import)."""
+    tree = ast.parse(MODULES["explorer.fusions"].read_text())
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "FAMILY_NAMES":
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("explorer/fusions/__init__.py declares no FAMILY_NAMES")
+
+
+def _declared_extensions(path: Path) -> tuple[str, ...]:
+    """The families a family module says it extends (``EXTENDS = "rms_norm"`` or a tuple of names)."""
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(getattr(t, "id", None) == "EXTENDS" for t in targets):
+            value = ast.literal_eval(node.value)
+            return (value,) if isinstance(value, str) else tuple(value)
+    return ()
+
+
+def test_a_family_imports_no_other_family_but_the_one_it_extends():
+    """Kernels stand apart (issue 21): a family module imports shared modules (``fusions.kernels``, ``base``,
+    ``edit``, ``claims``, ...), never another family's internals, except the family it declares it extends
+    (``EXTENDS``: a variant of that family over the same chains, e.g. the RMSNorm γ fold)."""
+    families = {f"explorer.fusions.{name}": name for name in _family_names()}
+    assert set(families) <= set(MODULES), sorted(set(families) - set(MODULES))
+    problems = []
+    for src, target, _top in _explorer_edges():
+        if src in families and target in families:
+            extends = _declared_extensions(MODULES[src])
+            if families[target] not in extends:
+                problems.append(f"{families[src]} imports the family {families[target]} (EXTENDS: {extends or 'none'})")
+    for module, name in families.items():
+        for parent in _declared_extensions(MODULES[module]):
+            assert parent in families.values() and parent != name, f"{name} extends {parent!r}, not another family"
+    assert not problems, "\n".join(sorted(set(problems)))

@@ -109,7 +109,7 @@ class _Net(nn.Module):
 
 #: The selection each of the model's patterns asks.
 _SELECTION = {"conv_bn_act": "conv.select_conv_epilogue", "squeeze_excite": "squeeze_excite.select_squeeze_excite",
-              "linear_act": "linear.select_linear_act", "linear_residual": "linear_residual.select_linear_residual"}
+              "linear_act": "linear_act.select_linear_act", "linear_residual": "linear_residual.select_linear_residual"}
 
 
 @pytest.fixture(scope="module")
@@ -294,3 +294,30 @@ def test_the_squeeze_excite_kernel_follows_the_recorded_choice(net, monkeypatch)
     assert not calls
     with torch.inference_mode():
         torch.testing.assert_close(out, plain(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("target", [Target("cpu"), Target("cuda", "fp16")], ids=["cpu", "cuda-fp16"])
+def test_convnext_lowering_asks_no_selection_for_its_hidden_linear(target, analyze_cached, monkeypatch):
+    """ConvNeXt's lowering makes its MLP's fc1 a linear + activation call of its own (``fused_linear_act``, lowered
+    by ``kernels.linear_act``) and asked ``select_linear_act`` for it: 9 calls lowering ConvNeXt-Tiny for the CPU,
+    18 for a planned CUDA fp16 target. The rewrite now decides it once with the block, with fc1's real shape
+    (``Edit.parts``), and the lowering hands that choice to the call (``edit.hand_part``): lowering asks nothing,
+    and every hidden call carries what the selection answers for it."""
+    from explorer.fusion_engine import fuse
+    from explorer.fusions.kernels.linear_act import fused_linear_act, select_linear_act
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    analysis = analyze_cached("convnext_tiny")
+    fused = fuse(analysis, make_plan(analysis.detection, "all"), target)
+    dtype = measure.torch_dtype(target.dtype)
+    prepared = measure.prepare_graph(fused.gm, "cpu", dtype, lean=False)
+    with counting() as lowering:
+        lean.specialize_fused_calls(prepared, torch.device(target.device), dtype)
+    assert not lowering, lowering
+    hidden = [n for n in prepared.graph.nodes if n.op == "call_function" and n.target is fused_linear_act]
+    if target.device == "cuda":   # GELU: cuBLASLt's epilogue is probed on the device (cublaslt_on_device): calls stay
+        assert hidden and all(n.meta["fused_choice"].impl == "cublaslt_on_device" for n in hidden)
+    for node in hidden:
+        w = getattr(prepared, node.args[1].target)
+        want = select_linear_act(torch.device(target.device), dtype, node.args[3], w.shape[1], w.shape[0])
+        assert node.meta["fused_choice"] == want, node.name

@@ -23,8 +23,9 @@ import importlib
 from types import ModuleType
 from typing import Callable
 
-from explorer.fusions import base
+from explorer.fusions import base, claims
 from explorer.fusions.base import Pattern
+from explorer.fusions.kernels import linear_act
 from explorer.fusions.order import order_patterns
 from explorer.words import merge
 
@@ -47,8 +48,10 @@ FAMILY_NAMES: tuple[str, ...] = (
 FAMILIES: tuple[ModuleType, ...] = tuple(importlib.import_module(f"{__name__}.{n}") for n in FAMILY_NAMES)
 
 PATTERNS: tuple[Pattern, ...] = order_patterns(FAMILIES)
-#: Every family's words and the shared ones: {message id: (english, chinese)} (rendered by explorer.ui.i18n).
-WORDS: dict[str, tuple[str, str]] = merge([base.WORDS, *(f.WORDS for f in FAMILIES)])
+#: Every family's words and the shared ones (``base``'s; ``claims``', the decisions between two families; a shared
+#: kernel's whose selection writes labels, ``kernels.linear_act``): {message id: (english, chinese)} (rendered by
+#: explorer.ui.i18n).
+WORDS: dict[str, tuple[str, str]] = merge([base.WORDS, claims.WORDS, linear_act.WORDS, *(f.WORDS for f in FAMILIES)])
 BY_NAME: dict[str, Pattern] = {p.name: p for p in PATTERNS}
 #: fused call target -> its lowering for lean graphs (explorer.runtime.lean)
 LOWERINGS: dict[Callable, Callable] = {t: fn for f in FAMILIES for t, fn in getattr(f, "LOWERINGS", {}).items()}

@@ -68,7 +68,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from explorer.fusions import edit, linear
+from explorer.fusions import edit
 from explorer.fusions.kernels import policy
 from explorer.fusions.kernels.bias_act import bias_act_, plan_bias_act
 from explorer.fusions.kernels.common import (PLANS, LaunchPlan, cached_plan, conv_nd, conv_out_shape, fallback_plan,
@@ -77,6 +77,8 @@ from explorer.fusions.kernels.depthwise import depthwise_applies, pack_depthwise
 from explorer.fusions.kernels.gemm import gemm_applies, gemm_launch, gemm_plan
 from explorer.fusions.kernels.gemm_prologue import gemm_act_prologue_applies, prologue_launch, prologue_plan
 from explorer.fusions.kernels.layer_norm import channels_layer_norm, rows_layer_norm
+from explorer.fusions.kernels.linear_act import (LINEAR_ACTIVATIONS, fused_linear_act, linear_act, linear_act_reference,
+                                                 lower_linear_act, select_linear_act)
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step, selection
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
@@ -311,7 +313,7 @@ def convnext_block_reference(x, dw_weight, dw_bias, ln_weight, ln_bias, eps, w1,
     c = x.shape[1]
     y = conv_nd(x, dw_weight, dw_bias, stride, padding, dilation, c).permute(0, 2, 3, 1)   # (N, H, W, C)
     y = F.layer_norm(y, (c,), ln_weight, ln_bias, eps)
-    y = linear.linear_act_reference(y, w1, b1, act)                                            # (N, H, W, 4C)
+    y = linear_act_reference(y, w1, b1, act)                                                   # (N, H, W, 4C)
     y = F.linear(y, w2, b2).permute(0, 3, 1, 2)                                                # (N, C, H, W)
     if gamma is not None:
         y = gamma * y
@@ -361,6 +363,11 @@ MLP_DEFAULT = "cublas"
 #: input is dead after the block (``_owned_input``), else ``cublas``.
 #: ``triton_fc1_accumulate``: the same with fc1 as our Triton GEMM, the activation in its epilogue.
 MLP_IMPLS = ("cublas", "triton_fc1", "triton_gemm", "gelu_prologue", "cublas_accumulate", "triton_fc1_accumulate")
+#: The MLPs whose fc1 a lowering makes a linear + activation call of (``fused_linear_act``): cuBLAS's, and the
+#: accumulating one where the block input is not provably dead (``_owned_input``, a fact of the lean graph). The
+#: rewrite records that call's choice as the block's part ``HIDDEN_LINEAR`` (``edit.Edit.parts``).
+HIDDEN_LINEAR_MLPS = ("cublas", "cublas_accumulate")
+HIDDEN_LINEAR = "hidden_linear"
 ACCUMULATE_IMPLS = ("cublas_accumulate", "triton_fc1_accumulate")
 #: The GELU-prologue GEMM's tile per shape (the sweep's fastest in the same run), ``(BLOCK_M, BLOCK_N, BLOCK_K,
 #: num_warps, num_stages)``; elsewhere ``gemm_prologue.prologue_config``.
@@ -538,7 +545,7 @@ def select_convnext_block(device: torch.device | str, dtype: torch.dtype, channe
     elif mlp_choice == "triton_fc1_accumulate":
         mlp, fused = WORDS("mlp.fc1_accumulate", act=act), True
     else:
-        lin = linear.select_linear_act(device, dtype, act, 2, 2)
+        lin = select_linear_act(device, dtype, act, 2, 2)
         residual = WORDS("residual.triton" if triton else "residual.torch")
         mlp = WORDS("mlp.fused", act=act, impl=lin.impl, residual=residual) if lin.fused else \
             WORDS("mlp.separate", act=act, residual=residual)
@@ -649,8 +656,8 @@ def residual_add_(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def mlp_hidden(t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, act: str, gemm: bool) -> torch.Tensor:
     """``act(t @ w1ᵀ + b1)`` for the contiguous ``t`` ``(N, H, W, C)``, as ``(N·H·W, 4C)``: one Triton GEMM with
-    the bias and the activation in its epilogue (``gemm``, where ``gemm_applies``), else as the linear
-    family decides. Planned once per call signature."""
+    the bias and the activation in its epilogue (``gemm``, where ``gemm_applies``), else as the linear + activation
+    call decides (``kernels.linear_act``). Planned once per call signature."""
     c = t.shape[-1]
     key = ("convnext-fc1", t.shape, t.stride(), t.dtype, t.device, w1.shape, w1.stride(), w1.dtype,
            None if b1 is None else b1.dtype, act, gemm, t.is_cuda or interpreting())
@@ -662,7 +669,7 @@ def mlp_hidden(t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, act: 
         else:
             plan = fallback_plan(key)
     if plan.out_shape == "fallback":
-        return linear.linear_act(t.reshape(-1, c), w1, b1, act)
+        return linear_act(t.reshape(-1, c), w1, b1, act)
     out = torch.empty((t.numel() // c, w1.shape[0]), dtype=t.dtype, device=t.device)   # (M, 4C)
     return gemm_launch(plan, key, t, w1, b1, None, out)
 
@@ -849,7 +856,7 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     if lin1 is None or lin2 is None or lin1.input is not ln_node or lin2.input is not act_node:
         raise UseGeneric(WORDS("generic.mlp"))
     act = aten.activation_name(act_node)
-    if act not in linear.LINEAR_ACTIVATIONS:
+    if act not in LINEAR_ACTIVATIONS:
         raise UseGeneric(WORDS("generic.act", act=act))
     members = set(ctx.members(chain))
     edit.check_alpha(add)
@@ -874,8 +881,13 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     label = choice.label if choice.fused else edit.not_fused_note(ctx.device, choice.label, WORDS("fused_kernel"))
     args = (c.input, c.weight, c.bias, stride, padding, dilation, ln.weight, ln.bias, ln.eps,
             lin1.weight, lin1.bias, act, w2_arg, b2_arg)
+    parts = {}
+    w1_shape = aten.static_shape(lin1.weight)
+    if choice.impl.rpartition("+")[2] in HIDDEN_LINEAR_MLPS and w1_shape is not None and len(w1_shape) == 2:
+        # fc1 as the linear + activation call (the lowering makes one): decided once, here, with its (C, 4C) shape
+        parts[HIDDEN_LINEAR] = select_linear_act(ctx.device, ctx.run_dtype(fc1), act, w1_shape[1], w1_shape[0])
     return edit.whole_chain_edit(ctx, chain, fused_convnext_block, args, Choice(choice.impl, label, choice.fused),
-                                 tensors)
+                                 tensors, parts=parts)
 
 
 # ====================================================================== lowering (lean graphs)
@@ -884,7 +896,7 @@ def _lower(gm, node, device, dtype) -> bool:
     """The block as direct calls, as ``dwln_impl`` and ``mlp_impl`` choose for its shape: the first step
     (``depthwise_layer_norm``; cuDNN's conv then ``channels_layer_norm``; or conv, permute, layer_norm), then
     the MLP (``mlp_hidden``'s GEMM and ``project_residual``'s; cuBLAS's fc1 and ``project_gelu_residual``; or the
-    linear family's lowering of linear+act and ``project_residual``)."""
+    shared linear+act call's lowering, ``kernels.linear_act.lower_linear_act``, and ``project_residual``)."""
     x, dw_w, dw_b, stride, padding, dilation, ln_w, ln_b, eps, w1, b1, act, w2, b2 = node.args
     weight, w1t, w2t = (edit.attr_tensor(gm, t) for t in (dw_w, w1, w2))
     x_shape = aten.static_shape(x)
@@ -929,13 +941,14 @@ def _lower(gm, node, device, dtype) -> bool:
             hp = g.call_function(torch._C._nn.linear, (rows, w1, b1))                     # (N·H·W, 4C)
             return g.call_function(project_gelu_residual, (hp, w2, b2, x, act))
         rows.meta["val"] = torch.empty((n * out[2] * out[3], c), dtype=dtype, device="meta")      # (M, C)
-        h = g.call_function(linear.fused_linear_act, (rows, w1, b1, act))
+        h = g.call_function(fused_linear_act, (rows, w1, b1, act))
+        edit.hand_part(node, h, HIDDEN_LINEAR)      # the rewrite's choice for it, read by its lowering
         hidden_linear.append(h)
         return g.call_function(project_residual, (h, w2, b2, x, False))
 
     edit.replace_node(gm, node, build)
     if hidden_linear:
-        linear.LOWERINGS[linear.fused_linear_act](gm, hidden_linear[0], device, dtype)
+        lower_linear_act(gm, hidden_linear[0], device, dtype)
     return True
 
 
@@ -1304,7 +1317,7 @@ PATTERNS = (
         steps=(Step(frozenset({"conv"}), "dwconv"),
                Step(frozenset({"layer_norm"}), "norm", guard=_norm_after_depthwise),
                Step(frozenset({"linear"}), "fc1"),
-               Step(frozenset(linear.LINEAR_ACTIVATIONS) - {"none", "gelu_tanh"}, "act"),
+               Step(frozenset(LINEAR_ACTIVATIONS) - {"none", "gelu_tanh"}, "act"),
                Step(frozenset({"linear"}), "fc2"),
                Step(frozenset({"mul"}), "scale", optional=True, guard=_per_channel_constant),
                Step(frozenset({"add"}), "residual", guard=_adds_block_input)),

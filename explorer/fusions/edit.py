@@ -53,6 +53,9 @@ class Edit:
     ``get_attr`` targets to the values that replace theirs; such an edit is
     applied as soon as it is planned, so that the chains planned after it
     (sibling linears concatenating those weights) read the folded values.
+    ``parts`` are the choices of calls a lowering makes of its own for a part of the chain (ConvNeXt's hidden
+    linear, a ``fused_linear_act``), decided here with the chain's: recorded on the fused call
+    (``node.meta["fused_parts"]``) and handed to the part's call by ``hand_part``.
     """
 
     chain: Chain
@@ -65,6 +68,7 @@ class Edit:
     modules: dict[str, torch.nn.Module] = dataclasses.field(default_factory=dict)
     tuple_result: bool = False
     weights: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    parts: dict[str, Choice] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,9 +124,9 @@ class RewriteContext:
 
 def whole_chain_edit(ctx: RewriteContext, chain: Chain, target: Callable, args: tuple, choice: Choice,
                      tensors: dict[str, torch.Tensor] | None = None, outputs: list | None = None,
-                     tuple_result: bool = False) -> Edit:
+                     tuple_result: bool = False, parts: dict[str, Choice] | None = None) -> Edit:
     """An edit removing every node of ``chain``; the fused call's result replaces its last op
-    (``outputs``: the nodes whose users get result[i] when the call returns a tuple)."""
+    (``outputs``: the nodes whose users get result[i] when the call returns a tuple; ``parts``: ``Edit.parts``)."""
     members = ctx.members(chain)
     if outputs is None:
         outputs = [ctx.by_name[chain.roles[-1][0]]]
@@ -130,7 +134,7 @@ def whole_chain_edit(ctx: RewriteContext, chain: Chain, target: Callable, args: 
             raise UseGeneric(WORDS("extra_outputs"))
     check_no_outside_users(members, [o for o in outputs if o is not None])
     return Edit(chain, tuple(members), tuple(outputs), target, tuple(args), choice,
-                tensors=dict(tensors or {}), tuple_result=tuple_result)
+                tensors=dict(tensors or {}), tuple_result=tuple_result, parts=dict(parts or {}))
 
 
 def check_no_outside_users(remove: list[torch.fx.Node], outputs: list[torch.fx.Node]) -> None:
@@ -233,6 +237,16 @@ def set_aside_for(node: torch.fx.Node, memory_format: str) -> None:
     made_for = node.meta.get("fused_for")
     if made_for is not None and len(made_for) > 2 and made_for[2] != memory_format:
         node.meta.pop("fused_choice", None)
+
+
+def hand_part(fused: torch.fx.Node, call: torch.fx.Node, part: str) -> None:
+    """Record on ``call``, a call a lowering makes for a part of the fused call ``fused``, the choice the rewrite
+    made for that part (``Edit.parts``), for the same target as ``fused``'s (``fused_for``): the part's lowering then
+    reads it (``planned``) instead of asking its selection. Nothing is recorded where the rewrite decided none."""
+    choice = (fused.meta.get("fused_parts") or {}).get(part)
+    if isinstance(choice, Choice) and fused.meta.get("fused_for") is not None:
+        call.meta["fused_choice"] = choice
+        call.meta["fused_for"] = fused.meta["fused_for"]
 
 
 def bind_choice(node: torch.fx.Node, arity: int, impl: str) -> bool:

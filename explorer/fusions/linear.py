@@ -6,33 +6,29 @@
     x ─► linear(W, b) ─► y ─► HBM ─► act ─►   x ─► cuBLASLt GEMM + bias + act epilogue ─►
                          (1 write + 1 read + 1 write of the output)   (1 write)
 
-On CUDA, ``torch._addmm_activation(bias, x, Wᵀ, use_gelu=...)`` asks cuBLASLt
-for its BIAS+RELU or BIAS+GELU epilogue (PyTorch ``addmm_out_cuda_impl``: the
-cuBLASLt path needs a 1-D contiguous bias and both weight dims > 1, and is off
-under ``DISABLE_ADDMM_CUDA_LT=1``). cuBLASLt's GELU epilogue may be the tanh
-approximation while the model's GELU is exact (they differ by up to ~5e-4), so
-the fused path is taken for GELU only where the epilogue computes the model's
-variant: it is probed once per device and dtype (``gelu_epilogue_variant``),
-never assumed. Every other case runs ``F.linear`` then the activation in place.
-
-``select_linear_act`` is the one decision: the runtime call, the label and the
-lean lowering all ask it.
+The call and its one decision are the shared linear + activation kernel
+(``explorer.fusions.kernels.linear_act``: ``fused_linear_act``, ``select_linear_act``, ``linear_act``
+and its reference, the lowering ``lower_linear_act``), which ConvNeXt's lowering calls too. This
+module holds the family: the patterns (a linear and its activation; the forms models write:
+``addmm``, ``x @ W.T + b``, a written-out GELU), their rewrites, the separate-epilogue choice and the
+forms' call with their lowerings.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 
 import torch
 import torch.fx
 
 from explorer.fusions import edit
-from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step, selection
+from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
-from explorer.fusions.epilogue import EPILOGUE_TOLERANCES, apply_activation, apply_activation_, check, in_place_node
+from explorer.fusions.epilogue import in_place_node
+from explorer.fusions.kernels.linear_act import (LINEAR_ACTIVATIONS, TOLERANCES, bind_impl, fused_linear_act,  # noqa: F401
+                                                 linear_act, lower_linear_act, on_device, select_linear_act,
+                                                 weight_t_attr)
 from explorer.graph import aten
 from explorer.vocab import ACTIVATIONS, TRANSPARENT
 from explorer.words import Words
@@ -47,17 +43,6 @@ WORDS = Words("linear", {
                                 "tile is still in registers: the pre-activation tensor (4x hidden wide in a "
                                 "transformer MLP) is never written out."),
                                "GEMM 的尾处理在输出分块还在寄存器里时加偏置、做激活：激活前的张量（Transformer MLP 中是隐藏维度的 4 倍宽）从不写出。"),
-    "label.lt_relu": ("cuBLASLt GEMM+bias+relu epilogue (1 call: _addmm_activation)",
-                      "cuBLASLt GEMM+bias+relu 尾处理（1 次调用：_addmm_activation）"),
-    "label.lt_on_device": (("cuBLASLt GEMM+bias+{act} epilogue where the device's epilogue computes {act}, else "
-                            "linear + {act} in place (2 kernels)"),
-                           "cuBLASLt GEMM+bias+{act} 尾处理（设备的尾处理算的是 {act} 时），否则 linear + 原地 {act}（2 个内核）"),
-    "label.lt_gelu": ("cuBLASLt GEMM+bias+{act} epilogue (1 call: _addmm_activation)",
-                      "cuBLASLt GEMM+bias+{act} 尾处理（1 次调用：_addmm_activation）"),
-    "label.variant": ("linear + {act} in place (2 kernels; the cuBLASLt epilogue computes {variant}, not {act})",
-                      "linear + 原地 {act}（2 个内核；cuBLASLt 尾处理算的是 {variant}，不是 {act}）"),
-    "label.linear": ("linear (1 kernel)", "linear（1 个内核）"),
-    "label.separate": ("linear + {act} in place (2 kernels)", "linear + 原地 {act}（2 个内核）"),
     "generic.not_plain": ("{op} is not a plain linear", "{op} 不是普通的线性层"),
     "generic.no_epilogue": ("activation {act} has no linear epilogue", "激活函数 {act} 没有线性层尾处理"),
     "generic.addmm": ("an addmm with beta or alpha != 1, or a bias that is not one row", "addmm 的 beta 或 alpha 不等于 1，或偏置不是一行"),
@@ -80,107 +65,11 @@ WORDS = Words("linear", {
 })
 
 
-LINEAR_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "tanh", "hardswish", "quick_gelu", "none")
-#: PyTorch reads DISABLE_ADDMM_CUDA_LT once per process too (``getDisableAddmmCudaLt``).
-_LT_DISABLED = os.environ.get("DISABLE_ADDMM_CUDA_LT") == "1"
-_LT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-TOLERANCES = EPILOGUE_TOLERANCES  # see explorer.fusions.epilogue for the error model
-
-
-# ====================================================================== kernel selection
-
-def gelu_epilogue_variant(device: str | torch.device, dtype: torch.dtype) -> str:
-    """Which GELU ``torch._addmm_activation(use_gelu=True)`` computes here: ``"gelu"`` (erf) or ``"gelu_tanh"``.
-
-    Probed with a GEMM whose product is exact in any precision (an identity
-    weight and inputs that are multiples of 1/8 within ±4), so the only
-    difference left is the GELU formula; the result is compared, in float64,
-    with both variants. Probed once per device and dtype.
-    """
-    return _gelu_epilogue_variant(torch.device(device), dtype)
-
-
-@functools.lru_cache(maxsize=None)
-def _gelu_epilogue_variant(dev: torch.device, dtype: torch.dtype) -> str:
-    values = torch.arange(-32, 32, dtype=torch.float64) / 8                    # (64,) exact in bf16
-    x = torch.diag(values).to(dtype=dtype, device=dev)                         # (64, 64)
-    eye = torch.eye(64, dtype=dtype, device=dev)
-    bias = torch.zeros(64, dtype=dtype, device=dev)
-    y = torch._addmm_activation(bias, x, eye, use_gelu=True).diagonal().double().cpu()
-    err_exact = (y - torch.nn.functional.gelu(values)).abs().sum()
-    err_tanh = (y - torch.nn.functional.gelu(values, approximate="tanh")).abs().sum()
-    return "gelu_tanh" if err_tanh < err_exact else "gelu"
-
-
-def _device_present(device: torch.device) -> bool:
-    return device.type != "cuda" or torch.cuda.is_available()
-
-
-@selection
-def select_linear_act(device: torch.device | str, dtype: torch.dtype, act: str, in_features: int = 2,
-                      out_features: int = 2, separate: bool = False) -> Choice:
-    """The one decision of how ``act(x @ Wᵀ + b)`` runs on ``device`` in ``dtype``.
-
-    ``Choice.impl``: ``cublaslt_relu`` / ``cublaslt_gelu`` (one ``_addmm_activation``
-    call), ``separate`` (``F.linear``, then the activation in place) or
-    ``cublaslt_on_device`` (a CUDA device that is not here: whether its GELU
-    epilogue is the model's GELU is probed on the device itself).
-    """
-    check(act, LINEAR_ACTIVATIONS)
-    device = torch.device(device)
-    lt = (not separate and device.type == "cuda" and dtype in _LT_DTYPES and not _LT_DISABLED
-          and in_features > 1 and out_features > 1)               # PyTorch skips cuBLASLt for 1-wide weights
-    if lt and act == "relu":
-        return Choice("cublaslt_relu", WORDS("label.lt_relu"), True)
-    if lt and act in ("gelu", "gelu_tanh"):
-        if not _device_present(device):
-            return Choice("cublaslt_on_device", WORDS("label.lt_on_device", act=act), True)
-        variant = _gelu_epilogue_variant(device, dtype)
-        if variant == act:
-            return Choice("cublaslt_gelu", WORDS("label.lt_gelu", act="gelu(tanh)" if act == "gelu_tanh" else "gelu"), True)
-        return Choice("separate", WORDS("label.variant", act=act, variant=variant), False)
-    if act == "none":
-        return Choice("separate", WORDS("label.linear"), False)
-    return Choice("separate", WORDS("label.separate", act=act), False)
-
-
-def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str = "relu",
-               separate: bool = False, impl: str | None = None) -> torch.Tensor:
-    """``act(x @ weightᵀ + bias)`` as ``select_linear_act`` decides.
-
-    ``x``: ``(..., in)``, ``weight``: ``(out, in)``, ``bias``: ``(out,)`` or None. ``impl``: the ``Choice.impl``
-    decided for the call's target (a lowered fused call that stays is handed it); given, the selection is not
-    asked, except for ``cublaslt_on_device``: a choice made without the CUDA device, whose GELU epilogue is
-    probed on the device itself, a fact only the run has (asked here, by name, once per call).
-    """
-    if impl is None or impl == "cublaslt_on_device":
-        impl = select_linear_act(x.device, x.dtype, act, weight.shape[1], weight.shape[0], separate).impl
-    if impl in ("cublaslt_relu", "cublaslt_gelu") and weight.dtype == x.dtype and x.numel() > 0:
-        x2 = x.reshape(-1, x.shape[-1])                                       # (rows, in)
-        b = bias if bias is not None else torch.zeros(weight.shape[0], dtype=x.dtype, device=x.device)
-        y = torch._addmm_activation(b.to(x.dtype).contiguous(), x2, weight.t(),  # (rows, out)
-                                    use_gelu=impl == "cublaslt_gelu")
-        return y.reshape(*x.shape[:-1], weight.shape[0])
-    return apply_activation_(torch.nn.functional.linear(x, weight, bias), act)
-
-
-def linear_act_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                         act: str = "relu") -> torch.Tensor:
-    """Unfused: ``F.linear`` then the activation out of place."""
-    check(act, LINEAR_ACTIVATIONS)
-    return apply_activation(torch.nn.functional.linear(x, weight, bias), act)
-
-
 # ====================================================================== fused call targets
 
-# Each takes, last, the impl its lowering hands it where the call stays in a lean graph (``_bind``); None (a graph
-# run as it is fused): the selection decides at every call.
-
-def fused_linear_act(x, weight, bias, act, impl=None):
-    """``act(x @ weightᵀ + bias)``: cuBLASLt epilogue where it applies."""
-    return linear_act(x, weight, bias, act, impl=impl)
-
+# ``fused_linear_act`` is the shared call (``kernels.linear_act``). Each takes, last, the impl its lowering hands it
+# where the call stays in a lean graph (``bind_impl``); None (a graph run as it is fused): the selection decides at
+# every call.
 
 def fused_linear_separate_epilogue(x, weight, bias, act, impl=None):
     """Kernel choice "separate_epilogue": the linear with its bias, then ``act`` in place."""
@@ -214,70 +103,9 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
 
 # ====================================================================== lowering (lean graphs)
 
-def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, dtype: torch.dtype,
-           separate: bool) -> bool:
-    """fused_linear_act → one ``torch._addmm_activation`` (cuBLASLt epilogue) or ``linear`` + the activation, as
-    the rewrite chose for this device and dtype (``edit.planned``; a call it did not fuse for them, such as
-    the one ConvNeXt's lowering makes, asks the selection)."""
-    if len(node.args) != 4:
-        return False
-    x, weight, bias, act = node.args
-    w = edit.attr_tensor(gm, weight)
-    x_shape = aten.static_shape(x)
-    if w is None or w.dim() != 2 or x_shape is None or act not in LINEAR_ACTIVATIONS:
-        return _bind(node, 4, edit.planned(node, device, dtype))
-    choice = _on_device(edit.planned(node, device, dtype) or select_linear_act(device, dtype, act, w.shape[1],
-                                                                               w.shape[0], separate),
-                        device, dtype, act, w.shape[1], w.shape[0], separate)
-    if choice.impl in ("cublaslt_relu", "cublaslt_gelu"):
-        b = edit.attr_tensor(gm, bias)
-        if b is None or b.dim() != 1 or not b.is_contiguous() or 0 in x_shape:
-            return _bind(node, 4, choice)  # the generic target handles these (a zero bias, a cast, an empty input)
-        name = _weight_t(gm, weight, w)
-
-        def build(g: torch.fx.Graph) -> torch.fx.Node:
-            x2 = g.call_function(torch.reshape, (x, [-1, x_shape[-1]]))                      # (rows, in)
-            wt = g.get_attr(name)                                                           # (in, out) view
-            y = g.call_function(torch._addmm_activation, (bias, x2, wt),
-                                {"use_gelu": choice.impl == "cublaslt_gelu"})
-            return g.call_function(torch.reshape, (y, [*x_shape[:-1], w.shape[0]]))
-
-        return edit.replace_node(gm, node, build)
-    if choice.impl != "separate":
-        return _bind(node, 4, choice)
-    return edit.replace_node(gm, node, lambda g: in_place_node(
-        g, g.call_function(torch._C._nn.linear, (x, weight, bias)), act))
-
-
-def _on_device(choice: Choice, device: torch.device, dtype: torch.dtype, act: str, in_f: int, out_f: int,
-               separate: bool = False) -> Choice:
-    """``choice``, or where it is ``cublaslt_on_device`` (made without the CUDA device: whether its GELU epilogue
-    is the model's GELU is probed on the device itself, which the rewrite could not do) and the device is here,
-    the selection's answer on it: the one call a lowering makes for a chain the rewrite decided, named here."""
-    if choice.impl == "cublaslt_on_device" and _device_present(torch.device(device)):
-        return select_linear_act(device, dtype, act, in_f, out_f, separate)
-    return choice
-
-
-def _bind(node: torch.fx.Node, arity: int, choice: Choice | None) -> bool:
-    """A fused call the lowering leaves in the graph takes the recorded impl (``edit.bind_choice``), so that it does
-    not ask the selection at every call. A call with no recorded choice keeps asking (returns False), and so does one
-    recorded as ``cublaslt_on_device`` and lowered without the device: whether cuBLASLt's GELU is the model's is a
-    fact of the device, which only the run has (``linear_act`` asks the selection there, by name)."""
-    return choice is not None and choice.impl != "cublaslt_on_device" and edit.bind_choice(node, arity, choice.impl)
-
-
-def _weight_t(gm: torch.fx.GraphModule, weight: torch.fx.Node, w: torch.Tensor) -> str:
-    """A root attribute holding ``w.t()`` (a view: no copy), for cuBLASLt's (in, out) operand."""
-    name = "_lean_t_" + str(weight.target).replace(".", "_")
-    if not hasattr(gm, name):
-        gm.register_buffer(name, w.t(), persistent=False)
-    return name
-
-
 LOWERINGS = {
-    fused_linear_act: lambda gm, node, device, dtype: _lower(gm, node, device, dtype, separate=False),
-    fused_linear_separate_epilogue: lambda gm, node, device, dtype: _lower(gm, node, device, dtype, separate=True),
+    fused_linear_act: lambda gm, node, device, dtype: lower_linear_act(gm, node, device, dtype, separate=False),
+    fused_linear_separate_epilogue: lambda gm, node, device, dtype: lower_linear_act(gm, node, device, dtype, separate=True),
 }
 
 
@@ -304,29 +132,29 @@ def _lower_forms(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.de
     x_shape = aten.static_shape(x)
     if (w is None or w.dim() != 2 or x_shape is None or act not in LINEAR_ACTIVATIONS or not isinstance(weight_t, bool)
             or 0 in x_shape):
-        return _bind(node, 6, edit.planned(node, device, dtype))
+        return bind_impl(node, 6, edit.planned(node, device, dtype))
     in_f, out_f = (w.shape[0], w.shape[1]) if weight_t else (w.shape[1], w.shape[0])
     out_shape = list(shape) if shape is not None else [*x_shape[:-1], out_f]
-    choice = _on_device(edit.planned(node, device, dtype) or select_linear_act(device, dtype, act, in_f, out_f),
+    choice = on_device(edit.planned(node, device, dtype) or select_linear_act(device, dtype, act, in_f, out_f),
                         device, dtype, act, in_f, out_f)
     if choice.impl in ("cublaslt_relu", "cublaslt_gelu"):
         b = edit.attr_tensor(gm, bias)
         if b is None or b.dim() != 1 or not b.is_contiguous() or b.dtype != w.dtype:
-            return _bind(node, 6, choice)  # the generic target handles these (a zero bias, a cast)
+            return bind_impl(node, 6, choice)  # the generic target handles these (a zero bias, a cast)
 
         def build(g: torch.fx.Graph) -> torch.fx.Node:
             x2 = g.call_function(torch.reshape, (x, [-1, in_f]))                              # (rows, in)
-            wt = weight if weight_t else g.get_attr(_weight_t(gm, weight, w))                 # (in, out)
+            wt = weight if weight_t else g.get_attr(weight_t_attr(gm, weight, w))                 # (in, out)
             y = g.call_function(torch._addmm_activation, (bias, x2, wt),
                                 {"use_gelu": choice.impl == "cublaslt_gelu"})
             return g.call_function(torch.reshape, (y, out_shape))
 
         return edit.replace_node(gm, node, build)
     if choice.impl != "separate":
-        return _bind(node, 6, choice)   # cublaslt_on_device lowered without the device: the call probes it
+        return bind_impl(node, 6, choice)   # cublaslt_on_device lowered without the device: the call probes it
 
     def build_separate(g: torch.fx.Graph) -> torch.fx.Node:
-        w_out_in = g.get_attr(_weight_t(gm, weight, w)) if weight_t else weight                # (out, in)
+        w_out_in = g.get_attr(weight_t_attr(gm, weight, w)) if weight_t else weight                # (out, in)
         y = in_place_node(g, g.call_function(torch._C._nn.linear, (x, w_out_in, bias)), act)
         return y if shape is None else g.call_function(torch.reshape, (y, out_shape))
 

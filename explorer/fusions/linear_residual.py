@@ -22,12 +22,11 @@ is the unfused computation; ``TOLERANCES`` are the GEMM epilogue's.
 
 The add a decoder writes after o_proj and down_proj (``residual + proj(h)``, transformers' Llama and
 Qwen2 as captured) is also the first op of the Add+RMSNorm after it: two fusions want one add.
-``residual_home(m, k, n)`` is the one decision, from measurement per shape
-(``RESIDUAL_EPILOGUE_WINS``: ``benchmarks/bench_rms_fold.py --only linres``, the Triton GEMM with the
-residual in its epilogue + RMSNorm against cuBLAS + the fused Add+RMSNorm, in the same run); the
-Add+RMSNorm matchers (``explorer.fusions.rms_norm``) ask it and step aside where the epilogue wins,
-and this family's matcher (``_match_linear_residual``) reports the add the Add+RMSNorm kept as a near
-miss with the measured reason; the Add+RMSNorm reports the add it gave up the same way.
+``explorer.fusions.claims.residual_home(m, k, n)`` is the one decision, from measurement per shape
+(``claims.RESIDUAL_EPILOGUE_WINS``); the Add+RMSNorm matchers (``explorer.fusions.rms_norm``) ask it
+and step aside where the epilogue wins, and this family's matcher (``_match_linear_residual``) reports
+the add the Add+RMSNorm kept as a near miss with the measured reason; the Add+RMSNorm reports the add
+it gave up the same way (``claims.WORDS``).
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ import torch
 from explorer.fusions import edit
 from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Chain, Choice, NoMatch, Pattern, Step, selection
 from explorer.fusions.base import WORDS as BASE_WORDS
+from explorer.fusions.claims import NORM_PATTERNS, projection_shape, residual_home
 from explorer.fusions.edit import RewriteContext, UseGeneric
 from explorer.fusions.kernels.common import TRITON_DTYPES
 from explorer.fusions.kernels.gemm import TOLERANCES, gemm_applies, gemm_epilogue  # noqa: F401 (the error model)
@@ -72,70 +72,8 @@ WORDS = Words("linear_residual", {
     "generic.not_plain": ("{op} is not a plain linear", "{op} 不是普通的线性层"),
     "refuse.norm_wins": ("the residual add stays with {chain} (cuBLAS + the fused Add+RMSNorm) at M={m}, K={k}, N={n}: {why}",
                          "残差相加留在 {chain}（cuBLAS + 融合的 Add+RMSNorm），M={m}、K={k}、N={n}：{why}"),
-    "refuse.epilogue_wins": (("the residual add goes to the GEMM epilogue of {linear} (Triton GEMM with the residual, "
-                              "then RMSNorm) at M={m}, K={k}, N={n}: {why}"),
-                             "残差相加放进 {linear} 的 GEMM 尾处理（带残差的 Triton GEMM，然后 RMSNorm），M={m}、K={k}、N={n}：{why}"),
-    "why.measured_faster": ("measured faster (benchmarks/results/bench_rms_fold_h200.json)",
-                            "实测更快（benchmarks/results/bench_rms_fold_h200.json）"),
-    "why.not_measured": ("the default; the GEMM epilogue was not measured faster at this shape",
-                         "默认选择；在这个形状上没有测到 GEMM 尾处理更快"),
-    "why.policy": ("forced by the policy RESIDUAL_OWNER={owner}", "由策略 RESIDUAL_OWNER={owner} 强制"),
     "generic.weight": ("the weight is not a 2-D constant", "权重不是二维常量"),
 })
-
-
-# ====================================================================== where the residual add goes
-
-#: Shapes ``(K, N)`` of a residual projection -> the smallest M (rows) from which the Triton GEMM with the residual
-#: in its epilogue + RMSNorm measured faster than cuBLAS + the fused Add+RMSNorm on the H200 in bf16
-#: (``benchmarks/bench_rms_fold.py --only linres``; committed as ``benchmarks/results/bench_rms_fold_h200.json``).
-#: A shape not here keeps the add with the Add+RMSNorm.
-RESIDUAL_EPILOGUE_WINS: dict[tuple[int, int], int] = {
-    # the zoo decoder's o_proj (512 -> 512) at 16384 rows: 47.1 us against 57.8 (its down_proj, 1376 -> 512, and
-    # every Llama-3-8B projection at 4096..16384 rows measured faster with cuBLAS + the fused Add+RMSNorm)
-    (512, 512): 16384,
-}
-
-#: "measured" (``RESIDUAL_EPILOGUE_WINS``), or "epilogue" / "norm" everywhere (benchmarks compare them this way).
-RESIDUAL_OWNER = "measured"
-
-
-def residual_home(m: int, k: int, n: int) -> tuple[str, str]:
-    """Where the add after a projection of ``m`` rows, ``k`` in and ``n`` out goes when an RMSNorm follows it:
-    ``("epilogue" | "norm", why)`` (``why``: a message saying on what the decision rests)."""
-    if RESIDUAL_OWNER in ("epilogue", "norm"):
-        return RESIDUAL_OWNER, WORDS("why.policy", owner=RESIDUAL_OWNER)
-    threshold = RESIDUAL_EPILOGUE_WINS.get((int(k), int(n)))
-    if threshold is not None and m >= threshold:
-        return "epilogue", WORDS("why.measured_faster")
-    if threshold is not None:
-        return "norm", WORDS("why.measured_faster")
-    return "norm", WORDS("why.not_measured")
-
-
-def projection_shape(g, linear: str) -> tuple[int, int, int] | None:
-    """``(M, K, N)`` of a linear node of the graph (rows, in, out), from its recorded shapes."""
-    out = (g.nodes[linear].get("shapes") or [None])[0]
-    src = g.nodes[linear].get("first_input")
-    inp = (g.nodes[src].get("shapes") or [None])[0] if src in g else None
-    if not out or not inp:
-        return None
-    m = 1
-    for d in out[:-1]:
-        m *= int(d)
-    return m, int(inp[-1]), int(out[-1])
-
-
-def residual_projection(g, add: str) -> str | None:
-    """The linear whose output the add ``add`` reads as one operand (through identity views, and read by nothing
-    else): the projection whose epilogue could take the add; None if there is none."""
-    for src in g.predecessors(add):
-        node = src
-        while g.nodes[node]["kind"] in TRANSPARENT and g.in_degree(node) == 1 and g.out_degree(node) == 1:
-            node = next(iter(g.predecessors(node)))
-        if g.nodes[node]["kind"] == "linear" and g.out_degree(node) == 1:
-            return node
-    return None
 
 
 # ====================================================================== the reference and the kernel choice
@@ -293,9 +231,6 @@ def _match_linear_residual(g, pattern: Pattern, anchor: str, claimed: dict[str, 
         raise NoMatch(reason, nodes)
     return [(anchor, "linear", True), *((p, "view", False) for p in path), (add, "add", True)]
 
-
-#: The Add+RMSNorm patterns that compete for the add after a projection (``residual_home`` decides).
-NORM_PATTERNS = ("add_rms_norm", "add_rms_fold")
 
 #: Which families this one must claim nodes before or after (explorer.fusions.order): an add that starts an Add+Norm
 #: chain, or ends a ConvNeXt or SwiGLU block, is theirs (an Add+RMSNorm's only where ``residual_home`` says so).

@@ -322,6 +322,8 @@ def _apply_edit(gm: torch.fx.GraphModule, e: Edit, replaced: dict[torch.fx.Node,
             call.meta["fused_pattern"] = e.chain.pattern
             call.meta["fused_choice"] = e.choice          # the one decision: the lowering reads it (edit.planned)
             call.meta["fused_for"] = made_for
+            if e.parts:
+                call.meta["fused_parts"] = dict(e.parts)   # its parts' choices (edit.hand_part)
             if not e.tuple_result:
                 results = [call]
                 _copy_val(call, e.outputs[0])

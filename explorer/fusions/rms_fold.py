@@ -25,7 +25,8 @@ After the fold the sibling linears (QKV, gate/up: ``explorer.fusions.siblings``)
 the SwiGLU chain read the folded weights: a fold's edit is applied as soon as it is
 planned (``Edit.weights``), before the chains after it are planned. The norm itself is
 the Add+RMSNorm / RMSNorm kernel of ``explorer.fusions.rms_norm`` without its weight
-(``rms_norm.plan_norm(..., unit=True)``): one load and one multiply less per element.
+(``rms_norm.plan_norm(..., unit=True)``): one load and one multiply less per element. This family is the
+RMSNorm family's fold variant (``EXTENDS = "rms_norm"``): the one family it imports.
 
 Numerics: the rounding point moves. Unfused (bf16), the row is rounded, multiplied by γ
 and rounded again before the GEMM reads it; folded, the row is rounded once and γ sits
@@ -47,9 +48,10 @@ import torch.fx
 from explorer.fusions import edit, rms_norm
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step
+from explorer.fusions.claims import is_epilogue_claim
 from explorer.fusions.edit import Refuse, RewriteContext
 from explorer.graph import aten
-from explorer.words import Message, Words
+from explorer.words import Words
 
 #: What this family says to a person, in English and 中文 (rendered by explorer.ui.i18n by id).
 WORDS = Words("rms_fold", {
@@ -251,7 +253,7 @@ def _fold_matcher(inner):
         except NoMatch as why:
             # the norm's own near misses are the RMSNorm pattern's to report (it runs next, on the same nodes), but
             # for the add it gives up to a projection's GEMM epilogue: that one is the fold's too (it runs first)
-            if isinstance(why.reason, Message) and why.reason.id == "linear_residual.refuse.epilogue_wins":
+            if is_epilogue_claim(why.reason):
                 raise
             raise NoMatch(None, why.nodes) from None
         nodes = [n for n, _, _ in matched]
@@ -408,6 +410,15 @@ def _steps(first: tuple[Step, ...]) -> tuple[Step, ...]:
 #: Which families this one must claim nodes before or after (explorer.fusions.order): the norm is the fold's
 #: before it is RMSNorm's.
 RUNS_BEFORE = ("rms_norm",)
+
+#: The family this one is a variant of (tests/test_layers.py: the one family a family may import). The fold matches
+#: the RMSNorm family's own chains through its matchers (``match_add_rms_norm``, ``match_rms_norm``, ``CASTS``,
+#: ``NORM_STEPS``), plans the norm by its rewrite (``plan_norm(..., unit=True)``) and runs its kernels without γ:
+#: it moves γ into the linears and leaves the rest to rms_norm. The RMSNorm kernels and references (``rms_norm``,
+#: ``add_rms_norm``, their ``*_reference``, ``TOLERANCES``) are still rms_norm.py's: by ``explorer.fusions.kernels``'
+#: rule they belong in ``kernels/`` beside ``layer_norm``, a move left for when rms_norm.py's launch tables and
+#: recorded choices are not being edited elsewhere (they were, on two branches, when this was declared).
+EXTENDS = "rms_norm"
 
 _CAVEATS = (WORDS("caveat.inference"), WORDS("caveat.rounding"), PRECISION_CAVEAT)
 

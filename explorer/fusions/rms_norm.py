@@ -64,9 +64,8 @@ import torch.fx
 from explorer.fusions import edit
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step, selection
+from explorer.fusions.claims import epilogue_claim
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric, leading_broadcast, residual_add_operands
-from explorer.fusions.linear_residual import WORDS as LR_WORDS
-from explorer.fusions.linear_residual import projection_shape, residual_home, residual_projection
 from explorer.fusions.triton_support import where
 from explorer.fusions.triton_support import (Launch, cdiv, contiguous_key, import_triton, interpreting, jit_helpers,
                                              launch, library_reductions_usable, needs_autograd, next_power_of_2,
@@ -674,13 +673,7 @@ def match_add_rms_norm(g: nx.DiGraph, pattern: Pattern, anchor: str, claimed: di
     if attrs.get("scalar_operand") or g.in_degree(anchor) != 2:
         raise NoMatch(None, [anchor])
     refusals: list[str] = []
-    epilogue = None
-    projection = residual_projection(g, anchor)
-    if projection is not None and projection not in claimed and (shape := projection_shape(g, projection)):
-        home, why = residual_home(*shape)
-        if home == "epilogue":  # the add is measured better in the projection's GEMM epilogue (linear_residual)
-            m, k, n = shape
-            epilogue = LR_WORDS("refuse.epilogue_wins", linear=projection, why=why, m=m, k=k, n=n)
+    epilogue = epilogue_claim(g, anchor, claimed)   # the add measured better in the projection's GEMM epilogue
     matched = [(anchor, "add", True)]
     succ = _succ(g, anchor)
     casts = [s for s in succ if _is_cast(g, s)]

@@ -68,9 +68,10 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from explorer.fusions import edit, siblings
+from explorer.fusions import edit
 from explorer.fusions.kernels import gemm as gemm_kernels
 from explorer.fusions.kernels import measured
+from explorer.fusions.kernels.packed_gemm import is_packed_gemm_call
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, NoMatch, Pattern, Step, selection
 from explorer.fusions.edit import RewriteContext, UseGeneric
@@ -546,7 +547,7 @@ def _is_transpose_12(n) -> bool:
 
 def _projection_source(t):
     """``(getitem, packed source, index)`` where ``t`` = transpose(view(getitem(source, i)), 1, 2) and the source
-    is the siblings' one GEMM (``fused_linear_siblings`` or its lowering, ``split_with_sizes(linear(...))``);
+    is a packed GEMM (a call marked ``packed_gemm_call``: the siblings'; or its lowering, ``split_with_sizes(linear)``);
     None otherwise. ``packed source`` is ``(x, weight, bias, sizes)``."""
     if not _is_transpose_12(t) or not _is_view(t.args[0]):
         return None
@@ -554,7 +555,7 @@ def _projection_source(t):
     if not (isinstance(item, torch.fx.Node) and item.target is operator.getitem):
         return None
     src, index = item.args
-    if src.target is siblings.fused_linear_siblings:
+    if is_packed_gemm_call(src.target):
         x, weight, bias, sizes = src.args
         return item, src, index, (x, weight, bias, list(sizes))
     if src.target is torch.split_with_sizes and isinstance(src.args[0], torch.fx.Node) and (

@@ -7,7 +7,7 @@
     x ─► up_proj   ─► u ──────────────mul ─► (down_proj)       └─► silu_mul_packed(gu) ─► (…, I) ─► (down_proj)
     (x read twice; g, a, u written and read back)        (x read once; gate and up read in place as column views)
 
-``concat_weights`` (``explorer.fusions.siblings``) stacks ``W_gate`` and ``W_up``
+``concat_weights`` (``explorer.fusions.kernels.packed_gemm``) stacks ``W_gate`` and ``W_up``
 once, when the plan is applied, so the two projections become one GEMM over
 ``x`` (as the Q/K/V siblings are). ``silu_mul_packed`` reads that GEMM's output
 in place: gate in the first I columns, up in the last I (each a column view
@@ -21,7 +21,7 @@ returns the dtype, then the multiply rounds again), so the fused result is the
 more accurate one: it agrees with eager within ``EAGER_TOLERANCES`` and with
 float64 within ``TOLERANCES``, the tighter of the two. The one GEMM computes
 each output column as the same dot product over the same ``x`` row; the
-library may block the wider GEMM differently (siblings' ``TOLERANCES``).
+library may block the wider GEMM differently (``kernels.packed_gemm.PACKED_TOLERANCES``).
 
 Kernel design (bandwidth-bound): programs tile (rows × columns) of the output
 with a contiguous last dim (row strides are arguments, so column views need no
@@ -66,7 +66,7 @@ from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Choice, NoMatch
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
 from explorer.fusions.kernels import gemm as gemm_kernels
 from explorer.fusions.kernels import measured
-from explorer.fusions.siblings import concat_weights
+from explorer.fusions.kernels.packed_gemm import concat_weights
 from explorer.fusions.triton_support import where
 from explorer.fusions.triton_support import (Launch, cdiv, import_triton, interpreting, jit_helpers, launch,
                                              needs_autograd, next_power_of_2, operand_key, planned,
