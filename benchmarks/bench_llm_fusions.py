@@ -219,11 +219,30 @@ def _check(case: Case, got, want) -> str:
     for g, w in zip(got, want):
         if torch.isnan(g).any() and not torch.isnan(w).any():
             return "NaN in output"
+        tol = case.tolerances[case.dtype]
         try:
-            torch.testing.assert_close(g.float(), w.float(), **case.tolerances[case.dtype])
+            torch.testing.assert_close(g.float(), w.float(), **tol)
         except AssertionError as err:
-            return "mismatch: " + str(err).strip().splitlines()[0][:120]
+            return "mismatch: " + _mismatch_detail(g, w, tol, err)
     return "ok"
+
+
+def _mismatch_detail(got, want, tol: dict, err: Exception) -> str:
+    """How many elements are beyond ``|got - want| <= atol + rtol·|want|`` and the worst one (its values, how far
+    past the bound), so a failed check says whether it is a few elements near a dtype's range limits or more."""
+    import torch
+
+    try:
+        g, w = got.double().reshape(-1), want.double().reshape(-1)
+        diff = (g - w).abs()
+        bound = tol.get("atol", 0.0) + tol.get("rtol", 0.0) * w.abs()
+        over = diff > bound
+        i = int(torch.argmax(torch.where(over, diff - bound, torch.full_like(diff, -1.0))))
+        return (f"{int(over.sum())} of {g.numel()} elements beyond atol {tol.get('atol')} + rtol {tol.get('rtol')}; "
+                f"worst: got {g[i].item():.6g}, eager {w[i].item():.6g}, |diff| {diff[i].item():.3g} "
+                f"(allowed {bound[i].item():.3g})")
+    except Exception:  # a shape mismatch and the like: torch's own first line
+        return str(err).strip().splitlines()[0][:120]
 
 
 def _quantiles(times: list[float]) -> tuple[float, float, float]:
