@@ -36,6 +36,10 @@ Usage::
                                                                  # ~170 Triton compiles, 24 inductor compiles)
     python3 benchmarks/bench_membw.py --verify --budget-s 240    # once the winners are baked in: launched vs
                                                                  # previous settings, both dtypes, inductor
+    python3 benchmarks/bench_membw.py --verify --only rmsnorm,swiglu,rotary --budget-s 100 \
+        --cases 'silu_mul,add_rms_norm 8B,add_rms_norm_nosum 8B,add_rms_norm_unit 8B,add_rms_norm_unit_nosum 8B,rotary zoo'
+                                   # LEAN_VERIFY: only the cases whose setting changed (with PREVIOUS) or that have
+                                   # CANDIDATES, and the zoo rotary; ~60-100 s (rmsnorm first: the candidates)
     python3 benchmarks/bench_membw.py --smoke --only rmsnorm     # CPU plumbing: tiny shapes, interpreted
     python3 benchmarks/bench_membw.py --table RESULT.json        # the README table of a result
     python3 benchmarks/bench_membw.py --propose RESULT.json      # what to bake: winners beyond the spread
@@ -117,13 +121,25 @@ def _add_previous(kind: str, shape: str, default: dict, sweep: dict, settings: d
 #: with the grid), per (kernel, shape): proposals from reading the kernels, not measurements. The Add+RMSNorm
 #: whose sum is not written ran 91.4% of copy at 8B in bf16 where inductor's kernel ran 99.1%
 #: (``bench_membw_sweep_h200.json``; docs/kernel-notes.md lists what was checked): x and the residual loaded
-#: without the evict-first hint (``rms_norm.HINTS`` 1), which the SwiGLU pass measured 2-8 points faster without.
+#: without the evict-first hint (``rms_norm.HINTS`` 1), which the SwiGLU pass measured 1-7 points faster without at
+#: 5 of its 6 settings, or evict-last (2), as inductor's first pass reads them from DRAM.
 CANDIDATES = {
-    ("add_rms_norm_nosum", "8B"): (dict(rows=1, warps=16, hints=1), dict(rows=2, warps=16, hints=1)),
+    ("add_rms_norm_nosum", "8B"): (dict(rows=1, warps=16, hints=1), dict(rows=1, warps=16, hints=2),
+                                   dict(rows=2, warps=16, hints=1)),
     ("add_rms_norm_unit_nosum", "8B"): (dict(rows=1, warps=16, hints=1),),
     ("add_rms_norm", "8B"): (dict(rows=4, warps=16, hints=1),),
     ("add_rms_norm_unit", "8B"): (dict(rows=2, warps=16, hints=1),),
 }
+
+
+#: ``--cases`` of the lean verify call (``LEAN_VERIFY``): every case whose launched setting changed with the sweep (so
+#: ``PREVIOUS`` is timed beside it), every case with ``CANDIDATES``, and the zoo rotary (92.9% in fp16 in the sweep,
+#: inside its spread), in both dtypes; ``tests/test_kernel_layouts.py`` checks it selects exactly those.
+LEAN_VERIFY_CASES = ("silu_mul,add_rms_norm 8B,add_rms_norm_nosum 8B,add_rms_norm_unit 8B,add_rms_norm_unit_nosum 8B,"
+                     "rotary zoo")
+#: The H200 call after a sweep's winners are baked in (about 60-100 s: 18 cases, 5-8 variants each, 3 rounds).
+LEAN_VERIFY = ("python3 benchmarks/bench_membw.py --verify --only rmsnorm,swiglu,rotary "
+               f"--cases '{LEAN_VERIFY_CASES}' --budget-s 100")
 
 
 def _add_candidates(kind: str, shape: str, sweep: dict, settings: dict, make) -> list[str]:

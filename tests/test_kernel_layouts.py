@@ -156,7 +156,7 @@ def test_rms_norm_tuned_entry_and_the_one_it_replaced():
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("rows, hidden", [(8, 4096), (7, 4096), (3, 4000)], ids=["even", "row-tail", "masked"])
 def test_add_rms_norm_rows_and_hints_give_the_same_bits(rows, hidden, dtype, device, monkeypatch):
-    """4 rows a program (before), 2 (the sweep's winner) and the candidate cache hints (``hints=1``) at 16 warps,
+    """4 rows a program (before), 2 (the sweep's winner) and the candidate cache hints (``hints`` 1, 2) at 16 warps,
     sum written or not, with and without γ: torch.equal, each within TOLERANCES of float64."""
     gen = torch.Generator().manual_seed(rows * 13 + hidden)
     x, r = rand((rows, hidden), dtype, device, gen), rand((rows, hidden), dtype, device, gen)
@@ -165,7 +165,7 @@ def test_add_rms_norm_rows_and_hints_give_the_same_bits(rows, hidden, dtype, dev
     for weight in (None, w):
         s64, y64 = rn.add_rms_norm_reference(up64(x), up64(r), up64(weight), 1e-6)
         outs = []
-        for per, hints in ((4, 0), (2, 0), (2, 1), (1, 1)):
+        for per, hints in ((4, 0), (2, 0), (2, 1), (1, 1), (1, 2)):
             s, y = rn.add_rms_norm(x, r, weight, 1e-6, rows_per_prog=per, num_warps=16, hints=hints)
             _, y_nosum = rn.add_rms_norm(x, r, weight, 1e-6, False, rows_per_prog=per, num_warps=16, hints=hints)
             assert torch.equal(s, x + r) and torch.equal(y_nosum, y)
@@ -334,3 +334,29 @@ def test_bench_membw_proposes_only_winners_beyond_the_spread():
     doc = {"layernorm": dict(rows=[r for rows, _ in cases for r in rows], summary=[s for _, s in cases])}
     got = {p["case"]: p["proposed"] for p in bench.proposals(doc)}
     assert got == {"wins": dict(rows=2, warps=4), "inside the spread": None, "failed its check": None}
+
+
+def test_bench_membw_lean_verify_times_what_changed_and_the_candidates():
+    """The lean verify call's ``--cases`` select, in both dtypes, exactly the cases whose launched setting differs
+    from ``PREVIOUS`` (timed beside it) or that have ``CANDIDATES`` (the 8B Add+RMSNorm variants), plus the zoo
+    rotary; each such case carries its previous setting or its candidates for ``--verify`` to keep."""
+    import benchmark_scripts
+
+    bench = benchmark_scripts.load("bench_membw")
+    wanted = bench.LEAN_VERIFY_CASES.split(",")
+    assert f"--cases '{bench.LEAN_VERIFY_CASES}'" in bench.LEAN_VERIFY and "--verify" in bench.LEAN_VERIFY
+    selected, expected = set(), set()
+    for dt in (torch.bfloat16, torch.float16):
+        for family in (bench.rms_cases, bench.swiglu_cases, bench.rotary_cases, bench.layernorm_cases):
+            for case, meta in family("cpu", dt, False):                   # built lazily: no input is made
+                if any(w in case.name for w in wanted):
+                    selected.add(case.name)
+                if meta.get("previous") or meta.get("candidates") or case.name.startswith("rotary zoo"):
+                    expected.add(case.name)
+                for label in [meta.get("previous"), *meta.get("candidates", ())]:
+                    assert label is None or label in case.sweep
+    assert selected == expected and len(selected) == 18, sorted(selected ^ expected)
+    changed = {n.rsplit(" ", 1)[0] for n in expected if not n.startswith(("rotary", "add_rms_norm 8B",
+                                                                          "add_rms_norm_nosum", "add_rms_norm_unit_nosum"))}
+    assert changed == {"silu_mul zoo 16384x1376", "silu_mul_packed zoo 16384x1376", "silu_mul 8B 4096x14336",
+                       "silu_mul_packed 8B 4096x14336", "add_rms_norm_unit 8B 4096x4096"}, changed

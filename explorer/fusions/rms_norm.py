@@ -252,10 +252,11 @@ PREVIOUS_TUNED: dict[tuple[int, int, bool, bool, bool], tuple[int, int]] = {
 }
 
 #: The loads' cache hints unless a call says (the kernel's ``HINTS``): 0, x and the residual evict-first and γ
-#: evict-last (the measured kernel); 1, x and the residual without hints (γ still evict-last), a candidate for the
-#: Add+RMSNorm whose sum is not written (docs/kernel-notes.md: the 8B gap to inductor), NOT measured yet: the SwiGLU
-#: pass on the same H200 ran 91-98% of copy with evict-first inputs and 99-100% without
-#: (``bench_membw_sweep_h200.json``), and inductor's two-pass reduction reads the rows from DRAM with evict-last.
+#: evict-last (the measured kernel); 1, x and the residual without hints; 2, evict-last (γ evict-last in all three).
+#: 1 and 2 are candidates for the Add+RMSNorm whose sum is not written (docs/kernel-notes.md: the 8B gap to
+#: inductor), NOT measured yet: the SwiGLU pass on the same H200 ran 1-7 points of copy faster with its inputs loaded
+#: without evict-first at 5 of 6 settings (``bench_membw_sweep_h200.json``), and inductor's two-pass reduction reads
+#: the rows from DRAM with evict-last (and again, from L2, evict-first).
 HINTS = 0
 
 
@@ -294,14 +295,36 @@ def _build_kernel(interpret: bool):
     """Define the Triton kernel (imports Triton); cached per interpreter mode.
 
     ``triton.jit`` reads TRITON_INTERPRET when it decorates, hence the lazy definition. The
-    names the kernel calls (``tl``, ``_round_to``, ``_add``) are module globals, which every
+    names the kernel calls (``tl``, ``_round_to``, ``_add``, ``_load_rows``) are module globals, which every
     Triton version resolves. ``LIBRARY_REDUCE`` picks ``tl.sum`` (always when compiled) or
     ``tl.reduce`` with our own combine function (``library_reductions_usable``).
     """
-    global tl, _round_to, _add
+    global tl, _round_to, _add, _load_rows
     triton, tl = import_triton()
     helpers = jit_helpers(interpret)
     _round_to, _add = helpers.round_to, helpers.add
+
+    @triton.jit
+    def _load_rows_fn(ptrs, live, EVEN: tl.constexpr, HINTS: tl.constexpr):
+        """x's or the residual's rows, unmasked where ``EVEN``; cache hints by ``HINTS`` (0 evict-first, 1 none,
+        2 evict-last)."""
+        if EVEN:
+            if HINTS == 1:
+                v = tl.load(ptrs)
+            elif HINTS == 2:
+                v = tl.load(ptrs, eviction_policy="evict_last")
+            else:
+                v = tl.load(ptrs, eviction_policy="evict_first")
+        else:
+            if HINTS == 1:
+                v = tl.load(ptrs, mask=live, other=0.0)
+            elif HINTS == 2:
+                v = tl.load(ptrs, mask=live, other=0.0, eviction_policy="evict_last")
+            else:
+                v = tl.load(ptrs, mask=live, other=0.0, eviction_policy="evict_first")
+        return v
+
+    _load_rows = _load_rows_fn
 
     @triton.jit
     def _add_rms_norm_fwd(
@@ -316,32 +339,15 @@ def _build_kernel(interpret: bool):
 
         ``EVEN``: N == BLOCK and ROWS divides M, so no lane is masked: loads and stores are plain
         16-byte vectors (a masked access is vectorised only where the compiler can prove the mask
-        constant over a vector). ``HINTS``: 0 x and the residual loaded evict-first, 1 without hints (``HINTS``);
-        γ is loaded evict-last either way. Neither changes a value."""
+        constant over a vector). ``HINTS``: x and the residual loaded 0 evict-first, 1 without hints, 2 evict-last
+        (``HINTS``); γ is loaded evict-last either way. No hint changes a value."""
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
         cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
         in_row = cols < N
         live = (rows < M) & in_row                                                   # (ROWS, BLOCK)
-        if HINTS == 1:                                                               # no hints
-            if EVEN:
-                x = tl.load(X + rows * stride_x + cols)
-            else:
-                x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0)
-        elif EVEN:
-            x = tl.load(X + rows * stride_x + cols, eviction_policy="evict_first")
-        else:
-            x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        x = _load_rows(X + rows * stride_x + cols, live, EVEN, HINTS)
         if HAS_R:
-            if HINTS == 1:
-                if EVEN:
-                    r = tl.load(R + (rows % R_ROWS) * stride_r + cols)
-                else:
-                    r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0)
-            elif EVEN:
-                r = tl.load(R + (rows % R_ROWS) * stride_r + cols, eviction_policy="evict_first")
-            else:
-                r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0,
-                            eviction_policy="evict_first")
+            r = _load_rows(R + (rows % R_ROWS) * stride_r + cols, live, EVEN, HINTS)
         # the weight is issued now, with the rows, so that its (L2) latency overlaps the reduction. It is loaded
         # as a (ROWS, BLOCK) tile (each row's copy an L1 hit), in the rows' own register layout: loaded as
         # (1, BLOCK), Triton gives it another layout and converts it through shared memory (two barriers),
@@ -468,8 +474,8 @@ def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints=Non
     if residual is not None and not leading_broadcast(residual.shape, x.shape) \
             and leading_broadcast(x.shape, residual.shape):
         x, residual = residual, x                                           # x + r == r + x, bitwise
-    if hints not in (None, 0, 1):
-        raise ValueError(f"hints must be 0 or 1, got {hints}")
+    if hints not in (None, 0, 1, 2):
+        raise ValueError(f"hints must be 0, 1 or 2, got {hints}")
     key = _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints)
     if key is None:
         return _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints)
