@@ -36,12 +36,13 @@ Usage::
                                                                  # ~170 Triton compiles, 24 inductor compiles)
     python3 benchmarks/bench_membw.py --verify --budget-s 240    # once the winners are baked in: launched vs
                                                                  # previous settings, both dtypes, inductor
-    python3 benchmarks/bench_membw.py --verify --only rmsnorm,swiglu,rotary --budget-s 100 \
-        --cases 'silu_mul,add_rms_norm 8B,add_rms_norm_nosum 8B,add_rms_norm_unit 8B,add_rms_norm_unit_nosum 8B,rotary zoo'
+    python3 benchmarks/bench_membw.py --verify --only rmsnorm,swiglu,rotary --budget-s 100 --cases \
+        'silu_mul,add_rms_norm 8B,add_rms_norm_nosum 8B,add_rms_norm_unit 8B,add_rms_norm_unit_nosum 8B,rotary zoo'
                                    # LEAN_VERIFY: only the cases whose setting changed (with PREVIOUS) or that have
                                    # CANDIDATES, and the zoo rotary; ~60-100 s (rmsnorm first: the candidates)
     python3 benchmarks/bench_membw.py --smoke --only rmsnorm     # CPU plumbing: tiny shapes, interpreted
     python3 benchmarks/bench_membw.py --table RESULT.json        # the README table of a result
+    python3 benchmarks/bench_membw.py --table SWEEP.json,VERIFY.json  # the verify's cases over the sweep's
     python3 benchmarks/bench_membw.py --propose RESULT.json      # what to bake: winners beyond the spread
 
 Without CUDA (and without ``--smoke``) it measures nothing, says SKIPPED and exits 0. JSON: ``--out``, else
@@ -489,10 +490,37 @@ def print_table(doc: dict) -> None:
             print(f"{part}: {got['error']}")
 
 
+def merge_results(paths: list[str]) -> dict:
+    """Several results as one: per part, each case's summary and rows from the LAST file that has the case (a verify
+    after a sweep replaces the sweep's cases it re-timed), each summary marked with its file's name (``source``)."""
+    import json
+
+    merged: dict = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        for part in PARTS:
+            got = doc.get(part) or {}
+            into = merged.setdefault(part, dict(summary=[], rows=[]))
+            for s in got.get("summary", []):
+                into["summary"] = [t for t in into["summary"] if t["case"] != s["case"]] + [
+                    dict(s, source=Path(path).name)]
+                into["rows"] = [r for r in into["rows"] if r["case"] != s["case"]] + [
+                    r for r in got.get("rows", []) if r["case"] == s["case"]]
+    order = {(v, sh, d): i for i, (v, sh, d) in enumerate(
+        (s["variant"], s["shape"], s["dtype"]) for path in paths[:1] for part in PARTS
+        for s in (json.loads(Path(path).read_text()).get(part) or {}).get("summary", []))}
+    for part in merged.values():
+        part["summary"].sort(key=lambda s: order.get((s["variant"], s["shape"], s["dtype"]), len(order)))
+    return merged
+
+
 def markdown_table(doc: dict) -> list[str]:
-    """The README's table of one run: per case the default's, the best setting's and inductor's % of copy."""
-    lines = ["| kernel | shape | dtype | copy GB/s | ours (launched) | before this tuning | best setting swept | inductor |",
-             "|---|---|---|---|---|---|---|---|"]
+    """The README's table of one run (or of ``merge_results``, then with each case's source file): per case the
+    default's, the best setting's and inductor's % of copy."""
+    sourced = any(s.get("source") for part in PARTS for s in (doc.get(part) or {}).get("summary", []))
+    lines = ["| kernel | shape | dtype | copy GB/s | ours (launched) | before this tuning | best setting timed "
+             "| inductor |" + (" source |" if sourced else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if sourced else "")]
     for part in PARTS:
         for s in (doc.get(part) or {}).get("summary", []):
             best = "" if s["best_fraction"] is None or s["best_variant"] == "fused" else (
@@ -502,7 +530,8 @@ def markdown_table(doc: dict) -> list[str]:
             prev = ("same setting" if s.get("previous") is None else "not timed" if s.get("previous_fraction") is None
                     else f"{100 * s['previous_fraction']:.1f}%")
             lines.append(f"| {s['variant']} | {s['shape']} | {s['dtype']} | {s['copy_gbps']:.0f} | "
-                         f"{100 * s['default_fraction']:.1f}%{mark} | {prev} | {best or 'the launched one'} | {ind} |")
+                         f"{100 * s['default_fraction']:.1f}%{mark} | {prev} | {best or 'the launched one'} | {ind} |"
+                         + (f" `{s.get('source', '')}` |" if sourced else ""))
     return lines
 
 
@@ -548,7 +577,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="CPU, interpreted kernels, tiny shapes: the plumbing")
     p.add_argument("--budget-s", type=float, default=240.0, help="no case starts after this many seconds")
     p.add_argument("--out", default=None)
-    p.add_argument("--table", default=None, metavar="JSON", help="print the markdown table of a result and exit")
+    p.add_argument("--table", default=None, metavar="JSON", help="print the markdown table of a result and exit "
+                   "(A.json,B.json: B's cases replace A's, with a source column)")
     p.add_argument("--propose", default=None, metavar="JSON",
                    help="print, per case of a --sweep result, the setting that beat the launched one by more than "
                         "its spread (what to bake into the tables), and exit")
@@ -576,7 +606,8 @@ def main(argv=None) -> int:
     if args.table or args.propose:
         import json
 
-        doc = json.loads(Path(args.table or args.propose).read_text())
+        paths = [q for q in (args.table or args.propose).split(",") if q]
+        doc = merge_results(paths) if len(paths) > 1 else json.loads(Path(paths[0]).read_text())
         if args.table:
             print("\n".join(markdown_table(doc)))
         for p in proposals(doc) if args.propose else ():

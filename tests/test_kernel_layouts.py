@@ -360,3 +360,28 @@ def test_bench_membw_lean_verify_times_what_changed_and_the_candidates():
                                                                           "add_rms_norm_nosum", "add_rms_norm_unit_nosum"))}
     assert changed == {"silu_mul zoo 16384x1376", "silu_mul_packed zoo 16384x1376", "silu_mul 8B 4096x14336",
                        "silu_mul_packed 8B 4096x14336", "add_rms_norm_unit 8B 4096x4096"}, changed
+
+
+def test_bench_membw_table_puts_a_verify_over_the_sweep(tmp_path):
+    """``--table SWEEP,VERIFY``: the verify's cases replace the sweep's, in the sweep's order, each row naming the
+    file it came from; the sweep's other cases stay."""
+    import json
+
+    import benchmark_scripts
+
+    bench = benchmark_scripts.load("bench_membw")
+
+    def summary(case, fraction):
+        variant, shape, dtype = case.split()
+        return dict(case=case, family="swiglu", variant=variant, shape=shape, dtype=dtype, copy_gbps=3000.0,
+                    default_fraction=fraction, best_fraction=fraction, best_variant="fused", inductor_fraction=None,
+                    previous=None, previous_fraction=None, meets_target=fraction >= 0.93, checks_ok=True)
+    sweep = {"swiglu": dict(summary=[summary("silu_mul zoo bf16", 0.917), summary("silu_mul 8B bf16", 0.913)],
+                            rows=[])}
+    verify = {"swiglu": dict(summary=[summary("silu_mul zoo bf16", 0.97)], rows=[])}
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    (tmp_path / "verify.json").write_text(json.dumps(verify))
+    lines = bench.markdown_table(bench.merge_results([str(tmp_path / "sweep.json"), str(tmp_path / "verify.json")]))
+    assert lines[0].endswith(" source |") and len(lines) == 4
+    assert "97.0%" in lines[2] and "`verify.json`" in lines[2]
+    assert "91.3% (< 93%)" in lines[3] and "`sweep.json`" in lines[3]
