@@ -10,7 +10,8 @@ dtype). Two runs' files compare with ``--compare``::
     python3 benchmarks/check_target_choices.py --out after.json           # on the new one
     python3 benchmarks/check_target_choices.py --compare before.json after.json [--summary s.json]
 
-``--models`` picks a subset; ``--skip`` leaves some out (the 8B-layer decoder takes minutes per target).
+``--models`` picks a subset (a name with a slash is a corpus entry, ``hf/gpt2``, at its CI size); ``--skip``
+leaves some out (the 8B-layer decoder takes minutes per target).
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ def _fuse(analysis, plan, device: str, dtype: str, fmt: str):
 
 
 def record(name: str) -> dict:
-    analysis = fusion_engine.analyze(name)
+    if "/" in name:   # a corpus entry (hf/gpt2), captured at its CI size as check_selection_calls captures it
+        from benchmarks.check_selection_calls import analysis as corpus_analysis
+        analysis = corpus_analysis(name)
+    else:
+        analysis = fusion_engine.analyze(name)
     out = {}
     for device, dtype, fmt in TARGETS:
         plan = make_plan(analysis.detection, "all", memory_format=fmt)

@@ -326,3 +326,40 @@ def test_reciprocal_of_sqrt_is_rsqrt(monkeypatch):
     with torch.no_grad():
         for got, want in zip(fused.gm(x, r), model(x, r)):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+@needs_backend
+@pytest.mark.parametrize("case", ["fits", "residual_dtype", "middle_broadcast", "fp64", "plain"])
+def test_a_handed_impl_is_followed_without_asking(case, monkeypatch):
+    """A lowered fused call is handed the impl the rewrite recorded (``LOWERINGS``): handed ``triton`` it asks no
+    selection and still takes the reference wherever the selection would have refused these operands (bit for bit
+    the call that asks); handed ``reference`` it runs the eager ops."""
+    from explorer.fusions.base import counting
+
+    launches = []
+    real = rn.launch
+    monkeypatch.setattr(rn, "launch", lambda *a, **kw: (launches.append(1), real(*a, **kw))[1])
+    dtype = torch.float64 if case == "fp64" else torch.float16
+    x, r, w = _inputs((3, 5), 64, dtype, KERNEL_DEVICE, seed=7)
+    if case == "residual_dtype":
+        r = r.float()
+    elif case == "middle_broadcast":
+        r = r[:, :1]
+    residual = None if case == "plain" else r
+
+    def call(impl):
+        launches.clear()
+        if residual is None:
+            return [rn.fused_rms_norm(x, w, 1e-6, impl)], len(launches)
+        return list(rn.fused_add_rms_norm(x, residual, w, 1e-6, impl)), len(launches)
+
+    asked, asked_launches = call(None)
+    with counting() as calls:
+        handed, handed_launches = call("triton")
+        eager, eager_launches = call("reference")
+    assert not calls
+    assert handed_launches == asked_launches == (1 if case in ("fits", "plain") else 0) and eager_launches == 0
+    reference = [rn.rms_norm_reference(x, w, 1e-6)] if residual is None else list(
+        rn.add_rms_norm_reference(x, residual, w, 1e-6))
+    for a, b, e, ref in zip(asked, handed, eager, reference):
+        assert torch.equal(a, b) and torch.equal(e, ref)

@@ -247,3 +247,38 @@ def test_constant_tables_are_matched_and_passed_squeezed(monkeypatch):
     with torch.no_grad():
         for got, want in zip(fused.gm(x), model(x)):
             assert torch.equal(got, want)
+
+
+@needs_backend
+@pytest.mark.parametrize("case", ["fits", "odd_head_dim", "k_dtype", "tables", "fp64"])
+def test_a_handed_impl_is_followed_without_asking(case, monkeypatch):
+    """The lowered rotary call is handed the impl the rewrite recorded (``_bind``): handed ``triton`` it asks no
+    selection and still takes the reference wherever the selection would have refused these operands (bit for bit
+    the call that asks); handed ``reference`` it runs the reference."""
+    from explorer.fusions.base import counting
+
+    launches = []
+    real = rot.launch
+    monkeypatch.setattr(rot, "launch", lambda *a, **kw: (launches.append(1), real(*a, **kw))[1])
+    dtype = torch.float64 if case == "fp64" else torch.float16
+    d = 7 if case == "odd_head_dim" else 16
+    q, k = strided_qk(2, 2, 1, 5, d, dtype, KERNEL_DEVICE, torch.Generator().manual_seed(3))
+    cos, sin = (t[..., :d] for t in llama_cos_sin(2, 5, 16, dtype, KERNEL_DEVICE))
+    if case == "k_dtype":
+        k = k.float()
+    elif case == "tables":
+        cos, sin = cos[:, :1], sin[:, :1]                       # one position for all: the reference broadcasts it
+
+    def call(impl):
+        launches.clear()
+        return list(rot.fused_rotary(q, k, cos, sin, impl)), len(launches)
+
+    asked, asked_launches = call(None)
+    with counting() as calls:
+        handed, handed_launches = call("triton")
+        eager, eager_launches = call("reference")
+    assert not calls
+    assert handed_launches == asked_launches == (1 if case == "fits" else 0) and eager_launches == 0
+    reference = rot.rotary_reference(q, k, cos, sin)
+    for a, b, e, ref in zip(asked, handed, eager, reference):
+        assert torch.equal(a, b) and torch.equal(e, ref)

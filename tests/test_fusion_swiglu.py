@@ -256,3 +256,39 @@ def test_sigmoid_form_of_silu(monkeypatch):
     assert [a.status for a in fused.applied] == ["fused"]
     with torch.no_grad():
         torch.testing.assert_close(fused.gm(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+@needs_backend
+@pytest.mark.parametrize("case", ["fits", "fp64", "gelu_tanh", "separate_shapes"])
+def test_a_handed_impl_is_followed_without_asking(case, monkeypatch):
+    """The lowered pass is handed the impl the rewrite recorded (``silu_mul_packed(gu, I, impl)``): handed ``triton``
+    it asks no selection and still takes the reference wherever the selection would have refused these operands (bit
+    for bit the call that asks); handed ``reference`` it runs the reference. ``silu_mul`` takes it alike."""
+    from explorer.fusions.base import counting
+
+    launches = []
+    real = swiglu.launch
+    monkeypatch.setattr(swiglu, "launch", lambda *a, **kw: (launches.append(1), real(*a, **kw))[1])
+    dtype = torch.float64 if case == "fp64" else torch.float16
+    act = "gelu_tanh" if case == "gelu_tanh" else "silu"
+    gu = rand((3, 5, 2 * 24), dtype, KERNEL_DEVICE, torch.Generator().manual_seed(5))
+    gate, up = gu[..., :24], gu[..., 24:]
+    if case == "separate_shapes":
+        up = up[:, :1]                                          # broadcasts in the reference, not in the kernel
+
+    def call(impl):
+        launches.clear()
+        if case == "separate_shapes":
+            return swiglu.silu_mul(gate, up, impl=impl), len(launches)
+        return swiglu.silu_mul_packed(gu, 24, impl, act=act), len(launches)
+
+    asked, asked_launches = call(None)
+    with counting() as calls:
+        handed, handed_launches = call("triton")
+        eager, eager_launches = call("reference")
+    assert not calls
+    assert handed_launches == asked_launches == (0 if case in ("fp64", "separate_shapes") else 1)
+    assert eager_launches == 0 and torch.equal(asked, handed)
+    reference = (swiglu.silu_mul_reference(gate, up) if case == "separate_shapes"
+                 else swiglu.silu_mul_packed_reference(gu, 24, act))
+    assert torch.equal(eager, reference)

@@ -5,7 +5,9 @@ refused in the parent with one line (the command line, a sweep's spec, the run s
 The counts come from the selection registry (``fusions.base.counting``), which patches nothing: every family's
 ``select_*`` is registered there and counts its own calls while the block is open. The model is a small CNN and
 MLP written here whose chains are one of each family with a lowering that reads the choice (conv, squeeze-excite,
-linear + activation, linear + residual); its fused outputs are compared with the unfused model's.
+linear + activation, linear + residual); its fused outputs are compared with the unfused model's. The zoo decoder
+and GPT-2 (the corpus's CI size) show that a lean graph's calls follow the recorded choice when they run: no
+selection is asked in the forward, and the outputs are bit for bit those of the fused graph run as it is.
 """
 
 from __future__ import annotations
@@ -196,3 +198,99 @@ def test_the_decoders_epilogue_lowerings_read_the_recorded_choice(analyze_cached
     with counting() as asked:
         lean.specialize_fused_calls(other, torch.device(target.device), torch.float16)
     assert asked["swiglu.select_swiglu"] and asked["rotary.select_rotary"]
+
+
+# ====================================================================== the lean graph asks no selection at run time
+
+def _decoder_and_gpt2(name: str, analyze_cached):
+    """The zoo decoder (batch 2, 16 tokens) or GPT-2 at the corpus's CI size (one layer), as
+    ``benchmarks/check_selection_calls.py`` captures it."""
+    if name == "llama_decoder":
+        return analyze_cached("llama_decoder", 2, 16)
+    pytest.importorskip("transformers")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.check_selection_calls import analysis
+
+    return analysis(name)
+
+
+#: The fused calls whose lowering hands them the recorded impl, so that they follow it instead of asking their
+#: selection when they run (RMSNorm, the rotary kernel, the SwiGLU pass; the norm, the scores kernel).
+_BOUND_BY_LOWERING = ("fused_add_rms_norm", "fused_add_rms_norm_normed", "fused_rms_norm", "fused_rotary",
+                      "rotary_token_major", "silu_mul_packed", "fused_add_layer_norm", "fused_add_layer_norm_normed",
+                      "fused_add_layer_norm_viewed")
+
+
+@pytest.mark.parametrize("name", ["llama_decoder", "hf/gpt2"])
+def test_a_lean_graph_asks_no_selection_when_it_runs(name, analyze_cached, monkeypatch):
+    """RMSNorm (every variant), the standalone rotary kernel and the SwiGLU pass asked their selection at the first
+    call of each signature (5 calls on the CPU zoo decoder's forward before): now their lowering hands each call the
+    impl the rewrite recorded for the target, and the forward asks nothing, the same kernels running bit for bit (the
+    graph run as it is fused, whose calls are handed nothing, still asks, as before). On CUDA the bound call's first
+    call runs with the handed impl, the later ones are its direct launches: the same objects, run here under the
+    interpreter. A graph lowered for a planned CUDA target (no device here) hands every such call its impl too."""
+    from explorer.fusions.triton_support import triton_available
+
+    if not triton_available():
+        pytest.skip("no Triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from explorer.fusion_engine import fuse
+
+    analysis = _decoder_and_gpt2(name, analyze_cached)
+    fused = fuse(analysis, make_plan(analysis.detection, "all"), Target("cpu"))
+    x = measure.prepare_inputs(analysis.model.example_inputs, "cpu", torch.float32)
+    plain = measure.prepare_graph(fused.gm, "cpu", torch.float32, lean=False)
+    with counting() as lowering:
+        lean_gm = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    with torch.inference_mode(), counting() as asked:
+        out = lean_gm(*x)
+    with torch.inference_mode(), counting() as as_fused:
+        want = plain(*x)
+    assert not lowering and not asked, (lowering, asked)
+    if name == "llama_decoder":
+        assert set(as_fused) == {"rms_norm.select_rms_norm", "rotary.select_rotary", "swiglu.select_swiglu"}
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    bound = [n for n in lean_gm.graph.nodes if n.op == "call_function" and n.meta.get("fused_bound")]
+    assert {n.target.__name__ for n in bound} & set(_BOUND_BY_LOWERING)
+    assert lean.bind_calls(lean_gm)                                 # as prepare_graph does for a CUDA graph
+    with torch.inference_mode(), counting() as replayed:
+        first, again = lean_gm(*x), lean_gm(*x)
+    assert not replayed
+    torch.testing.assert_close(first, want, rtol=0, atol=0)
+    torch.testing.assert_close(again, want, rtol=0, atol=0)
+    for target in lean.bound_calls(lean_gm):
+        if isinstance(target, lean.BoundCall) and target.__name__ in _BOUND_BY_LOWERING:
+            assert target.replay is not None, target                # later calls: its direct launches
+    cuda = fuse(analysis, make_plan(analysis.detection, "all"), Target("cuda", "bf16"))
+    prepared = measure.prepare_graph(cuda.gm, "cpu", torch.bfloat16, lean=False)
+    lean.specialize_fused_calls(prepared, torch.device("cuda"), torch.bfloat16)
+    left = [n.target.__name__ for n in prepared.graph.nodes if n.op == "call_function"
+            and getattr(n.target, "__name__", "") in _BOUND_BY_LOWERING + ("fused_linear_act_forms",)
+            and not n.meta.get("fused_bound")
+            and getattr(n.meta.get("fused_choice"), "impl", None) != "cublaslt_on_device"]
+    assert not left, left           # cublaslt_on_device: GPT-2's GELU epilogue is probed on the device, named
+
+
+def test_the_squeeze_excite_kernel_follows_the_recorded_choice(net, monkeypatch):
+    """Where Triton runs (here its interpreter), the squeeze-excite lowering calls the kernel function handed the
+    recorded impl: the forward asks ``select_squeeze_excite`` nothing (EfficientNet-B0's CPU forward asked it 10
+    times), and computes what the fused graph run as it is computes, bit for bit."""
+    from explorer.fusions.triton_support import triton_available
+
+    if not triton_available():
+        pytest.skip("no Triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    gm, detection, x = net
+    fused = apply_plan(gm, detection, make_plan(detection, "all"), Target("cpu"))
+    (se_call,) = [n for n in _fused_calls(fused.gm) if n.meta["fused_pattern"] == "squeeze_excite"]
+    assert se_call.meta["fused_choice"].impl == "triton"
+    lean_gm = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    plain = measure.prepare_graph(fused.gm, "cpu", torch.float32, lean=False)
+    with torch.inference_mode(), counting() as calls:
+        out = lean_gm(x)
+    assert not calls
+    with torch.inference_mode():
+        torch.testing.assert_close(out, plain(x), rtol=0, atol=0)

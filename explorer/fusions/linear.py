@@ -146,17 +146,21 @@ def select_linear_act(device: torch.device | str, dtype: torch.dtype, act: str, 
 
 
 def linear_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str = "relu",
-               separate: bool = False) -> torch.Tensor:
+               separate: bool = False, impl: str | None = None) -> torch.Tensor:
     """``act(x @ weightᵀ + bias)`` as ``select_linear_act`` decides.
 
-    ``x``: ``(..., in)``, ``weight``: ``(out, in)``, ``bias``: ``(out,)`` or None.
+    ``x``: ``(..., in)``, ``weight``: ``(out, in)``, ``bias``: ``(out,)`` or None. ``impl``: the ``Choice.impl``
+    decided for the call's target (a lowered fused call that stays is handed it); given, the selection is not
+    asked, except for ``cublaslt_on_device``: a choice made without the CUDA device, whose GELU epilogue is
+    probed on the device itself, a fact only the run has (asked here, by name, once per call).
     """
-    choice = select_linear_act(x.device, x.dtype, act, weight.shape[1], weight.shape[0], separate)
-    if choice.impl in ("cublaslt_relu", "cublaslt_gelu") and weight.dtype == x.dtype and x.numel() > 0:
+    if impl is None or impl == "cublaslt_on_device":
+        impl = select_linear_act(x.device, x.dtype, act, weight.shape[1], weight.shape[0], separate).impl
+    if impl in ("cublaslt_relu", "cublaslt_gelu") and weight.dtype == x.dtype and x.numel() > 0:
         x2 = x.reshape(-1, x.shape[-1])                                       # (rows, in)
         b = bias if bias is not None else torch.zeros(weight.shape[0], dtype=x.dtype, device=x.device)
         y = torch._addmm_activation(b.to(x.dtype).contiguous(), x2, weight.t(),  # (rows, out)
-                                    use_gelu=choice.impl == "cublaslt_gelu")
+                                    use_gelu=impl == "cublaslt_gelu")
         return y.reshape(*x.shape[:-1], weight.shape[0])
     return apply_activation_(torch.nn.functional.linear(x, weight, bias), act)
 
@@ -170,14 +174,17 @@ def linear_act_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
 
 # ====================================================================== fused call targets
 
-def fused_linear_act(x, weight, bias, act):
+# Each takes, last, the impl its lowering hands it where the call stays in a lean graph (``_bind``); None (a graph
+# run as it is fused): the selection decides at every call.
+
+def fused_linear_act(x, weight, bias, act, impl=None):
     """``act(x @ weightᵀ + bias)``: cuBLASLt epilogue where it applies."""
-    return linear_act(x, weight, bias, act)
+    return linear_act(x, weight, bias, act, impl=impl)
 
 
-def fused_linear_separate_epilogue(x, weight, bias, act):
+def fused_linear_separate_epilogue(x, weight, bias, act, impl=None):
     """Kernel choice "separate_epilogue": the linear with its bias, then ``act`` in place."""
-    return linear_act(x, weight, bias, act, separate=True)
+    return linear_act(x, weight, bias, act, separate=True, impl=impl)
 
 
 # ====================================================================== rewrite
@@ -212,17 +219,20 @@ def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, 
     """fused_linear_act → one ``torch._addmm_activation`` (cuBLASLt epilogue) or ``linear`` + the activation, as
     the rewrite chose for this device and dtype (``edit.planned``; a call it did not fuse for them, such as
     the one ConvNeXt's lowering makes, asks the selection)."""
+    if len(node.args) != 4:
+        return False
     x, weight, bias, act = node.args
     w = edit.attr_tensor(gm, weight)
     x_shape = aten.static_shape(x)
     if w is None or w.dim() != 2 or x_shape is None or act not in LINEAR_ACTIVATIONS:
-        return False
-    choice = edit.planned(node, device, dtype) or select_linear_act(device, dtype, act, w.shape[1], w.shape[0],
-                                                                    separate)
+        return _bind(node, 4, edit.planned(node, device, dtype))
+    choice = _on_device(edit.planned(node, device, dtype) or select_linear_act(device, dtype, act, w.shape[1],
+                                                                               w.shape[0], separate),
+                        device, dtype, act, w.shape[1], w.shape[0], separate)
     if choice.impl in ("cublaslt_relu", "cublaslt_gelu"):
         b = edit.attr_tensor(gm, bias)
         if b is None or b.dim() != 1 or not b.is_contiguous() or 0 in x_shape:
-            return False  # the generic target handles these (a zero bias, a cast, an empty input)
+            return _bind(node, 4, choice)  # the generic target handles these (a zero bias, a cast, an empty input)
         name = _weight_t(gm, weight, w)
 
         def build(g: torch.fx.Graph) -> torch.fx.Node:
@@ -234,9 +244,27 @@ def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, 
 
         return edit.replace_node(gm, node, build)
     if choice.impl != "separate":
-        return False
+        return _bind(node, 4, choice)
     return edit.replace_node(gm, node, lambda g: in_place_node(
         g, g.call_function(torch._C._nn.linear, (x, weight, bias)), act))
+
+
+def _on_device(choice: Choice, device: torch.device, dtype: torch.dtype, act: str, in_f: int, out_f: int,
+               separate: bool = False) -> Choice:
+    """``choice``, or where it is ``cublaslt_on_device`` (made without the CUDA device: whether its GELU epilogue
+    is the model's GELU is probed on the device itself, which the rewrite could not do) and the device is here,
+    the selection's answer on it: the one call a lowering makes for a chain the rewrite decided, named here."""
+    if choice.impl == "cublaslt_on_device" and _device_present(torch.device(device)):
+        return select_linear_act(device, dtype, act, in_f, out_f, separate)
+    return choice
+
+
+def _bind(node: torch.fx.Node, arity: int, choice: Choice | None) -> bool:
+    """A fused call the lowering leaves in the graph takes the recorded impl (``edit.bind_choice``), so that it does
+    not ask the selection at every call. A call with no recorded choice keeps asking (returns False), and so does one
+    recorded as ``cublaslt_on_device`` and lowered without the device: whether cuBLASLt's GELU is the model's is a
+    fact of the device, which only the run has (``linear_act`` asks the selection there, by name)."""
+    return choice is not None and choice.impl != "cublaslt_on_device" and edit.bind_choice(node, arity, choice.impl)
 
 
 def _weight_t(gm: torch.fx.GraphModule, weight: torch.fx.Node, w: torch.Tensor) -> str:
@@ -255,11 +283,11 @@ LOWERINGS = {
 
 # ====================================================================== the forms real models write
 
-def fused_linear_act_forms(x, weight, bias, act, weight_t, shape):
+def fused_linear_act_forms(x, weight, bias, act, weight_t, shape, impl=None):
     """``act(x @ Wᵀ + b)`` where the model wrote the linear as ``addmm`` (GPT-2's Conv1D keeps ``Wᵀ``, so
     ``weight_t``), as ``x @ W.T + b`` (Falcon) or with a reshape before the activation; ``shape`` is the
-    activation's output shape (None: the linear's own)."""
-    y = linear_act(x, weight.t() if weight_t else weight, bias, act)
+    activation's output shape (None: the linear's own); ``impl``: as ``fused_linear_act``'s."""
+    y = linear_act(x, weight.t() if weight_t else weight, bias, act, impl=impl)
     return y if shape is None else y.reshape(tuple(shape))
 
 
@@ -276,14 +304,15 @@ def _lower_forms(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.de
     x_shape = aten.static_shape(x)
     if (w is None or w.dim() != 2 or x_shape is None or act not in LINEAR_ACTIVATIONS or not isinstance(weight_t, bool)
             or 0 in x_shape):
-        return False
+        return _bind(node, 6, edit.planned(node, device, dtype))
     in_f, out_f = (w.shape[0], w.shape[1]) if weight_t else (w.shape[1], w.shape[0])
     out_shape = list(shape) if shape is not None else [*x_shape[:-1], out_f]
-    choice = edit.planned(node, device, dtype) or select_linear_act(device, dtype, act, in_f, out_f)
+    choice = _on_device(edit.planned(node, device, dtype) or select_linear_act(device, dtype, act, in_f, out_f),
+                        device, dtype, act, in_f, out_f)
     if choice.impl in ("cublaslt_relu", "cublaslt_gelu"):
         b = edit.attr_tensor(gm, bias)
         if b is None or b.dim() != 1 or not b.is_contiguous() or b.dtype != w.dtype:
-            return False  # the generic target handles these (a zero bias, a cast)
+            return _bind(node, 6, choice)  # the generic target handles these (a zero bias, a cast)
 
         def build(g: torch.fx.Graph) -> torch.fx.Node:
             x2 = g.call_function(torch.reshape, (x, [-1, in_f]))                              # (rows, in)
@@ -294,7 +323,7 @@ def _lower_forms(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.de
 
         return edit.replace_node(gm, node, build)
     if choice.impl != "separate":
-        return False
+        return _bind(node, 6, choice)   # cublaslt_on_device lowered without the device: the call probes it
 
     def build_separate(g: torch.fx.Graph) -> torch.fx.Node:
         w_out_in = g.get_attr(_weight_t(gm, weight, w)) if weight_t else weight                # (out, in)

@@ -40,7 +40,11 @@ signature (``_LAUNCHES``) and go through ``triton_support.launch``.
 Supported: fp32, fp16, bf16 (x and residual of one dtype; the weight any of those),
 last dim 1..16384, a residual that broadcasts over leading dims (either operand).
 Anything else, calls autograd records, and CPU tensors without
-``TRITON_INTERPRET=1`` take the reference; ``select_rms_norm`` is the one decision.
+``TRITON_INTERPRET=1`` take the reference; ``select_rms_norm`` is the one decision. It is
+made once per chain, at the rewrite, for the run's target, and recorded on the fused call;
+the lowering of a lean graph for that target hands the recorded impl to the call
+(``LOWERINGS``: ``edit.bind_choice``), which then follows it, checking only that the operands
+fit the kernel. A fused graph run as it is (not lowered) asks once per call signature.
 
 Matching: the norm has a fan-out inside (``h`` feeds ``pow`` and the ``mul``), so
 both patterns bring their own matcher (``match_add_rms_norm``, ``match_rms_norm``; the γ fold,
@@ -196,25 +200,31 @@ def select_rms_norm(device: torch.device | str, hidden: int | None = None, dtype
     """The one decision of how (add +) RMSNorm runs: ``triton`` (one kernel) or ``reference`` (eager ops).
 
     Only ``device`` is required; arguments left as None raise no objection, so the rewrite asks
-    with what the graph says (device, dtype, hidden size) and the call itself with everything
-    (shapes, the residual's and weight's dtypes). ``add=False`` is the plain RMSNorm.
-    ``requires_grad``: autograd would record the call (the kernel is forward-only).
+    with what the graph says (device, dtype, hidden size) and a call that was handed no choice (a fused
+    graph run as it is) with everything (shapes, the residual's and weight's dtypes). ``add=False`` is the
+    plain RMSNorm. ``requires_grad``: autograd would record the call (the kernel is forward-only).
     """
-    why = (refusal_for_device(device) or _refusal_for_dtype(dtype, "input")
-           or _refusal_for_dtype(weight_dtype, "weight"))
+    why = refusal_for_device(device) or _refusal_for_dtype(dtype, "input") or _refusal_for_dtype(weight_dtype,
+                                                                                                  "weight")
     if why is None and requires_grad:
         why = BASE_WORDS("autograd")
-    if why is None and hidden is not None and not 1 <= hidden <= MAX_HIDDEN:
-        why = WORDS("why.rows", hidden=hidden, max=MAX_HIDDEN)
-    if why is None and residual_dtype is not None and dtype is not None and residual_dtype != dtype:
-        why = WORDS("why.residual_dtype", dtype=dtype, residual=residual_dtype)
-    if why is None and x_shape is not None and residual_shape is not None and not (
-            leading_broadcast(residual_shape, x_shape) or leading_broadcast(x_shape, residual_shape)):
-        why = WORDS("why.broadcast", residual=tuple(residual_shape), x=tuple(x_shape))
+    why = why or _shape_refusal(hidden, dtype, residual_dtype, x_shape, residual_shape)
     if why is not None:
         return Choice("reference", WORDS("label.eager_add" if add else "label.eager", why=why), False)
     label = WORDS("label.rms" if not add else "label.two_outputs" if keep_sum else "label.no_sum")
     return Choice("triton", where(label, torch.device(device)), True)
+
+
+def _shape_refusal(hidden, dtype, residual_dtype, x_shape, residual_shape) -> str | None:
+    """Why the kernel does not take operands of these row lengths, dtypes and shapes (None: it does)."""
+    if hidden is not None and not 1 <= hidden <= MAX_HIDDEN:
+        return WORDS("why.rows", hidden=hidden, max=MAX_HIDDEN)
+    if residual_dtype is not None and dtype is not None and residual_dtype != dtype:
+        return WORDS("why.residual_dtype", dtype=dtype, residual=residual_dtype)
+    if x_shape is not None and residual_shape is not None and not (
+            leading_broadcast(residual_shape, x_shape) or leading_broadcast(x_shape, residual_shape)):
+        return WORDS("why.broadcast", residual=tuple(residual_shape), x=tuple(x_shape))
+    return None
 
 
 # ====================================================================== the kernel
@@ -393,35 +403,56 @@ def _build_kernel(interpret: bool):
 _LAUNCHES: dict[tuple, Launch] = {}
 
 
-def _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints=None) -> tuple | None:
+def _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None,
+               hints=None) -> tuple | None:
     """Hashable call signature for the fast path, or None where only the general path applies.
 
     Contiguous operands only. It holds what the kernel is specialised on (dtypes; shapes, hence
     every integer argument; which pointers are 16-byte aligned), the devices (and on the CPU
-    whether Triton is interpreting) and the tuning overrides.
+    whether Triton is interpreting), the tuning overrides and the impl the call was handed.
     """
     operands = contiguous_key(x, residual, weight)
     if operands is None:
         return None
-    return (operands, float(eps), keep_sum, rows_per_prog, num_warps, x.is_cuda or interpreting()) + (
+    return (operands, float(eps), keep_sum, rows_per_prog, num_warps, x.is_cuda or interpreting(), impl) + (
         () if hints is None else (hints,))
 
 
-def _operands_choice(x, residual, weight, keep_sum) -> Choice:
-    """``select_rms_norm`` asked with everything about the actual operands (plus device agreement)."""
-    add = residual is not None
-    unfused = Choice("reference", WORDS("label.eager_add_plain" if add else "label.eager_plain"), False)
+def _unfit(x, residual, weight) -> bool:
+    """Operands no kernel call takes whatever was decided: empty, a scalar, on different devices, a weight that
+    is not ``(N,)``."""
     n = x.shape[-1] if x.dim() else 0
-    if x.numel() == 0 or x.dim() == 0:
-        return unfused
-    if any(t is not None and t.device != x.device for t in (residual, weight)):
-        return unfused
-    if weight is not None and tuple(weight.shape) != (n,):
-        return unfused
-    return select_rms_norm(x.device, n, x.dtype, residual_dtype=None if residual is None else residual.dtype,
+    return (x.numel() == 0 or x.dim() == 0 or any(t is not None and t.device != x.device for t in (residual, weight))
+            or (weight is not None and tuple(weight.shape) != (n,)))
+
+
+def _operands_choice(x, residual, weight, keep_sum) -> Choice:
+    """``select_rms_norm`` asked with everything about the actual operands (plus device agreement): a call
+    handed no choice (``impl`` None: a fused graph run as it is, not lowered)."""
+    add = residual is not None
+    if _unfit(x, residual, weight):
+        return Choice("reference", WORDS("label.eager_add_plain" if add else "label.eager_plain"), False)
+    return select_rms_norm(x.device, x.shape[-1], x.dtype, residual_dtype=None if residual is None else residual.dtype,
                            weight_dtype=None if weight is None else weight.dtype, x_shape=x.shape,
                            residual_shape=None if residual is None else residual.shape, keep_sum=keep_sum,
                            add=add)
+
+
+def _kernel_runs(x, residual, weight, keep_sum, impl=None) -> bool:
+    """Whether the kernel runs for these operands: the impl the call was handed (its lowering binds the choice
+    the rewrite recorded for the target, ``LOWERINGS``), else the selection's (``_operands_choice``).
+
+    Handed ``triton``, the call checks only what the kernel needs of the actual operands (dtypes, row length,
+    residual dtype and broadcast: ``select_rms_norm``'s checks less the device, which is the decision), so
+    the same operands take the same path as when the selection was asked here."""
+    if impl is None:
+        return _operands_choice(x, residual, weight, keep_sum).fused
+    if impl != "triton" or _unfit(x, residual, weight):
+        return False
+    why = _refusal_for_dtype(x.dtype, "input") or _refusal_for_dtype(None if weight is None else weight.dtype,
+                                                                      "weight")
+    return why is None and _shape_refusal(x.shape[-1], x.dtype, None if residual is None else residual.dtype,
+                                          x.shape, None if residual is None else residual.shape) is None
 
 
 def _constexprs(residual, weight, keep_sum, block, rows, interpret, m: int, n: int, hints=None) -> dict:
@@ -437,9 +468,10 @@ def _out_dtype(x, weight) -> torch.dtype:
     return x.dtype if weight is None else torch.promote_types(weight.dtype, x.dtype)
 
 
-def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps, hints=None) -> Launch:
-    """Decide, for contiguous operands, whether the kernel runs, and prepare its launch."""
-    if not _operands_choice(x, residual, weight, keep_sum).fused:
+def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps, impl=None,
+                 hints=None) -> Launch:
+    """Decide, for contiguous operands, whether the kernel runs (``_kernel_runs``), and prepare its launch."""
+    if not _kernel_runs(x, residual, weight, keep_sum, impl):
         return Launch()
     n = x.shape[-1]
     interpret = interpreting()
@@ -465,8 +497,9 @@ def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return t2 if t2.stride(-1) == 1 or t2.shape[0] == 0 else t2.contiguous()
 
 
-def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints=None):
-    """Shared body of ``add_rms_norm`` and ``rms_norm`` (``residual`` None: no add, no sum)."""
+def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None, hints=None):
+    """Shared body of ``add_rms_norm`` and ``rms_norm`` (``residual`` None: no add, no sum; ``impl``: the choice
+    the call was handed, None to ask the selection)."""
     if rows_per_prog is not None and (rows_per_prog < 1 or rows_per_prog & (rows_per_prog - 1)):
         raise ValueError(f"rows_per_prog must be a power of two, got {rows_per_prog}")
     if needs_autograd(x, residual, weight):
@@ -474,12 +507,15 @@ def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints=Non
     if residual is not None and not leading_broadcast(residual.shape, x.shape) \
             and leading_broadcast(x.shape, residual.shape):
         x, residual = residual, x                                           # x + r == r + x, bitwise
+    if impl is not None and impl != "triton":
+        return _reference(x, residual, weight, eps, keep_sum)                 # handed the eager ops
     if hints not in (None, 0, 1, 2):
         raise ValueError(f"hints must be 0, 1 or 2, got {hints}")
-    key = _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints)
+    key = _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl, hints)
     if key is None:
-        return _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints)
-    plan = planned(_LAUNCHES, key, _plan_launch, x, residual, weight, keep_sum, rows_per_prog, num_warps, hints)
+        return _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl, hints)
+    plan = planned(_LAUNCHES, key, _plan_launch, x, residual, weight, keep_sum, rows_per_prog, num_warps, impl,
+                   hints)
     if plan.kernel is None:
         return _reference(x, residual, weight, eps, keep_sum)
     write_sum = plan.constexprs["WRITE_SUM"]
@@ -491,9 +527,9 @@ def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints=Non
     return (s if write_sum else None), y
 
 
-def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints=None):
+def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None, hints=None):
     """Any layout: rows through ``reshape`` (a copy only where no row view exists), planned on every call."""
-    if not _operands_choice(x, residual, weight, keep_sum).fused:
+    if not _kernel_runs(x, residual, weight, keep_sum, impl):
         return _reference(x, residual, weight, eps, keep_sum)
     n = x.shape[-1]
     interpret = interpreting()
@@ -515,7 +551,7 @@ def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, h
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
                  keep_sum: bool = True, *, rows_per_prog: int | None = None, num_warps: int | None = None,
-                 hints: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+                 impl: str | None = None, hints: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Return ``(x + residual, LlamaRMSNorm(x + residual))`` from one kernel (one read of each input).
 
     ``x``, ``residual``: ``(..., N)``, one dtype (fp32/fp16/bf16); either may broadcast to the other
@@ -524,40 +560,65 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor |
     sum is neither allocated nor written and the first element is None. Falls back to
     ``add_rms_norm_reference`` where ``select_rms_norm`` refuses. ``rows_per_prog`` (a power of
     two) and ``num_warps`` override the launch heuristics (for tuning), ``hints`` the loads' cache
-    hints (``HINTS``).
+    hints (``HINTS``). ``impl`` is the ``Choice.impl`` decided for this call's target (a lowered fused
+    call is handed it): given, the selection is not asked ("reference" runs the eager ops, "triton" the
+    kernel where the operands fit it).
 
     Contiguous operands take a fast path planned once per call signature; others are planned on
     every call and read through row views (a copy only where no row view exists).
     """
-    return _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, hints)
+    return _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl, hints)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
-             rows_per_prog: int | None = None, num_warps: int | None = None,
+             rows_per_prog: int | None = None, num_warps: int | None = None, impl: str | None = None,
              hints: int | None = None) -> torch.Tensor:
-    """``LlamaRMSNorm(x)`` (no residual add) from the same kernel; ``x``: ``(..., N)``, returns ``(..., N)``."""
-    return _run(x, None, weight, eps, False, rows_per_prog, num_warps, hints)[1]
+    """``LlamaRMSNorm(x)`` (no residual add) from the same kernel; ``x``: ``(..., N)``, returns ``(..., N)``
+    (``impl``, ``hints``: as ``add_rms_norm``'s)."""
+    return _run(x, None, weight, eps, False, rows_per_prog, num_warps, impl, hints)[1]
 
 
 # ====================================================================== fused call targets
 
-def fused_add_rms_norm(x, residual, weight, eps):
+# Each takes, last, the impl its lowering hands it (``LOWERINGS``); None (a graph run as it is fused): the
+# selection decides, once per call signature. The γ fold's unit forms are these calls with ``weight`` None.
+
+def fused_add_rms_norm(x, residual, weight, eps, impl=None):
     """``(x + residual, RMSNorm(x + residual))`` over the last dim, from one kernel where possible."""
-    return add_rms_norm(x, residual, weight, eps)
+    return add_rms_norm(x, residual, weight, eps, impl=impl)
 
 
-def fused_add_rms_norm_normed(x, residual, weight, eps):
+def fused_add_rms_norm_normed(x, residual, weight, eps, impl=None):
     """``RMSNorm(x + residual)`` from one kernel where possible; the sum (read by nothing else) is not written."""
-    return add_rms_norm(x, residual, weight, eps, keep_sum=False)[1]
+    return add_rms_norm(x, residual, weight, eps, keep_sum=False, impl=impl)[1]
 
 
-def fused_rms_norm(x, weight, eps):
+def fused_rms_norm(x, weight, eps, impl=None):
     """``RMSNorm(x)`` over the last dim, from one kernel where possible."""
-    return rms_norm(x, weight, eps)
+    return rms_norm(x, weight, eps, impl=impl)
 
 
 #: Targets a lean CUDA graph binds per node (``triton_support.BoundCall``): Triton launches only.
 BOUND_CALLS = (fused_add_rms_norm, fused_add_rms_norm_normed, fused_rms_norm)
+
+
+def _lower(node: torch.fx.Node, device: torch.device, dtype: torch.dtype, arity: int, add: bool,
+           keep_sum: bool) -> bool:
+    """Hand the fused call the impl decided for this device and dtype: the rewrite's (``edit.planned``), else (a
+    call fused for another target) the selection's, asked here once for the row length the graph records."""
+    choice = edit.planned(node, device, dtype)
+    if choice is None:
+        shape = aten.static_shape(node.args[0])                             # x: floating, in ``dtype`` now
+        choice = select_rms_norm(device, int(shape[-1]) if shape else None, dtype, keep_sum=keep_sum, add=add)
+    return edit.bind_choice(node, arity, choice.impl)
+
+
+#: fused call target -> lowering(gm, node, device, dtype) -> bool (explorer.runtime.lean)
+LOWERINGS = {
+    fused_add_rms_norm: lambda gm, node, device, dtype: _lower(node, device, dtype, 4, True, True),
+    fused_add_rms_norm_normed: lambda gm, node, device, dtype: _lower(node, device, dtype, 4, True, False),
+    fused_rms_norm: lambda gm, node, device, dtype: _lower(node, device, dtype, 3, False, False),
+}
 
 
 # ====================================================================== matching

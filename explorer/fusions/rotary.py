@@ -26,7 +26,9 @@ dtype (three roundings), so the fused result is the more accurate one; see
 
 Supported: fp32, fp16, bf16; even D up to 1024; q and k of one dtype, batch and
 sequence; cos and sin of one shape ``(B or 1, S, D)`` and dtype. ``select_rotary``
-is the one decision; calls autograd records take the reference.
+is the one decision, made at the rewrite for the run's target; the lean lowering hands
+the recorded impl to the fused call (``_bind``), which then follows it (checking only
+that the operands fit the kernel). Calls autograd records take the reference.
 
 Matching: q (and k) fan out to the cos product and both slices, so the pattern
 brings its own matcher (``_match_rotary``), anchored at q's ``neg``; it then finds
@@ -203,29 +205,41 @@ def select_rotary(device: torch.device | str, dtype: torch.dtype | None = None, 
     Shapes in the (B, H, S, D) convention. Only ``device`` is required; arguments left as None raise
     no objection. ``requires_grad``: autograd would record the call (the kernel is forward-only).
     """
-    why = refusal_for_device(device)
-    for what, dt in (("q", dtype), ("cos/sin", cos_dtype)):
-        if why is None and dt is not None and dt not in SUPPORTED_DTYPES:
-            why = WORDS("why.dtype", what=what, dtype=dt)
+    why = refusal_for_device(device) or _dtype_refusal(dtype, cos_dtype)
     if why is None and requires_grad:
         why = BASE_WORDS("autograd")
-    if why is None and head_dim is not None and (head_dim % 2 or not 2 <= head_dim <= MAX_HEAD_DIM):
-        why = WORDS("why.head_dim", d=head_dim, max=MAX_HEAD_DIM)
-    if why is None and k_dtype is not None and dtype is not None and k_dtype != dtype:
-        why = WORDS("why.dtypes", q=dtype, k=k_dtype)
-    if why is None and q_shape is not None and k_shape is not None:
-        q_shape, k_shape = tuple(q_shape), tuple(k_shape)
-        if len(q_shape) != 4 or len(k_shape) != 4 or (q_shape[0], q_shape[2], q_shape[3]) != (
-                k_shape[0], k_shape[2], k_shape[3]):
-            why = WORDS("why.shapes", q=q_shape, k=k_shape)
-    if why is None and q_shape is not None and cos_shape is not None:
-        b, _, s, d = q_shape
-        cos_shape = tuple(cos_shape)
-        if cos_shape not in ((b, s, d), (1, s, d)) or (sin_shape is not None and tuple(sin_shape) != cos_shape):
-            why = WORDS("why.tables", cos=cos_shape, sin=None if sin_shape is None else tuple(sin_shape), b=b, s=s, d=d)
+    why = why or _shape_refusal(dtype, head_dim, k_dtype, q_shape, k_shape, cos_shape, sin_shape)
     if why is not None:
         return Choice("reference", WORDS("label.reference", why=why), False)
     return Choice("triton", where(WORDS("label.triton"), torch.device(device)), True)
+
+
+def _dtype_refusal(dtype, cos_dtype) -> str | None:
+    """Why the kernel does not take q (``dtype``) or cos/sin of these dtypes (None: it does)."""
+    for what, dt in (("q", dtype), ("cos/sin", cos_dtype)):
+        if dt is not None and dt not in SUPPORTED_DTYPES:
+            return WORDS("why.dtype", what=what, dtype=dt)
+    return None
+
+
+def _shape_refusal(dtype, head_dim, k_dtype, q_shape, k_shape, cos_shape, sin_shape) -> str | None:
+    """Why the kernel does not take operands of this head_dim, k dtype and shapes (None: it does)."""
+    if head_dim is not None and (head_dim % 2 or not 2 <= head_dim <= MAX_HEAD_DIM):
+        return WORDS("why.head_dim", d=head_dim, max=MAX_HEAD_DIM)
+    if k_dtype is not None and dtype is not None and k_dtype != dtype:
+        return WORDS("why.dtypes", q=dtype, k=k_dtype)
+    if q_shape is not None and k_shape is not None:
+        q_shape, k_shape = tuple(q_shape), tuple(k_shape)
+        if len(q_shape) != 4 or len(k_shape) != 4 or (q_shape[0], q_shape[2], q_shape[3]) != (
+                k_shape[0], k_shape[2], k_shape[3]):
+            return WORDS("why.shapes", q=q_shape, k=k_shape)
+    if q_shape is not None and cos_shape is not None:
+        b, _, s, d = q_shape
+        cos_shape = tuple(cos_shape)
+        if cos_shape not in ((b, s, d), (1, s, d)) or (sin_shape is not None and tuple(sin_shape) != cos_shape):
+            return WORDS("why.tables", cos=cos_shape, sin=None if sin_shape is None else tuple(sin_shape), b=b, s=s,
+                         d=d)
+    return None
 
 
 # ====================================================================== the kernel
@@ -359,12 +373,23 @@ def _build_kernel(interpret: bool):
 _LAUNCHES: dict[tuple, Launch] = {}
 
 
-def _plan(q, k, cos, sin, tuning) -> Launch:
+def _kernel_runs(q, k, cos, sin, impl: str | None) -> bool:
+    """The decision for these (B, H, S, D) operands: the impl the call was handed (its lowering binds the choice
+    the rewrite recorded for the target, ``LOWERINGS``), else the selection's, asked with every operand fact.
+
+    Handed ``triton``, the call checks only what the kernel needs of the actual operands (``select_rotary``'s
+    checks less the device, which is the decision), so the same operands take the same path as before."""
+    d = q.shape[-1] if q.dim() else None
+    if impl is None:
+        return select_rotary(q.device, q.dtype, d, k_dtype=k.dtype, cos_dtype=cos.dtype, q_shape=q.shape,
+                             k_shape=k.shape, cos_shape=cos.shape, sin_shape=sin.shape).fused
+    return impl == "triton" and (_dtype_refusal(q.dtype, cos.dtype) or _shape_refusal(
+        q.dtype, d, k.dtype, q.shape, k.shape, cos.shape, sin.shape)) is None
+
+
+def _plan(q, k, cos, sin, tuning, impl: str | None = None) -> Launch:
     """Decide whether the kernel runs for these (B, H, S, D) operands and prepare its launch (not output strides)."""
-    choice = select_rotary(q.device, q.dtype, q.shape[-1] if q.dim() else None, k_dtype=k.dtype,
-                           cos_dtype=cos.dtype, q_shape=q.shape, k_shape=k.shape, cos_shape=cos.shape,
-                           sin_shape=sin.shape)
-    if (not choice.fused or sin.dtype != cos.dtype or any(t.device != q.device for t in (k, cos, sin))
+    if (not _kernel_runs(q, k, cos, sin, impl) or sin.dtype != cos.dtype or any(t.device != q.device for t in (k, cos, sin))
             or q.numel() == 0 or any(t.stride(-1) != 1 for t in (q, k, cos, sin))):
         return Launch()
     interpret = interpreting()
@@ -395,7 +420,7 @@ def _plan(q, k, cos, sin, tuning) -> Launch:
 def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1, *,
            tokens: tuple[int, int] | None = None, heads: tuple[int, int] | None = None,
            num_warps: int | None = None, token_major: bool = False,
-           table_tile: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           table_tile: bool | None = None, impl: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``apply_rotary_pos_emb(q, k, cos, sin)`` for both q and k in one kernel launch.
 
     ``q``: (B, Hq, S, D), ``k``: (B, Hkv, S, D), any strides with a contiguous last dim; with
@@ -407,14 +432,16 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     ``num_warps`` override the launch heuristics (``launch_config``), ``table_tile`` the cos/sin load layout
     (``TABLE_TILE``). ``token_major``: write the outputs as
     transposes of (B, S, H, D) buffers whatever q's layout (a benchmark's question: what the output layout
-    costs where q and k are column views, whose ``empty_like`` is (B, H, S, D)).
+    costs where q and k are column views, whose ``empty_like`` is (B, H, S, D)). ``impl``: the ``Choice.impl``
+    decided for this call's target (a lowered fused call is handed it): given, the selection is not asked
+    ("reference" runs the reference, "triton" the kernel where the operands fit it).
     """
     if unsqueeze_dim == 2:
         qe, ke = rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 1, tokens=tokens, heads=heads,
-                        num_warps=num_warps, table_tile=table_tile)
+                        num_warps=num_warps, table_tile=table_tile, impl=impl)
         return qe.transpose(1, 2), ke.transpose(1, 2)
-    if unsqueeze_dim != 1 or needs_autograd(q, k, cos, sin):                   # the kernel is forward-only
-        return rotary_reference(q, k, cos, sin, unsqueeze_dim)
+    if unsqueeze_dim != 1 or needs_autograd(q, k, cos, sin) or (impl is not None and impl != "triton"):
+        return rotary_reference(q, k, cos, sin, unsqueeze_dim)                 # forward-only kernel; or handed it
     if tokens is not None:
         tq, tk = tokens
         if tq < 1 or tq & (tq - 1) or tk < tq or tk & (tk - 1):
@@ -422,8 +449,8 @@ def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     if heads is not None and any(h < 1 or h & (h - 1) for h in heads):
         raise ValueError(f"heads must be powers of two (q, k), got {heads}")
     key = (operand_key(q), operand_key(k), operand_key(cos), operand_key(sin), tokens, heads, num_warps,
-           q.is_cuda or interpreting(), table_tile)
-    plan = planned(_LAUNCHES, key, _plan, q, k, cos, sin, (tokens, heads, num_warps, table_tile))
+           q.is_cuda or interpreting(), table_tile, impl)
+    plan = planned(_LAUNCHES, key, _plan, q, k, cos, sin, (tokens, heads, num_warps, table_tile), impl)
     if plan.kernel is None:
         return rotary_reference(q, k, cos, sin, unsqueeze_dim)
     if token_major:
@@ -565,9 +592,9 @@ def _read_by_attention(node: torch.fx.Node) -> bool:
     return bool(readers) and all(_is_attention(u) for u in readers)
 
 
-def rotary_token_major(q, k, cos, sin):
+def rotary_token_major(q, k, cos, sin, impl=None):
     """``rotary`` writing its outputs as transposes of (B, S, H, D) buffers (``token_major``)."""
-    return rotary(q, k, cos, sin, token_major=True)
+    return rotary(q, k, cos, sin, token_major=True, impl=impl)
 
 
 def _is_attention(n: torch.fx.Node) -> bool:
@@ -579,15 +606,30 @@ def _lower(gm, node, device, dtype) -> bool:
     """fused_rotary whose q and k are the first two column views of the siblings' QKV GEMM, transposed, and
     whose third view is v → one ``qkv_rotary`` call (the GEMM with rotary in its epilogue) where
     ``qkv_decision`` chooses it for this shape; else, with ``TOKEN_MAJOR_ON_COLUMN_VIEWS``, a rotary reading
-    column views and read by attention only writes token-major outputs; else the node stays."""
+    column views and read by attention only writes token-major outputs; else the node stays. A rotary call that
+    stays is handed the impl decided for the target (``_bind``), so it does not ask ``select_rotary`` again."""
+    if len(node.args) != 4:
+        return False
     if _fold_qkv(gm, node, device, dtype):
         return True
     readers = [u for g in node.users for u in g.users]
     if (TOKEN_MAJOR_ON_COLUMN_VIEWS and _projection_source(node.args[0]) is not None   # q: a column view
             and readers and all(_is_attention(u) for u in readers)):
         node.target = rotary_token_major
-        return True
-    return False
+    return _bind(node, device, dtype)
+
+
+def _bind(node: torch.fx.Node, device: torch.device, dtype: torch.dtype) -> bool:
+    """Hand the rotary call the impl decided for this device and dtype: the rewrite's (``edit.planned``), else (a
+    call fused for another target) the selection's, asked here once with the shapes the graph records."""
+    choice = edit.planned(node, device, dtype)
+    if choice is None:
+        q, k, cos, sin = (aten.node_val(a) for a in node.args[:4])
+        if not all(isinstance(t, torch.Tensor) for t in (q, k, cos, sin)):
+            return False
+        choice = select_rotary(device, dtype, int(q.shape[-1]), k_dtype=dtype, cos_dtype=dtype, q_shape=q.shape,
+                               k_shape=k.shape, cos_shape=cos.shape, sin_shape=sin.shape)
+    return edit.bind_choice(node, 4, choice.impl)
 
 
 def _fold_qkv(gm, node, device, dtype) -> bool:
@@ -635,9 +677,11 @@ def _fold_qkv(gm, node, device, dtype) -> bool:
 
 # ====================================================================== fused call target
 
-def fused_rotary(q, k, cos, sin):
-    """``apply_rotary_pos_emb(q, k, cos, sin)``: q and k rotated by one kernel where possible; ``(q_embed, k_embed)``."""
-    return rotary(q, k, cos, sin)
+def fused_rotary(q, k, cos, sin, impl=None):
+    """``apply_rotary_pos_emb(q, k, cos, sin)``: q and k rotated by one kernel where possible; ``(q_embed, k_embed)``.
+    ``impl``: what its lowering hands it (``_bind``); None (a graph run as it is fused): the selection decides,
+    once per call signature."""
+    return rotary(q, k, cos, sin, impl=impl)
 
 
 LOWERINGS = {fused_rotary: _lower}

@@ -347,12 +347,17 @@ def _check_operands(x, w1, b1, w2, b2, act, gate) -> None:
         raise ValueError(f"b1 must be ({cr},) and b2 ({c},)")
 
 
-def _plan(x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key) -> _Plan:
+def _plan(x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key, impl=None) -> _Plan:
     """Check the operands, decide (the kernels, or the reference where ``select_squeeze_excite`` says so or the
-    operands sit on other devices), and plan both launches."""
+    operands sit on other devices), and plan both launches. ``impl``: the choice the call was handed (its
+    lowering binds the rewrite's): the selection is not asked, only the dtype checked (its one operand fact)."""
     _check_operands(x, w1, b1, w2, b2, act, gate)
     layout = layout_of(x) or "other"
-    if (select_squeeze_excite(x.device, x.dtype, act, gate, layout).impl != "triton" or x.numel() == 0
+    if impl is None:
+        impl = select_squeeze_excite(x.device, x.dtype, act, gate, layout).impl
+    elif x.dtype not in SUPPORTED_DTYPES:
+        impl = "reference"
+    if (impl != "triton" or x.numel() == 0
             or any(t is not None and t.device != x.device for t in (w1, b1, w2, b2))):
         return _Plan(reference=True)
     copy_x = layout not in LAYOUTS
@@ -397,7 +402,7 @@ def _plan(x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key) -> _Plan:
 
 
 def squeeze_excite(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
-                   b2: torch.Tensor | None, act: str = "relu", gate: str = "sigmoid", *,
+                   b2: torch.Tensor | None, act: str = "relu", gate: str = "sigmoid", impl: str | None = None, *,
                    splits: tuple[int, int] | None = None, tiles: tuple[int, int] | None = None,
                    num_warps: int | None = None) -> torch.Tensor:
     """``x * gate(fc2(act(fc1(mean_spatial(x)))))`` in two Triton kernels; a new tensor like ``x``.
@@ -411,12 +416,13 @@ def squeeze_excite(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w
     ``num_warps`` the warps (tests and tuning). Where ``select_squeeze_excite`` says
     "reference", or the operands sit on different devices, returns
     ``squeeze_excite_reference(...)``. A call signature is checked and planned once: a
-    model's later calls cost the host little more than two allocations and two launches.
+    model's later calls cost the host little more than two allocations and two launches. ``impl``: the
+    ``Choice.impl`` its lowering hands it (the rewrite's, for the target); given, the selection is not asked.
     """
     key = (x.shape, x.stride(), x.dtype, x.device, w1.shape, w1.stride(), w1.dtype, w1.device, w2.shape, w2.stride(),
            w2.dtype, None if b1 is None else (b1.shape, b1.stride(), b1.dtype), None if b2 is None else
-           (b2.shape, b2.stride(), b2.dtype), act, gate, splits, tiles, num_warps, interpreting())
-    plan = planned(_PLANS, key, _plan, x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key)
+           (b2.shape, b2.stride(), b2.dtype), act, gate, splits, tiles, num_warps, interpreting(), impl)
+    plan = planned(_PLANS, key, _plan, x, w1, b1, w2, b2, act, gate, splits, tiles, num_warps, key, impl)
     if plan.reference:
         return squeeze_excite_reference(x, w1, b1, w2, b2, act, gate)
     if plan.copy_x:
@@ -542,7 +548,8 @@ def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, 
     if w1t is None or w2t is None or x_shape is None or len(x_shape) != 4:
         return False
     if (edit.planned(node, device, dtype) or select_squeeze_excite(device, dtype, act, gate)).impl == "triton":
-        return edit.replace_node(gm, node, lambda g: g.call_function(squeeze_excite, (x, w1, b1, w2, b2, act, gate)))
+        return edit.replace_node(gm, node, lambda g: g.call_function(squeeze_excite, (x, w1, b1, w2, b2, act, gate,
+                                                                                      "triton")))   # handed it
     c = w1t.shape[1]
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:

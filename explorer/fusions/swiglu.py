@@ -31,7 +31,10 @@ adjacent, so neighbouring programs read neighbouring memory.
 
 Supported: fp32, fp16, bf16; gate and up of one shape and dtype; any layout
 whose last dim is contiguous (others are copied to rows first).
-``select_swiglu`` is the one decision; calls autograd records take the reference.
+``select_swiglu`` is the one decision, made at the rewrite for the run's target; the lean
+lowering hands the pass the recorded impl (``silu_mul_packed(gu, I, impl)``), which then
+follows it (checking only that the operands fit the kernel). Calls autograd records take
+the reference.
 
 SwiGLU in the GEMM's epilogue (``swiglu_epilogue``, ``kernels.gemm.gemm_swiglu``):
 one Triton GEMM whose tile accumulates matching gate and up columns (two fp32
@@ -232,22 +235,39 @@ def select_swiglu(device: torch.device | str, dtype: torch.dtype | None = None, 
     Only ``device`` is required; arguments left as None raise no objection. ``requires_grad``:
     autograd would record the call (the kernel is forward-only).
     """
-    why = refusal_for_device(device)
-    if why is None and act not in KERNEL_GATES:
-        why = WORDS("why.gate", act=act)
-    if why is None and dtype is not None and dtype not in SUPPORTED_DTYPES:
-        why = BASE_WORDS("dtype_slash", dtype=dtype)
+    why = refusal_for_device(device) or _gate_dtype_refusal(dtype, act)
     if why is None and requires_grad:
         why = BASE_WORDS("autograd")
-    if why is None and up_dtype is not None and dtype is not None and up_dtype != dtype:
-        why = WORDS("why.dtypes", dtype=dtype, up=up_dtype)
-    if why is None and gate_shape is not None and up_shape is not None and tuple(gate_shape) != tuple(up_shape):
-        why = WORDS("why.shapes", gate=tuple(gate_shape), up=tuple(up_shape))
+    why = why or _operand_refusal(dtype, up_dtype, gate_shape, up_shape)
     if why is not None:
         return Choice("reference", WORDS("label.reference" if act == "silu" else "label.reference_gate", why=why,
                                          act=act), False)
     label = WORDS("label.triton") if act == "silu" else WORDS("label.triton_gate", act=act)
     return Choice("triton", where(label, torch.device(device)), True)
+
+
+def _gate_dtype_refusal(dtype, act: str) -> str | None:
+    """Why the kernel does not take this gate activation or dtype (None: it does)."""
+    if act not in KERNEL_GATES:
+        return WORDS("why.gate", act=act)
+    if dtype is not None and dtype not in SUPPORTED_DTYPES:
+        return BASE_WORDS("dtype_slash", dtype=dtype)
+    return None
+
+
+def _operand_refusal(dtype, up_dtype, gate_shape, up_shape) -> str | None:
+    """Why the kernel does not take separate gate and up tensors of these dtypes and shapes (None: it does)."""
+    if up_dtype is not None and dtype is not None and up_dtype != dtype:
+        return WORDS("why.dtypes", dtype=dtype, up=up_dtype)
+    if gate_shape is not None and up_shape is not None and tuple(gate_shape) != tuple(up_shape):
+        return WORDS("why.shapes", gate=tuple(gate_shape), up=tuple(up_shape))
+    return None
+
+
+def elementwise_impl(choice: Choice) -> str:
+    """The silu*mul pass's impl in a chain's recorded ``choice``: ``one_gemm_<impl>`` names it; ``gemm_epilogue``
+    was chosen only where the pass's selection said ``triton``."""
+    return "triton" if choice.impl == "gemm_epilogue" else choice.impl.removeprefix("one_gemm_")
 
 
 # ====================================================================== the kernel
@@ -415,25 +435,42 @@ def _fits(t: torch.Tensor) -> bool:
     return True
 
 
-def _signature(kind: str, gate: torch.Tensor, up: torch.Tensor, tuning: tuple, act: str = "silu") -> tuple:
-    """Hashable call signature: what the plan depends on (shapes, strides, dtypes, alignment, device, mode)."""
-    return (kind, operand_key(gate), operand_key(up), tuning, gate.is_cuda or interpreting(), act)
+def _signature(kind: str, gate: torch.Tensor, up: torch.Tensor, tuning: tuple, act: str = "silu",
+               impl: str | None = None) -> tuple:
+    """Hashable call signature: what the plan depends on (shapes, strides, dtypes, alignment, device, mode, the
+    impl the call was handed)."""
+    return (kind, operand_key(gate), operand_key(up), tuning, gate.is_cuda or interpreting(), act, impl)
 
 
-def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple, act: str = "silu") -> Launch:
-    """Decide whether the kernel runs for these operands and prepare its launch.
+def _kernel_runs(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, act: str, impl: str | None) -> bool:
+    """The decision for these operands: the impl the call was handed (its lowering binds the choice the rewrite
+    recorded for the target), else the selection's, asked with every operand fact. Handed ``triton``, the call
+    checks only what the kernel needs of the actual operands (``select_swiglu``'s checks less the device, which
+    is the decision), so the same operands take the same path as when the selection was asked here."""
+    if packed_i is None:
+        if impl is None:
+            return select_swiglu(gate.device, gate.dtype, up_dtype=up.dtype, gate_shape=gate.shape,
+                                 up_shape=up.shape, act=act).fused
+        return impl == "triton" and (_gate_dtype_refusal(gate.dtype, act)
+                                     or _operand_refusal(gate.dtype, up.dtype, gate.shape, up.shape)) is None
+    if impl is None:
+        return select_swiglu(gate.device, gate.dtype, act=act).fused
+    return impl == "triton" and _gate_dtype_refusal(gate.dtype, act) is None
+
+
+def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple, act: str = "silu",
+          impl: str | None = None) -> Launch:
+    """Decide whether the kernel runs for these operands (``_kernel_runs``) and prepare its launch.
 
     ``packed_i``: None for separate gate/up tensors; ``I`` when ``gate`` is the packed ``(..., 2I)``
     tensor (``up`` is then the same tensor). Only layouts ``_fits`` accepts are planned; the caller
     copies others to rows first.
     """
     if packed_i is None:
-        choice = select_swiglu(gate.device, gate.dtype, up_dtype=up.dtype, gate_shape=gate.shape, up_shape=up.shape,
-                               act=act)
-        fused = choice.fused and up.device == gate.device
+        fused = _kernel_runs(gate, up, None, act, impl) and up.device == gate.device
         out_shape = tuple(gate.shape)
     else:
-        fused = select_swiglu(gate.device, gate.dtype, act=act).fused
+        fused = _kernel_runs(gate, up, packed_i, act, impl)
         out_shape = tuple(gate.shape[:-1]) + (packed_i,)
     if not fused or gate.numel() == 0:
         return Launch(out_shape=out_shape)
@@ -466,10 +503,10 @@ def _plan(gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tu
 
 
 def _run(kind: str, gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, tuning: tuple,
-         act: str = "silu") -> torch.Tensor:
+         act: str = "silu", impl: str | None = None) -> torch.Tensor:
     """Plan (once per signature) and launch; the reference where the plan says so."""
-    key = _signature(kind, gate, up, tuning, act)
-    plan = planned(_LAUNCHES, key, _plan, gate, up, packed_i, tuning, act)
+    key = _signature(kind, gate, up, tuning, act, impl)
+    plan = planned(_LAUNCHES, key, _plan, gate, up, packed_i, tuning, act, impl)
     if plan.kernel is None:
         if packed_i is None:
             return silu_mul_reference(gate, up, act)
@@ -493,42 +530,45 @@ def _tuning(block_m, block_n, num_warps, flat=None, hints=None) -> tuple:
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor, *, block_m: int | None = None, block_n: int | None = None,
              num_warps: int | None = None, act: str = "silu", flat: bool | None = None,
-             hints: int | None = None) -> torch.Tensor:
+             hints: int | None = None, impl: str | None = None) -> torch.Tensor:
     """``silu(gate) * up`` in one pass (fp32 math, one rounding); returns a contiguous tensor of gate's shape.
 
     ``gate``, ``up``: one shape and dtype (fp32/fp16/bf16), any layout; layouts ``_fits`` accepts are
     read in place (column views of a packed GEMM output included), others are copied to rows first.
     Falls back to ``silu_mul_reference`` where ``select_swiglu`` refuses. ``block_m``, ``block_n``,
     ``num_warps`` override the launch heuristics (for tuning), ``flat`` the program layout (``flat_rule``),
-    ``hints`` the cache hints (``HINTS``).
+    ``hints`` the cache hints (``HINTS``). ``impl``: the ``Choice.impl`` decided for the call's target; given, the
+    selection is not asked ("reference" runs the reference, "triton" the kernel where the operands fit it).
     """
     tuning = _tuning(block_m, block_n, num_warps, flat, hints)
-    if needs_autograd(gate, up):
-        return silu_mul_reference(gate, up, act)                                 # forward-only kernel
+    if needs_autograd(gate, up) or (impl is not None and impl != "triton"):
+        return silu_mul_reference(gate, up, act)                                 # forward-only kernel; or handed it
     if not (gate.is_contiguous() and up.is_contiguous()) and gate.shape == up.shape and gate.dim() > 0:
         if not _fits(gate):
             gate = _rows(gate, gate.shape[-1]).view(gate.shape)                  # copy to rows
         if not _fits(up):
             up = _rows(up, up.shape[-1]).view(up.shape)
-    return _run("separate", gate, up, None, tuning, act)
+    return _run("separate", gate, up, None, tuning, act, impl)
 
 
-def silu_mul_packed(gu: torch.Tensor, sizes: int | Sequence[int], *, block_m: int | None = None,
-                    block_n: int | None = None, num_warps: int | None = None, act: str = "silu",
-                    flat: bool | None = None, hints: int | None = None) -> torch.Tensor:
+def silu_mul_packed(gu: torch.Tensor, sizes: int | Sequence[int], impl: str | None = None, *,
+                    block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
+                    act: str = "silu", flat: bool | None = None, hints: int | None = None) -> torch.Tensor:
     """``silu(gu[..., :I]) * gu[..., I:]`` from one packed GEMM output ``gu`` of shape ``(..., 2I)``.
 
     ``sizes``: ``I`` or ``(I, I)``. Returns ``(..., I)``, contiguous, in ``gu``'s dtype. Gate and up
     are read in place as column views (rows 2I apart); a ``gu`` whose rows are not one stride apart
-    is copied first. Falls back to ``silu_mul_packed_reference`` where ``select_swiglu`` refuses.
+    is copied first. Falls back to ``silu_mul_packed_reference`` where ``select_swiglu`` refuses. ``impl``
+    (positional, so that a lean graph's bound call takes it: ``triton_support.BoundCall``): the ``Choice.impl``
+    its lowering hands it, as ``silu_mul``'s.
     """
     i = split_sizes(gu.shape[-1], sizes)
     tuning = _tuning(block_m, block_n, num_warps, flat, hints)
-    if needs_autograd(gu):
-        return silu_mul_packed_reference(gu, i, act)                             # forward-only kernel
+    if needs_autograd(gu) or (impl is not None and impl != "triton"):
+        return silu_mul_packed_reference(gu, i, act)                             # forward-only kernel; or handed it
     if gu.dim() > 0 and not _fits(gu):
         gu = _rows(gu, gu.shape[-1]).view(gu.shape)                              # copy to rows
-    return _run("packed", gu, gu, i, tuning, act)
+    return _run("packed", gu, gu, i, tuning, act, impl)
 
 
 def swiglu_pass(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, intermediate: int,
@@ -821,7 +861,8 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
     x_val = aten.node_val(gate.input)
     if gate_act_name == "silu" and isinstance(x_val, torch.Tensor) and x_val.dim() >= 1:
         m, k = x_val.numel() // max(1, x_val.shape[-1]), int(weight.shape[1])
-        decision = epilogue_decision(ctx.device, ctx.run_dtype(mul), m, k, sizes[0])
+        decision = epilogue_decision(ctx.device, ctx.run_dtype(mul), m, k, sizes[0],
+                                     Choice(impl, label, True))       # the pass's selection, asked above
         if decision.fused:
             label, impl = WORDS("label.epilogue", two_i=2 * sizes[0]), "gemm_epilogue"
         note = epilogue_note(m, k, sizes[0])
@@ -837,15 +878,21 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
 
 def _lower(gm, node, device, dtype) -> bool:
     """fused_swiglu → ``swiglu_epilogue`` with its tile where ``epilogue_decision`` chooses the epilogue for this
-    shape, else ``linear`` over the concatenated weights, then ``silu_mul_packed`` (which takes the kernel
-    ``select_swiglu`` picks): the same kernels, without the wrapper's frame."""
+    shape, else ``linear`` over the concatenated weights, then ``silu_mul_packed`` handed the pass's impl (the
+    kernel ``select_swiglu`` picked at the rewrite): the same kernels, without the wrapper's frame and without
+    asking the selection again. A call fused for another target asks it here, once."""
     x, weight, bias, intermediate = node.args[:4]
     act = node.args[4] if len(node.args) > 4 else "silu"
     x_val = aten.node_val(x)
     w = edit.attr_tensor(gm, weight)
+    choice = edit.planned(node, device, dtype)
+    if choice is None:
+        elementwise = select_swiglu(device, dtype, act=act)
+        choice = Choice("one_gemm_" + elementwise.impl, elementwise.label, elementwise.fused)
+    impl = elementwise_impl(choice)
     if act == "silu" and isinstance(x_val, torch.Tensor) and x_val.dim() >= 1 and w is not None:
         decision = epilogue_decision(device, dtype, x_val.numel() // max(1, x_val.shape[-1]), w.shape[1],
-                                     intermediate, edit.planned(node, device, dtype))
+                                     intermediate, choice)
         if decision.fused and decision.measurement is not None and decision.measurement.variant == "interleaved":
             b = edit.attr_tensor(gm, bias) if bias is not None else None
             if bias is None or b is not None:
@@ -865,9 +912,10 @@ def _lower(gm, node, device, dtype) -> bool:
 
     def build(g: torch.fx.Graph) -> torch.fx.Node:
         gu = g.call_function(torch._C._nn.linear, (x, weight, bias))                   # (..., 2I)
-        if act != "silu":
-            return g.call_function(silu_mul_packed, (gu, intermediate), {"act": act})   # (..., I)
-        return g.call_function(silu_mul_packed, (gu, intermediate))                    # (..., I)
+        kwargs = {"act": act} if act != "silu" else {}
+        out = g.call_function(silu_mul_packed, (gu, intermediate, impl), kwargs)       # (..., I)
+        out.meta["fused_bound"] = impl                                                 # handed it: asks nothing
+        return out
 
     return edit.replace_node(gm, node, build)
 
