@@ -36,8 +36,13 @@ Usage::
                                                                  # ~170 Triton compiles, 24 inductor compiles)
     python3 benchmarks/bench_membw.py --verify --budget-s 240    # once the winners are baked in: launched vs
                                                                  # previous settings, both dtypes, inductor
+    python3 benchmarks/bench_membw.py --verify --only rmsnorm,swiglu,rotary --budget-s 100 --cases \
+        'silu_mul,add_rms_norm 8B,add_rms_norm_nosum 8B,add_rms_norm_unit 8B,add_rms_norm_unit_nosum 8B,rotary zoo'
+                                   # LEAN_VERIFY: only the cases whose setting changed (with PREVIOUS) or that have
+                                   # CANDIDATES, and the zoo rotary; ~60-100 s (rmsnorm first: the candidates)
     python3 benchmarks/bench_membw.py --smoke --only rmsnorm     # CPU plumbing: tiny shapes, interpreted
     python3 benchmarks/bench_membw.py --table RESULT.json        # the README table of a result
+    python3 benchmarks/bench_membw.py --table SWEEP.json,VERIFY.json  # the verify's cases over the sweep's
     python3 benchmarks/bench_membw.py --propose RESULT.json      # what to bake: winners beyond the spread
 
 Without CUDA (and without ``--smoke``) it measures nothing, says SKIPPED and exits 0. JSON: ``--out``, else
@@ -113,6 +118,41 @@ def _add_previous(kind: str, shape: str, default: dict, sweep: dict, settings: d
     return label
 
 
+#: Settings not swept before that ``--verify`` times beside the launched one and ``PREVIOUS`` (and ``--sweep``
+#: with the grid), per (kernel, shape): proposals from reading the kernels, not measurements. The Add+RMSNorm
+#: whose sum is not written ran 91.4% of copy at 8B in bf16 where inductor's kernel ran 99.1%
+#: (``bench_membw_sweep_h200.json``; docs/kernel-notes.md lists what was checked): x and the residual loaded
+#: without the evict-first hint (``rms_norm.HINTS`` 1), which the SwiGLU pass measured 1-7 points faster without at
+#: 5 of its 6 settings, or evict-last (2), as inductor's first pass reads them from DRAM.
+CANDIDATES = {
+    ("add_rms_norm_nosum", "8B"): (dict(rows=1, warps=16, hints=1), dict(rows=1, warps=16, hints=2),
+                                   dict(rows=2, warps=16, hints=1)),
+    ("add_rms_norm_unit_nosum", "8B"): (dict(rows=1, warps=16, hints=1),),
+    ("add_rms_norm", "8B"): (dict(rows=4, warps=16, hints=1),),
+    ("add_rms_norm_unit", "8B"): (dict(rows=2, warps=16, hints=1),),
+}
+
+
+#: ``--cases`` of the lean verify call (``LEAN_VERIFY``): every case whose launched setting changed with the sweep (so
+#: ``PREVIOUS`` is timed beside it), every case with ``CANDIDATES``, and the zoo rotary (92.9% in fp16 in the sweep,
+#: inside its spread), in both dtypes; ``tests/test_kernel_layouts.py`` checks it selects exactly those.
+LEAN_VERIFY_CASES = ("silu_mul,add_rms_norm 8B,add_rms_norm_nosum 8B,add_rms_norm_unit 8B,add_rms_norm_unit_nosum 8B,"
+                     "rotary zoo")
+#: The H200 call after a sweep's winners are baked in (about 60-100 s: 18 cases, 5-8 variants each, 3 rounds).
+LEAN_VERIFY = ("python3 benchmarks/bench_membw.py --verify --only rmsnorm,swiglu,rotary "
+               f"--cases '{LEAN_VERIFY_CASES}' --budget-s 100")
+
+
+def _add_candidates(kind: str, shape: str, sweep: dict, settings: dict, make) -> list[str]:
+    """Add ``CANDIDATES`` of ``(kind, shape)`` to a case's sweep as ``candidate[...]``; returns their labels."""
+    labels = []
+    for cand in CANDIDATES.get((kind, shape), ()):
+        label = "candidate" + _label(**cand)[3:]
+        sweep[label], settings[label] = make(cand), cand
+        labels.append(label)
+    return labels
+
+
 def _dt(name: str):
     import torch
 
@@ -121,6 +161,12 @@ def _dt(name: str):
 
 def _label(**knobs) -> str:
     return "cfg[" + ",".join(f"{k}={v}" for k, v in knobs.items()) + "]"
+
+
+def _knobs(label: str) -> str:
+    """``rows=2,warps=16`` of ``cfg[rows=2,warps=16]``; ``previous``/``candidate`` labels keep their word."""
+    head, _, rest = label.partition("[")
+    return rest[:-1] if head == "cfg" else f"{head}: {rest[:-1]}"
 
 
 def _grid(grid, smoke: bool):
@@ -143,29 +189,30 @@ def rms_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
         def make(m=m, n=n):
             return (torch.randn(m, n, device=dev, dtype=dt), torch.randn(m, n, device=dev, dtype=dt),
                     (torch.randn(n, device=dev) * 0.1 + 1).to(dt))
-        # kind -> (call(x, r, w, rows, warps), reference(x, r, w), bytes, (residual, weight, sum written))
+        # kind -> (call(x, r, w, rows, warps, hints), reference(x, r, w), bytes, (residual, weight, sum written))
         kinds = {
-            "add_rms_norm": (lambda x, r, w, R=None, W=None: rn.add_rms_norm(x, r, w, 1e-6, rows_per_prog=R,
-                                                                             num_warps=W),
+            "add_rms_norm": (lambda x, r, w, R=None, W=None, H=None: rn.add_rms_norm(
+                                 x, r, w, 1e-6, rows_per_prog=R, num_warps=W, hints=H),
                              lambda x, r, w: rn.add_rms_norm_reference(x, r, w, 1e-6), 4 * m * n * e + n * e,
                              (True, True, True)),
-            "add_rms_norm_nosum": (lambda x, r, w, R=None, W=None: rn.add_rms_norm(x, r, w, 1e-6, False,
-                                                                                   rows_per_prog=R, num_warps=W)[1],
+            "add_rms_norm_nosum": (lambda x, r, w, R=None, W=None, H=None: rn.add_rms_norm(
+                                       x, r, w, 1e-6, False, rows_per_prog=R, num_warps=W, hints=H)[1],
                                    lambda x, r, w: rn.add_rms_norm_reference(x, r, w, 1e-6)[1],
                                    3 * m * n * e + n * e, (True, True, False)),
-            "add_rms_norm_unit": (lambda x, r, w, R=None, W=None: rn.add_rms_norm(x, r, None, 1e-6, rows_per_prog=R,
-                                                                                  num_warps=W),
+            "add_rms_norm_unit": (lambda x, r, w, R=None, W=None, H=None: rn.add_rms_norm(
+                                      x, r, None, 1e-6, rows_per_prog=R, num_warps=W, hints=H),
                                   lambda x, r, w: rn.add_rms_norm_reference(x, r, None, 1e-6), 4 * m * n * e,
                                   (True, False, True)),
-            "add_rms_norm_unit_nosum": (lambda x, r, w, R=None, W=None: rn.add_rms_norm(
-                                            x, r, None, 1e-6, False, rows_per_prog=R, num_warps=W)[1],
+            "add_rms_norm_unit_nosum": (lambda x, r, w, R=None, W=None, H=None: rn.add_rms_norm(
+                                            x, r, None, 1e-6, False, rows_per_prog=R, num_warps=W, hints=H)[1],
                                         lambda x, r, w: rn.add_rms_norm_reference(x, r, None, 1e-6)[1],
                                         3 * m * n * e, (True, False, False)),
-            "rms_norm": (lambda x, r, w, R=None, W=None: rn.rms_norm(x, w, 1e-6, rows_per_prog=R, num_warps=W),
+            "rms_norm": (lambda x, r, w, R=None, W=None, H=None: rn.rms_norm(x, w, 1e-6, rows_per_prog=R,
+                                                                             num_warps=W, hints=H),
                          lambda x, r, w: rn.rms_norm_reference(x, w, 1e-6), 2 * m * n * e + n * e,
                          (False, True, False)),
-            "rms_norm_unit": (lambda x, r, w, R=None, W=None: rn.rms_norm(x, None, 1e-6, rows_per_prog=R,
-                                                                          num_warps=W),
+            "rms_norm_unit": (lambda x, r, w, R=None, W=None, H=None: rn.rms_norm(x, None, 1e-6, rows_per_prog=R,
+                                                                                  num_warps=W, hints=H),
                               lambda x, r, w: rn.rms_norm_reference(x, None, 1e-6), 2 * m * n * e,
                               (False, False, False)),
         }
@@ -181,10 +228,14 @@ def rms_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
                 settings[label] = dict(rows=r, warps=w)
             previous = _add_previous(kind, name, dict(rows=d_rows, warps=d_warps), sweep, settings,
                                      lambda p, fn=fn: (lambda x, res, wt: fn(x, res, wt, p["rows"], p["warps"])))
+            candidates = _add_candidates(kind, name, sweep, settings,
+                                         lambda p, fn=fn: (lambda x, res, wt: fn(x, res, wt, p["rows"], p["warps"],
+                                                                                 p.get("hints"))))
             case = Case(f"{kind} {name} {m}x{n} {_short(dt)}", kind, nbytes, make, fn, ref, rn.EAGER_TOLERANCES,
                         dt, "", sweep)
             out.append((case, dict(family="rmsnorm", shape=name, m=m, n=n, variant=kind,
-                                   default=dict(rows=d_rows, warps=d_warps), settings=settings, previous=previous)))
+                                   default=dict(rows=d_rows, warps=d_warps), settings=settings, previous=previous,
+                                   candidates=candidates)))
     return out
 
 
@@ -247,18 +298,16 @@ def swiglu_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
             gu[:, :i] *= 3
             return (gu,)
         for kind, make, default, fn, ref in (
-                ("silu_mul", make_split, swiglu.launch_config(1, m * inter),
+                ("silu_mul", make_split, swiglu.launch_setting(1, m * inter),
                  lambda g, u, bm=None, bn=None, w=None, f=None, h=None: swiglu.silu_mul(
                      g, u, block_m=bm, block_n=bn, num_warps=w, flat=f, hints=h),
                  swiglu.silu_mul_reference),
-                ("silu_mul_packed", make_packed, swiglu.launch_config(m, inter),
+                ("silu_mul_packed", make_packed, swiglu.launch_setting(m, inter),
                  lambda gu, bm=None, bn=None, w=None, f=None, h=None, i=inter: swiglu.silu_mul_packed(
                      gu, i, block_m=bm, block_n=bn, num_warps=w, flat=f, hints=h),
                  lambda gu, i=inter: swiglu.silu_mul_packed_reference(gu, i))):
             split = kind == "silu_mul"
-            d_flat = swiglu.FLAT_WHEN_RAGGED and swiglu.flat_rule(1 if split else m, m * inter if split else inter,
-                                                                  default[1])
-            d_hints = swiglu.HINTS
+            default, d_flat, d_hints = default[:3], default[3], default[4]        # launch_setting's walk, hints
             if split:      # one long row: no layout to choose; the cache hints at the default and at 1024 x 4
                 grid = [(*t, None, d_hints) for t in SPLIT_SWEEP] + [
                     (*t, None, h) for t in (tuple(default), (1, 1024, 4)) for h in HINT_SWEEP]
@@ -378,6 +427,8 @@ def summarise(rows: list[dict], meta: dict) -> dict:
                 inductor_fraction=None if inductor is None else round(inductor["fraction_of_copy"], 4),
                 inductor_us=None if inductor is None else round(inductor["ms_p50"] * 1e3, 2),
                 eager_fraction=round(by["eager"]["fraction_of_copy"], 4) if "eager" in by else None,
+                candidates={c: round(by[c]["fraction_of_copy"], 4) for c in meta.get("candidates", ()) if c in by
+                            and by[c]["check"] == "ok"},
                 previous=meta.get("previous"),
                 previous_fraction=(round(by[meta["previous"]]["fraction_of_copy"], 4)
                                    if meta.get("previous") in by else None),
@@ -407,8 +458,9 @@ def bench_part(part: str, args, device: str, log, deadline: float, checkpoint) -
                 continue
             sub = argparse.Namespace(**vars(args))
             sub.sweep = args.sweep and dname in args.sweep_dtypes
-            if args.verify:                       # the defaults, and the settings they replaced in the same rounds
-                case.sweep = {k: v for k, v in case.sweep.items() if k == meta.get("previous")}
+            if args.verify:       # the defaults, the settings they replaced and the candidates in the same rounds
+                keep = {meta.get("previous"), *meta.get("candidates", ())}
+                case.sweep = {k: v for k, v in case.sweep.items() if k in keep}
                 sub.sweep = bool(case.sweep)
             sub.no_compile = args.no_compile or dname not in args.compile_dtypes
             log(f"[{part}] {case.name}" + (f" + {len(case.sweep)} settings" if sub.sweep else ""))
@@ -438,20 +490,48 @@ def print_table(doc: dict) -> None:
             print(f"{part}: {got['error']}")
 
 
+def merge_results(paths: list[str]) -> dict:
+    """Several results as one: per part, each case's summary and rows from the LAST file that has the case (a verify
+    after a sweep replaces the sweep's cases it re-timed), each summary marked with its file's name (``source``)."""
+    import json
+
+    merged: dict = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        for part in PARTS:
+            got = doc.get(part) or {}
+            into = merged.setdefault(part, dict(summary=[], rows=[]))
+            for s in got.get("summary", []):
+                into["summary"] = [t for t in into["summary"] if t["case"] != s["case"]] + [
+                    dict(s, source=Path(path).name)]
+                into["rows"] = [r for r in into["rows"] if r["case"] != s["case"]] + [
+                    r for r in got.get("rows", []) if r["case"] == s["case"]]
+    order = {(v, sh, d): i for i, (v, sh, d) in enumerate(
+        (s["variant"], s["shape"], s["dtype"]) for path in paths[:1] for part in PARTS
+        for s in (json.loads(Path(path).read_text()).get(part) or {}).get("summary", []))}
+    for part in merged.values():
+        part["summary"].sort(key=lambda s: order.get((s["variant"], s["shape"], s["dtype"]), len(order)))
+    return merged
+
+
 def markdown_table(doc: dict) -> list[str]:
-    """The README's table of one run: per case the default's, the best setting's and inductor's % of copy."""
-    lines = ["| kernel | shape | dtype | copy GB/s | ours (launched) | before this tuning | best setting swept | inductor |",
-             "|---|---|---|---|---|---|---|---|"]
+    """The README's table of one run (or of ``merge_results``, then with each case's source file): per case the
+    default's, the best setting's and inductor's % of copy."""
+    sourced = any(s.get("source") for part in PARTS for s in (doc.get(part) or {}).get("summary", []))
+    lines = ["| kernel | shape | dtype | copy GB/s | ours (launched) | before this tuning | best setting timed "
+             "| inductor |" + (" source |" if sourced else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if sourced else "")]
     for part in PARTS:
         for s in (doc.get(part) or {}).get("summary", []):
             best = "" if s["best_fraction"] is None or s["best_variant"] == "fused" else (
-                f"{100 * s['best_fraction']:.1f}% `{s['best_variant'][4:-1]}`")
+                f"{100 * s['best_fraction']:.1f}% `{_knobs(s['best_variant'])}`")
             ind = "not compiled" if s["inductor_fraction"] is None else f"{100 * s['inductor_fraction']:.1f}%"
             mark = "" if s["meets_target"] else " (< 93%)"
             prev = ("same setting" if s.get("previous") is None else "not timed" if s.get("previous_fraction") is None
                     else f"{100 * s['previous_fraction']:.1f}%")
             lines.append(f"| {s['variant']} | {s['shape']} | {s['dtype']} | {s['copy_gbps']:.0f} | "
-                         f"{100 * s['default_fraction']:.1f}%{mark} | {prev} | {best or 'the launched one'} | {ind} |")
+                         f"{100 * s['default_fraction']:.1f}%{mark} | {prev} | {best or 'the launched one'} | {ind} |"
+                         + (f" `{s.get('source', '')}` |" if sourced else ""))
     return lines
 
 
@@ -497,7 +577,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="CPU, interpreted kernels, tiny shapes: the plumbing")
     p.add_argument("--budget-s", type=float, default=240.0, help="no case starts after this many seconds")
     p.add_argument("--out", default=None)
-    p.add_argument("--table", default=None, metavar="JSON", help="print the markdown table of a result and exit")
+    p.add_argument("--table", default=None, metavar="JSON", help="print the markdown table of a result and exit "
+                   "(A.json,B.json: B's cases replace A's, with a source column)")
     p.add_argument("--propose", default=None, metavar="JSON",
                    help="print, per case of a --sweep result, the setting that beat the launched one by more than "
                         "its spread (what to bake into the tables), and exit")
@@ -525,7 +606,8 @@ def main(argv=None) -> int:
     if args.table or args.propose:
         import json
 
-        doc = json.loads(Path(args.table or args.propose).read_text())
+        paths = [q for q in (args.table or args.propose).split(",") if q]
+        doc = merge_results(paths) if len(paths) > 1 else json.loads(Path(paths[0]).read_text())
         if args.table:
             print("\n".join(markdown_table(doc)))
         for p in proposals(doc) if args.propose else ():

@@ -5,7 +5,8 @@ as broadcast rows (``rotary.TABLE_TILE``), the SwiGLU pass walked flat or in til
 Add+LayerNorm's unmasked ``EVEN`` path with several rows a program. Each runs in Triton's interpreter on awkward
 shapes (one token or row, head dims 64/128/40, ragged widths) in fp32, fp16 and bf16 against float64 with the
 family's tolerances, outputs poisoned first; two layouts of one kernel must agree bitwise (the same arithmetic
-on the same elements). The rules that pick a layout per shape are tested for the shapes they were measured on.
+on the same elements). The rules that pick a layout per shape are tested for the shapes they were measured on, and
+the settings the H200 sweep baked in (``bench_membw_sweep_h200.json``) give the same bits as the ones they replaced.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from triton_testing import DTYPE_IDS, DTYPES, assert_close64, device_params, poison, rand, triton_interpreter, up64
 
 from explorer.fusions import norm, swiglu
+from explorer.fusions import rms_norm as rn
 from explorer.fusions import rotary as rot
 
 assert triton_interpreter  # the autouse fixture, imported into this module
@@ -100,6 +102,78 @@ def test_flat_rule_picks_per_shape(monkeypatch):
     assert flat.constexprs["FLAT"] is True and flat.grid == (-(-5 * 1000 // (tiles.constexprs["BLOCK_M"] * 1024)),)
 
 
+# ====================================================================== the sweep's winners: the same bits as before
+
+def test_swiglu_measured_rule_per_shape(monkeypatch):
+    """``launch_setting`` gives each shape the sweep measured its winner (``bench_membw_sweep_h200.json``), and with
+    ``MEASURED`` off the rule before it (what ``bench_membw.PREVIOUS`` times): outputs under 1024 wide keep it."""
+    assert swiglu.launch_setting(1, 16384 * 1376) == (1, 1024, 4, False, 1)          # one long row: 97.0%
+    assert swiglu.launch_setting(1, 4096 * 14336) == (1, 1024, 4, False, 1)          # 100.1%
+    assert swiglu.launch_setting(16384, 1376) == (1, 1024, 4, True, 0)               # ragged packed: flat, 97.8%
+    assert swiglu.launch_setting(4096, 14336) == (4, 1024, 8, False, 1)              # packed 1024 tiles: 100.3%
+    assert swiglu.launch_setting(2, 2048) == (2, 1024, 8, False, 1)                  # no empty tile rows
+    assert swiglu.launch_setting(7, 1000) == (4, 1024, 8, False, 0) == (*swiglu.launch_config_before(7, 1000), False,
+                                                                         swiglu.HINTS)
+    monkeypatch.setattr(swiglu, "MEASURED", False)
+    assert swiglu.launch_setting(1, 16384 * 1376) == (1, 4096, 8, False, 0)
+    assert swiglu.launch_setting(16384, 1376) == (4, 1024, 8, False, 0)
+    assert swiglu.launch_setting(4096, 14336) == (4, 1024, 8, False, 0)
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("rows, inter", [(1, 1100), (3, 1100), (2, 2048), (5, 37)],
+                         ids=["1row-ragged", "ragged-flat", "fills-tiles", "narrow"])
+def test_swiglu_measured_settings_give_the_same_bits_as_before(rows, inter, dtype, device, monkeypatch):
+    """The measured rule and the rule before it (``MEASURED`` off), packed and on two contiguous inputs (one long
+    row): torch.equal, and each within TOLERANCES of float64; every output element written (poisoned)."""
+    gen = torch.Generator().manual_seed(rows * 7 + inter)
+    gu = rand((rows, 2 * inter), dtype, device, gen)
+    gu[:, :inter] *= 3
+    gate, up = rand((rows, inter), dtype, device, gen, scale=3.0), rand((rows, inter), dtype, device, gen)
+    ref_packed = swiglu.silu_mul_packed_reference(up64(gu), inter)
+    ref_split = swiglu.silu_mul_reference(up64(gate), up64(up))
+    poison(monkeypatch, swiglu)
+    got = {}
+    for measured in (True, False):
+        monkeypatch.setattr(swiglu, "MEASURED", measured)
+        monkeypatch.setattr(swiglu, "_LAUNCHES", {})                              # plans are cached per signature
+        got[measured] = (swiglu.silu_mul_packed(gu, inter), swiglu.silu_mul(gate, up))
+        assert_close64(got[measured][0], ref_packed, swiglu.TOLERANCES[dtype])
+        assert_close64(got[measured][1], ref_split, swiglu.TOLERANCES[dtype])
+    assert torch.equal(got[True][0], got[False][0]) and torch.equal(got[True][1], got[False][1])
+
+
+def test_rms_norm_tuned_entry_and_the_one_it_replaced():
+    """Add+RMSNorm without γ, the sum written, at hidden 4096 in 16-bit: 2 rows a program (95.2% of copy in the
+    sweep) where ``PREVIOUS_TUNED`` keeps the 4 rows it replaced (92.5%); the cache hints stay evict-first."""
+    assert rn.launch_config(4096, 2, True, False, True) == (4096, 2, 16)
+    assert rn.PREVIOUS_TUNED[(4096, 2, True, False, True)] == (4, 16)
+    assert rn.HINTS == 0
+
+
+@pytest.mark.parametrize("device", device_params())
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("rows, hidden", [(8, 4096), (7, 4096), (3, 4000)], ids=["even", "row-tail", "masked"])
+def test_add_rms_norm_rows_and_hints_give_the_same_bits(rows, hidden, dtype, device, monkeypatch):
+    """4 rows a program (before), 2 (the sweep's winner) and the candidate cache hints (``hints`` 1, 2) at 16 warps,
+    sum written or not, with and without γ: torch.equal, each within TOLERANCES of float64."""
+    gen = torch.Generator().manual_seed(rows * 13 + hidden)
+    x, r = rand((rows, hidden), dtype, device, gen), rand((rows, hidden), dtype, device, gen)
+    w = rand(hidden, dtype, device, gen, scale=0.1) + 1
+    poison(monkeypatch, rn)
+    for weight in (None, w):
+        s64, y64 = rn.add_rms_norm_reference(up64(x), up64(r), up64(weight), 1e-6)
+        outs = []
+        for per, hints in ((4, 0), (2, 0), (2, 1), (1, 1), (1, 2)):
+            s, y = rn.add_rms_norm(x, r, weight, 1e-6, rows_per_prog=per, num_warps=16, hints=hints)
+            _, y_nosum = rn.add_rms_norm(x, r, weight, 1e-6, False, rows_per_prog=per, num_warps=16, hints=hints)
+            assert torch.equal(s, x + r) and torch.equal(y_nosum, y)
+            assert_close64(y, y64, rn.TOLERANCES[dtype])
+            outs.append(y)
+        assert all(torch.equal(o, outs[0]) for o in outs[1:])
+
+
 # ====================================================================== Add+LayerNorm: EVEN rows
 
 @pytest.mark.parametrize("device", device_params())
@@ -149,7 +223,7 @@ def test_bench_membw_smoke_names_the_best_setting(tmp_path, monkeypatch):
 # ====================================================================== what only the compiler shows
 
 _COMPILE_LAYOUTS_FOR_SM90 = r'''
-from explorer.fusions import norm, rotary as rot, swiglu
+from explorer.fusions import norm, rms_norm as rn, rotary as rot, swiglu
 
 def aligned(kernel, names):  # what Triton's launcher assumes for 16-aligned pointers and ints
     return {(list(kernel.arg_names).index(n),): [["tt.divisibility", 16]] for n in names}
@@ -183,6 +257,21 @@ k = norm._build_kernel(False)
 const = dict(HAS_W=True, HAS_B=True, BLOCK=1024, BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True, ROWS=4,
              WRITE_SUM=True, EVEN=True)
 out.append(dict(kernel="add_layernorm", **build(k, "XRWBSY", "bf16", const, 8, floats=("eps",))))
+k = rn._build_kernel(False)
+for rows, hints in ((4, 0), (2, 0), (2, 1)):                        # 8B Add+RMSNorm without γ: before, now, candidate
+    const = dict(HAS_R=True, HAS_W=False, WRITE_SUM=True, BLOCK=4096, ROWS=rows, BF16_RTNE_BY_HAND=False,
+                 LIBRARY_REDUCE=True, EVEN=True, HINTS=hints)
+    sig = {a: ("constexpr" if a in const else "fp32" if a == "eps" else "i32") for a in k.arg_names}
+    sig.update({p: "*bf16" for p in "XRWSY"})
+    ints = [a for a in k.arg_names if sig[a] == "i32"]
+    c = triton.compile(ASTSource(k, sig, const, aligned(k, list("XRWSY") + ints)), target=target,
+                       options={"num_warps": 16})
+    ptx = c.asm["ptx"]
+    loads = re.findall(r"ld\.global[^;]*;", ptx)
+    out.append(dict(kernel="add_rms_norm", rows=rows, hints=hints, loads=len(loads),
+                    vector_loads=sum(".v4" in l for l in loads), evict_first=sum("evict_first" in l for l in loads),
+                    layouts=sorted(set(re.findall(r"#ttg\.blocked<\{[^}]*\}>", c.asm["ttgir"]))),
+                    local=local_bytes(c)))
 print(json.dumps(out))
 '''
 
@@ -192,7 +281,8 @@ def test_layouts_compile_for_sm90_to_16_byte_accesses():
     """Compiled (not run) for an H100/H200: every proposed layout keeps 16-byte global loads and spills nothing;
     rotary's cos/sin tiles need no shared memory (the broadcast rows do: what ``TABLE_TILE`` removes); ``HINTS`` 2
     stores streaming; Add+LayerNorm's EVEN programs of 4 rows load γ/β without a shared-memory conversion (the
-    kernel before loaded them as (1, BLOCK) and converted them through 8 KB of shared memory)."""
+    kernel before loaded them as (1, BLOCK) and converted them through 8 KB of shared memory); Add+RMSNorm's rows
+    laid out alike at 2 and 4 rows a program."""
     from triton_testing import compile_for_sm90
 
     results = compile_for_sm90(_COMPILE_LAYOUTS_FOR_SM90)
@@ -207,6 +297,14 @@ def test_layouts_compile_for_sm90_to_16_byte_accesses():
     ln = [r for r in results if r["kernel"] == "add_layernorm"][0]
     # the row reductions' scratch only (64 bytes); γ/β loaded as (1, BLOCK) took 8 KB and 6 more barriers here
     assert ln["shared"] <= 256, f"more shared memory than the row reductions need: {ln}"
+    # Add+RMSNorm at 16 warps: 2 and 4 rows a program lay each row out alike (one blocked layout, warps along the
+    # row), so each row's sum of squares is reduced in the same order on the GPU too: the same bits, which the
+    # interpreter (numpy's sum) cannot show; hints=1 drops the evict-first loads and keeps 16-byte ones
+    rms = {(r["rows"], r["hints"]): r for r in results if r["kernel"] == "add_rms_norm"}
+    assert rms[4, 0]["layouts"] == rms[2, 0]["layouts"] == rms[2, 1]["layouts"] and len(rms[2, 0]["layouts"]) == 1
+    assert "warpsPerCTA = [1, 16]" in rms[2, 0]["layouts"][0], rms
+    assert rms[2, 0]["evict_first"] == rms[2, 0]["loads"] > 0 == rms[2, 1]["evict_first"], rms
+    assert rms[2, 1]["vector_loads"] == rms[2, 1]["loads"] == rms[2, 0]["loads"], rms
 
 
 def test_add_layernorm_even_path_can_be_switched_off(monkeypatch):
@@ -236,3 +334,54 @@ def test_bench_membw_proposes_only_winners_beyond_the_spread():
     doc = {"layernorm": dict(rows=[r for rows, _ in cases for r in rows], summary=[s for _, s in cases])}
     got = {p["case"]: p["proposed"] for p in bench.proposals(doc)}
     assert got == {"wins": dict(rows=2, warps=4), "inside the spread": None, "failed its check": None}
+
+
+def test_bench_membw_lean_verify_times_what_changed_and_the_candidates():
+    """The lean verify call's ``--cases`` select, in both dtypes, exactly the cases whose launched setting differs
+    from ``PREVIOUS`` (timed beside it) or that have ``CANDIDATES`` (the 8B Add+RMSNorm variants), plus the zoo
+    rotary; each such case carries its previous setting or its candidates for ``--verify`` to keep."""
+    import benchmark_scripts
+
+    bench = benchmark_scripts.load("bench_membw")
+    wanted = bench.LEAN_VERIFY_CASES.split(",")
+    assert f"--cases '{bench.LEAN_VERIFY_CASES}'" in bench.LEAN_VERIFY and "--verify" in bench.LEAN_VERIFY
+    selected, expected = set(), set()
+    for dt in (torch.bfloat16, torch.float16):
+        for family in (bench.rms_cases, bench.swiglu_cases, bench.rotary_cases, bench.layernorm_cases):
+            for case, meta in family("cpu", dt, False):                   # built lazily: no input is made
+                if any(w in case.name for w in wanted):
+                    selected.add(case.name)
+                if meta.get("previous") or meta.get("candidates") or case.name.startswith("rotary zoo"):
+                    expected.add(case.name)
+                for label in [meta.get("previous"), *meta.get("candidates", ())]:
+                    assert label is None or label in case.sweep
+    assert selected == expected and len(selected) == 18, sorted(selected ^ expected)
+    changed = {n.rsplit(" ", 1)[0] for n in expected if not n.startswith(("rotary", "add_rms_norm 8B",
+                                                                          "add_rms_norm_nosum", "add_rms_norm_unit_nosum"))}
+    assert changed == {"silu_mul zoo 16384x1376", "silu_mul_packed zoo 16384x1376", "silu_mul 8B 4096x14336",
+                       "silu_mul_packed 8B 4096x14336", "add_rms_norm_unit 8B 4096x4096"}, changed
+
+
+def test_bench_membw_table_puts_a_verify_over_the_sweep(tmp_path):
+    """``--table SWEEP,VERIFY``: the verify's cases replace the sweep's, in the sweep's order, each row naming the
+    file it came from; the sweep's other cases stay."""
+    import json
+
+    import benchmark_scripts
+
+    bench = benchmark_scripts.load("bench_membw")
+
+    def summary(case, fraction):
+        variant, shape, dtype = case.split()
+        return dict(case=case, family="swiglu", variant=variant, shape=shape, dtype=dtype, copy_gbps=3000.0,
+                    default_fraction=fraction, best_fraction=fraction, best_variant="fused", inductor_fraction=None,
+                    previous=None, previous_fraction=None, meets_target=fraction >= 0.93, checks_ok=True)
+    sweep = {"swiglu": dict(summary=[summary("silu_mul zoo bf16", 0.917), summary("silu_mul 8B bf16", 0.913)],
+                            rows=[])}
+    verify = {"swiglu": dict(summary=[summary("silu_mul zoo bf16", 0.97)], rows=[])}
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    (tmp_path / "verify.json").write_text(json.dumps(verify))
+    lines = bench.markdown_table(bench.merge_results([str(tmp_path / "sweep.json"), str(tmp_path / "verify.json")]))
+    assert lines[0].endswith(" source |") and len(lines) == 4
+    assert "97.0%" in lines[2] and "`verify.json`" in lines[2]
+    assert "91.3% (< 93%)" in lines[3] and "`sweep.json`" in lines[3]

@@ -237,7 +237,11 @@ def _shape_refusal(hidden, dtype, residual_dtype, x_shape, residual_shape) -> st
 TUNED: dict[tuple[int, int, bool, bool, bool], tuple[int, int]] = {
     (4096, 2, True, True, True): (4, 16),     # Add+RMSNorm, the sum written: 95.2 / 93.1 / 94.0% of copy
     (4096, 2, True, True, False): (1, 16),    # Add+RMSNorm, the sum not written: 92.6 / 93.4 / 93.5%
-    (4096, 2, True, False, True): (4, 16),    # Add+RMSNorm without γ (folded): 93.0 / 92.9 / 93.2%
+    # Add+RMSNorm without γ (folded), the sum written: 2 rows a program since the H200 sweep of
+    # benchmarks/results/bench_membw_sweep_h200.json (4096 rows, bf16): 95.2% of copy at (2, 16) where (4, 16)
+    # measured 92.5% in the same rounds (93.0 / 92.9 / 93.2% at 4096 / 8192 / 16384 rows in run 2); 8192 and 16384
+    # rows are not timed at (2, 16) yet. PREVIOUS_TUNED keeps (4, 16).
+    (4096, 2, True, False, True): (2, 16),
     (4096, 2, True, False, False): (1, 16),   # the same, the sum not written (a decoder's last norm): 94.8 / 93.1 / 93.4%
     (4096, 2, False, True, False): (2, 16),   # RMSNorm: 96.5 / 94.4 / 94.8%
     (4096, 2, False, False, False): (4, 16),  # RMSNorm without γ (folded): 95.4 / 95.5 / 95.7%
@@ -249,6 +253,20 @@ TUNED: dict[tuple[int, int, bool, bool, bool], tuple[int, int]] = {
     (512, 2, False, True, False): (2, 2),     # 117.0%
     (512, 2, False, False, False): (4, 4),    # 100.5%
 }
+
+#: The entries ``TUNED`` replaced, by key (what they were before the sweep of ``bench_membw_sweep_h200.json``;
+#: ``benchmarks/bench_membw.py``'s ``PREVIOUS`` times them beside the current ones in the same rounds).
+PREVIOUS_TUNED: dict[tuple[int, int, bool, bool, bool], tuple[int, int]] = {
+    (4096, 2, True, False, True): (4, 16),
+}
+
+#: The loads' cache hints unless a call says (the kernel's ``HINTS``): 0, x and the residual evict-first and γ
+#: evict-last (the measured kernel); 1, x and the residual without hints; 2, evict-last (γ evict-last in all three).
+#: 1 and 2 are candidates for the Add+RMSNorm whose sum is not written (docs/kernel-notes.md: the 8B gap to
+#: inductor), NOT measured yet: the SwiGLU pass on the same H200 ran 1-7 points of copy faster with its inputs loaded
+#: without evict-first at 5 of 6 settings (``bench_membw_sweep_h200.json``), and inductor's two-pass reduction reads
+#: the rows from DRAM with evict-last (and again, from L2, evict-first).
+HINTS = 0
 
 
 def launch_config(hidden: int, element_size: int = 2, residual: bool = True, weight: bool = True,
@@ -286,14 +304,36 @@ def _build_kernel(interpret: bool):
     """Define the Triton kernel (imports Triton); cached per interpreter mode.
 
     ``triton.jit`` reads TRITON_INTERPRET when it decorates, hence the lazy definition. The
-    names the kernel calls (``tl``, ``_round_to``, ``_add``) are module globals, which every
+    names the kernel calls (``tl``, ``_round_to``, ``_add``, ``_load_rows``) are module globals, which every
     Triton version resolves. ``LIBRARY_REDUCE`` picks ``tl.sum`` (always when compiled) or
     ``tl.reduce`` with our own combine function (``library_reductions_usable``).
     """
-    global tl, _round_to, _add
+    global tl, _round_to, _add, _load_rows
     triton, tl = import_triton()
     helpers = jit_helpers(interpret)
     _round_to, _add = helpers.round_to, helpers.add
+
+    @triton.jit
+    def _load_rows_fn(ptrs, live, EVEN: tl.constexpr, HINTS: tl.constexpr):
+        """x's or the residual's rows, unmasked where ``EVEN``; cache hints by ``HINTS`` (0 evict-first, 1 none,
+        2 evict-last)."""
+        if EVEN:
+            if HINTS == 1:
+                v = tl.load(ptrs)
+            elif HINTS == 2:
+                v = tl.load(ptrs, eviction_policy="evict_last")
+            else:
+                v = tl.load(ptrs, eviction_policy="evict_first")
+        else:
+            if HINTS == 1:
+                v = tl.load(ptrs, mask=live, other=0.0)
+            elif HINTS == 2:
+                v = tl.load(ptrs, mask=live, other=0.0, eviction_policy="evict_last")
+            else:
+                v = tl.load(ptrs, mask=live, other=0.0, eviction_policy="evict_first")
+        return v
+
+    _load_rows = _load_rows_fn
 
     @triton.jit
     def _add_rms_norm_fwd(
@@ -302,27 +342,21 @@ def _build_kernel(interpret: bool):
         M, N, R_ROWS, eps,                          # R_ROWS: rows of the residual (< M: it repeats)
         HAS_R: tl.constexpr, HAS_W: tl.constexpr, WRITE_SUM: tl.constexpr, BLOCK: tl.constexpr,
         ROWS: tl.constexpr, BF16_RTNE_BY_HAND: tl.constexpr, LIBRARY_REDUCE: tl.constexpr,
-        EVEN: tl.constexpr,
+        EVEN: tl.constexpr, HINTS: tl.constexpr,
     ):
         """Program i: rows i·ROWS .. i·ROWS+ROWS-1 of x; writes their sum (if WRITE_SUM) and normalised rows.
 
         ``EVEN``: N == BLOCK and ROWS divides M, so no lane is masked: loads and stores are plain
         16-byte vectors (a masked access is vectorised only where the compiler can prove the mask
-        constant over a vector)."""
+        constant over a vector). ``HINTS``: x and the residual loaded 0 evict-first, 1 without hints, 2 evict-last
+        (``HINTS``); γ is loaded evict-last either way. No hint changes a value."""
         rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]   # (ROWS, 1)
         cols = tl.arange(0, BLOCK)[None, :]                                          # (1, BLOCK)
         in_row = cols < N
         live = (rows < M) & in_row                                                   # (ROWS, BLOCK)
-        if EVEN:
-            x = tl.load(X + rows * stride_x + cols, eviction_policy="evict_first")
-        else:
-            x = tl.load(X + rows * stride_x + cols, mask=live, other=0.0, eviction_policy="evict_first")
+        x = _load_rows(X + rows * stride_x + cols, live, EVEN, HINTS)
         if HAS_R:
-            if EVEN:
-                r = tl.load(R + (rows % R_ROWS) * stride_r + cols, eviction_policy="evict_first")
-            else:
-                r = tl.load(R + (rows % R_ROWS) * stride_r + cols, mask=live, other=0.0,
-                            eviction_policy="evict_first")
+            r = _load_rows(R + (rows % R_ROWS) * stride_r + cols, live, EVEN, HINTS)
         # the weight is issued now, with the rows, so that its (L2) latency overlaps the reduction. It is loaded
         # as a (ROWS, BLOCK) tile (each row's copy an L1 hit), in the rows' own register layout: loaded as
         # (1, BLOCK), Triton gives it another layout and converts it through shared memory (two barriers),
@@ -368,7 +402,8 @@ def _build_kernel(interpret: bool):
 _LAUNCHES: dict[tuple, Launch] = {}
 
 
-def _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None) -> tuple | None:
+def _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None,
+               hints=None) -> tuple | None:
     """Hashable call signature for the fast path, or None where only the general path applies.
 
     Contiguous operands only. It holds what the kernel is specialised on (dtypes; shapes, hence
@@ -378,7 +413,8 @@ def _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, imp
     operands = contiguous_key(x, residual, weight)
     if operands is None:
         return None
-    return (operands, float(eps), keep_sum, rows_per_prog, num_warps, x.is_cuda or interpreting(), impl)
+    return (operands, float(eps), keep_sum, rows_per_prog, num_warps, x.is_cuda or interpreting(), impl) + (
+        () if hints is None else (hints,))
 
 
 def _unfit(x, residual, weight) -> bool:
@@ -418,12 +454,12 @@ def _kernel_runs(x, residual, weight, keep_sum, impl=None) -> bool:
                                           x.shape, None if residual is None else residual.shape) is None
 
 
-def _constexprs(residual, weight, keep_sum, block, rows, interpret, m: int, n: int) -> dict:
-    """The kernel's constexpr arguments for these operands (``m`` rows of ``n``)."""
+def _constexprs(residual, weight, keep_sum, block, rows, interpret, m: int, n: int, hints=None) -> dict:
+    """The kernel's constexpr arguments for these operands (``m`` rows of ``n``; ``hints`` None for ``HINTS``)."""
     return dict(HAS_R=residual is not None, HAS_W=weight is not None,
                 WRITE_SUM=keep_sum and residual is not None, BLOCK=block, ROWS=rows,
                 BF16_RTNE_BY_HAND=interpret, LIBRARY_REDUCE=library_reductions_usable(),
-                EVEN=n == block and m % rows == 0)
+                EVEN=n == block and m % rows == 0, HINTS=HINTS if hints is None else int(hints))
 
 
 def _out_dtype(x, weight) -> torch.dtype:
@@ -431,7 +467,8 @@ def _out_dtype(x, weight) -> torch.dtype:
     return x.dtype if weight is None else torch.promote_types(weight.dtype, x.dtype)
 
 
-def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps, impl=None) -> Launch:
+def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps, impl=None,
+                 hints=None) -> Launch:
     """Decide, for contiguous operands, whether the kernel runs (``_kernel_runs``), and prepare its launch."""
     if not _kernel_runs(x, residual, weight, keep_sum, impl):
         return Launch()
@@ -442,7 +479,7 @@ def _plan_launch(x, residual, weight, keep_sum, rows_per_prog, num_warps, impl=N
     block, rows, warps = launch_config(n, x.element_size(), residual is not None, weight is not None, keep_sum)
     rows = rows_per_prog or rows
     return Launch(_build_kernel(interpret), (cdiv(m, rows),), (n, n, n, n, m, n, r_rows),
-                  _constexprs(residual, weight, keep_sum, block, rows, interpret, m, n),
+                  _constexprs(residual, weight, keep_sum, block, rows, interpret, m, n, hints),
                   num_warps or warps, _out_dtype(x, weight))
 
 
@@ -459,7 +496,7 @@ def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return t2 if t2.stride(-1) == 1 or t2.shape[0] == 0 else t2.contiguous()
 
 
-def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None):
+def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None, hints=None):
     """Shared body of ``add_rms_norm`` and ``rms_norm`` (``residual`` None: no add, no sum; ``impl``: the choice
     the call was handed, None to ask the selection)."""
     if rows_per_prog is not None and (rows_per_prog < 1 or rows_per_prog & (rows_per_prog - 1)):
@@ -471,10 +508,13 @@ def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None
         x, residual = residual, x                                           # x + r == r + x, bitwise
     if impl is not None and impl != "triton":
         return _reference(x, residual, weight, eps, keep_sum)                 # handed the eager ops
-    key = _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl)
+    if hints not in (None, 0, 1, 2):
+        raise ValueError(f"hints must be 0, 1 or 2, got {hints}")
+    key = _signature(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl, hints)
     if key is None:
-        return _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl)
-    plan = planned(_LAUNCHES, key, _plan_launch, x, residual, weight, keep_sum, rows_per_prog, num_warps, impl)
+        return _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl, hints)
+    plan = planned(_LAUNCHES, key, _plan_launch, x, residual, weight, keep_sum, rows_per_prog, num_warps, impl,
+                   hints)
     if plan.kernel is None:
         return _reference(x, residual, weight, eps, keep_sum)
     write_sum = plan.constexprs["WRITE_SUM"]
@@ -486,7 +526,7 @@ def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None
     return (s if write_sum else None), y
 
 
-def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None):
+def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None, hints=None):
     """Any layout: rows through ``reshape`` (a copy only where no row view exists), planned on every call."""
     if not _kernel_runs(x, residual, weight, keep_sum, impl):
         return _reference(x, residual, weight, eps, keep_sum)
@@ -498,7 +538,7 @@ def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, i
     m = x2.shape[0]
     block, rows, warps = launch_config(n, x.element_size(), residual is not None, weight is not None, keep_sum)
     rows = rows_per_prog or rows
-    constexprs = _constexprs(residual, weight, keep_sum, block, rows, interpret, m, n)
+    constexprs = _constexprs(residual, weight, keep_sum, block, rows, interpret, m, n, hints)
     y = _new_output((m, n), _out_dtype(x, weight), x.device)                # (M, N)
     s = _new_output((m, n), x.dtype, x.device) if constexprs["WRITE_SUM"] else y
     launch(_build_kernel(interpret), (cdiv(m, rows),),
@@ -510,7 +550,7 @@ def _run_general(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, i
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
                  keep_sum: bool = True, *, rows_per_prog: int | None = None, num_warps: int | None = None,
-                 impl: str | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+                 impl: str | None = None, hints: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Return ``(x + residual, LlamaRMSNorm(x + residual))`` from one kernel (one read of each input).
 
     ``x``, ``residual``: ``(..., N)``, one dtype (fp32/fp16/bf16); either may broadcast to the other
@@ -518,22 +558,23 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor |
     dtype; the normalised output that shape and ``promote(weight, x)``. With ``keep_sum=False`` the
     sum is neither allocated nor written and the first element is None. Falls back to
     ``add_rms_norm_reference`` where ``select_rms_norm`` refuses. ``rows_per_prog`` (a power of
-    two) and ``num_warps`` override the launch heuristics (for tuning). ``impl`` is the ``Choice.impl``
-    decided for this call's target (a lowered fused call is handed it): given, the selection is not asked
-    ("reference" runs the eager ops, "triton" the kernel where the operands fit it).
+    two) and ``num_warps`` override the launch heuristics (for tuning), ``hints`` the loads' cache
+    hints (``HINTS``). ``impl`` is the ``Choice.impl`` decided for this call's target (a lowered fused
+    call is handed it): given, the selection is not asked ("reference" runs the eager ops, "triton" the
+    kernel where the operands fit it).
 
     Contiguous operands take a fast path planned once per call signature; others are planned on
     every call and read through row views (a copy only where no row view exists).
     """
-    return _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl)
+    return _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl, hints)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, *,
-             rows_per_prog: int | None = None, num_warps: int | None = None, impl: str | None = None
-             ) -> torch.Tensor:
+             rows_per_prog: int | None = None, num_warps: int | None = None, impl: str | None = None,
+             hints: int | None = None) -> torch.Tensor:
     """``LlamaRMSNorm(x)`` (no residual add) from the same kernel; ``x``: ``(..., N)``, returns ``(..., N)``
-    (``impl``: as ``add_rms_norm``'s)."""
-    return _run(x, None, weight, eps, False, rows_per_prog, num_warps, impl)[1]
+    (``impl``, ``hints``: as ``add_rms_norm``'s)."""
+    return _run(x, None, weight, eps, False, rows_per_prog, num_warps, impl, hints)[1]
 
 
 # ====================================================================== fused call targets
