@@ -625,7 +625,7 @@ def depthwise_layer_norm(x: torch.Tensor, weight: torch.Tensor, packed: torch.Te
     if plan.kernel is not None:
         launch(plan.kernel, plan.grid, (x, packed, x if bias is None else bias, x, out,
                                         x if ln_weight is None else ln_weight, x if ln_bias is None else ln_bias,
-                                        *plan.ints), plan.constexprs, key=key, num_warps=plan.num_warps)
+                                        *plan.ints), plan.constexprs, key=plan, num_warps=plan.num_warps)
     return out.permute(0, 2, 3, 1)                                                # (N, H', W', C) contiguous
 
 
@@ -707,7 +707,7 @@ def project_residual(h: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None,
     path = plan.out_shape
     if path == "cublas + residual pass":
         y = F.linear(h, w2, b2).view(n, hh, ww, c).permute(0, 3, 1, 2)      # (N, C, H, W) channels_last
-        launch(plan.kernel, plan.grid, (y, y, x, *plan.ints), plan.constexprs, key=key, num_warps=plan.num_warps)
+        launch(plan.kernel, plan.grid, (y, y, x, *plan.ints), plan.constexprs, key=plan, num_warps=plan.num_warps)
         return y
     if path == "fallback":
         y = F.linear(h, w2, b2).view(n, hh, ww, c).permute(0, 3, 1, 2)      # (N, C, H, W)

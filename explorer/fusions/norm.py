@@ -357,7 +357,7 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor 
     s = _new_output_like(x) if keep_sum else y                      # S is never stored to without keep_sum
     launch(plan.kernel, plan.grid,
            (x, residual, x if weight is None else weight, x if bias is None else bias, s, y, *plan.ints, eps),
-           plan.constexprs, key=key, num_warps=plan.num_warps)
+           plan.constexprs, key=plan, num_warps=plan.num_warps)
     return (s if keep_sum else None), y
 
 

@@ -522,7 +522,7 @@ def _run(x, residual, weight, eps, keep_sum, rows_per_prog, num_warps, impl=None
     s = _new_output_like(x, x.dtype) if write_sum else y                    # S is never stored to otherwise
     launch(plan.kernel, plan.grid,
            (x, x if residual is None else residual, x if weight is None else weight, s, y, *plan.ints, eps),
-           plan.constexprs, key=key, num_warps=plan.num_warps)
+           plan.constexprs, key=plan, num_warps=plan.num_warps)
     return (s if write_sum else None), y
 
 

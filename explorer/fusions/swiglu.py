@@ -512,7 +512,7 @@ def _run(kind: str, gate: torch.Tensor, up: torch.Tensor, packed_i: int | None, 
             return silu_mul_reference(gate, up, act)
         return silu_mul_packed_reference(gate, packed_i, act)
     out = _new_output(plan.out_shape, gate.dtype, gate.device)                  # (..., I) contiguous
-    launch(plan.kernel, plan.grid, (gate, up, out, *plan.ints), plan.constexprs, key=key,
+    launch(plan.kernel, plan.grid, (gate, up, out, *plan.ints), plan.constexprs, key=plan,
            num_warps=plan.num_warps)
     return out
 

@@ -378,7 +378,10 @@ def launch(kernel: Any, grid: tuple, args: tuple, constexprs: dict[str, Any], ke
     ``args`` are the kernel's runtime arguments in order; its constexpr parameters must
     all come after them. ``key``, when given, must determine everything Triton
     specialises on (dtypes, 16-byte pointer alignment, integers equal to 1 or divisible
-    by 16) and the constexprs and options; callers on a hot path build it from shapes,
+    by 16) and the constexprs and options: a family passes its ``Launch`` plan itself, made once per
+    call signature with exactly these, so the compiled handle kept for it can never be another plan's
+    (a key built from the call's operands alone missed the constexprs a module setting picks: the
+    SwiGLU kernel then ran with one plan's tiles and another's grid). Hashing a plan costs nothing,
     which is much cheaper than ``_specialization`` of every argument (the default).
     Under the interpreter, or on a tensor not on CUDA, always the plain call.
     """
