@@ -803,6 +803,11 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
     return edit.whole_chain_edit(ctx, chain, fused_attention_forms, (a, b, v, scale, qscale, qdiv, b_is_k, terms, shape),
                                  Choice(choice.impl, label, choice.fused))
 
+def s_bucket(s: int) -> int:
+    """The token-count bucket of the measured table: the next power of two (49 and 64 share 64, 197 is 256)."""
+    return next_power_of_2(max(1, int(s)))
+
+
 @selection
 def select_attention(device: torch.device | str) -> Choice:
     """How the whole attention block runs: PyTorch's fused SDPA kernel for the device."""
