@@ -4,7 +4,7 @@
 whether the attention family fuses a block into one ``scaled_dot_product_attention`` call, runs the Triton
 scores→softmax kernel then P·V as one matmul, or leaves the block unfused; this script measures the three at the
 shapes the corpus' models (``benchmarks/corpus.py``, their real sizes) hand the family, and its JSON is what
-``--bake`` turns into the committed table ``explorer/fusions/attention_measured.py``.
+``--bake`` turns into the committed table ``explorer/fusions/attention_measured.json``.
 
 Each candidate is called exactly as the fused graph or the unfused graph runs it:
 
@@ -26,7 +26,7 @@ Usage::
 
     python3 benchmarks/bench_attention_choice.py                # the H200 run (<= 60 s), JSON under $OUT
     python3 benchmarks/bench_attention_choice.py --smoke        # CPU plumbing check: tiny batches, no Triton
-    python3 benchmarks/bench_attention_choice.py --bake RESULT.json   # write explorer/fusions/attention_measured.py
+    python3 benchmarks/bench_attention_choice.py --bake RESULT.json   # write explorer/fusions/attention_measured.json
 
 ``--budget-s`` (default 40) starts no case past it. Pass 1 runs every case in its corpus model's dtype with the
 Triton candidate; pass 2 the other dtype, the Triton candidate only before 60 % of the budget (its compiles are the
@@ -52,7 +52,7 @@ from benchmarks import _common  # noqa: E402
 
 SCHEMA = "bench_attention_choice/1"
 FILENAME = "bench_attention_choice_h200.json"
-TABLE = _common.ROOT / "explorer" / "fusions" / "attention_measured.py"
+TABLE = _common.ROOT / "explorer" / "fusions" / "attention_measured.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,13 +393,15 @@ def _table_lines(rows: list[dict]) -> list[str]:
 # ====================================================================== bake: the JSON into the committed table
 
 def bake(result: Path, table: Path = TABLE) -> dict:
-    """Aggregate a run's cases into ``(device, dtype, S bucket, D, has terms)`` keys and write ``table``.
+    """Aggregate a run's cases into ``(device, dtype, S bucket, D, has terms)`` rows and write ``table``
+    (``attention.TABLE_SCHEMA`` JSON, what ``select_attention`` reads).
 
-    Per key, each candidate's medians (and p20 / p80) are summed over the key's cases in which every candidate
-    passed its float64 check and was timed; the fastest sum wins only when its p80 sum is below SDPA's p20 sum
-    (otherwise SDPA, today's choice, stays). A key whose cases disagree is decided by the sums (the corpus' time
-    spent in that bucket)."""
+    Per key, each candidate's median, p20 and p80 are summed over the key's cases (the corpus' time spent in that
+    bucket), keeping the candidates every one of those cases timed after passing its float64 check;
+    ``attention.measured_best`` then picks (another than SDPA only when clearly faster)."""
     import json
+
+    from explorer.fusions import attention
 
     doc = json.loads(Path(result).read_text())
     device = doc["environment"]["device_name"]
@@ -408,39 +410,27 @@ def bake(result: Path, table: Path = TABLE) -> dict:
         if not row.get("times") or "sdpa" not in row["times"]:
             continue
         key = (device, row["dtype"], row["s_bucket"], row["d"], row["has_terms"])
-        entry = keys.setdefault(key, dict(sums={}, cases=[], s=set(), names=None))
+        entry = keys.setdefault(key, dict(cases=[], names=None))
         names = set(row["times"])
         entry["names"] = names if entry["names"] is None else entry["names"] & names
         entry["cases"].append(row)
-        entry["s"].add(row["s"])
-    table_rows = {}
+    rows = []
     for key, entry in sorted(keys.items(), key=lambda kv: str(kv[0])):
-        names = sorted(entry["names"])
-        sums = {n: {q: round(sum(r["times"][n][q] for r in entry["cases"]), 1)
-                    for q in ("median_us", "p20_us", "p80_us")} for n in names}
-        best = min(names, key=lambda n: sums[n]["median_us"])
-        if best != "sdpa" and not sums[best]["p80_us"] < sums["sdpa"]["p20_us"]:
-            best = "sdpa"
-        table_rows[key] = dict(best=best, us={n: sums[n]["median_us"] for n in names},
-                               s=sorted(entry["s"]), cases=sorted({r["case"] for r in entry["cases"]}))
-    lines = [
-        '"""Measured attention choices: SDPA, the unfused block or the Triton scores kernel, per device, dtype,',
-        "S bucket, head dim and additive terms (generated; do not edit).",
-        "",
-        "Written by ``python3 benchmarks/bench_attention_choice.py --bake " + str(result.name if isinstance(result, Path)
-                                                                               else result) + "`` from",
-        f"{doc.get('command', '?')!s} ({doc.get('date_utc', '?')}, torch {doc['environment'].get('torch')}).",
-        "Each value: ``best`` (``sdpa``, ``unfused`` or ``triton``), ``us`` (the candidates' medians summed over",
-        "the key's measured cases, µs per call), ``s`` (the token counts measured), ``cases`` (their names).",
-        '"""',
-        "",
-        "MEASURED = {",
-    ]
-    for key, val in table_rows.items():
-        lines.append(f"    {key!r}: {val!r},")
-    lines.append("}")
-    table.write_text("\n".join(lines) + "\n")
-    return table_rows
+        us = {n: [round(sum(r["times"][n][q] for r in entry["cases"]), 1) for q in ("median_us", "p20_us", "p80_us")]
+              for n in sorted(entry["names"])}
+        row = dict(zip(("device", "dtype", "s_bucket", "d", "has_terms"), key), us=us,
+                   s=sorted({r["s"] for r in entry["cases"]}), cases=sorted({r["case"] for r in entry["cases"]}))
+        row["best"] = attention.measured_best(row)
+        rows.append(row)
+    out = dict(schema=attention.TABLE_SCHEMA,
+               source=f"python3 benchmarks/bench_attention_choice.py --bake {result}",
+               measured_by=doc.get("command"), date_utc=doc.get("date_utc"), environment=doc.get("environment"),
+               note=("us: [median, p20, p80] µs per call, summed over the key's cases; best: measured_best's pick "
+                     "among every candidate (the rewrite drops triton where the scores kernel does not apply)"),
+               rows=rows)
+    attention.read_table(json.dumps(out))      # what the selection will read back
+    table.write_text(json.dumps(out, indent=1) + "\n")
+    return {tuple(r[f] for f in ("device", "dtype", "s_bucket", "d", "has_terms")): r for r in rows}
 
 
 # ====================================================================== main
@@ -454,12 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="run only cases whose name contains this")
     parser.add_argument("--out", default=None, help="JSON path (default $OUT/" + FILENAME + ")")
     parser.add_argument("--bake", default=None, metavar="RESULT.json",
-                        help="write explorer/fusions/attention_measured.py from a run's JSON and exit")
+                        help="write explorer/fusions/attention_measured.json from a run's JSON and exit")
     args = parser.parse_args(argv)
     if args.bake:
         rows = bake(Path(args.bake))
         for key, val in rows.items():
-            print(key, val["best"], val["us"])
+            print(key, val["best"], {n: band[0] for n, band in val["us"].items()})
         print(f"wrote {TABLE}")
         return 0
     started = time.perf_counter()
