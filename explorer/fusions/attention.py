@@ -127,7 +127,7 @@ WORDS = Words("attention", {
     "device_unknown": ("a CUDA device not known where the plan is made", "未知的 CUDA 设备（制定计划的机器上没有）"),
     "label.sdpa_unmeasured": ("{label}; not measured at S={s} (bucket {bucket}), D={d}, {dtype} on {device}: SDPA, "
                               "as before",
-                              "{label}；S={s}（分桶 {bucket}）、D={d}、{dtype} 在 {device} 上没有测量：照旧用 SDPA"),
+                              "{label}；S={s}（≤ {bucket}）、D={d}、{dtype} 在 {device} 上没有测量：照旧用 SDPA"),
     "refuse.measured": ("SDPA measured slower than the unfused block at S={s}, D={d} on {device}: {sdpa} µs against "
                         "{unfused} µs ({dtype})",
                         "在 {device} 上 S={s}、D={d} 时测得 SDPA 比未融合的块慢：{sdpa} µs 对 {unfused} µs（{dtype}）"),
