@@ -76,6 +76,7 @@ def test_the_selection_reads_the_table(tmp_path):
     if not torch.cuda.is_available():
         outside = attention.select_attention("cuda", torch.float16, 49, 32, True)
         assert outside.impl == "sdpa" and "a CUDA device not known where the plan is made" in str(outside.label)
+        assert "未知的 CUDA 设备" in i18n.message(outside.label, "zh")
 
 
 def test_the_triton_scores_kernel_is_chosen_only_where_it_applies(tmp_path):
@@ -85,6 +86,7 @@ def test_the_triton_scores_kernel_is_chosen_only_where_it_applies(tmp_path):
         not_here = attention.select_attention("cuda", torch.float16, 49, 32, True, scores_kernel=False)
         bert = attention.select_attention("cuda", torch.float16, 128, 64, True, scores_kernel=True)
     assert fits.impl == "triton" and "measured 400 µs against SDPA's 1564 µs at S=49, D=32" in str(fits.label)
+    assert "时测得 400 µs，SDPA 为 1564 µs" in i18n.message(fits.label, "zh")
     assert not_here.impl == "unfused"
     assert bert.impl == "sdpa"                      # triton 500 µs is slower than SDPA's 300
 
