@@ -62,8 +62,9 @@ def test_the_selection_reads_the_table(tmp_path):
         cpu = attention.select_attention("cpu", torch.float16, 49, 32, True)
     assert (swin.impl, swin.fused) == ("unfused", False)
     assert str(swin.label) == ("SDPA measured slower than the unfused block at S=49, D=32 on NVIDIA H200: 1564 µs "
-                               "against 810 µs (float16)")
-    assert i18n.message(swin.label, "zh") == "在 NVIDIA H200 上 S=49、D=32 时测得 SDPA 比未融合的块慢：1564 µs 对 810 µs（float16）"
+                               "against 810 µs (float16, 4 shape(s) summed)")
+    assert i18n.message(swin.label, "zh") == ("在 NVIDIA H200 上 S=49、D=32 时测得 SDPA 比未融合的块慢：1564 µs 对 810 µs"
+                                              "（float16，4 个形状合计）")
     assert v2.impl == "unfused"
     assert (bert.impl, bert.fused) == ("sdpa", True)
     assert "measured 300 µs against the unfused block's 900 µs at S=128, D=64 on NVIDIA H200" in str(bert.label)
@@ -72,6 +73,8 @@ def test_the_selection_reads_the_table(tmp_path):
         assert c.impl == "sdpa" and "not measured at S=49 (bucket 64)" in str(c.label)
         assert "没有测量：照旧用 SDPA" in i18n.message(c.label, "zh")
     assert cpu.impl == "sdpa" and str(cpu.label) == str(attention.WORDS("label.sdpa_cpu", device="cpu"))
+    for c in (swin, bert, fp32, bare):   # read back from the English a report stores, too
+        assert i18n.message(str(c.label), "zh") == i18n.message(c.label, "zh")
     # outside the block: the committed table, keyed by this machine's device name (none here: no CUDA)
     if not torch.cuda.is_available():
         outside = attention.select_attention("cuda", torch.float16, 49, 32, True)

@@ -129,18 +129,21 @@ WORDS = Words("attention", {
                               "as before",
                               "{label}；S={s}（≤ {bucket}）、D={d}、{dtype} 在 {device} 上没有测量：照旧用 SDPA"),
     "refuse.measured": ("SDPA measured slower than the unfused block at S={s}, D={d} on {device}: {sdpa} µs against "
-                        "{unfused} µs ({dtype})",
-                        "在 {device} 上 S={s}、D={d} 时测得 SDPA 比未融合的块慢：{sdpa} µs 对 {unfused} µs（{dtype}）"),
+                        "{unfused} µs ({dtype}, {shapes} shape(s) summed)",
+                        ("在 {device} 上 S={s}、D={d} 时测得 SDPA 比未融合的块慢：{sdpa} µs 对 {unfused} µs（{dtype}，"
+                         "{shapes} 个形状合计）")),
     "label.triton_measured": (("triton scores->softmax (1 kernel), then P·V as one matmul: measured {triton} µs "
-                               "against SDPA's {sdpa} µs at S={s}, D={d} on {device} ({dtype})"),
+                               "against SDPA's {sdpa} µs at S={s}, D={d} on {device} ({dtype}, {shapes} shape(s) "
+                               "summed)"),
                               ("triton 分数 → softmax（1 个内核），然后 P·V 作为一次矩阵乘法：在 {device} 上 S={s}、D={d} "
-                               "时测得 {triton} µs，SDPA 为 {sdpa} µs（{dtype}）")),
-    "label.sdpa_measured": ("{label}; {against}", "{label}；{against}"),
-    "label.against_unfused": (("measured {sdpa} µs against the unfused block's {unfused} µs at S={s}, D={d} on "
-                               "{device} ({dtype})"),
-                              "在 {device} 上 S={s}、D={d} 时测得 {sdpa} µs，未融合的块为 {unfused} µs（{dtype}）"),
-    "label.sdpa_only": ("measured {sdpa} µs at S={s}, D={d} on {device} ({dtype})",
-                        "在 {device} 上 S={s}、D={d} 时测得 {sdpa} µs（{dtype}）"),
+                               "时测得 {triton} µs，SDPA 为 {sdpa} µs（{dtype}，{shapes} 个形状合计）")),
+    "label.sdpa_measured": (("{label}; measured {sdpa} µs against the unfused block's {unfused} µs at S={s}, D={d} on "
+                             "{device} ({dtype}, {shapes} shape(s) summed)"),
+                            ("{label}；在 {device} 上 S={s}、D={d} 时测得 {sdpa} µs，未融合的块为 {unfused} µs（{dtype}，"
+                             "{shapes} 个形状合计）")),
+    "label.sdpa_measured_alone": ("{label}; measured {sdpa} µs at S={s}, D={d} on {device} ({dtype}, {shapes} "
+                                  "shape(s) summed)",
+                                  "{label}；在 {device} 上 S={s}、D={d} 时测得 {sdpa} µs（{dtype}，{shapes} 个形状合计）"),
 })
 
 
@@ -842,6 +845,7 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
     return edit.whole_chain_edit(ctx, chain, fused_attention_forms, (a, b, v, scale, qscale, qdiv, b_is_k, terms, shape),
                                  Choice(choice.impl, label, choice.fused))
 
+
 def s_bucket(s: int) -> int:
     """The token-count bucket of the measured table: the next power of two (49 and 64 share 64, 197 is 256)."""
     return next_power_of_2(max(1, int(s)))
@@ -968,14 +972,15 @@ def select_attention(device: torch.device | str, dtype: torch.dtype | None = Non
     best = measured_best(row, allowed)
     us = {n: _us(band[0]) for n, band in row["us"].items()}
     fields = dict(s=", ".join(str(x) for x in row.get("s", [s])), d=d, device=name, dtype=dtype_key,
-                  sdpa=us["sdpa"])
+                  sdpa=us["sdpa"], shapes=len(row.get("cases", ())) or 1)
     if best == "unfused":
         return Choice("unfused", WORDS("refuse.measured", unfused=us["unfused"], **fields), False)
     if best == "triton":
         return Choice("triton", WORDS("label.triton_measured", triton=us["triton"], **fields), True)
-    against = WORDS("label.against_unfused", unfused=us["unfused"], **fields) if "unfused" in us else \
-        WORDS("label.sdpa_only", **fields)
-    return Choice("sdpa", WORDS("label.sdpa_measured", label=WORDS("label.sdpa"), against=against), True)
+    if "unfused" in us:
+        return Choice("sdpa", WORDS("label.sdpa_measured", label=WORDS("label.sdpa"), unfused=us["unfused"], **fields),
+                      True)
+    return Choice("sdpa", WORDS("label.sdpa_measured_alone", label=WORDS("label.sdpa"), **fields), True)
 
 
 def block_choice(ctx: RewriteContext, a_val: torch.Tensor, scores_a: tuple, scores_b: tuple,
