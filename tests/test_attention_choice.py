@@ -94,6 +94,21 @@ def test_the_triton_scores_kernel_is_chosen_only_where_it_applies(tmp_path):
     assert bert.impl == "sdpa"                      # triton 500 µs is slower than SDPA's 300
 
 
+def test_the_bench_runs_and_bakes_on_the_cpu(tmp_path):
+    """The script the H200 runs, as a CPU smoke run (tiny batches): every candidate passes its float64 check and
+    is timed, and its JSON bakes into a table the selection reads."""
+    bench = load("bench_attention_choice")
+    out = tmp_path / "smoke.json"
+    assert bench.main(["--smoke", "--only", "tv/swin_t stage 1", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [r["case"] for r in doc["cases"]] == ["tv/swin_t stage 1", "tv/swin_t stage 1 shifted"]
+    assert all(c["ok"] for r in doc["cases"] for c in r["checks"].values())
+    assert all(set(r["times"]) == {"sdpa", "unfused"} for r in doc["cases"])
+    rows = bench.bake(out, tmp_path / "table.json")
+    assert list(rows) == [("cpu (smoke)", "float16", 64, 32, True)]
+    assert attention.read_table((tmp_path / "table.json").read_text()) == rows
+
+
 def test_a_candidate_within_the_spread_keeps_sdpa():
     row = dict(us=dict(sdpa=[100.0, 90.0, 110.0], unfused=[95.0, 85.0, 105.0]))
     assert attention.measured_best(row) == "sdpa"                 # 5 % faster, bands overlap: SDPA stays
