@@ -393,7 +393,8 @@ def _table_lines(rows: list[dict]) -> list[str]:
 # ====================================================================== bake: the JSON into the committed table
 
 def bake(result: Path, table: Path = TABLE) -> dict:
-    """Aggregate a run's cases into ``(device, dtype, S bucket, D, has terms)`` rows and write ``table``
+    """Aggregate a run's cases into ``(device, dtype, S key, D, has terms)`` rows (the S key from each case's S by
+    ``attention.s_bucket`` as it is now, not the bucket the run recorded) and write ``table``
     (``attention.TABLE_SCHEMA`` JSON, what ``select_attention`` reads).
 
     Per key, each candidate's median, p20 and p80 are summed over the key's cases (the corpus' time spent in that
@@ -409,7 +410,7 @@ def bake(result: Path, table: Path = TABLE) -> dict:
     for row in doc.get("cases", []):
         if not row.get("times") or "sdpa" not in row["times"]:
             continue
-        key = (device, row["dtype"], row["s_bucket"], row["d"], row["has_terms"])
+        key = (device, row["dtype"], attention.s_bucket(row["s"]), row["d"], row["has_terms"])   # today's keying
         entry = keys.setdefault(key, dict(cases=[], names=None))
         names = set(row["times"])
         entry["names"] = names if entry["names"] is None else entry["names"] & names

@@ -52,11 +52,11 @@ def _table(tmp_path, triton_us: float | None = None):
 def test_the_selection_reads_the_table(tmp_path):
     table = _table(tmp_path)
     rows = json.loads(table.read_text())["rows"]
-    assert {(r["s_bucket"], r["d"], r["best"]) for r in rows} == {(64, 32, "unfused"), (128, 64, "sdpa")}
+    assert {(r["s_bucket"], r["d"], r["best"]) for r in rows} == {(49, 32, "unfused"), (128, 64, "sdpa")}
     with attention.measured_table(table, device_name=H200):
         swin = attention.select_attention("cuda", torch.float16, 49, 32, True)
         bert = attention.select_attention("cuda", torch.float16, 128, 64, True, scores_kernel=True)
-        v2 = attention.select_attention("cuda", torch.float16, 64, 32, True)       # Swin-V2's S = 64: the same bucket
+        v2 = attention.select_attention("cuda", torch.float16, 64, 32, True)       # Swin-V2's S = 64: not measured
         fp32 = attention.select_attention("cuda", torch.float32, 49, 32, True)
         bare = attention.select_attention("cuda", torch.float16, 49, 32, False)    # no additive term: not measured
         cpu = attention.select_attention("cpu", torch.float16, 49, 32, True)
@@ -65,12 +65,12 @@ def test_the_selection_reads_the_table(tmp_path):
                                "against 810 µs (float16, 4 shape(s) summed)")
     assert i18n.message(swin.label, "zh") == ("在 NVIDIA H200 上 S=49、D=32 时测得 SDPA 比未融合的块慢：1564 µs 对 810 µs"
                                               "（float16，4 个形状合计）")
-    assert v2.impl == "unfused"
+    assert v2.impl == "sdpa" and "not measured at S=64 (bucket 64)" in str(v2.label)
     assert (bert.impl, bert.fused) == ("sdpa", True)
     assert "measured 300 µs against the unfused block's 900 µs at S=128, D=64 on NVIDIA H200" in str(bert.label)
     assert "未融合的块为 900 µs" in i18n.message(bert.label, "zh")
     for c in (fp32, bare):   # not in the table: SDPA, as before, and the label says so
-        assert c.impl == "sdpa" and "not measured at S=49 (bucket 64)" in str(c.label)
+        assert c.impl == "sdpa" and "not measured at S=49 (bucket 49)" in str(c.label)
         assert "没有测量：照旧用 SDPA" in i18n.message(c.label, "zh")
     assert cpu.impl == "sdpa" and str(cpu.label) == str(attention.WORDS("label.sdpa_cpu", device="cpu"))
     for c in (swin, bert, fp32, bare):   # read back from the English a report stores, too
@@ -105,7 +105,7 @@ def test_the_bench_runs_and_bakes_on_the_cpu(tmp_path):
     assert all(c["ok"] for r in doc["cases"] for c in r["checks"].values())
     assert all(set(r["times"]) == {"sdpa", "unfused"} for r in doc["cases"])
     rows = bench.bake(out, tmp_path / "table.json")
-    assert list(rows) == [("cpu (smoke)", "float16", 64, 32, True)]
+    assert list(rows) == [("cpu (smoke)", "float16", 49, 32, True)]
     assert attention.read_table((tmp_path / "table.json").read_text()) == rows
 
 
@@ -204,3 +204,10 @@ def test_bert_stays_one_sdpa_call(tmp_path):
         for out in (fused.gm(ids, keep), on_cpu.gm(ids, keep)):
             for r, o in zip(ref, torch.utils._pytree.tree_leaves(out), strict=True):
                 torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-4)
+
+
+def test_the_table_keys_window_sizes_apart():
+    """Window attention's token counts are keys of their own (the H200 picked differently at 49 and 64); long
+    sequences share power-of-two keys."""
+    assert [attention.s_bucket(s) for s in (1, 49, 64, 196, 197, 256)] == [1, 49, 64, 196, 197, 256]
+    assert [attention.s_bucket(s) for s in (257, 1000, 1024, 1025)] == [512, 1024, 1024, 2048]

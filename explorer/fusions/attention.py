@@ -846,9 +846,17 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
                                  Choice(choice.impl, label, choice.fused))
 
 
+#: Up to this many tokens the measured table keys on the exact count: window attention lives there, and its
+#: choice changes between neighbouring counts (H200: Swin-T's 49-token windows run faster as the model's own ops,
+#: Swin-V2's 64-token windows faster as SDPA, and the two once shared one power-of-two key).
+EXACT_S_UP_TO = 256
+
+
 def s_bucket(s: int) -> int:
-    """The token-count bucket of the measured table: the next power of two (49 and 64 share 64, 197 is 256)."""
-    return next_power_of_2(max(1, int(s)))
+    """The token-count key of the measured table: ``s`` itself up to ``EXACT_S_UP_TO`` (49, 64, 197 apart), the
+    next power of two above (1000 and 1024 share 1024)."""
+    s = max(1, int(s))
+    return s if s <= EXACT_S_UP_TO else next_power_of_2(s)
 
 
 # ---------------------------------------------------------------------- the measured table
