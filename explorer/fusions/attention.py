@@ -31,8 +31,14 @@ to the input dtype (the unfused path also rounds the scores).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+import importlib.resources
+import json
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -117,6 +123,27 @@ WORDS = Words("attention", {
                         "softmax 与下一个 MatMul 之间的 {op} 不是数据类型转换"),
     "label.capped": ("{label}, then P·V as a matmul (1 kernel; SDPA has no soft-cap)",
                      "{label}，然后 P·V 作为一次矩阵乘法（1 个内核；SDPA 没有软上限）"),
+    # the measured choice of the whole block (select_attention, the table baked from bench_attention_choice.py)
+    "device_unknown": ("a CUDA device not known where the plan is made", "未知的 CUDA 设备（制定计划的机器上没有）"),
+    "label.sdpa_unmeasured": ("{label}; not measured at S={s} (bucket {bucket}), D={d}, {dtype} on {device}: SDPA, "
+                              "as before",
+                              "{label}；S={s}（≤ {bucket}）、D={d}、{dtype} 在 {device} 上没有测量：照旧用 SDPA"),
+    "refuse.measured": ("SDPA measured slower than the unfused block at S={s}, D={d} on {device}: {sdpa} µs against "
+                        "{unfused} µs ({dtype}, {shapes} shape(s) summed)",
+                        ("在 {device} 上 S={s}、D={d} 时测得 SDPA 比未融合的块慢：{sdpa} µs 对 {unfused} µs（{dtype}，"
+                         "{shapes} 个形状合计）")),
+    "label.triton_measured": (("triton scores->softmax (1 kernel), then P·V as one matmul: measured {triton} µs "
+                               "against SDPA's {sdpa} µs at S={s}, D={d} on {device} ({dtype}, {shapes} shape(s) "
+                               "summed)"),
+                              ("triton 分数 → softmax（1 个内核），然后 P·V 作为一次矩阵乘法：在 {device} 上 S={s}、D={d} "
+                               "时测得 {triton} µs，SDPA 为 {sdpa} µs（{dtype}，{shapes} 个形状合计）")),
+    "label.sdpa_measured": (("{label}; measured {sdpa} µs against the unfused block's {unfused} µs at S={s}, D={d} on "
+                             "{device} ({dtype}, {shapes} shape(s) summed)"),
+                            ("{label}；在 {device} 上 S={s}、D={d} 时测得 {sdpa} µs，未融合的块为 {unfused} µs（{dtype}，"
+                             "{shapes} 个形状合计）")),
+    "label.sdpa_measured_alone": ("{label}; measured {sdpa} µs at S={s}, D={d} on {device} ({dtype}, {shapes} "
+                                  "shape(s) summed)",
+                                  "{label}；在 {device} 上 S={s}、D={d} 时测得 {sdpa} µs（{dtype}，{shapes} 个形状合计）"),
 })
 
 
@@ -495,8 +522,16 @@ def rewrite(ctx: RewriteContext, chain, kernel: str) -> edit.Edit:
         raise UseGeneric(WORDS("generic.attn_no_shapes"))
     if not (av.shape[:-2] == bv.shape[:-2] == vv.shape[:-2]):
         raise UseGeneric(WORDS("generic.broadcast"))
+    terms = ((mask, list(aten.static_shape(mask_node) or ()), 1.0),) if mask is not None else ()
+    p_shape = aten.static_shape(context.args[0])
+    choice = block_choice(ctx, av, tuple(av.shape), tuple(bv.shape), mask is not None, p_shape is not None)
+    if choice.impl == "unfused":
+        raise Refuse(choice.label)          # measured: the model's own ops are faster here than SDPA
+    if choice.impl == "triton":
+        return edit.whole_chain_edit(ctx, chain, fused_capped_attention,
+                                     (a, b, v, scale, None, False, False, terms, None, None, list(p_shape)), choice)
     target, first_k = (fused_attention, k) if k is not None else (fused_attention_kt, b)
-    return edit.whole_chain_edit(ctx, chain, target, (a, first_k, v, scale, mask), select_attention(ctx.device))
+    return edit.whole_chain_edit(ctx, chain, target, (a, first_k, v, scale, mask), choice)
 
 
 # ---------------------------------------------------------------------- the forms real models write
@@ -789,6 +824,12 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
         return edit.whole_chain_edit(ctx, chain, fused_capped_attention,
                                      (a, b, v, scale, qscale, qdiv, b_is_k, terms, shape, cap, list(p_shape)),
                                      Choice(choice.impl, label, choice.fused))
+    choice = block_choice(ctx, av, *scores_shapes(av.shape, bv.shape, b_is_k, shape), bool(terms), p_shape is not None)
+    if choice.impl == "triton":   # the scores kernel in the softmax's shape, then P·V in the shape the model reads
+        label = WORDS("label.forms", label=choice.label, scores=name, terms=len(terms))
+        return edit.whole_chain_edit(ctx, chain, fused_capped_attention,
+                                     (a, b, v, scale, qscale, qdiv, b_is_k, terms, shape, None, list(p_shape)),
+                                     Choice(choice.impl, label, choice.fused))
     if shape is not None and tuple(shape) != tuple(scores_shape):
         if p_shape is None or tuple(p_shape) != tuple(scores_shape):
             raise UseGeneric(WORDS("generic.reshape_context"))
@@ -798,18 +839,168 @@ def _rewrite_forms(ctx: RewriteContext, chain) -> edit.Edit:
     vv = aten.node_val(v)
     if not isinstance(vv, torch.Tensor) or av.dim() < 2 or not (av.shape[:-2] == bv.shape[:-2] == vv.shape[:-2]):
         raise UseGeneric(WORDS("generic.broadcast"))
-    choice = select_attention(ctx.device)
+    if choice.impl == "unfused":
+        raise Refuse(choice.label)          # measured: the model's own ops are faster here than SDPA
     label = WORDS("label.forms", label=choice.label, scores=name, terms=len(terms))
     return edit.whole_chain_edit(ctx, chain, fused_attention_forms, (a, b, v, scale, qscale, qdiv, b_is_k, terms, shape),
                                  Choice(choice.impl, label, choice.fused))
 
+
+#: Up to this many tokens the measured table keys on the exact count: window attention lives there, and its
+#: choice changes between neighbouring counts (H200: Swin-T's 49-token windows run faster as the model's own ops,
+#: Swin-V2's 64-token windows faster as SDPA, and the two once shared one power-of-two key).
+EXACT_S_UP_TO = 256
+
+
+def s_bucket(s: int) -> int:
+    """The token-count key of the measured table: ``s`` itself up to ``EXACT_S_UP_TO`` (49, 64, 197 apart), the
+    next power of two above (1000 and 1024 share 1024)."""
+    s = max(1, int(s))
+    return s if s <= EXACT_S_UP_TO else next_power_of_2(s)
+
+
+# ---------------------------------------------------------------------- the measured table
+
+#: The committed table (package data), baked from ``benchmarks/bench_attention_choice.py``'s JSON by
+#: ``python3 benchmarks/bench_attention_choice.py --bake RESULT.json``.
+TABLE_FILE = "attention_measured.json"
+TABLE_SCHEMA = "attention_measured/1"
+#: The candidates a row may time: the whole block as one SDPA call, the model's own ops, the Triton scores kernel
+#: then P·V as one matmul.
+CANDIDATES = ("sdpa", "unfused", "triton")
+_KEY_FIELDS = ("device", "dtype", "s_bucket", "d", "has_terms")
+_TABLE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("attention_table", default=None)
+_PLANNED_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_device_name", default=None)
+
+
+class TableError(ValueError):
+    """A measured-attention table that is not one (one line)."""
+
+
+def read_table(text: str, where: str = TABLE_FILE) -> dict[tuple, dict]:
+    """The rows of a measured table (``TABLE_SCHEMA`` JSON) by key ``(device, dtype, S bucket, D, has terms)``;
+    ``TableError`` (one line) for anything else."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise TableError(f"{where}: not JSON ({exc.args[0][:80]})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != TABLE_SCHEMA or not isinstance(doc.get("rows"), list):
+        raise TableError(f"{where}: not a {TABLE_SCHEMA} table")
+    rows = {}
+    for i, row in enumerate(doc["rows"]):
+        ok = (isinstance(row, dict) and isinstance(row.get("device"), str) and row.get("dtype") in DTYPE_KEYS
+              and all(isinstance(row.get(f), int) and not isinstance(row.get(f), bool) for f in ("s_bucket", "d"))
+              and isinstance(row.get("has_terms"), bool) and isinstance(row.get("us"), dict)
+              and "sdpa" in row["us"] and set(row["us"]) <= set(CANDIDATES)
+              and all(isinstance(band, list) and len(band) == 3 and all(isinstance(x, (int, float)) and x >= 0
+                                                                        for x in band)
+                      for band in row["us"].values()))
+        if not ok:
+            raise TableError(f"{where}: row {i} is not (device, dtype, s_bucket, d, has_terms, us)")
+        rows[tuple(row[f] for f in _KEY_FIELDS)] = row
+    return rows
+
+
+@functools.lru_cache(maxsize=1)
+def committed_table() -> dict[tuple, dict]:
+    """The committed table (``explorer/fusions/attention_measured.json``); empty where the file is absent."""
+    path = importlib.resources.files(__package__).joinpath(TABLE_FILE)
+    if not path.is_file():
+        return {}
+    return read_table(path.read_text(encoding="utf-8"))
+
+
+@contextlib.contextmanager
+def measured_table(table: "str | os.PathLike | dict[tuple, dict]", device_name: str | None = None):
+    """``with measured_table(path):`` ``select_attention`` reads this table (a file as ``read_table`` reads, or
+    its rows) instead of the committed one; ``device_name``: the CUDA device a plan is made for where the planning
+    machine has none (else its own device's name is used)."""
+    rows = table if isinstance(table, dict) else read_table(Path(table).read_text(encoding="utf-8"), str(table))
+    tokens = _TABLE.set(rows), _PLANNED_FOR.set(device_name)
+    try:
+        yield rows
+    finally:
+        _PLANNED_FOR.reset(tokens[1])
+        _TABLE.reset(tokens[0])
+
+
+def planned_device_name(device: torch.device) -> str | None:
+    """The name the table is keyed by for ``device``: the one ``measured_table`` was given, else torch's name of
+    this machine's CUDA device; None where neither is known (a plan for CUDA made on a machine without one)."""
+    given = _PLANNED_FOR.get()
+    if given:
+        return given
+    if device.type == "cuda" and torch.cuda.is_available():
+        try:
+            return torch.cuda.get_device_name(device)
+        except (RuntimeError, AssertionError, ValueError):
+            return None
+    return None
+
+
+#: The table's dtype names (``torch.float16`` → ``"float16"``).
+DTYPE_KEYS = ("float16", "bfloat16", "float32")
+
+
+def measured_best(row: dict, allowed: tuple[str, ...] = CANDIDATES) -> str:
+    """The candidate a row picks among ``allowed``: the fastest median, but another than SDPA only when its p80
+    is below SDPA's p20 (clearly faster, not within the rounds' spread); SDPA otherwise (today's choice)."""
+    us = {n: band for n, band in row["us"].items() if n in allowed or n == "sdpa"}
+    best = min(us, key=lambda n: us[n][0])
+    if best != "sdpa" and not us[best][2] < us["sdpa"][1]:
+        return "sdpa"
+    return best
+
+
+def _us(x: float) -> str:
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
 @selection
-def select_attention(device: torch.device | str) -> Choice:
-    """How the whole attention block runs: PyTorch's fused SDPA kernel for the device."""
+def select_attention(device: torch.device | str, dtype: torch.dtype | None = None, s: int | None = None,
+                     d: int | None = None, has_terms: bool = False, scores_kernel: bool = False) -> Choice:
+    """How the whole attention block (``s`` keys, head dim ``d``, additive terms or not, in ``dtype``) runs on
+    ``device``: ``sdpa`` (PyTorch's fused kernel), ``triton`` (the scores→softmax kernel, then P·V as one matmul;
+    only where ``scores_kernel``: ``select_matmul_softmax`` gives it) or ``unfused`` (the model's own ops: the
+    rewrite leaves the chain, with the label as its reason), as the measured table says for the device's name
+    (``measured_best``). A CPU device, and a shape, dtype or device the table lacks, keep SDPA (and say so)."""
     device = torch.device(device)
-    if device.type == "cuda":
+    if device.type != "cuda":
+        return Choice("sdpa", WORDS("label.sdpa_cpu", device=device.type), True)
+    if dtype is None or s is None or d is None:
         return Choice("sdpa", WORDS("label.sdpa"), True)
-    return Choice("sdpa", WORDS("label.sdpa_cpu", device=device.type), True)
+    name = planned_device_name(device)
+    dtype_key = _dtype_name(dtype)
+    table = _TABLE.get()
+    row = (committed_table() if table is None else table).get((name, dtype_key, s_bucket(s), int(d), bool(has_terms)))
+    if row is None:
+        return Choice("sdpa", WORDS("label.sdpa_unmeasured", label=WORDS("label.sdpa"), s=s, bucket=s_bucket(s), d=d,
+                                    dtype=dtype_key, device=name or WORDS("device_unknown")), True)
+    allowed = ("sdpa", "unfused") + (("triton",) if scores_kernel else ())
+    best = measured_best(row, allowed)
+    us = {n: _us(band[0]) for n, band in row["us"].items()}
+    fields = dict(s=", ".join(str(x) for x in row.get("s", [s])), d=d, device=name, dtype=dtype_key,
+                  sdpa=us["sdpa"], shapes=len(row.get("cases", ())) or 1)
+    if best == "unfused":
+        return Choice("unfused", WORDS("refuse.measured", unfused=us["unfused"], **fields), False)
+    if best == "triton":
+        return Choice("triton", WORDS("label.triton_measured", triton=us["triton"], **fields), True)
+    if "unfused" in us:
+        return Choice("sdpa", WORDS("label.sdpa_measured", label=WORDS("label.sdpa"), unfused=us["unfused"], **fields),
+                      True)
+    return Choice("sdpa", WORDS("label.sdpa_measured_alone", label=WORDS("label.sdpa"), **fields), True)
+
+
+def block_choice(ctx: RewriteContext, a_val: torch.Tensor, scores_a: tuple, scores_b: tuple,
+                 has_terms: bool, triton_fits: bool = True) -> Choice:
+    """``select_attention`` asked once for this chain in the run's dtype, from the scores' operand shapes
+    (``(…, M, K)`` and ``(…, K, N)``: N keys of head dim K); the Triton scores kernel is a candidate where the
+    rewrite can build its call (``triton_fits``: P·V's operand shape is known) and ``select_matmul_softmax``
+    gives it for the same shapes."""
+    dtype = ctx.run_dtype(a_val.dtype)
+    kernel = triton_fits and select_matmul_softmax(ctx.device, dtype, dtype, tuple(scores_a), tuple(scores_b), True,
+                                                   has_terms).impl == "triton"
+    return select_attention(ctx.device, dtype, int(scores_b[-1]), int(scores_a[-1]), has_terms, kernel)
 
 
 # ====================================================================== lowering (lean graphs)
