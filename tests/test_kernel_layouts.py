@@ -146,10 +146,20 @@ def test_swiglu_measured_settings_give_the_same_bits_as_before(rows, inter, dtyp
 
 def test_rms_norm_tuned_entry_and_the_one_it_replaced():
     """Add+RMSNorm without γ, the sum written, at hidden 4096 in 16-bit: 2 rows a program (95.2% of copy in the
-    sweep) where ``PREVIOUS_TUNED`` keeps the 4 rows it replaced (92.5%); the cache hints stay evict-first."""
+    sweep) where ``PREVIOUS_TUNED`` keeps the 4 rows it replaced (92.5%); the four Add+RMSNorm variants at 4096 launch
+    the verify's best cache hints (``bench_membw_verify_h200.json``), every other setting evict-first."""
     assert rn.launch_config(4096, 2, True, False, True) == (4096, 2, 16)
-    assert rn.PREVIOUS_TUNED[(4096, 2, True, False, True)] == (4, 16)
+    assert rn.PREVIOUS_TUNED[(4096, 2, True, False, True)] == (4, 16, 0)
     assert rn.HINTS == 0
+    assert {v: rn.launch_setting(4096, 2, True, *v)[3] for v in ((True, True), (True, False), (False, True),
+                                                                (False, False))} == {
+        (True, True): 1, (True, False): 2, (False, True): 1, (False, False): 1}
+    assert rn.launch_setting(4096, 2, False, True)[3] == rn.launch_setting(512, 2)[3] == 0
+    assert rn.launch_setting(4096, 4)[3] == rn.launch_setting(1000, 2)[3] == rn.HINTS     # fp32, untuned: the heuristic
+    x = torch.zeros(4, 4096, dtype=torch.bfloat16)
+    assert rn._plan_launch(x, x, None, False, None, None, "triton").constexprs["HINTS"] == 1          # launched: TUNED's
+    assert rn._plan_launch(x, x, x[0], False, None, None, "triton").constexprs["HINTS"] == 2
+    assert rn._plan_launch(x, x, x[0], False, None, None, "triton", 0).constexprs["HINTS"] == 0  # a call's own wins
 
 
 @pytest.mark.parametrize("device", device_params())
@@ -165,7 +175,7 @@ def test_add_rms_norm_rows_and_hints_give_the_same_bits(rows, hidden, dtype, dev
     for weight in (None, w):
         s64, y64 = rn.add_rms_norm_reference(up64(x), up64(r), up64(weight), 1e-6)
         outs = []
-        for per, hints in ((4, 0), (2, 0), (2, 1), (1, 1), (1, 2)):
+        for per, hints in ((4, 0), (2, 0), (2, 1), (1, 1), (1, 2), (None, None)):      # None: what is launched
             s, y = rn.add_rms_norm(x, r, weight, 1e-6, rows_per_prog=per, num_warps=16, hints=hints)
             _, y_nosum = rn.add_rms_norm(x, r, weight, 1e-6, False, rows_per_prog=per, num_warps=16, hints=hints)
             assert torch.equal(s, x + r) and torch.equal(y_nosum, y)
