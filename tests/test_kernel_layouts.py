@@ -268,8 +268,13 @@ const = dict(HAS_W=True, HAS_B=True, BLOCK=1024, BF16_RTNE_BY_HAND=False, LIBRAR
              WRITE_SUM=True, EVEN=True)
 out.append(dict(kernel="add_layernorm", **build(k, "XRWBSY", "bf16", const, 8, floats=("eps",))))
 k = rn._build_kernel(False)
-for rows, hints in ((4, 0), (2, 0), (2, 1)):                        # 8B Add+RMSNorm without γ: before, now, candidate
-    const = dict(HAS_R=True, HAS_W=False, WRITE_SUM=True, BLOCK=4096, ROWS=rows, BF16_RTNE_BY_HAND=False,
+# 8B Add+RMSNorm without γ, the sum written: 4 rows evict-first (before the sweep), 2 (after it); and every variant
+# whose TUNED entry launches other cache hints, at its rows, with evict-first and with its hints
+settings = [(False, True, 4, 0), (False, True, 2, 0)] + sorted(
+    {(w, ws, rows, h) for (block, e, res, w, ws), (rows, _, hints) in rn.TUNED.items()
+     if block == 4096 and e == 2 and res and hints for h in (0, hints)})
+for has_w, write_sum, rows, hints in settings:
+    const = dict(HAS_R=True, HAS_W=has_w, WRITE_SUM=write_sum, BLOCK=4096, ROWS=rows, BF16_RTNE_BY_HAND=False,
                  LIBRARY_REDUCE=True, EVEN=True, HINTS=hints)
     sig = {a: ("constexpr" if a in const else "fp32" if a == "eps" else "i32") for a in k.arg_names}
     sig.update({p: "*bf16" for p in "XRWSY"})
@@ -278,8 +283,9 @@ for rows, hints in ((4, 0), (2, 0), (2, 1)):                        # 8B Add+RMS
                        options={"num_warps": 16})
     ptx = c.asm["ptx"]
     loads = re.findall(r"ld\.global[^;]*;", ptx)
-    out.append(dict(kernel="add_rms_norm", rows=rows, hints=hints, loads=len(loads),
+    out.append(dict(kernel="add_rms_norm", has_w=has_w, write_sum=write_sum, rows=rows, hints=hints, loads=len(loads),
                     vector_loads=sum(".v4" in l for l in loads), evict_first=sum("evict_first" in l for l in loads),
+                    evict_last=sum("evict_last" in l for l in loads),
                     layouts=sorted(set(re.findall(r"#ttg\.blocked<\{[^}]*\}>", c.asm["ttgir"]))),
                     local=local_bytes(c)))
 print(json.dumps(out))
@@ -310,11 +316,19 @@ def test_layouts_compile_for_sm90_to_16_byte_accesses():
     # Add+RMSNorm at 16 warps: 2 and 4 rows a program lay each row out alike (one blocked layout, warps along the
     # row), so each row's sum of squares is reduced in the same order on the GPU too: the same bits, which the
     # interpreter (numpy's sum) cannot show; hints=1 drops the evict-first loads and keeps 16-byte ones
-    rms = {(r["rows"], r["hints"]): r for r in results if r["kernel"] == "add_rms_norm"}
-    assert rms[4, 0]["layouts"] == rms[2, 0]["layouts"] == rms[2, 1]["layouts"] and len(rms[2, 0]["layouts"]) == 1
-    assert "warpsPerCTA = [1, 16]" in rms[2, 0]["layouts"][0], rms
-    assert rms[2, 0]["evict_first"] == rms[2, 0]["loads"] > 0 == rms[2, 1]["evict_first"], rms
-    assert rms[2, 1]["vector_loads"] == rms[2, 1]["loads"] == rms[2, 0]["loads"], rms
+    # Each TUNED entry's hints (1: none, 2: evict-last) against evict-first at the same rows: the same layout, the
+    # same 16-byte loads, only the hint on them changes (hints=1 drops evict-first; 2 makes x and r evict-last)
+    rms = {(r["has_w"], r["write_sum"], r["rows"], r["hints"]): r for r in results if r["kernel"] == "add_rms_norm"}
+    assert rms[False, True, 4, 0]["layouts"] == rms[False, True, 2, 0]["layouts"] == rms[False, True, 2, 1]["layouts"]
+    assert len(rms[False, True, 2, 0]["layouts"]) == 1 and "warpsPerCTA = [1, 16]" in rms[False, True, 2, 0]["layouts"][0]
+    baked = [k for k in rms if k[3]]
+    assert len(baked) == 4, sorted(rms)                                  # the four Add+RMSNorm variants at 4096
+    for w, ws, rows, hints in baked:
+        first, tuned = rms[w, ws, rows, 0], rms[w, ws, rows, hints]
+        assert tuned["layouts"] == first["layouts"] and tuned["local"] == first["local"], (first, tuned)
+        assert tuned["vector_loads"] == tuned["loads"] == first["loads"] > 0, (first, tuned)
+        assert first["evict_first"] >= 2 * rows and tuned["evict_first"] == 0, (first, tuned)   # x and r, per row
+        assert tuned["evict_last"] == (tuned["loads"] if hints == 2 else first["evict_last"]), (first, tuned)
 
 
 def test_add_layernorm_even_path_can_be_switched_off(monkeypatch):
