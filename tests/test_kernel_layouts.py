@@ -409,3 +409,9 @@ def test_bench_membw_table_puts_a_verify_over_the_sweep(tmp_path):
     assert lines[0].endswith(" source |") and len(lines) == 4
     assert "97.0%" in lines[2] and "`verify.json`" in lines[2]
     assert "91.3% (< 93%)" in lines[3] and "`sweep.json`" in lines[3]
+    # a second verify over both: its case replaces the first verify's, the rest stay where they came from
+    (tmp_path / "verify2.json").write_text(json.dumps({"swiglu": dict(summary=[summary("silu_mul zoo bf16", 0.99)],
+                                                                      rows=[])}))
+    lines = bench.markdown_table(bench.merge_results([str(tmp_path / f) for f in ("sweep.json", "verify.json",
+                                                                                   "verify2.json")]))
+    assert len(lines) == 4 and "99.0%" in lines[2] and "`verify2.json`" in lines[2] and "`sweep.json`" in lines[3]
