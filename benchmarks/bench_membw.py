@@ -45,7 +45,8 @@ Usage::
                                    # HINTS_VERIFY: the baked Add+RMSNorm cache hints against evict-first, + a control
     python3 benchmarks/bench_membw.py --smoke --only rmsnorm     # CPU plumbing: tiny shapes, interpreted
     python3 benchmarks/bench_membw.py --table RESULT.json        # the README table of a result
-    python3 benchmarks/bench_membw.py --table SWEEP.json,VERIFY.json  # the verify's cases over the sweep's
+    python3 benchmarks/bench_membw.py --table SWEEP.json,VERIFY.json  # the verify's cases over the sweep's; any number
+                                                                      # of files, the later ones winning
     python3 benchmarks/bench_membw.py --propose RESULT.json      # what to bake: winners beyond the spread
 
 Without CUDA (and without ``--smoke``) it measures nothing, says SKIPPED and exits 0. JSON: ``--out``, else
@@ -587,7 +588,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=240.0, help="no case starts after this many seconds")
     p.add_argument("--out", default=None)
     p.add_argument("--table", default=None, metavar="JSON", help="print the markdown table of a result and exit "
-                   "(A.json,B.json: B's cases replace A's, with a source column)")
+                   "(A.json,B.json,...: a later file's cases replace the earlier's, with a source column)")
     p.add_argument("--propose", default=None, metavar="JSON",
                    help="print, per case of a --sweep result, the setting that beat the launched one by more than "
                         "its spread (what to bake into the tables), and exit")
