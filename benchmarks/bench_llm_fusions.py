@@ -494,7 +494,7 @@ def aot_compile_all(arch: int = 90) -> list[dict]:
     records = []
     kernel = rn._build_kernel(False)
     for dt, n in (("bf16", 4096), ("fp32", 4096), ("fp16", 103), ("bf16", 16384), ("bf16", 512)):
-        block, rows, warps = rn.launch_config(n)
+        block, rows, warps, hints = rn.launch_setting(n)
         sig = dict(X=f"*{dt}", R=f"*{dt}", W=f"*{dt}", S=f"*{dt}", Y=f"*{dt}", stride_x="i32", stride_r="i32",
                    stride_s="i32", stride_y="i32", M="i32", N="i32", R_ROWS="i32", eps="fp32",
                    HAS_R="constexpr", HAS_W="constexpr", WRITE_SUM="constexpr", BLOCK="constexpr",
@@ -504,7 +504,7 @@ def aot_compile_all(arch: int = 90) -> list[dict]:
                                                if n % 16 == 0 else ())
         for has_r in (True, False):
             consts = dict(HAS_R=has_r, HAS_W=True, WRITE_SUM=has_r, BLOCK=block, ROWS=rows,
-                          BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True, EVEN=n == block, HINTS=rn.HINTS)
+                          BF16_RTNE_BY_HAND=False, LIBRARY_REDUCE=True, EVEN=n == block, HINTS=hints)
             records.append(dict(kernel="add_rms_norm" if has_r else "rms_norm", case=f"{dt} N={n}",
                                 num_warps=warps, **compile_one(kernel, sig, consts, warps, aligned)))
     kernel = swiglu._build_kernel(False)

@@ -40,9 +40,13 @@ Usage::
         'silu_mul,add_rms_norm 8B,add_rms_norm_nosum 8B,add_rms_norm_unit 8B,add_rms_norm_unit_nosum 8B,rotary zoo'
                                    # LEAN_VERIFY: only the cases whose setting changed (with PREVIOUS) or that have
                                    # CANDIDATES, and the zoo rotary; ~60-100 s (rmsnorm first: the candidates)
+    python3 benchmarks/bench_membw.py --verify --only rmsnorm,swiglu --budget-s 90 --cases \
+        'add_rms_norm 8B,add_rms_norm_nosum 8B,add_rms_norm_unit 8B,add_rms_norm_unit_nosum 8B,silu_mul 8B'
+                                   # HINTS_VERIFY: the baked Add+RMSNorm cache hints against evict-first, + a control
     python3 benchmarks/bench_membw.py --smoke --only rmsnorm     # CPU plumbing: tiny shapes, interpreted
     python3 benchmarks/bench_membw.py --table RESULT.json        # the README table of a result
-    python3 benchmarks/bench_membw.py --table SWEEP.json,VERIFY.json  # the verify's cases over the sweep's
+    python3 benchmarks/bench_membw.py --table SWEEP.json,VERIFY.json  # the verify's cases over the sweep's; any number
+                                                                      # of files, the later ones winning
     python3 benchmarks/bench_membw.py --propose RESULT.json      # what to bake: winners beyond the spread
 
 Without CUDA (and without ``--smoke``) it measures nothing, says SKIPPED and exits 0. JSON: ``--out``, else
@@ -95,9 +99,11 @@ PREVIOUS = {
     **{(k, "zoo"): dict(rows=2, warps=2) for k in ("add_rms_norm", "add_rms_norm_nosum", "add_rms_norm_unit",
                                                  "add_rms_norm_unit_nosum", "rms_norm")},
     ("rms_norm_unit", "zoo"): dict(rows=4, warps=4),
-    **{(k, "8B"): dict(rows=r, warps=16) for k, r in (("add_rms_norm", 4), ("add_rms_norm_nosum", 1),
-                                                      ("add_rms_norm_unit", 4), ("add_rms_norm_unit_nosum", 1),
-                                                      ("rms_norm", 2), ("rms_norm_unit", 4))},
+    # the four Add+RMSNorm variants at 8B: evict-first at the rows launched when the first verify ran (its hints are
+    # the change being timed; the unit variant's 4 rows a program before the sweep are in bench_membw_verify_h200.json)
+    **{(k, "8B"): dict(rows=r, warps=16, hints=0) for k, r in (("add_rms_norm", 4), ("add_rms_norm_nosum", 1),
+                                                               ("add_rms_norm_unit", 2), ("add_rms_norm_unit_nosum", 1))},
+    **{(k, "8B"): dict(rows=r, warps=16) for k, r in (("rms_norm", 2), ("rms_norm_unit", 4))},
     **{(k, ln): dict(rows=1, warps=4) for k in ("add_layer_norm", "add_layer_norm_nosum")
        for ln in ("gpt2-medium", "bert-base")},
     **{("silu_mul", d): dict(block_m=1, block_n=4096, warps=8, flat=None, hints=0) for d in ("zoo", "8B")},
@@ -119,18 +125,14 @@ def _add_previous(kind: str, shape: str, default: dict, sweep: dict, settings: d
 
 
 #: Settings not swept before that ``--verify`` times beside the launched one and ``PREVIOUS`` (and ``--sweep``
-#: with the grid), per (kernel, shape): proposals from reading the kernels, not measurements. The Add+RMSNorm
-#: whose sum is not written ran 91.4% of copy at 8B in bf16 where inductor's kernel ran 99.1%
-#: (``bench_membw_sweep_h200.json``; docs/kernel-notes.md lists what was checked): x and the residual loaded
-#: without the evict-first hint (``rms_norm.HINTS`` 1), which the SwiGLU pass measured 1-7 points faster without at
-#: 5 of its 6 settings, or evict-last (2), as inductor's first pass reads them from DRAM.
-CANDIDATES = {
-    ("add_rms_norm_nosum", "8B"): (dict(rows=1, warps=16, hints=1), dict(rows=1, warps=16, hints=2),
-                                   dict(rows=2, warps=16, hints=1)),
-    ("add_rms_norm_unit_nosum", "8B"): (dict(rows=1, warps=16, hints=1),),
-    ("add_rms_norm", "8B"): (dict(rows=4, warps=16, hints=1),),
-    ("add_rms_norm_unit", "8B"): (dict(rows=2, warps=16, hints=1),),
-}
+#: with the grid), per (kernel, shape). The 8B Add+RMSNorm variants: the first verify
+#: (``bench_membw_verify_h200.json``) timed x and the residual loaded without hints (``rms_norm.HINTS`` 1) for all
+#: four and evict-last (2) for the one whose sum is not written; the second (``bench_membw_verify2_h200.json``)
+#: timed 1 as launched and 2 for the other three. Evict-last won everywhere and is launched now (``rms_norm.TUNED``);
+#: no hints stays a candidate, beside evict-first (``PREVIOUS``).
+CANDIDATES = {(k, "8B"): (dict(rows=r, warps=16, hints=1),)
+              for k, r in (("add_rms_norm", 4), ("add_rms_norm_nosum", 1), ("add_rms_norm_unit", 2),
+                           ("add_rms_norm_unit_nosum", 1))}
 
 
 #: ``--cases`` of the lean verify call (``LEAN_VERIFY``): every case whose launched setting changed with the sweep (so
@@ -141,6 +143,12 @@ LEAN_VERIFY_CASES = ("silu_mul,add_rms_norm 8B,add_rms_norm_nosum 8B,add_rms_nor
 #: The H200 call after a sweep's winners are baked in (about 60-100 s: 18 cases, 5-8 variants each, 3 rounds).
 LEAN_VERIFY = ("python3 benchmarks/bench_membw.py --verify --only rmsnorm,swiglu,rotary "
                f"--cases '{LEAN_VERIFY_CASES}' --budget-s 100")
+#: The H200 call that re-times the cache hints baked into ``rms_norm.TUNED``: the four 8B Add+RMSNorm variants
+#: (the hints launched, evict-first as ``PREVIOUS``, the other hint as ``CANDIDATES``) and the 8B split SwiGLU pass
+#: as an unchanged control, both dtypes, inductor in both (10 cases, 33 s on the H200 in verify 2).
+HINTS_VERIFY_CASES = "add_rms_norm 8B,add_rms_norm_nosum 8B,add_rms_norm_unit 8B,add_rms_norm_unit_nosum 8B,silu_mul 8B"
+HINTS_VERIFY = ("python3 benchmarks/bench_membw.py --verify --only rmsnorm,swiglu "
+                f"--cases '{HINTS_VERIFY_CASES}' --budget-s 90")
 
 
 def _add_candidates(kind: str, shape: str, sweep: dict, settings: dict, make) -> list[str]:
@@ -218,7 +226,7 @@ def rms_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
         }
         grid = _grid(RMS_SWEEP.get(n, RMS_SWEEP[4096]), smoke)
         for kind, (fn, ref, nbytes, variant) in kinds.items():
-            _, d_rows, d_warps = rn.launch_config(n, e, *variant)
+            _, d_rows, d_warps, d_hints = rn.launch_setting(n, e, *variant)
             sweep, settings = {}, {}
             for r, w in grid:
                 if (r, w) == (d_rows, d_warps):
@@ -226,15 +234,16 @@ def rms_cases(dev: str, dt, smoke: bool) -> list[tuple[Case, dict]]:
                 label = _label(rows=r, warps=w)
                 sweep[label] = (lambda x, res, wt, fn=fn, r=r, w=w: fn(x, res, wt, r, w))
                 settings[label] = dict(rows=r, warps=w)
-            previous = _add_previous(kind, name, dict(rows=d_rows, warps=d_warps), sweep, settings,
-                                     lambda p, fn=fn: (lambda x, res, wt: fn(x, res, wt, p["rows"], p["warps"])))
-            candidates = _add_candidates(kind, name, sweep, settings,
-                                         lambda p, fn=fn: (lambda x, res, wt: fn(x, res, wt, p["rows"], p["warps"],
-                                                                                 p.get("hints"))))
+            default = dict(rows=d_rows, warps=d_warps, hints=d_hints)
+
+            def make_setting(p, fn=fn):
+                return lambda x, res, wt: fn(x, res, wt, p["rows"], p["warps"], p.get("hints"))
+            previous = _add_previous(kind, name, default, sweep, settings, make_setting)
+            candidates = _add_candidates(kind, name, sweep, settings, make_setting)
             case = Case(f"{kind} {name} {m}x{n} {_short(dt)}", kind, nbytes, make, fn, ref, rn.EAGER_TOLERANCES,
                         dt, "", sweep)
             out.append((case, dict(family="rmsnorm", shape=name, m=m, n=n, variant=kind,
-                                   default=dict(rows=d_rows, warps=d_warps), settings=settings, previous=previous,
+                                   default=default, settings=settings, previous=previous,
                                    candidates=candidates)))
     return out
 
@@ -578,7 +587,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=240.0, help="no case starts after this many seconds")
     p.add_argument("--out", default=None)
     p.add_argument("--table", default=None, metavar="JSON", help="print the markdown table of a result and exit "
-                   "(A.json,B.json: B's cases replace A's, with a source column)")
+                   "(A.json,B.json,...: a later file's cases replace the earlier's, with a source column)")
     p.add_argument("--propose", default=None, metavar="JSON",
                    help="print, per case of a --sweep result, the setting that beat the launched one by more than "
                         "its spread (what to bake into the tables), and exit")

@@ -146,10 +146,20 @@ def test_swiglu_measured_settings_give_the_same_bits_as_before(rows, inter, dtyp
 
 def test_rms_norm_tuned_entry_and_the_one_it_replaced():
     """Add+RMSNorm without γ, the sum written, at hidden 4096 in 16-bit: 2 rows a program (95.2% of copy in the
-    sweep) where ``PREVIOUS_TUNED`` keeps the 4 rows it replaced (92.5%); the cache hints stay evict-first."""
+    sweep) where ``PREVIOUS_TUNED`` keeps the 4 rows it replaced (92.5%); the four Add+RMSNorm variants at 4096 launch
+    the verifies' best cache hints (evict-last, ``bench_membw_verify2_h200.json``), every other setting evict-first."""
     assert rn.launch_config(4096, 2, True, False, True) == (4096, 2, 16)
-    assert rn.PREVIOUS_TUNED[(4096, 2, True, False, True)] == (4, 16)
+    assert rn.PREVIOUS_TUNED[(4096, 2, True, False, True)] == (4, 16, 0)
     assert rn.HINTS == 0
+    assert {v: rn.launch_setting(4096, 2, True, *v)[3] for v in ((True, True), (True, False), (False, True),
+                                                                (False, False))} == {
+        (True, True): 2, (True, False): 2, (False, True): 2, (False, False): 2}
+    assert rn.launch_setting(4096, 2, False, True)[3] == rn.launch_setting(512, 2)[3] == 0
+    assert rn.launch_setting(4096, 4)[3] == rn.launch_setting(1000, 2)[3] == rn.HINTS     # fp32, untuned: the heuristic
+    x = torch.zeros(4, 4096, dtype=torch.bfloat16)
+    assert rn._plan_launch(x, x, None, False, None, None, "triton").constexprs["HINTS"] == 2          # launched: TUNED's
+    assert rn._plan_launch(x, x, x[0], False, None, None, "triton").constexprs["HINTS"] == 2
+    assert rn._plan_launch(x, x, x[0], False, None, None, "triton", 0).constexprs["HINTS"] == 0  # a call's own wins
 
 
 @pytest.mark.parametrize("device", device_params())
@@ -165,7 +175,7 @@ def test_add_rms_norm_rows_and_hints_give_the_same_bits(rows, hidden, dtype, dev
     for weight in (None, w):
         s64, y64 = rn.add_rms_norm_reference(up64(x), up64(r), up64(weight), 1e-6)
         outs = []
-        for per, hints in ((4, 0), (2, 0), (2, 1), (1, 1), (1, 2)):
+        for per, hints in ((4, 0), (2, 0), (2, 1), (1, 1), (1, 2), (None, None)):      # None: what is launched
             s, y = rn.add_rms_norm(x, r, weight, 1e-6, rows_per_prog=per, num_warps=16, hints=hints)
             _, y_nosum = rn.add_rms_norm(x, r, weight, 1e-6, False, rows_per_prog=per, num_warps=16, hints=hints)
             assert torch.equal(s, x + r) and torch.equal(y_nosum, y)
@@ -258,8 +268,13 @@ const = dict(HAS_W=True, HAS_B=True, BLOCK=1024, BF16_RTNE_BY_HAND=False, LIBRAR
              WRITE_SUM=True, EVEN=True)
 out.append(dict(kernel="add_layernorm", **build(k, "XRWBSY", "bf16", const, 8, floats=("eps",))))
 k = rn._build_kernel(False)
-for rows, hints in ((4, 0), (2, 0), (2, 1)):                        # 8B Add+RMSNorm without γ: before, now, candidate
-    const = dict(HAS_R=True, HAS_W=False, WRITE_SUM=True, BLOCK=4096, ROWS=rows, BF16_RTNE_BY_HAND=False,
+# 8B Add+RMSNorm without γ, the sum written: 4 rows evict-first (before the sweep), 2 (after it); and every variant
+# whose TUNED entry launches other cache hints, at its rows, with evict-first and with its hints
+settings = [(False, True, 4, 0), (False, True, 2, 0)] + sorted(
+    {(w, ws, rows, h) for (block, e, res, w, ws), (rows, _, hints) in rn.TUNED.items()
+     if block == 4096 and e == 2 and res and hints for h in (0, hints)})
+for has_w, write_sum, rows, hints in settings:
+    const = dict(HAS_R=True, HAS_W=has_w, WRITE_SUM=write_sum, BLOCK=4096, ROWS=rows, BF16_RTNE_BY_HAND=False,
                  LIBRARY_REDUCE=True, EVEN=True, HINTS=hints)
     sig = {a: ("constexpr" if a in const else "fp32" if a == "eps" else "i32") for a in k.arg_names}
     sig.update({p: "*bf16" for p in "XRWSY"})
@@ -268,8 +283,9 @@ for rows, hints in ((4, 0), (2, 0), (2, 1)):                        # 8B Add+RMS
                        options={"num_warps": 16})
     ptx = c.asm["ptx"]
     loads = re.findall(r"ld\.global[^;]*;", ptx)
-    out.append(dict(kernel="add_rms_norm", rows=rows, hints=hints, loads=len(loads),
+    out.append(dict(kernel="add_rms_norm", has_w=has_w, write_sum=write_sum, rows=rows, hints=hints, loads=len(loads),
                     vector_loads=sum(".v4" in l for l in loads), evict_first=sum("evict_first" in l for l in loads),
+                    evict_last=sum("evict_last" in l for l in loads),
                     layouts=sorted(set(re.findall(r"#ttg\.blocked<\{[^}]*\}>", c.asm["ttgir"]))),
                     local=local_bytes(c)))
 print(json.dumps(out))
@@ -300,11 +316,19 @@ def test_layouts_compile_for_sm90_to_16_byte_accesses():
     # Add+RMSNorm at 16 warps: 2 and 4 rows a program lay each row out alike (one blocked layout, warps along the
     # row), so each row's sum of squares is reduced in the same order on the GPU too: the same bits, which the
     # interpreter (numpy's sum) cannot show; hints=1 drops the evict-first loads and keeps 16-byte ones
-    rms = {(r["rows"], r["hints"]): r for r in results if r["kernel"] == "add_rms_norm"}
-    assert rms[4, 0]["layouts"] == rms[2, 0]["layouts"] == rms[2, 1]["layouts"] and len(rms[2, 0]["layouts"]) == 1
-    assert "warpsPerCTA = [1, 16]" in rms[2, 0]["layouts"][0], rms
-    assert rms[2, 0]["evict_first"] == rms[2, 0]["loads"] > 0 == rms[2, 1]["evict_first"], rms
-    assert rms[2, 1]["vector_loads"] == rms[2, 1]["loads"] == rms[2, 0]["loads"], rms
+    # Each TUNED entry's hints (1: none, 2: evict-last) against evict-first at the same rows: the same layout, the
+    # same 16-byte loads, only the hint on them changes (2 makes x and r evict-last; 1 would drop evict-first)
+    rms = {(r["has_w"], r["write_sum"], r["rows"], r["hints"]): r for r in results if r["kernel"] == "add_rms_norm"}
+    assert rms[False, True, 4, 0]["layouts"] == rms[False, True, 2, 0]["layouts"]
+    assert len(rms[False, True, 2, 0]["layouts"]) == 1 and "warpsPerCTA = [1, 16]" in rms[False, True, 2, 0]["layouts"][0]
+    baked = [k for k in rms if k[3]]
+    assert len(baked) == 4, sorted(rms)                                  # the four Add+RMSNorm variants at 4096
+    for w, ws, rows, hints in baked:
+        first, tuned = rms[w, ws, rows, 0], rms[w, ws, rows, hints]
+        assert tuned["layouts"] == first["layouts"] and tuned["local"] == first["local"], (first, tuned)
+        assert tuned["vector_loads"] == tuned["loads"] == first["loads"] > 0, (first, tuned)
+        assert first["evict_first"] >= 2 * rows and tuned["evict_first"] == 0, (first, tuned)   # x and r, per row
+        assert tuned["evict_last"] == (tuned["loads"] if hints == 2 else first["evict_last"]), (first, tuned)
 
 
 def test_add_layernorm_even_path_can_be_switched_off(monkeypatch):
@@ -385,3 +409,9 @@ def test_bench_membw_table_puts_a_verify_over_the_sweep(tmp_path):
     assert lines[0].endswith(" source |") and len(lines) == 4
     assert "97.0%" in lines[2] and "`verify.json`" in lines[2]
     assert "91.3% (< 93%)" in lines[3] and "`sweep.json`" in lines[3]
+    # a second verify over both: its case replaces the first verify's, the rest stay where they came from
+    (tmp_path / "verify2.json").write_text(json.dumps({"swiglu": dict(summary=[summary("silu_mul zoo bf16", 0.99)],
+                                                                      rows=[])}))
+    lines = bench.markdown_table(bench.merge_results([str(tmp_path / f) for f in ("sweep.json", "verify.json",
+                                                                                   "verify2.json")]))
+    assert len(lines) == 4 and "99.0%" in lines[2] and "`verify2.json`" in lines[2] and "`sweep.json`" in lines[3]
