@@ -96,6 +96,8 @@ def select(all_names: list[str], only: str, skip: str) -> list[str]:
 
 #: device seconds one model takes in the timing pipeline (build through profile, caches warm): sizes the warm set
 PER_MODEL_S = 18.0
+#: a child that gets the lock with less than this left skips (part 4 lost 22 s to a model killed mid-section)
+LOCK_MARGIN_S = 35.0
 
 
 def core_sets() -> tuple[set[int], set[int]]:
@@ -171,7 +173,7 @@ def run_case(args) -> dict:
     # the warm phase shares the GPU on purpose (nothing is timed then): no lock, no pinning
     lock_path = None if args.warm or os.environ.get("BENCH_CORPUS_NO_LOCK") == "1" else args.lock
     with GpuLock(lock_path, holder if len(holder | waiting) > 1 and not args.warm else None) as lock:
-        if args.deadline and time.time() > args.deadline - 20:
+        if args.deadline and time.time() > args.deadline - LOCK_MARGIN_S:
             result = dict(model=args.case, error="skipped: the lock came too late (past --budget-s)")
         else:
             result = measure_model(args.case, args.smoke, args.warm, args.no_compile)
@@ -429,7 +431,10 @@ def merge(paths: list[str], out: str | None) -> int:
             print(f"bench_corpus --merge: {p} is not a bench_corpus/1 result", file=sys.stderr)
             return 2
         for name, row in (doc.get("models") or {}).items():
-            models[name] = dict(row, source=Path(p).name)
+            if str(row.get("error", "")).startswith("timed out (past --budget-s)"):
+                skipped.append(name)        # the run's budget ended, not the model
+            elif "error" not in row or name not in models or "error" in models[name]:
+                models[name] = dict(row, source=Path(p).name)
         skipped += doc.get("skipped_models") or []
         sources.append(dict(file=Path(p).name, git=doc.get("git"), wall_s=doc.get("wall_s"),
                             models=len(doc.get("models") or {}), gpu=(doc.get("environment") or {}).get("gpu")))

@@ -74,13 +74,16 @@ def test_merge_keeps_later_rows_and_recounts(tmp_path, capsys):
 
     row = lambda m, label: dict(model=m, dtype="fp16", verdicts={"fused_vs_unfused": dict(label=label, ratio=1.2)})
     a = part("a.json", {"tv/a": row("tv/a", "slower"), "tv/b": row("tv/b", "faster")}, skipped=["tv/c", "tv/d"])
-    b = part("b.json", {"tv/a": row("tv/a", "level"), "tv/c": row("tv/c", "faster")})
+    b = part("b.json", {"tv/a": row("tv/a", "level"), "tv/c": row("tv/c", "faster"),
+                        "tv/b": dict(model="tv/b", error="exited 1: boom"),
+                        "tv/e": dict(model="tv/e", error="timed out (past --budget-s): x")})
     out = tmp_path / "m.json"
     assert bench_corpus.main(["--merge", f"{a},{b}", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert sorted(doc["models"]) == ["tv/a", "tv/b", "tv/c"]
     assert doc["models"]["tv/a"]["source"] == "b.json"
-    assert doc["skipped_models"] == ["tv/d"]
+    assert doc["models"]["tv/b"]["source"] == "a.json"     # a later failure does not replace a measured row
+    assert doc["skipped_models"] == ["tv/d", "tv/e"]        # cut by the budget: not measured, not failed
     assert doc["summary"]["fused_vs_unfused"]["counts"] == {"level": 1, "faster": 2}
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
