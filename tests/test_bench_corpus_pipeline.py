@@ -25,7 +25,7 @@ from benchmarks.bench_corpus import GpuLock
 lock = sys.argv[1] if sys.argv[1] != "-" else None
 time.sleep(max(0.0, float(sys.argv[3]) - time.time()))   # every child starts its section at the same moment
 with GpuLock(lock) as g:
-    time.sleep(0.4)
+    time.sleep(0.3)
 print(json.dumps([g.record["acquired_at"], g.record["released_at"], g.record["waited_s"]]))
 """
 
@@ -35,7 +35,7 @@ def _overlaps(intervals: list[tuple[float, float]]) -> bool:
     return any(b[0] < a[1] for a, b in zip(intervals, intervals[1:]))
 
 
-def _run_children(lock: str, n: int = 3) -> list[list[float]]:
+def _run_children(lock: str, n: int = 2) -> list[list[float]]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     start = time.time() + 1.0
     procs = [subprocess.Popen([sys.executable, "-c", CHILD, lock, str(i), str(start)], env=env,
@@ -46,7 +46,7 @@ def _run_children(lock: str, n: int = 3) -> list[list[float]]:
 def test_lock_serialises_children_and_the_check_fails_without_it(tmp_path):
     held = _run_children(str(tmp_path / "gpu.lock"))
     assert not _overlaps([(a, b) for a, b, _ in held])
-    assert max(w for _a, _b, w in held) >= 0.3          # someone really waited for the lock
+    assert max(w for _a, _b, w in held) >= 0.2          # someone really waited for the lock
     unlocked = _run_children("-")
     assert _overlaps([(a, b) for a, b, _ in unlocked])   # without the lock the same check catches it
 
