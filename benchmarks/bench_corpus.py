@@ -20,8 +20,25 @@ Device time is scarce, so:
 - ``--budget-s`` (default 330: the one call this session has is 360 s) bounds the whole run: no model starts after it and each child's timeout is
   what is left; what was skipped is listed in the JSON and the table;
 - ``--only`` / ``--skip`` (comma-separated corpus names or prefixes: ``hf/``, ``tv/resnet``);
-- ``--smoke``: the CPU, two tiny entries at their CI sizes, float32, end to end (no warm workers; the numbers
-  are not GPU numbers).
+- the timing phase is a pipeline of ``--workers`` model processes (default 3; 2 in ``--smoke``): what needs no
+  GPU (process start, the imports of torch, the engine and the model's library) runs while another model holds
+  the GPU; each model's GPU section (an exclusive OS file lock, ``fcntl.flock`` on ``--lock``, held from before
+  its first GPU allocation, the build on the device, through capture, compile, float64 reference, timing and
+  profiling, released after its GPU memory is freed) runs alone. The JSON keeps per model the seconds waited
+  for the lock and held (``lock``), with the wall-clock interval held;
+- the warm phase warms only the models the rest of the budget can time (``PER_MODEL_S`` each), not the queue;
+- ``--merge A.json,B.json,...``: one table from several runs' JSONs (a model measured twice keeps the later);
+- ``--smoke``: the CPU, two tiny entries at their CI sizes, float32, end to end through the pipeline (no warm
+  workers; the numbers are not GPU numbers).
+
+Why the overlap cannot perturb the timing: every variant of one model is still built, prepared and timed in one
+process, in the same alternated rounds, with the same layout and plan as before. While a process holds the lock
+no other process has a CUDA context doing work: the others are either before their first GPU call (they take
+the lock before building on the device) or gone (a child frees its GPU memory and exits its GPU section before
+releasing). Their CPU work (imports) cannot slow a host-bound model's launch path because the lock holder pins
+itself (``os.sched_setaffinity``) to its own cores (the first half of the machine's), and every waiting process
+to the other half. What still shares the host is memory bandwidth and the page cache of the imports: a waiting
+process's imports are short and read cached files.
 
     python3 benchmarks/bench_corpus.py                         # on the H200: JSON per model + summary in $OUT
     python3 benchmarks/bench_corpus.py --smoke                 # here, on the CPU
@@ -75,6 +92,94 @@ def select(all_names: list[str], only: str, skip: str) -> list[str]:
 
     names = [n for n in all_names if (not only or hit(n, only)) and not (skip and hit(n, skip))]
     return ordered(names)
+
+
+#: device seconds one model takes in the timing pipeline (build through profile, caches warm): sizes the warm set
+PER_MODEL_S = 18.0
+#: a child that gets the lock with less than this left skips (part 4 lost 22 s to a model killed mid-section)
+LOCK_MARGIN_S = 35.0
+
+
+def core_sets() -> tuple[set[int], set[int]]:
+    """(the lock holder's cores, the waiting processes' cores): the first half of this process's CPUs and the rest
+    (both the same single core on a one-core machine)."""
+    cores = sorted(os.sched_getaffinity(0))
+    half = max(1, len(cores) // 2)
+    return set(cores[:half]), set(cores[half:] or cores[:half])
+
+
+class GpuLock:
+    """The exclusive GPU section: ``fcntl.flock`` on ``path`` (``None``: no lock, for the test that shows the
+    check fails without it). Records the seconds waited and held and the wall-clock interval held."""
+
+    def __init__(self, path: str | None, holder: set[int] | None = None):
+        self.path, self.holder, self.fd, self.record = path, holder, None, {}
+
+    def __enter__(self):
+        import fcntl
+
+        t0 = time.time()
+        if self.path:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.record = dict(waited_s=round(time.time() - t0, 3), acquired_at=time.time(), locked=bool(self.path))
+        if self.holder:
+            os.sched_setaffinity(0, self.holder)
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        now = time.time()
+        self.record.update(released_at=now, held_s=round(now - self.record["acquired_at"], 3))
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+        return False
+
+
+def free_device(device: str) -> None:
+    """What the model left on the device, freed before the lock is released."""
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def run_case(args) -> dict:
+    """A child: the imports outside the lock (on the waiting cores), the model inside it (on the holder's)."""
+    import importlib
+
+    holder, waiting = core_sets()
+    if len(os.sched_getaffinity(0)) > 1:
+        os.sched_setaffinity(0, waiting)
+    t0 = time.perf_counter()
+    import torch  # noqa: F401
+
+    from benchmarks import corpus
+    from explorer.fusion_engine import detect  # noqa: F401
+    from explorer.fusions.rewrite import apply_plan  # noqa: F401
+
+    library = {"torchvision": "torchvision", "timm": "timm", "transformers": "transformers"}.get(
+        corpus.by_name(args.case).library)
+    if library:
+        importlib.import_module(library)
+    imports_s = round(time.perf_counter() - t0, 1)
+    device = "cpu" if args.smoke else "cuda"
+    # the warm phase shares the GPU on purpose (nothing is timed then): no lock, no pinning
+    lock_path = None if args.warm or os.environ.get("BENCH_CORPUS_NO_LOCK") == "1" else args.lock
+    with GpuLock(lock_path, holder if len(holder | waiting) > 1 and not args.warm else None) as lock:
+        if args.deadline and time.time() > args.deadline - LOCK_MARGIN_S:
+            result = dict(model=args.case, error="skipped: the lock came too late (past --budget-s)")
+        else:
+            result = measure_model(args.case, args.smoke, args.warm, args.no_compile)
+        free_device(device)
+    result["lock"] = dict(lock.record, imports_s=imports_s)
+    return result
 
 
 # ====================================================================== one model (in a child process)
@@ -226,9 +331,12 @@ def fidelity(features, x32, gm, ref, device: str, channels_last: bool,
 
 # ====================================================================== the run
 
-def _child(name: str, args, warm: bool, timeout: float, env: dict, folder: Path) -> subprocess.Popen:
+def _child(name: str, args, warm: bool, timeout: float, env: dict, folder: Path,
+           lock: str | None = None, deadline: float = 0.0) -> subprocess.Popen:
     path = folder / (name.replace("/", "_") + (".warm" if warm else "") + ".json")
+    path.unlink(missing_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--case", name, "--case-out", str(path)]
+    cmd += (["--lock", lock] if lock else []) + (["--deadline", f"{deadline:.3f}"] if deadline else [])
     cmd += (["--warm"] if warm else []) + (["--smoke"] if args.smoke else []) + (["--no-compile"] if args.no_compile else [])
     log = open(folder / (name.replace("/", "_") + (".warm" if warm else "") + ".log"), "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -308,6 +416,40 @@ def table(results: list[dict], skipped: list[str], label: str) -> list[str]:
     return lines
 
 
+def merge(paths: list[str], out: str | None) -> int:
+    """One table from several runs' JSONs (``--merge``): the models of each in order, a model measured in more
+    than one keeping the later file's row; the summary recomputed over them all."""
+    models: dict[str, dict] = {}
+    sources, skipped = [], []
+    for p in paths:
+        try:
+            doc = json.loads(Path(p).read_text())
+        except (OSError, ValueError) as exc:
+            print(f"bench_corpus --merge: cannot read {p}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(doc, dict) or doc.get("schema") != "bench_corpus/1":
+            print(f"bench_corpus --merge: {p} is not a bench_corpus/1 result", file=sys.stderr)
+            return 2
+        for name, row in (doc.get("models") or {}).items():
+            if str(row.get("error", "")).startswith("timed out (past --budget-s)"):
+                skipped.append(name)        # the run's budget ended, not the model
+            elif "error" not in row or name not in models or "error" in models[name]:
+                models[name] = dict(row, source=Path(p).name)
+        skipped += doc.get("skipped_models") or []
+        sources.append(dict(file=Path(p).name, git=doc.get("git"), wall_s=doc.get("wall_s"),
+                            models=len(doc.get("models") or {}), gpu=(doc.get("environment") or {}).get("gpu")))
+    results = list(models.values())
+    never = sorted(set(skipped) - set(models))
+    merged = dict(schema="bench_corpus/1", label=f"merged from {len(paths)} runs", merged_from=sources,
+                  models=models, skipped_models=never, summary=summarize(results))
+    path = results_path(out, "bench_corpus_merged.json")
+    write_json(path, merged)
+    for line in table(results, [], merged["label"]):
+        print(line)
+    print(f"wrote {path} ({len(models)} models; {len(never)} skipped in every part and measured in none)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget-s", type=float, default=330.0)
@@ -321,11 +463,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--case-out", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=None, help="model processes in the pipeline (3; 2 in --smoke)")
+    parser.add_argument("--lock", default=None, help="the GPU lock file (default: one in the run's folder)")
+    parser.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--merge", default="", help="comma-separated result JSONs: write one table of them")
     args = parser.parse_args(argv)
     if args.case:
-        result = measure_model(args.case, args.smoke, args.warm, args.no_compile)
-        write_json(Path(args.case_out), result)
+        write_json(Path(args.case_out), run_case(args))
         return 0
+    if args.merge:
+        return merge(args.merge.split(","), args.out)
     started = time.perf_counter()
     deadline = started + args.budget_s
     import torch
@@ -358,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     warmed: dict[str, dict] = {}
     if not args.smoke and args.warm_workers > 0 and not args.no_compile:
         warm_end = started + args.warm_share * args.budget_s
-        queue, running = list(names), []
+        # warm only what the rest of the budget can time (warming the whole queue was most of part 2's warm phase)
+        fits = max(1, int((1 - args.warm_share) * args.budget_s / PER_MODEL_S) + (args.workers or 3))
+        queue, running = list(names[:fits]), []
         while (queue or running) and time.perf_counter() < warm_end:
             while queue and len(running) < args.warm_workers:
                 running.append(_child(queue.pop(0), args, True, warm_end - time.perf_counter(), env, folder))
@@ -373,28 +522,45 @@ def main(argv: list[str] | None = None) -> int:
         doc["warm_s"] = round(time.perf_counter() - started, 1)
         print(f"warm phase: {len(warmed)} models in {doc['warm_s']} s", file=sys.stderr, flush=True)
     results, skipped = [], []
-    for name in names:
-        left = deadline - time.perf_counter()
-        if left < 20:
-            skipped.append(name)
-            continue
-        proc = _child(name, args, False, left, env, folder)
-        try:
-            proc.wait(timeout=left)
-            r = _finish(proc)
-        except subprocess.TimeoutExpired:
-            r = _finish(proc, kill=True)
-        results.append(r)
-        print(f"[{time.perf_counter() - started:6.1f}s] {name}: "
-              + (r["error"][:100] if "error" in r else f"{(r.get('seconds') or {}).get('total')} s"),
-              file=sys.stderr, flush=True)
-        doc["models"] = {x["model"]: {k: v for k, v in x.items() if k != "samples_ms"} for x in results}
-        doc["skipped_models"] = skipped
-        write_json(path, doc)
+    workers = args.workers or (2 if args.smoke else 3)
+    lock = args.lock or str(folder / "gpu.lock")
+    wall_deadline = time.time() + (deadline - time.perf_counter())
+    queue, running = list(names), []
+    while queue or running:
+        while queue and len(running) < workers:
+            left = deadline - time.perf_counter()
+            if left < 20:
+                skipped.extend(queue)
+                queue.clear()
+                break
+            running.append(_child(queue.pop(0), args, False, left, env, folder, lock, wall_deadline))
+        time.sleep(0.2)
+        for p in list(running):
+            late = time.perf_counter() > p.case[2]
+            if p.poll() is None and not late:
+                continue
+            running.remove(p)
+            r = _finish(p, kill=p.poll() is None)
+            if str(r.get("error", "")).startswith("skipped"):
+                skipped.append(r["model"])
+                continue
+            results.append(r)
+            lk = r.get("lock") or {}
+            print(f"[{time.perf_counter() - started:6.1f}s] {r['model']}: "
+                  + (r["error"][:100] if "error" in r else f"{(r.get('seconds') or {}).get('total')} s")
+                  + (f" (lock waited {lk.get('waited_s')} s, held {lk.get('held_s')} s)" if lk else ""),
+                  file=sys.stderr, flush=True)
+            doc["models"] = {x["model"]: {k: v for k, v in x.items() if k != "samples_ms"} for x in results}
+            doc["skipped_models"] = skipped
+            write_json(path, doc)
+    held = sum((r.get("lock") or {}).get("held_s") or 0 for r in results)
+    doc["pipeline"] = dict(workers=workers, lock=lock, held_s=round(held, 1), models_timed=len(results),
+                           models_per_device_minute=round(60 * len(results) / (time.perf_counter() - started), 2))
     doc["models"] = {x["model"]: {k: v for k, v in x.items() if k != "samples_ms"} for x in results}
     doc["skipped_models"] = skipped
     doc["summary"] = summarize(results)
     doc["wall_s"] = round(time.perf_counter() - started, 1)
+    doc["pipeline"]["models_per_device_minute"] = round(60 * len(results) / doc["wall_s"], 2) if doc["wall_s"] else None
     write_json(path, doc)
     for line in table(results, skipped, doc["label"]):
         print(line)
