@@ -7,8 +7,9 @@ in ``explorer/``: selections, plans, keys, wrappers), the part ``lean.bind_calls
 epilogues on) fused and prepared lean on the CPU, then bound; and the environment reads (``os.environ``) per
 forward. Then the view pass (``lean.collapse_views``): graph nodes and ATen calls per forward (a dispatcher count,
 ``lean.aten_calls_per_forward``) with it off and on, for the tiny decoder (unfused and fused), the zoo's BERT-style
-transformer block (unfused and fused) and the corpus's ``hf/gpt2`` at its CI size (unfused), each checked bit for
-bit against the graph without the pass.
+transformer block (unfused and fused), the corpus's ``hf/gpt2`` at its CI size (unfused) and ``bench_measured``'s
+GPT-2-medium layers and BERT-base at batch 1 × 128 (unfused and fused, float32), each checked bit for bit
+against the graph without the pass.
 
 Usage::
 
@@ -78,6 +79,32 @@ def _flat(out) -> list:
     return []
 
 
+def bench_cases(keys) -> dict:
+    """``bench_measured``'s models at batch 1 × 128 on the CPU in float32: name -> (graph, inputs), unfused and
+    fused (every chain)."""
+    import dataclasses
+    import tempfile
+
+    import torch
+
+    from benchmarks import bench_measured as bm
+    from explorer.fusion_engine import fuse
+    from explorer.fusions.plan import make_plan
+    from explorer.runtime import measure
+
+    out = {}
+    for key in keys:
+        case = dataclasses.replace(bm.CASES[key], batch=1, seq_len=128)
+        with tempfile.TemporaryDirectory() as tmp:
+            analysis = bm.load_case(case, Path(tmp))
+        model, _graph, det = analysis
+        fused = fuse(analysis, make_plan(det, "all"), "cpu")
+        inputs = measure.prepare_inputs(model.example_inputs, "cpu", torch.float32, False)
+        out[f"{key} 1x128 unfused"] = (model.gm, inputs)
+        out[f"{key} 1x128 fused"] = (fused.gm, inputs)
+    return out
+
+
 def view_pass_counts(decoder_gm, decoder_fused_gm, ids) -> dict:
     """Nodes and ATen calls per forward without and with ``collapse_views`` (everything else as
     ``prepare_graph``'s default), per graph, and whether the outputs are the same bit for bit."""
@@ -99,6 +126,7 @@ def view_pass_counts(decoder_gm, decoder_fused_gm, ids) -> dict:
              "transformer block unfused": (block.gm, block.example_inputs),
              "transformer block fused": (block_fused.gm, block.example_inputs),
              "hf/gpt2 (CI size) unfused": (gpt2_gm, gpt2_inputs)}
+    cases.update(bench_cases(("gpt2_medium_layers", "bert_base")))
     out = {}
     for name, (gm, inputs) in cases.items():
         off = measure.prepare_graph(gm, "cpu", torch.float32, binds=lean.Binds(views=False))
