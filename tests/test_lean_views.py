@@ -222,3 +222,21 @@ def test_corpus_gpt2_through_prepare_graph():
         _same(on(*inputs), want)
     trees = _trees(on)
     assert trees and any(t.root is not None for t in trees), trees
+
+
+def test_a_detach_of_a_constant_is_dropped_and_one_of_a_parameter_that_needs_grad_is_not():
+    root = torch.nn.Module()
+    root.register_buffer("empty", torch.zeros(1, 2, 0, 3))
+    root.w = torch.nn.Parameter(torch.ones(3))
+    g = torch.fx.Graph()
+    k = g.placeholder("k")
+    empty, w = g.get_attr("empty"), g.get_attr("w")
+    cat = g.call_function(torch.cat, ([g.call_function(torch.ops.aten.detach_.default, (empty,)), k], -2))
+    g.output((cat, g.call_function(torch.mul, (g.call_method("detach_", (w,)), 1.0))))
+    gm = torch.fx.GraphModule(root, g)
+    lean_gm = copy.deepcopy(gm)
+    assert lean.drop_noop_detach(lean_gm) == 1        # the buffer's; the parameter requires grad: kept
+    kv = torch.randn(1, 2, 4, 3)
+    with torch.no_grad():
+        _same(lean_gm(kv)[0], gm(kv)[0])
+    assert [n.target for n in lean_gm.graph.nodes if n.op == "call_method"] == ["detach_"]

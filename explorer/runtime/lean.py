@@ -664,8 +664,8 @@ class Binds:
     """Which lean passes ``prepare_graph`` applies after lowering: each a switch, set from measurement.
 
     ``calls``, ``attention`` and ``linears`` (``bind_calls``, ``bind_attention``, ``bind_linears``) apply on CUDA
-    only (elsewhere each bound call would keep its generic path anyway); ``views`` (``collapse_views``) on every
-    device. ``DEFAULT_BINDS`` holds what measured faster (``benchmarks/bench_host_path.py``; the README's
+    only (elsewhere each bound call would keep its generic path anyway); ``views`` (``collapse_views``, and
+    ``drop_noop_detach`` before it: the nodes that launch nothing) on every device. ``DEFAULT_BINDS`` holds what measured faster (``benchmarks/bench_host_path.py``; the README's
     "Measured" section names the run).
     """
 
@@ -938,6 +938,31 @@ def collapse_views(gm: torch.fx.GraphModule, min_saved: int = 1) -> int:
         gm.graph.lint()
         gm.recompile()
     return collapsed
+
+
+def drop_noop_detach(gm: torch.fx.GraphModule) -> int:
+    """Drop each in-place ``detach_`` of a graph attribute that has no autograd state (no grad, no history, not a
+    view): it returns that same tensor and changes nothing. transformers' empty cache (``torch.tensor([])``, a
+    lifted constant) is detached so at every forward of GPT-2 (8 ATen calls a forward for 4 layers). Edits ``gm``
+    in place; returns how many were dropped."""
+    dropped = 0
+    for node in list(gm.graph.nodes):
+        is_detach = ((node.op == "call_function" and node.target is aten.detach_.default)
+                     or (node.op == "call_method" and node.target == "detach_"))
+        if not is_detach or len(node.args) != 1 or node.kwargs:
+            continue
+        src = node.args[0]
+        value = attr_value(gm, src.target) if isinstance(src, torch.fx.Node) and src.op == "get_attr" else None
+        if (not isinstance(value, torch.Tensor) or value.requires_grad or value.grad_fn is not None
+                or value._base is not None):
+            continue
+        node.replace_all_uses_with(src)
+        gm.graph.erase_node(node)
+        dropped += 1
+    if dropped:
+        gm.graph.lint()
+        gm.recompile()
+    return dropped
 
 
 def _geometry_write(node: torch.fx.Node) -> bool:
