@@ -1,40 +1,42 @@
-"""The fused graph's host path, before and after its bound calls (issue 22): host time per forward and per launch.
+"""The fused graph's host path, bind by bind (issue 22): host time per forward and per launch of each variant.
 
-``prepare_graph`` now binds each Triton-only fused node once (``lean.bind_calls``: ``triton_support.BoundCall``,
-after its first call an input check, the allocations and one C launch per kernel), each SDPA node to the
-backend the dispatcher picks (``lean.bind_attention``) and each linear on a contiguous input to the mm/addmm ATen's
-linear runs for it (``lean.bind_linears``). This script measures what that saves, on the GPU, for the fused
-graphs exactly as ``bench_measured.py`` prepares them (``prepared_fused``: its steps, the model's casts kept),
-against the same graph with
-every bound node put back to its generic target (``generic``: the path before this change):
+``prepare_graph`` binds nodes once, at their first call: each Triton-only fused node (``lean.bind_calls``:
+``triton_support.BoundCall``, after its first call an input check, the allocations and one C launch per kernel),
+each SDPA node to the backend the dispatcher picks (``lean.bind_attention``), each linear on a contiguous input to
+the mm/addmm ATen's linear runs for it (``lean.bind_linears``), and each tree of view-like nodes read from one
+tensor to one ``as_strided`` per view the graph reads (``lean.collapse_views``). Which of them apply is
+``lean.DEFAULT_BINDS``, set from this script's measurements. For the fused graph exactly as ``bench_measured.py``
+prepares it (``prepared_fused``: its steps, the model's casts kept), prepared with no binds, the variants
+(``bind_variants``) each apply a set of binds to a copy of that graph (same tensors, same nodes):
 
+- ``fused_generic`` none; ``fused_bound`` every bind but the views (the path before the view pass);
+  ``fused_bound_nolinear`` / ``_noattention`` / ``_nocalls`` ``fused_bound`` less one bind (so the pair with
+  ``fused_bound`` is that bind's effect); ``fused_views`` ``fused_bound`` plus the views; ``fused_lean``
+  ``lean.DEFAULT_BINDS`` (where it is none of the others);
+- **bitwise**: each variant's outputs against ``fused_generic``'s, ``torch.equal`` on every output;
+- **nodes** and **ATen calls per forward** (``lean.aten_calls_per_forward``, a dispatcher count) per variant;
 - **host issue ms**: host time to issue one forward with the GPU idle (synchronised before each call);
-- **plain calls**: ms per forward of ``fused_generic``, ``fused_bound``, the fused graph's own CUDA-graph replay
-  (``fused_graph``; the same kernels either way) and torch.compile default (and its CUDA-graph replay) timed in
-  the same alternated rounds (``measure.time_paired``);
-- **host µs per launch**: (plain call − CUDA-graph replay) / kernels launched, per round, for each;
-- **bitwise**: the bound graph's outputs against the generic graph's, ``torch.equal`` on every output, and each
-  bound node's state (bound, or why it stayed generic);
-- **token-major QKV** (``fused_bound_token_major``, decoders whose QKV GEMM has rotary in its epilogue): the same
-  graph with ``qkv_rotary`` writing q, k, v as column views of its own rows (``rotary.QKV_TOKEN_MAJOR``), so that
-  attention writes (B, S, H, D) memory and the reshape before o_proj is a view: its time, GPU busy and launches,
-  and its outputs against the generic graph's (not bitwise: attention reads other strides).
+- **plain calls**: ms per forward of every variant, the fused graph's own CUDA-graph replay (``fused_graph``:
+  the same kernels for every variant) and torch.compile default (and its CUDA-graph replay) in the same
+  alternated rounds (``measure.time_paired``), paired verdicts (``explorer.stats.compare``);
+- **host µs per launch**: (plain call − CUDA-graph replay) / kernels launched, per round, with a paired verdict
+  against compile default's.
 
 Usage (GPU machine)::
 
     python3 benchmarks/bench_host_path.py                  # zoo decoder + GPT-2 folder, about 110 s on one H200
-    python3 benchmarks/bench_host_path.py --models llama_decoder,llama_decoder_8b_layers --compile --budget-s 400
+    python3 benchmarks/bench_host_path.py --models gpt2_medium_layers,bert_base --compile --budget-s 200
 
 Writes ``$OUT/bench_host_path.json`` (else ``benchmarks/results/bench_host_path.json``) after every model; prints
 a short table, then the per-family GPU bitwise checks (``family_checks``) while time is left. A model does not
-start with less than 35 s of ``--budget-s`` left; torch.compile runs only with ``--compile`` and 120 s left; at
-``--budget-s`` + 10 s a watchdog writes the JSON and ends the process (the JSON says what was skipped).
+start with less than 35 s of ``--budget-s`` left; torch.compile runs only with ``--compile`` (on
+``--compile-models`` where given) and 60 s left; at ``--budget-s`` + 10 s a watchdog writes the JSON and ends
+the process (the JSON says what was skipped).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -53,9 +55,10 @@ MODELS = ("llama_decoder", "gpt2_medium_layers")
 START = time.perf_counter()
 
 
-def prepared_fused(case, device: str, tmp: Path, eager: bool) -> dict:
+def prepared_fused(case, device: str, tmp: Path, eager: bool, binds=None) -> dict:
     """``bench_measured.prepared`` without the unfused graph (and without the eager module unless ``eager``): the
-    fused graph exactly as the runner prepares it (the model's casts kept), its inputs."""
+    fused graph exactly as the runner prepares it (the model's casts kept; ``binds``: ``prepare_graph``'s, default
+    its default), its inputs."""
     from explorer.fusion_engine import fuse
     from explorer.fusions.plan import make_plan
     from explorer.runtime import measure as m
@@ -68,7 +71,7 @@ def prepared_fused(case, device: str, tmp: Path, eager: bool) -> dict:
     casts, _note = (m.record_casts(model.module, model.example_inputs, model.gm, dtype)
                     if model.module is not None else (None, None))
     return dict(inputs=m.prepare_inputs(model.example_inputs, device, dtype, case.channels_last),
-                fused_gm=m.prepare_graph(fused.gm, device, dtype, case.channels_last, casts=casts),
+                fused_gm=m.prepare_graph(fused.gm, device, dtype, case.channels_last, casts=casts, binds=binds),
                 eager=m.prepare_module(model.module, device, dtype, case.channels_last) if eager else None)
 
 
@@ -88,28 +91,36 @@ def generic_copy(gm):
     return copy
 
 
-def token_major_copy(gm):
-    """``generic_copy`` with each QKV-rotary node read by attention only writing token-major outputs
-    (``rotary.QKV_TOKEN_MAJOR``'s choice), bound again; (graph, nodes switched)."""
-    import torch
+#: The variants of the fused graph timed against each other: which binds each applies to the graph prepared with
+#: none (``lean.NO_BINDS``). Each differs from ``fused_bound`` (every bind but the views: the path before the
+#: view pass) in one switch, so each pair's verdict is that one switch's effect; ``fused_lean`` is what
+#: ``prepare_graph`` applies by default (left out where it equals another variant).
+def bind_variants() -> dict:
+    from explorer.runtime import lean
 
-    from explorer.fusions import rotary
+    none, bound = lean.NO_BINDS, lean.Binds(views=False)
+    out = dict(fused_generic=none, fused_bound=bound,
+               fused_bound_nolinear=lean.Binds(linears=False, views=False),
+               fused_bound_noattention=lean.Binds(attention=False, views=False),
+               fused_bound_nocalls=lean.Binds(calls=False, views=False),
+               fused_views=lean.Binds())
+    if lean.DEFAULT_BINDS not in out.values():
+        out["fused_lean"] = lean.DEFAULT_BINDS
+    return out
+
+
+def variant_copy(gm, binds):
+    """``generic_copy`` of a graph prepared without binds, with ``binds`` applied (on any device: the smoke run
+    binds on the CPU too); (graph, how many nodes each pass bound)."""
     from explorer.runtime import lean
 
     copy = generic_copy(gm)
-    switched = 0
-    for node in copy.graph.nodes:
-        if node.op == "call_function" and node.target is rotary.qkv_rotary and len(node.args) == 10 \
-                and node.args[9] is False:          # with rotary.QKV_TOKEN_MAJOR on, the graph is token-major already
-            readers = [u for g in node.users if g.args[1] in (0, 1) for u in g.users]
-            if readers and all(u.target is torch._C._nn.scaled_dot_product_attention for u in readers):
-                node.args = (*node.args[:9], True)
-                switched += 1
-    copy.recompile()
-    lean.bind_calls(copy)
-    lean.bind_attention(copy)
-    lean.bind_linears(copy)
-    return copy, switched
+    done = dict(calls=lean.bind_calls(copy) if binds.calls else 0,
+                attention=lean.bind_attention(copy) if binds.attention else 0,
+                linears=lean.bind_linears(copy) if binds.linears else 0,
+                detach=lean.drop_noop_detach(copy) if binds.views else 0,
+                views=lean.collapse_views(copy) if binds.views else 0)
+    return copy, done
 
 
 def _flat(out) -> list:
@@ -139,44 +150,42 @@ def measure(key: str, args, log) -> dict:
 
     device = "cpu" if args.smoke else "cuda"
     case = bm.SMOKE_CASES[key] if args.smoke else bm.CASES[key]
+    compile_here = args.compile and key in (args.compile_models.split(",") if args.compile_models else [key])
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        p = prepared_fused(case, device, Path(tmp), eager=args.compile)
-    fused, inputs = p["fused_gm"], p["inputs"]
-    if args.smoke:                                    # prepare_graph binds on CUDA only: bind here for the check
-        lean.bind_calls(fused)
-        lean.bind_attention(fused)
-        lean.bind_linears(fused)
-    generic = generic_copy(fused)
-    row: dict[str, Any] = dict(title=case.title, load_s=round(time.perf_counter() - t0, 1), notes=[])
+        p = prepared_fused(case, device, Path(tmp), eager=compile_here, binds=lean.NO_BINDS)
+    base, inputs = p["fused_gm"], p["inputs"]
+    row: dict[str, Any] = dict(title=case.title, load_s=round(time.perf_counter() - t0, 1), notes=[],
+                               default_binds=lean.DEFAULT_BINDS.label())
+    graphs, row["binds"] = {}, {}
+    for name, binds in bind_variants().items():
+        graphs[name], done = variant_copy(base, binds)
+        row["binds"][name] = dict(switches=binds.label(), bound=done)
+    row["nodes"] = {name: len(g.graph.nodes) for name, g in graphs.items()}
     with torch.inference_mode():
+        outs = {}
         for _ in range(3):                            # the first call records each bound node
-            out_b = fused(*inputs)
-            out_g = generic(*inputs)
+            for name, g in graphs.items():
+                outs[name] = g(*inputs)
         m.synchronize(device)
-        row["bitwise_bound_vs_generic"] = bitwise(out_b, out_g)
-    row["bound_nodes"] = [repr(b) for b in lean.bound_calls(fused)]
-    row["bound"] = sum(1 for b in row["bound_nodes"] if "generic" not in b and ("bound)" in b or "bound:" in b))
-    plain = {"fused_generic": lambda: generic(*inputs), "fused_bound": lambda: fused(*inputs)}
+        row["bitwise_vs_generic"] = {name: bitwise(o, outs["fused_generic"]) for name, o in outs.items()
+                                     if name != "fused_generic"}
+        row["aten_calls_per_forward"] = {name: lean.aten_calls_per_forward(g, *inputs) for name, g in graphs.items()}
+        m.synchronize(device)
+    del outs
+    row["bitwise_bound_vs_generic"] = row["bitwise_vs_generic"]["fused_bound"]
+    row["bound_nodes"] = {name: [repr(b) for b in lean.bound_calls(g)] for name, g in graphs.items()}
+    row["bound"] = {name: sum(1 for b in nodes if "generic" not in b and ("bound)" in b or "bound:" in b))
+                    for name, nodes in row["bound_nodes"].items()}
+    row["view_trees"] = {name: [repr(n.target) for n in g.graph.nodes if isinstance(n.target, lean.BoundViews)]
+                         for name, g in graphs.items() if row["binds"][name]["bound"]["views"]}
+    plain = {name: (lambda g=g: g(*inputs)) for name, g in graphs.items()}
     if not args.smoke and args.budget_s - (time.perf_counter() - START) < 20:
         row["notes"].append("stopped after the bitwise check: under 20 s of --budget-s left")
         return row
-    tm, switched = token_major_copy(fused)
-    row["token_major_nodes"] = switched
-    if switched:
-        with torch.inference_mode():
-            for _ in range(3):
-                out_t = tm(*inputs)
-            m.synchronize(device)
-            row["token_major_vs_generic"] = dict(bitwise(out_t, out_g), max_abs=max(
-                float((a.double() - b.double()).abs().max()) for a, b in zip(_flat(out_t), _flat(out_g))))
-        row["token_major_bound_nodes"] = [repr(b) for b in lean.bound_calls(tm)]
-        plain["fused_bound_token_major"] = lambda: tm(*inputs)
-        del out_t
-    del out_b, out_g
     left = args.budget_s - (time.perf_counter() - START)
     keep = []
-    if args.compile and not args.smoke and left > 120:
+    if compile_here and not args.smoke and left > 60:
         try:
             call, target, seconds = common.compile_copy(p["eager"], None, inputs, device)
             keep.append(target)
@@ -185,50 +194,67 @@ def measure(key: str, args, log) -> dict:
         except Exception as exc:
             row["notes"].append(f"compile default failed: {m._one_line(exc)[:200]}")
     else:
-        row["notes"].append("compile default: not run (no --compile, or under 120 s of --budget-s left): "
-                            "bench_measured's JSON has it for these models")
+        row["notes"].append("compile default: not run here (no --compile, not in --compile-models, or under 60 s "
+                            "of --budget-s left)")
     variants = dict(plain)
-    graph_of = {"fused_generic": "fused_graph", "fused_bound": "fused_graph", "compile_default": "compile_default_graph",
-                "fused_bound_token_major": "fused_token_major_graph"}
-    for name in ("fused_bound", "compile_default", "fused_bound_token_major"):
+    graph_of = {name: "fused_graph" for name in graphs}   # every fused variant launches the same kernels
+    graph_of["compile_default"] = "compile_default_graph"
+    for name in ("fused_bound", "compile_default"):
         if name in plain and not args.smoke:
             replay, why = common.cuda_graph_replay(plain[name], device)
             if replay is None:
                 row["notes"].append(f"{name} CUDA graph: {why}")
             else:
                 variants[graph_of[name]] = replay
+    last = "fused_lean" if "fused_lean" in plain else "fused_views"
     with torch.inference_mode():
         issue = {v: bm.host_issue_ms(fn, device, args.issue_calls) for v, fn in plain.items()}
-        # where the bound graph's host time still goes (own time per function, as profile_host.py reports it)
-        row["cprofile_fused_bound"] = ph.cprofile_top(plain["fused_bound"], 10, device, 20)
-        row["cprofile_fused_generic"] = ph.cprofile_top(plain["fused_generic"], 10, device, 12)
+        # where the host time still goes (own time per function, as profile_host.py reports it)
+        row["cprofile_fused_bound"] = ph.cprofile_top(plain["fused_bound"], 10, device, 14)
+        row["cprofile_" + last] = ph.cprofile_top(plain[last], 10, device, 14)
     left = args.budget_s - (time.perf_counter() - START)
     plan = m.TimingPlan(warmup=1, reps=3) if args.smoke else m.TimingPlan(
         warmup=2, reps=None, target_s=min(args.target_s, max(0.2, left / 40)), min_reps=15, max_reps=120,
         max_rounds=150, budget_s=min(args.extend_s, max(0.0, left / 15)))
-    pairs = [("fused_generic", "fused_bound")] + ([("compile_default", "fused_bound")] if "compile_default" in plain
-                                                   else []) + ([("fused_bound", "fused_bound_token_major")]
-                                                               if "fused_bound_token_major" in plain else [])
+    pairs = [("fused_generic", "fused_bound"), ("fused_bound", "fused_bound_nolinear"),
+             ("fused_bound", "fused_bound_noattention"), ("fused_bound", "fused_bound_nocalls"),
+             ("fused_bound", "fused_views")]
+    pairs += [("fused_bound", "fused_lean"), ("fused_bound_nolinear", "fused_lean")] if "fused_lean" in plain else []
+    pairs += [("compile_default", "fused_bound"), ("compile_default", last)] if "compile_default" in plain else []
     samples = m.time_paired(variants, pairs, device, plan)
-    profiles = {v: common.profile_forward(fn, device, top=6, cpu_ops=False) for v, fn in plain.items()}
-    launches = {v: profiles[v].get("kernel_launches") for v in plain}
+    # the profiler's launches and GPU busy: every fused variant runs the same kernels (bitwise equal, above), so
+    # the bound graph, the default one and compile are profiled and the other fused variants take the bound one's
+    profiled = [v for v in ("fused_bound", last, "compile_default") if v in plain]
+    profiles = {v: common.profile_forward(plain[v], device, top=6, cpu_ops=False) for v in profiled}
     row["variants"] = {}
     for v in variants:
         r = dict(latency_ms=m.summarize(samples[v]))
         if v in plain:
+            prof = profiles.get(v) or profiles["fused_bound"]
             r["host_issue_ms"] = m.summarize(issue[v])
-            r["launches"] = launches[v]
-            r["gpu_busy_ms"] = profiles[v].get("gpu_busy_ms")
-            r["top_kernels"] = profiles[v].get("top_kernels")
+            r["launches"] = prof.get("kernel_launches")
+            r["launches_from"] = v if v in profiles else "fused_bound"
+            r["gpu_busy_ms"] = prof.get("gpu_busy_ms")
+            if v in profiles:
+                r["top_kernels"] = prof.get("top_kernels")
             g = graph_of[v]
-            if launches[v] and g in samples:
-                r["host_us_per_launch"] = m.summarize(bm.host_per_launch(samples[v], samples[g], launches[v]))
-                r["exposed_host_ms"] = m.summarize([a - b for a, b in zip(samples[v], samples[g])])
+            if r["launches"] and g in samples:
+                r["host_us_per_launch"] = m.summarize(bm.host_per_launch(samples[v], samples[g], r["launches"]))
+                r["exposed_host_ms"] = m.summarize([x - y for x, y in zip(samples[v], samples[g])])
         row["variants"][v] = r
     row["verdicts"] = [bm.verdict(samples, b, c, "plain calls, paired rounds", f"{c} vs {b}") for b, c in pairs]
+    if "compile_default" in samples and all(g in samples for g in ("fused_graph", "compile_default_graph")):
+        per_launch = {v: bm.host_per_launch(samples[v], samples[graph_of[v]], row["variants"][v]["launches"])
+                      for v in ("compile_default", "fused_bound", last) if row["variants"][v].get("launches")}
+        if "compile_default" in per_launch:
+            row["host_per_launch_verdicts"] = [
+                dict(bm.verdict(per_launch, "compile_default", v, "host µs per launch, paired rounds",
+                                f"host µs per launch {v} vs compile_default"))
+                for v in per_launch if v != "compile_default" and min(per_launch[v]) > 0
+                and min(per_launch["compile_default"]) > 0]
     row["samples_ms"] = {v: [round(t, 5) for t in s] for v, s in samples.items()}
     row["wall_s"] = round(time.perf_counter() - t0, 1)
-    del keep, plain, variants
+    del keep, plain, variants, graphs
     if not args.smoke:
         torch.cuda.empty_cache()
     log(f"{key}: done in {row['wall_s']} s")
@@ -306,9 +332,13 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=100.0,
                     help="no model starts after it; the process writes its JSON and exits at --budget-s + 10")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile default (tens of seconds each)")
+    ap.add_argument("--compile-models", default="",
+                    help="with --compile: only these models (comma-separated; default every model)")
     ap.add_argument("--issue-calls", type=int, default=30)
     ap.add_argument("--target-s", type=float, default=0.4, help="timed seconds per variant to aim at")
     ap.add_argument("--extend-s", type=float, default=3.0, help="seconds of extra rounds for an open verdict")
+    ap.add_argument("--no-family-checks", action="store_true",
+                    help="skip the per-family GPU bitwise checks at the end (the models' own checks still run)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--smoke", action="store_true",
                     help="CPU, Triton's interpreter, bench_measured's GPT-2 tiny smoke case: the plumbing, not GPU numbers")
@@ -340,7 +370,9 @@ def main(argv=None) -> int:
                                       where=traceback.format_exc()[-1500:])
         common.write_json(path, doc)
     if not args.smoke:
-        if args.budget_s - (time.perf_counter() - START) > 8:
+        if args.no_family_checks:
+            doc["skipped"].append("family_checks: --no-family-checks")
+        elif args.budget_s - (time.perf_counter() - START) > 8:
             doc["family_checks"] = family_checks(START + args.budget_s)
         else:
             doc["skipped"].append("family_checks: under 8 s of --budget-s left")
@@ -350,16 +382,16 @@ def main(argv=None) -> int:
         if "error" in r:
             print(key, r["error"])
             continue
-        print(f"{key}: bitwise bound == generic: {r['bitwise_bound_vs_generic']['equal']}, "
-              f"{r['bound']} of {len(r['bound_nodes'])} bound nodes bound")
+        print(f"{key}: bitwise == generic: " + ", ".join(f"{v} {b['equal']}" for v, b in r['bitwise_vs_generic'].items()))
+        print(f"   nodes {r['nodes']}\n   ATen calls/forward {r['aten_calls_per_forward']}")
         for v, x in r["variants"].items():
             hpl = x.get("host_us_per_launch")
             print(f"{key:26} {v:16} {x['latency_ms']['median']:8.3f} "
                   f"{x.get('host_issue_ms', {}).get('median', float('nan')):9.3f} {x.get('launches') or 0:7.0f} "
                   f"{hpl['median'] if hpl else float('nan'):15.1f}")
-        for vd in r["verdicts"]:
+        for vd in r["verdicts"] + r.get("host_per_launch_verdicts", []):
             print(f"   {vd['target']}: {vd['verdict']} ({vd['candidate_ms']:.3f} vs {vd['baseline_ms']:.3f} ms)")
-        for s in r["bound_nodes"]:
+        for s in sorted(set(x for nodes in r["bound_nodes"].values() for x in nodes)):
             if "generic" in s:
                 print("   stays generic:", s)
         for x in r.get("cprofile_fused_bound", [])[:8]:

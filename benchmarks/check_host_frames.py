@@ -5,7 +5,11 @@ nothing about a CUDA launch. What it counts is the explorer's own Python work pe
 in ``explorer/``: selections, plans, keys, wrappers), the part ``lean.bind_calls``/``bind_attention``/
 ``bind_linears`` remove, for the tiny zoo-style Llama decoder (2 layers, GQA 3 over 1 heads of 16, both LLM
 epilogues on) fused and prepared lean on the CPU, then bound; and the environment reads (``os.environ``) per
-forward.
+forward. Then the view pass (``lean.collapse_views``): graph nodes and ATen calls per forward (a dispatcher count,
+``lean.aten_calls_per_forward``) with it off and on, for the tiny decoder (unfused and fused), the zoo's BERT-style
+transformer block (unfused and fused), the corpus's ``hf/gpt2`` at its CI size (unfused) and ``bench_measured``'s
+GPT-2-medium layers and BERT-base at batch 1 × 128 (unfused and fused, float32), each checked bit for bit
+against the graph without the pass.
 
 Usage::
 
@@ -64,6 +68,81 @@ def frames_per_forward(fn, calls: int = 3) -> tuple[float, float, dict]:
     return sum(counts.values()) / calls, env_reads[0] / calls, top
 
 
+def _flat(out) -> list:
+    import torch
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flat(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _flat(o)]
+    return []
+
+
+def bench_cases(keys) -> dict:
+    """``bench_measured``'s models at batch 1 × 128 on the CPU in float32: name -> (graph, inputs), unfused and
+    fused (every chain)."""
+    import dataclasses
+    import tempfile
+
+    import torch
+
+    from benchmarks import bench_measured as bm
+    from explorer.fusion_engine import fuse
+    from explorer.fusions.plan import make_plan
+    from explorer.runtime import measure
+
+    out = {}
+    for key in keys:
+        case = dataclasses.replace(bm.CASES[key], batch=1, seq_len=128)
+        with tempfile.TemporaryDirectory() as tmp:
+            analysis = bm.load_case(case, Path(tmp))
+        model, _graph, det = analysis
+        fused = fuse(analysis, make_plan(det, "all"), "cpu")
+        inputs = measure.prepare_inputs(model.example_inputs, "cpu", torch.float32, False)
+        out[f"{key} 1x128 unfused"] = (model.gm, inputs)
+        out[f"{key} 1x128 fused"] = (fused.gm, inputs)
+    return out
+
+
+def view_pass_counts(decoder_gm, decoder_fused_gm, ids) -> dict:
+    """Nodes and ATen calls per forward without and with ``collapse_views`` (everything else as
+    ``prepare_graph``'s default), per graph, and whether the outputs are the same bit for bit."""
+    import torch
+
+    from benchmarks import corpus
+    from test_lean import _fused
+    from triton_testing import detect_module
+
+    from explorer.runtime import lean, measure
+
+    block, _, block_fused = _fused("transformer_block", batch=2, seq_len=8)
+    entry = corpus.by_name("hf/gpt2")
+    gpt2 = entry.build("ci")
+    gpt2.config.use_cache = False
+    gpt2_inputs = entry.inputs("ci", module=gpt2)
+    gpt2_gm, _ = detect_module(gpt2, gpt2_inputs, "hf_gpt2")
+    cases = {"tiny decoder unfused": (decoder_gm, (ids,)), "tiny decoder fused": (decoder_fused_gm, (ids,)),
+             "transformer block unfused": (block.gm, block.example_inputs),
+             "transformer block fused": (block_fused.gm, block.example_inputs),
+             "hf/gpt2 (CI size) unfused": (gpt2_gm, gpt2_inputs)}
+    cases.update(bench_cases(("gpt2_medium_layers", "bert_base")))
+    out = {}
+    for name, (gm, inputs) in cases.items():
+        off = measure.prepare_graph(gm, "cpu", torch.float32, binds=lean.Binds(views=False))
+        on = measure.prepare_graph(gm, "cpu", torch.float32, binds=lean.Binds(views=True))
+        with torch.inference_mode():
+            want, first, again = off(*inputs), on(*inputs), on(*inputs)
+            calls_off, calls_on = lean.aten_calls_per_forward(off, *inputs), lean.aten_calls_per_forward(on, *inputs)
+        same = all(torch.equal(a, b) and torch.equal(a, c) and a.stride() == c.stride()
+                   for a, b, c in zip(_flat(want), _flat(first), _flat(again)))
+        trees = [n.target for n in on.graph.nodes if isinstance(n.target, lean.BoundViews)]
+        out[name] = dict(nodes_off=len(off.graph.nodes), nodes_on=len(on.graph.nodes), aten_calls_off=calls_off,
+                         aten_calls_on=calls_on, trees=len(trees), trees_bound=sum(t.root is not None for t in trees),
+                         bitwise=same, states=sorted({repr(t) for t in trees}))
+    return out
+
+
 def main() -> int:
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
@@ -92,6 +171,11 @@ def main() -> int:
             doc[name] = dict(explorer_frames_per_forward=frames, environment_reads_per_forward=env, top=top)
             print(f"{name:8} explorer frames/forward {frames:7.1f}   os.environ reads/forward {env:5.1f}")
     doc["states"] = [repr(b) for b in lean.bound_calls(bound)]
+    doc["views"] = view_pass_counts(gm, fused.gm, ids)
+    for name, r in doc["views"].items():
+        print(f"views {name:28} nodes {r['nodes_off']:4d} -> {r['nodes_on']:4d}   ATen calls/forward "
+              f"{r['aten_calls_off']:4d} -> {r['aten_calls_on']:4d}   trees {r['trees']} bound {r['trees_bound']}   "
+              f"bitwise {r['bitwise']}")
     path = common.results_path(None, "check_host_frames.json")
     common.write_json(path, doc)
     print("wrote", path)

@@ -45,7 +45,13 @@ and read the environment at every call. ``bind_attention``: each SDPA call (and 
 one) calls the backend op the dispatcher picked for it. ``bind_linears``: each linear on a contiguous input calls
 the ``mm``/``addmm`` ATen's ``linear`` runs for it. Each keeps its bound path only where the first call's
 outputs are the generic call's bit for bit, and takes the generic call whenever an input differs from the
-recorded one; ``unbind`` puts a graph back.
+recorded one; ``unbind`` puts a graph back. ``prepare_graph`` applies those of them that measured cheaper
+(``DEFAULT_BINDS``: today the fused calls only; attention and linears bound cost host time or saved none).
+
+A sixth, on every device: the nodes that launch nothing. ``collapse_views`` makes each tree of view-like nodes
+read from one tensor one call (``BoundViews``: an ``as_strided`` per view the graph reads, bound at the first
+call where those views share the root's storage), and ``drop_noop_detach`` drops the ``detach_`` of a constant
+without autograd state. GPT-2-medium's fused graph goes from 223 nodes to 170, BERT-base's from 418 to 321.
 
 A lean graph is final: it is tied to the state it was made in. Pinned reads
 follow a parameter through ``.to()`` (PyTorch moves parameters in place) but
@@ -60,6 +66,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import copy
+import dataclasses
 import math
 import operator
 
@@ -222,12 +230,14 @@ def bind_calls(gm: torch.fx.GraphModule, targets: frozenset | None = None) -> in
 def bound_calls(gm: torch.fx.GraphModule) -> list:
     """The graph's bound calls, in graph order (their ``replay``/``why`` say whether each is bound)."""
     return [n.target for n in gm.graph.nodes if n.op == "call_function"
-            and isinstance(n.target, (BoundCall, BoundAttention, BoundMaskedAttention, BoundLinear))]
+            and isinstance(n.target, (BoundCall, BoundAttention, BoundMaskedAttention, BoundLinear, BoundViews))]
 
 
 def unbind(gm: torch.fx.GraphModule) -> int:
     """Put every bound node of ``gm`` back on its generic call (``BoundCall``'s target; the public SDPA call with
-    the node's arguments): the graph as it was before ``bind_calls``/``bind_attention``. Returns how many."""
+    the node's arguments): the graph as it was before ``bind_calls``/``bind_attention``/``bind_linears``.
+    ``collapse_views``'s trees stay (prepare with ``binds=lean.NO_BINDS`` for a graph without them). Returns how
+    many."""
     changed = 0
     for node in gm.graph.nodes:
         target = node.target if node.op == "call_function" else None
@@ -651,3 +661,341 @@ def fold_constants(gm: torch.fx.GraphModule, max_bytes: int = FOLD_MAX_BYTES) ->
         gm.graph.lint()
         gm.recompile()
     return folded
+
+
+# ------------------------------------------------------------------ which binds a prepared graph takes
+
+@dataclasses.dataclass(frozen=True)
+class Binds:
+    """Which lean passes ``prepare_graph`` applies after lowering: each a switch, set from measurement.
+
+    ``calls``, ``attention`` and ``linears`` (``bind_calls``, ``bind_attention``, ``bind_linears``) apply on CUDA
+    only (elsewhere each bound call would keep its generic path anyway); ``views`` (``collapse_views``, and
+    ``drop_noop_detach`` before it: the nodes that launch nothing) on every device. ``DEFAULT_BINDS`` holds what measured faster (``benchmarks/bench_host_path.py``; the README's
+    "Measured" section names the run).
+    """
+
+    calls: bool = True
+    attention: bool = True
+    linears: bool = True
+    views: bool = True
+
+    def label(self) -> str:
+        on = [name for name in ("calls", "attention", "linears", "views") if getattr(self, name)]
+        return "+".join(on) if on else "none"
+
+
+#: The binds ``prepare_graph`` applies unless told otherwise: each only where it measured cheaper
+#: (``benchmarks/results/bench_host_path_binds_h200.json``, every switch against the bound path in the same rounds
+#: on GPT-2-medium layers, BERT-base, ConvNeXt-Tiny, the zoo decoder prefill, the 8B-layer decoder and ResNet-50).
+#: ``calls`` on: without them the zoo decoder's plain calls are 1.34x slower, level elsewhere. ``views`` on: GPT-2
+#: 0.90x, BERT 0.97x, level elsewhere. ``linears`` off: never faster, and the graph without them was faster on
+#: BERT (0.88x) and ConvNeXt (0.95x). ``attention`` off: never faster, the graph without it faster on GPT-2
+#: (0.97x, its masked attention), its point estimate below 1 on every other model with attention.
+DEFAULT_BINDS = Binds(attention=False, linears=False)
+
+#: No bind at all: the lowered graph (what ``unbind`` gives back, before ``collapse_views``).
+NO_BINDS = Binds(calls=False, attention=False, linears=False, views=False)
+
+
+def apply_binds(gm: torch.fx.GraphModule, device: torch.device | str, binds: Binds = DEFAULT_BINDS) -> dict:
+    """Apply ``binds`` to a lowered graph on ``device`` (``prepare_graph`` calls this before ``fold_constants``;
+    ``collapse_views`` after folding, so that views of constants are folded rather than collapsed: use
+    ``apply_view_binds`` for that step). Returns how many nodes each pass bound."""
+    cuda = torch.device(device).type == "cuda"
+    done = dict(calls=0, attention=0, linears=0)
+    if cuda and binds.calls:
+        done["calls"] = bind_calls(gm)
+    if cuda and binds.attention:
+        done["attention"] = bind_attention(gm)
+    if cuda and binds.linears:
+        done["linears"] = bind_linears(gm)
+    return done
+
+
+# ------------------------------------------------------------------ view-like chains collapsed into one call
+
+#: Methods (``call_method`` targets, as ``lower_aten_calls`` writes them) whose result is a view of ``self``
+#: (or ``self``) with a geometry that depends only on ``self``'s shape, strides and offset, given constant
+#: arguments. ``to`` and ``contiguous`` may copy instead: ``BoundViews`` keeps its bound path only where the
+#: first call's results share the root's storage.
+_VIEW_METHODS = frozenset({"view", "reshape", "contiguous", "expand", "transpose", "permute", "unsqueeze",
+                           "squeeze", "flatten", "unflatten", "t", "narrow", "select", "split", "chunk",
+                           "unbind", "split_with_sizes", "to", "__getitem__"})
+
+#: Functions (public bindings and ATen overloads) of the same kind.
+_VIEW_FUNCTIONS = frozenset({
+    torch.transpose, torch.reshape, torch.permute, torch.unsqueeze, torch.squeeze, torch.unflatten,
+    torch.flatten, torch.select, torch.narrow, torch.t, torch.split, torch.split_with_sizes, torch.chunk,
+    torch.unbind, aten.view.default, aten.reshape.default, aten.transpose.int, aten.permute.default, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.t.default, aten.slice.Tensor,
+    aten.select.int, aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default,
+    aten.narrow.default, aten.expand.default, aten.alias.default, aten.contiguous.default,
+    aten.flatten.using_ints, aten.unflatten.int, aten.detach.default,
+})
+
+#: Of those, the ones that return a tuple of views (read by ``operator.getitem`` with an int).
+_MULTI_VIEWS = frozenset({"split", "split_with_sizes", "chunk", "unbind", torch.split, torch.split_with_sizes,
+                          torch.chunk, torch.unbind, aten.split.Tensor,
+                          aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default})
+
+#: In-place ops that change a tensor's geometry (not its data): a tree any of them touches is left alone, since
+#: ``BoundViews`` makes every view of its tree where the tree's first view was.
+_GEOMETRY_WRITES = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "t_", "transpose_", "squeeze_",
+                              "unsqueeze_", "swapdims_", "swapaxes_", "detach_"})
+
+
+def _has_node(value: Any) -> bool:
+    found = []
+    torch.fx.node.map_arg(value, lambda n: found.append(n))
+    return bool(found)
+
+
+def _basic_index(index: Any) -> bool:
+    """Whether a ``tensor[index]`` is basic indexing (a view): ints, slices of ints, None, Ellipsis."""
+    items = index if isinstance(index, tuple) else (index,)
+    for item in items:
+        if isinstance(item, slice):
+            if not all(p is None or isinstance(p, int) for p in (item.start, item.stop, item.step)):
+                return False
+        elif not (item is None or item is Ellipsis or (isinstance(item, int) and not isinstance(item, bool))):
+            return False
+    return True
+
+
+def _view_kind(node: torch.fx.Node) -> str | None:
+    """``"tensor"`` for a view-like node that returns a tensor, ``"tuple"`` for one that returns a tuple of views,
+    ``"item"`` for the ``getitem`` that reads one of them; None otherwise. Every argument but the first must be a
+    constant (no graph value): then the result's geometry follows from the first's alone."""
+    if node.op not in ("call_method", "call_function") or not node.args:
+        return None
+    if not isinstance(node.args[0], torch.fx.Node) or _has_node((node.args[1:], node.kwargs)):
+        return None
+    target = node.target
+    if node.op == "call_function" and target is operator.getitem:
+        producer = node.args[0]
+        if _view_kind(producer) == "tuple":
+            return "item" if isinstance(node.args[1], int) else None
+        if producer.op == "call_function" and producer.target is operator.getitem:
+            return None                        # a getitem of a tuple element: not known to be a tensor
+        val = producer.meta.get("val")
+        if isinstance(val, (tuple, list)):
+            return None
+        return "tensor" if _basic_index(node.args[1]) and _tensor_valued(producer) else None
+    if node.op == "call_method":
+        if target not in _VIEW_METHODS:
+            return None
+        if target == "to":                     # only to(dtype) (returns self where the dtype is the same)
+            if node.kwargs or len(node.args) < 2 or not isinstance(node.args[1], torch.dtype) or any(
+                    a not in (False, None) for a in node.args[2:]):
+                return None
+        if target == "__getitem__" and not _basic_index(node.args[1] if len(node.args) > 1 else ()):
+            return None
+        if target == "view" and any(isinstance(a, torch.dtype) for a in node.args[1:]):
+            return None                        # view(dtype) reinterprets the bytes
+        return "tuple" if target in _MULTI_VIEWS else "tensor"
+    if target not in _VIEW_FUNCTIONS:
+        return None
+    return "tuple" if target in _MULTI_VIEWS else "tensor"
+
+
+def _tensor_valued(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is known to give a tensor: a placeholder or attribute, or a call whose recorded value is
+    one, or a view-like call of such a node."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return True
+    if node.op in ("placeholder", "get_attr"):
+        return val is None or isinstance(val, torch.Tensor)
+    return _view_kind(node) == "tensor"
+
+
+class BoundViews:
+    """A tree of view-like nodes read from one tensor (the root), replaced by one call: ``as_strided`` of the
+    root for each view the rest of the graph reads (a leaf).
+
+    ``view``, ``transpose``, ``split``/``getitem``, ``permute``… each cost a Python-to-ATen call and make a
+    tensor the next one only re-views; a prepared graph's shapes are fixed, so where the root has the same
+    shape, strides, offset and dtype as at the first call, every leaf has the same geometry in the same storage
+    as then. At the first call this runs the tree's own ops (``generic``, a small graph of exactly those nodes)
+    and keeps the bound path only where every leaf shares the root's storage (no ``reshape``/``contiguous``/
+    ``to`` copied); later calls whose root matches the recorded geometry make each leaf with one ``as_strided``
+    (the same storage, sizes, strides and offset: the same tensor bit for bit), others (and calls autograd
+    records) run the tree's ops. ``why`` says why a tree kept its ops.
+
+    ::
+
+        addmm ─ view ─ split ┬ getitem ─ view ─ transpose ─▶ attention      addmm ─ bound_views ┬ [0] ─▶ attention
+                             ├ getitem ─ view ─ transpose ─▶ attention  →                        ├ [1] ─▶ attention
+                             └ getitem ─ view ─ transpose ─▶ attention                           └ [2] ─▶ attention
+    """
+
+    def __init__(self, generic: torch.fx.GraphModule, leaves: int, calls: int) -> None:
+        self.generic, self.leaves, self.calls = generic, leaves, calls
+        self.__name__ = self.__qualname__ = "bound_views"
+        self.__module__ = __name__
+        self.root: tuple | None = None                # shape, strides, offset, dtype of the root at the first call
+        self.views: tuple = ()                        # (size, stride, offset) per leaf
+        self.recorded = False
+        self.why: str | None = None
+
+    def __repr__(self) -> str:
+        state = "bound" if self.root is not None else f"generic: {self.why}" if self.why else "new"
+        return f"BoundViews({self.calls} calls, {self.leaves} leaves, {state})"
+
+    def __deepcopy__(self, memo) -> "BoundViews":
+        return BoundViews(copy.deepcopy(self.generic, memo), self.leaves, self.calls)
+
+    def __reduce__(self):
+        return (BoundViews, (self.generic, self.leaves, self.calls))
+
+    def __call__(self, x):
+        r = self.root
+        if (r is not None and x.shape == r[0] and x.stride() == r[1] and x.storage_offset() == r[2]
+                and x.dtype == r[3] and not (x.requires_grad and torch.is_grad_enabled())):
+            if self.leaves == 1:
+                v = self.views[0]
+                return x.as_strided(v[0], v[1], v[2])
+            return tuple([x.as_strided(v[0], v[1], v[2]) for v in self.views])
+        out = self.generic.forward(x)                 # the tree's own ops (no Module.__call__ around them)
+        if not self.recorded and not (x.requires_grad and torch.is_grad_enabled()):
+            self._bind(x, out)
+        return out
+
+    def _bind(self, x, out) -> None:
+        self.recorded = True
+        leaves = (out,) if self.leaves == 1 else tuple(out)
+        if not isinstance(x, torch.Tensor) or not all(isinstance(t, torch.Tensor) for t in leaves):
+            self.why = "a value of the tree is not a tensor"
+            return
+        storage = x.untyped_storage().data_ptr()
+        for t in leaves:
+            if t.dtype != x.dtype or t.untyped_storage().data_ptr() != storage or t.is_conj() != x.is_conj() \
+                    or t.is_neg() != x.is_neg():
+                self.why = "a view of the tree is a copy on these inputs (reshape, contiguous or to copied)"
+                return
+        self.views = tuple((tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in leaves)
+        self.root = (x.shape, x.stride(), x.storage_offset(), x.dtype)
+
+
+def _view_trees(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    """root -> the view-like nodes read from it (transitively), in graph order."""
+    kind = {n: _view_kind(n) for n in gm.graph.nodes}
+    root_of: dict[torch.fx.Node, torch.fx.Node] = {}
+    trees: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in gm.graph.nodes:
+        if kind[node] is None:
+            continue
+        src = node.args[0]
+        if kind.get(src) is None and kind[node] == "item":
+            continue                           # a getitem of a tuple another op made: a root, not a view
+        root = root_of[src] if kind.get(src) is not None else src    # a non-tensor root: ``_bind`` refuses it
+        root_of[node] = root
+        trees.setdefault(root, []).append(node)
+    return trees
+
+
+def collapse_views(gm: torch.fx.GraphModule, min_saved: int = 1) -> int:
+    """Replace each tree of view-like nodes read from one tensor by one ``BoundViews`` node (and a ``getitem`` per
+    leaf where it has several), where that saves at least ``min_saved`` Python-to-ATen calls: a tree of ``c``
+    ATen calls with ``l`` leaves costs one bound call (its check and Python frame, about one view's cost) and
+    ``l`` ``as_strided`` calls instead, so it is collapsed where ``c >= l + min_saved`` (on this project's CPU
+    host a ``view`` + ``transpose`` took 2.0 µs, the bound call 1.6 µs).
+
+    A leaf is a tensor view read by a node outside the tree (or an output). A tree is left alone where an
+    in-place op that changes geometry (``resize_``, ``transpose_``…) reads any of its nodes or its root, where a
+    tuple of views leaves it (read other than by ``getitem``), or where it would gain nothing. Edits ``gm`` in
+    place; returns how many trees were collapsed.
+    """
+    collapsed = 0
+    for root, nodes in _view_trees(gm).items():
+        members = set(nodes)
+        if any(u.op in ("call_method", "call_function") and _geometry_write(u)
+               for n in (root, *nodes) for u in n.users):
+            continue
+        leaves, ok = [], True
+        for n in nodes:
+            outside = [u for u in n.users if u not in members]
+            if _view_kind(n) == "tuple":
+                ok = ok and not outside        # a tuple read other than by getitem of the tree
+            elif outside:
+                leaves.append(n)
+        calls = sum(1 for n in nodes if _view_kind(n) != "item")
+        if not ok or not leaves or calls < len(leaves) + min_saved:
+            continue
+        sub = torch.fx.Graph()
+        env = {root: sub.placeholder("root")}
+        for n in nodes:
+            env[n] = sub.node_copy(n, lambda a: env[a])
+        sub.output(env[leaves[0]] if len(leaves) == 1 else tuple(env[n] for n in leaves))
+        bound = BoundViews(torch.fx.GraphModule(torch.nn.Module(), sub), len(leaves), calls)
+        with gm.graph.inserting_before(nodes[0]):
+            call = gm.graph.call_function(bound, (root,))
+        if len(leaves) == 1:
+            leaves[0].replace_all_uses_with(call, delete_user_cb=lambda u: u not in members)
+        else:
+            with gm.graph.inserting_after(call):
+                items = [gm.graph.call_function(operator.getitem, (call, i)) for i in range(len(leaves))]
+            for leaf, item in zip(leaves, items):
+                item.meta = dict(leaf.meta)
+                leaf.replace_all_uses_with(item, delete_user_cb=lambda u: u not in members)
+        call.meta["views_collapsed"] = calls
+        for n in reversed(nodes):
+            if not n.users:
+                gm.graph.erase_node(n)
+        collapsed += 1
+    if collapsed:
+        gm.graph.lint()
+        gm.recompile()
+    return collapsed
+
+
+def drop_noop_detach(gm: torch.fx.GraphModule) -> int:
+    """Drop each in-place ``detach_`` of a graph attribute that has no autograd state (no grad, no history, not a
+    view): it returns that same tensor and changes nothing. transformers' empty cache (``torch.tensor([])``, a
+    lifted constant) is detached so at every forward of GPT-2 (8 ATen calls a forward for 4 layers). Edits ``gm``
+    in place; returns how many were dropped."""
+    dropped = 0
+    for node in list(gm.graph.nodes):
+        is_detach = ((node.op == "call_function" and node.target is aten.detach_.default)
+                     or (node.op == "call_method" and node.target == "detach_"))
+        if not is_detach or len(node.args) != 1 or node.kwargs:
+            continue
+        src = node.args[0]
+        value = attr_value(gm, src.target) if isinstance(src, torch.fx.Node) and src.op == "get_attr" else None
+        if (not isinstance(value, torch.Tensor) or value.requires_grad or value.grad_fn is not None
+                or value._base is not None):
+            continue
+        node.replace_all_uses_with(src)
+        gm.graph.erase_node(node)
+        dropped += 1
+    if dropped:
+        gm.graph.lint()
+        gm.recompile()
+    return dropped
+
+
+def _geometry_write(node: torch.fx.Node) -> bool:
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if isinstance(target, torch._ops.OpOverload):
+        name = target._schema.name.split("::")[-1]
+    return name in _GEOMETRY_WRITES
+
+
+def aten_calls_per_forward(fn, *args) -> int:
+    """How many ATen ops one call of ``fn(*args)`` reaches through the dispatcher (``TorchDispatchMode``: views,
+    ``as_strided`` and kernels alike; not tensor attribute reads such as ``stride()``): the CPU proxy of a
+    forward's Python-to-ATen calls."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    count = [0]
+
+    class _Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            count[0] += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count():
+        fn(*args)
+    return count[0]

@@ -113,7 +113,8 @@ def synchronize(device: str) -> None:
 
 def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
                   channels_last: bool = False, lean: bool = True,
-                  casts: "CastRecord | None" = None) -> torch.fx.GraphModule:
+                  casts: "CastRecord | None" = None,
+                  binds: "lean_graphs.Binds | None" = None) -> torch.fx.GraphModule:
     """A copy of ``gm`` on ``device`` with floating weights and constants in ``dtype``.
 
     torch.export bakes ``device=cpu`` and ``dtype=torch.float32`` into factory
@@ -143,6 +144,10 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     go through their public bindings, fused call targets call the library
     function they would pick at every forward, and weights are read as plain
     instance attributes. The result is final: move and cast before, not after.
+    ``binds`` (default ``lean.DEFAULT_BINDS``, set from measurement) says which
+    nodes are then bound at their first call: Triton fused calls, attention and
+    linears on CUDA, trees of view-like nodes (``lean.collapse_views``) on every
+    device.
 
     The chains' own graphs that a fused graph calls (an inductor chain's
     ``CompiledChain``) are retargeted as the root's nodes are: a softmax's
@@ -221,11 +226,12 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     if lean:
         lean_graphs.lower_aten_calls(gm)
         lean_graphs.specialize_fused_calls(gm, target_device, dtype, "channels_last" if channels_last else "nchw")
-        if torch.device(target_device).type == "cuda":
-            lean_graphs.bind_calls(gm)
-            lean_graphs.bind_attention(gm)
-            lean_graphs.bind_linears(gm)
+        binds = lean_graphs.DEFAULT_BINDS if binds is None else binds
+        lean_graphs.apply_binds(gm, target_device, binds)
         lean_graphs.fold_constants(gm)
+        if binds.views:
+            lean_graphs.drop_noop_detach(gm)
+            lean_graphs.collapse_views(gm)     # after folding: views of constants are folded, not collapsed
         lean_graphs.pin_attrs(gm)
     return gm.eval()
 
