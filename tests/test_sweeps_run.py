@@ -116,3 +116,27 @@ def test_the_cli_forces_a_remeasure_and_records_timeouts(local_sweep, capsys):
     records = st.SweepStore(folder).results()
     assert {r["key"] for r in records} == {r["key"] for r in local_sweep[1].records}   # the timeout is not in the key
     assert all(r["status"] == "failed" for r in records)
+
+
+def test_two_workers_sharing_the_cpu_take_turns_and_give_the_serial_keys(local_sweep, tmp_path):
+    """``workers_per_gpu`` 2 on the CPU: two worker processes, each point's device section under the device's lock
+    (the held intervals the children recorded never overlap), and the same keys and statuses as the serial sweep
+    for the same points (what a point measures did not change). ``tests/test_sweeps_shared.py`` shows that the
+    interval check fails without the lock."""
+    grid = S.from_flags(["conv_bn_relu"], ["all", "none"], [1, 2], ["fp32"], settings=SETTINGS)
+    backend = backends.LocalBackend([], workers_per_gpu=2, lock_folder=str(tmp_path))
+    summary = run_sweep(grid, tmp_path / "shared", backend)
+    assert summary.progress.status == "done" and len(backend.workers) == 2
+    serial = [r for r in local_sweep[1].records if r["model"] == "conv_bn_relu"]
+    assert _outcome(summary.records) == _outcome(serial) and len(summary.records) == 4
+    assert {r["key"] for r in summary.records} == {r["key"] for r in serial}
+    held = [(r["lock_acquired_at"], r["lock_released_at"]) for r in summary.records]
+    assert all(a is not None and b > a for a, b in held)
+    intervals = sorted(held)
+    assert all(b[0] >= a[1] for a, b in zip(intervals, intervals[1:]))
+    assert {r["workers_per_gpu"] for r in summary.records} == {2} and {r["worker"] for r in summary.records} <= {0, 1}
+    for rec in summary.records:   # where the wall time went: the child's start, the load, the wait, the timing
+        steps = json.loads(rec["phase_s"])
+        assert {"starting_process", "loading", "waiting_for_device"} <= set(steps)
+        assert steps["waiting_for_device"] == pytest.approx(rec["lock_waited_s"], abs=0.5)
+        assert sum(steps.values()) <= rec["wall_s"] + 0.01
