@@ -72,6 +72,9 @@ def test_cores_and_lock_paths():
     holder, waiting = gpulock.core_sets({0, 1, 2, 3, 4, 5, 6, 7, 9})
     assert holder == {0, 1, 2, 3} and waiting == {4, 5, 6, 7, 9}
     assert gpulock.core_sets({3}) == ({3}, {3})
+    assert gpulock.core_sets(set(range(16)), waiting=2) == (set(range(14)), {14, 15})
+    assert gpulock.core_sets(set(range(16)), waiting=12) == (set(range(8)), set(range(8, 16)))   # at most half
+    assert gpulock.core_sets({0, 1}, waiting=2) == ({0}, {1})
     text = gpulock.format_cores(holder, waiting)
     assert text == "0-3|4-7,9" and gpulock.parse_cores(text) == (holder, waiting)
     assert gpulock.parse_cores("0-3") is None and gpulock.parse_cores("a|b") is None

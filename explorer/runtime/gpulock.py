@@ -34,12 +34,14 @@ LOCK_ENV = "FUSION_EXPLORER_GPU_LOCK"
 CORES_ENV = "FUSION_EXPLORER_GPU_CORES"
 
 
-def core_sets(cores: set[int] | None = None) -> tuple[set[int], set[int]]:
+def core_sets(cores: set[int] | None = None, waiting: int | None = None) -> tuple[set[int], set[int]]:
     """(the lock holder's cores, the waiting processes' cores): the first half of ``cores`` (this process's CPUs)
-    and the rest (both the same single core on a one-core machine)."""
+    and the rest (both the same single core on a one-core machine). ``waiting``: that many cores for the waiting
+    side instead of half (at most half), the holder keeping the rest (its compiles use them)."""
     ordered = sorted(cores if cores is not None else _affinity())
     half = max(1, len(ordered) // 2)
-    return set(ordered[:half]), set(ordered[half:] or ordered[:half])
+    keep = len(ordered) - min(half, max(1, waiting)) if waiting is not None and len(ordered) > 1 else half
+    return set(ordered[:keep]), set(ordered[keep:] or ordered[:keep])
 
 
 def _affinity() -> set[int]:

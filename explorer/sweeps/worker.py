@@ -69,7 +69,9 @@ class Worker:
         self.share = max(1, int(share))
         self.environment = {**sweep_env.probe(gpu), "worker": worker_id, "workers_per_gpu": self.share}
         if self.share > 1 and exclusive:
-            holder, waiting = gpulock.core_sets()
+            # the waiting side runs one child's start and load and a worker's resolve per extra worker: two cores
+            # each; the holder keeps the rest (its torch.compile baselines compile on them)
+            holder, waiting = gpulock.core_sets(waiting=2 * (self.share - 1))
             device = self.environment.get("gpu_uuid") or gpu or "cpu"
             os.environ[gpulock.LOCK_ENV] = gpulock.lock_path(str(device), lock_folder)
             os.environ[gpulock.CORES_ENV] = gpulock.format_cores(holder, waiting)
