@@ -18,6 +18,7 @@ import threading
 
 import pytest
 
+from benchmarks import sweep_time
 from explorer import report as run_report
 from explorer.cli import main
 from explorer.sweeps import backends, spec as S, store as st
@@ -140,3 +141,8 @@ def test_two_workers_sharing_the_cpu_take_turns_and_give_the_serial_keys(local_s
         assert {"starting_process", "loading", "waiting_for_device"} <= set(steps)
         assert steps["waiting_for_device"] == pytest.approx(rec["lock_waited_s"], abs=0.5)
         assert sum(steps.values()) <= rec["wall_s"] + 0.01
+    # benchmarks/sweep_time.py's summary of the same folder: no overlap, every point's section counted
+    doc = sweep_time.summarize(str(tmp_path / "shared"))
+    assert doc["points_measured"] == 4 and doc["points_left"] == 0 and not any(p["overlap"] for p in doc["parts"])
+    assert sum(p["points"] for p in doc["parts"]) == 4
+    assert sum(p["held_s"] for p in doc["parts"]) == pytest.approx(sum(r["lock_held_s"] for r in summary.records), abs=0.2)
