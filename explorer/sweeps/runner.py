@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -167,12 +169,9 @@ def run_sweep(spec: SweepSpec, folder: str | Path, backend: str | Any = "local",
 
 
 def compile_cache(folder: str | os.PathLike) -> str:
-    """The inductor/Triton cache the points of the sweep in ``folder`` share (``worker.use_cache``): a folder of
-    the system's temporary folder named by the sweep folder's path, so that it is never part of the results and
-    a resumed sweep on the same machine finds what its first part compiled."""
-    import hashlib
-    import tempfile
-
+    """The inductor cache the points of the sweep in ``folder`` share (``worker.use_cache``): a folder of the
+    system's temporary folder named by the sweep folder's path, so that it is never part of the results and a
+    resumed sweep on the same machine finds what its first part compiled."""
     digest = hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:16]
     return os.path.join(tempfile.gettempdir(), "fusion-explorer-sweep-cache", digest)
 
@@ -270,7 +269,7 @@ class _Scheduler:
         for w in self.backend.workers:
             if w in self.inflight:
                 continue
-            if self.to_resolve and (len(self.ready) < len(self.backend.workers) or not self.ready):
+            if self.to_resolve and len(self.ready) < len(self.backend.workers):
                 shape = self.to_resolve.popleft()
                 model, batch, seq = shape
                 task = {"kind": "resolve", "id": self._next_id(), "model": model, "batch": batch, "seq_len": seq,

@@ -20,9 +20,10 @@ allocation, and gives it back once its report is measured: one point's device wo
 point's host work runs beside it. ``exclusive`` False (tests only) shares the device without the lock, to show
 that the test's check catches overlapping sections.
 
-Each worker's measuring children share one inductor and Triton cache (``cache_dir``, one per sweep folder: the
-scheduler names it), so that a point compiles what an earlier point of the same model, shape and dtype compiled
-from the cache; a cache the user set (``TORCHINDUCTOR_CACHE_DIR``) is kept.
+Each worker's measuring children share one inductor cache (``cache_dir``, one per sweep folder: the scheduler
+names it), so that a point compiles what an earlier point of the same model, shape and dtype compiled from the
+cache, and what it says about compile times is this sweep's own; a cache the user set
+(``TORCHINDUCTOR_CACHE_DIR``) is kept.
 
 A task never raises: a failure (the runner's ``RunError``: a crash, a timeout, out of memory; a model that does
 not load) is an answer with ``status`` "failed" and the one-line ``reason``. A worker that dies (killed, out of
@@ -122,12 +123,11 @@ class Worker:
 
 
 def use_cache(folder: str | None) -> None:
-    """The inductor and Triton caches the runner's children use: ``folder``'s (module docstring), unless the user
-    set their own."""
-    if not folder:
-        return
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(folder, "inductor"))
-    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(folder, "triton"))
+    """The inductor cache the runner's children use: ``folder`` (module docstring), unless the user set their own.
+    Triton's own cache (our fused kernels, and the kernels inductor generates) stays the user's, shared by every
+    run of this machine."""
+    if folder:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", folder)
 
 
 _READER = Reader(PROGRESS.texts)
