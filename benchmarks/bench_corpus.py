@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import results_path, run_stamp, write_json  # noqa: E402
+from explorer.runtime.gpulock import GpuLock, core_sets  # noqa: E402,F401  (the one exclusive section)
 
 #: What runs first: the decoders nobody here wrote at 7-8B layer sizes, then the architectures that failed
 #: before (RegNet, Swin, ViT, EfficientNet-V2), then one of each family; the rest of torchvision last.
@@ -98,44 +99,6 @@ def select(all_names: list[str], only: str, skip: str) -> list[str]:
 PER_MODEL_S = 18.0
 #: a child that gets the lock with less than this left skips (part 4 lost 22 s to a model killed mid-section)
 LOCK_MARGIN_S = 35.0
-
-
-def core_sets() -> tuple[set[int], set[int]]:
-    """(the lock holder's cores, the waiting processes' cores): the first half of this process's CPUs and the rest
-    (both the same single core on a one-core machine)."""
-    cores = sorted(os.sched_getaffinity(0))
-    half = max(1, len(cores) // 2)
-    return set(cores[:half]), set(cores[half:] or cores[:half])
-
-
-class GpuLock:
-    """The exclusive GPU section: ``fcntl.flock`` on ``path`` (``None``: no lock, for the test that shows the
-    check fails without it). Records the seconds waited and held and the wall-clock interval held."""
-
-    def __init__(self, path: str | None, holder: set[int] | None = None):
-        self.path, self.holder, self.fd, self.record = path, holder, None, {}
-
-    def __enter__(self):
-        import fcntl
-
-        t0 = time.time()
-        if self.path:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        self.record = dict(waited_s=round(time.time() - t0, 3), acquired_at=time.time(), locked=bool(self.path))
-        if self.holder:
-            os.sched_setaffinity(0, self.holder)
-        return self
-
-    def __exit__(self, *exc):
-        import fcntl
-
-        now = time.time()
-        self.record.update(released_at=now, held_s=round(now - self.record["acquired_at"], 3))
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-        return False
 
 
 def free_device(device: str) -> None:

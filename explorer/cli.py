@@ -303,10 +303,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             _csv(args.memory_formats, what="memory-formats") or ["nchw"],
             _csv(args.cuda_graphs_axis, _on_off, "cuda-graphs") or [False],
             _csv(args.baselines_axis, _on_off, "baselines") or [False], settings)
-    if args.allow_mixed_gpus:
+    if args.allow_mixed_gpus or args.workers_per_gpu:
         import dataclasses
 
-        spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, allow_mixed_gpus=True))
+        changed = {"allow_mixed_gpus": True} if args.allow_mixed_gpus else {}
+        if args.workers_per_gpu:   # how the points are scheduled, not what they measure: also over a sweep file
+            if args.workers_per_gpu > 16:
+                raise ExplorerError(f"--workers-per-gpu {args.workers_per_gpu}: at most 16")
+            changed["workers_per_gpu"] = args.workers_per_gpu
+        spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, **changed))
     if args.ray_address and args.backend != "ray":
         raise ExplorerError("--ray-address needs --backend ray")
     tty = sys.stderr.isatty()
@@ -324,7 +329,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             last.update(line=counts, t=time.monotonic())
 
     summary = runner.run_sweep(spec, args.out, args.backend, ray_address=args.ray_address,
-                               cpu_workers=args.workers or 1, force=args.force, progress=progress)
+                               cpu_workers=args.workers or 1, force=args.force, progress=progress,
+                               stop_after_s=args.stop_after_s)
     if tty:
         print(file=sys.stderr)
     for rec in summary.records:
@@ -569,6 +575,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="measure again the points the folder holds already")
     p.add_argument("--allow-mixed-gpus", action="store_true", dest="allow_mixed_gpus",
                    help="let workers on different GPU models, drivers or versions share one sweep")
+    p.add_argument("--workers-per-gpu", type=_positive, dest="workers_per_gpu",
+                   help="workers taking turns on each GPU: one point's host work beside another's device work, "
+                        "the device work one point at a time (default 1, or the sweep file's)")
+    p.add_argument("--stop-after-s", type=_positive, dest="stop_after_s",
+                   help="start no point that would end later than this many seconds after the start; the same "
+                        "command resumes the rest")
     p = add("compare-compile", "our chains beside the kernels torch.compile generates")
     model_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -33,6 +33,7 @@ from typing import Any, Callable
 from explorer.messages import PHASES as PHASES_WORDS, PROGRESS, RUN
 from explorer.errors import ReportError, RunError
 from explorer.report import PHASES, Report
+from explorer.runtime import gpulock
 from explorer.runtime.child import child_main, run_child
 from explorer.runtime.progress import (PRIOR_CHILD_START_S, PRIOR_FINISH_S, CallerClock, estimating, format_seconds,
                                        host_pace, split_left)
@@ -203,15 +204,52 @@ def _merge(pieces: list[tuple[dict, list[str]]], failures: list[dict], fresh: in
 
 
 def _measure_in_child(payload: dict, emit: Callable[[float, str], None]) -> dict:
-    """The child's work: ``explorer.runtime.session.measure`` (torch is imported here, in the child only)."""
+    """The child's work: ``explorer.runtime.session.measure`` (torch is imported here, in the child only).
+
+    When the parent shares the device with other measuring processes (``gpulock.LOCK_ENV``: a sweep's
+    ``workers_per_gpu``), the device work is an exclusive section: the lock is taken after setup's host work,
+    before the first device allocation, and given back once the report is measured and the device memory freed;
+    the report's ``environment.extra`` says how long it waited and held it (``gpu_lock_*``, Unix seconds)."""
+    section = gpulock.Section.from_env()
+    if section is not None:
+        gpulock.pin(section.waiting)   # host work on the waiting cores until the section begins
+
+    def before_device() -> None:
+        emit(0.0, PROGRESS("waiting_for_device"))
+        section.acquire()
+
     from explorer.runtime.session import measure_phases  # the parent never imports torch
 
     settings = RunSettings.from_dict(payload.get("settings") or {})
     phases = tuple(p for p in payload.get("phases") or PHASES if p in PHASES)
-    report, _left = measure_phases(payload["source"], payload.get("plan"), settings, emit, phases,
-                                   on_part=getattr(emit, "part", None),
-                                   pace=host_pace(payload.get("spawned_at"), payload.get("child_start_s")))
-    return report.to_dict()
+    try:
+        report, _left = measure_phases(payload["source"], payload.get("plan"), settings, emit, phases,
+                                       on_part=getattr(emit, "part", None),
+                                       pace=host_pace(payload.get("spawned_at"), payload.get("child_start_s")),
+                                       before_device=before_device if section is not None else None)
+        out = report.to_dict()
+    finally:
+        if section is not None and section.held:
+            _free_device()
+            section.release()
+    if section is not None and section.record.get("locked"):
+        r = section.record
+        out["environment"].setdefault("extra", {}).update(
+            gpu_lock_waited_s=r["waited_s"], gpu_lock_held_s=r["held_s"], gpu_lock_wait_started_at=r["wait_started_at"],
+            gpu_lock_acquired_at=r["acquired_at"], gpu_lock_released_at=r["released_at"])
+    return out
+
+
+def _free_device() -> None:
+    """What the measurement left on the device, freed before its section ends (the next holder finds it free)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ PROGRESS = Words("progress", {
         "正在交替给 {n} 个变体计时"),
     "reading_casts": ("reading the model's own casts in {dtype}", "正在读取模型自身在 {dtype} 下的类型转换"),
     "starting_process": ("starting the measurement process", "正在启动测量进程"),
+    "waiting_for_device": ("waiting for the device (another measurement holds it)", "正在等待设备（另一个测量正在使用它）"),
     "taking_longer": ("{msg} · taking longer than estimated", "{msg} · 比估计的要久"),
     "estimating": ("{msg} · estimating the time left", "{msg} · 正在估计剩余时间"),
     "starting_sweep_worker": ("starting the sweep's worker for {n:d} point(s)", "正在为 {n} 个点启动扫描的工作进程"),

@@ -18,6 +18,7 @@ import threading
 
 import pytest
 
+from benchmarks import sweep_time
 from explorer import report as run_report
 from explorer.cli import main
 from explorer.sweeps import backends, spec as S, store as st
@@ -116,3 +117,32 @@ def test_the_cli_forces_a_remeasure_and_records_timeouts(local_sweep, capsys):
     records = st.SweepStore(folder).results()
     assert {r["key"] for r in records} == {r["key"] for r in local_sweep[1].records}   # the timeout is not in the key
     assert all(r["status"] == "failed" for r in records)
+
+
+def test_two_workers_sharing_the_cpu_take_turns_and_give_the_serial_keys(local_sweep, tmp_path):
+    """``workers_per_gpu`` 2 on the CPU: two worker processes, each point's device section under the device's lock
+    (the held intervals the children recorded never overlap), and the same keys and statuses as the serial sweep
+    for the same points (what a point measures did not change). ``tests/test_sweeps_shared.py`` shows that the
+    interval check fails without the lock."""
+    grid = S.from_flags(["conv_bn_relu"], ["all", "none"], [1, 2], ["fp32"], settings=SETTINGS)
+    backend = backends.LocalBackend([], workers_per_gpu=2, lock_folder=str(tmp_path))
+    summary = run_sweep(grid, tmp_path / "shared", backend)
+    assert summary.progress.status == "done" and len(backend.workers) == 2
+    serial = [r for r in local_sweep[1].records if r["model"] == "conv_bn_relu"]
+    assert _outcome(summary.records) == _outcome(serial) and len(summary.records) == 4
+    assert {r["key"] for r in summary.records} == {r["key"] for r in serial}
+    held = [(r["lock_acquired_at"], r["lock_released_at"]) for r in summary.records]
+    assert all(a is not None and b > a for a, b in held)
+    intervals = sorted(held)
+    assert all(b[0] >= a[1] for a, b in zip(intervals, intervals[1:]))
+    assert {r["workers_per_gpu"] for r in summary.records} == {2} and {r["worker"] for r in summary.records} <= {0, 1}
+    for rec in summary.records:   # where the wall time went: the child's start, the load, the wait, the timing
+        steps = json.loads(rec["phase_s"])
+        assert {"starting_process", "loading", "waiting_for_device"} <= set(steps)
+        assert steps["waiting_for_device"] == pytest.approx(rec["lock_waited_s"], abs=0.5)
+        assert sum(steps.values()) <= rec["wall_s"] + 0.01
+    # benchmarks/sweep_time.py's summary of the same folder: no overlap, every point's section counted
+    doc = sweep_time.summarize(str(tmp_path / "shared"))
+    assert doc["points_measured"] == 4 and doc["points_left"] == 0 and not any(p["overlap"] for p in doc["parts"])
+    assert sum(p["points"] for p in doc["parts"]) == 4
+    assert sum(p["held_s"] for p in doc["parts"]) == pytest.approx(sum(r["lock_held_s"] for r in summary.records), abs=0.2)

@@ -158,9 +158,11 @@ def measure(source: str, plan_data: dict | None, settings: RunSettings,
 def measure_phases(source: str, plan_data: dict | None, settings: RunSettings,
                    emit: Callable[[float, str], None] | None = None, phases: tuple[str, ...] = PHASES,
                    on_part: Callable[[dict], None] | None = None,
-                   pace: float = 1.0) -> tuple[Report, tuple[str, ...]]:
+                   pace: float = 1.0, before_device: Callable[[], None] | None = None
+                   ) -> tuple[Report, tuple[str, ...]]:
     """Set up, then run ``phases`` (a subset of ``PHASES``, in order), each on its own (module docstring).
     ``pace``: the host's pace against earlier runs (``progress.host_pace``), scaling the costs they remembered.
+    ``before_device``: called before the first device allocation, after the host work of setup (``_setup``).
 
     Returns the report and the requested phases left unrun because a failure lost the process
     (empty when every phase ran or failed alone). ``on_part`` receives ``{"started": phase}`` as a
@@ -173,7 +175,7 @@ def measure_phases(source: str, plan_data: dict | None, settings: RunSettings,
         torch.set_num_threads(threads)  # before anything runs; environment() records it
     try:
         first_load = host_load_1min()
-        run = _setup(source, plan_data, settings, emit, tuple(phases), threads, pace)
+        run = _setup(source, plan_data, settings, emit, tuple(phases), threads, pace, before_device)
         run.load[:0] = [first_load, host_load_1min()]
         send = on_part or (lambda part: None)
         send({"snapshot": _report(run).to_dict(), "done": []})
@@ -250,8 +252,10 @@ class _Run:
 
 def _setup(source: str, plan_data: dict | None, settings: RunSettings,
            emit: Callable[[float, str], None] | None, phases: tuple[str, ...], threads: int | None,
-           pace: float = 1.0) -> _Run:
-    """Load, plan, fuse and prepare both graphs; a failure here is the run's (a ``RunError`` line)."""
+           pace: float = 1.0, before_device: Callable[[], None] | None = None) -> _Run:
+    """Load, plan, fuse and prepare both graphs; a failure here is the run's (a ``RunError`` line).
+    ``before_device`` is called once the host work (load, capture, detect, plan, fuse, the casts' record) is done,
+    before the device's first allocation (``gpulock.Section.acquire``: the exclusive device section)."""
     t_start = time.perf_counter()
     device = m.resolve_device(settings.device)
     cuda = device.startswith("cuda")
@@ -274,7 +278,6 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
                            memory.get(f"chains:{key}", 0.0), 3, pace * memory.get(f"fuse:{key}", 0.3),
                            _chain_cost(memory, key, device, cpu_pace))})
     dtype = m.torch_dtype(settings.dtype)
-    environment = _environment(device)
 
     schedule.emit("load", 0.0, PROGRESS("loading", x=source))
     _check_memory(source, settings)
@@ -285,7 +288,6 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     model, graph, detection = analysis
     plan = make_plan(detection, "all") if plan_data is None else Plan.from_dict(plan_data)
     plan.check_for(detection)
-    _check_device_memory(model, graph, device, dtype)
 
     schedule.emit("prepare", 0.0, "applying the plan")
     t0 = time.perf_counter()
@@ -305,6 +307,10 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
             notes.append(cast_note)
     elif dtype not in (torch.float32, torch.float64):
         notes.append(CASTS("no_eager_module_this", x=m.capture_dtype(model.gm), x2=settings.dtype))
+    if before_device is not None:   # everything above is host work; the device's first allocation is below
+        before_device()
+    environment = _environment(device)   # the device's name and clocks, read inside its section
+    _check_device_memory(model, graph, device, dtype)
     schedule.emit("prepare", 0.5, PROGRESS("preparing_models", x=settings.dtype, x2=device, x3=plan.memory_format))
     unfused_gm = m.prepare_graph(model.gm, device, dtype, channels_last, casts=casts)
     fused_gm = m.prepare_graph(fused_model.gm, device, dtype, channels_last, casts=casts)

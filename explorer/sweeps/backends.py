@@ -10,14 +10,16 @@ Both give the scheduler (``explorer.sweeps.runner``) the same four calls, one ta
 
 **Local**: one process per visible GPU (``CUDA_VISIBLE_DEVICES`` set to that GPU before the worker starts, so the
 runner's child sees it alone), or ``cpu_workers`` processes on the CPU (one by default: on a CPU, two measurements
-at once would time each other). Processes are started with ``spawn``: a worker holds no state of the parent. A
+at once would time each other). ``workers_per_gpu`` > 1 starts that many workers per GPU (or on the CPU), which
+take turns on it through its exclusive device section (``worker.Worker``'s ``share``, ``runtime.gpulock``). Processes are started with ``spawn``: a worker holds no state of the parent. A
 worker whose process ends while it holds a task is reported dead, with its exit status, and restarted. A worker's
 measurement runs in a child of its own session (``runtime.child``), which a killed worker would leave running: the
 backend notes each worker's children as it polls (``/proc``) and kills their process groups when the worker dies.
 
 **Ray**: one actor per GPU of the cluster, each created with ``num_gpus=1`` (Ray sets ``CUDA_VISIBLE_DEVICES``
 for it and never gives one GPU to two actors), or ``cpu_workers`` actors with ``num_cpus`` each when the cluster
-has no GPU. ``max_restarts`` lets Ray restart an actor that dies; a task in flight then fails with
+has no GPU. ``workers_per_gpu`` = N > 1: N actors per GPU, each with ``num_gpus=1/N`` (Ray places N of them on
+each GPU), taking turns through the device's section as local workers do. ``max_restarts`` lets Ray restart an actor that dies; a task in flight then fails with
 ``RayActorError``, which becomes a death event (the scheduler retries the point once). With ``address`` None a
 local Ray is started (and shut down at the end); otherwise ``ray.init(address=...)`` joins an existing cluster,
 whose nodes must have this package installed. Results (each point's whole report) come back through Ray's object
@@ -57,11 +59,12 @@ class Event:
 
 # ====================================================================== local processes
 
-def _local_main(worker_id: int, gpu: str | None, tasks: Any, events: Any, simulate_s: float | None) -> None:
+def _local_main(worker_id: int, gpu: str | None, tasks: Any, events: Any, simulate_s: float | None,
+                share: int = 1, lock_folder: str | None = None, exclusive: bool = True) -> None:
     """A local worker process: probe, then answer tasks until ``None``."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    worker = Worker(worker_id, gpu, simulate_s)
+    worker = Worker(worker_id, gpu, simulate_s, share, lock_folder, exclusive)
     events.put(("hello", worker_id, -1, worker.environment))
     while True:
         task = tasks.get()
@@ -104,9 +107,13 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, gpus: list[str] | None = None, cpu_workers: int = 1, simulate_s: float | None = None) -> None:
-        self.gpus: list[str | None] = list(gpus) if gpus else [None] * max(1, int(cpu_workers))
+    def __init__(self, gpus: list[str] | None = None, cpu_workers: int = 1, simulate_s: float | None = None,
+                 workers_per_gpu: int = 1, lock_folder: str | None = None, exclusive: bool = True) -> None:
+        self.share = max(1, int(workers_per_gpu))
+        self.gpus: list[str | None] = ([g for g in gpus for _ in range(self.share)] if gpus else
+                                       [None] * (self.share if self.share > 1 else max(1, int(cpu_workers))))
         self.simulate_s = simulate_s
+        self.lock_folder, self.exclusive = lock_folder, exclusive
         self._ctx = mp.get_context("spawn")
         self._events = self._ctx.Queue()
         self._procs: dict[int, Any] = {}
@@ -118,7 +125,8 @@ class LocalBackend:
     def _spawn(self, w: int) -> None:
         self._tasks[w] = self._ctx.Queue()
         proc = self._ctx.Process(target=_local_main, name=f"fusion-explorer-sweep-worker-{w}",
-                                 args=(w, self.gpus[w], self._tasks[w], self._events, self.simulate_s), daemon=True)
+                                 args=(w, self.gpus[w], self._tasks[w], self._events, self.simulate_s, self.share,
+                                       self.lock_folder, self.exclusive), daemon=True)
         proc.start()
         self._procs[w] = proc
 
@@ -229,14 +237,15 @@ def import_ray():
 class _RayWorker:
     """The actor: a ``Worker`` on the GPU Ray gave it (``ray.get_gpu_ids()``), or on the CPU."""
 
-    def __init__(self, worker_id: int, on_gpu: bool, simulate_s: float | None) -> None:
+    def __init__(self, worker_id: int, on_gpu: bool, simulate_s: float | None, share: int = 1,
+                 lock_folder: str | None = None, exclusive: bool = True) -> None:
         import ray
 
         gpu = None
         if on_gpu:
             ids = ray.get_gpu_ids()
             gpu = str(ids[0]) if ids else None
-        self.worker = Worker(worker_id, gpu, simulate_s)
+        self.worker = Worker(worker_id, gpu, simulate_s, share, lock_folder, exclusive)
 
     def environment(self) -> dict:
         return self.worker.environment
@@ -255,7 +264,8 @@ class RayBackend:
 
     def __init__(self, address: str | None = None, cpu_workers: int = 1, cpus_per_worker: float = 1.0,
                  simulate_s: float | None = None, max_restarts: int = 3, num_cpus: int | None = None,
-                 use_gpus: bool = True) -> None:
+                 use_gpus: bool = True, workers_per_gpu: int = 1, lock_folder: str | None = None,
+                 exclusive: bool = True) -> None:
         self.ray = import_ray()
         self.address = address
         self.cpu_workers = max(1, int(cpu_workers))
@@ -264,6 +274,8 @@ class RayBackend:
         self.max_restarts = int(max_restarts)
         self.num_cpus = num_cpus
         self.use_gpus = use_gpus
+        self.share = max(1, int(workers_per_gpu))
+        self.lock_folder, self.exclusive = lock_folder, exclusive
         self._started_ray = False
         self._actors: dict[int, Any] = {}
         self._inflight: dict[Any, tuple[int, int]] = {}    # ref -> (worker, task id)
@@ -289,17 +301,18 @@ class RayBackend:
     def _make(self, w: int) -> Any:
         options: dict[str, Any] = {"max_restarts": self.max_restarts, "max_task_retries": 0}
         if self.on_gpu:
-            options.update(num_gpus=1, num_cpus=1)
+            options.update(num_gpus=1 / self.share, num_cpus=1)
         else:
             options.update(num_gpus=0, num_cpus=self.cpus_per_worker)
         actor_class = self.ray.remote(_RayWorker)
-        return actor_class.options(**options).remote(w, self.on_gpu, self.simulate_s)
+        return actor_class.options(**options).remote(w, self.on_gpu, self.simulate_s, self.share, self.lock_folder,
+                                                     self.exclusive)
 
     def start(self) -> list[dict]:
         self._init_ray()
         gpus = int(self.ray.cluster_resources().get("GPU", 0)) if self.use_gpus else 0
         self.on_gpu = gpus > 0
-        count = gpus if self.on_gpu else self.cpu_workers
+        count = gpus * self.share if self.on_gpu else (self.share if self.share > 1 else self.cpu_workers)
         for w in range(count):
             self._actors[w] = self._make(w)
         refs = {w: a.environment.remote() for w, a in self._actors.items()}

@@ -4,17 +4,27 @@
 
 1. opens the sweep folder (``store.SweepStore``) and starts the workers (``backends``), each of which probes its
    device; workers with different GPUs, drivers or library versions are refused unless the sweep allows it
-   (``allow_mixed_gpus``), and two workers on one GPU always are;
+   (``allow_mixed_gpus``), and two workers on one GPU are unless the sweep asks for that many
+   (``workers_per_gpu``: they take turns on it through its exclusive device section, ``runtime.gpulock``);
 2. asks a worker to **resolve** each (model, batch, sequence length) once: the graph fingerprint and every plan
-   the sweep names, made for that graph (``worker.resolve``);
-3. gives each free worker the next point: its cache key (``spec.cache_key``: fingerprints, shape, dtype, levers,
-   that worker's device, driver, torch and Triton) is looked up first, and a point measured already is counted
-   as cached and skipped (``force`` measures it again); otherwise the worker **measures** it with
-   ``gpu_runner.run``, and the answer becomes one record and one report in the folder as soon as it arrives;
+   the sweep names, made for that graph (``worker.resolve``); a free worker resolves the next shape only while
+   fewer points are ready than there are workers, so the first point is measured after one load, not after all
+   of them (a resumed sweep loads every shape again to find its keys: that load runs beside the measuring);
+3. gives each free worker the next point, the points of one shape in (dtype, levers, plan) order, so that the
+   plans of one model, shape and dtype follow each other (``plan none`` after ``all``: its torch.compile
+   baselines are the same compiles, read from the sweep's compile cache, ``compile_cache``). Its cache key
+   (``spec.cache_key``: fingerprints, shape, dtype, levers, that worker's device, driver, torch and Triton) is
+   looked up first, and a point measured already is counted as cached and skipped (``force`` measures it
+   again); otherwise the worker **measures** it with ``gpu_runner.run``, and the answer becomes one record and
+   one report in the folder as soon as it arrives;
 4. a point that fails (crash, timeout, out of memory, a model that does not load) is a record with its one-line
    reason, and the sweep goes on; a worker that dies is replaced (``backend.restart``) and its point is tried
    once more before it is recorded as failed;
 5. at the end (also when cancelled or interrupted) writes ``results.parquet`` and the final progress.
+
+``stop_after_s`` (a device lent for a fixed time): no point starts that, at the mean wall time of the points
+measured so far, would end more than that many seconds after the sweep began; the sweep then ends "interrupted"
+with every started point recorded, and the same command resumes it.
 
 Progress (``SweepProgress``: points done, failed, cached, running, restarts, and the time left: the mean wall time
 of the points measured so far times those left, over the workers) goes to the ``progress`` callback and to the
@@ -25,8 +35,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -95,16 +107,19 @@ class SweepSummary:
     records: list[dict]
 
 
-def check_workers(environments: list[dict], allow_mixed: bool) -> None:
-    """Refuse (one line) two workers on one GPU, and workers on different devices or versions unless allowed."""
-    seen: dict[str, int] = {}
+def check_workers(environments: list[dict], allow_mixed: bool, workers_per_gpu: int = 1) -> None:
+    """Refuse (one line) more workers on one GPU than ``workers_per_gpu``, and workers on different devices or
+    versions unless allowed."""
+    seen: dict[str, list] = collections.defaultdict(list)
     for env in environments:
         uuid = env.get("gpu_uuid")
         if env.get("device_kind") == "cuda" and uuid:
-            if uuid in seen:
-                raise SweepError(f"workers {seen[uuid]} and {env.get('worker')} were given the same GPU {uuid}: "
-                                 "each worker needs a GPU of its own")
-            seen[uuid] = env.get("worker")
+            seen[uuid].append(env.get("worker"))
+            if len(seen[uuid]) > max(1, workers_per_gpu):
+                a, b = seen[uuid][0], seen[uuid][-1]
+                raise SweepError(f"workers {a} and {b} were given the same GPU {uuid}: "
+                                 + ("each worker needs a GPU of its own" if workers_per_gpu <= 1 else
+                                    f"more than the {workers_per_gpu} workers per GPU the sweep asks for"))
     if allow_mixed:
         return
     kinds = collections.OrderedDict()
@@ -130,26 +145,35 @@ def make_backend(name: str, spec: SweepSpec, ray_address: str | None = None, cpu
         gpus = [] if device == "cpu" else sweep_env.visible_gpus()
         if device == "cuda" and not gpus:
             raise SweepError("device cuda was asked for, but no GPU is visible (nvidia-smi lists none)")
-        return sweep_backends.LocalBackend(gpus, cpu_workers=cpu_workers, simulate_s=simulate_s)
+        return sweep_backends.LocalBackend(gpus, cpu_workers=cpu_workers, simulate_s=simulate_s,
+                                           workers_per_gpu=spec.settings.workers_per_gpu)
     if name == "ray":
         if device == "cuda" and ray_address is None and not sweep_env.visible_gpus():
             raise SweepError("device cuda was asked for, but no GPU is visible (nvidia-smi lists none)")
         return sweep_backends.RayBackend(address=ray_address, cpu_workers=cpu_workers, simulate_s=simulate_s,
-                                         use_gpus=device != "cpu")
+                                         use_gpus=device != "cpu", workers_per_gpu=spec.settings.workers_per_gpu)
     raise SweepError(f"unknown backend '{name[:40]}': choose local or ray")
 
 
 def run_sweep(spec: SweepSpec, folder: str | Path, backend: str | Any = "local", *, ray_address: str | None = None,
               cpu_workers: int = 1, force: bool = False, retries: int = 1,
               progress: Callable[[SweepProgress], None] | None = None, cancel: threading.Event | None = None,
-              simulate_s: float | None = None) -> SweepSummary:
+              simulate_s: float | None = None, stop_after_s: float | None = None) -> SweepSummary:
     """Measure every point of ``spec`` into ``folder`` (module docstring). ``backend`` is "local", "ray" or a
     backend object (not started). Raises ``SweepError`` (one line) for a folder or workers it refuses."""
     store = SweepStore.create(folder)
     points = expand(spec)
     be = make_backend(backend, spec, ray_address, cpu_workers, simulate_s) if isinstance(backend, str) else backend
-    scheduler = _Scheduler(spec, store, points, be, force, retries, progress, cancel)
+    scheduler = _Scheduler(spec, store, points, be, force, retries, progress, cancel, stop_after_s)
     return scheduler.run()
+
+
+def compile_cache(folder: str | os.PathLike) -> str:
+    """The inductor cache the points of the sweep in ``folder`` share (``worker.use_cache``): a folder of the
+    system's temporary folder named by the sweep folder's path, so that it is never part of the results and a
+    resumed sweep on the same machine finds what its first part compiled."""
+    digest = hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "fusion-explorer-sweep-cache", digest)
 
 
 def _command() -> str:
@@ -163,8 +187,10 @@ def _command() -> str:
 class _Scheduler:
     def __init__(self, spec: SweepSpec, store: SweepStore, points: list[Point], backend: Any, force: bool,
                  retries: int, progress: Callable[[SweepProgress], None] | None,
-                 cancel: threading.Event | None) -> None:
+                 cancel: threading.Event | None, stop_after_s: float | None = None) -> None:
         self.spec, self.store, self.points, self.backend = spec, store, points, backend
+        self.stop_after_s = stop_after_s
+        self.cache_dir = compile_cache(store.folder)
         self.force, self.retries = force, max(0, int(retries))
         self.callback, self.cancel = progress, cancel
         self.state = SweepProgress(total=len(points))
@@ -193,9 +219,10 @@ class _Scheduler:
         try:
             envs = self.backend.start()
             self.envs = {e.get("worker", i): e for i, e in enumerate(envs)}
-            check_workers(envs, self.spec.settings.allow_mixed_gpus)
+            check_workers(envs, self.spec.settings.allow_mixed_gpus, self.spec.settings.workers_per_gpu)
             self.store.write_spec({"spec": self.spec.to_dict(), "backend": self.backend.name, "workers": envs,
-                                   "command": _command(),
+                                   "command": _command(), "compile_cache": self.cache_dir,
+                                   "stop_after_s": self.stop_after_s,
                                    "points": len(self.points),
                                    "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             self._emit(force=True)
@@ -203,6 +230,8 @@ class _Scheduler:
                 if self.cancel is not None and self.cancel.is_set():
                     status = "cancelled"
                     break
+                if self._stopping() and not self.inflight:
+                    break   # "interrupted": the rest is for the next call of the same command
                 self._assign()
                 for event in self.backend.poll(0.2):
                     self._on_event(event)
@@ -227,11 +256,20 @@ class _Scheduler:
         self._task_id += 1
         return self._task_id
 
+    def _stopping(self) -> bool:
+        """Past ``stop_after_s``: a new point would end after it (the mean wall time of those measured so far)."""
+        if self.stop_after_s is None:
+            return False
+        mean = sum(self.walls) / len(self.walls) if self.walls else 0.0
+        return time.monotonic() - self.started + mean > self.stop_after_s
+
     def _assign(self) -> None:
+        if self._stopping():
+            return
         for w in self.backend.workers:
             if w in self.inflight:
                 continue
-            if self.to_resolve:
+            if self.to_resolve and len(self.ready) < len(self.backend.workers):
                 shape = self.to_resolve.popleft()
                 model, batch, seq = shape
                 task = {"kind": "resolve", "id": self._next_id(), "model": model, "batch": batch, "seq_len": seq,
@@ -270,7 +308,7 @@ class _Scheduler:
             return None
         self.keys_this_run.add(key)
         return {"kind": "measure", "id": self._next_id(), "point": point.to_dict(), "plan": plan,
-                "settings": settings.to_dict(), "key": key, "fields": fields}
+                "settings": settings.to_dict(), "key": key, "fields": fields, "cache_dir": self.cache_dir}
 
     def _record_failure(self, i: int, model_fp: str | None, plan_fp: str | None, env: dict, settings: Any,
                         reason: str) -> None:
@@ -315,7 +353,14 @@ class _Scheduler:
 
     def _resolved(self, shape: tuple, answer: dict) -> None:
         self.resolved[shape] = answer
-        self.ready.extend(self.waiting.pop(shape, []))
+        plans = {p.label: i for i, p in enumerate(self.spec.plans)}
+        dtypes = {d: i for i, d in enumerate(self.spec.dtypes)}
+
+        def order(i: int) -> tuple:
+            p = self.points[i]
+            return (dtypes.get(p.dtype, 0), p.memory_format, p.cuda_graphs, p.baselines, plans.get(p.plan, 0), i)
+
+        self.ready.extend(sorted(self.waiting.pop(shape, []), key=order))
 
     def _measured(self, i: int, event: Any) -> None:
         answer = event.data

@@ -18,6 +18,7 @@ A sweep file (TOML; YAML when PyYAML is installed) names the axes of a grid::
     per_chain = false                        # each chain timed alone (slow on big models)
     stages = false
     timeout_s = 900.0                        # per point
+    workers_per_gpu = 1                      # N > 1: N workers take turns on each GPU (exclusive device section)
     # cpu_threads, warmup, reps, compile_modes, allow_mixed_gpus
 
 Every axis is a non-empty list without repeats; an unknown key, a value of the
@@ -89,6 +90,9 @@ class SweepSettings:
     timeout_s: float = 900.0
     compile_modes: tuple[str, ...] = DEFAULT_COMPILE_MODES
     allow_mixed_gpus: bool = False
+    #: How many workers take turns on each GPU (``worker.Worker``'s ``share``): how the points are scheduled, not
+    #: what one measures, so not part of a point's cache key.
+    workers_per_gpu: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -292,6 +296,7 @@ def _settings(data: Any, where: str) -> SweepSettings:
         "stages": (lambda v: isinstance(v, bool), "true or false"),
         "allow_mixed_gpus": (lambda v: isinstance(v, bool), "true or false"),
         "cpu_threads": (lambda v: _is_int(v) and 1 <= v <= 4096, "a positive integer"),
+        "workers_per_gpu": (lambda v: _is_int(v) and 1 <= v <= 16, "an integer from 1 to 16"),
         "warmup": (lambda v: _is_int(v) and 0 <= v <= 10**6, "an integer of at least 0"),
         "reps": (lambda v: _is_int(v) and 1 <= v <= 10**7, "a positive integer"),
         "timeout_s": (lambda v: (_is_int(v) or isinstance(v, float)) and 0 < v <= 7 * 86400,

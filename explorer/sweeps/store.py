@@ -15,7 +15,10 @@ each baseline's verdict against the fused model (``vs_<baseline>_*``: the baseli
 ``_fused_ms``, the median of the fused variant timed in the same rounds, which is the pair that verdict tested; the
 main phase's ``fused_ms`` comes from other rounds and is not its partner), and where it was measured (worker, device,
 GPU UUID, driver, clocks before and after, torch, Triton, the host's CPU share and load). ``key_fields`` (JSON) says
-what its cache key hashes.
+what its cache key hashes. Where its wall time went: ``phase_s`` (JSON: seconds per step of the runner,
+``worker.PhaseClock``) and, when workers took turns on the device (``workers_per_gpu`` > 1), its exclusive
+device section: ``lock_waited_s``, ``lock_held_s`` and the interval held (``lock_acquired_at``-``lock_released_at``,
+Unix seconds, taken by the measuring child inside it).
 
 Reading is defensive (a folder is a user's): ``open_folder`` resolves the path and refuses a file, a folder of other
 things, and (with a ``root``) a path that leaves the root; files are read through ``explorer.jsonfile`` (regular
@@ -76,6 +79,8 @@ SCHEMA: dict[str, tuple[type, ...]] = {
     "driver": _STR, "sm_clock_mhz": _FLOAT, "sm_clock_mhz_after": _FLOAT, "sm_clock_max_mhz": _FLOAT,
     "gpu_util_pct_after": _FLOAT, "temperature_c": _FLOAT, "torch": _STR, "triton": _STR, "host": _STR,
     "host_cpu_busy": _FLOAT, "load_avg_1m": _FLOAT, "wall_s": _FLOAT, "duration_s": _FLOAT,
+    "workers_per_gpu": _INT, "lock_waited_s": _FLOAT, "lock_held_s": _FLOAT, "lock_acquired_at": _FLOAT,
+    "lock_released_at": _FLOAT, "phase_s": _STR,
     "measured_utc": _STR, "attempts": _INT, "has_report": _BOOL, "key_fields": _STR,
 }
 
@@ -127,6 +132,8 @@ def make_record(point: Any, key: str, fields: dict, answer: dict, attempts: int 
         torch=env.get("torch"), triton=env.get("triton"), host=env.get("host"),
         host_cpu_busy=_num(load.get("host_cpu_busy")), load_avg_1m=_num(load.get("load_avg_1m")),
         wall_s=_num(answer.get("wall_s")), attempts=int(attempts),
+        workers_per_gpu=env.get("workers_per_gpu") if isinstance(env.get("workers_per_gpu"), int) else None,
+        phase_s=json.dumps(answer["phase_s"]) if isinstance(answer.get("phase_s"), dict) else None,
         measured_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), has_report=False,
         key_fields=json.dumps(fields, sort_keys=True))
     report = answer.get("report")
@@ -148,6 +155,9 @@ def make_record(point: Any, key: str, fields: dict, answer: dict, attempts: int 
         rec["chains_detected"] = model.get("chains_detected")
         rec["chains_accepted"] = len(plan.get("accepted") or [])
         rec["duration_s"] = _num(report.get("duration_s"))
+        extra = (report.get("environment") or {}).get("extra") or {}
+        for field in ("waited_s", "held_s", "acquired_at", "released_at"):
+            rec[f"lock_{field}"] = _num(extra.get(f"gpu_lock_{field}"))
         pairs = _baseline_medians(report)
         for b in report.get("baselines") or []:
             name = b.get("name") if isinstance(b, dict) else None
