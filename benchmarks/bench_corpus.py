@@ -44,9 +44,11 @@ Device time is scarce, so:
 
 Why the overlap cannot perturb the timing: every variant of one model is still built, prepared and timed in one
 process, in the same alternated rounds, with the same layout and plan as before. While a process holds the lock
-no other process has a CUDA context doing work: the others are before their GPU section (their host phase touches
-the GPU only through fake tensors; each row records whether a CUDA context existed before its lock,
-``cuda_context_before_lock``) or gone (a child frees its GPU memory and exits its GPU section before releasing).
+no other process runs work on the GPU: the others are before their GPU section (their host phase launches nothing
+there and allocates nothing: it reads the device through fake tensors and device queries) or gone (a child frees
+its GPU memory and exits its GPU section before releasing). A waiting process does hold an idle CUDA context by
+then (part 5: ``cuda_context_before_lock`` true for every model; some device query of the fake capture or of the
+kernel choice makes the driver create it): it takes no GPU time, and it is stopped while the holder times.
 The host phases are heavy CPU work now (builds, captures), so while the holder times and profiles, the parent
 stops every other model process (``Quiet``: ``SIGSTOP`` to their process groups, ``SIGCONT`` after; the row's
 ``lock.quiet`` says whether the window was granted): the timed rounds run with the host to themselves, as a serial
@@ -110,9 +112,12 @@ def select(all_names: list[str], only: str, skip: str) -> list[str]:
     return ordered(names)
 
 
-#: device seconds one model holds the GPU in the timing pipeline (to the device through profile, caches warm): sizes
-#: the warm set
-PER_MODEL_S = 16.0
+#: device seconds one model takes in the timing pipeline (to the device through profile, caches warm; part 5: 17
+#: models in the 311 s after its warm phase, the lock held 8.8-30.4 s, 17.0 on average): sizes the warm set
+PER_MODEL_S = 18.0
+#: a warm child is started only with this much of the warm phase left (part 5: 16-86 s a model under the host
+#: phases' load, median 29; the 6 started too late were killed at the phase's end, their compiles lost)
+WARM_MODEL_S = 30.0
 #: a child that gets the lock with less than this left skips (part 4 lost 22 s to a model killed mid-section)
 LOCK_MARGIN_S = 20.0
 #: how long a lock holder waits for the other model processes to be stopped before it times (``Quiet``)
@@ -182,6 +187,9 @@ def run_case(args) -> dict:
         corpus.by_name(args.case).library)
     if library:
         importlib.import_module(library)
+    if not args.no_compile:      # torch.compile's own imports (a second or so), outside the lock
+        import torch._dynamo  # noqa: F401
+        import torch._inductor.compile_fx  # noqa: F401
     if args.host_threads:
         torch.set_num_threads(args.host_threads)
     imports_s = round(time.perf_counter() - t0, 1)
@@ -814,7 +822,8 @@ def main(argv: list[str] | None = None) -> int:
             warm_queue, warm_running, launched = list(names), [], 0
             while (warm_queue or warm_running) and time.perf_counter() < warm_end:
                 can_time = workers + (deadline - time.perf_counter()) / PER_MODEL_S
-                while warm_queue and len(warm_running) < args.warm_workers and launched < can_time:
+                while warm_queue and len(warm_running) < args.warm_workers and launched < can_time \
+                        and warm_end - time.perf_counter() > WARM_MODEL_S:
                     warm_running.append(_child(warm_queue.pop(0), args, True, warm_end - time.perf_counter(), env,
                                                folder))
                     launched += 1
