@@ -35,7 +35,8 @@ Device time is scarce, so:
   only while the models warmed so far are fewer than the rest of the budget can time (``PER_MODEL_S`` each, plus
   the workers): the phase ends where warming and timing balance, and ``--warm-share`` of the budget caps it;
 - ``--budget-s`` (default 330) bounds the whole run: no model starts after it and each child's timeout is what is
-  left; a child that gets the lock with under ``LOCK_MARGIN_S`` left skips; what was skipped is listed in the JSON
+  left; a child that gets the lock with under ``LOCK_MARGIN_S`` left skips (``COLD_LOCK_MARGIN_S`` for a model the
+  warm phase did not warm); what was skipped is listed in the JSON
   and the table;
 - ``--only`` / ``--skip`` (comma-separated corpus names or prefixes: ``hf/``, ``tv/resnet``);
 - ``--merge A.json,B.json,...``: one table from several runs' JSONs (a model measured twice keeps the later);
@@ -120,6 +121,9 @@ PER_MODEL_S = 18.0
 WARM_MODEL_S = 30.0
 #: a child that gets the lock with less than this left skips (part 4 lost 22 s to a model killed mid-section)
 LOCK_MARGIN_S = 20.0
+#: the same for a model the warm phase did not warm (its compiles run cold inside the lock: part 6 lost its last 58 s
+#: to such a model, killed at the budget's end)
+COLD_LOCK_MARGIN_S = 75.0
 #: how long a lock holder waits for the other model processes to be stopped before it times (``Quiet``)
 QUIET_WAIT_S = 3.0
 
@@ -204,7 +208,7 @@ def run_case(args) -> dict:
     with GpuLock(lock_path, holder if pin else None) as lock:
         if pin:
             torch.set_num_threads(len(holder))
-        if args.deadline and time.time() > args.deadline - LOCK_MARGIN_S:
+        if args.deadline and time.time() > args.deadline - (args.lock_margin or LOCK_MARGIN_S):
             result = dict(model=args.case, error="skipped: the lock came too late (past --budget-s)")
         else:
             result = measure_on_device(host, args.warm, args.no_compile, inside, quiet)
@@ -544,12 +548,13 @@ def fidelity(features, x32, gm, ref, device: str, channels_last: bool,
 
 def _child(name: str, args, warm: bool, timeout: float, env: dict, folder: Path,
            lock: str | None = None, deadline: float = 0.0, quiet: str | None = None,
-           host_threads: int = 0) -> subprocess.Popen:
+           host_threads: int = 0, lock_margin: float = 0.0) -> subprocess.Popen:
     path = folder / (name.replace("/", "_") + (".warm" if warm else "") + ".json")
     path.unlink(missing_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--case", name, "--case-out", str(path)]
     cmd += (["--lock", lock] if lock else []) + (["--deadline", f"{deadline:.3f}"] if deadline else [])
     cmd += (["--quiet", quiet] if quiet else []) + (["--host-threads", str(host_threads)] if host_threads else [])
+    cmd += ["--lock-margin", f"{lock_margin:.1f}"] if lock_margin else []
     cmd += (["--warm"] if warm else []) + (["--smoke"] if args.smoke else []) + (["--no-compile"] if args.no_compile else [])
     log = open(folder / (name.replace("/", "_") + (".warm" if warm else "") + ".log"), "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -731,6 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--host-threads", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--lock-margin", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--merge", default="", help="comma-separated result JSONs: write one table of them")
     args = parser.parse_args(argv)
     if args.case:
@@ -775,6 +781,8 @@ def main(argv: list[str] | None = None) -> int:
     # the waiting children share the waiting cores: their torch threads divided among them (a holder takes its own)
     host_threads = max(1, len(core_sets()[1]) // max(1, workers - 1))
     queue, running = list(names), []
+    warmed: dict[str, dict] = {}
+    warm_done = False
 
     def start_timing() -> None:
         while queue and len(running) < workers and not keeper.poll(running):
@@ -783,8 +791,11 @@ def main(argv: list[str] | None = None) -> int:
                 skipped.extend(queue)
                 queue.clear()
                 break
-            running.append(_child(queue.pop(0), args, False, left, env, folder, lock, wall_deadline,
-                                  str(keeper.folder), host_threads))
+            name = queue.pop(0)
+            # a model the finished warm phase did not warm compiles cold in the lock: it needs a wider margin
+            cold = warm_done and ("error" in warmed.get(name, {"error": "not warmed"}))
+            running.append(_child(name, args, False, left, env, folder, lock, wall_deadline, str(keeper.folder),
+                                  host_threads, COLD_LOCK_MARGIN_S if cold else LOCK_MARGIN_S))
 
     def collect() -> None:
         for p in list(running):
@@ -810,7 +821,6 @@ def main(argv: list[str] | None = None) -> int:
             doc["skipped_models"] = skipped
             write_json(path, doc)
 
-    warmed: dict[str, dict] = {}
     if not args.smoke and args.warm_workers > 0 and not args.no_compile:
         warm_end = started + args.warm_share * args.budget_s
         # The parent holds the GPU lock through the warm phase: the first timing children's host phases (build,
@@ -840,6 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["warm"] = {n: (r.get("seconds") or {}).get("total") if "error" not in r else r["error"]
                        for n, r in warmed.items()}
         doc["warm_s"] = round(time.perf_counter() - started, 1)
+        warm_done = True
         print(f"warm phase: {len(warmed)} models in {doc['warm_s']} s", file=sys.stderr, flush=True)
     while queue or running:
         start_timing()
