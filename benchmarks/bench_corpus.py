@@ -13,32 +13,48 @@ profiled forward of fused and compiled beside the kernel each chain chose (its l
 Device time is scarce, so:
 - models run in order of what they tell (``ORDER``: one of each family first, the decoders at 7-8B layer
   sizes early), each in a child process of its own (a CUDA fault or an out-of-memory loses one model);
-- before the serial timing phase, ``--warm-workers`` child processes (default 6) build each model, compile it
+- each child does everything that needs no GPU before it takes the GPU (``prepare_on_host``, on the waiting cores,
+  while another model holds the GPU): the imports, the model built on the CPU (``Entry.build``: seeded, the same
+  weights on any machine; the library's own initialisation draws from the CPU generator, as in the CI tests),
+  captured, detected, fused with the kernels chosen for the GPU, and its casts recorded for the bench dtype and the
+  other ``fidelity`` dtype on fake CUDA tensors. The CPU capture is checked against a capture on fake CUDA tensors
+  (``measure.capture_differs``: node for node, devices aside); where they differ the graph is captured again on the
+  GPU inside the lock, and the row says why;
+- the GPU section (``measure_on_device``: an exclusive OS file lock, ``fcntl.flock`` on ``--lock``, taken after the
+  host phase and released after the model's GPU memory is freed) moves the model to the device, prepares both
+  graphs and eager, compiles (default and reduce-overhead; caches warm), runs the float64 reference, precision and
+  fidelity (the bench dtype's row from the variants just checked, only the other dtype prepared anew), timing
+  and profiling. The JSON keeps per model the seconds of every phase on each side (``seconds.outside_lock``,
+  ``seconds.inside_lock``) and of the lock (``lock``: waited, held, the wall-clock interval, ``host_done_at``);
+- ``--workers`` model processes (default 4; 2 in ``--smoke``) make the pipeline; the waiting ones share the
+  waiting cores' threads (``--host-threads``, set by the parent);
+- before the timing phase, ``--warm-workers`` child processes (default 6) build each model on the GPU, compile it
   (default and reduce-overhead) and run the fused graph once, all sharing one ``TORCHINDUCTOR_CACHE_DIR`` and
-  ``TRITON_CACHE_DIR``: the timing phase then finds inductor's and Triton's kernels compiled. The warm phase
-  takes at most ``--warm-share`` of the budget;
-- ``--budget-s`` (default 330: the one call this session has is 360 s) bounds the whole run: no model starts after it and each child's timeout is
-  what is left; what was skipped is listed in the JSON and the table;
+  ``TRITON_CACHE_DIR``: the timing phase then finds inductor's and Triton's kernels compiled. The parent holds the
+  GPU lock through the warm phase, so the first timing children do their host phase meanwhile. A model is warmed
+  only while the models warmed so far are fewer than the rest of the budget can time (``PER_MODEL_S`` each, plus
+  the workers): the phase ends where warming and timing balance, and ``--warm-share`` of the budget caps it;
+- ``--budget-s`` (default 330) bounds the whole run: no model starts after it and each child's timeout is what is
+  left; a child that gets the lock with under ``LOCK_MARGIN_S`` left skips (``COLD_LOCK_MARGIN_S`` for a model the
+  warm phase did not warm); what was skipped is listed in the JSON
+  and the table;
 - ``--only`` / ``--skip`` (comma-separated corpus names or prefixes: ``hf/``, ``tv/resnet``);
-- the timing phase is a pipeline of ``--workers`` model processes (default 3; 2 in ``--smoke``): what needs no
-  GPU (process start, the imports of torch, the engine and the model's library) runs while another model holds
-  the GPU; each model's GPU section (an exclusive OS file lock, ``fcntl.flock`` on ``--lock``, held from before
-  its first GPU allocation, the build on the device, through capture, compile, float64 reference, timing and
-  profiling, released after its GPU memory is freed) runs alone. The JSON keeps per model the seconds waited
-  for the lock and held (``lock``), with the wall-clock interval held;
-- the warm phase warms only the models the rest of the budget can time (``PER_MODEL_S`` each), not the queue;
 - ``--merge A.json,B.json,...``: one table from several runs' JSONs (a model measured twice keeps the later);
 - ``--smoke``: the CPU, two tiny entries at their CI sizes, float32, end to end through the pipeline (no warm
   workers; the numbers are not GPU numbers).
 
 Why the overlap cannot perturb the timing: every variant of one model is still built, prepared and timed in one
 process, in the same alternated rounds, with the same layout and plan as before. While a process holds the lock
-no other process has a CUDA context doing work: the others are either before their first GPU call (they take
-the lock before building on the device) or gone (a child frees its GPU memory and exits its GPU section before
-releasing). Their CPU work (imports) cannot slow a host-bound model's launch path because the lock holder pins
-itself (``os.sched_setaffinity``) to its own cores (the first half of the machine's), and every waiting process
-to the other half. What still shares the host is memory bandwidth and the page cache of the imports: a waiting
-process's imports are short and read cached files.
+no other process runs work on the GPU: the others are before their GPU section (their host phase launches nothing
+there and allocates nothing: it reads the device through fake tensors and device queries) or gone (a child frees
+its GPU memory and exits its GPU section before releasing). A waiting process does hold an idle CUDA context by
+then (part 5: ``cuda_context_before_lock`` true for every model; some device query of the fake capture or of the
+kernel choice makes the driver create it): it takes no GPU time, and it is stopped while the holder times.
+The host phases are heavy CPU work now (builds, captures), so while the holder times and profiles, the parent
+stops every other model process (``Quiet``: ``SIGSTOP`` to their process groups, ``SIGCONT`` after; the row's
+``lock.quiet`` says whether the window was granted): the timed rounds run with the host to themselves, as a serial
+run's did. Outside that window the holder is pinned (``os.sched_setaffinity``) to its own cores (the first half of
+the machine's) and every waiting process to the other half.
 
     python3 benchmarks/bench_corpus.py                         # on the H200: JSON per model + summary in $OUT
     python3 benchmarks/bench_corpus.py --smoke                 # here, on the CPU
@@ -48,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -79,6 +96,8 @@ SMOKE = ("tv/squeezenet1_1", "hf/distilbert")
 #: the pairs each model's verdicts compare: (baseline, candidate)
 PAIRS = (("unfused", "fused"), ("eager", "fused"), ("compile_default", "fused"),
          ("compile_reduce_overhead", "fused_cuda_graphs"))
+#: the low dtypes whose fidelity every model reports (``fidelity``)
+FIDELITY_DTYPES = ("fp16", "bf16")
 
 
 def ordered(names: list[str]) -> list[str]:
@@ -95,10 +114,132 @@ def select(all_names: list[str], only: str, skip: str) -> list[str]:
     return ordered(names)
 
 
-#: device seconds one model takes in the timing pipeline (build through profile, caches warm): sizes the warm set
+#: device seconds one model takes in the timing pipeline (to the device through profile, caches warm; part 5: 17
+#: models in the 311 s after its warm phase, the lock held 8.8-30.4 s, 17.0 on average): sizes the warm set
 PER_MODEL_S = 18.0
+#: a warm child is started only with this much of the warm phase left (part 5: 16-86 s a model under the host
+#: phases' load, median 29; the 6 started too late were killed at the phase's end, their compiles lost)
+WARM_MODEL_S = 30.0
 #: a child that gets the lock with less than this left skips (part 4 lost 22 s to a model killed mid-section)
-LOCK_MARGIN_S = 35.0
+LOCK_MARGIN_S = 20.0
+#: the same for a model the warm phase did not warm (its compiles run cold inside the lock: part 6 lost its last 58 s
+#: to such a model, killed at the budget's end)
+COLD_LOCK_MARGIN_S = 75.0
+#: how long a lock holder waits for the other model processes to be stopped before it times (``Quiet``)
+QUIET_WAIT_S = 3.0
+
+
+def run_case(args) -> dict:
+    """A child: the imports and every CPU-side step of the model (``prepare_on_host``) outside the lock, on the
+    waiting cores; what runs kernels on the GPU (``measure_on_device``) inside it, on the holder's. The JSON's
+    ``seconds`` keeps the phases of each side (``outside_lock``, ``inside_lock``), ``lock`` the seconds waited
+    and held and when the host phase ended (``host_done_at``, before ``acquired_at``)."""
+    import importlib
+
+    holder, waiting = core_sets()
+    pin = len(holder | waiting) > 1 and not args.warm
+    if len(os.sched_getaffinity(0)) > 1:
+        os.sched_setaffinity(0, waiting)
+    t0 = time.perf_counter()
+    import torch
+
+    from benchmarks import _common, corpus  # noqa: F401
+    from explorer import stats  # noqa: F401
+    from explorer.fusion_engine import detect  # noqa: F401
+    from explorer.fusions.rewrite import apply_plan  # noqa: F401
+    from explorer.runtime import measure, variants  # noqa: F401
+    from explorer.sources import capture  # noqa: F401
+
+    library = {"torchvision": "torchvision", "timm": "timm", "transformers": "transformers"}.get(
+        corpus.by_name(args.case).library)
+    if library:
+        importlib.import_module(library)
+    if not args.no_compile:      # torch.compile's own imports (a second or so), outside the lock
+        import torch._dynamo  # noqa: F401
+        import torch._inductor.compile_fx  # noqa: F401
+    if args.host_threads:
+        torch.set_num_threads(args.host_threads)
+    imports_s = round(time.perf_counter() - t0, 1)
+    device = "cpu" if args.smoke else "cuda"
+    # the warm phase shares the GPU on purpose (nothing is timed then): no lock, no pinning, built on the device
+    lock_path = None if args.warm or os.environ.get("BENCH_CORPUS_NO_LOCK") == "1" else args.lock
+    outside, inside = Phases(), Phases()
+    host = prepare_on_host(args.case, args.smoke, device if args.warm else "cpu", outside,
+                           () if args.warm else FIDELITY_DTYPES)
+    host_done_at = time.time()
+    quiet = Quiet(args.quiet if pin or args.smoke else None)
+    with GpuLock(lock_path, holder if pin else None) as lock:
+        if pin:
+            torch.set_num_threads(len(holder))
+        if args.deadline and time.time() > args.deadline - (args.lock_margin or LOCK_MARGIN_S):
+            result = dict(model=args.case, error="skipped: the lock came too late (past --budget-s)")
+        else:
+            result = measure_on_device(host, args.warm, args.no_compile, inside, quiet)
+        host = None        # the model's tensors, on the device now: freed before the lock is released
+        with inside("free"):
+            free_device(device)
+    result["lock"] = dict(lock.record, imports_s=imports_s, host_done_at=host_done_at, quiet=quiet.record)
+    if "error" not in result:
+        result["seconds"] = dict(outside_lock=outside.total(), inside_lock=inside.total(),
+                                 total=round(sum(outside.seconds.values()) + sum(inside.seconds.values()), 1))
+    return result
+
+
+class Phases:
+    """Seconds per named phase, in the order they ran (``with phases("capture"): ...``)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t0, 2)
+
+    def total(self) -> dict[str, float]:
+        return dict(self.seconds, total=round(sum(self.seconds.values()), 1))
+
+
+class Quiet:
+    """The holder's quiet window: while it times and profiles, the other model processes are stopped.
+
+    The holder writes its pid to ``<folder>/request``; the parent (``_QuietKeeper``) stops every other running
+    child (``SIGSTOP`` to its process group), starts none, and writes the pid to ``<folder>/granted``; when the
+    request is gone it resumes them (``SIGCONT``). The holder waits at most ``QUIET_WAIT_S`` for the grant and
+    times anyway without it (``record["granted"]`` says which). ``folder`` None: no window (the record says so).
+    """
+
+    def __init__(self, folder: str | None):
+        self.folder = Path(folder) if folder else None
+        self.record: dict = dict(granted=False, asked=bool(folder))
+
+    def __enter__(self):
+        if self.folder is None:
+            return self
+        t0 = time.time()
+        tmp = self.folder / f"request.{os.getpid()}"
+        tmp.write_text(str(os.getpid()))
+        tmp.replace(self.folder / "request")
+        granted = self.folder / "granted"
+        while time.time() - t0 < QUIET_WAIT_S:
+            try:
+                if granted.read_text().strip() == str(os.getpid()):
+                    self.record["granted"] = True
+                    break
+            except OSError:
+                pass
+            time.sleep(0.01)
+        self.record.update(waited_s=round(time.time() - t0, 3), started_at=time.time())
+        return self
+
+    def __exit__(self, *exc):
+        if self.folder is not None:
+            (self.folder / "request").unlink(missing_ok=True)
+            self.record["held_s"] = round(time.time() - self.record["started_at"], 3)
+        return False
 
 
 def free_device(device: str) -> None:
@@ -113,48 +254,37 @@ def free_device(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def run_case(args) -> dict:
-    """A child: the imports outside the lock (on the waiting cores), the model inside it (on the holder's)."""
-    import importlib
-
-    holder, waiting = core_sets()
-    if len(os.sched_getaffinity(0)) > 1:
-        os.sched_setaffinity(0, waiting)
-    t0 = time.perf_counter()
-    import torch  # noqa: F401
-
-    from benchmarks import corpus
-    from explorer.fusion_engine import detect  # noqa: F401
-    from explorer.fusions.rewrite import apply_plan  # noqa: F401
-
-    library = {"torchvision": "torchvision", "timm": "timm", "transformers": "transformers"}.get(
-        corpus.by_name(args.case).library)
-    if library:
-        importlib.import_module(library)
-    imports_s = round(time.perf_counter() - t0, 1)
-    device = "cpu" if args.smoke else "cuda"
-    # the warm phase shares the GPU on purpose (nothing is timed then): no lock, no pinning
-    lock_path = None if args.warm or os.environ.get("BENCH_CORPUS_NO_LOCK") == "1" else args.lock
-    with GpuLock(lock_path, holder if len(holder | waiting) > 1 and not args.warm else None) as lock:
-        if args.deadline and time.time() > args.deadline - LOCK_MARGIN_S:
-            result = dict(model=args.case, error="skipped: the lock came too late (past --budget-s)")
-        else:
-            result = measure_model(args.case, args.smoke, args.warm, args.no_compile)
-        free_device(device)
-    result["lock"] = dict(lock.record, imports_s=imports_s)
-    return result
-
-
 # ====================================================================== one model (in a child process)
 
-def measure_model(name: str, smoke: bool, warm_only: bool, no_compile: bool) -> dict:
-    """One corpus model: build, capture, detect, fuse, prepare, compile; unless ``warm_only``: check against
-    float64, time every variant alternated, the paired verdicts, a profile of fused and compiled."""
-    import torch
+@dataclasses.dataclass
+class HostModel:
+    """What ``prepare_on_host`` made for one model, on the CPU (or, in the warm phase, on the device): the
+    features module and float32 inputs, the captured graph and its fused copy (kernels chosen for ``device``),
+    the cast records per dtype (``casts``: dtype name -> (record, note)), and the JSON row so far (``out``).
+    ``recapture``: why the graph is captured again on the device inside the lock (the CPU capture is not the
+    graph a capture on the device makes), else empty."""
 
-    from benchmarks import corpus
-    from benchmarks._common import compile_copy, cuda_graph_replay, errors, profile_forward
-    from explorer import stats
+    name: str
+    device: str
+    dtype_name: str
+    channels_last: bool
+    smoke: bool
+    features: object
+    x32: tuple
+    gm: object
+    fused: object
+    casts: dict
+    out: dict
+    recapture: str = ""
+
+
+def graph_stage(features, x32, name: str, device: str, dtype_names: list[str], out: dict, phases: Phases,
+                channels_last: bool = False):
+    """Capture, graph, detect, fuse and the cast record of each of ``dtype_names`` (fake tensors of ``device``
+    where the module is not there): ``(gm, fused, casts)``, the detection's counts written into ``out``. The
+    kernels are chosen for what the run is: ``device`` in the first of ``dtype_names`` (the bench dtype) and its
+    memory format, ``measure.run_target``, as ``fusion-explorer run`` chooses them (a bare device name would
+    mean fp32 in NCHW: until 2026-12-02 every corpus part chose so)."""
     from explorer.fusion_engine import detect
     from explorer.fusions.plan import make_plan
     from explorer.fusions.rewrite import apply_plan
@@ -162,39 +292,112 @@ def measure_model(name: str, smoke: bool, warm_only: bool, no_compile: bool) -> 
     from explorer.runtime import measure as m
     from explorer.sources import capture
 
-    t0 = time.perf_counter()
-    device = "cpu" if smoke else "cuda"
-    entry = corpus.by_name(name)
-    scale = "ci" if smoke else "real"
-    dtype_name = "fp32" if smoke else entry.bench_dtype
-    dtype = m.torch_dtype(dtype_name)
-    channels_last = entry.input_kind == "image"
-    seconds: dict[str, float] = {}
-    out: dict = dict(model=name, kind=entry.kind, library=entry.library, description=entry.description,
-                     shape=dataclasses.asdict(entry.shape(scale)), dtype=dtype_name,
-                     memory_format="channels_last" if channels_last else "nchw", notes=[], seconds=seconds)
-    module = entry.build(scale, device=device)
-    features = corpus.features_module(entry, module)
-    x_cpu = entry.inputs(scale, module=module)
-    x32 = tuple(t.to(device) for t in x_cpu)
-    out["parameters"] = sum(p.numel() for p in features.parameters())
-    seconds["build"] = round(time.perf_counter() - t0, 1)
-    gm = capture(features, x32, name)
-    graph = build_graph(gm, name)
-    det = detect(graph)
-    fused = apply_plan(gm, det, make_plan(det), device)
+    with phases("capture"):
+        gm = capture(features, x32, name)
+    with phases("detect_fuse"):
+        det = detect(build_graph(gm, name))
+        fused = apply_plan(gm, det, make_plan(det), m.run_target(device, m.torch_dtype(dtype_names[0]), channels_last))
     out["chains"] = {k: v for k, v in det.counts.items() if v}
     out["applied"] = dict(collections.Counter(a.status for a in fused.applied))
     out["kernels_chosen"] = dict(collections.Counter(a.implementation for a in fused.applied if a.status == "fused"))
     out["near_misses"] = len(det.near_misses)
-    casts, note = m.record_casts(features, x32, gm, dtype)
+    casts = {}
+    for label in dtype_names:
+        if label in ("fp32", "fp64"):
+            continue            # nothing to record (``record_casts``)
+        with phases(f"casts_{label}"):
+            casts[label] = m.record_casts(features, x32, gm, m.torch_dtype(label), device=device)
+    return gm, fused, casts
+
+
+def prepare_on_host(name: str, smoke: bool, build_device: str, phases: Phases,
+                    fidelity_dtypes: tuple[str, ...] = FIDELITY_DTYPES) -> HostModel:
+    """Everything of one model that needs no GPU, before the lock: built on ``build_device`` (the CPU, seeded:
+    ``Entry.build``), captured, detected, fused, and its casts recorded for the bench dtype and every
+    ``fidelity`` dtype, on fake tensors of the device it will run on. A CPU capture for a CUDA run is checked
+    against a capture on fake CUDA tensors (``measure.capture_differs``); where they differ, the graph is
+    captured again on the device inside the lock (``HostModel.recapture`` says why)."""
+    from benchmarks import corpus
+    from explorer.runtime import measure as m
+
+    device = "cpu" if smoke else "cuda"
+    entry = corpus.by_name(name)
+    scale = "ci" if smoke else "real"
+    dtype_name = "fp32" if smoke else entry.bench_dtype
+    channels_last = entry.input_kind == "image"
+    out: dict = dict(model=name, kind=entry.kind, library=entry.library, description=entry.description,
+                     shape=dataclasses.asdict(entry.shape(scale)), dtype=dtype_name,
+                     memory_format="channels_last" if channels_last else "nchw", notes=[],
+                     built_on=build_device)
+    with phases("build"):
+        module = entry.build(scale, device=build_device)
+        features = corpus.features_module(entry, module)
+        x32 = tuple(t.to(build_device) for t in entry.inputs(scale, module=module))
+    out["parameters"] = sum(p.numel() for p in features.parameters())
+    dtype_names = list(dict.fromkeys([dtype_name, *fidelity_dtypes]))
+    gm, fused, casts = graph_stage(features, x32, name, device, dtype_names, out, phases, channels_last)
+    recapture = ""
+    if build_device != device:
+        with phases("capture_check"):
+            recapture = m.capture_differs(gm, features, x32, device) or ""
+        if recapture:
+            out["notes"].append(f"captured again on {device} inside the lock: the CPU capture differs ({recapture})")
+        if device == "cuda":
+            import torch
+
+            out["cuda_context_before_lock"] = bool(torch._C._cuda_hasPrimaryContext(0)) \
+                if torch.cuda.is_available() else None
+    return HostModel(name, device, dtype_name, channels_last, smoke, features, x32, gm, fused, casts, out, recapture)
+
+
+def to_device(module, device: str):
+    """``module.to(device)``, in place, and the tensors its submodules hold as plain attributes (neither parameters
+    nor buffers, which ``Module.to`` leaves where they are) moved too: what a build on ``device`` would have
+    made them. Returns ``module``."""
+    import torch
+
+    module.to(device)
+    for mod in module.modules():
+        for key, value in list(vars(mod).items()):
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) \
+                    and value.device != torch.device(device):
+                setattr(mod, key, value.to(device))
+    return module
+
+
+def measure_on_device(host: HostModel, warm_only: bool, no_compile: bool, phases: Phases,
+                      quiet: "Quiet | None" = None) -> dict:
+    """The GPU section of one model (``host`` from ``prepare_on_host``): moved to the device, both graphs and
+    eager prepared, compiled (default and reduce-overhead); unless ``warm_only``: checked against float64,
+    ``fidelity`` (the bench dtype's row from the variants just checked), every variant timed alternated, the
+    paired verdicts, a profile of fused and compiled (timing and profile in the ``quiet`` window)."""
+    import torch
+
+    from benchmarks._common import compile_copy, cuda_graph_replay, errors, profile_forward
+    from explorer import stats
+    from explorer.runtime import measure as m
+
+    device, out, smoke = host.device, host.out, host.smoke
+    dtype = m.torch_dtype(host.dtype_name)
+    channels_last = host.channels_last
+    seconds: dict[str, float] = {}
+    with phases("to_device"):
+        features = to_device(host.features, device)  # in place: the graph shares its parameters
+        x32 = tuple(t.to(device) for t in host.x32)
+        gm, fused, casts = host.gm.to(device), host.fused, host.casts
+        fused.gm.to(device)
+        m.synchronize(device)
+    if host.recapture:
+        gm, fused, casts = graph_stage(features, x32, host.name, device, list(dict.fromkeys([host.dtype_name, *casts])),
+                                       out, phases, channels_last)
+    record, note = casts.get(host.dtype_name, (None, ""))
     if note:
         out["notes"].append(note)
-    unfused_gm = m.prepare_graph(gm, device, dtype, channels_last, casts=casts)
-    fused_gm = m.prepare_graph(fused.gm, device, dtype, channels_last, casts=casts)
-    eager = m.prepare_module(features, device, dtype, channels_last)
-    x = m.prepare_inputs(x32, device, dtype, channels_last)
-    seconds["prepare"] = round(time.perf_counter() - t0 - seconds["build"], 1)
+    with phases("prepare"):
+        unfused_gm = m.prepare_graph(gm, device, dtype, channels_last, casts=record)
+        fused_gm = m.prepare_graph(fused.gm, device, dtype, channels_last, casts=record)
+        eager = m.prepare_module(features, device, dtype, channels_last)
+        x = m.prepare_inputs(x32, device, dtype, channels_last)
     fns = {"unfused": lambda: unfused_gm(*x), "fused": lambda: fused_gm(*x), "eager": lambda: eager(*x)}
     keep = []
     if not no_compile:
@@ -202,38 +405,44 @@ def measure_model(name: str, smoke: bool, warm_only: bool, no_compile: bool) -> 
                                                if device == "cuda" else [])
         for label, mode in modes:
             try:
-                call, target, s = compile_copy(eager, mode, x, device)
+                with phases(label):
+                    call, target, s = compile_copy(eager, mode, x, device)
                 fns[label] = call
                 keep.append(target)
-                seconds[label] = s
             except Exception as exc:  # a compile failure is a result
                 out["notes"].append(f"{label}: torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}")
-    with torch.inference_mode():
-        fns["fused"]()
-    m.synchronize(device)
+    with phases("first_fused_run"):
+        with torch.inference_mode():
+            fns["fused"]()
+        m.synchronize(device)
     if warm_only:
-        seconds["total"] = round(time.perf_counter() - t0, 1)
         return dict(out, warm_only=True)
     if device == "cuda":
-        replay, why = cuda_graph_replay(fns["fused"], device)
+        with phases("cuda_graph_capture"):
+            replay, why = cuda_graph_replay(fns["fused"], device)
         if replay is not None:
             fns["fused_cuda_graphs"] = replay
         else:
             out["notes"].append(f"fused_cuda_graphs: not captured: {why}")
     # precision against the model in float64 (on the device; a model too large for that is a note)
     try:
-        ref_module = m.prepare_module(features, device, torch.float64)
-        with torch.inference_mode():
-            ref = m.flat_outputs(ref_module(*m.prepare_inputs(x32, device, torch.float64)))[0]
-        del ref_module
+        with phases("reference_float64"):
+            ref_module = m.prepare_module(features, device, torch.float64)
+            with torch.inference_mode():
+                ref = m.flat_outputs(ref_module(*m.prepare_inputs(x32, device, torch.float64)))[0]
+            del ref_module
         out["precision"] = {}
-        for v, fn in fns.items():
-            try:
-                with torch.inference_mode():
-                    out["precision"][v] = errors(m.flat_outputs(fn())[0].float(), ref)
-            except Exception as exc:   # one variant's check must not lose the others'
-                out["notes"].append(f"precision of {v}: {type(exc).__name__}: {str(exc)[:200]}")
-        out["fidelity"] = fidelity(features, x32, gm, ref, device, channels_last)
+        with phases("precision"):
+            for v, fn in fns.items():
+                try:
+                    with torch.inference_mode():
+                        out["precision"][v] = errors(m.flat_outputs(fn())[0].float(), ref)
+                except Exception as exc:   # one variant's check must not lose the others'
+                    out["notes"].append(f"precision of {v}: {type(exc).__name__}: {str(exc)[:200]}")
+        with phases("fidelity"):
+            measured = {v: out["precision"][v]["rel_l2"] for v in ("eager", "unfused") if v in out["precision"]}
+            out["fidelity"] = fidelity(features, x32, gm, ref, device, channels_last, casts=casts,
+                                       measured={host.dtype_name: measured} if len(measured) == 2 else None)
         del ref
     except Exception as exc:
         out["notes"].append(f"precision: not measured: {type(exc).__name__}: {str(exc)[:200]}")
@@ -242,29 +451,34 @@ def measure_model(name: str, smoke: bool, warm_only: bool, no_compile: bool) -> 
     plan = (m.TimingPlan(warmup=1, reps=3) if smoke else
             m.TimingPlan(target_s=0.6, min_reps=10, max_reps=200, max_rounds=300, budget_s=3.0))
     pairs = [(b, c) for b, c in PAIRS if b in fns and c in fns]
-    t1 = time.perf_counter()
-    samples = m.time_paired(fns, pairs, device, plan)
-    seconds["timing"] = round(time.perf_counter() - t1, 1)
-    out["latency_ms"] = {v: m.summarize(s) for v, s in samples.items()}
-    out["samples_ms"] = {v: [round(t, 5) for t in s] for v, s in samples.items()}
-    out["verdicts"] = {}
-    for b, c in pairs:
-        verdict = stats.compare(samples[b], samples[c], basis=f"{c} against {b}, paired rounds")
-        out["verdicts"][f"{c}_vs_{b}"] = dict(dataclasses.asdict(verdict), speedup=(1 / verdict.ratio
-                                                                                    if verdict.ratio else None))
-    losing = any(v["label"] == stats.SLOWER for v in out["verdicts"].values())
-    if losing or smoke:
-        out["profile"] = {v: profile_forward(fns[v], device, top=8, cpu_ops=False)
-                          for v in ("fused", "compile_default", "unfused") if v in fns}
-    seconds["total"] = round(time.perf_counter() - t0, 1)
+    with quiet or contextlib.nullcontext():
+        with phases("timing"):
+            samples = m.time_paired(fns, pairs, device, plan)
+        out["latency_ms"] = {v: m.summarize(s) for v, s in samples.items()}
+        out["samples_ms"] = {v: [round(t, 5) for t in s] for v, s in samples.items()}
+        out["verdicts"] = {}
+        for b, c in pairs:
+            verdict = stats.compare(samples[b], samples[c], basis=f"{c} against {b}, paired rounds")
+            out["verdicts"][f"{c}_vs_{b}"] = dict(dataclasses.asdict(verdict), speedup=(1 / verdict.ratio
+                                                                                        if verdict.ratio else None))
+        losing = any(v["label"] == stats.SLOWER for v in out["verdicts"].values())
+        if losing or smoke:
+            with phases("profile"):
+                out["profile"] = {v: profile_forward(fns[v], device, top=8, cpu_ops=False)
+                                  for v in ("fused", "compile_default", "unfused") if v in fns}
+    del keep
     return out
 
 
 def fidelity(features, x32, gm, ref, device: str, channels_last: bool,
-             labels: tuple[str, ...] = ("fp16", "bf16")) -> dict:
+             labels: tuple[str, ...] = FIDELITY_DTYPES, casts: dict | None = None,
+             measured: dict | None = None) -> dict:
     """Per low dtype (``labels``): whether the model's own casts were recorded (``matched``) and the record's note,
     and rel_l2 against float64 of eager and of the unfused graph prepared with that record (the issue's bar: the
-    graph within 1.5x of eager), one copy at a time. ``check_cast_record.py`` asks the same."""
+    graph within 1.5x of eager), one copy at a time. ``check_cast_record.py`` asks the same. ``casts``: records
+    already made (dtype name -> (record, note), ``record_casts``'s answer), else each is recorded here;
+    ``measured``: dtype name -> {"eager": rel_l2, "unfused": rel_l2} already measured against this ``ref`` by the
+    same preparation (the bench dtype's variants), so that dtype is not prepared and run again."""
     import torch
 
     from benchmarks._common import errors
@@ -274,15 +488,20 @@ def fidelity(features, x32, gm, ref, device: str, channels_last: bool,
     for label in labels:
         dtype = m.torch_dtype(label)
         try:
-            casts, note = m.record_casts(features, x32, gm, dtype)
-            x = m.prepare_inputs(x32, device, dtype, channels_last)
-            row = {"matched": casts is not None, "casts_note": note}
-            for what, make in (("eager", lambda: m.prepare_module(features, device, dtype, channels_last)),
-                               ("unfused", lambda: m.prepare_graph(gm, device, dtype, channels_last, casts=casts))):
-                model = make()
-                with torch.inference_mode():
-                    row[what] = errors(m.flat_outputs(model(*x))[0].float(), ref)["rel_l2"]
-                del model
+            casts_here, note = (casts or {}).get(label) or m.record_casts(features, x32, gm, dtype)
+            row = {"matched": casts_here is not None, "casts_note": note}
+            done = (measured or {}).get(label)
+            if done:
+                row.update(eager=done["eager"], unfused=done["unfused"])
+            else:
+                x = m.prepare_inputs(x32, device, dtype, channels_last)
+                for what, make in (("eager", lambda: m.prepare_module(features, device, dtype, channels_last)),
+                                   ("unfused", lambda: m.prepare_graph(gm, device, dtype, channels_last,
+                                                                       casts=casts_here))):
+                    model = make()
+                    with torch.inference_mode():
+                        row[what] = errors(m.flat_outputs(model(*x))[0].float(), ref)["rel_l2"]
+                    del model
             row["ratio"] = row["unfused"] / row["eager"] if row["eager"] else None
             out[label] = row
         except Exception as exc:
@@ -295,16 +514,69 @@ def fidelity(features, x32, gm, ref, device: str, channels_last: bool,
 # ====================================================================== the run
 
 def _child(name: str, args, warm: bool, timeout: float, env: dict, folder: Path,
-           lock: str | None = None, deadline: float = 0.0) -> subprocess.Popen:
+           lock: str | None = None, deadline: float = 0.0, quiet: str | None = None,
+           host_threads: int = 0, lock_margin: float = 0.0) -> subprocess.Popen:
     path = folder / (name.replace("/", "_") + (".warm" if warm else "") + ".json")
     path.unlink(missing_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--case", name, "--case-out", str(path)]
     cmd += (["--lock", lock] if lock else []) + (["--deadline", f"{deadline:.3f}"] if deadline else [])
+    cmd += (["--quiet", quiet] if quiet else []) + (["--host-threads", str(host_threads)] if host_threads else [])
+    cmd += ["--lock-margin", f"{lock_margin:.1f}"] if lock_margin else []
     cmd += (["--warm"] if warm else []) + (["--smoke"] if args.smoke else []) + (["--no-compile"] if args.no_compile else [])
     log = open(folder / (name.replace("/", "_") + (".warm" if warm else "") + ".log"), "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     proc.case = (name, path, time.perf_counter() + timeout, log)  # type: ignore[attr-defined]
     return proc
+
+
+class _QuietKeeper:
+    """The parent's side of ``Quiet``: ``poll(running)`` stops the other children while a holder's request
+    stands (and says so in ``granted``), and resumes them when it is gone or its holder has ended."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.granted, self.stopped = folder, None, []
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in ("request", "granted"):
+            (folder / stale).unlink(missing_ok=True)
+
+    def poll(self, running: list) -> bool:
+        """True while a quiet window is granted (start no child then)."""
+        import signal
+
+        try:
+            pid = int((self.folder / "request").read_text().strip())
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None and pid not in {p.pid for p in running if p.poll() is None}:
+            (self.folder / "request").unlink(missing_ok=True)    # its holder has ended
+            pid = None
+        if pid is not None and pid != self.granted:
+            self.resume()
+            for p in running:
+                if p.pid != pid and p.poll() is None:
+                    try:
+                        os.killpg(p.pid, signal.SIGSTOP)
+                        self.stopped.append(p.pid)
+                    except ProcessLookupError:
+                        pass
+            self.granted = pid
+            tmp = self.folder / "granted.tmp"
+            tmp.write_text(str(pid))
+            tmp.replace(self.folder / "granted")
+        elif pid is None and self.granted is not None:
+            self.resume()
+        return self.granted is not None
+
+    def resume(self) -> None:
+        import signal
+
+        for pid in self.stopped:
+            try:
+                os.killpg(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.stopped, self.granted = [], None
+        (self.folder / "granted").unlink(missing_ok=True)
 
 
 def _finish(proc: subprocess.Popen, kill: bool = False) -> dict:
@@ -426,9 +698,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--case-out", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--workers", type=int, default=None, help="model processes in the pipeline (3; 2 in --smoke)")
+    parser.add_argument("--workers", type=int, default=None, help="model processes in the pipeline (4; 2 in --smoke)")
     parser.add_argument("--lock", default=None, help="the GPU lock file (default: one in the run's folder)")
     parser.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--quiet", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--host-threads", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--lock-margin", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--merge", default="", help="comma-separated result JSONs: write one table of them")
     args = parser.parse_args(argv)
     if args.case:
@@ -465,59 +740,98 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         env.setdefault("EXPLORER_GENERIC_COMPILE", "0")
         env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
-    warmed: dict[str, dict] = {}
-    if not args.smoke and args.warm_workers > 0 and not args.no_compile:
-        warm_end = started + args.warm_share * args.budget_s
-        # warm only what the rest of the budget can time (warming the whole queue was most of part 2's warm phase)
-        fits = max(1, int((1 - args.warm_share) * args.budget_s / PER_MODEL_S) + (args.workers or 3))
-        queue, running = list(names[:fits]), []
-        while (queue or running) and time.perf_counter() < warm_end:
-            while queue and len(running) < args.warm_workers:
-                running.append(_child(queue.pop(0), args, True, warm_end - time.perf_counter(), env, folder))
-            time.sleep(0.5)
-            for p in [p for p in running if p.poll() is not None]:
-                running.remove(p)
-                warmed[p.case[0]] = _finish(p)
-        for p in running:
-            warmed[p.case[0]] = _finish(p, kill=True)
-        doc["warm"] = {n: (r.get("seconds") or {}).get("total") if "error" not in r else r["error"]
-                       for n, r in warmed.items()}
-        doc["warm_s"] = round(time.perf_counter() - started, 1)
-        print(f"warm phase: {len(warmed)} models in {doc['warm_s']} s", file=sys.stderr, flush=True)
     results, skipped = [], []
-    workers = args.workers or (2 if args.smoke else 3)
+    workers = args.workers or (2 if args.smoke else 4)
     lock = args.lock or str(folder / "gpu.lock")
+    keeper = _QuietKeeper(folder / "quiet")
     wall_deadline = time.time() + (deadline - time.perf_counter())
+    # the waiting children share the waiting cores: their torch threads divided among them (a holder takes its own)
+    host_threads = max(1, len(core_sets()[1]) // max(1, workers - 1))
     queue, running = list(names), []
-    while queue or running:
-        while queue and len(running) < workers:
+    warmed: dict[str, dict] = {}
+    warm_done = False
+
+    def start_timing() -> None:
+        while queue and len(running) < workers and not keeper.poll(running):
             left = deadline - time.perf_counter()
             if left < 20:
                 skipped.extend(queue)
                 queue.clear()
                 break
-            running.append(_child(queue.pop(0), args, False, left, env, folder, lock, wall_deadline))
-        time.sleep(0.2)
+            name = queue.pop(0)
+            # a model the finished warm phase did not warm compiles cold in the lock: it needs a wider margin
+            cold = warm_done and ("error" in warmed.get(name, {"error": "not warmed"}))
+            running.append(_child(name, args, False, left, env, folder, lock, wall_deadline, str(keeper.folder),
+                                  host_threads, COLD_LOCK_MARGIN_S if cold else LOCK_MARGIN_S))
+
+    def collect() -> None:
         for p in list(running):
             late = time.perf_counter() > p.case[2]
             if p.poll() is None and not late:
                 continue
             running.remove(p)
             r = _finish(p, kill=p.poll() is None)
+            keeper.poll(running)             # a window its holder left open ends with it
             if str(r.get("error", "")).startswith("skipped"):
                 skipped.append(r["model"])
                 continue
             results.append(r)
             lk = r.get("lock") or {}
+            sec = r.get("seconds") or {}
             print(f"[{time.perf_counter() - started:6.1f}s] {r['model']}: "
-                  + (r["error"][:100] if "error" in r else f"{(r.get('seconds') or {}).get('total')} s")
+                  + (r["error"][:100] if "error" in r else
+                     f"{(sec.get('outside_lock') or {}).get('total')} s outside the lock, "
+                     f"{(sec.get('inside_lock') or {}).get('total')} s inside")
                   + (f" (lock waited {lk.get('waited_s')} s, held {lk.get('held_s')} s)" if lk else ""),
                   file=sys.stderr, flush=True)
             doc["models"] = {x["model"]: {k: v for k, v in x.items() if k != "samples_ms"} for x in results}
             doc["skipped_models"] = skipped
             write_json(path, doc)
+
+    if not args.smoke and args.warm_workers > 0 and not args.no_compile:
+        warm_end = started + args.warm_share * args.budget_s
+        # The parent holds the GPU lock through the warm phase: the first timing children's host phases (build,
+        # capture, fuse on the CPU) run meanwhile, and the first of them takes the GPU when the warm phase ends.
+        # Warm only what the rest of the budget can time: a model is started while the ones started so far are
+        # fewer than the timing phase could take from now on (``PER_MODEL_S`` each), so the phase ends by itself
+        # where warming and timing balance; ``--warm-share`` caps it.
+        with GpuLock(lock):
+            warm_queue, warm_running, launched = list(names), [], 0
+            while (warm_queue or warm_running) and time.perf_counter() < warm_end:
+                can_time = workers + (deadline - time.perf_counter()) / PER_MODEL_S
+                while warm_queue and len(warm_running) < args.warm_workers and launched < can_time \
+                        and warm_end - time.perf_counter() > WARM_MODEL_S:
+                    warm_running.append(_child(warm_queue.pop(0), args, True, warm_end - time.perf_counter(), env,
+                                               folder))
+                    launched += 1
+                if launched >= can_time:
+                    warm_queue.clear()
+                start_timing()
+                time.sleep(0.2)
+                for p in [p for p in warm_running if p.poll() is not None]:
+                    warm_running.remove(p)
+                    warmed[p.case[0]] = _finish(p)
+                collect()                    # a timing child that failed in its host phase
+            for p in warm_running:
+                warmed[p.case[0]] = _finish(p, kill=True)
+        doc["warm"] = {n: (r.get("seconds") or {}).get("total") if "error" not in r else r["error"]
+                       for n, r in warmed.items()}
+        doc["warm_s"] = round(time.perf_counter() - started, 1)
+        warm_done = True
+        print(f"warm phase: {len(warmed)} models in {doc['warm_s']} s", file=sys.stderr, flush=True)
+    while queue or running:
+        start_timing()
+        time.sleep(0.05)
+        keeper.poll(running)
+        collect()
+    keeper.resume()
     held = sum((r.get("lock") or {}).get("held_s") or 0 for r in results)
+    phase_s = {side: round(sum(((r.get("seconds") or {}).get(side) or {}).get("total") or 0 for r in results), 1)
+               for side in ("outside_lock", "inside_lock")}
     doc["pipeline"] = dict(workers=workers, lock=lock, held_s=round(held, 1), models_timed=len(results),
+                           host_threads=host_threads, seconds=phase_s,
+                           quiet_granted=sum(bool(((r.get("lock") or {}).get("quiet") or {}).get("granted"))
+                                             for r in results),
                            models_per_device_minute=round(60 * len(results) / (time.perf_counter() - started), 2))
     doc["models"] = {x["model"]: {k: v for k, v in x.items() if k != "samples_ms"} for x in results}
     doc["skipped_models"] = skipped

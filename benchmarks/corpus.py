@@ -72,7 +72,11 @@ class Entry:
 
     def build(self, scale: str = "ci", device: str = "cpu"):
         """The module at ``scale``, seeded, with realistic weights and calibrated BatchNorms, in eval mode,
-        built and calibrated on ``device`` (the bench builds real sizes on the GPU: seconds, not minutes)."""
+        built and calibrated on ``device``. The weights the library itself initialises draw from that device's
+        generator, so a model built on the GPU has other draws (of the same distributions) than one built on the
+        CPU; the rest (``realistic_weights``' pool, the calibration inputs) come from seeded CPU generators. The
+        bench's timing children build on the CPU, as the CI tests do (its warm phase, which measures nothing, on
+        the GPU)."""
         import torch
 
         from explorer.sources.calibrate import CALIBRATION_SEED, realistic_init

@@ -395,28 +395,19 @@ def _signature(node: torch.fx.Node) -> tuple:
     return (node.name, str(node.target), tuple(_through_views(n).name for n in node.all_input_nodes))
 
 
-def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: torch.fx.GraphModule,
-                 dtype: torch.dtype) -> tuple[CastRecord | None, str]:
-    """What the model's own casts are when its weights are in ``dtype`` (``CastRecord``), and a note.
-
-    ``module`` is captured again with ``torch.export`` on the meta device (fake tensors of the model's
-    own device where that is not the CPU: its code may branch on the device) (no weight is copied or
-    computed: a structural copy of the module (``copy_module``) holds meta tensors of ``dtype`` for its
-    parameters and buffers, as ``module.to(dtype)`` would cast them, and shares every other tensor; the
-    module itself is not changed, not even by what its forward caches), and its dtype-bearing nodes are
-    matched with ``gm``'s by name, target and inputs. When the two captures do not match node for
-    node (the model branches on its dtype), no record is returned and the note says so: the graph
-    then runs every capture-dtype op in ``dtype``. float32 and float64 need no record.
-    """
-    name = str(dtype).replace("torch.", "")
-    if dtype in (torch.float32, torch.float64):
-        return None, ""
+def _typed_capture(module: torch.nn.Module, inputs: Sequence[torch.Tensor], dtype: torch.dtype,
+                   device: str | None = None) -> torch.fx.GraphModule:
+    """``module`` captured with ``torch.export`` as if its floating weights and inputs were in ``dtype`` and on
+    ``device`` (default: where its tensors are), without computing or copying a weight (``record_casts``'s
+    capture; the result's parameters are meta or fake tensors: it is for reading, not for running). Raises
+    what ``torch.export`` raises."""
     # on the device the model runs on, without its memory: a model's code may branch on its tensors' device
     # (an autocast region for CUDA only), so a capture on "meta" of a CUDA model is not the CUDA model's. On the
     # CPU, meta tensors (proven against every CPU test's capture); elsewhere fake tensors of that device.
     devices = [t.device for t in (*module.parameters(), *module.buffers(), *inputs) if t.device.type != "meta"]
+    target = torch.device(device) if device is not None else (devices[0] if devices else torch.device("cpu"))
     fake_mode = None
-    if devices and devices[0].type != "cpu":
+    if target.type != "cpu":
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -426,7 +417,7 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
         if fake_mode is None:
             return torch.empty(value.shape, device="meta", dtype=kind)
         with fake_mode:
-            return torch.empty(value.shape, device=value.device, dtype=kind)
+            return torch.empty(value.shape, device=target, dtype=kind)
 
     # the copy's parameters and buffers are meta tensors of ``dtype``; every other tensor it holds is the
     # original's own (detached where autograd computed it): nothing is copied, and whatever the capture's
@@ -439,11 +430,32 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
         for key, value in mod._buffers.items():
             if value is not None and id(value) not in memo:
                 memo[id(value)] = meta(value)
+    typed_module = copy_module(module, memo)
+    meta_inputs = tuple(meta(t) for t in inputs)
+    with torch.no_grad():
+        return torch.export.export(typed_module, meta_inputs).module()
+
+
+def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: torch.fx.GraphModule,
+                 dtype: torch.dtype, device: str | None = None) -> tuple[CastRecord | None, str]:
+    """What the model's own casts are when its weights are in ``dtype`` (``CastRecord``), and a note.
+
+    ``module`` is captured again with ``torch.export`` on the meta device (fake tensors of the model's
+    own device where that is not the CPU: its code may branch on the device; ``device`` names the device the
+    model will run on where its tensors are not there yet: a CPU module recorded for CUDA captures on fake
+    CUDA tensors) (no weight is copied or
+    computed: a structural copy of the module (``copy_module``) holds meta tensors of ``dtype`` for its
+    parameters and buffers, as ``module.to(dtype)`` would cast them, and shares every other tensor; the
+    module itself is not changed, not even by what its forward caches), and its dtype-bearing nodes are
+    matched with ``gm``'s by name, target and inputs. When the two captures do not match node for
+    node (the model branches on its dtype), no record is returned and the note says so: the graph
+    then runs every capture-dtype op in ``dtype``. float32 and float64 need no record.
+    """
+    name = str(dtype).replace("torch.", "")
+    if dtype in (torch.float32, torch.float64):
+        return None, ""
     try:
-        typed_module = copy_module(module, memo)
-        meta_inputs = tuple(meta(t) for t in inputs)
-        with torch.no_grad():
-            typed = torch.export.export(typed_module, meta_inputs).module()
+        typed = _typed_capture(module, inputs, dtype, device)
     except Exception as exc:
         return None, CASTS("not_captured", dtype=name, reason=_one_line(exc))
     mine, theirs = _dtype_nodes(gm), _dtype_nodes(typed)
@@ -464,6 +476,48 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
             attrs[str(node.target)] = value.dtype
     record = CastRecord(dtype, args, attrs, wide, rewires)
     return record, record.describe()
+
+
+def _graph_form(gm: torch.fx.GraphModule) -> list[tuple]:
+    """Every node of ``gm`` as (op, name, target, arguments) with nodes by name and devices as one token: what two
+    captures of one model on two devices must agree in to be the same graph (``prepare_graph`` retargets the
+    devices)."""
+    def form(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return ("node", a.name)
+        if isinstance(a, torch.device):
+            return "<device>"
+        if isinstance(a, (list, tuple)):
+            return type(a).__name__, tuple(form(x) for x in a)
+        if isinstance(a, dict):
+            return tuple(sorted((k, form(v)) for k, v in a.items()))
+        if isinstance(a, (torch.dtype, torch.layout, torch.memory_format, str, int, float, bool, type(None))):
+            return repr(a)
+        return type(a).__name__
+    # export's input-guard call (``_guards_fn``: shape checks, no model work) is dropped by ``capture`` too
+    return [(n.op, n.name, str(n.target), form(n.args), form(n.kwargs)) for n in gm.graph.nodes
+            if not (n.op == "call_module" and not n.users)]
+
+
+def capture_differs(gm: torch.fx.GraphModule, module: torch.nn.Module, inputs: Sequence[torch.Tensor],
+                    device: str) -> str | None:
+    """Whether ``gm``, captured from ``module`` where its tensors are (the CPU), is the graph a capture on
+    ``device`` makes (on fake tensors of that device, ``_typed_capture`` at the capture's dtype): ``None`` when
+    the two agree node for node in op, name, target and arguments, devices aside (``prepare_graph`` retargets
+    those); else where they first differ, in a few words (a model that branches on its device, or an operator
+    decomposed per device). A capture that fails on ``device`` is a difference too."""
+    try:
+        other = _typed_capture(module, inputs, capture_dtype(gm), device)
+    except Exception as exc:
+        return f"the capture on {device} failed: {_one_line(exc)}"
+    mine, theirs = _graph_form(gm), _graph_form(other)
+    for a, b in zip(mine, theirs):
+        if a != b:
+            return f"node {a[1]} = {a[2]} here, {b[1]} = {b[2]} on {device}" if a[:3] != b[:3] else \
+                f"node {a[1]} = {a[2]}: other arguments on {device}"
+    if len(mine) != len(theirs):
+        return f"{len(mine)} nodes here, {len(theirs)} on {device}"
+    return None
 
 
 def _flatten_attrs(gm: torch.fx.GraphModule) -> None:
