@@ -140,3 +140,43 @@ def test_a_plan_made_at_fp32_applies_at_bf16(analyze_cached):
     assert all(c.status == "fused" for c in report.chains), [(c.id, c.reason) for c in report.chains]
     assert any("the model's own casts kept in bfloat16" in n for n in report.notes), report.notes
     assert report.unfused.precision.rel_l2 < 3e-2 and report.fused_vs_unfused.rel_l2 < 3e-2
+
+
+class _Buckets(torch.nn.Module):
+    """T5's relative-position buckets (its unidirectional form) indexing a table, and, as the control, integer
+    positions cast to the activations' dtype that meet them (model work, which runs in the run dtype)."""
+
+    def __init__(self, buckets: int = 32, max_distance: int = 1024):
+        super().__init__()
+        self.buckets, self.max_distance = buckets, max_distance
+        self.table = torch.nn.Embedding(buckets, 4)
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1])
+        rp = -torch.min(pos[None, :] - pos[:, None], torch.zeros_like(pos[None, :] - pos[:, None]))
+        exact = self.buckets // 2
+        large = exact + (torch.log(rp.float() / exact) / math.log(self.max_distance / exact)
+                         * (self.buckets - exact)).to(torch.long)
+        bucket = torch.where(rp < exact, rp, torch.min(large, torch.full_like(large, self.buckets - 1)))
+        return x + self.table(bucket).sum(-1), x * pos.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+def test_an_index_computation_keeps_its_float32_without_a_cast_record(dtype):
+    """Without a cast record (a model whose capture in the run dtype differs, as T5's does) the capture dtype
+    becomes the run dtype everywhere but in an index computation (``measure._index_regions``): T5's buckets in
+    bf16 pick other table rows (27 of 1008 distances here) and, on a GPU, index past the table. Kept in float32
+    the graph's output is eager's exactly; the positions that meet ``x`` still run in the run dtype."""
+    torch.manual_seed(0)
+    model = _Buckets().eval()
+    x = (torch.randn(1, 600),)
+    gm = capture(model, x, "buckets")
+    prepared = m.prepare_graph(gm, "cpu", dtype, lean=False, casts=None)
+    kept = {n.name for n in prepared.graph.nodes if n.target is torch.ops.aten.to.dtype and n.args[1] is torch.float32}
+    assert len(kept) == 1                                   # the bucket's ``rp.float()``; not ``pos.to(x.dtype)``
+    with torch.inference_mode():
+        got = prepared(*m.prepare_inputs(x, "cpu", dtype))
+        want = model.to(dtype)(x[0].to(dtype))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype == dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=0)

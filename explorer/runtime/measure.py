@@ -174,9 +174,11 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
 
     limit = torch.finfo(dtype).max
 
-    def retarget(a: Any, recorded: list[torch.dtype] | None) -> Any:
+    def retarget(a: Any, recorded: list[torch.dtype] | None, keep_float: bool = False) -> Any:
         if isinstance(a, torch.device):
             return target_device
+        if keep_float and (isinstance(a, float) or (isinstance(a, torch.dtype) and a.is_floating_point)):
+            return a                    # an index computation's own precision (``_index_regions``)
         if isinstance(a, torch.dtype) and a.is_floating_point:
             if recorded:
                 return recorded.pop(0)  # what the model itself casts to at this dtype
@@ -185,7 +187,7 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
             # e.g. an attention mask's finfo(float32).min: the dtype's own extreme, as eager code does
             return math.copysign(limit, a)
         if isinstance(a, (list, tuple)):
-            return type(a)(retarget(x, recorded) for x in a)
+            return type(a)(retarget(x, recorded, keep_float) for x in a)
         return a
 
     if record is not None and record.rewires:
@@ -200,6 +202,8 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     # ``dtype=torch.float32`` inside an inductor chain is the capture's as much as the root's ops are; their node
     # names are the capture's, so the record applies to them by name)
     for owner in [gm, *(m for m in gm.modules() if m is not gm and isinstance(m, torch.fx.GraphModule))]:
+        keep = _index_regions(owner.graph, captured) if record is None and dtype in (torch.float16,
+                                                                                     torch.bfloat16) else set()
         for node in list(owner.graph.nodes):
             if node.op != "call_function":
                 continue
@@ -214,8 +218,8 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
             if entry is not None and any("fused_chain" in user.meta for user in node.users):
                 entry = None  # a fused kernel takes its chain's input in the run dtype and upcasts inside, as the model
             recorded = list(entry[1]) if entry is not None and entry[0] == str(node.target) else None
-            node.args = tuple(retarget(a, recorded) for a in node.args)
-            node.kwargs = {k: retarget(v, recorded) for k, v in node.kwargs.items()}
+            node.args = tuple(retarget(a, recorded, node.name in keep) for a in node.args)
+            node.kwargs = {k: retarget(v, recorded, node.name in keep) for k, v in node.kwargs.items()}
         owner.graph.lint()
         owner.recompile()
     gm = gm.to(target_device)
@@ -248,6 +252,53 @@ def capture_dtype(gm: torch.fx.GraphModule) -> torch.dtype:
         if isinstance(val, torch.Tensor) and val.is_floating_point():
             counts[val.dtype] = counts.get(val.dtype, 0) + 1
     return max(counts, key=counts.get) if counts else torch.float32
+
+
+_INT_TO_FLOAT = ("aten.to.dtype", "aten._to_copy.default", "aten.to.dtype_layout")
+
+
+def _index_regions(graph: torch.fx.Graph, captured: torch.dtype) -> set[str]:
+    """The nodes of index computations a run without a cast record keeps in the capture's float dtype.
+
+    Such a computation starts with a cast of an integer (or boolean) tensor to ``captured`` and ends in integer
+    tensors again, with no other floating tensor coming in and none going out (T5's relative-position buckets:
+    ``log(rp.float() / max_exact) ... .to(torch.long)``, an index into a bias table). Where the model's casts
+    could not be recorded (its capture in the run dtype differs: T5 branches on its dtype), retargeting that
+    ``float()`` to fp16 computes the buckets in fp16 and indexes past the table on a GPU. Kept as captured, it is
+    what eager computes for ``.float()``, and at worst more precise than eager for a ``.to(x.dtype)``: its
+    values are integers either way, and nothing floating of the model's changes dtype. Conservative: a node
+    without a tensor ``val`` ends the search, and a region reached from two sides is not kept."""
+    def val(n: Any) -> torch.Tensor | None:
+        v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+        return v if isinstance(v, torch.Tensor) else None
+
+    keep: set[str] = set()
+    for node in graph.nodes:
+        v = val(node)
+        src = val(node.args[0]) if node.op == "call_function" and node.args else None
+        if (v is None or src is None or str(node.target) not in _INT_TO_FLOAT or v.dtype != captured
+                or src.is_floating_point() or src.is_complex()):
+            continue
+        region, stack, closed = {node.name}, [node], True
+        while stack and closed:
+            for user in stack.pop().users:
+                if user.name in region or "_assert_tensor_metadata" in str(user.target):
+                    continue                                       # (a capture-time check, erased here)
+                uv = val(user)
+                if user.op != "call_function" or uv is None:
+                    closed = False
+                    break
+                if not uv.is_floating_point():
+                    continue                                       # back to integers: the region's end there
+                if any(a.name not in region and (val(a) is None or val(a).is_floating_point())
+                       for a in user.all_input_nodes):
+                    closed = False                                 # a floating tensor from outside: model work
+                    break
+                region.add(user.name)
+                stack.append(user)
+        if closed:
+            keep |= region
+    return keep
 
 
 def _float_target(found: torch.dtype, dtype: torch.dtype, captured: torch.dtype) -> torch.dtype:
