@@ -123,21 +123,15 @@ def variant_copy(gm, binds):
     return copy, done
 
 
-def _flat(out) -> list:
-    import torch
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _flat(o)]
-    if isinstance(out, dict):
-        return [t for o in out.values() for t in _flat(o)]
-    return []
+def _flat_outputs(out) -> list:
+    from explorer.runtime.measure import flat_outputs   # (torch imported late: --help stays fast)
+    return flat_outputs(out)
 
 
 def bitwise(a, b) -> dict:
     """Whether two forwards' outputs are equal bit for bit, output by output."""
     import torch
-    fa, fb = _flat(a), _flat(b)
+    fa, fb = _flat_outputs(a), _flat_outputs(b)
     same = [bool(x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)) for x, y in zip(fa, fb)]
     return dict(outputs=len(fa), equal=all(same) and len(fa) == len(fb), per_output=same)
 
@@ -317,7 +311,7 @@ def family_checks(deadline: float, device: str = "cuda") -> dict:
                 replayed = bound(*args)
                 want = generic(*args)
                 m.synchronize(device)
-                flat_r, flat_w = _flat(replayed), _flat(want)
+                flat_r, flat_w = _flat_outputs(replayed), _flat_outputs(want)
                 equal = len(flat_r) == len(flat_w) and all(
                     a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b) for a, b in zip(flat_r, flat_w))
             out[name] = dict(equal=equal, state=repr(bound), seconds=round(time.perf_counter() - t0, 2))

@@ -68,15 +68,9 @@ def frames_per_forward(fn, calls: int = 3) -> tuple[float, float, dict]:
     return sum(counts.values()) / calls, env_reads[0] / calls, top
 
 
-def _flat(out) -> list:
-    import torch
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _flat(o)]
-    if isinstance(out, dict):
-        return [t for o in out.values() for t in _flat(o)]
-    return []
+def _flat_outputs(out) -> list:
+    from explorer.runtime.measure import flat_outputs   # (torch imported late: --help stays fast)
+    return flat_outputs(out)
 
 
 def bench_cases(keys) -> dict:
@@ -135,7 +129,7 @@ def view_pass_counts(decoder_gm, decoder_fused_gm, ids) -> dict:
             want, first, again = off(*inputs), on(*inputs), on(*inputs)
             calls_off, calls_on = lean.aten_calls_per_forward(off, *inputs), lean.aten_calls_per_forward(on, *inputs)
         same = all(torch.equal(a, b) and torch.equal(a, c) and a.stride() == c.stride()
-                   for a, b, c in zip(_flat(want), _flat(first), _flat(again)))
+                   for a, b, c in zip(_flat_outputs(want), _flat_outputs(first), _flat_outputs(again)))
         trees = [n.target for n in on.graph.nodes if isinstance(n.target, lean.BoundViews)]
         out[name] = dict(nodes_off=len(off.graph.nodes), nodes_on=len(on.graph.nodes), aten_calls_off=calls_off,
                          aten_calls_on=calls_on, trees=len(trees), trees_bound=sum(t.root is not None for t in trees),

@@ -23,18 +23,8 @@ from explorer.runtime import lean, measure
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _flat(out):
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _flat(o)]
-    if isinstance(out, dict):
-        return [t for o in out.values() for t in _flat(o)]
-    return []
-
-
 def _same(a, b) -> None:
-    fa, fb = _flat(a), _flat(b)
+    fa, fb = measure.flat_outputs(a), measure.flat_outputs(b)
     assert len(fa) == len(fb) and fa
     for x, y in zip(fa, fb):
         assert x.shape == y.shape and x.stride() == y.stride() and x.storage_offset() == y.storage_offset()
