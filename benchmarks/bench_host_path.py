@@ -115,11 +115,7 @@ def variant_copy(gm, binds):
     from explorer.runtime import lean
 
     copy = generic_copy(gm)
-    done = dict(calls=lean.bind_calls(copy) if binds.calls else 0,
-                attention=lean.bind_attention(copy) if binds.attention else 0,
-                linears=lean.bind_linears(copy) if binds.linears else 0,
-                detach=lean.drop_noop_detach(copy) if binds.views else 0,
-                views=lean.collapse_views(copy) if binds.views else 0)
+    done = dict(lean.apply_binds(copy, None, binds), **lean.apply_view_binds(copy, binds))
     return copy, done
 
 

@@ -698,11 +698,12 @@ DEFAULT_BINDS = Binds(attention=False, linears=False)
 NO_BINDS = Binds(calls=False, attention=False, linears=False, views=False)
 
 
-def apply_binds(gm: torch.fx.GraphModule, device: torch.device | str, binds: Binds = DEFAULT_BINDS) -> dict:
-    """Apply ``binds`` to a lowered graph on ``device`` (``prepare_graph`` calls this before ``fold_constants``;
-    ``collapse_views`` after folding, so that views of constants are folded rather than collapsed: use
-    ``apply_view_binds`` for that step). Returns how many nodes each pass bound."""
-    cuda = torch.device(device).type == "cuda"
+def apply_binds(gm: torch.fx.GraphModule, device: torch.device | str | None, binds: Binds = DEFAULT_BINDS) -> dict:
+    """Apply ``binds``'s call, attention and linear switches to a lowered graph on ``device`` (CUDA only; None:
+    on any device, as the host-path bench's CPU smoke run binds). ``prepare_graph`` calls this before
+    ``fold_constants`` and ``apply_view_binds`` after it, so that views of constants are folded rather than
+    collapsed. Returns how many nodes each pass bound."""
+    cuda = device is None or torch.device(device).type == "cuda"
     done = dict(calls=0, attention=0, linears=0)
     if cuda and binds.calls:
         done["calls"] = bind_calls(gm)
@@ -711,6 +712,14 @@ def apply_binds(gm: torch.fx.GraphModule, device: torch.device | str, binds: Bin
     if cuda and binds.linears:
         done["linears"] = bind_linears(gm)
     return done
+
+
+def apply_view_binds(gm: torch.fx.GraphModule, binds: Binds = DEFAULT_BINDS) -> dict:
+    """``binds.views`` on any device: ``drop_noop_detach``, then ``collapse_views``. Returns how many each
+    changed."""
+    if not binds.views:
+        return dict(detach=0, views=0)
+    return dict(detach=drop_noop_detach(gm), views=collapse_views(gm))
 
 
 # ------------------------------------------------------------------ view-like chains collapsed into one call

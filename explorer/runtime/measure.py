@@ -233,9 +233,7 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
         binds = lean_graphs.DEFAULT_BINDS if binds is None else binds
         lean_graphs.apply_binds(gm, target_device, binds)
         lean_graphs.fold_constants(gm)
-        if binds.views:
-            lean_graphs.drop_noop_detach(gm)
-            lean_graphs.collapse_views(gm)     # after folding: views of constants are folded, not collapsed
+        lean_graphs.apply_view_binds(gm, binds)    # after folding: views of constants are folded, not collapsed
         lean_graphs.pin_attrs(gm)
     return gm.eval()
 
