@@ -78,7 +78,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import results_path, run_stamp, write_json  # noqa: E402
-from explorer.runtime.gpulock import GpuLock, core_sets  # noqa: E402,F401  (the one exclusive section)
+from explorer.runtime.gpulock import GpuLock, core_sets, free_device  # noqa: E402,F401  (the one exclusive section)
 
 #: What runs first: the decoders nobody here wrote at 7-8B layer sizes, then the architectures that failed
 #: before (RegNet, Swin, ViT, EfficientNet-V2), then one of each family; the rest of torchvision last.
@@ -177,7 +177,7 @@ def run_case(args) -> dict:
             result = measure_on_device(host, args.warm, args.no_compile, inside, quiet)
         host = None        # the model's tensors, on the device now: freed before the lock is released
         with inside("free"):
-            free_device(device)
+            free_device()
     result["lock"] = dict(lock.record, imports_s=imports_s, host_done_at=host_done_at, quiet=quiet.record)
     if "error" not in result:
         result["seconds"] = dict(outside_lock=outside.total(), inside_lock=inside.total(),
@@ -240,18 +240,6 @@ class Quiet:
             (self.folder / "request").unlink(missing_ok=True)
             self.record["held_s"] = round(time.time() - self.record["started_at"], 3)
         return False
-
-
-def free_device(device: str) -> None:
-    """What the model left on the device, freed before the lock is released."""
-    import gc
-
-    gc.collect()
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
 
 
 # ====================================================================== one model (in a child process)

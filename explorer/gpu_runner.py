@@ -230,7 +230,7 @@ def _measure_in_child(payload: dict, emit: Callable[[float, str], None]) -> dict
         out = report.to_dict()
     finally:
         if section is not None and section.held:
-            _free_device()
+            gpulock.free_device()
             section.release()
     if section is not None and section.record.get("locked"):
         r = section.record
@@ -238,18 +238,6 @@ def _measure_in_child(payload: dict, emit: Callable[[float, str], None]) -> dict
             gpu_lock_waited_s=r["waited_s"], gpu_lock_held_s=r["held_s"], gpu_lock_wait_started_at=r["wait_started_at"],
             gpu_lock_acquired_at=r["acquired_at"], gpu_lock_released_at=r["released_at"])
     return out
-
-
-def _free_device() -> None:
-    """What the measurement left on the device, freed before its section ends (the next holder finds it free)."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

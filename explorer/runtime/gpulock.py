@@ -105,6 +105,20 @@ def pin(cores: set[int] | None) -> None:
         pass
 
 
+def free_device() -> None:
+    """What a holder's work left on the device, freed before its section ends (the next holder finds the memory
+    free): a collection, then, where CUDA is in use, a synchronize and the caching allocator emptied. torch is
+    imported here only (a parent that configures sections never imports it)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
 class Section:
     """The exclusive device section of one process (module docstring): ``acquire()`` blocks until the lock is
     free, then pins this process to the holder's cores; ``release()`` records the interval, gives the lock back and
