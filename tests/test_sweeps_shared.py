@@ -100,11 +100,13 @@ def test_phase_clock_names_each_step_and_adds_up():
     from explorer.messages import PROGRESS
     from explorer.runtime.progress import estimating, with_left
 
+    statuses = (estimating(PROGRESS("starting_process")), str(PROGRESS("loading", x="resnet50")),
+                with_left(str(PROGRESS("loading", x="resnet50")), 9.0), str(PROGRESS("waiting_for_device")),
+                with_left(str(PROGRESS("compiling_with_torch_compile", x="reduce-overhead")), 3.0),
+                "a line no message makes")       # made before the clock starts: its first status comes at once
+    step_of(statuses[0])                             # (and the catalogs its reading back loads, loaded once)
     clock = PhaseClock()
-    for status in (estimating(PROGRESS("starting_process")), str(PROGRESS("loading", x="resnet50")),
-                   with_left(str(PROGRESS("loading", x="resnet50")), 9.0), str(PROGRESS("waiting_for_device")),
-                   with_left(str(PROGRESS("compiling_with_torch_compile", x="reduce-overhead")), 3.0),
-                   "a line no message makes"):
+    for status in statuses:
         clock(0.1, status)
         time.sleep(0.01)
     clock(1.0, str(PROGRESS("done", elapsed="1 s")))
