@@ -183,11 +183,12 @@ def test_an_index_computation_keeps_its_float32_without_a_cast_record(dtype):
 
 
 #: The corpus entries whose capture in a run dtype differs from their float32 capture, so that no cast record
-#: applies (``benchmarks/check_cast_records.py`` at CI sizes: ``benchmarks/results/cast_records_cpu.json``), and
-#: the dtypes where it differs (every torchvision and timm entry has a record in both): T5 (its norm casts back to its weight's dtype in bf16 and fp16, and clamps in
-#: fp16), Whisper's encoder (its fp16 clamp), Mixtral (its experts take another path in bf16). In the others'
-#: dtypes a record applies (Mixtral's fp16 only since ``record_casts`` retries on fake CPU tensors: on meta
-#: tensors transformers' MoE takes another path than on the CPU, even in float32).
+#: applies, and the dtypes where it differs (``benchmarks/check_cast_records.py`` at CI sizes, all 117 entries:
+#: ``benchmarks/results/cast_records_cpu.json``; every torchvision and timm entry has a record in both): T5 (its
+#: norm casts back to its weight's dtype in bf16 and fp16, and clamps in fp16), Whisper's encoder (its fp16
+#: clamp), Mixtral (its experts take another path in bf16). In the others' dtypes a record applies (Mixtral's
+#: fp16 and torchvision Swin's bf16 only since ``record_casts`` retries on fake CPU tensors: on meta tensors
+#: transformers' MoE, and Swin, take another path than on the CPU).
 BRANCHING = {"hf/t5_encoder": ("bf16", "fp16"), "hf/whisper_encoder": ("fp16",), "hf/mixtral": ("bf16",)}
 LABELS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
