@@ -3,7 +3,8 @@
 Every corpus model at its real layer sizes and real input shape (``Entry.real``), fp16 (bf16 for decoders),
 CNNs channels_last, through the runner's own pieces: captured, detected, every chain fused
 (``fusion_engine`` / ``fusions.rewrite``), both graphs prepared as the runner prepares them
-(``runtime.measure.prepare_graph`` with the model's own casts, ``record_casts``), against eager, torch.compile
+(``runtime.measure.prepare_graph`` with the model's own casts, ``record_casts``; for a model that branches on its
+dtype, its capture in the run dtype, ``run_dtype_graph``), against eager, torch.compile
 default and, as CUDA graphs, the fused graph replayed against ``torch.compile(mode="reduce-overhead")``. All
 variants of a model are timed in the same alternated rounds (``measure.time_paired``) and each pair gets the
 paired verdict (``explorer.stats.compare``: Wilcoxon over paired rounds, 3% minimum effect). Precision is
@@ -363,6 +364,7 @@ def measure_on_device(host: HostModel, warm_only: bool, no_compile: bool, phases
 
     from benchmarks._common import compile_copy, cuda_graph_replay, errors, profile_forward
     from explorer import stats
+    from explorer.messages import CASTS
     from explorer.runtime import measure as m
 
     device, out, smoke = host.device, host.out, host.smoke
@@ -382,7 +384,11 @@ def measure_on_device(host: HostModel, warm_only: bool, no_compile: bool, phases
     if note:
         out["notes"].append(note)
     with phases("prepare"):
-        unfused_gm = m.prepare_graph(gm, device, dtype, channels_last, casts=record)
+        # a model that branches on its dtype: the unfused baseline is its capture in that dtype, as the runner's
+        typed = m.run_dtype_graph(features, x32, gm, dtype, device=device) if record is None else None
+        if typed is not None:
+            out["notes"].append(CASTS("captured_in_run_dtype", dtype=str(dtype).replace("torch.", "")))
+        unfused_gm = m.prepare_graph(gm if typed is None else typed, device, dtype, channels_last, casts=record)
         fused_gm = m.prepare_graph(fused.gm, device, dtype, channels_last, casts=record)
         eager = m.prepare_module(features, device, dtype, channels_last)
         x = m.prepare_inputs(x32, device, dtype, channels_last)

@@ -512,9 +512,14 @@ CASTS = Words("casts", {
                 "and the unfused graph computes every float32 op in {dtype}",
                 "模型在 {dtype} 下的捕获与 float32 下的不同：无法对应它自身的类型转换，未融合图的每个 float32 运算都以 {dtype} 计算"),
     "differs_at": ("the model's capture in {dtype} differs from its float32 capture ({where}): its own casts could not "
-                   "be matched, and the unfused graph computes every float32 op in {dtype}",
-                   "模型在 {dtype} 下的捕获与 float32 下的不同（{where}）：无法对应它自身的类型转换，未融合图的每个 float32 运算都以 "
-                   "{dtype} 计算"),
+                   "be matched, and a graph of its float32 capture computes every float32 op in {dtype}",
+                   "模型在 {dtype} 下的捕获与 float32 下的不同（{where}）：无法对应它自身的类型转换，由其 float32 捕获得到的图的每个 "
+                   "float32 运算都以 {dtype} 计算"),
+    "captured_in_run_dtype": ("the unfused baseline is the model captured in {dtype} (it branches on its dtype): it "
+                              "computes what eager computes in {dtype}; the chains and the fused graph are the float32 "
+                              "capture's",
+                              "未融合基线是在 {dtype} 下捕获的模型（它依据自身的 dtype 走不同分支）：它的计算与 eager 在 {dtype} "
+                              "下一致；链与融合图来自 float32 捕获"),
     "no_eager_module_this": ("no eager module for this source: its graph's {x} ops run in {x2}, its other floating dtypes as captured",
         "这个来源没有 eager 模块：图中 {x} 的运算以 {x2} 运行，其他浮点类型保持捕获时的样子"),
 })

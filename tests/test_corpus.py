@@ -391,7 +391,8 @@ def run_compile_case(name: str, folder: Path) -> dict:
 def dtype_fidelity(features, inputs, gm, fused_gm, plan_at_bf16: bool) -> dict:
     """Per low dtype: rel_l2 against float64 of eager PyTorch and of the unfused graph prepared as the runner
     prepares it (the model's own casts read by ``record_casts`` from the eager module: a graph from a file has
-    no module of its own, and the eager model is what it was written from), the cast note, and the fused
+    no module of its own, and the eager model is what it was written from; where no record applies, the
+    module's capture in that dtype, ``run_dtype_graph``, as the session's), the cast note, and the fused
     graph of the float32 plan prepared at that dtype against the unfused one (chain identities are the
     float32 capture's: the plan applies as made; in bf16, on the transformers entries only: the interpreter's
     time). A dtype the CPU cannot run is a note."""
@@ -409,10 +410,12 @@ def dtype_fidelity(features, inputs, gm, fused_gm, plan_at_bf16: bool) -> dict:
         rel = lambda got, want: m.precision(got, want, False, dtype)["rel_l2"]  # noqa: E731
         try:
             casts, note = m.record_casts(features, inputs, gm, dtype)
+            # a model that branches on its dtype: the runner's baseline is its capture in that dtype
+            typed = m.run_dtype_graph(features, inputs, gm, dtype) if casts is None else None
             x = m.prepare_inputs(inputs, "cpu", dtype)
             with torch.inference_mode():
                 eager = m.prepare_module(features, "cpu", dtype)(*x)
-                unfused = m.prepare_graph(gm, "cpu", dtype, casts=casts)(*x)
+                unfused = m.prepare_graph(gm if typed is None else typed, "cpu", dtype, casts=casts)(*x)
                 fused = (m.prepare_graph(fused_gm, "cpu", dtype, casts=casts)(*x)
                          if label == "bf16" and plan_at_bf16 else None)
             out[label] = dict(eager=rel(eager, ref), unfused=rel(unfused, ref), casts=casts is not None, note=note)
@@ -718,3 +721,20 @@ if __name__ == "__main__":
         result = (run_compile_case(entry_name, Path(tmp)) if source_name == "compile_map"
                   else run_case(entry_name, source_name, Path(tmp)))
     Path(answer).write_text(json.dumps(result, indent=1, default=str))
+
+
+def test_the_real_image_size_is_the_one_each_vit_builder_takes():
+    """A torchvision ViT fixes its image side (its position embedding): the real shape the H200 bench measures is
+    the builder's own, 224 for ``vit_h_14`` with ``weights=None`` too (518 is its SWAG weights' size). Built on the
+    meta device: the structure, no weights."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from benchmarks import corpus
+
+    vits = [e for e in corpus.entries() if e.name.startswith("tv/vit_")]
+    assert "tv/vit_h_14" in [e.name for e in vits]
+    for e in vits:
+        with torch.device("meta"):
+            model = e.make("real")
+        assert model.image_size == e.real.image == e.ci.image, (e.name, model.image_size, e.real, e.ci)

@@ -180,3 +180,97 @@ def test_an_index_computation_keeps_its_float32_without_a_cast_record(dtype):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype == dtype
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+#: The corpus entries whose capture in a run dtype differs from their float32 capture, so that no cast record
+#: applies, and the dtypes where it differs (``benchmarks/check_cast_records.py`` at CI sizes, all 117 entries:
+#: ``benchmarks/results/cast_records_cpu.json``; every torchvision and timm entry has a record in both): T5 (its
+#: norm casts back to its weight's dtype in bf16 and fp16, and clamps in fp16), Whisper's encoder (its fp16
+#: clamp), Mixtral (its experts take another path in bf16). In the others' dtypes a record applies (Mixtral's
+#: fp16 and torchvision Swin's bf16 only since ``record_casts`` retries on fake CPU tensors: on meta tensors
+#: transformers' MoE, and Swin, take another path than on the CPU).
+BRANCHING = {"hf/t5_encoder": ("bf16", "fp16"), "hf/whisper_encoder": ("fp16",), "hf/mixtral": ("bf16",)}
+LABELS = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _check_run_dtype_baseline(module, inputs, gm, branching, what, changed: bool):
+    """Where the model branches on its dtype: no record, and the unfused baseline (``run_dtype_graph``, prepared)
+    is eager bit for bit and within 1.5x of eager's error; elsewhere a record and no run-dtype graph. ``changed``:
+    the float32 capture prepared without a record is not eager (the test could fail on it)."""
+    ref = _reference(gm, inputs)
+    for label, dtype in LABELS.items():
+        casts, note = m.record_casts(module, inputs, gm, dtype)
+        typed = m.run_dtype_graph(module, inputs, gm, dtype)
+        if label not in branching:
+            assert casts is not None and typed is None, (what, label, note)
+            continue
+        assert casts is None and "differs from its float32 capture" in note, (what, label, note)
+        assert typed is not None, (what, label)
+        x = m.prepare_inputs(inputs, "cpu", dtype)
+        with torch.inference_mode():
+            eager = m.prepare_module(module, "cpu", dtype)(*x)
+            graph = m.prepare_graph(typed, "cpu", dtype)(*x)
+            blanket = m.prepare_graph(gm, "cpu", dtype)(*x)
+        rel = lambda out, against: m.precision(out, against, False, dtype)["rel_l2"]  # noqa: E731
+        as_eager = [t.double() for t in m.flat_outputs(eager)]
+        e, g = rel(eager, ref), rel(graph, ref)
+        assert math.isfinite(e) and e > 1e-5, (what, label, e)
+        assert g <= 1.5 * e, (what, label, g, e)
+        assert rel(graph, as_eager) < 1e-6, (what, label, rel(graph, as_eager))
+        if changed:
+            assert rel(blanket, as_eager) > 1e-4, (what, label, rel(blanket, as_eager))
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n == "hf/mixtral" else [])
+                                  for n in BRANCHING])
+def test_the_corpus_models_that_branch_on_their_dtype(name):
+    """Each corpus entry of ``BRANCHING`` at its CI size (T5's and Whisper's in seconds, Mixtral's ``slow``): in
+    the dtypes it branches in, no record and the baseline eager has (for T5, the float32 capture prepared
+    without a record is not eager); in the others, a record. Chains and plans stay the float32 capture's
+    (``test_a_plan_made_at_fp32_applies_at_bf16``; for a model that branches, in the runner:
+    ``test_the_session_times_the_run_dtype_baseline_with_the_float32_plan``)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks import corpus
+
+    entry = corpus.by_name(name)
+    module = entry.build("ci")
+    inputs = entry.inputs("ci", module=module)
+    features = corpus.features_module(entry, module)
+    gm = capture(features, inputs, name)
+    _check_run_dtype_baseline(features, inputs, gm, BRANCHING[name], name, changed=name == "hf/t5_encoder")
+
+
+@pytest.mark.slow
+def test_the_session_times_the_run_dtype_baseline_with_the_float32_plan(tmp_path):
+    """The runner on a T5 encoder folder in bf16: a plan made on the float32 analysis applies as made (every
+    chain fused, the same ids), the note says the unfused baseline is the run-dtype capture, and that baseline
+    is eager: its error against float64 is what eager's is (``measure.run_dtype_graph``)."""
+    import transformers
+
+    from explorer.fusion_engine import analyze
+    from explorer.fusions.plan import make_plan
+    from explorer.runtime.session import measure
+    from explorer.runtime.settings import RunSettings
+
+    torch.manual_seed(0)
+    folder = tmp_path / "t5"
+    _unit_scale(transformers.T5EncoderModel(transformers.T5Config(
+        vocab_size=200, d_model=48, d_kv=12, d_ff=80, num_layers=2, num_heads=4))).save_pretrained(folder)
+    fp32 = analyze(str(folder), batch=1, seq_len=8)
+    plan = make_plan(fp32.detection, "all")
+    assert plan.accepted
+    report = measure(str(folder), plan.to_dict(), RunSettings(device="cpu", dtype="bf16", batch=1, seq_len=8,
+                                                              quick=True, stages=False, per_chain=False))
+    assert report.failures == ()
+    assert [c.id for c in report.chains] == list(plan.accepted)
+    assert all(c.status == "fused" for c in report.chains), [(c.id, c.reason) for c in report.chains]
+    assert any("the unfused baseline is the model captured in bfloat16" in n for n in report.notes), report.notes
+    model = fp32.model
+    x = m.prepare_inputs(model.example_inputs, "cpu", torch.bfloat16)
+    with torch.inference_mode():
+        eager = m.prepare_module(model.module, "cpu", torch.bfloat16)(*x)
+    e = m.precision(eager, _reference(model.gm, model.example_inputs), False, torch.bfloat16)["rel_l2"]
+    assert report.unfused.precision.rel_l2 == pytest.approx(e, rel=1e-6), (report.unfused.precision.rel_l2, e)

@@ -282,3 +282,28 @@ def test_folding_leaves_inputs_randomness_writes_and_large_values_alone():
     out, total = gm(torch.ones(8))
     assert torch.equal(out, 1 + torch.arange(8, dtype=torch.float32).cos())
     assert torch.equal(total, torch.full((64, 64), 2.0 + 8))
+
+
+@pytest.mark.parametrize("lowered", [False, True], ids=["aten", "lowered"])
+def test_a_constant_written_in_place_is_computed_at_every_call(lowered):
+    """T5's relative-position buckets: ``buckets += torch.where(...)`` on a tensor made from constants only.
+    Folded, the ``add_`` would add to the stored buckets at each call (the second indexed past T5's table);
+    the written constant, and what it is made from (``view`` would write through to a folded base), stay
+    computed, and every call returns what eager returns."""
+    class M(torch.nn.Module):
+        def forward(self, x):
+            pos = torch.arange(6)
+            buckets = (pos[None, :] - pos[:, None]).abs().view(36)
+            buckets += torch.where(pos.repeat(6) > 2, 1, 0)                # in place, on a constant
+            return x + buckets.view(6, 6).to(x.dtype), x * pos.cos()
+
+    model = M()
+    gm = torch.export.export(model, (torch.ones(6, 6),)).module()
+    if lowered:
+        lean.lower_aten_calls(gm)
+    lean.fold_constants(gm)
+    assert any("_folded_" in str(n.target) for n in gm.graph.nodes if n.op == "get_attr")   # pos.cos() folds
+    x = torch.randn(6, 6)
+    for _ in range(3):
+        for got, want in zip(gm(x), model(x)):
+            assert torch.equal(got, want)

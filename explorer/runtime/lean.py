@@ -605,6 +605,19 @@ def _foldable(node: torch.fx.Node) -> bool:
     return target in _PURE_PUBLIC and not getattr(target, "__name__", "").endswith("_")
 
 
+def _writes_inputs(node: torch.fx.Node) -> bool:
+    """Whether ``node`` may write a tensor it reads: an in-place call (``x.add_(y)``, ``aten.add_``), an ``out=``."""
+    target = node.target
+    if "out" in node.kwargs:
+        return True
+    if node.op == "call_method":
+        return isinstance(target, str) and target.endswith("_") and not target.startswith("__")
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.is_mutable
+    name = getattr(target, "__name__", "")
+    return name.endswith("_") and not name.startswith("__")
+
+
 def _nbytes(value: Any) -> int | None:
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
@@ -618,7 +631,10 @@ def fold_constants(gm: torch.fx.GraphModule, max_bytes: int = FOLD_MAX_BYTES) ->
     graph's own tensors (moved and cast already: ``prepare_graph`` calls this last), so the stored value
     is the one each call would have computed. A value is kept only where it leaves the constant part of
     the graph (a node outside it reads it) and is at most ``max_bytes``; larger ones and non-tensors stay
-    computed. Edits ``gm`` in place and returns how many nodes now read a folded value.
+    computed. A constant that a call writes in place (T5's ``relative_buckets += ...``: ``add_``), and every
+    constant it is computed from (a view of a folded buffer would be written through), stays computed: folded,
+    each call would add to the sum of the calls before (T5's buckets indexed past their table at the second
+    call). Edits ``gm`` in place and returns how many nodes now read a folded value.
     """
     values: dict[torch.fx.Node, Any] = {}
     computed: list[torch.fx.Node] = []
@@ -642,10 +658,17 @@ def fold_constants(gm: torch.fx.GraphModule, max_bytes: int = FOLD_MAX_BYTES) ->
             continue
         values[node] = value
         computed.append(node)
+    written = [n for n in computed if any(_writes_inputs(u) for u in n.users)]
+    fresh: set[torch.fx.Node] = set()      # written in place, or what a written constant is computed from
+    while written:
+        node = written.pop()
+        if node not in fresh and node in values:
+            fresh.add(node)
+            written.extend(node.all_input_nodes)
     folded = 0
     for node in computed:
         size = _nbytes(values[node])
-        if size is None or size > max_bytes or all(u in values for u in node.users):
+        if node in fresh or size is None or size > max_bytes or all(u in values for u in node.users):
             continue
         name = "_folded_" + node.name
         while hasattr(gm, name):

@@ -445,18 +445,21 @@ def _signature(node: torch.fx.Node) -> tuple:
 
 
 def _typed_capture(module: torch.nn.Module, inputs: Sequence[torch.Tensor], dtype: torch.dtype,
-                   device: str | None = None) -> torch.fx.GraphModule:
+                   device: str | None = None, fake: bool = False) -> torch.fx.GraphModule:
     """``module`` captured with ``torch.export`` as if its floating weights and inputs were in ``dtype`` and on
     ``device`` (default: where its tensors are), without computing or copying a weight (``record_casts``'s
     capture; the result's parameters are meta or fake tensors: it is for reading, not for running). Raises
     what ``torch.export`` raises."""
     # on the device the model runs on, without its memory: a model's code may branch on its tensors' device
     # (an autocast region for CUDA only), so a capture on "meta" of a CUDA model is not the CUDA model's. On the
-    # CPU, meta tensors (proven against every CPU test's capture); elsewhere fake tensors of that device.
+    # CPU, meta tensors (proven against every CPU test's capture) unless ``fake``; elsewhere fake tensors of that
+    # device. A model may branch on meta too: transformers' MoE experts take another path there (Mixtral's capture
+    # on meta differs from its CPU capture in float32 already, and fails to run with real weights: ``histc`` of
+    # integers), which fake CPU tensors do not.
     devices = [t.device for t in (*module.parameters(), *module.buffers(), *inputs) if t.device.type != "meta"]
     target = torch.device(device) if device is not None else (devices[0] if devices else torch.device("cpu"))
     fake_mode = None
-    if target.type != "cpu":
+    if target.type != "cpu" or fake:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -509,6 +512,15 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
         return None, CASTS("not_captured", dtype=name, reason=_one_line(exc))
     mine, theirs = _dtype_nodes(gm), _dtype_nodes(typed)
     rewires = _alias_rewires(gm, typed)
+    on_cpu = device is None or torch.device(device).type == "cpu"
+    if ([_signature(n) for n in mine] != [_signature(n) for n in theirs] or rewires is None) and on_cpu:
+        try:   # a model that branches on the meta device (``_typed_capture``): its capture on fake CPU tensors
+            other = _typed_capture(module, inputs, dtype, device, fake=True)
+        except Exception:
+            other = None
+        if other is not None and [_signature(n) for n in mine] == [_signature(n) for n in _dtype_nodes(other)] \
+                and _alias_rewires(gm, other) is not None:
+            typed, theirs, rewires = other, _dtype_nodes(other), _alias_rewires(gm, other)
     if [_signature(n) for n in mine] != [_signature(n) for n in theirs] or rewires is None:
         return None, CASTS("differs_at", dtype=name, where=_first_difference(gm, typed, mine, theirs))
     args = {n.name: (str(n.target), tuple(_float_dtypes((n.args, n.kwargs)))) for n in theirs}
@@ -525,6 +537,46 @@ def record_casts(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: to
             attrs[str(node.target)] = value.dtype
     record = CastRecord(dtype, args, attrs, wide, rewires)
     return record, record.describe()
+
+
+def run_dtype_graph(module: torch.nn.Module, inputs: Sequence[torch.Tensor], gm: torch.fx.GraphModule,
+                    dtype: torch.dtype, device: str | None = None) -> torch.fx.GraphModule | None:
+    """``module`` captured with its floating weights and inputs in ``dtype``, runnable, for a model that branches
+    on its dtype: ``None`` unless ``dtype`` is bf16 or fp16 and that capture differs from ``gm`` (``module``'s
+    float32 capture) where ``record_casts`` matches the two (T5's and Whisper's fp16 clamp, T5's norm casting
+    back to its weight's dtype, Mixtral's experts in bf16): there no cast record can be applied to ``gm``, and
+    this graph is the unfused baseline that computes what eager computes in ``dtype``, every op in the dtype
+    the model gives it (``prepare_graph`` keeps its float32 islands: its capture dtype is ``dtype``).
+
+    Its analysis would not be ``gm``'s (other nodes, other names, another fingerprint): chains, plans and the
+    fused graph stay ``gm``'s, so that a plan made at float32 applies in every dtype. The capture is
+    ``record_casts``'s (``_typed_capture``) on fake tensors of the device (``device`` as there; never meta,
+    which a model may branch on); its parameters and
+    buffers are then the module's own, by name, cast to ``dtype`` where floating (what ``module.to(dtype)``
+    holds; one copy of the weights in ``dtype``). ``None`` too where the capture fails or a tensor it names
+    is not the module's."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return None
+    try:
+        typed = _typed_capture(module, inputs, dtype, device, fake=True)
+    except Exception:
+        return None
+    mine, theirs = _dtype_nodes(gm), _dtype_nodes(typed)
+    if [_signature(n) for n in mine] == [_signature(n) for n in theirs] and _alias_rewires(gm, typed) is not None:
+        return None                                        # a record applies (``record_casts``): not needed
+    own = {**dict(module.named_parameters(remove_duplicate=False)), **dict(module.named_buffers(remove_duplicate=False))}
+    for kind, named in (("_parameters", typed.named_parameters(remove_duplicate=False)),
+                        ("_buffers", typed.named_buffers(remove_duplicate=False))):
+        for name, value in list(named):
+            real = own.get(name)
+            if real is None or tuple(real.shape) != tuple(value.shape):
+                return None
+            real = real.detach().to(dtype) if real.is_floating_point() else real.detach()  # moved by prepare_graph
+            owner_name, _, attr = name.rpartition(".")
+            owner = typed.get_submodule(owner_name) if owner_name else typed
+            getattr(owner, kind)[attr] = torch.nn.Parameter(real, requires_grad=False) if kind == "_parameters" \
+                else real
+    return typed
 
 
 def _graph_form(gm: torch.fx.GraphModule) -> list[tuple]:

@@ -5,7 +5,8 @@
 
     setup: analyze (load, graph, detect) ─► plan (None: all accepted) ─► fuse
            ─► unfused gm | fused gm, both prepared alike (device, dtype, memory format, lean calls,
-              the model's own casts at the run dtype: ``measure.record_casts``)
+              the model's own casts at the run dtype: ``measure.record_casts``; a model that branches on
+              its dtype: the unfused gm from its capture in the run dtype, ``measure.run_dtype_graph``)
     phases (``report.PHASES``), each on its own:
        reference  the float64 reference, precision of unfused and fused
        main       latency (paired, alternated rounds; a tested verdict), peak memory, launches, bytes
@@ -300,11 +301,18 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     if plan.cuda_graphs and not cuda:
         notes.append("CUDA graphs requested but ignored: they need CUDA")
     casts = None
+    unfused_source = model.gm   # the graph the unfused baseline is prepared from
     if model.module is not None:
         schedule.emit("prepare", 0.3, PROGRESS("reading_casts", dtype=settings.dtype))
         casts, cast_note = m.record_casts(model.module, model.example_inputs, model.gm, dtype)
         if cast_note:
             notes.append(cast_note)
+        # a model that branches on its dtype: no record applies to the float32 capture, and the unfused baseline
+        # is the model captured in the run dtype (chains, the plan and the fused graph stay the float32 capture's)
+        typed = m.run_dtype_graph(model.module, model.example_inputs, model.gm, dtype) if casts is None else None
+        if typed is not None:
+            unfused_source = typed
+            notes.append(CASTS("captured_in_run_dtype", dtype=str(dtype).replace("torch.", "")))
     elif dtype not in (torch.float32, torch.float64):
         notes.append(CASTS("no_eager_module_this", x=m.capture_dtype(model.gm), x2=settings.dtype))
     if before_device is not None:   # everything above is host work; the device's first allocation is below
@@ -312,7 +320,7 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     environment = _environment(device)   # the device's name and clocks, read inside its section
     _check_device_memory(model, graph, device, dtype)
     schedule.emit("prepare", 0.5, PROGRESS("preparing_models", x=settings.dtype, x2=device, x3=plan.memory_format))
-    unfused_gm = m.prepare_graph(model.gm, device, dtype, channels_last, casts=casts)
+    unfused_gm = m.prepare_graph(unfused_source, device, dtype, channels_last, casts=casts)
     fused_gm = m.prepare_graph(fused_model.gm, device, dtype, channels_last, casts=casts)
     inputs = m.prepare_inputs(model.example_inputs, device, dtype, channels_last)
     ratio = m.element_ratio(dtype)
