@@ -15,6 +15,8 @@ against eager PyTorch and the fused one against the unfused, and answers in JSON
 - the unfused graph computes what the model computes, and the fused graph what the unfused does, within
   float32's tolerance (``RTOL`` of the reference's largest magnitude, or ``NOISE_FACTOR`` times the model's
   own float32 distance from float64 where seeded weights amplify rounding); every accepted chain fuses;
+- the graph prepared as the runner prepares every graph it times (``measure.prepare_graph``: the lean passes,
+  view trees collapsed) computes bit for bit what the graph computes (Swin's in-place mask once broke that);
 - detection counts equal the counts DERIVED here from the architecture: from the autograd graph of one
   eager forward (a representation of the model's dataflow that is not our capture) and from the module
   tree (``derive``), except where ``GAPS`` records what detection finds instead, and why, or ``ALTERNATIVES``
@@ -290,7 +292,7 @@ def run_case(name: str, source: str, folder: Path) -> dict:
     from explorer.fusions.plan import make_plan
     from explorer.fusions.rewrite import apply_plan
     from explorer.graph.build import build_graph
-    from explorer.runtime.measure import flat_outputs
+    from explorer.runtime.measure import flat_outputs, prepare_graph
     from explorer.sources import load_model
 
     logging.disable(logging.WARNING)
@@ -354,6 +356,9 @@ def run_case(name: str, source: str, folder: Path) -> dict:
                                   if ref.shape == want.shape else f"shape {tuple(ref.shape)} != {tuple(want.shape)}")
         else:
             out["unfused_err"] = "inputs differ"
+        with torch.no_grad():   # prepared as the runner prepares every graph (lean passes, views collapsed)
+            prepared = flat_outputs(prepare_graph(loaded.gm, "cpu", torch.float32)(*x))[0].float()
+        out["prepared_err"] = float((prepared - ref).abs().max()) / scale if scale else None
     except Exception as exc:
         return dict(out, status="error", phase="detect/fuse/run", reason=_one_line(exc))
     if same_inputs:
@@ -551,6 +556,8 @@ def check_case(r: dict) -> None:
     assert r["applied"].get("failed", 0) == 0, f"{where}: chains failed: {r['not_fused']}"
     assert isinstance(r["unfused_err"], str) or r["unfused_err"] <= RTOL, \
         f"{where}: the unfused graph is not the model: {r['unfused_err']:.2e} of its largest output"
+    assert r["prepared_err"] == 0.0, \
+        f"{where}: the graph prepared as the runner prepares it differs from the graph: {r['prepared_err']}"
     # float32's tolerance: RTOL, or, for a model whose own float32 forward is further than that from float64
     # (seeded weights that amplify rounding: EfficientNet-V2 at CI sizes), NOISE_FACTOR times that distance
     noise = (r.get("fidelity") or {}).get("fp32_noise") or 0.0

@@ -738,8 +738,12 @@ def apply_view_binds(gm: torch.fx.GraphModule, binds: Binds = DEFAULT_BINDS) -> 
 
 #: Methods (``call_method`` targets, as ``lower_aten_calls`` writes them) whose result is a view of ``self``
 #: (or ``self``) with a geometry that depends only on ``self``'s shape, strides and offset, given constant
-#: arguments. ``to`` and ``contiguous`` may copy instead: ``BoundViews`` keeps its bound path only where the
-#: first call's results share the root's storage.
+#: arguments. Those of ``_MAY_COPY`` may copy instead: ``BoundViews`` keeps its bound path only where the first
+#: call's results share the root's storage, and ``_view_trees`` takes one into a tree only where nothing between
+#: the tree's first node and it may write in place (a tree's ops all run where its first node was; a copy made
+#: there, before a write into the root that the graph makes later, reads the data as it was: torchvision's Swin
+#: fills slices of its shifted-window mask in place and then views, permutes and reshapes it, and with the copy
+#: made first the mask was all zeros and Swin-T's output 17% off).
 _VIEW_METHODS = frozenset({"view", "reshape", "contiguous", "expand", "transpose", "permute", "unsqueeze",
                            "squeeze", "flatten", "unflatten", "t", "narrow", "select", "split", "chunk",
                            "unbind", "split_with_sizes", "to", "__getitem__"})
@@ -748,12 +752,22 @@ _VIEW_METHODS = frozenset({"view", "reshape", "contiguous", "expand", "transpose
 _VIEW_FUNCTIONS = frozenset({
     torch.transpose, torch.reshape, torch.permute, torch.unsqueeze, torch.squeeze, torch.unflatten,
     torch.flatten, torch.select, torch.narrow, torch.t, torch.split, torch.split_with_sizes, torch.chunk,
-    torch.unbind, aten.view.default, aten.reshape.default, aten.transpose.int, aten.permute.default, aten.unsqueeze.default,
-    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.t.default, aten.slice.Tensor,
-    aten.select.int, aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default,
-    aten.narrow.default, aten.expand.default, aten.alias.default, aten.contiguous.default,
+    torch.unbind, aten.view.default, aten.reshape.default, aten.transpose.int, aten.permute.default,
+    aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.t.default,
+    aten.slice.Tensor, aten.select.int, aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int,
+    aten.chunk.default, aten.narrow.default, aten.expand.default, aten.alias.default, aten.contiguous.default,
     aten.flatten.using_ints, aten.unflatten.int, aten.detach.default,
 })
+
+#: Of those, the ones that may return a copy (``reshape`` of strides a view cannot express, ``to`` another dtype).
+_MAY_COPY = frozenset({"reshape", "contiguous", "flatten", "to", torch.reshape, torch.flatten,
+                       aten.reshape.default, aten.contiguous.default, aten.flatten.using_ints})
+
+#: Functions of the ``operator`` module that never write into their operands (``iadd`` and friends may).
+_PURE_OPERATORS = frozenset({operator.getitem, operator.add, operator.sub, operator.mul, operator.truediv,
+                             operator.floordiv, operator.mod, operator.pow, operator.neg, operator.pos,
+                             operator.matmul, operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
+                             operator.ge, operator.and_, operator.or_, operator.xor, operator.invert})
 
 #: Of those, the ones that return a tuple of views (read by ``operator.getitem`` with an int).
 _MULTI_VIEWS = frozenset({"split", "split_with_sizes", "chunk", "unbind", torch.split, torch.split_with_sizes,
@@ -899,18 +913,51 @@ class BoundViews:
         self.root = (x.shape, x.stride(), x.storage_offset(), x.dtype)
 
 
+def _may_write(node: torch.fx.Node) -> bool:
+    """Whether ``node`` may write into a tensor in place: an in-place method or ATen overload, an ``out=`` or
+    ``inplace=True`` call, ``setitem``, a submodule, or any callable not known to be pure (the explorer's fused
+    calls among them)."""
+    if node.op in ("placeholder", "get_attr", "output"):
+        return False
+    if node.kwargs.get("out") is not None or node.kwargs.get("inplace") is True:
+        return True
+    target = node.target
+    if node.op == "call_method":
+        return target.endswith("_")
+    if node.op != "call_function":
+        return True
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.is_mutable
+    if target in _PURE_OPERATORS or isinstance(target, BoundViews):
+        return False
+    module, name = getattr(target, "__module__", None) or "", getattr(target, "__name__", "")
+    public = module == "torch" or module.startswith(("torch._C", "torch.nn.functional"))
+    return not public or name.endswith("_")
+
+
 def _view_trees(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, list[torch.fx.Node]]:
-    """root -> the view-like nodes read from it (transitively), in graph order."""
-    kind = {n: _view_kind(n) for n in gm.graph.nodes}
+    """root -> the view-like nodes read from it (transitively), in graph order. An op that may copy
+    (``_MAY_COPY``) joins its source's tree only where no node between the tree's first node and it may write
+    in place (``_may_write``); otherwise it is a node like any other (and may root a tree of its own)."""
+    nodes = list(gm.graph.nodes)
+    kind = {n: _view_kind(n) for n in nodes}
+    writes_before, count = {}, 0                     # node -> how many nodes before it may write in place
+    for n in nodes:
+        writes_before[n] = count
+        count += _may_write(n)
     root_of: dict[torch.fx.Node, torch.fx.Node] = {}
     trees: dict[torch.fx.Node, list[torch.fx.Node]] = {}
-    for node in gm.graph.nodes:
+    for node in nodes:
         if kind[node] is None:
             continue
         src = node.args[0]
         if kind.get(src) is None and kind[node] == "item":
             continue                           # a getitem of a tuple another op made: a root, not a view
         root = root_of[src] if kind.get(src) is not None else src    # a non-tensor root: ``_bind`` refuses it
+        first = (trees.get(root) or [node])[0]
+        if node.target in _MAY_COPY and writes_before[node] != writes_before[first]:
+            kind[node] = None                  # a copy made at ``first`` could miss a write the graph makes
+            continue
         root_of[node] = root
         trees.setdefault(root, []).append(node)
     return trees
