@@ -4,7 +4,7 @@ Each case compares the passed graph with the same graph before the pass, output 
 call (which runs the ``cat`` and binds) and at later ones (which return the operand): transformers' empty key/value
 cache (``torch.tensor([])``, the legacy 1-D empty that ``cat`` skips, and one empty along the dim), a float32 empty
 onto a bfloat16 key (the ``cat`` promotes: it stays), and the cases left alone: a cat that is an output, an
-in-place write between the cat and its reader, two non-empty operands. Then a GPT-2 folder (its cache on) fused
+in-place write between the cat and its reader or into a view of the cat, two non-empty operands. Then a GPT-2 folder (its cache on) fused
 and through ``prepare_graph``.
 """
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _graph(empty: torch.Tensor, *, write_between: bool = False, as_output: bool = False,
-           two_full: bool = False) -> torch.fx.GraphModule:
+           two_full: bool = False, write_view_after: bool = False) -> torch.fx.GraphModule:
     """``q @ cat([empty, k], -2).transpose(-1, -2)``, k a transposed view (as a head split makes it)."""
     root = torch.nn.Module()
     root.register_buffer("empty", empty)
@@ -35,7 +35,11 @@ def _graph(empty: torch.Tensor, *, write_between: bool = False, as_output: bool 
     cat = g.call_function(torch.cat, (operands, -2))
     if write_between:
         g.call_method("mul_", (k, 2.0))
-    scores = g.call_function(torch.matmul, (q, g.call_function(torch.transpose, (cat, -1, -2))))
+    k_t = g.call_function(torch.transpose, (cat, -1, -2))
+    scores = g.call_function(torch.matmul, (q, k_t))
+    if write_view_after:                                # a write into a view of the cat after its only reader
+        g.call_method("mul_", (k_t, 2.0))
+        scores = g.call_function(torch.add, (scores, g.call_function(torch.matmul, (q, k_t))))
     g.output((scores, cat) if as_output else scores)
     return torch.fx.GraphModule(root, g)
 
@@ -110,7 +114,8 @@ def test_a_cat_that_promotes_the_operand_keeps_its_copy():
 
 def test_cats_whose_copy_could_be_seen_are_left_alone():
     empty = torch.tensor([])
-    for kwargs in (dict(as_output=True), dict(write_between=True), dict(two_full=True)):
+    for kwargs in (dict(as_output=True), dict(write_between=True), dict(two_full=True),
+                   dict(write_view_after=True)):
         gm = _graph(empty, **kwargs)
         lean_gm, n = _passed(gm)
         assert n == 0, kwargs

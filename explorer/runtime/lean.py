@@ -1047,7 +1047,7 @@ def drop_noop_detach(gm: torch.fx.GraphModule) -> int:
 
 #: Call targets (by name) that read their tensor arguments and write none of them: the nodes that may run between
 #: a passed-through ``cat`` and its last reader (besides view-like nodes and other such cats).
-_READ_ONLY_NAMES = frozenset({"fused_attention", "fused_attention_kt", "fused_attention_forms", "bound_views",
+_READ_ONLY_NAMES = frozenset({"fused_attention", "fused_attention_kt", "bound_views",
                               "scaled_dot_product_attention", "matmul", "bmm", "getitem", "cat",
                               "pass_empty_cat"})
 
@@ -1116,11 +1116,27 @@ def _empty_constant(gm: torch.fx.GraphModule, node: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.numel() == 0
 
 
+def _aliases(node: torch.fx.Node) -> set:
+    """``node`` and the nodes that may be views of it: view-like nodes read from it, transitively (a
+    ``bound_views`` and the ``getitem``s of its leaves among them)."""
+    found, todo = {node}, [node]
+    while todo:
+        for u in todo.pop().users:
+            view = _view_kind(u) is not None or isinstance(u.target, BoundViews) or (
+                u.op == "call_function" and u.target is operator.getitem and isinstance(u.args[0], torch.fx.Node)
+                and isinstance(u.args[0].target, BoundViews))
+            if view and u not in found:
+                found.add(u)
+                todo.append(u)
+    return found
+
+
 def pass_empty_cats(gm: torch.fx.GraphModule) -> int:
     """Replace each ``cat`` onto constant empty tensors by a ``PassEmptyCat`` (its one other operand, bound at the
-    first call). Only where returning the operand instead of a fresh copy cannot change a value: the cat is not
-    an output of the graph, and every node from the cat to its last reader is view-like or only reads its tensors
-    (``_READ_ONLY_NAMES``: nothing writes into the operand or the result while the result is read). Edits ``gm``
+    first call). Only where returning the operand instead of a fresh copy cannot change a value: neither the cat
+    nor a view of it (``_aliases``) is an output of the graph, and every node from the cat to the last reader of
+    it or of its views is view-like or only reads its tensors (``_READ_ONLY_NAMES``: nothing writes into the
+    operand or the result while the result is read). Edits ``gm``
     in place; returns how many cats it replaced."""
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
@@ -1141,7 +1157,10 @@ def pass_empty_cats(gm: torch.fx.GraphModule) -> int:
             continue
         if not isinstance(operands[full[0]], torch.fx.Node):
             continue
-        last = max(order[u] for u in node.users)
+        aliases = _aliases(node)
+        if aliases & outputs:
+            continue
+        last = max(order[u] for a in aliases for u in a.users)
         between = nodes[order[node] + 1:last + 1]
         if not all(_view_kind(n) is not None or (n.op == "call_function" and _target_name(n) in _READ_ONLY_NAMES)
                    for n in between):
