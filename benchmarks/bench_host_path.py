@@ -12,7 +12,8 @@ prepares it (``prepared_fused``: its steps, the model's casts kept), prepared wi
 - ``fused_generic`` none; ``fused_bound`` every bind but the views (the path before the view pass);
   ``fused_bound_nolinear`` / ``_noattention`` / ``_nocalls`` ``fused_bound`` less one bind (so the pair with
   ``fused_bound`` is that bind's effect); ``fused_views`` ``fused_bound`` plus the views; ``fused_lean``
-  ``lean.DEFAULT_BINDS`` (where it is none of the others);
+  ``lean.DEFAULT_BINDS`` (where it is none of the others); ``fused_lean_emptycats`` that plus
+  ``lean.pass_empty_cats`` (where the default lacks it: the pair with ``fused_lean`` is that pass's effect);
 - **bitwise**: each variant's outputs against ``fused_generic``'s, ``torch.equal`` on every output;
 - **nodes** and **ATen calls per forward** (``lean.aten_calls_per_forward``, a dispatcher count) per variant;
 - **host issue ms**: host time to issue one forward with the GPU idle (synchronised before each call);
@@ -37,6 +38,7 @@ the process (the JSON says what was skipped).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -106,6 +108,9 @@ def bind_variants() -> dict:
                fused_views=lean.Binds())
     if lean.DEFAULT_BINDS not in out.values():
         out["fused_lean"] = lean.DEFAULT_BINDS
+    with_cats = dataclasses.replace(lean.DEFAULT_BINDS, empty_cats=True)
+    if with_cats not in out.values():
+        out["fused_lean_emptycats"] = with_cats        # against fused_lean: the empty-cat pass's effect
     return out
 
 
@@ -151,6 +156,8 @@ def measure(key: str, args, log) -> dict:
     for name, binds in bind_variants().items():
         graphs[name], done = variant_copy(base, binds)
         row["binds"][name] = dict(switches=binds.label(), bound=done)
+        if name == "fused_lean_emptycats" and not done.get("empty_cats"):
+            del graphs[name]                          # no cat onto an empty constant: the same graph as fused_lean
     row["nodes"] = {name: len(g.graph.nodes) for name, g in graphs.items()}
     with torch.inference_mode():
         outs = {}
@@ -189,7 +196,11 @@ def measure(key: str, args, log) -> dict:
     variants = dict(plain)
     graph_of = {name: "fused_graph" for name in graphs}   # every fused variant launches the same kernels
     graph_of["compile_default"] = "compile_default_graph"
-    for name in ("fused_bound", "compile_default"):
+    cats = "fused_lean_emptycats" if row["binds"].get("fused_lean_emptycats", {}).get("bound", {}).get(
+        "empty_cats") else None
+    if cats:                                          # launches fewer kernels (no cat copies): its own replay
+        graph_of[cats] = "fused_emptycats_graph"
+    for name in ("fused_bound", "compile_default", cats):
         if name in plain and not args.smoke:
             replay, why = common.cuda_graph_replay(plain[name], device)
             if replay is None:
@@ -211,10 +222,13 @@ def measure(key: str, args, log) -> dict:
              ("fused_bound", "fused_views")]
     pairs += [("fused_bound", "fused_lean"), ("fused_bound_nolinear", "fused_lean")] if "fused_lean" in plain else []
     pairs += [("compile_default", "fused_bound"), ("compile_default", last)] if "compile_default" in plain else []
+    if cats and "fused_emptycats_graph" in variants:
+        pairs += [(last, cats), ("fused_graph", "fused_emptycats_graph")]
+        pairs += [("compile_default", cats)] if "compile_default" in plain else []
     samples = m.time_paired(variants, pairs, device, plan)
     # the profiler's launches and GPU busy: every fused variant runs the same kernels (bitwise equal, above), so
     # the bound graph, the default one and compile are profiled and the other fused variants take the bound one's
-    profiled = [v for v in ("fused_bound", last, "compile_default") if v in plain]
+    profiled = [v for v in ("fused_bound", last, cats, "compile_default") if v in plain]
     profiles = {v: common.profile_forward(plain[v], device, top=6, cpu_ops=False) for v in profiled}
     row["variants"] = {}
     for v in variants:
@@ -235,7 +249,8 @@ def measure(key: str, args, log) -> dict:
     row["verdicts"] = [bm.verdict(samples, b, c, "plain calls, paired rounds", f"{c} vs {b}") for b, c in pairs]
     if "compile_default" in samples and all(g in samples for g in ("fused_graph", "compile_default_graph")):
         per_launch = {v: bm.host_per_launch(samples[v], samples[graph_of[v]], row["variants"][v]["launches"])
-                      for v in ("compile_default", "fused_bound", last) if row["variants"][v].get("launches")}
+                      for v in ("compile_default", "fused_bound", last, cats)
+                      if v in row["variants"] and graph_of[v] in samples and row["variants"][v].get("launches")}
         if "compile_default" in per_launch:
             row["host_per_launch_verdicts"] = [
                 dict(bm.verdict(per_launch, "compile_default", v, "host µs per launch, paired rounds",

@@ -53,6 +53,13 @@ read from one tensor one call (``BoundViews``: an ``as_strided`` per view the gr
 call where those views share the root's storage), and ``drop_noop_detach`` drops the ``detach_`` of a constant
 without autograd state. GPT-2-medium's fused graph goes from 223 nodes to 170, BERT-base's from 418 to 321.
 
+A seventh, on every device, off by default until measured (``Binds.empty_cats``): transformers' key/value cache
+starts as an empty constant that each attention ``cat``s its key and value onto (8 copies per GPT-2-medium
+forward, 4 layers). ``pass_empty_cats`` makes each such ``cat`` return its one operand (``PassEmptyCat``, bound at
+the first call where the result keeps the operand's dtype and shape), only where the cat is not an output and
+nothing between it and its last reader writes (the readers see the operand's strides instead of a contiguous
+copy: the bench checks the outputs bit for bit on the GPU too).
+
 A lean graph is final: it is tied to the state it was made in. Pinned reads
 follow a parameter through ``.to()`` (PyTorch moves parameters in place) but
 not a buffer, and a later ``torch.backends.cudnn.enabled = False`` does not
@@ -694,7 +701,8 @@ class Binds:
 
     ``calls``, ``attention`` and ``linears`` (``bind_calls``, ``bind_attention``, ``bind_linears``) apply on CUDA
     only (elsewhere each bound call would keep its generic path anyway); ``views`` (``collapse_views``, and
-    ``drop_noop_detach`` before it: the nodes that launch nothing) on every device. ``DEFAULT_BINDS`` holds what measured faster (``benchmarks/bench_host_path.py``; the README's
+    ``drop_noop_detach`` before it: the nodes that launch nothing) and ``empty_cats`` (``pass_empty_cats``: a
+    ``cat`` onto a constant empty tensor) on every device. ``DEFAULT_BINDS`` holds what measured faster (``benchmarks/bench_host_path.py``; the README's
     "Measured" section names the run).
     """
 
@@ -702,9 +710,10 @@ class Binds:
     attention: bool = True
     linears: bool = True
     views: bool = True
+    empty_cats: bool = False
 
     def label(self) -> str:
-        on = [name for name in ("calls", "attention", "linears", "views") if getattr(self, name)]
+        on = [name for name in ("calls", "attention", "linears", "views", "empty_cats") if getattr(self, name)]
         return "+".join(on) if on else "none"
 
 
@@ -738,11 +747,14 @@ def apply_binds(gm: torch.fx.GraphModule, device: torch.device | str | None, bin
 
 
 def apply_view_binds(gm: torch.fx.GraphModule, binds: Binds = DEFAULT_BINDS) -> dict:
-    """``binds.views`` on any device: ``drop_noop_detach``, then ``collapse_views``. Returns how many each
-    changed."""
-    if not binds.views:
-        return dict(detach=0, views=0)
-    return dict(detach=drop_noop_detach(gm), views=collapse_views(gm))
+    """``binds.views`` on any device: ``drop_noop_detach``, then ``collapse_views``; then ``binds.empty_cats``
+    (``pass_empty_cats``). Returns how many each changed."""
+    done = dict(detach=0, views=0, empty_cats=0)
+    if binds.views:
+        done.update(detach=drop_noop_detach(gm), views=collapse_views(gm))
+    if binds.empty_cats:
+        done["empty_cats"] = pass_empty_cats(gm)
+    return done
 
 
 # ------------------------------------------------------------------ view-like chains collapsed into one call
@@ -1052,6 +1064,140 @@ def drop_noop_detach(gm: torch.fx.GraphModule) -> int:
         gm.graph.lint()
         gm.recompile()
     return dropped
+
+
+# ------------------------------------------------------------------ a cat onto an empty constant: its input
+
+#: Call targets (by name) that read their tensor arguments and write none of them: the nodes that may run between
+#: a passed-through ``cat`` and its last reader (besides view-like nodes and other such cats).
+_READ_ONLY_NAMES = frozenset({"fused_attention", "fused_attention_kt", "bound_views",
+                              "scaled_dot_product_attention", "matmul", "bmm", "getitem", "cat",
+                              "pass_empty_cat"})
+
+
+def _target_name(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name.split("::")[-1]
+    return target if isinstance(target, str) else getattr(target, "__name__", "")
+
+
+class PassEmptyCat:
+    """A ``cat`` whose every operand but one is a constant empty tensor (transformers' key/value cache before its
+    first token: ``torch.cat([torch.tensor([]), key], -2)``), bound to return that operand itself.
+
+    ``cat`` copies the operand into a new tensor (one kernel, and the dispatcher's work for two inputs); its
+    values are the operand's. At the first call this runs the ``cat`` and binds only where the result has the
+    operand's dtype (a float32 empty constant promotes a bf16 key: then the ``cat`` stays) and shape; later calls
+    whose operand has that dtype and shape return it. What changes is identity and strides: the readers get the
+    operand (a view, its strides), not a contiguous copy; ``pass_empty_cats`` binds only where that cannot be
+    seen (see there). ``why`` says why a cat kept its copy.
+
+    ::
+
+        empty ─┐                                       key ─▶ attention
+        key ───┴ cat ─▶ attention             →
+    """
+
+    def __init__(self, index: int, dim: int) -> None:
+        self.index, self.dim = index, dim
+        self.__name__ = self.__qualname__ = "pass_empty_cat"
+        self.__module__ = __name__
+        self.bound: tuple | None = None               # (dtype, shape) of the operand at the first call
+        self.recorded = False
+        self.why: str | None = None
+
+    def __repr__(self) -> str:
+        state = "bound" if self.bound is not None else f"copies: {self.why}" if self.why else "new"
+        return f"PassEmptyCat({state})"
+
+    def __deepcopy__(self, memo) -> "PassEmptyCat":
+        return PassEmptyCat(self.index, self.dim)
+
+    def __reduce__(self):
+        return (PassEmptyCat, (self.index, self.dim))
+
+    def __call__(self, tensors):
+        x = tensors[self.index]
+        b = self.bound
+        if b is not None and x.dtype == b[0] and x.shape == b[1]:
+            return x
+        out = torch.cat(tensors, self.dim)
+        if not self.recorded:
+            self.recorded = True
+            if out.dtype != x.dtype or out.shape != x.shape:
+                self.why = f"the cat's result is {out.dtype} {tuple(out.shape)}, its operand {x.dtype} {tuple(x.shape)}"
+            else:
+                self.bound = (x.dtype, x.shape)
+        return out
+
+
+def _empty_constant(gm: torch.fx.GraphModule, node: Any) -> bool:
+    if not (isinstance(node, torch.fx.Node) and node.op == "get_attr"):
+        return False
+    value = attr_value(gm, node.target)
+    return isinstance(value, torch.Tensor) and value.numel() == 0
+
+
+def _aliases(node: torch.fx.Node) -> set:
+    """``node`` and the nodes that may be views of it: view-like nodes read from it, transitively (a
+    ``bound_views`` and the ``getitem``s of its leaves among them)."""
+    found, todo = {node}, [node]
+    while todo:
+        for u in todo.pop().users:
+            view = _view_kind(u) is not None or isinstance(u.target, BoundViews) or (
+                u.op == "call_function" and u.target is operator.getitem and isinstance(u.args[0], torch.fx.Node)
+                and isinstance(u.args[0].target, BoundViews))
+            if view and u not in found:
+                found.add(u)
+                todo.append(u)
+    return found
+
+
+def pass_empty_cats(gm: torch.fx.GraphModule) -> int:
+    """Replace each ``cat`` onto constant empty tensors by a ``PassEmptyCat`` (its one other operand, bound at the
+    first call). Only where returning the operand instead of a fresh copy cannot change a value: neither the cat
+    nor a view of it (``_aliases``) is an output of the graph, and every node from the cat to the last reader of
+    it or of its views is view-like or only reads its tensors (``_READ_ONLY_NAMES``: nothing writes into the
+    operand or the result while the result is read). Edits ``gm``
+    in place; returns how many cats it replaced."""
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    outputs: set = set()
+    for n in nodes:
+        if n.op == "output":
+            torch.fx.node.map_arg(n.args, outputs.add)
+    replaced = 0
+    for node in nodes:
+        if node.op != "call_function" or node.target not in (torch.cat, aten.cat.default) or node.kwargs:
+            continue
+        if len(node.args) not in (1, 2) or not isinstance(node.args[0], (list, tuple)):
+            continue
+        dim = node.args[1] if len(node.args) == 2 else 0
+        operands = list(node.args[0])
+        full = [i for i, a in enumerate(operands) if not _empty_constant(gm, a)]
+        if not isinstance(dim, int) or len(full) != 1 or len(operands) < 2 or node in outputs or not node.users:
+            continue
+        if not isinstance(operands[full[0]], torch.fx.Node):
+            continue
+        aliases = _aliases(node)
+        if aliases & outputs:
+            continue
+        last = max(order[u] for a in aliases for u in a.users)
+        between = nodes[order[node] + 1:last + 1]
+        if not all(_view_kind(n) is not None or (n.op == "call_function" and _target_name(n) in _READ_ONLY_NAMES)
+                   for n in between):
+            continue
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(PassEmptyCat(full[0], dim), (operands,))
+        call.meta = dict(node.meta)
+        node.replace_all_uses_with(call)
+        gm.graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        gm.graph.lint()
+        gm.recompile()
+    return replaced
 
 
 def _geometry_write(node: torch.fx.Node) -> bool:
