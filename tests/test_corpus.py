@@ -632,11 +632,11 @@ def test_corpus_compile_map(name, tmp_path):
 
 def test_the_checks_fail_where_they_must(monkeypatch):
     """``check_case`` on answers made up here: it passes a good one and fails a traceback, an unlisted
-    refusal, a listed refusal that loads, an unlisted error or a listed one that runs through, a count off by one, a fused output off, a failed chain, an unfused
+    refusal, a listed refusal that loads, an unlisted error or a listed one that runs through, a count off by one, a fused output off, a prepared graph off, a failed chain, an unfused
     graph further than 1.5x eager's error in bf16, and eager with no signal. The listed refusal and error are
     made-up entries of the tables (the real tables may be empty)."""
     good = {"entry": "tv/resnet18", "source": "pt2", "status": "ok", "applied": {"fused": 20}, "not_fused": [],
-            "unfused_err": 0.0, "fused_err": 1e-7, "derived": {"conv_bn_act": 9, "conv_bn_add_act": 8, "conv_bn": 3},
+            "unfused_err": 0.0, "fused_err": 1e-7, "prepared_err": 0.0, "derived": {"conv_bn_act": 9, "conv_bn_add_act": 8, "conv_bn": 3},
             "counts": {"conv_bn_act": 9, "conv_bn_add_act": 8, "conv_bn": 3, "elementwise_chain": 1},
             "fidelity": {"bf16": {"eager": 1e-2, "unfused": 1.2e-2, "note": "", "fused_vs_unfused": 1e-2}}}
     check_case(good)
@@ -651,6 +651,7 @@ def test_the_checks_fail_where_they_must(monkeypatch):
            dict(good, entry=listed[0], source=listed[1]),
            dict(good, counts={**good["counts"], "conv_bn": 2}),
            dict(good, fused_err=1e-3),
+           dict(good, prepared_err=1e-3),
            dict(good, applied={"fused": 19, "failed": 1}),
            dict(good, fidelity={"bf16": {"eager": 1e-2, "unfused": 1.6e-2, "note": ""}}),
            dict(good, fidelity={"bf16": {"eager": float("nan"), "unfused": 1e-2, "note": ""}})]
