@@ -307,3 +307,22 @@ def test_a_constant_written_in_place_is_computed_at_every_call(lowered):
     for _ in range(3):
         for got, want in zip(gm(x), model(x)):
             assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("lowered", [False, True], ids=["aten", "lowered"])
+def test_a_constant_only_detached_in_place_still_folds(lowered):
+    """transformers' empty key/value cache: ``torch.tensor([]).detach_()`` at every forward. ``detach_`` changes
+    autograd state, not values, so the constant folds (``pass_empty_cats`` finds the cat's operand empty only as a
+    folded attribute); an ``add_`` in the same place keeps it computed (the test above)."""
+    class M(torch.nn.Module):
+        def forward(self, x):
+            empty = torch.tensor([]).detach_()
+            return torch.cat([empty, x], 0) * 2
+
+    gm = torch.export.export(M(), (torch.ones(3, 2),)).module()
+    if lowered:
+        lean.lower_aten_calls(gm)
+    assert lean.fold_constants(gm) >= 1
+    assert not any(n.target in (aten.lift_fresh_copy.default, torch.tensor) for n in gm.graph.nodes)
+    x = torch.randn(3, 2)
+    assert torch.equal(gm(x), torch.cat([torch.tensor([]), x], 0) * 2)

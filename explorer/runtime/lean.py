@@ -612,11 +612,19 @@ def _foldable(node: torch.fx.Node) -> bool:
     return target in _PURE_PUBLIC and not getattr(target, "__name__", "").endswith("_")
 
 
+#: In-place calls that change a tensor's autograd state only, never its values: transformers' empty cache is
+#: ``torch.tensor([]).detach_()`` at every forward (its constant must still fold: ``pass_empty_cats`` reads it).
+_STATE_ONLY_WRITES = frozenset({"detach_"})
+
+
 def _writes_inputs(node: torch.fx.Node) -> bool:
-    """Whether ``node`` may write a tensor it reads: an in-place call (``x.add_(y)``, ``aten.add_``), an ``out=``."""
+    """Whether ``node`` may write a tensor it reads: an in-place call (``x.add_(y)``, ``aten.add_``), an ``out=``.
+    A ``detach_`` writes no values (``_STATE_ONLY_WRITES``)."""
     target = node.target
     if "out" in node.kwargs:
         return True
+    if _target_name(node) in _STATE_ONLY_WRITES:
+        return False
     if node.op == "call_method":
         return isinstance(target, str) and target.endswith("_") and not target.startswith("__")
     if isinstance(target, torch._ops.OpOverload):
