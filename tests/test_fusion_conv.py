@@ -525,6 +525,11 @@ def test_selection_on_cuda(monkeypatch):
     assert select("relu", kernel_size=(3, 3), out_pixels=big).impl == select("relu").impl
     assert select("relu", kernel_size=(1, 1), out_pixels=big, residual=True).impl == select("relu", residual=True).impl
     assert select("relu", kernel_size=(1, 1), out_pixels=big, pointwise=True).impl == "triton_gemm"
+    # cuDNN's fused call runs a depthwise conv as its slow grouped direct kernel (CUDNN_RELU_DEPTHWISE)
+    assert select("relu", depthwise=True).impl == select("relu", depthwise=True, residual=True).impl == "triton_depthwise"
+    assert select("relu", depthwise=True, layout="nchw").impl == "triton_epilogue"
+    with conv.policy(depthwise_triton=False):
+        assert select("relu", depthwise=True).impl == "triton_epilogue"
     for act in ("relu6", "silu", "hardswish", "gelu", "none"):
         assert select(act).impl == "triton_epilogue" and "triton" in select(act).label
         assert select(act, pointwise=True).impl == "triton_gemm"

@@ -26,7 +26,8 @@ report's label and the lean lowering (``LOWERINGS``) all ask it::
 
     cudnn_conv_add_relu  relu with a residual, on CUDA: one cuDNN call
     cudnn_conv_relu      relu, on CUDA, except 1×1 convolutions over large maps
-                         (``CUDNN_RELU_1X1_MAX_PIXELS``): one cuDNN call
+                         (``CUDNN_RELU_1X1_MAX_PIXELS``) and depthwise ones
+                         (``CUDNN_RELU_DEPTHWISE``): one cuDNN call
     triton_gemm          a 1×1 convolution (stride 1, no padding, one group) over a
                          channels_last input, on CUDA: ONE Triton GEMM over the pixels with
                          the whole epilogue (``conv1x1_epilogue``, ``gemm_epilogue``); any
@@ -241,6 +242,15 @@ FOLD_TOLERANCE_F64 = 1e-10
 #: pixels (N·H·W) a 1×1 conv + ReLU takes a Triton path instead.
 CUDNN_RELU_1X1_MAX_PIXELS = 16384
 
+#: Whether a depthwise convolution may take cuDNN's fused conv+bias+ReLU (or +add+ReLU). It may not: on the H200
+#: (torch 2.11, fp16 channels_last, batch 32) that call runs every depthwise conv as
+#: ``cudnn::cnn::conv2d_grouped_direct_kernel``, 3.98 ms for MNASNet-1.3's 17 (87% of its fused GPU work), 1.30 ms
+#: for MobileNetV3-L's 6 and 0.74 ms for MobileNetV4-small's 11, where the same convolutions without the bias
+#: and ReLU ran as ``sm90_xmma_depthwise_convolution_fprop`` in the unfused graph of the same run (MNASNet-1.3's
+#: whole unfused forward 1.54 ms of GPU work): ``benchmarks/results/bench_corpus_h200_part11.json`` and
+#: ``_part5``'s rows. A depthwise conv + ReLU takes the depthwise or epilogue path instead.
+CUDNN_RELU_DEPTHWISE = False
+
 TRAINING_REFUSAL = WORDS("refuse.training")
 NO_RUNNING_STATS_REFUSAL = WORDS("refuse.no_stats")
 FOLD_CAVEAT = WORDS("fold_caveat")
@@ -396,6 +406,7 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
                  and out_pixels > CUDNN_RELU_1X1_MAX_PIXELS)
     cudnn = (_policy.POLICY.cudnn_relu and act == "relu" and device.type == "cuda" and dtype in _CUDNN_DTYPES
              and weight_dim == 4 and int_padding and (not residual or residual_fits)
+             and (CUDNN_RELU_DEPTHWISE or not depthwise)
              and torch.backends.cudnn.is_available()
              and torch._C._get_cudnn_enabled())          # torch.backends.cudnn.enabled, without its wrapper
     if cudnn and residual:
