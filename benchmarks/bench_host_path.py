@@ -12,8 +12,10 @@ prepares it (``prepared_fused``: its steps, the model's casts kept), prepared wi
 - ``fused_generic`` none; ``fused_bound`` every bind but the views (the path before the view pass);
   ``fused_bound_nolinear`` / ``_noattention`` / ``_nocalls`` ``fused_bound`` less one bind (so the pair with
   ``fused_bound`` is that bind's effect); ``fused_views`` ``fused_bound`` plus the views; ``fused_lean``
-  ``lean.DEFAULT_BINDS`` (where it is none of the others); ``fused_lean_emptycats`` that plus
-  ``lean.pass_empty_cats`` (where the default lacks it: the pair with ``fused_lean`` is that pass's effect);
+  ``lean.DEFAULT_BINDS`` (where it is none of the others); ``fused_lean_nocats`` that without
+  ``lean.pass_empty_cats`` (``fused_lean_emptycats`` that with it, were the default without it): the pair with
+  ``fused_lean`` is that pass's effect, on a model with such a cat; its CUDA-graph replay is its own
+  (``fused_emptycats_graph``: no cat kernels), against ``fused_graph``;
 - **bitwise**: each variant's outputs against ``fused_generic``'s, ``torch.equal`` on every output;
 - **nodes** and **ATen calls per forward** (``lean.aten_calls_per_forward``, a dispatcher count) per variant;
 - **host issue ms**: host time to issue one forward with the GPU idle (synchronised before each call);
@@ -108,9 +110,10 @@ def bind_variants() -> dict:
                fused_views=lean.Binds())
     if lean.DEFAULT_BINDS not in out.values():
         out["fused_lean"] = lean.DEFAULT_BINDS
-    with_cats = dataclasses.replace(lean.DEFAULT_BINDS, empty_cats=True)
-    if with_cats not in out.values():
-        out["fused_lean_emptycats"] = with_cats        # against fused_lean: the empty-cat pass's effect
+    for name, other in (("fused_lean_emptycats", dataclasses.replace(lean.DEFAULT_BINDS, empty_cats=True)),
+                        ("fused_lean_nocats", dataclasses.replace(lean.DEFAULT_BINDS, empty_cats=False))):
+        if other not in out.values():
+            out[name] = other                          # against fused_lean: the empty-cat pass's effect
     return out
 
 
@@ -156,8 +159,12 @@ def measure(key: str, args, log) -> dict:
     for name, binds in bind_variants().items():
         graphs[name], done = variant_copy(base, binds)
         row["binds"][name] = dict(switches=binds.label(), bound=done)
-        if name == "fused_lean_emptycats" and not done.get("empty_cats"):
-            del graphs[name]                          # no cat onto an empty constant: the same graph as fused_lean
+    cats, nocats = (("fused_lean", "fused_lean_nocats") if lean.DEFAULT_BINDS.empty_cats
+                    else ("fused_lean_emptycats", "fused_lean"))
+    if not row["binds"].get(cats, {}).get("bound", {}).get("empty_cats"):
+        extra = nocats if lean.DEFAULT_BINDS.empty_cats else cats
+        graphs.pop(extra, None)                       # no cat onto an empty constant: the same graph as fused_lean
+        cats = None
     row["nodes"] = {name: len(g.graph.nodes) for name, g in graphs.items()}
     with torch.inference_mode():
         outs = {}
@@ -196,8 +203,6 @@ def measure(key: str, args, log) -> dict:
     variants = dict(plain)
     graph_of = {name: "fused_graph" for name in graphs}   # every fused variant launches the same kernels
     graph_of["compile_default"] = "compile_default_graph"
-    cats = "fused_lean_emptycats" if row["binds"].get("fused_lean_emptycats", {}).get("bound", {}).get(
-        "empty_cats") else None
     if cats:                                          # launches fewer kernels (no cat copies): its own replay
         graph_of[cats] = "fused_emptycats_graph"
     for name in ("fused_bound", "compile_default", cats):
@@ -222,9 +227,10 @@ def measure(key: str, args, log) -> dict:
              ("fused_bound", "fused_views")]
     pairs += [("fused_bound", "fused_lean"), ("fused_bound_nolinear", "fused_lean")] if "fused_lean" in plain else []
     pairs += [("compile_default", "fused_bound"), ("compile_default", last)] if "compile_default" in plain else []
-    if cats and "fused_emptycats_graph" in variants:
-        pairs += [(last, cats), ("fused_graph", "fused_emptycats_graph")]
-        pairs += [("compile_default", cats)] if "compile_default" in plain else []
+    if cats:                                          # the pass's effect on plain calls, on any device
+        pairs += [(nocats, cats)]
+        pairs += [("fused_graph", "fused_emptycats_graph")] if "fused_emptycats_graph" in variants else []
+        pairs += [("compile_default", cats)] if "compile_default" in plain and cats != last else []
     samples = m.time_paired(variants, pairs, device, plan)
     # the profiler's launches and GPU busy: every fused variant runs the same kernels (bitwise equal, above), so
     # the bound graph, the default one and compile are profiled and the other fused variants take the bound one's

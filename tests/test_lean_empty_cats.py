@@ -122,8 +122,9 @@ def test_cats_whose_copy_could_be_seen_are_left_alone():
         assert [node.target for node in lean_gm.graph.nodes] == [node.target for node in gm.graph.nodes]
 
 
-def test_the_switch_is_off_by_default_and_a_copy_starts_unbound():
-    assert not lean.DEFAULT_BINDS.empty_cats            # on only with an H200 measurement
+def test_the_switch_is_on_by_default_and_a_copy_starts_unbound():
+    assert lean.DEFAULT_BINDS.empty_cats                # on since bench_host_path_host5_h200.json
+    assert not lean.Binds().empty_cats and not lean.NO_BINDS.empty_cats
     gm = _graph(torch.tensor([]))
     lean_gm, _ = _passed(gm)
     q, kv = _inputs()

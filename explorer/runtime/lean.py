@@ -53,7 +53,8 @@ read from one tensor one call (``BoundViews``: an ``as_strided`` per view the gr
 call where those views share the root's storage), and ``drop_noop_detach`` drops the ``detach_`` of a constant
 without autograd state. GPT-2-medium's fused graph goes from 223 nodes to 170, BERT-base's from 418 to 321.
 
-A seventh, on every device, off by default until measured (``Binds.empty_cats``): transformers' key/value cache
+A seventh, on every device, on by default since the H200 measured it (``Binds.empty_cats``; ``DEFAULT_BINDS`` says
+the run): transformers' key/value cache
 starts as an empty constant that each attention ``cat``s its key and value onto (8 copies per GPT-2-medium
 forward, 4 layers). ``pass_empty_cats`` makes each such ``cat`` return its one operand (``PassEmptyCat``, bound at
 the first call where the result keeps the operand's dtype and shape), only where the cat is not an output and
@@ -731,8 +732,11 @@ class Binds:
 #: ``calls`` on: without them the zoo decoder's plain calls are 1.34x slower, level elsewhere. ``views`` on: GPT-2
 #: 0.90x, BERT 0.97x, level elsewhere. ``linears`` off: never faster, and the graph without them was faster on
 #: BERT (0.88x) and ConvNeXt (0.95x). ``attention`` off: never faster, the graph without it faster on GPT-2
-#: (0.97x, its masked attention), its point estimate below 1 on every other model with attention.
-DEFAULT_BINDS = Binds(attention=False, linears=False)
+#: (0.97x, its masked attention), its point estimate below 1 on every other model with attention. ``empty_cats``
+#: on (``bench_host_path_host5_h200.json``): GPT-2's 8 cats onto the empty cache passed, plain calls 0.89x
+#: [0.88, 0.91] and the CUDA-graph replay 0.83x of the graph without the pass (its cat kernels gone), bit for bit;
+#: no other model there has such a cat.
+DEFAULT_BINDS = Binds(attention=False, linears=False, empty_cats=True)
 
 #: No bind at all: the lowered graph (what ``unbind`` gives back, before ``collapse_views``).
 NO_BINDS = Binds(calls=False, attention=False, linears=False, views=False)
