@@ -413,7 +413,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | 
         v = v.contiguous()
     if mask is not None and mask.dtype != q.dtype and mask.is_floating_point():
         mask = mask.to(q.dtype)
+    if mask is not None and mask.dim() and mask.stride(-1) != 1 and mask.shape[-1] != 1:
+        mask = last_dim_contiguous(mask)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values with ``stride(-1) == 1``, its broadcast dims (stride 0) still broadcast: each distinct element
+    copied once. T5's position bias is ``(1, H, L, S)`` permuted from the ``(L, S, H)`` embedding lookup (last stride
+    H). The fused kernels want the mask's last dim contiguous too: with T5's as it was, the H200's profile of T5's
+    fused graph has float32 SIMT GEMMs where the SDPA kernel should be (``sm80_xmma_gemm_f32f32``, 4 calls for 2
+    layers, ``bench_corpus_h200_part9.json``): the math backend's, which computes fp16 in float32."""
+    last = t.dim() - 1
+    base = [1 if st == 0 and i != last else n for i, (n, st) in enumerate(zip(t.shape, t.stride()))]
+    return t.as_strided(base, t.stride(), t.storage_offset()).contiguous().expand(t.shape)
 
 
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
