@@ -15,7 +15,9 @@ prepares it (``prepared_fused``: its steps, the model's casts kept), prepared wi
   ``lean.DEFAULT_BINDS`` (where it is none of the others); ``fused_lean_nocats`` that without
   ``lean.pass_empty_cats`` (``fused_lean_emptycats`` that with it, were the default without it): the pair with
   ``fused_lean`` is that pass's effect, on a model with such a cat; its CUDA-graph replay is its own
-  (``fused_emptycats_graph``: no cat kernels), against ``fused_graph``;
+  (``fused_emptycats_graph``: no cat kernels), against ``fused_graph``; ``fused_lean_addmm`` that plus
+  ``lean.addmm_as_linear`` (``fused_lean_noaddmm`` that without it, were the default with it), on a model with a
+  flattened ``addmm`` (GPT-2's ``Conv1D``);
 - **bitwise**: each variant's outputs against ``fused_generic``'s, ``torch.equal`` on every output;
 - **nodes** and **ATen calls per forward** (``lean.aten_calls_per_forward``, a dispatcher count) per variant;
 - **host issue ms**: host time to issue one forward with the GPU idle (synchronised before each call);
@@ -114,6 +116,9 @@ def bind_variants() -> dict:
                         ("fused_lean_nocats", dataclasses.replace(lean.DEFAULT_BINDS, empty_cats=False))):
         if other not in out.values():
             out[name] = other                          # against fused_lean: the empty-cat pass's effect
+    addmm = dataclasses.replace(lean.DEFAULT_BINDS, addmm_linears=not lean.DEFAULT_BINDS.addmm_linears)
+    if addmm not in out.values():                      # against fused_lean: addmm_as_linear's effect
+        out["fused_lean_addmm" if addmm.addmm_linears else "fused_lean_noaddmm"] = addmm
     return out
 
 
@@ -165,6 +170,11 @@ def measure(key: str, args, log) -> dict:
         extra = nocats if lean.DEFAULT_BINDS.empty_cats else cats
         graphs.pop(extra, None)                       # no cat onto an empty constant: the same graph as fused_lean
         cats = None
+    addmm = "fused_lean_noaddmm" if lean.DEFAULT_BINDS.addmm_linears else "fused_lean_addmm"
+    with_addmm = "fused_lean" if lean.DEFAULT_BINDS.addmm_linears else addmm
+    if not row["binds"].get(with_addmm, {}).get("bound", {}).get("addmm_linears"):
+        graphs.pop(addmm, None)                       # no flattened addmm: the same graph as fused_lean
+        addmm = None
     row["nodes"] = {name: len(g.graph.nodes) for name, g in graphs.items()}
     with torch.inference_mode():
         outs = {}
@@ -231,6 +241,8 @@ def measure(key: str, args, log) -> dict:
         pairs += [(nocats, cats)]
         pairs += [("fused_graph", "fused_emptycats_graph")] if "fused_emptycats_graph" in variants else []
         pairs += [("compile_default", cats)] if "compile_default" in plain and cats != last else []
+    if addmm and "fused_lean" in plain:               # the flattened addmm as one linear, on any device
+        pairs += [("fused_lean", addmm) if addmm == "fused_lean_addmm" else (addmm, "fused_lean")]
     samples = m.time_paired(variants, pairs, device, plan)
     # the profiler's launches and GPU busy: every fused variant runs the same kernels (bitwise equal, above), so
     # the bound graph, the default one and compile are profiled and the other fused variants take the bound one's

@@ -61,6 +61,11 @@ the first call where the result keeps the operand's dtype and shape), only where
 nothing between it and its last reader writes (the readers see the operand's strides instead of a contiguous
 copy: the bench checks the outputs bit for bit on the GPU too).
 
+An eighth, on every device, off until the H200 measures it (``Binds.addmm_linears``): transformers' ``Conv1D``
+(GPT-2's projections) writes ``x.view(-1, nx)``, ``addmm``, then a view back; ``addmm_as_linear`` makes that one
+``linear`` on a transposed view of the weight, which ATen runs as the same ``addmm`` on the same flattened view, in
+C++ (GPT-2-medium layers at 1 × 128: 89 ATen calls a forward to 81, bit for bit).
+
 A lean graph is final: it is tied to the state it was made in. Pinned reads
 follow a parameter through ``.to()`` (PyTorch moves parameters in place) but
 not a buffer, and a later ``torch.backends.cudnn.enabled = False`` does not
@@ -710,8 +715,9 @@ class Binds:
 
     ``calls``, ``attention`` and ``linears`` (``bind_calls``, ``bind_attention``, ``bind_linears``) apply on CUDA
     only (elsewhere each bound call would keep its generic path anyway); ``views`` (``collapse_views``, and
-    ``drop_noop_detach`` before it: the nodes that launch nothing) and ``empty_cats`` (``pass_empty_cats``: a
-    ``cat`` onto a constant empty tensor) on every device. ``DEFAULT_BINDS`` holds what measured faster (``benchmarks/bench_host_path.py``; the README's
+    ``drop_noop_detach`` before it: the nodes that launch nothing), ``empty_cats`` (``pass_empty_cats``: a
+    ``cat`` onto a constant empty tensor) and ``addmm_linears`` (``addmm_as_linear``: a flattened ``addmm`` and its
+    views as one ``linear``) on every device. ``DEFAULT_BINDS`` holds what measured faster (``benchmarks/bench_host_path.py``; the README's
     "Measured" section names the run).
     """
 
@@ -720,9 +726,11 @@ class Binds:
     linears: bool = True
     views: bool = True
     empty_cats: bool = False
+    addmm_linears: bool = False
 
     def label(self) -> str:
-        on = [name for name in ("calls", "attention", "linears", "views", "empty_cats") if getattr(self, name)]
+        on = [name for name in ("calls", "attention", "linears", "views", "empty_cats", "addmm_linears")
+              if getattr(self, name)]
         return "+".join(on) if on else "none"
 
 
@@ -759,9 +767,11 @@ def apply_binds(gm: torch.fx.GraphModule, device: torch.device | str | None, bin
 
 
 def apply_view_binds(gm: torch.fx.GraphModule, binds: Binds = DEFAULT_BINDS) -> dict:
-    """``binds.views`` on any device: ``drop_noop_detach``, then ``collapse_views``; then ``binds.empty_cats``
-    (``pass_empty_cats``). Returns how many each changed."""
-    done = dict(detach=0, views=0, empty_cats=0)
+    """``binds.addmm_linears`` (``addmm_as_linear``) on any device; then ``binds.views``: ``drop_noop_detach``, then
+    ``collapse_views``; then ``binds.empty_cats`` (``pass_empty_cats``). Returns how many each changed."""
+    done = dict(detach=0, views=0, empty_cats=0, addmm_linears=0)
+    if binds.addmm_linears:                         # before the view pass: its views are then not in a tree
+        done["addmm_linears"] = addmm_as_linear(gm)
     if binds.views:
         done.update(detach=drop_noop_detach(gm), views=collapse_views(gm))
     if binds.empty_cats:
@@ -1208,6 +1218,134 @@ def pass_empty_cats(gm: torch.fx.GraphModule) -> int:
         replaced += 1
     if replaced:
         gm.graph.lint()
+        gm.recompile()
+    return replaced
+
+
+# ------------------------------------------------------------------ a flattened addmm back into one linear
+
+#: The targets ``addmm_as_linear`` reads as ``addmm`` and as a view of a contiguous tensor.
+_ADDMM = (torch.addmm, aten.addmm.default)
+_FLAT_VIEWS = frozenset({"view", "reshape", torch.reshape, aten.view.default, aten.reshape.default})
+
+
+def _flat_view(node: Any) -> bool:
+    """Whether ``node`` is ``x.view(shape)``/``x.reshape(shape)`` (a method or a function) of a graph tensor: on a
+    contiguous ``x``, a view with ``x``'s memory order."""
+    return (isinstance(node, torch.fx.Node) and node.op in ("call_method", "call_function")
+            and node.target in _FLAT_VIEWS and len(node.args) >= 2 and isinstance(node.args[0], torch.fx.Node)
+            and not node.kwargs and not any(isinstance(a, torch.dtype) for a in node.args[1:]))
+
+
+def _view_shape(node: torch.fx.Node) -> tuple:
+    """The shape a ``_flat_view`` node asks for (``view(a, b)`` and ``view([a, b])`` alike)."""
+    args = node.args[1:]
+    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (list, tuple)) else tuple(args)
+
+
+def _attr_tensor(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor | None:
+    if not isinstance(node, torch.fx.Node) or node.op != "get_attr":
+        return None
+    try:
+        value = attr_value(gm, node.target)
+    except AttributeError:
+        return None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _flattened_input(view: Any, k: int) -> torch.fx.Node | None:
+    """``x`` where ``view`` is ``x.view(-1, k)`` (or ``reshape``, or ``view(m, k)``) of a 2-D or 3-D tensor ``x``
+    that ATen's ``linear`` flattens the same way: contiguous as recorded, and made by an op that is not a view or
+    by ``view``/``reshape`` calls of one (views that reorder or slice are where a non-contiguous tensor comes
+    from; ``view`` of a contiguous tensor stays contiguous); None otherwise."""
+    if not _flat_view(view) or len(view.users) != 1:
+        return None
+    x, shape = view.args[0], _view_shape(view)
+    val = x.meta.get("val")
+    if not isinstance(val, torch.Tensor) or len(shape) != 2 or shape[1] != k or val.shape[-1] != k:
+        return None
+    if shape[0] not in (-1, math.prod(val.shape[:-1])):
+        return None
+    if val.dim() not in (2, 3) or not val.is_contiguous():
+        return None
+    return x if _contiguous_root(x) else None
+
+
+#: Calls whose result is always a fresh contiguous tensor (a GEMM's output).
+_FRESH = frozenset({torch._C._nn.linear, torch.addmm, torch.mm, torch.matmul, torch.bmm})
+
+
+def _contiguous_root(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a contiguous tensor at run time by construction: through ``view``/``reshape`` calls and
+    in-place ops that return their first operand (an activation's ``gelu_``) up to the op that made it, which is no
+    view and either recorded contiguous or a GEMM (``_FRESH``: the lowered Linear+act has no recorded value)."""
+    n = node
+    while isinstance(n, torch.fx.Node) and n.op in ("call_method", "call_function") and n.args:
+        name = _target_name(n)
+        if _flat_view(n):
+            n = n.args[0]
+        elif (name.endswith("_") and not name.endswith("__") and not _geometry_write(n) and _view_kind(n) is None
+              and isinstance(n.args[0], torch.fx.Node)):
+            n = n.args[0]                      # in place: the same tensor, the same geometry
+        else:
+            break
+    if not isinstance(n, torch.fx.Node) or n.op not in ("call_function", "call_method") or _view_kind(n) is not None:
+        return False
+    val = n.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return val.is_contiguous()
+    return n.op == "call_function" and n.target in _FRESH
+
+
+def _is_transpose_of(value: Any, weight: torch.Tensor) -> bool:
+    """Whether ``value`` is ``weight.t()``: the same storage, offset and transposed geometry."""
+    return (isinstance(value, torch.Tensor) and value.data_ptr() == weight.data_ptr()
+            and value.shape == weight.t().shape and value.stride() == weight.t().stride())
+
+
+def addmm_as_linear(gm: torch.fx.GraphModule) -> int:
+    """Each ``addmm(b, x.view(-1, K), W)`` whose result only views read (transformers' ``Conv1D``: GPT-2's
+    projections write ``x.view(-1, nx)``, ``addmm``, then a view back) as one ``linear(x, Wᵀ, b)``. ATen's
+    ``linear`` runs that same ``addmm`` on that same flattened view (a 2-D input; a contiguous 3-D one through its
+    flatten path), in C++: the same kernel on the same operands, bit for bit, and the two Python-to-ATen calls of
+    the views around it are gone (a view back to the 3-D shape ``linear`` already returns is dropped; any other
+    reads the 3-D result). ``Wᵀ`` is a transposed view of the weight, no copy, held as a plain attribute (as
+    ``pin_attrs`` holds them). Only where the bias is 1-D, the weight 2-D, ``addmm`` has no ``beta``/``alpha`` and
+    every reader of its result is a ``view``/``reshape`` (``_flattened_input`` says which inputs qualify). Edits
+    ``gm`` in place; returns how many it replaced."""
+    replaced = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _ADDMM or node.kwargs or len(node.args) != 3:
+            continue
+        b_node, view, w_node = node.args
+        bias, weight = _attr_tensor(gm, b_node), _attr_tensor(gm, w_node)
+        if bias is None or weight is None or weight.dim() != 2 or bias.dim() != 1 or bias.shape[0] != weight.shape[1]:
+            continue
+        x = _flattened_input(view, weight.shape[0])
+        users = list(node.users)
+        if x is None or not users or not all(_flat_view(u) and u.args[0] is node for u in users):
+            continue
+        out_shape = (*x.meta["val"].shape[:-1], weight.shape[1])
+        name = "_lean_wt_" + str(w_node.target).replace(".", "_")
+        while name in gm.__dict__ and not _is_transpose_of(gm.__dict__[name], weight):
+            name += "_"
+        gm.__dict__.setdefault(name, weight.detach().t())   # not registered: a plain attribute, a view
+        with gm.graph.inserting_before(node):
+            wt = gm.graph.create_node("get_attr", name)   # (get_attr() warns on an unregistered attribute)
+            linear = gm.graph.call_function(torch._C._nn.linear, (x, wt, b_node))
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            linear.meta["val"] = val.view(out_shape)
+        for u in users:
+            if _view_shape(u) == tuple(out_shape):
+                u.replace_all_uses_with(linear)
+                gm.graph.erase_node(u)
+            else:
+                u.replace_input_with(node, linear)
+        gm.graph.erase_node(node)
+        gm.graph.erase_node(view)
+        replaced += 1
+    if replaced:
         gm.recompile()
     return replaced
 
