@@ -19,3 +19,20 @@ def load(name: str, module_name: str | None = None) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def fused_smoke_case(key: str):
+    """``bench_measured``'s smoke case ``key`` (``SMOKE_CASES``: a folder the script writes, seeded), loaded and
+    fused with every chain on the CPU: ``(model, fused graph)``, the graph before ``prepare_graph``."""
+    import tempfile
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks import bench_measured as bm
+    from explorer.fusion_engine import fuse
+    from explorer.fusions.plan import make_plan
+
+    with tempfile.TemporaryDirectory() as tmp:
+        analysis = bm.load_case(bm.SMOKE_CASES[key], Path(tmp))
+    model, _graph, det = analysis
+    return model, fuse(analysis, make_plan(det, "all"), "cpu").gm

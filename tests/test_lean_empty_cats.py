@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
-from pathlib import Path
 
 import torch
 import torch.fx
 
+from benchmark_scripts import fused_smoke_case
+
 from explorer.runtime import lean, measure
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _graph(empty: torch.Tensor, *, write_between: bool = False, as_output: bool = False,
@@ -136,22 +135,12 @@ def test_the_switch_is_on_by_default_and_a_copy_starts_unbound():
 def test_gpt2_with_its_cache_through_prepare_graph_is_bitwise_equal():
     """bench_measured's GPT-2 tiny smoke case (an HF folder, its cache on: a cat onto the empty cache per key
     and value), fused, prepared on the CPU in float32 with and without the pass."""
-    import tempfile
-
-    sys.path.insert(0, str(ROOT))
-    from benchmarks import bench_measured as bm
-    from explorer.fusion_engine import fuse
-    from explorer.fusions.plan import make_plan
-
-    case = bm.SMOKE_CASES["gpt2_tiny_smoke"]
-    with tempfile.TemporaryDirectory() as tmp:
-        analysis = bm.load_case(case, Path(tmp))
-    model, _graph, det = analysis
-    gm = fuse(analysis, make_plan(det, "all"), "cpu").gm
+    model, gm = fused_smoke_case("gpt2_tiny_smoke")
     inputs = measure.prepare_inputs(model.example_inputs, "cpu", torch.float32, False)
-    off = measure.prepare_graph(gm, "cpu", torch.float32)
-    on = measure.prepare_graph(gm, "cpu", torch.float32,
-                               binds=dataclasses.replace(lean.DEFAULT_BINDS, empty_cats=True))
+    off = measure.prepare_graph(gm, "cpu", torch.float32,
+                                binds=dataclasses.replace(lean.DEFAULT_BINDS, empty_cats=False))
+    on = measure.prepare_graph(gm, "cpu", torch.float32)              # the default has the pass
+    assert not _cats(off)
     with torch.inference_mode():
         want = off(*inputs)
         _same_values(on(*inputs), want)
