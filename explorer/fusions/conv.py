@@ -126,7 +126,7 @@ WORDS = Words("conv", {
                                 "depthwise convs took 3.98 ms that way, more than its whole unfused forward (1.54 "
                                 "ms), so a depthwise conv + ReLU takes the Triton depthwise kernel here instead."),
                                ("库的融合调用不一定最快：cuDNN 的 conv+bias+ReLU 把深度可分离卷积交给通用的分组卷积内核。在 H200 上，"
-                                "MNASNet-1.3 的 17 个深度可分离卷积这样跑要 3.98 毫秒，比它整个未融合的前向（1.54 毫秒）还长，"
+                                "MNASNet-1.3 的 17 个深度可分离卷积这样跑要 3.98 ms，比它整个未融合的前向（1.54 ms）还长，"
                                 "所以这里深度可分离卷积 + ReLU 改用 Triton 深度可分离卷积内核。")),
     "fold_caveat": (("BatchNorm folding is valid only for inference: in training the batch statistics change "
                      "every step, so the folded weights would be wrong."),
