@@ -40,6 +40,8 @@ Device time is scarce, so:
   warm phase did not warm); what was skipped is listed in the JSON
   and the table;
 - ``--only`` / ``--skip`` (comma-separated corpus names or prefixes: ``hf/``, ``tv/resnet``);
+- ``--skip-measured A.json,...``: skip every model those results measured (a row without an error; a merged
+  table's ``models``): the next part of a corpus run without its names on the command line;
 - ``--merge A.json,B.json,...``: one table from several runs' JSONs (a model measured twice keeps the later);
 - ``--smoke``: the CPU, two tiny entries at their CI sizes, float32, end to end through the pipeline (no warm
   workers; the numbers are not GPU numbers).
@@ -105,6 +107,22 @@ def ordered(names: list[str]) -> list[str]:
     """``ORDER`` first, then every other corpus entry (the rest of torchvision, smallest names first)."""
     rank = {n: i for i, n in enumerate(ORDER)}
     return sorted(names, key=lambda n: (rank.get(n, len(ORDER)), n))
+
+
+def measured_in(paths: str) -> set[str]:
+    """The models the ``bench_corpus/1`` results at ``paths`` (comma-separated) measured: rows without an error
+    (a model cut by a budget or that failed is not measured). ``ValueError`` with the file for a file that is not
+    such a result."""
+    names: set[str] = set()
+    for p in (q for q in paths.split(",") if q):
+        try:
+            doc = json.loads(Path(p).read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read {p}: {type(exc).__name__}: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("schema") != "bench_corpus/1":
+            raise ValueError(f"{p} is not a bench_corpus/1 result")
+        names |= {n for n, row in (doc.get("models") or {}).items() if isinstance(row, dict) and "error" not in row}
+    return names
 
 
 def select(all_names: list[str], only: str, skip: str) -> list[str]:
@@ -684,6 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=330.0)
     parser.add_argument("--only", default="")
     parser.add_argument("--skip", default="")
+    parser.add_argument("--skip-measured", default="", help="comma-separated result JSONs: skip what they measured")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--warm-workers", type=int, default=6)
@@ -705,6 +724,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.merge:
         return merge(args.merge.split(","), args.out)
+    try:
+        done = measured_in(args.skip_measured)
+    except ValueError as exc:
+        print(f"bench_corpus --skip-measured: {exc}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     deadline = started + args.budget_s
     import torch
@@ -724,6 +748,7 @@ def main(argv: list[str] | None = None) -> int:
 
     doc["environment"] = environment("cpu" if args.smoke else "cuda")
     names = list(SMOKE) if args.smoke else select([e.name for e in corpus.entries()], args.only, args.skip)
+    names = [n for n in names if n not in done]
     if args.smoke and (args.only or args.skip):
         names = select(names, args.only, args.skip)
     folder = path.parent / (path.stem + "_models")

@@ -105,6 +105,26 @@ def test_merge_keeps_later_rows_and_recounts(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
+def test_skip_measured_reads_what_results_measured(tmp_path, capsys):
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(dict(schema="bench_corpus/1", models={
+        "tv/a": dict(model="tv/a"), "tv/b": dict(model="tv/b", error="exited 1: boom"),
+        "tv/c": dict(model="tv/c", error="timed out (past --budget-s): x")})))
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(dict(schema="bench_corpus/1", models={"hf/d": dict(model="hf/d")})))
+    assert bench_corpus.measured_in(f"{a},{b}") == {"tv/a", "hf/d"}    # failed and cut rows are not measured
+    assert bench_corpus.measured_in("") == set()
+    merged = ROOT / "benchmarks" / "results" / "bench_corpus_h200_merged.json"
+    doc = json.loads(merged.read_text())
+    assert bench_corpus.measured_in(str(merged)) == {n for n, r in doc["models"].items() if "error" not in r}
+    not_ours = tmp_path / "other.json"
+    not_ours.write_text(json.dumps(dict(schema="sweep/1")))
+    for path, why in ((not_ours, "is not a bench_corpus/1 result"), (tmp_path / "none.json", "cannot read")):
+        assert bench_corpus.main(["--skip-measured", str(path), "--out", str(tmp_path / "o.json")]) == 2
+        err = capsys.readouterr().err
+        assert why in err and str(path) in err and len(err.strip().splitlines()) == 1
+
+
 SPIN = """
 import sys, time
 end = time.time() + float(sys.argv[2])
