@@ -9,7 +9,9 @@ forward. Then the view pass (``lean.collapse_views``): graph nodes and ATen call
 ``lean.aten_calls_per_forward``) with it off and on, for the tiny decoder (unfused and fused), the zoo's BERT-style
 transformer block (unfused and fused), the corpus's ``hf/gpt2`` at its CI size (unfused) and ``bench_measured``'s
 GPT-2-medium layers and BERT-base at batch 1 × 128 (unfused and fused, float32), each checked bit for bit
-against the graph without the pass.
+against the graph without the pass. Then ``lean.addmm_as_linear`` (``Binds.addmm_linears``, off by default until
+measured) on the same graphs: ``addmm`` nodes and ATen calls per forward with the default binds and with it, bit
+for bit.
 
 Usage::
 
@@ -134,6 +136,32 @@ def view_pass_counts(decoder_gm, decoder_fused_gm, ids) -> dict:
         out[name] = dict(nodes_off=len(off.graph.nodes), nodes_on=len(on.graph.nodes), aten_calls_off=calls_off,
                          aten_calls_on=calls_on, trees=len(trees), trees_bound=sum(t.root is not None for t in trees),
                          bitwise=same, states=sorted({repr(t) for t in trees}))
+    return out, cases
+
+
+def addmm_pass_counts(cases) -> dict:
+    """Per graph of ``view_pass_counts``: nodes, ATen calls per forward and the outputs bit for bit, with
+    ``prepare_graph``'s default binds and with ``lean.addmm_as_linear`` on top (``Binds.addmm_linears``), and how
+    many ``addmm`` it made linears."""
+    import dataclasses
+
+    import torch
+
+    from explorer.runtime import lean, measure
+
+    out = {}
+    for name, (gm, inputs) in cases.items():
+        off = measure.prepare_graph(gm, "cpu", torch.float32)
+        on = measure.prepare_graph(gm, "cpu", torch.float32,
+                                   binds=dataclasses.replace(lean.DEFAULT_BINDS, addmm_linears=True))
+        count = lambda g: sum(1 for n in g.graph.nodes if n.target in (torch.addmm, torch.ops.aten.addmm.default))
+        with torch.inference_mode():
+            want, first, again = off(*inputs), on(*inputs), on(*inputs)
+            calls_off, calls_on = lean.aten_calls_per_forward(off, *inputs), lean.aten_calls_per_forward(on, *inputs)
+        same = all(torch.equal(a, b) and torch.equal(a, c) and a.stride() == c.stride()
+                   for a, b, c in zip(_flat_outputs(want), _flat_outputs(first), _flat_outputs(again)))
+        out[name] = dict(nodes_off=len(off.graph.nodes), nodes_on=len(on.graph.nodes), aten_calls_off=calls_off,
+                         aten_calls_on=calls_on, addmm_off=count(off), addmm_on=count(on), bitwise=same)
     return out
 
 
@@ -165,11 +193,15 @@ def main() -> int:
             doc[name] = dict(explorer_frames_per_forward=frames, environment_reads_per_forward=env, top=top)
             print(f"{name:8} explorer frames/forward {frames:7.1f}   os.environ reads/forward {env:5.1f}")
     doc["states"] = [repr(b) for b in lean.bound_calls(bound)]
-    doc["views"] = view_pass_counts(gm, fused.gm, ids)
+    doc["views"], cases = view_pass_counts(gm, fused.gm, ids)
     for name, r in doc["views"].items():
         print(f"views {name:28} nodes {r['nodes_off']:4d} -> {r['nodes_on']:4d}   ATen calls/forward "
               f"{r['aten_calls_off']:4d} -> {r['aten_calls_on']:4d}   trees {r['trees']} bound {r['trees_bound']}   "
               f"bitwise {r['bitwise']}")
+    doc["addmm_linears"] = addmm_pass_counts(cases)
+    for name, r in doc["addmm_linears"].items():
+        print(f"addmm {name:28} addmm {r['addmm_off']:3d} -> {r['addmm_on']:3d}   ATen calls/forward "
+              f"{r['aten_calls_off']:4d} -> {r['aten_calls_on']:4d}   bitwise {r['bitwise']}")
     path = common.results_path(None, "check_host_frames.json")
     common.write_json(path, doc)
     print("wrote", path)
