@@ -90,7 +90,7 @@ import torch.fx
 
 from explorer.fusions import BOUND_CALLS, LOWERINGS
 from explorer.fusions import attention as attention_family
-from explorer.fusions.edit import set_aside_for
+from explorer.fusions.edit import attr_tensor, set_aside_for
 from explorer.fusions.triton_support import BoundCall
 from explorer.graph.aten import attr_value
 
@@ -1244,16 +1244,6 @@ def _view_shape(node: torch.fx.Node) -> tuple:
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (list, tuple)) else tuple(args)
 
 
-def _attr_tensor(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor | None:
-    if not isinstance(node, torch.fx.Node) or node.op != "get_attr":
-        return None
-    try:
-        value = attr_value(gm, node.target)
-    except AttributeError:
-        return None
-    return value if isinstance(value, torch.Tensor) else None
-
-
 def _flattened_input(view: Any, k: int) -> torch.fx.Node | None:
     """``x`` where ``view`` is ``x.view(-1, k)`` (or ``reshape``, or ``view(m, k)``) of a 2-D or 3-D tensor ``x``
     that ATen's ``linear`` flattens the same way: contiguous as recorded, and made by an op that is not a view or
@@ -1319,7 +1309,7 @@ def addmm_as_linear(gm: torch.fx.GraphModule) -> int:
         if node.op != "call_function" or node.target not in _ADDMM or node.kwargs or len(node.args) != 3:
             continue
         b_node, view, w_node = node.args
-        bias, weight = _attr_tensor(gm, b_node), _attr_tensor(gm, w_node)
+        bias, weight = attr_tensor(gm, b_node), attr_tensor(gm, w_node)
         if bias is None or weight is None or weight.dim() != 2 or bias.dim() != 1 or bias.shape[0] != weight.shape[1]:
             continue
         x = _flattened_input(view, weight.shape[0])
