@@ -115,14 +115,20 @@ def measured_in(paths: str) -> set[str]:
     such a result."""
     names: set[str] = set()
     for p in (q for q in paths.split(",") if q):
-        try:
-            doc = json.loads(Path(p).read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read {p}: {type(exc).__name__}: {exc}") from None
-        if not isinstance(doc, dict) or doc.get("schema") != "bench_corpus/1":
-            raise ValueError(f"{p} is not a bench_corpus/1 result")
+        doc = read_result(p)
         names |= {n for n, row in (doc.get("models") or {}).items() if isinstance(row, dict) and "error" not in row}
     return names
+
+
+def read_result(p: str) -> dict:
+    """The ``bench_corpus/1`` result at ``p``; ``ValueError`` with a one-line reason naming ``p`` otherwise."""
+    try:
+        doc = json.loads(Path(p).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {p}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != "bench_corpus/1":
+        raise ValueError(f"{p} is not a bench_corpus/1 result")
+    return doc
 
 
 def select(all_names: list[str], only: str, skip: str) -> list[str]:
@@ -670,12 +676,9 @@ def merge(paths: list[str], out: str | None) -> int:
     sources, skipped = [], []
     for p in paths:
         try:
-            doc = json.loads(Path(p).read_text())
-        except (OSError, ValueError) as exc:
-            print(f"bench_corpus --merge: cannot read {p}: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 2
-        if not isinstance(doc, dict) or doc.get("schema") != "bench_corpus/1":
-            print(f"bench_corpus --merge: {p} is not a bench_corpus/1 result", file=sys.stderr)
+            doc = read_result(p)
+        except ValueError as exc:
+            print(f"bench_corpus --merge: {exc}", file=sys.stderr)
             return 2
         for name, row in (doc.get("models") or {}).items():
             if str(row.get("error", "")).startswith("timed out (past --budget-s)"):
