@@ -112,14 +112,33 @@ def bind_variants() -> dict:
                fused_views=lean.Binds())
     if lean.DEFAULT_BINDS not in out.values():
         out["fused_lean"] = lean.DEFAULT_BINDS
-    for name, other in (("fused_lean_emptycats", dataclasses.replace(lean.DEFAULT_BINDS, empty_cats=True)),
-                        ("fused_lean_nocats", dataclasses.replace(lean.DEFAULT_BINDS, empty_cats=False))):
+    for switch, (on, off) in SWITCH_VARIANTS.items():   # against fused_lean: that one switch's effect
+        has = getattr(lean.DEFAULT_BINDS, switch)
+        other = dataclasses.replace(lean.DEFAULT_BINDS, **{switch: not has})
         if other not in out.values():
-            out[name] = other                          # against fused_lean: the empty-cat pass's effect
-    addmm = dataclasses.replace(lean.DEFAULT_BINDS, addmm_linears=not lean.DEFAULT_BINDS.addmm_linears)
-    if addmm not in out.values():                      # against fused_lean: addmm_as_linear's effect
-        out["fused_lean_addmm" if addmm.addmm_linears else "fused_lean_noaddmm"] = addmm
+            out[off if has else on] = other
     return out
+
+
+#: The lean passes timed as one switch flipped from ``lean.DEFAULT_BINDS``: switch -> (the variant's name with it
+#: on, with it off), where the default has it the other way.
+SWITCH_VARIANTS = {"empty_cats": ("fused_lean_emptycats", "fused_lean_nocats"),
+                   "addmm_linears": ("fused_lean_addmm", "fused_lean_noaddmm")}
+
+
+def switch_pair(switch: str, binds_row: dict, graphs: dict) -> tuple[str, str] | None:
+    """``(without, with)``: the two variants whose pair is ``switch``'s effect (one of them ``fused_lean``), or
+    None where the pass bound nothing on this model (its variant is then ``fused_lean``'s graph again and is
+    dropped from ``graphs``)."""
+    from explorer.runtime import lean
+
+    on, off = SWITCH_VARIANTS[switch]
+    has = getattr(lean.DEFAULT_BINDS, switch)
+    with_, without = ("fused_lean", off) if has else (on, "fused_lean")
+    if not binds_row.get(with_, {}).get("bound", {}).get(switch):
+        graphs.pop(off if has else on, None)
+        return None
+    return without, with_
 
 
 def variant_copy(gm, binds):
@@ -164,17 +183,8 @@ def measure(key: str, args, log) -> dict:
     for name, binds in bind_variants().items():
         graphs[name], done = variant_copy(base, binds)
         row["binds"][name] = dict(switches=binds.label(), bound=done)
-    cats, nocats = (("fused_lean", "fused_lean_nocats") if lean.DEFAULT_BINDS.empty_cats
-                    else ("fused_lean_emptycats", "fused_lean"))
-    if not row["binds"].get(cats, {}).get("bound", {}).get("empty_cats"):
-        extra = nocats if lean.DEFAULT_BINDS.empty_cats else cats
-        graphs.pop(extra, None)                       # no cat onto an empty constant: the same graph as fused_lean
-        cats = None
-    addmm = "fused_lean_noaddmm" if lean.DEFAULT_BINDS.addmm_linears else "fused_lean_addmm"
-    with_addmm = "fused_lean" if lean.DEFAULT_BINDS.addmm_linears else addmm
-    if not row["binds"].get(with_addmm, {}).get("bound", {}).get("addmm_linears"):
-        graphs.pop(addmm, None)                       # no flattened addmm: the same graph as fused_lean
-        addmm = None
+    nocats, cats = switch_pair("empty_cats", row["binds"], graphs) or (None, None)
+    addmm_pair = switch_pair("addmm_linears", row["binds"], graphs)
     row["nodes"] = {name: len(g.graph.nodes) for name, g in graphs.items()}
     with torch.inference_mode():
         outs = {}
@@ -241,8 +251,8 @@ def measure(key: str, args, log) -> dict:
         pairs += [(nocats, cats)]
         pairs += [("fused_graph", "fused_emptycats_graph")] if "fused_emptycats_graph" in variants else []
         pairs += [("compile_default", cats)] if "compile_default" in plain and cats != last else []
-    if addmm and "fused_lean" in plain:               # the flattened addmm as one linear, on any device
-        pairs += [("fused_lean", addmm) if addmm == "fused_lean_addmm" else (addmm, "fused_lean")]
+    if addmm_pair and "fused_lean" in plain:          # the flattened addmm as one linear, on any device
+        pairs += [addmm_pair]
     samples = m.time_paired(variants, pairs, device, plan)
     # the profiler's launches and GPU busy: every fused variant runs the same kernels (bitwise equal, above), so
     # the bound graph, the default one and compile are profiled and the other fused variants take the bound one's
