@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -42,8 +43,15 @@ def start(argv: list[str], env: dict[str, str], stderr: IO[bytes]) -> subprocess
                             stderr=stderr, env=env, start_new_session=True)
 
 
+#: How long ``kill`` waits for the rest of a killed child's process group (its own children, reparented and
+#: reaped by the system once dead) to be gone.
+GROUP_GONE_S = 5.0
+
+
 def kill(proc: subprocess.Popen) -> None:
-    """Kill the child and its process group (its own session, from ``start``), then reap it."""
+    """Kill the child and its process group (its own session, from ``start``), reap it, and wait (at most
+    ``GROUP_GONE_S``) until no process of the group is left: a sweep's workers die with their parent but are
+    reaped by the system a moment later, and a caller that reports the task ended means the whole group."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:  # gone already, or not ours: the child alone
@@ -55,6 +63,13 @@ def kill(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
+    end = time.monotonic() + GROUP_GONE_S
+    while time.monotonic() < end:
+        try:
+            os.killpg(proc.pid, 0)
+        except OSError:              # ProcessLookupError: the group is gone (PermissionError: not ours to wait on)
+            return
+        time.sleep(0.01)
 
 
 def parse_message(raw: bytes) -> dict | None:
