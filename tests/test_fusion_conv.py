@@ -525,7 +525,9 @@ def test_selection_on_cuda(monkeypatch):
     assert select("relu", kernel_size=(3, 3), out_pixels=big).impl == select("relu").impl
     assert select("relu", kernel_size=(1, 1), out_pixels=big, residual=True).impl == select("relu", residual=True).impl
     assert select("relu", kernel_size=(1, 1), out_pixels=big, pointwise=True).impl == "triton_gemm"
-    # cuDNN's fused call runs a depthwise conv as its slow grouped direct kernel (CUDNN_RELU_DEPTHWISE)
+    # cuDNN's fused call runs grouped and depthwise convs on slow generic kernels (CUDNN_RELU_GROUPED)
+    assert select("relu", grouped=True).impl == select("relu", grouped=True, residual=True).impl == "triton_epilogue"
+    assert select("relu", grouped=True, kernel_size=(3, 3)).impl == "triton_epilogue"
     assert select("relu", depthwise=True).impl == select("relu", depthwise=True, residual=True).impl == "triton_depthwise"
     assert select("relu", depthwise=True, layout="nchw").impl == "triton_epilogue"
     with conv.policy(depthwise_triton=False):
@@ -570,8 +572,10 @@ def test_cudnn_fused_conv_relu_gpu(case, dtype, with_add, channels_last):
     if channels_last:
         w = w.to(memory_format=torch.channels_last)
     depthwise = conv.is_depthwise(x.shape[1], w.shape, case[-1])
-    choice = conv.select_conv_epilogue("cuda", dtype, "relu", residual=with_add, depthwise=depthwise)
-    assert choice.label.startswith("cudnn") != depthwise, choice     # a depthwise conv skips cuDNN's fused call
+    grouped = case[-1] > 1
+    choice = conv.select_conv_epilogue("cuda", dtype, "relu", residual=with_add, depthwise=depthwise,
+                                       grouped=grouped)
+    assert choice.label.startswith("cudnn") != grouped, choice     # a grouped conv skips cuDNN's fused call
     out = conv.conv_epilogue(x, w, b, z, *args, act="relu")
     ref64 = conv.conv_epilogue_reference(up64(x), up64(w), up64(b), up64(z), *args, act="relu")
     assert_close64(out, ref64, conv.TOLERANCES[dtype])

@@ -26,8 +26,8 @@ report's label and the lean lowering (``LOWERINGS``) all ask it::
 
     cudnn_conv_add_relu  relu with a residual, on CUDA: one cuDNN call
     cudnn_conv_relu      relu, on CUDA, except 1×1 convolutions over large maps
-                         (``CUDNN_RELU_1X1_MAX_PIXELS``) and depthwise ones
-                         (``CUDNN_RELU_DEPTHWISE``): one cuDNN call
+                         (``CUDNN_RELU_1X1_MAX_PIXELS``) and grouped or depthwise
+                         ones (``CUDNN_RELU_GROUPED``): one cuDNN call
     triton_gemm          a 1×1 convolution (stride 1, no padding, one group) over a
                          channels_last input, on CUDA: ONE Triton GEMM over the pixels with
                          the whole epilogue (``conv1x1_epilogue``, ``gemm_epilogue``); any
@@ -249,14 +249,16 @@ FOLD_TOLERANCE_F64 = 1e-10
 #: pixels (N·H·W) a 1×1 conv + ReLU takes a Triton path instead.
 CUDNN_RELU_1X1_MAX_PIXELS = 16384
 
-#: Whether a depthwise convolution may take cuDNN's fused conv+bias+ReLU (or +add+ReLU). It may not: on the H200
-#: (torch 2.11, fp16 channels_last, batch 32) that call runs every depthwise conv as
-#: ``cudnn::cnn::conv2d_grouped_direct_kernel``, 3.98 ms for MNASNet-1.3's 17 (87% of its fused GPU work), 1.30 ms
-#: for MobileNetV3-L's 6 and 0.74 ms for MobileNetV4-small's 11, where the same convolutions without the bias
-#: and ReLU ran as ``sm90_xmma_depthwise_convolution_fprop`` in the unfused graph of the same run (MNASNet-1.3's
-#: whole unfused forward 1.54 ms of GPU work): ``benchmarks/results/bench_corpus_h200_part11.json`` and
-#: ``_part5``'s rows. A depthwise conv + ReLU takes the depthwise or epilogue path instead.
-CUDNN_RELU_DEPTHWISE = False
+#: Whether a grouped convolution (groups > 1, depthwise included) may take cuDNN's fused conv+bias+ReLU (or
+#: +add+ReLU). It may not: on the H200 (torch 2.11, fp16 channels_last, batch 32) that call runs every depthwise
+#: conv as ``cudnn::cnn::conv2d_grouped_direct_kernel``, 3.98 ms for MNASNet-1.3's 17 (87% of its fused GPU work),
+#: 1.30 ms for MobileNetV3-L's 6 and 0.74 ms for MobileNetV4-small's 11, where the same convolutions without the
+#: bias and ReLU ran as ``sm90_xmma_depthwise_convolution_fprop`` in the unfused graph of the same run
+#: (MNASNet-1.3's whole unfused forward 1.54 ms of GPU work): ``benchmarks/results/bench_corpus_h200_part11.json``
+#: and ``_part5``'s rows. Grouped convs fare the same: RegNetX-32GF's 111 grouped 3×3 convs (group width 168)
+#: ran as ``convolve_common_engine_float_NHWC``, 59.6 ms, where the plain conv took cutlass's fprop at 3.3 ms
+#: (``_part12``). A grouped conv + ReLU takes the depthwise or epilogue path instead.
+CUDNN_RELU_GROUPED = False
 
 TRAINING_REFUSAL = WORDS("refuse.training")
 NO_RUNNING_STATS_REFUSAL = WORDS("refuse.no_stats")
@@ -389,14 +391,15 @@ def _separate_choice(act: str, residual: bool) -> Choice:
 def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: str, *, weight_dim: int = 4,
                          int_padding: bool = True, residual: bool = False, residual_fits: bool = True,
                          separate: bool = False, kernel_size: Sequence[int] | None = None,
-                         depthwise: bool = False, pointwise: bool = False, out_pixels: int | None = None,
-                         layout: str | None = None) -> Choice:
+                         depthwise: bool = False, grouped: bool = False, pointwise: bool = False,
+                         out_pixels: int | None = None, layout: str | None = None) -> Choice:
     """The one decision of how ``act(conv(x, w) + b [+ z])`` runs on ``device`` in ``dtype``.
 
     ``residual_fits``: z has the conv output's shape and x's dtype (cuDNN does not
     broadcast z). ``separate``: the plan's kernel choice "separate_epilogue" (the
     convolution with its bias, then the epilogue as separate torch ops). ``kernel_size``,
-    ``depthwise`` (``is_depthwise``), ``pointwise`` (``is_pointwise_conv``), ``out_pixels``
+    ``depthwise`` (``is_depthwise``), ``grouped`` (groups > 1; a depthwise conv is grouped
+    either way), ``pointwise`` (``is_pointwise_conv``), ``out_pixels``
     (N·H'·W' of the output) and ``layout`` (the input's, ``layout_of``: at run time the tensor's;
     at the rewrite the graph's for an nchw target, whose prepared graph keeps the capture's
     layouts, and None for channels_last, where a permute may still hand the conv a contiguous
@@ -413,7 +416,7 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
                  and out_pixels > CUDNN_RELU_1X1_MAX_PIXELS)
     cudnn = (_policy.POLICY.cudnn_relu and act == "relu" and device.type == "cuda" and dtype in _CUDNN_DTYPES
              and weight_dim == 4 and int_padding and (not residual or residual_fits)
-             and (CUDNN_RELU_DEPTHWISE or not depthwise)
+             and (CUDNN_RELU_GROUPED or not (depthwise or grouped))
              and torch.backends.cudnn.is_available()
              and torch._C._get_cudnn_enabled())          # torch.backends.cudnn.enabled, without its wrapper
     if cudnn and residual:
@@ -456,6 +459,7 @@ def conv_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
                                   residual=z is not None, residual_fits=fits, separate=separate,
                                   kernel_size=kernel, depthwise=x.dim() == 4 and is_depthwise(x.shape[1], weight.shape,
                                                                                              groups),
+                                  grouped=groups > 1,
                                   pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups),
                                   out_pixels=out_pixels, layout=layout_of(x))
     n = weight.dim() - 2
@@ -576,6 +580,7 @@ def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z: torch.fx.Node
                                 separate=separate, kernel_size=w_shape[2:] if w_shape else None,
                                 depthwise=(x_shape is not None and w_shape is not None
                                            and is_depthwise(x_shape[1], w_shape, c.groups)),
+                                grouped=c.groups > 1,
                                 pointwise=w_shape is not None and is_pointwise_conv(w_shape, c.stride, c.padding,
                                                                                     c.dilation, c.groups),
                                 out_pixels=math.prod(out_shape[2:]) * out_shape[0] if out_shape else None,
@@ -685,7 +690,7 @@ def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, 
     choice = edit.planned(node, device, dtype) or select_conv_epilogue(
         device, dtype, act, weight_dim=4, residual=z is not None, residual_fits=fits, separate=separate,
         kernel_size=tuple(weight.shape[2:]), depthwise=is_depthwise(x_shape[1], weight.shape, groups),
-        pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups),
+        grouped=groups > 1, pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups),
         out_pixels=math.prod(out_shape[2:]) * out_shape[0])
     if choice.impl == "cudnn_conv_relu":
         return edit.replace_node(gm, node, lambda g: g.call_function(
