@@ -133,11 +133,30 @@ def test_the_cast_record_reads_a_constant_through_its_fresh_copy():
         def forward(self, *ids):
             return self.model(*ids, **self.kwargs).last_hidden_state
 
+    class Indexed(torch.nn.Module):
+        """What Falcon's attention did up to transformers 4.x: index with a ``torch.tensor`` made in forward, around
+        a float32 island (5.x no longer makes the constant, so the case is written out as well)."""
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.proj(x)
+            picked = h[:, torch.tensor([0, 2, 3])]
+            return torch.softmax(picked.float(), dim=-1).to(h.dtype)
+
+    x = (torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1)),)
+    indexed = Indexed().eval()
+    with torch.no_grad():
+        gm = torch.export.export(indexed, x).module()
+    assert any(str(n.target) == "aten.lift_fresh_copy.default" for n in gm.graph.nodes)
+    record, note = measure.record_casts(indexed, x, gm, torch.bfloat16)
+    assert record is not None and "kept" in note.id, note
+
     ids = (torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0)),)
     module = Hidden(falcon, use_cache=False).eval()
     with torch.no_grad():
         gm = torch.export.export(module, ids).module()
-    assert any(str(n.target) == "aten.lift_fresh_copy.default" for n in gm.graph.nodes)
     record, note = measure.record_casts(module, ids, gm, torch.bfloat16)
     assert record is not None and "kept" in note.id, note
     t5 = Hidden(transformers.T5EncoderModel(transformers.T5Config(vocab_size=128, d_model=48, d_kv=12, d_ff=80,
