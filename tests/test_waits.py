@@ -147,3 +147,37 @@ def test_a_countdown_past_its_estimate_says_so():
     c.at = 0.0
     assert c.line(now=3.0) == with_left("loading", 2)
     assert c.line(now=10.0) == "loading · taking longer than estimated"   # not "about 0 s left" for ever
+
+
+def test_a_phase_is_priced_by_what_it_took_against_its_price_last_time(tmp_path, monkeypatch):
+    """The formula's price of each phase is scaled by what the phase took against it in the last run like this one;
+    the scale is kept against the formula's own price (not the scaled one a run showed), within bounds, and only
+    for a phase priced above ``SCALE_MIN_PRICED_S``."""
+    from types import SimpleNamespace
+
+    from explorer.runtime import session
+    from explorer.runtime.progress import CostMemory
+    from explorer.runtime.settings import RunSettings
+
+    monkeypatch.setenv("FUSION_EXPLORER_COSTS", str(tmp_path / "costs.json"))
+    settings = RunSettings(device="cpu")
+    args = (settings, ("reference", "main", "chains", "stages"), False, "cpu", 0.01, 2, 3, 0.05, 0.1)
+    plain = session._phase_estimates(*args)
+    scaled = session._phase_estimates(*args, {"main": 0.5, "stages": 2.0})
+    assert scaled["main"] == pytest.approx(0.5 * plain["main"]) and scaled["stages"] == pytest.approx(
+        2 * plain["stages"]) and scaled["reference"] == plain["reference"] and plain["main"] > 0
+
+    memory = CostMemory()
+    run = SimpleNamespace(memory=memory, key="m|1|None", device="cpu", settings=settings,
+                          schedule=SimpleNamespace(estimates={"main": 2.0, "chains": 0.01}))
+    session._remember_scale(run, "main", 1.0)
+    assert session._phase_scales(memory, run.key, "cpu", settings) == {"main": 0.5}
+    run.schedule.estimates["main"] = 2.0 * 0.5          # the next run showed the scaled price, and it held
+    session._remember_scale(run, "main", 1.0)
+    assert session._phase_scales(memory, run.key, "cpu", settings)["main"] == pytest.approx(0.5)
+    session._remember_scale(run, "main", 1e-4)          # one odd run is no model: bounded
+    assert session._phase_scales(memory, run.key, "cpu", settings)["main"] == session.SCALE_RANGE[0]
+    session._remember_scale(run, "chains", 5.0)         # priced too small to say anything
+    assert "chains" not in session._phase_scales(memory, run.key, "cpu", settings)
+    other = RunSettings(device="cpu", quick=True)      # other settings: another run's scale
+    assert session._phase_scales(memory, run.key, "cpu", other) == {}

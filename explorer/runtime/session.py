@@ -277,7 +277,7 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
         **_phase_estimates(settings, phases, cuda, device,
                            None if remembered_forward is None else cpu_pace * remembered_forward,
                            memory.get(f"chains:{key}", 0.0), 3, pace * memory.get(f"fuse:{key}", 0.3),
-                           _chain_cost(memory, key, device, cpu_pace))})
+                           _chain_cost(memory, key, device, cpu_pace), _phase_scales(memory, key, device, settings))})
     dtype = m.torch_dtype(settings.dtype)
 
     schedule.emit("load", 0.0, PROGRESS("loading", x=source))
@@ -333,7 +333,8 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     memory.record(f"prepare:{key}", time.perf_counter() - t_prepare)
     schedule.revise(**_phase_estimates(settings, phases, cuda, device,
                                        None if remembered_forward is None else cpu_pace * remembered_forward, to_time,
-                                       _stage_graphs(accepted), fuse_s, _chain_cost(memory, key, device, cpu_pace)))
+                                       _stage_graphs(accepted), fuse_s, _chain_cost(memory, key, device, cpu_pace),
+                                       _phase_scales(memory, key, device, settings)))
     return _Run(settings=settings, phases=phases, threads=threads, t_start=t_start, device=device, dtype=dtype,
                 schedule=schedule, environment=environment, model=model, graph=graph, detection=detection,
                 plan=plan, applied=applied, fused_ids=fused_ids, accepted=accepted, channels_last=channels_last,
@@ -348,8 +349,10 @@ def _run_phase(run: _Run, phase: str) -> bool:
     (its CUDA context unusable: the remaining phases need a fresh process)."""
     try:
         _injected_failure(phase)
+        t0 = time.perf_counter()
         PHASE_WORK[phase](run)
         run.done.append(phase)
+        _remember_scale(run, phase, time.perf_counter() - t0)
         return False
     except Exception as exc:
         variant = exc.variant if isinstance(exc, m.VariantFailed) else None
@@ -514,19 +517,53 @@ def _stage_graphs(accepted: list) -> int:
     return graphs
 
 
+#: A phase's remembered scale (its time over its price, ``_run_phase``) is kept only for a phase priced above this,
+#: and within these bounds: a formula's constant terms dominate a tiny phase, and one odd run is no model.
+SCALE_MIN_PRICED_S = 0.05
+SCALE_RANGE = (0.2, 5.0)
+
+
+def _scale_key(key: str, device: str, settings: RunSettings, phase: str) -> str:
+    """The memory's key for a phase's scale: the model, the device and the settings that change what it does."""
+    return f"scale:{key}:{device}:" + "|".join(str(x) for x in (
+        settings.dtype, settings.quick, settings.chains_timed, settings.stages, settings.compile_baseline,
+        settings.compile_modes, settings.warmup, settings.reps)) + f":{phase}"
+
+
+def _phase_scales(memory: CostMemory, key: str, device: str, settings: RunSettings) -> dict[str, float]:
+    """What each phase took against its price in the last run like this one (a phase never measured: absent)."""
+    got = {p: memory.get(_scale_key(key, device, settings, p)) for p in PHASE_WORK}
+    return {p: v for p, v in got.items() if v is not None}
+
+
+def _remember_scale(run: _Run, phase: str, took: float) -> None:
+    """Keep what ``phase`` took against the formula's price for it (its last estimate, made from this run's measured
+    forward, over the scale that estimate already carried), for the next run like this one."""
+    if run.memory is None:
+        return
+    key = _scale_key(run.key, run.device, run.settings, phase)
+    before = run.memory.get(key) or 1.0
+    priced = run.schedule.estimates.get(phase, 0.0) / before    # the formula's own price
+    if priced > SCALE_MIN_PRICED_S:
+        run.memory.record(key, min(max(took / priced, SCALE_RANGE[0]), SCALE_RANGE[1]))
+
+
 def _phase_estimates(settings: RunSettings, phases: tuple[str, ...], cuda: bool, device: str,
                      forward_s: float | None, chains_to_time: float, stage_graphs: int, fuse_s: float,
-                     chain_s: float | None) -> dict[str, float]:
-    """``progress.run_estimates`` for these settings (a forward's time measured, remembered or guessed)."""
+                     chain_s: float | None, scales: dict[str, float] | None = None) -> dict[str, float]:
+    """``progress.run_estimates`` for these settings (a forward's time measured, remembered or guessed), each phase
+    scaled by what it took against its price the last time (``scales``, ``_phase_scales``): the formula's fixed
+    terms (a float64 forward taken as 4 fp32 ones, 0.2 s here and there) are guesses that the run corrects."""
     timing = m.TimingPlan.for_device(device, settings.warmup, settings.reps, quick=settings.quick)
     fields = ("target_s", "min_reps", "max_reps", "budget_s")
-    return run_estimates(
+    priced = run_estimates(
         cuda=cuda, forward_s=forward_s if forward_s is not None else PRIOR_FORWARD_S["cuda" if cuda else "cpu"],
         timing={k: getattr(timing, k) for k in fields},
         quick=settings.quick, phases=phases, chains_to_time=int(chains_to_time), chains_timed=settings.chains_timed,
         stage_graphs=stage_graphs, stages=settings.stages,
         compile_modes=len(settings.compile_modes) if settings.compile_baseline else 0, fuse_s=fuse_s,
         warmup=settings.warmup, reps=settings.reps, chain_s=chain_s)
+    return {p: v * (scales or {}).get(p, 1.0) for p, v in priced.items()}
 
 
 def _revise(run: _Run, forward_s: float) -> None:
@@ -534,7 +571,8 @@ def _revise(run: _Run, forward_s: float) -> None:
     run.memory.record(_forward_key(run.key, run.device, run.settings.dtype), forward_s)
     estimates = _phase_estimates(run.settings, run.phases, run.cuda, run.device, forward_s, run.chains_to_time,
                                  run.stage_graphs, run.fuse_s,
-                                 _chain_cost(run.memory, run.key, run.device, run.cpu_pace))
+                                 _chain_cost(run.memory, run.key, run.device, run.cpu_pace),
+                                 _phase_scales(run.memory, run.key, run.device, run.settings))
     run.schedule.revise(**{p: v for p, v in estimates.items() if p not in run.done})
 
 
