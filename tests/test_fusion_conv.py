@@ -20,6 +20,8 @@ that every one meets every dtype and layout somewhere without the full product.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -27,7 +29,7 @@ from triton_testing import (DTYPE_IDS, DTYPES, HAS_CUDA, assert_close64, compile
                             needs_backend, triton_interpreter, up64)
 
 from explorer.fusion_engine import detect
-from explorer.fusions import conv
+from explorer.fusions import attention, conv, conv_measured
 from explorer.fusions.kernels import depthwise
 from explorer.fusions.plan import make_plan
 from explorer.fusions.rewrite import apply_plan
@@ -511,6 +513,69 @@ def test_labels_without_triton(monkeypatch):
         label("swish")
 
 
+def test_grouped_table_takes_the_nearest_measured_batch():
+    """A grouped conv measured at batches 8 (the fused call faster) and 32 (the pass faster): another batch takes
+    the nearest one's winner, a tie the smaller batch; another map size, dtype or GPU is unmeasured (None)."""
+    def row(n, fused_us, plain_us, dtype="float16"):
+        key = conv_measured.shape_key((n, 64, 28, 28), (64, 16, 3, 3), 1, 1, 1, 4)
+        return {"device": "Some GPU", "dtype": dtype, "key": list(key), "residual": False,
+                "us": {"cudnn": dict(median=fused_us, p20=fused_us, p80=fused_us),
+                       "epilogue": dict(median=plain_us, p20=plain_us, p80=plain_us)}}
+    table = conv_measured.read_table(json.dumps({"schema": conv_measured.TABLE_SCHEMA,
+                                                 "rows": [row(8, 10.0, 20.0), row(32, 50.0, 30.0)]}))
+    at = lambda n, hw=28, dtype=torch.float16: conv_measured.winner(  # noqa: E731
+        "cuda", dtype, conv_measured.shape_key((n, 64, hw, hw), (64, 16, 3, 3), 1, 1, 1, 4), False)
+    with conv_measured.measured_table(table), attention.measured_table({}, device_name="Some GPU"):
+        assert [at(n) for n in (1, 8, 19, 20, 21, 32, 256)] == ["cudnn"] * 4 + ["epilogue"] * 3
+        assert at(8, hw=14) is None and at(8, dtype=torch.bfloat16) is None
+        assert conv_measured.winner("cuda", torch.float16, None, False) is None
+    with conv_measured.measured_table(table), attention.measured_table({}, device_name="Another GPU"):
+        assert at(8) is None
+
+
+def test_a_grouped_shape_is_timed_only_on_the_gpu_present():
+    """Without a CUDA device nothing is timed (the default stands); ``measured_table`` is the whole truth."""
+    key = conv_measured.shape_key((2, 24, 9, 7), (24, 6, 3, 3), 1, 1, 1, 4)
+    assert conv_measured.measure_now(torch.device("cpu"), torch.float16, key, False) is None
+    assert conv_measured.winner("cpu", torch.float16, key, False) is None
+    with attention.measured_table({}, device_name="Some GPU"):      # a plan for a GPU that is not here
+        assert conv_measured.winner("cuda", torch.float16, key, False) is None
+    assert not any(k[2] == key for k in conv_measured.measured_here())
+    xs, w, b, z = conv_measured.seeded_inputs(key, torch.float32, "cpu", copies=2, residual=True)
+    y = torch.conv2d(xs[1], w, b, 1, 1, 1, 4)
+    assert len(xs) == 2 and z.shape == y.shape and w.shape == (24, 6, 3, 3) and b.shape == (24,)
+    assert xs[0].is_contiguous(memory_format=torch.channels_last) and not torch.equal(xs[0], xs[1])
+
+
+@needs_cuda
+def test_an_unmeasured_grouped_shape_is_timed_on_the_gpu_present():
+    """An awkward grouped shape no table has, in fp16 and bf16, with and without a residual: timed both ways on this
+    GPU once, and the selection follows what it measured; both ways compute the same as float64."""
+    name = torch.cuda.get_device_name(0)
+    key = conv_measured.shape_key((3, 48, 17, 13), (48, 12, 3, 3), 1, 1, 1, 4)
+    for dtype in (torch.float16, torch.bfloat16):
+        for residual in (False, True):
+            got = conv_measured.winner("cuda", dtype, key, residual)
+            row = conv_measured.measured_here()[(name, str(dtype).replace("torch.", ""), key, residual)]
+            assert row is not None and row["measured"] == "now", row
+            assert all(b["median"] > 0 and b["p20"] <= b["median"] <= b["p80"] for b in row["us"].values()), row
+            assert got == conv_measured.best(row)
+            impl = conv.select_conv_epilogue("cuda", dtype, "relu", residual=residual, grouped=True,
+                                             grouped_key=key).impl
+            assert impl == ({"cudnn": "cudnn_conv_add_relu" if residual else "cudnn_conv_relu"}.get(
+                got, "triton_epilogue")), (impl, row)
+    with conv_measured.measured_table({}):                       # a swapped-in table: nothing timed, the default
+        assert conv_measured.winner("cuda", torch.float16, key, False) is None
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(3, 48, 17, 13, generator=gen, device="cuda", dtype=torch.float16).to(
+        memory_format=torch.channels_last)
+    w = torch.randn(48, 12, 3, 3, generator=gen, device="cuda", dtype=torch.float16) * 0.3
+    b = torch.randn(48, generator=gen, device="cuda", dtype=torch.float16)
+    out = conv.conv_epilogue(x, w, b, None, 1, 1, 1, 4, act="relu")
+    ref64 = conv.conv_epilogue_reference(up64(x), up64(w), up64(b), None, 1, 1, 1, 4, act="relu")
+    assert_close64(out, ref64, conv.TOLERANCES[torch.float16])
+
+
 def test_selection_on_cuda(monkeypatch):
     """What a CUDA device gets (decided without one: the selection reads the device type, not a device)."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -525,9 +590,32 @@ def test_selection_on_cuda(monkeypatch):
     assert select("relu", kernel_size=(3, 3), out_pixels=big).impl == select("relu").impl
     assert select("relu", kernel_size=(1, 1), out_pixels=big, residual=True).impl == select("relu", residual=True).impl
     assert select("relu", kernel_size=(1, 1), out_pixels=big, pointwise=True).impl == "triton_gemm"
-    # cuDNN's fused call runs grouped and depthwise convs on slow generic kernels (CUDNN_RELU_GROUPED)
-    assert select("relu", grouped=True).impl == select("relu", grouped=True, residual=True).impl == "triton_epilogue"
-    assert select("relu", grouped=True, kernel_size=(3, 3)).impl == "triton_epilogue"
+    # a grouped conv as its shape measured (conv_measured), GROUPED_UNMEASURED where the table lacks it
+    key = conv_measured.shape_key((32, 336, 56, 56), (336, 168, 3, 3), 1, 1, 1, 2)
+    row = lambda fused_us, plain_us: {"device": "Some GPU", "dtype": "float16", "key": list(key), "residual": False,  # noqa
+                                      "us": {"cudnn": dict(median=fused_us, p20=fused_us, p80=fused_us),
+                                             "epilogue": dict(median=plain_us, p20=plain_us, p80=plain_us)}}
+    unmeasured = "cudnn_conv_relu" if conv.GROUPED_UNMEASURED == "cudnn" and cudnn else "triton_epilogue"
+    with conv_measured.measured_table({}):                                            # an empty table: unmeasured
+        assert select("relu", grouped=True, grouped_key=key).impl == unmeasured
+    for fused_us, plain_us, impl in ((537.0, 30.0, "triton_epilogue"), (30.0, 40.0, "cudnn_conv_relu"),
+                                     (29.9, 30.0, "triton_epilogue")):                 # within MARGIN: the plain conv
+        table = conv_measured.read_table(json.dumps({"schema": conv_measured.TABLE_SCHEMA,
+                                                     "rows": [row(fused_us, plain_us)]}))
+        with conv_measured.measured_table(table), attention.measured_table({}, device_name="Some GPU"):
+            assert select("relu", grouped=True, grouped_key=key).impl == (impl if cudnn else "triton_epilogue")
+            other = conv_measured.shape_key((32, 336, 28, 28), (336, 168, 3, 3), 1, 1, 1, 2)
+            assert select("relu", grouped=True, grouped_key=other).impl == unmeasured
+            for batch in (1, 8, 64):                     # the same conv at another batch: the measured row's winner
+                at = conv_measured.shape_key((batch, 336, 56, 56), (336, 168, 3, 3), 1, 1, 1, 2)
+                assert select("relu", grouped=True, grouped_key=at).impl == (impl if cudnn else "triton_epilogue")
+            assert (select("relu", grouped=True, grouped_key=key, dtype=torch.bfloat16).impl
+                    == select("relu", grouped=True, dtype=torch.bfloat16).impl)             # the row is fp16's
+    with pytest.raises(conv_measured.TableError, match="row 0 is not"):
+        conv_measured.read_table(json.dumps({"schema": conv_measured.TABLE_SCHEMA, "rows": [{**row(1, 2), "key": [1]}]}))
+    with pytest.raises(conv_measured.TableError, match="not a conv_grouped_measured/1 table"):
+        conv_measured.read_table("[]")
+    assert conv_measured.shape_key((1, 4, 5, 5), (4, 2, 3, 3), 1, "same", 1, 2) is None       # string padding
     assert select("relu", depthwise=True).impl == select("relu", depthwise=True, residual=True).impl == "triton_depthwise"
     assert select("relu", depthwise=True, layout="nchw").impl == "triton_epilogue"
     with conv.policy(depthwise_triton=False):
@@ -572,10 +660,10 @@ def test_cudnn_fused_conv_relu_gpu(case, dtype, with_add, channels_last):
     if channels_last:
         w = w.to(memory_format=torch.channels_last)
     depthwise = conv.is_depthwise(x.shape[1], w.shape, case[-1])
-    grouped = case[-1] > 1
     choice = conv.select_conv_epilogue("cuda", dtype, "relu", residual=with_add, depthwise=depthwise,
-                                       grouped=grouped)
-    assert choice.label.startswith("cudnn") != grouped, choice     # a grouped conv skips cuDNN's fused call
+                                       grouped=case[-1] > 1)       # a grouped shape the table lacks: the default
+    takes_cudnn = not depthwise and (case[-1] == 1 or conv.GROUPED_UNMEASURED == "cudnn")
+    assert choice.label.startswith("cudnn") == takes_cudnn, choice   # depthwise (and unmeasured grouped) skip it
     out = conv.conv_epilogue(x, w, b, z, *args, act="relu")
     ref64 = conv.conv_epilogue_reference(up64(x), up64(w), up64(b), up64(z), *args, act="relu")
     assert_close64(out, ref64, conv.TOLERANCES[dtype])
@@ -584,7 +672,7 @@ def test_cudnn_fused_conv_relu_gpu(case, dtype, with_add, channels_last):
 # ===================================================================== the kernels compile for sm_90
 
 _COMPILE_FOR_SM90 = r'''
-from explorer.fusions import conv
+from explorer.fusions import attention, conv, conv_measured
 from explorer.fusions.kernels import bias_act, depthwise, gemm
 
 def loads(compiled):
@@ -770,7 +858,7 @@ def test_rewrites_match_unfused_without_triton(monkeypatch):
         module = module.double()
         gm, det = _detect(module, torch.randn(shape, dtype=torch.float64))
         x = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-        fused = fused_matches(gm, det, x, 1e-12)
+        fused = fused_matches(gm, det, x, 1e-12, device="cpu")     # the CPU's path on a GPU machine too
         assert all("conv+bias" in a.implementation for a in fused.applied if a.pattern != "conv_bn")
 
 
@@ -821,3 +909,42 @@ def test_lean_graph_calls_the_kernels_directly():
         torch.testing.assert_close(lean_gm(x), plain(x), rtol=1e-6, atol=1e-6)
     assert lean.specialize_fused_calls(measure.prepare_graph(fused.gm, DEVICE, torch.float32, lean=False),
                                        torch.device(DEVICE), torch.float32) == 3
+
+
+def test_grouped_conv_benchmark_smoke_checks_both_ways_on_real_shapes(tmp_path, monkeypatch):
+    """``bench_grouped_conv.py --smoke``: the grouped, not depthwise, convs of torchvision's RegNets and ResNeXts
+    (read on meta tensors: ResNeXt-50 has one grouped 3×3 conv in each of its 16 bottlenecks, groups 32), checked
+    against float64 on the CPU; the GPU's table rows read back as ``conv_measured`` reads them; a broken way fails
+    the run."""
+    pytest.importorskip("torchvision")
+    from triton_testing import fusion_benchmark
+
+    bench = fusion_benchmark("bench_grouped_conv")
+    shapes = bench.grouped_shapes("resnext50_32x4d", 2, 64)
+    assert len(shapes) == 16 and {s["groups"] for s in shapes} == {32} and all(s["w"][2:] == (3, 3) for s in shapes)
+    assert not bench.grouped_shapes("mobilenet_v2", 2, 64)                     # depthwise only: none
+    out = tmp_path / "smoke.json"
+    assert bench.main(["--smoke", "--models", "regnet_x_400mf,resnext50_32x4d", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 4 and all(c["ok"] for r in rows for c in r["check"].values()), rows
+    timed = [dict(r, us={n: {"median": 2.0, "p20": 1.0, "p80": 3.0} for n in conv_measured.CANDIDATES}) for r in rows]
+    table = conv_measured.read_table(json.dumps({"schema": conv_measured.TABLE_SCHEMA,
+                                                 "rows": bench.table_rows(timed, "Some GPU")}))
+    assert len(table) == 4 and all(k[0] == "Some GPU" and len(k[2]) == conv_measured.KEY_LEN for k in table)
+    monkeypatch.setattr(conv, "TOLERANCES", {k: dict(rtol=0.0, atol=0.0) for k in conv.TOLERANCES})
+    assert bench.main(["--smoke", "--models", "resnext50_32x4d", "--out", str(out)]) == 1
+
+
+def test_the_committed_grouped_table_reads_and_covers_the_corpus_grouped_convs():
+    """The committed table (``conv_grouped_measured.json``, from ``bench_grouped_conv.py`` on the H200) reads, is
+    for one GPU, has both dtypes of every shape, and each row's choice is what ``best`` says of it."""
+    table = conv_measured.committed_table()
+    assert table, "conv_grouped_measured.json is missing from the package"
+    assert len({k[0] for k in table}) == 1 and {k[1] for k in table} == {"float16", "bfloat16"}
+    shapes = {k[2] for k in table}
+    assert all((n, d, s, False) in table for n in {k[0] for k in table} for d in ("float16", "bfloat16") for s in shapes)
+    name = next(iter(table))[0]
+    with attention.measured_table({}, device_name=name):
+        for (_, dtype, key, residual), row in list(table.items())[:20]:
+            got = conv_measured.winner("cuda", getattr(torch, dtype), key, residual)
+            assert got == conv_measured.best(row)

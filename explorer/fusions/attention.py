@@ -34,17 +34,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import importlib.resources
-import json
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.fx
 
-from explorer.fusions import edit
+from explorer.fusions import edit, measured_tables
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PRECISION_CAVEAT, Choice, Pattern, Step, selection
 from explorer.fusions.edit import Refuse, RewriteContext, UseGeneric
@@ -882,45 +879,34 @@ TABLE_SCHEMA = "attention_measured/1"
 #: then P·V as one matmul.
 CANDIDATES = ("sdpa", "unfused", "triton")
 _KEY_FIELDS = ("device", "dtype", "s_bucket", "d", "has_terms")
-_TABLE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("attention_table", default=None)
 _PLANNED_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_device_name", default=None)
+TableError = measured_tables.TableError
 
 
-class TableError(ValueError):
-    """A measured-attention table that is not one (one line)."""
+def _row_ok(row: object) -> bool:
+    return (isinstance(row, dict) and isinstance(row.get("device"), str) and row.get("dtype") in DTYPE_KEYS
+            and all(isinstance(row.get(f), int) and not isinstance(row.get(f), bool) for f in ("s_bucket", "d"))
+            and isinstance(row.get("has_terms"), bool) and isinstance(row.get("us"), dict)
+            and "sdpa" in row["us"] and set(row["us"]) <= set(CANDIDATES)
+            and all(isinstance(band, list) and len(band) == 3 and all(isinstance(x, (int, float)) and x >= 0
+                                                                      for x in band)
+                    for band in row["us"].values()))
+
+
+TABLE = measured_tables.MeasuredTable(__package__, TABLE_FILE, TABLE_SCHEMA, _row_ok,
+                                      lambda row: tuple(row[f] for f in _KEY_FIELDS),
+                                      "(device, dtype, s_bucket, d, has_terms, us)")
 
 
 def read_table(text: str, where: str = TABLE_FILE) -> dict[tuple, dict]:
     """The rows of a measured table (``TABLE_SCHEMA`` JSON) by key ``(device, dtype, S bucket, D, has terms)``;
     ``TableError`` (one line) for anything else."""
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise TableError(f"{where}: not JSON ({exc.args[0][:80]})") from None
-    if not isinstance(doc, dict) or doc.get("schema") != TABLE_SCHEMA or not isinstance(doc.get("rows"), list):
-        raise TableError(f"{where}: not a {TABLE_SCHEMA} table")
-    rows = {}
-    for i, row in enumerate(doc["rows"]):
-        ok = (isinstance(row, dict) and isinstance(row.get("device"), str) and row.get("dtype") in DTYPE_KEYS
-              and all(isinstance(row.get(f), int) and not isinstance(row.get(f), bool) for f in ("s_bucket", "d"))
-              and isinstance(row.get("has_terms"), bool) and isinstance(row.get("us"), dict)
-              and "sdpa" in row["us"] and set(row["us"]) <= set(CANDIDATES)
-              and all(isinstance(band, list) and len(band) == 3 and all(isinstance(x, (int, float)) and x >= 0
-                                                                        for x in band)
-                      for band in row["us"].values()))
-        if not ok:
-            raise TableError(f"{where}: row {i} is not (device, dtype, s_bucket, d, has_terms, us)")
-        rows[tuple(row[f] for f in _KEY_FIELDS)] = row
-    return rows
+    return TABLE.read(text, where)
 
 
-@functools.lru_cache(maxsize=1)
 def committed_table() -> dict[tuple, dict]:
     """The committed table (``explorer/fusions/attention_measured.json``); empty where the file is absent."""
-    path = importlib.resources.files(__package__).joinpath(TABLE_FILE)
-    if not path.is_file():
-        return {}
-    return read_table(path.read_text(encoding="utf-8"))
+    return TABLE.committed()
 
 
 @contextlib.contextmanager
@@ -928,13 +914,12 @@ def measured_table(table: "str | os.PathLike | dict[tuple, dict]", device_name: 
     """``with measured_table(path):`` ``select_attention`` reads this table (a file as ``read_table`` reads, or
     its rows) instead of the committed one; ``device_name``: the CUDA device a plan is made for where the planning
     machine has none (else its own device's name is used)."""
-    rows = table if isinstance(table, dict) else read_table(Path(table).read_text(encoding="utf-8"), str(table))
-    tokens = _TABLE.set(rows), _PLANNED_FOR.set(device_name)
+    token = _PLANNED_FOR.set(device_name)
     try:
-        yield rows
+        with TABLE.swapped(table) as rows:
+            yield rows
     finally:
-        _PLANNED_FOR.reset(tokens[1])
-        _TABLE.reset(tokens[0])
+        _PLANNED_FOR.reset(token)
 
 
 def planned_device_name(device: torch.device) -> str | None:
@@ -984,8 +969,7 @@ def select_attention(device: torch.device | str, dtype: torch.dtype | None = Non
         return Choice("sdpa", WORDS("label.sdpa"), True)
     name = planned_device_name(device)
     dtype_key = _dtype_name(dtype)
-    table = _TABLE.get()
-    row = (committed_table() if table is None else table).get((name, dtype_key, s_bucket(s), int(d), bool(has_terms)))
+    row = TABLE.rows().get((name, dtype_key, s_bucket(s), int(d), bool(has_terms)))
     if row is None:
         return Choice("sdpa", WORDS("label.sdpa_unmeasured", label=WORDS("label.sdpa"), s=s, bucket=s_bucket(s), d=d,
                                     dtype=dtype_key, device=name or WORDS("device_unknown")), True)

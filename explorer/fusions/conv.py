@@ -26,8 +26,9 @@ report's label and the lean lowering (``LOWERINGS``) all ask it::
 
     cudnn_conv_add_relu  relu with a residual, on CUDA: one cuDNN call
     cudnn_conv_relu      relu, on CUDA, except 1×1 convolutions over large maps
-                         (``CUDNN_RELU_1X1_MAX_PIXELS``) and grouped or depthwise
-                         ones (``CUDNN_RELU_GROUPED``): one cuDNN call
+                         (``CUDNN_RELU_1X1_MAX_PIXELS``), depthwise ones
+                         (``CUDNN_RELU_DEPTHWISE``) and grouped ones where it
+                         measured slower (``conv_measured``): one cuDNN call
     triton_gemm          a 1×1 convolution (stride 1, no padding, one group) over a
                          channels_last input, on CUDA: ONE Triton GEMM over the pixels with
                          the whole epilogue (``conv1x1_epilogue``, ``gemm_epilogue``); any
@@ -83,7 +84,7 @@ from collections.abc import Sequence
 import torch
 import torch.fx
 
-from explorer.fusions import edit
+from explorer.fusions import conv_measured, edit
 from explorer.fusions.base import WORDS as BASE_WORDS
 from explorer.fusions.base import PAYS_CAVEAT, PRECISION_CAVEAT, Chain, Choice, Pattern, Step, selection
 from explorer.fusions.edit import NewAttr, Refuse, RewriteContext, UseGeneric
@@ -124,10 +125,16 @@ WORDS = Words("conv", {
     "caveat.cudnn_depthwise": (("A library's fused call is not always the fast one: cuDNN's conv+bias+ReLU runs a "
                                 "depthwise convolution on a generic grouped kernel. On the H200 MNASNet-1.3's 17 "
                                 "depthwise convs took 3.98 ms that way, more than its whole unfused forward (1.54 "
-                                "ms), so a depthwise conv + ReLU takes the Triton depthwise kernel here instead."),
+                                "ms), so a depthwise conv + ReLU takes the Triton depthwise kernel here instead. "
+                                "Some grouped convolutions fare the same (RegNetX-32GF's grouped 3×3 convs: 59.6 ms "
+                                "against 3.3 ms for the plain conv), others are faster fused (ResNeXt's): a grouped "
+                                "conv takes the fused call only where it measured faster for its shape on this "
+                                "GPU."),
                                ("库的融合调用不一定最快：cuDNN 的 conv+bias+ReLU 把深度可分离卷积交给通用的分组卷积内核。在 H200 上，"
                                 "MNASNet-1.3 的 17 个深度可分离卷积这样跑要 3.98 ms，比它整个未融合的前向（1.54 ms）还长，"
-                                "所以这里深度可分离卷积 + ReLU 改用 Triton 深度可分离卷积内核。")),
+                                "所以这里深度可分离卷积 + ReLU 改用 Triton 深度可分离卷积内核。"
+                                "有些分组卷积也是这样（RegNetX-32GF 的分组 3×3 卷积：59.6 ms，而普通卷积只要 3.3 ms），"
+                                "另一些融合后更快（ResNeXt）：分组卷积只在按其形状实测更快时才用这个融合调用。")),
     "fold_caveat": (("BatchNorm folding is valid only for inference: in training the batch statistics change "
                      "every step, so the folded weights would be wrong."),
                     "BN 折叠只在推理时成立：训练时每一步的批统计量都在变，折叠后的权重就不对了。"),
@@ -249,16 +256,22 @@ FOLD_TOLERANCE_F64 = 1e-10
 #: pixels (N·H·W) a 1×1 conv + ReLU takes a Triton path instead.
 CUDNN_RELU_1X1_MAX_PIXELS = 16384
 
-#: Whether a grouped convolution (groups > 1, depthwise included) may take cuDNN's fused conv+bias+ReLU (or
-#: +add+ReLU). It may not: on the H200 (torch 2.11, fp16 channels_last, batch 32) that call runs every depthwise
-#: conv as ``cudnn::cnn::conv2d_grouped_direct_kernel``, 3.98 ms for MNASNet-1.3's 17 (87% of its fused GPU work),
-#: 1.30 ms for MobileNetV3-L's 6 and 0.74 ms for MobileNetV4-small's 11, where the same convolutions without the
-#: bias and ReLU ran as ``sm90_xmma_depthwise_convolution_fprop`` in the unfused graph of the same run
-#: (MNASNet-1.3's whole unfused forward 1.54 ms of GPU work): ``benchmarks/results/bench_corpus_h200_part11.json``
-#: and ``_part5``'s rows. Grouped convs fare the same: RegNetX-32GF's 111 grouped 3×3 convs (group width 168)
-#: ran as ``convolve_common_engine_float_NHWC``, 59.6 ms, where the plain conv took cutlass's fprop at 3.3 ms
-#: (``_part12``). A grouped conv + ReLU takes the depthwise or epilogue path instead.
-CUDNN_RELU_GROUPED = False
+#: Whether a depthwise convolution may take cuDNN's fused conv+bias+ReLU (or +add+ReLU). It may not: on the H200
+#: (torch 2.11, fp16 channels_last, batch 32) that call runs every depthwise conv as
+#: ``cudnn::cnn::conv2d_grouped_direct_kernel``, 3.98 ms for MNASNet-1.3's 17 (87% of its fused GPU work), 1.30 ms
+#: for MobileNetV3-L's 6 and 0.74 ms for MobileNetV4-small's 11, where the same convolutions without the bias
+#: and ReLU ran as ``sm90_xmma_depthwise_convolution_fprop`` in the unfused graph of the same run (MNASNet-1.3's
+#: whole unfused forward 1.54 ms of GPU work): ``benchmarks/results/bench_corpus_h200_part11.json`` and
+#: ``_part5``'s rows. A depthwise conv + ReLU takes the depthwise or epilogue path instead.
+CUDNN_RELU_DEPTHWISE = False
+
+#: Any other grouped convolution (groups > 1) takes cuDNN's fused call where ``conv_measured`` measured it faster for
+#: its shape on this GPU (the committed table, else timed once in this process), the plain conv + the Triton pass
+#: where it measured slower. Either can be many times slower for some shapes (RegNetX-32GF's 7.9× through the fused
+#: call, ResNeXt-101-32x8d's 16× without it: ``benchmarks/results/bench_grouped_conv_h200.json``), so this default
+#: is only for a CUDA plan made where that GPU is absent and its table lacks the shape: the pass, which won 128 of
+#: the table's 244 rows.
+GROUPED_UNMEASURED = "epilogue"
 
 TRAINING_REFUSAL = WORDS("refuse.training")
 NO_RUNNING_STATS_REFUSAL = WORDS("refuse.no_stats")
@@ -391,15 +404,17 @@ def _separate_choice(act: str, residual: bool) -> Choice:
 def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: str, *, weight_dim: int = 4,
                          int_padding: bool = True, residual: bool = False, residual_fits: bool = True,
                          separate: bool = False, kernel_size: Sequence[int] | None = None,
-                         depthwise: bool = False, grouped: bool = False, pointwise: bool = False,
-                         out_pixels: int | None = None, layout: str | None = None) -> Choice:
+                         depthwise: bool = False, grouped: bool = False, grouped_key: tuple | None = None,
+                         pointwise: bool = False, out_pixels: int | None = None,
+                         layout: str | None = None) -> Choice:
     """The one decision of how ``act(conv(x, w) + b [+ z])`` runs on ``device`` in ``dtype``.
 
     ``residual_fits``: z has the conv output's shape and x's dtype (cuDNN does not
     broadcast z). ``separate``: the plan's kernel choice "separate_epilogue" (the
     convolution with its bias, then the epilogue as separate torch ops). ``kernel_size``,
-    ``depthwise`` (``is_depthwise``), ``grouped`` (groups > 1; a depthwise conv is grouped
-    either way), ``pointwise`` (``is_pointwise_conv``), ``out_pixels``
+    ``depthwise`` (``is_depthwise``), ``grouped`` (groups > 1) with ``grouped_key``
+    (``conv_measured.shape_key``: its row in the measured table), ``pointwise``
+    (``is_pointwise_conv``), ``out_pixels``
     (N·H'·W' of the output) and ``layout`` (the input's, ``layout_of``: at run time the tensor's;
     at the rewrite the graph's for an nchw target, whose prepared graph keeps the capture's
     layouts, and None for channels_last, where a permute may still hand the conv a contiguous
@@ -416,9 +431,10 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
                  and out_pixels > CUDNN_RELU_1X1_MAX_PIXELS)
     cudnn = (_policy.POLICY.cudnn_relu and act == "relu" and device.type == "cuda" and dtype in _CUDNN_DTYPES
              and weight_dim == 4 and int_padding and (not residual or residual_fits)
-             and (CUDNN_RELU_GROUPED or not (depthwise or grouped))
+             and (CUDNN_RELU_DEPTHWISE or not depthwise)
              and torch.backends.cudnn.is_available()
-             and torch._C._get_cudnn_enabled())          # torch.backends.cudnn.enabled, without its wrapper
+             and torch._C._get_cudnn_enabled()           # torch.backends.cudnn.enabled, without its wrapper
+             and (depthwise or not grouped or _grouped_takes_cudnn(device, dtype, grouped_key, residual)))
     if cudnn and residual:
         return Choice("cudnn_conv_add_relu", WORDS("label.cudnn_add_relu"), True)
     if cudnn and not large_1x1:
@@ -433,6 +449,13 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
     if triton and _policy.POLICY.triton_epilogue:
         return Choice("triton_epilogue", where(WORDS("label.epilogue", steps=steps), device), True)
     return _separate_choice(act, residual)
+
+
+def _grouped_takes_cudnn(device: torch.device, dtype: torch.dtype, key: tuple | None, residual: bool) -> bool:
+    """Whether a grouped (not depthwise) conv takes cuDNN's fused call: as measured for its shape
+    (``conv_measured.winner``), else ``GROUPED_UNMEASURED``."""
+    measured = conv_measured.winner(device, dtype, key, residual)
+    return (measured or GROUPED_UNMEASURED) == "cudnn"
 
 
 def _fits(x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None, stride, padding, dilation) -> bool:
@@ -459,7 +482,8 @@ def conv_epilogue(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
                                   residual=z is not None, residual_fits=fits, separate=separate,
                                   kernel_size=kernel, depthwise=x.dim() == 4 and is_depthwise(x.shape[1], weight.shape,
                                                                                              groups),
-                                  grouped=groups > 1,
+                                  grouped=groups > 1, grouped_key=conv_measured.shape_key(
+                                      x.shape, weight.shape, stride, padding, dilation, groups),
                                   pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups),
                                   out_pixels=out_pixels, layout=layout_of(x))
     n = weight.dim() - 2
@@ -580,7 +604,8 @@ def _choice(ctx: RewriteContext, conv: torch.fx.Node, act: str, z: torch.fx.Node
                                 separate=separate, kernel_size=w_shape[2:] if w_shape else None,
                                 depthwise=(x_shape is not None and w_shape is not None
                                            and is_depthwise(x_shape[1], w_shape, c.groups)),
-                                grouped=c.groups > 1,
+                                grouped=c.groups > 1, grouped_key=conv_measured.shape_key(
+                                    x_shape, w_shape, c.stride, c.padding, c.dilation, c.groups),
                                 pointwise=w_shape is not None and is_pointwise_conv(w_shape, c.stride, c.padding,
                                                                                     c.dilation, c.groups),
                                 out_pixels=math.prod(out_shape[2:]) * out_shape[0] if out_shape else None,
@@ -690,8 +715,9 @@ def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, 
     choice = edit.planned(node, device, dtype) or select_conv_epilogue(
         device, dtype, act, weight_dim=4, residual=z is not None, residual_fits=fits, separate=separate,
         kernel_size=tuple(weight.shape[2:]), depthwise=is_depthwise(x_shape[1], weight.shape, groups),
-        grouped=groups > 1, pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups),
-        out_pixels=math.prod(out_shape[2:]) * out_shape[0])
+        grouped=groups > 1,
+        grouped_key=conv_measured.shape_key(x_shape, weight.shape, stride, padding, dilation, groups),
+        pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups), out_pixels=math.prod(out_shape[2:]) * out_shape[0])
     if choice.impl == "cudnn_conv_relu":
         return edit.replace_node(gm, node, lambda g: g.call_function(
             torch.cudnn_convolution_relu, (x, w, b, stride, padding, dilation, groups)))
