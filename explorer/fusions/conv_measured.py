@@ -29,6 +29,7 @@ does for attention (a benchmark or a test).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator, Sequence
 
@@ -143,7 +144,13 @@ def winner(device: torch.device, dtype: torch.dtype, key: tuple | None, residual
 
 
 def _here(device, name: str) -> bool:
-    """Whether ``name`` is the CUDA device present (not a plan made for another GPU)."""
+    """Whether ``name`` is the CUDA device present (not a plan made for another GPU); asked once per device and name
+    (a selection at run time asks on every call)."""
+    return _present(str(torch.device(device)), name)
+
+
+@functools.lru_cache(maxsize=16)
+def _present(device: str, name: str) -> bool:
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return False
