@@ -717,7 +717,8 @@ def _lower(gm: torch.fx.GraphModule, node: torch.fx.Node, device: torch.device, 
         kernel_size=tuple(weight.shape[2:]), depthwise=is_depthwise(x_shape[1], weight.shape, groups),
         grouped=groups > 1,
         grouped_key=conv_measured.shape_key(x_shape, weight.shape, stride, padding, dilation, groups),
-        pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups), out_pixels=math.prod(out_shape[2:]) * out_shape[0])
+        pointwise=is_pointwise_conv(weight.shape, stride, padding, dilation, groups),
+        out_pixels=math.prod(out_shape[2:]) * out_shape[0])
     if choice.impl == "cudnn_conv_relu":
         return edit.replace_node(gm, node, lambda g: g.call_function(
             torch.cudnn_convolution_relu, (x, w, b, stride, padding, dilation, groups)))
