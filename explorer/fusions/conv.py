@@ -127,14 +127,14 @@ WORDS = Words("conv", {
                                 "depthwise convs took 3.98 ms that way, more than its whole unfused forward (1.54 "
                                 "ms), so a depthwise conv + ReLU takes the Triton depthwise kernel here instead. "
                                 "Some grouped convolutions fare the same (RegNetX-32GF's grouped 3×3 convs: 59.6 ms "
-                                "against 3.3 ms for the plain conv), others are faster fused (ResNeXt's): a grouped "
+                                "against 3.3 ms for the plain conv), others are faster fused (ResNeXt-50/101's): a grouped "
                                 "conv takes the fused call only where it measured faster for its shape on this "
                                 "GPU."),
                                ("库的融合调用不一定最快：cuDNN 的 conv+bias+ReLU 把深度可分离卷积交给通用的分组卷积内核。在 H200 上，"
                                 "MNASNet-1.3 的 17 个深度可分离卷积这样跑要 3.98 ms，比它整个未融合的前向（1.54 ms）还长，"
                                 "所以这里深度可分离卷积 + ReLU 改用 Triton 深度可分离卷积内核。"
                                 "有些分组卷积也是这样（RegNetX-32GF 的分组 3×3 卷积：59.6 ms，而普通卷积只要 3.3 ms），"
-                                "另一些融合后更快（ResNeXt）：分组卷积只在按其形状实测更快时才用这个融合调用。")),
+                                "另一些融合后更快（ResNeXt-50/101）：分组卷积只在按其形状实测更快时才用这个融合调用。")),
     "fold_caveat": (("BatchNorm folding is valid only for inference: in training the batch statistics change "
                      "every step, so the folded weights would be wrong."),
                     "BN 折叠只在推理时成立：训练时每一步的批统计量都在变，折叠后的权重就不对了。"),
