@@ -71,10 +71,62 @@ def results_path(out: str | None, filename: str) -> Path:
     return path
 
 
-def run_stamp() -> dict[str, str]:
-    """The command that produced a result and the UTC date: ``{"command": ..., "date_utc": ...}``."""
+def run_stamp() -> dict:
+    """The command that produced a result, the UTC date and the code it ran: ``{"command": ..., "date_utc": ...,
+    "code": code_fingerprint()}``."""
     return {"command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-            "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "code": code_fingerprint()}
+
+
+#: What a code fingerprint covers: the package, recursively, and the benchmark scripts (not their results).
+CODE_FILES = ("explorer/", "benchmarks/*.py")
+_NOT_CODE = ("__pycache__", ".egg-info")
+
+
+def _is_code(rel: str) -> bool:
+    """Whether a repository path (posix) is one ``CODE_FILES`` covers and git tracks (``.gitignore``: no byte code)."""
+    if rel.endswith(".pyc") or any(part == "__pycache__" or part.endswith(".egg-info") for part in rel.split("/")):
+        return False
+    return rel.startswith("explorer/") or (rel.startswith("benchmarks/") and rel.count("/") == 1
+                                           and rel.endswith(".py"))
+
+
+def _fingerprint(entries: list[tuple[str, str]]) -> dict:
+    import hashlib
+
+    lines = "\n".join(f"{path} {blob}" for path, blob in sorted(entries))
+    return {"covers": list(CODE_FILES), "files": len(entries), "sha256": hashlib.sha256(lines.encode()).hexdigest()}
+
+
+def code_fingerprint(root: Path = ROOT) -> dict:
+    """The code a result was measured with, where the tree has no git (the GPU machine gets a copy of the working
+    tree): a SHA-256 over each covered file's path and git blob id (SHA-1 of ``blob <size>\0<bytes>``), so
+    ``benchmarks/which_commit.py`` finds the commit whose tree it is from ``git ls-tree`` alone."""
+    import hashlib
+
+    entries = []
+    for path in [*(root / "explorer").rglob("*"), *(root / "benchmarks").glob("*.py")]:
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and not path.is_symlink() and _is_code(rel):
+            data = path.read_bytes()
+            entries.append((rel, hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()))
+    return _fingerprint(entries)
+
+
+def commit_fingerprint(commit: str, root: Path = ROOT) -> dict:
+    """``code_fingerprint`` of a commit's tree, from git's own blob ids (``git ls-tree -r``)."""
+    import subprocess
+
+    out = subprocess.run(["git", "-C", str(root), "ls-tree", "-r", commit, "--", "explorer", "benchmarks"],
+                         capture_output=True, text=True, check=True).stdout
+    entries = []
+    for line in out.splitlines():
+        meta, rel = line.split("\t", 1)
+        mode, kind, blob = meta.split()
+        if kind == "blob" and mode != "120000" and _is_code(rel):
+            entries.append((rel, blob))
+    return _fingerprint(entries)
 
 
 def write_json(path: Path, doc: dict) -> None:
