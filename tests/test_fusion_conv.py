@@ -616,6 +616,7 @@ def test_selection_on_cuda(monkeypatch):
     with pytest.raises(conv_measured.TableError, match="not a conv_grouped_measured/1 table"):
         conv_measured.read_table("[]")
     assert conv_measured.shape_key((1, 4, 5, 5), (4, 2, 3, 3), 1, "same", 1, 2) is None       # string padding
+    assert conv_measured.shape_key((1, 4, 5, 5), (4, 4, 3, 3), 1, 1, 1, 1) is None           # one group: no row
     assert select("relu", depthwise=True).impl == select("relu", depthwise=True, residual=True).impl == "triton_depthwise"
     assert select("relu", depthwise=True, layout="nchw").impl == "triton_epilogue"
     with conv.policy(depthwise_triton=False):

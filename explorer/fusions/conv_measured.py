@@ -67,9 +67,10 @@ def _pair(v) -> tuple[int, int] | None:
 
 def shape_key(x_shape: Sequence[int] | None, w_shape: Sequence[int] | None, stride, padding, dilation,
               groups: int) -> tuple[int, ...] | None:
-    """The table's key for a 2-D convolution of input ``x_shape`` (N, C_in, H, W) and weight ``w_shape``; None for
-    anything else (not 2-D, a symbolic size, string padding)."""
-    if x_shape is None or w_shape is None or len(x_shape) != 4 or len(w_shape) != 4:
+    """The table's key for a grouped 2-D convolution of input ``x_shape`` (N, C_in, H, W) and weight ``w_shape``;
+    None for anything else (one group: asked first, since the runtime selection asks on every conv call; not 2-D, a
+    symbolic size, string padding)."""
+    if groups <= 1 or x_shape is None or w_shape is None or len(x_shape) != 4 or len(w_shape) != 4:
         return None
     pairs = [_pair(v) for v in (stride, padding, dilation)]
     dims = tuple(x_shape) + (w_shape[0],) + tuple(w_shape[2:])
