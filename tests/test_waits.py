@@ -169,10 +169,11 @@ def test_a_phase_is_priced_by_what_it_took_against_its_price_last_time(tmp_path,
 
     memory = CostMemory()
     run = SimpleNamespace(memory=memory, key="m|1|None", device="cpu", settings=settings,
-                          schedule=SimpleNamespace(estimates={"main": 2.0, "chains": 0.01}))
+                          schedule=SimpleNamespace(estimates={"main": 2.0, "chains": 0.01}), scales={})
     session._remember_scale(run, "main", 1.0)
     assert session._phase_scales(memory, run.key, "cpu", settings) == {"main": 0.5}
-    run.schedule.estimates["main"] = 2.0 * 0.5          # the next run showed the scaled price, and it held
+    run.scales = session._phase_scales(memory, run.key, "cpu", settings)    # the next run, read at its setup
+    run.schedule.estimates["main"] = 2.0 * 0.5          # showed the scaled price, and it held
     session._remember_scale(run, "main", 1.0)
     assert session._phase_scales(memory, run.key, "cpu", settings)["main"] == pytest.approx(0.5)
     session._remember_scale(run, "main", 1e-4)          # one odd run is no model: bounded

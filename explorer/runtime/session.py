@@ -245,6 +245,7 @@ class _Run:
     done: list = dataclasses.field(default_factory=list)
     load: list = dataclasses.field(default_factory=list)   # the host's 1-minute load, sampled (HostLoad)
     cpu_pace: float = 1.0   # the host's pace for CPU work against the runs whose costs are remembered
+    scales: dict = dataclasses.field(default_factory=dict)   # each phase's remembered scale (``_phase_scales``)
 
     @property
     def cuda(self) -> bool:
@@ -271,13 +272,14 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     memory.record(f"probe:{key}", probe)
     remembered_forward = memory.get(_forward_key(key, device, settings.dtype))
     cpu_pace = 1.0 if cuda else pace   # a CUDA forward's time is the GPU's as much as the host's
+    scales = _phase_scales(memory, key, device, settings)   # read once: this run records only its own phases'
     schedule = Schedule(emit or (lambda f, s: None), {
         "load": pace * memory.get(child_load_key(key), PRIOR_LOAD_S),
         "prepare": pace * memory.get(f"prepare:{key}", 1.0),
         **_phase_estimates(settings, phases, cuda, device,
                            None if remembered_forward is None else cpu_pace * remembered_forward,
                            memory.get(f"chains:{key}", 0.0), 3, pace * memory.get(f"fuse:{key}", 0.3),
-                           _chain_cost(memory, key, device, cpu_pace), _phase_scales(memory, key, device, settings))})
+                           _chain_cost(memory, key, device, cpu_pace), scales)})
     dtype = m.torch_dtype(settings.dtype)
 
     schedule.emit("load", 0.0, PROGRESS("loading", x=source))
@@ -334,14 +336,14 @@ def _setup(source: str, plan_data: dict | None, settings: RunSettings,
     schedule.revise(**_phase_estimates(settings, phases, cuda, device,
                                        None if remembered_forward is None else cpu_pace * remembered_forward, to_time,
                                        _stage_graphs(accepted), fuse_s, _chain_cost(memory, key, device, cpu_pace),
-                                       _phase_scales(memory, key, device, settings)))
+                                       scales))
     return _Run(settings=settings, phases=phases, threads=threads, t_start=t_start, device=device, dtype=dtype,
                 schedule=schedule, environment=environment, model=model, graph=graph, detection=detection,
                 plan=plan, applied=applied, fused_ids=fused_ids, accepted=accepted, channels_last=channels_last,
                 classification=model.task == "classification", unfused_gm=unfused_gm, fused_gm=fused_gm,
                 inputs=inputs, casts=casts, bytes_unfused=bytes_unfused, bytes_fused=bytes_fused, fuse_s=fuse_s,
                 notes=notes, memory=memory, key=key, chains_to_time=to_time, stage_graphs=_stage_graphs(accepted),
-                cpu_pace=cpu_pace)
+                cpu_pace=cpu_pace, scales=scales)
 
 
 def _run_phase(run: _Run, phase: str) -> bool:
@@ -541,11 +543,10 @@ def _remember_scale(run: _Run, phase: str, took: float) -> None:
     forward, over the scale that estimate already carried), for the next run like this one."""
     if run.memory is None:
         return
-    key = _scale_key(run.key, run.device, run.settings, phase)
-    before = run.memory.get(key) or 1.0
-    priced = run.schedule.estimates.get(phase, 0.0) / before    # the formula's own price
+    priced = run.schedule.estimates.get(phase, 0.0) / run.scales.get(phase, 1.0)    # the formula's own price
     if priced > SCALE_MIN_PRICED_S:
-        run.memory.record(key, min(max(took / priced, SCALE_RANGE[0]), SCALE_RANGE[1]))
+        run.memory.record(_scale_key(run.key, run.device, run.settings, phase),
+                          min(max(took / priced, SCALE_RANGE[0]), SCALE_RANGE[1]))
 
 
 def _phase_estimates(settings: RunSettings, phases: tuple[str, ...], cuda: bool, device: str,
@@ -571,8 +572,7 @@ def _revise(run: _Run, forward_s: float) -> None:
     run.memory.record(_forward_key(run.key, run.device, run.settings.dtype), forward_s)
     estimates = _phase_estimates(run.settings, run.phases, run.cuda, run.device, forward_s, run.chains_to_time,
                                  run.stage_graphs, run.fuse_s,
-                                 _chain_cost(run.memory, run.key, run.device, run.cpu_pace),
-                                 _phase_scales(run.memory, run.key, run.device, run.settings))
+                                 _chain_cost(run.memory, run.key, run.device, run.cpu_pace), run.scales)
     run.schedule.revise(**{p: v for p, v in estimates.items() if p not in run.done})
 
 
