@@ -36,14 +36,16 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from explorer.fusions import measured_tables
+from explorer.fusions.kernels import measured as measured_kernels
 
 TABLE_FILE = "conv_grouped_measured.json"
 TABLE_SCHEMA = "conv_grouped_measured/1"
 #: The two ways a row times: cuDNN's fused conv+bias+ReLU, and the plain conv then our Triton bias+ReLU pass.
 CANDIDATES = ("cudnn", "epilogue")
-#: The fused call is taken only where its median is below the pass's by more than this fraction of the latter:
-#: a tie keeps the plain conv, whose engine cuDNN chooses as it does for the unfused graph.
-MARGIN = 0.02
+#: The fused call is taken only where its median is below the pass's by more than this fraction of the latter
+#: (the LLM epilogue table's rule, ``kernels.measured.MARGIN``): a tie keeps the plain conv, whose engine cuDNN
+#: chooses as it does for the unfused graph.
+MARGIN = measured_kernels.MARGIN
 KEY_LEN = 14      # (N, C_in, H, W, C_out, kH, kW, stride h, w, padding h, w, dilation h, w, groups)
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 #: ``measure_now``: samples per way, calls per sample (between one pair of CUDA events), and the largest input it
