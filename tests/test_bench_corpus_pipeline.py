@@ -99,6 +99,11 @@ def test_merge_keeps_later_rows_and_recounts(tmp_path, capsys):
     assert doc["models"]["tv/b"]["source"] == "a.json"     # a later failure does not replace a measured row
     assert doc["skipped_models"] == ["tv/d", "tv/e"]        # cut by the budget: not measured, not failed
     assert doc["summary"]["fused_vs_unfused"]["counts"] == {"level": 1, "faster": 2}
+    fidelity = lambda ratio: dict(model="tv/f", verdicts={}, fidelity={"fp16": dict(ratio=ratio)})  # noqa: E731
+    for ratio, within, beyond, not_finite in ((1.2, 1, {}, []), (2.0, 0, {"tv/f": 2.0}, []),
+                                              (float("nan"), 0, {}, ["tv/f"])):
+        counts = bench_corpus.summarize([fidelity(ratio)])["fidelity_fp16"]
+        assert (counts["within_1_5x"], counts["beyond_1_5x"], counts["not_finite"]) == (within, beyond, not_finite)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert bench_corpus.main(["--merge", str(bad), "--out", str(out)]) == 2
