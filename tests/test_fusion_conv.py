@@ -533,6 +533,42 @@ def test_grouped_table_takes_the_nearest_measured_batch():
         assert at(8) is None
 
 
+def test_a_grouped_conv_label_cites_the_measurement_that_chose_it(monkeypatch):
+    """The label of a grouped conv + ReLU names the row its way was chosen by (the shape timed, both ways' median
+    µs), whichever way won, the nearest batch's row for another batch; a depthwise conv, a conv without ReLU and a
+    shape no row has keep the plain label. (A CUDA plan's labels: compiled Triton, not the interpreter.)"""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    def row(n, fused_us, plain_us):
+        key = conv_measured.shape_key((n, 64, 28, 28), (64, 16, 3, 3), 1, 1, 1, 4)
+        return {"device": "Some GPU", "dtype": "float16", "key": list(key), "residual": False,
+                "us": {"cudnn": dict(median=fused_us, p20=fused_us, p80=fused_us),
+                       "epilogue": dict(median=plain_us, p20=plain_us, p80=plain_us)}}
+    table = conv_measured.read_table(json.dumps({"schema": conv_measured.TABLE_SCHEMA,
+                                                 "rows": [row(8, 10.0, 20.0), row(32, 50.0, 30.0)]}))
+
+    def choose(n, act="relu", hw=28):
+        return conv.select_conv_epilogue("cuda", torch.float16, act, kernel_size=(3, 3), grouped=True,
+                                         grouped_key=conv_measured.shape_key((n, 64, hw, hw), (64, 16, 3, 3),
+                                                                             1, 1, 1, 4))
+    with conv_measured.measured_table(table), attention.measured_table({}, device_name="Some GPU"):
+        fused, plain, nearest = choose(8), choose(32), choose(30)
+        assert fused.impl == "cudnn_conv_relu" and fused.label == (
+            "cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu) [chosen by: measured at N=8, 64→64 "
+            "channels, 28×28, 3×3, 4 groups: cuDNN's fused call 10 µs, conv + pass 20 µs]")
+        assert plain.impl == "triton_epilogue" and plain.label.endswith(
+            "[chosen by: measured at N=32, 64→64 channels, 28×28, 3×3, 4 groups: cuDNN's fused call 50 µs, "
+            "conv + pass 30 µs]")
+        assert nearest.impl == "triton_epilogue" and "measured at N=32," in nearest.label
+        from explorer.ui.i18n import translate_text
+        assert translate_text(fused.label, "zh").endswith(
+            "【依据：在 N=8、64→64 通道、28×28、3×3、4 组实测：cuDNN 融合调用 10 µs，卷积 + 单遍 20 µs】")
+        for other in (choose(8, act="relu6"), choose(8, hw=14)):
+            assert "chosen by" not in other.label
+    with conv_measured.measured_table(table), attention.measured_table({}, device_name="Some GPU"):
+        assert "chosen by" not in conv.select_conv_epilogue("cuda", torch.float16, "relu", kernel_size=(3, 3),
+                                                            depthwise=True, grouped=True).label
+
+
 def test_a_grouped_shape_is_timed_only_on_the_gpu_present():
     """Without a CUDA device nothing is timed (the default stands); ``measured_table`` is the whole truth."""
     key = conv_measured.shape_key((2, 24, 9, 7), (24, 6, 3, 3), 1, 1, 1, 4)

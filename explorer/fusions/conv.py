@@ -221,6 +221,11 @@ WORDS = Words("conv", {
                           "conv+bias + 原地 add_ + 原地 {act}（3 个内核）"),
     "label.cudnn_add_relu": ("cudnn conv+bias+add+relu (1 fused call: cudnn_convolution_add_relu)",
                              "cudnn conv+bias+add+relu（1 次融合调用：cudnn_convolution_add_relu）"),
+    "label.grouped_noted": (("{label} [chosen by: measured at N={n}, {c_in}→{c_out} channels, {h}×{w}, "
+                             "{kh}×{kw}, {groups} groups: cuDNN's fused call {cudnn:.0f} µs, conv + pass "
+                             "{epilogue:.0f} µs]"),
+                            ("{label}【依据：在 N={n}、{c_in}→{c_out} 通道、{h}×{w}、{kh}×{kw}、{groups} 组实测："
+                             "cuDNN 融合调用 {cudnn:.0f} µs，卷积 + 单遍 {epilogue:.0f} µs】")),
     "label.cudnn_relu": ("cudnn conv+bias+relu (1 fused call: cudnn_convolution_relu)",
                          "cudnn conv+bias+relu（1 次融合调用：cudnn_convolution_relu）"),
     "label.gemm": ("triton 1x1 conv as a GEMM + {steps} (1 kernel)", "triton 把 1x1 卷积当作 GEMM + {steps}（1 个内核）"),
@@ -433,8 +438,24 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
              and weight_dim == 4 and int_padding and (not residual or residual_fits)
              and (CUDNN_RELU_DEPTHWISE or not depthwise)
              and torch.backends.cudnn.is_available()
-             and torch._C._get_cudnn_enabled()           # torch.backends.cudnn.enabled, without its wrapper
-             and (depthwise or not grouped or _grouped_takes_cudnn(device, dtype, grouped_key, residual)))
+             and torch._C._get_cudnn_enabled())          # torch.backends.cudnn.enabled, without its wrapper
+    # A grouped (not depthwise) conv that could take cuDNN's fused call does so only where its shape measured
+    # faster that way; the row that decided is cited in the label, whichever way it went.
+    row = (conv_measured.measured_row(device, dtype, grouped_key, residual)
+           if cudnn and grouped and not depthwise else None)
+    if cudnn and grouped and not depthwise:
+        cudnn = (conv_measured.best(row) if row is not None else GROUPED_UNMEASURED) == "cudnn"
+    choice = _plain_choice(device, dtype, act, cudnn, residual, large_1x1, pointwise, depthwise, weight_dim,
+                           int_padding, layout, steps)
+    if row is None or choice.impl not in ("cudnn_conv_relu", "cudnn_conv_add_relu", "triton_epilogue"):
+        return choice                   # no measurement decided, or neither measured way runs (a policy is off)
+    return Choice(choice.impl, _grouped_note(choice.label, row), choice.fused)
+
+
+def _plain_choice(device: torch.device, dtype: torch.dtype, act: str, cudnn: bool, residual: bool, large_1x1: bool,
+                  pointwise: bool, depthwise: bool, weight_dim: int, int_padding: bool, layout: str | None,
+                  steps: str) -> Choice:
+    """``select_conv_epilogue``'s answer once whether cuDNN's fused call may run is known."""
     if cudnn and residual:
         return Choice("cudnn_conv_add_relu", WORDS("label.cudnn_add_relu"), True)
     if cudnn and not large_1x1:
@@ -451,11 +472,11 @@ def select_conv_epilogue(device: torch.device | str, dtype: torch.dtype, act: st
     return _separate_choice(act, residual)
 
 
-def _grouped_takes_cudnn(device: torch.device, dtype: torch.dtype, key: tuple | None, residual: bool) -> bool:
-    """Whether a grouped (not depthwise) conv takes cuDNN's fused call: as measured for its shape
-    (``conv_measured.winner``), else ``GROUPED_UNMEASURED``."""
-    measured = conv_measured.winner(device, dtype, key, residual)
-    return (measured or GROUPED_UNMEASURED) == "cudnn"
+def _grouped_note(label, row: dict):
+    """``label`` with the measured row that chose it: the shape it was timed at and both ways' median µs."""
+    n, c_in, h, w, c_out, kh, kw, *_rest, groups = row["key"]
+    return WORDS("label.grouped_noted", label=label, n=n, c_in=c_in, c_out=c_out, h=h, w=w, kh=kh, kw=kw,
+                 groups=groups, cudnn=row["us"]["cudnn"]["median"], epilogue=row["us"]["epilogue"]["median"])
 
 
 def _fits(x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None, stride, padding, dilation) -> bool:

@@ -127,6 +127,14 @@ def best(row: dict) -> str:
 def winner(device: torch.device, dtype: torch.dtype, key: tuple | None, residual: bool) -> str | None:
     """``"cudnn"`` or ``"epilogue"`` as the table measured this shape on ``device``'s GPU; None where it did not
     (or the device's name is unknown: a CUDA plan made on a machine without one, outside ``measured_table``)."""
+    row = measured_row(device, dtype, key, residual)
+    return None if row is None else best(row)
+
+
+def measured_row(device: torch.device, dtype: torch.dtype, key: tuple | None, residual: bool) -> dict | None:
+    """The row ``winner`` decides by: the table's for this shape on ``device``'s GPU, else its nearest batch, else
+    one timed here now (once per process); None where there is none. Its ``key`` is the shape it was measured at
+    (another batch for a nearest-batch row), its ``us`` both ways' µs per call: what a label cites."""
     if key is None or dtype not in _DTYPES:
         return None
     from explorer.fusions.attention import planned_device_name    # one notion of "the GPU a plan is for"
@@ -143,7 +151,7 @@ def winner(device: torch.device, dtype: torch.dtype, key: tuple | None, residual
         if where not in _MEASURED:
             _MEASURED[where] = measure_now(torch.device(device), dtype, tuple(key), bool(residual))
         row = _MEASURED[where]
-    return None if row is None else best(row)
+    return row
 
 
 def _here(device, name: str) -> bool:
