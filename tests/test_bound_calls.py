@@ -5,7 +5,9 @@ multiple of a tile, hidden 40, GQA 3 over 1 heads of 16, odd K) in fp32, fp16 an
 the second replays (its outputs allocated poisoned with NaN, so an element the replay forgets fails). On CUDA the
 replay must equal the generic call bit for bit. Then what the replay must not do: take a changed input (shape,
 strides, dtype, a misaligned pointer) without falling back, read the environment, plan, or replay a call that ran
-a tensor op besides its kernels. A lean graph with its fused calls bound equals the unbound graph.
+a tensor op besides its kernels. A lean graph with its fused calls bound equals the unbound graph. Two of
+torchvision's ViT blocks, prepared lean: every add+LayerNorm node binds, at batch 2 (its transposed attention output
+copied by its own node) and at batch 1 (replayed outputs with the recorded strides), bit for bit.
 """
 
 from __future__ import annotations
@@ -442,3 +444,31 @@ def test_vit_attention_residual_binds_bit_for_bit(monkeypatch):
     with torch.no_grad():                               # and the graph still computes the model (the kernel's
         torch.testing.assert_close(want, model(x), rtol=1e-5, atol=1e-5)   # fp32 sums, not eager's bit for bit)
 
+
+@pytest.mark.skipif(not INTERPRET, reason="runs the add+LayerNorm kernel on the CPU in Triton's interpreter")
+def test_replayed_outputs_keep_the_recorded_strides_at_batch_1(monkeypatch):
+    """At batch 1 ViT's attention output ``(1, T, C)`` is contiguous with strides ``(C, C, 1)``, and the kernel's
+    outputs (``empty_like``) keep them; the replay allocates the same strides (``torch.empty`` would give
+    ``(T·C, C, 1)``, and the next bound call, recorded with the first call's strides, would decline at every
+    forward: 2 of the 4 here, vit_b_32's 12 of 25). Every bound node replays, bit for bit, strides too."""
+    from triton_testing import detect_module, fuse_all
+
+    from explorer.runtime import measure
+
+    model, x = _vit_blocks()
+    x = x[:1].clone()
+    gm, det = detect_module(model, (x,), "vit_blocks")
+    plain = measure.prepare_graph(fuse_all(gm, det).gm, "cpu", torch.float32)
+    bound_gm = copy.deepcopy(plain)
+    assert lean.bind_calls(bound_gm) == 4
+    declined = []
+    run = ts._Replay.run
+    monkeypatch.setattr(ts._Replay, "run", lambda self, args: declined.append(self) if (out := run(self, args)) is None
+                        else out)
+    with torch.inference_mode():
+        want = plain(x)
+        outs = [bound_gm(x) for _ in range(3)]
+    calls = [c for c in lean.bound_calls(bound_gm) if isinstance(c, ts.BoundCall)]
+    assert all(c.replay is not None for c in calls), calls
+    assert not declined                                   # each replay ran: none fell back to the generic call
+    assert all(torch.equal(want, o) and want.stride() == o.stride() for o in outs)
