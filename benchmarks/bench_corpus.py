@@ -390,6 +390,7 @@ def measure_on_device(host: HostModel, warm_only: bool, no_compile: bool, phases
     from benchmarks._common import compile_copy, cuda_graph_replay, errors, profile_forward
     from explorer import stats
     from explorer.messages import CASTS
+    from explorer.runtime import lean
     from explorer.runtime import measure as m
 
     device, out, smoke = host.device, host.out, host.smoke
@@ -434,6 +435,11 @@ def measure_on_device(host: HostModel, warm_only: bool, no_compile: bool, phases
         with torch.inference_mode():
             fns["fused"]()
         m.synchronize(device)
+    # which nodes bound at that first call (``lean.bound_calls``: "bound", or "generic: <why>"): a node that stays
+    # generic pays its Python path at every plain call (vit_b_32's 12 add+LayerNorm calls did, before
+    # ``norm.contiguous_operands``), which only the CUDA run can show for the CUDA kernels' own reasons
+    out["bound_fused"] = dict(collections.Counter(
+        repr(c) for c in lean.bound_calls(fused_gm) if not isinstance(c, lean.BoundViews) or c.root is None))
     if warm_only:
         return dict(out, warm_only=True)
     if device == "cuda":

@@ -5,7 +5,9 @@ multiple of a tile, hidden 40, GQA 3 over 1 heads of 16, odd K) in fp32, fp16 an
 the second replays (its outputs allocated poisoned with NaN, so an element the replay forgets fails). On CUDA the
 replay must equal the generic call bit for bit. Then what the replay must not do: take a changed input (shape,
 strides, dtype, a misaligned pointer) without falling back, read the environment, plan, or replay a call that ran
-a tensor op besides its kernels. A lean graph with its fused calls bound equals the unbound graph.
+a tensor op besides its kernels. A lean graph with its fused calls bound equals the unbound graph. Two of
+torchvision's ViT blocks, prepared lean: every add+LayerNorm node binds, at batch 2 (its transposed attention output
+copied by its own node) and at batch 1 (replayed outputs with the recorded strides), bit for bit.
 """
 
 from __future__ import annotations
@@ -392,3 +394,81 @@ def test_bound_masked_attention_equals_the_generic_call(mask_shape, device):
         assert bound.op is not None, bound.why
     else:
         assert bound.op is None and "CUDA" in bound.why
+
+
+def _vit_blocks():
+    """Two of torchvision's ViT encoder blocks and a final LayerNorm, small (hidden 32, 2 heads), seeded, and an
+    input at batch 2: the attention output reaches the add before ``ln_2`` as ``out_proj``'s ``view`` +
+    ``transpose(1, 0)``, a non-contiguous ``(B, T, C)`` (strides ``(C, B·C, 1)``) as in vit_b_32."""
+    from torchvision.models.vision_transformer import EncoderBlock
+    from triton_testing import randomized
+
+    torch.manual_seed(0)
+    blocks = torch.nn.Sequential(EncoderBlock(2, 32, 64, 0.0, 0.0), EncoderBlock(2, 32, 64, 0.0, 0.0),
+                                 torch.nn.LayerNorm(32, eps=1e-6))
+    return randomized(blocks.eval(), 3), torch.randn(2, 5, 32, generator=_gen(7))
+
+
+@pytest.mark.skipif(not INTERPRET, reason="runs the add+LayerNorm kernel on the CPU in Triton's interpreter")
+def test_vit_attention_residual_binds_bit_for_bit(monkeypatch):
+    """ViT's add before ``ln_2`` reads the attention output transposed: the lowering gives the fused call that
+    operand through ``Tensor.contiguous`` (``norm.contiguous_operands``), so every bound add+LayerNorm node
+    replays after the first forward (without it the general path's ``reshape`` copy kept 2 of the 4 here on the
+    generic path at every forward: vit_b_32's 12 of 25); the lean graph's output equals the graph's without the
+    copy node, and the unbound graph's, bit for bit."""
+    from triton_testing import detect_module, fuse_all
+
+    from explorer.runtime import measure
+
+    model, x = _vit_blocks()
+    gm, det = detect_module(model, (x,), "vit_blocks")
+    fused = fuse_all(gm, det)
+    plain = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    copies = [n for n in plain.graph.nodes if n.target is torch.Tensor.contiguous]
+    with monkeypatch.context() as m:
+        m.setattr(norm, "contiguous_operands", lambda node: 0, raising=False)   # (the graph as before it)
+        before = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    bound_gm, bound_before = copy.deepcopy(plain), copy.deepcopy(before)
+    assert lean.bind_calls(bound_gm) == 4 and lean.bind_calls(bound_before) == 4
+    with torch.inference_mode():
+        want, without = plain(x), before(x)
+        outs = [bound_gm(x) for _ in range(3)]
+        [bound_before(x) for _ in range(2)]
+    assert len(copies) == 2                              # one per block: the transposed attention output
+    calls = [c for c in lean.bound_calls(bound_gm) if isinstance(c, ts.BoundCall)]
+    assert len(calls) == 4 and all(c.replay is not None for c in calls), calls
+    stayed = [c for c in lean.bound_calls(bound_before) if isinstance(c, ts.BoundCall) and c.replay is None]
+    assert len(stayed) == 2, lean.bound_calls(bound_before)      # the cost the copy node removes
+    assert torch.equal(want, without) and want.stride() == without.stride()
+    assert all(torch.equal(want, o) and want.stride() == o.stride() for o in outs)
+    with torch.no_grad():                               # and the graph still computes the model (the kernel's
+        torch.testing.assert_close(want, model(x), rtol=1e-5, atol=1e-5)   # fp32 sums, not eager's bit for bit)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="runs the add+LayerNorm kernel on the CPU in Triton's interpreter")
+def test_replayed_outputs_keep_the_recorded_strides_at_batch_1(monkeypatch):
+    """At batch 1 ViT's attention output ``(1, T, C)`` is contiguous with strides ``(C, C, 1)``, and the kernel's
+    outputs (``empty_like``) keep them; the replay allocates the same strides (``torch.empty`` would give
+    ``(T·C, C, 1)``, and the next bound call, recorded with the first call's strides, would decline at every
+    forward: 2 of the 4 here, vit_b_32's 12 of 25). Every bound node replays, bit for bit, strides too."""
+    from triton_testing import detect_module, fuse_all
+
+    from explorer.runtime import measure
+
+    model, x = _vit_blocks()
+    x = x[:1].clone()
+    gm, det = detect_module(model, (x,), "vit_blocks")
+    plain = measure.prepare_graph(fuse_all(gm, det).gm, "cpu", torch.float32)
+    bound_gm = copy.deepcopy(plain)
+    assert lean.bind_calls(bound_gm) == 4
+    declined = []
+    run = ts._Replay.run
+    monkeypatch.setattr(ts._Replay, "run", lambda self, args: declined.append(self) if (out := run(self, args)) is None
+                        else out)
+    with torch.inference_mode():
+        want = plain(x)
+        outs = [bound_gm(x) for _ in range(3)]
+    calls = [c for c in lean.bound_calls(bound_gm) if isinstance(c, ts.BoundCall)]
+    assert all(c.replay is not None for c in calls), calls
+    assert not declined                                   # each replay ran: none fell back to the generic call
+    assert all(torch.equal(want, o) and want.stride() == o.stride() for o in outs)

@@ -38,6 +38,7 @@ A fused graph run as it is (not lowered) asks once per call signature.
 from __future__ import annotations
 
 import functools
+import operator
 
 import torch
 import torch.fx
@@ -490,7 +491,51 @@ def _lower(node: torch.fx.Node, device: torch.device, dtype: torch.dtype, arity:
     if choice is None:
         shape = aten.static_shape(node.args[0])                             # x: floating, in ``dtype`` now
         choice = select_add_layer_norm(device, int(shape[-1]) if shape else None, dtype, keep_sum)
+    if choice.impl == "triton":
+        contiguous_operands(node)
     return edit.bind_choice(node, arity, choice.impl)
+
+
+def contiguous_operands(node: torch.fx.Node) -> int:
+    """Give the fused call its ``x`` and ``residual`` through ``Tensor.contiguous`` where the graph records a
+    non-contiguous one of the same shape as the other. Returns how many it inserted.
+
+    Why: a non-contiguous operand takes ``_add_layernorm_general``, whose ``reshape`` copies it; that copy is an op
+    besides the kernel, so ``triton_support.BoundCall`` never binds the node, and every forward pays the general
+    path's Python (the plan made afresh, two ``torch.empty``, the JIT's own launch) on top of the copy. torchvision's
+    ViT hands its attention output (``view`` + ``transpose(1, 0)`` of ``out_proj``: strides ``(C, B·C, 1)``) to
+    the add before ``ln_2``: 12 of vit_b_32's 25 calls stayed generic. With the copy as its own node the call sees
+    contiguous operands, takes the fast path and binds; the copy is the same one the general path made (same
+    values, one ATen call), and the kernel gets the same operands and integers, so the outputs are the same bit
+    for bit. Only where both shapes are equal: there the general path runs the kernel, as the fast path does (a
+    broadcasting residual makes the general path take the reference, and a copy would change that choice). A graph
+    whose layout at run time differs from its record (a channels_last conv before a permute) gets a
+    ``contiguous`` that returns its input, one cheap call. ``Tensor.contiguous`` as a function, not the
+    ``contiguous`` method: ``lean.collapse_views`` would take the method into the view tree before it, and a tree
+    whose leaf copies keeps its ops at every call. An operand that another of these calls returned is left alone:
+    its record is the unfused ``add``'s (whose layout follows its first operand, the transposed one in ViT), but
+    the kernel writes its outputs contiguous."""
+    vals = [aten.node_val(a) for a in node.args[:2]]
+    if not all(isinstance(v, torch.Tensor) for v in vals) or vals[0].shape != vals[1].shape:
+        return 0
+    inserted = 0
+    for i, (arg, val) in enumerate(zip(node.args[:2], vals)):
+        if not isinstance(arg, torch.fx.Node) or val.is_contiguous() or _kernel_output(arg):
+            continue
+        with node.graph.inserting_before(node):
+            rows = node.graph.call_function(torch.Tensor.contiguous, (arg,))
+        rows.meta["val"] = val.new_empty(val.shape)                        # fake: its shape, contiguous
+        node.args = (*node.args[:i], rows, *node.args[i + 1:])
+        inserted += 1
+    return inserted
+
+
+def _kernel_output(arg: torch.fx.Node) -> bool:
+    """Whether ``arg`` is an output of one of this family's fused calls lowered to the kernel (contiguous: the
+    kernel's outputs are allocated so, on its fast and its general path)."""
+    src = arg.args[0] if arg.op == "call_function" and arg.target is operator.getitem and arg.args else arg
+    return (isinstance(src, torch.fx.Node) and src.op == "call_function" and src.target in LOWERINGS
+            and src.meta.get("fused_bound") == "triton")
 
 
 #: fused call target -> lowering(gm, node, device, dtype) -> bool (explorer.runtime.lean)
