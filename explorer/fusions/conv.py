@@ -77,6 +77,7 @@ rounded once, to nearest even.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Sequence
@@ -474,9 +475,16 @@ def _plain_choice(device: torch.device, dtype: torch.dtype, act: str, cudnn: boo
 
 def _grouped_note(label, row: dict):
     """``label`` with the measured row that chose it: the shape it was timed at and both ways' median µs."""
-    n, c_in, h, w, c_out, kh, kw, *_rest, groups = row["key"]
+    return _noted(label, tuple(row["key"]), row["us"]["cudnn"]["median"], row["us"]["epilogue"]["median"])
+
+
+@functools.lru_cache(maxsize=512)
+def _noted(label, key: tuple, cudnn_us: float, epilogue_us: float):
+    """``_grouped_note``'s message, made once per label and row: the selection also runs at every call of a fused
+    conv that is not lowered, where only its ``impl`` is read."""
+    n, c_in, h, w, c_out, kh, kw, *_rest, groups = key
     return WORDS("label.grouped_noted", label=label, n=n, c_in=c_in, c_out=c_out, h=h, w=w, kh=kh, kw=kw,
-                 groups=groups, cudnn=row["us"]["cudnn"]["median"], epilogue=row["us"]["epilogue"]["median"])
+                 groups=groups, cudnn=cudnn_us, epilogue=epilogue_us)
 
 
 def _fits(x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None, stride, padding, dilation) -> bool:
