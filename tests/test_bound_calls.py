@@ -164,11 +164,13 @@ def test_changed_inputs_take_the_generic_path(monkeypatch):
         wide = torch.empty(3, 7, 48, dtype=torch.bfloat16)[..., :40].copy_(x)   # strides
         buf = torch.empty(3 * 7 * 40 + 1, dtype=torch.bfloat16)
         shifted = buf[1:].view(3, 7, 40).copy_(x)                     # same shape and strides, pointer 2 bytes off
+        assert bound.declined == 0 and replay.mismatch((x, r, w, eps)) is None
         for args, what in (((x2, r2, w, eps), "shape"), ((wide, r, w, eps), "strides"),
-                           ((x.float(), r.float(), w.float(), eps), "dtype"), ((shifted, r, w, eps), "alignment")):
-            n = len(calls)
+                           ((x.float(), r.float(), w.float(), eps), "dtype"), ((shifted, r, w, eps), "aligned")):
+            n, declined = len(calls), bound.declined
             out = bound(*args)
             assert len(calls) == n + 1, f"a changed {what} was replayed"
+            assert bound.declined == declined + 1 and what in replay.mismatch(args)   # counted, and why in words
             for o, want in zip(out, rms_norm.add_rms_norm_reference(*args)):
                 torch.testing.assert_close(o.float(), want.float(), rtol=2e-2, atol=2e-2)
         assert bound.replay is replay
@@ -176,7 +178,7 @@ def test_changed_inputs_take_the_generic_path(monkeypatch):
     with torch.enable_grad():
         n = len(calls)
         bound(x, r, w, eps)                                           # autograd records: the reference
-        assert len(calls) == n + 1
+        assert len(calls) == n + 1 and "autograd" in replay.mismatch((x, r, w, eps))
 
 
 class _CountingEnviron(dict):
@@ -472,3 +474,44 @@ def test_replayed_outputs_keep_the_recorded_strides_at_batch_1(monkeypatch):
     assert all(c.replay is not None for c in calls), calls
     assert not declined                                   # each replay ran: none fell back to the generic call
     assert all(torch.equal(want, o) and want.stride() == o.stride() for o in outs)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="runs the add+LayerNorm kernel on the CPU in Triton's interpreter")
+def test_audit_reports_unbound_nodes_and_declining_replays(monkeypatch):
+    """``lean.audit_bound_calls`` on ViT's blocks: with both fixes every node binds and no replay declines; with
+    replayed outputs allocated by ``torch.empty`` (b245bff undone) at batch 1 the 2 nodes that read one decline at
+    every call after the first, which the nodes' states (all "bound") do not show, reported with the strides;
+    without ``norm.contiguous_operands`` (8441971 undone) at batch 2, 2 nodes never bind, with the reason."""
+    from triton_testing import detect_module, fuse_all
+
+    from explorer.runtime import measure
+
+    model, x = _vit_blocks()
+    x1 = x[:1].clone()
+
+    def audited(x, ops=0):
+        gm, det = detect_module(model, (x,), "vit_blocks")
+        with monkeypatch.context() as m:
+            if ops is None:
+                m.setattr(norm, "contiguous_operands", lambda node: 0, raising=False)
+            g = measure.prepare_graph(fuse_all(gm, det).gm, "cpu", torch.float32)
+        assert lean.bind_calls(g) == 4
+        return lean.audit_bound_calls(g, (x,))
+
+    rows = audited(x1)
+    assert lean.audit_summary(rows) == dict(fused=4, bound=4, never_bound={}, declining={}, always_declining=0)
+    make = ts._buffer_maker
+    with monkeypatch.context() as m:
+        m.setattr(ts, "_buffer_maker", lambda shape, stride, dtype, device, contiguous:
+                  make(shape, stride, dtype, device, True))
+        rows = audited(x1)
+    assert all(r["state"] == "bound" for r in rows)
+    declining = [r for r in rows if r["declined"]]
+    assert len(declining) == 2 and all(r["declined"] == 2 for r in declining), rows
+    assert all("strides" in r["declined_why"] for r in declining), declining
+    summary = lean.audit_summary(rows)
+    assert summary["bound"] == 4 and summary["always_declining"] == 2 and sum(summary["declining"].values()) == 2
+    rows = audited(x, ops=None)
+    summary = lean.audit_summary(rows)
+    assert summary["bound"] == 2 and summary["never_bound"] == {"reads a tensor made outside the call": 2}, summary
+    assert not summary["declining"]

@@ -687,6 +687,35 @@ class _Replay:
                 outs.append(torch.as_strided(allocs[spec[1]], spec[2], spec[3], spec[4]))
         return outs[0] if self.single else tuple(outs)
 
+    def mismatch(self, args: tuple) -> str | None:
+        """Why ``run`` would take the generic path on ``args``, in words (None: it would replay). The same checks
+        as ``run``'s, in its order, for an audit (``lean.audit_bound_calls``): ``run`` itself never calls this."""
+        tensors = []
+        for i, shape, stride, dtype in self.checks:
+            t = args[i]
+            if not isinstance(t, torch.Tensor):
+                return f"argument {i} is a {type(t).__name__}, recorded a tensor"
+            if t.dtype != dtype:
+                return f"argument {i} has dtype {t.dtype}, recorded {dtype}"
+            if t.shape != shape:
+                return f"argument {i} has shape {tuple(t.shape)}, recorded {tuple(shape)}"
+            if t.stride() != stride:
+                return f"argument {i} {tuple(t.shape)} has strides {t.stride()}, recorded {stride}"
+            if t.device != self.device:
+                return f"argument {i} is on {t.device}, recorded on {self.device}"
+            tensors.append(t)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return "autograd records the call (an input requires grad)"
+        if self.compiled:
+            enter, exit_ = self.hooks.launch_enter_hook, self.hooks.launch_exit_hook
+            if (enter is not None and getattr(enter, "calls", True)) or (exit_ is not None
+                                                                         and getattr(exit_, "calls", True)):
+                return "a launch hook is set (a profiler)"
+        for idx, off in self.aligned_inputs:
+            if (tensors[idx].data_ptr() + off) & 15:
+                return f"argument {self.checks[idx][0]} (+{off} bytes) is not 16-byte aligned, recorded aligned"
+        return None
+
 
 class BoundCall:
     """One graph node's fused call, planned once: after its first call, allocate the outputs and launch.
@@ -702,7 +731,8 @@ class BoundCall:
     recorded integers: no selection, no plan lookup, no key, no environment read, no string. Any difference
     takes the generic path for that call (which plans and compiles as it always did); so does a call autograd
     would record, a launch hook (a profiler), or a first call that did anything the replay cannot repeat
-    (``why`` says what).
+    (``why`` says what). ``declined`` counts the calls whose replay declined (``_Replay.mismatch`` says why):
+    a node whose replay declines at every call pays the generic path as if it never bound.
 
     The graph's constant arguments (ints, floats, None) are the node's, the same at every call; keyword
     arguments take the generic path. Under the interpreter (CPU tensors with ``TRITON_INTERPRET=1``) the
@@ -717,6 +747,7 @@ class BoundCall:
         self.replay: _Replay | None = None
         self.recorded = False                             # the first eligible call was recorded
         self.why: str | None = None                       # why it stays on the generic path (None: bound, or not yet)
+        self.declined = 0                                 # calls the replay declined (took the generic path)
 
     def __repr__(self) -> str:
         state = "bound" if self.replay is not None else f"generic: {self.why}" if self.why else "not yet called"
@@ -738,6 +769,7 @@ class BoundCall:
                 return self.generic(*args)
             if out is not None:
                 return out
+            self.declined += 1                            # (``_Replay.mismatch`` says why, for an audit)
             return self.generic(*args)
         if self.recorded or kwargs:
             return self.generic(*args, **kwargs)

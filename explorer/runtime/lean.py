@@ -81,6 +81,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import collections
 import copy
 import dataclasses
 import math
@@ -246,6 +247,56 @@ def bound_calls(gm: torch.fx.GraphModule) -> list:
     """The graph's bound calls, in graph order (their ``replay``/``why`` say whether each is bound)."""
     return [n.target for n in gm.graph.nodes if n.op == "call_function"
             and isinstance(n.target, (BoundCall, BoundAttention, BoundMaskedAttention, BoundLinear, BoundViews))]
+
+
+def audit_bound_calls(gm: torch.fx.GraphModule, inputs: tuple, forwards: int = 3) -> list[dict]:
+    """Run ``gm`` (a prepared graph whose fused calls are bound: ``bind_calls``) ``forwards`` times in inference
+    mode and say, per ``BoundCall`` node, whether it bound at its first call and how many of the later calls its
+    replay declined, each with the reason: a node that never bound, or whose replay declines at every call,
+    pays the fused call's whole Python path at every forward (``bound_calls``' states miss the second kind).
+
+    Returns one dict per node, in graph order: ``node``, ``target`` (the generic call's name), ``state``
+    (``bound``, ``generic`` or ``not called``), ``why`` (why it stays generic), ``calls`` (``forwards``),
+    ``declined`` (calls after the first whose replay declined) and ``declined_why`` (``_Replay.mismatch`` on the
+    node's arguments in one more forward, run through ``torch.fx.Interpreter``; None where that forward
+    replayed). The counts start from the node's own (a graph already run counts on from where it was)."""
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and isinstance(n.target, BoundCall)]
+    start = {n: n.target.declined for n in nodes}
+    with torch.inference_mode():
+        for _ in range(forwards):
+            gm(*inputs)
+    declined = {n: n.target.declined - start[n] for n in nodes}
+    reasons: dict = {}
+    if any(declined.values()):
+
+        class _Why(torch.fx.Interpreter):
+            def run_node(self, n):
+                if n in declined and n.target.replay is not None:
+                    args, _ = self.fetch_args_kwargs_from_env(n)
+                    reasons[n] = n.target.replay.mismatch(tuple(args))
+                return super().run_node(n)
+
+        with torch.inference_mode():
+            _Why(gm).run(*inputs)
+        for n in nodes:
+            n.target.declined = start[n] + declined[n]   # the diagnostic forward's own calls not counted
+    rows = []
+    for n in nodes:
+        call = n.target
+        state = "bound" if call.replay is not None else "generic" if call.recorded else "not called"
+        rows.append(dict(node=n.name, target=call.__name__, state=state, why=call.why, calls=forwards,
+                         declined=declined[n], declined_why=reasons.get(n) if declined[n] else None))
+    return rows
+
+
+def audit_summary(rows: list[dict]) -> dict:
+    """``audit_bound_calls``' rows counted: fused (bound) nodes, how many bound, the reasons of those that did not
+    (reason -> nodes), and of those whose replay declined (reason -> nodes; ``always`` of them at every call)."""
+    never = collections.Counter(r["why"] or r["state"] for r in rows if r["state"] != "bound")
+    declining = [r for r in rows if r["declined"]]
+    return dict(fused=len(rows), bound=sum(r["state"] == "bound" for r in rows), never_bound=dict(never),
+                declining=dict(collections.Counter(r["declined_why"] or "not reproduced" for r in declining)),
+                always_declining=sum(r["declined"] >= r["calls"] - 1 for r in declining))
 
 
 def unbind(gm: torch.fx.GraphModule) -> int:
