@@ -152,3 +152,17 @@ def test_gpt2_through_prepare_graph_is_bitwise_equal():
             for got in (on(*inputs), on(*inputs)):
                 assert all(torch.equal(a, b) for a, b in zip(measure.flat_outputs(got), measure.flat_outputs(want)))
             assert lean.aten_calls_per_forward(on, *inputs) < lean.aten_calls_per_forward(off, *inputs)
+
+
+def test_the_transposed_weight_view_is_detached_and_copies():
+    """``weight_t_attr``'s ``w.t()`` is a view of the parameter with no autograd link: a prepared graph holding it
+    deep-copies (with the link it raised "Only Tensors created explicitly by the user support the deepcopy
+    protocol")."""
+    from explorer.fusions.kernels.linear_act import weight_t_attr
+
+    gm = torch.fx.symbolic_trace(torch.nn.Linear(3, 4))
+    weight = next(n for n in gm.graph.nodes if n.op == "get_attr" and n.target == "weight")
+    name = weight_t_attr(gm, weight, gm.weight)
+    wt = getattr(gm, name)
+    assert wt.grad_fn is None and wt.data_ptr() == gm.weight.data_ptr() and wt.shape == (3, 4)
+    assert torch.equal(getattr(copy.deepcopy(gm), name), wt)

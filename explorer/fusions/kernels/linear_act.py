@@ -212,8 +212,10 @@ def bind_impl(node: torch.fx.Node, arity: int, choice: Choice | None) -> bool:
 
 
 def weight_t_attr(gm: torch.fx.GraphModule, weight: torch.fx.Node, w: torch.Tensor) -> str:
-    """A root attribute holding ``w.t()`` (a view: no copy), for cuBLASLt's (in, out) operand."""
+    """A root attribute holding ``w.t()`` (a view: no copy), for cuBLASLt's (in, out) operand. Detached: a view of
+    a parameter that requires grad would carry a ``TBackward0`` link to it, and a graph holding such a non-leaf
+    buffer cannot be deep-copied."""
     name = "_lean_t_" + str(weight.target).replace(".", "_")
     if not hasattr(gm, name):
-        gm.register_buffer(name, w.t(), persistent=False)
+        gm.register_buffer(name, w.detach().t(), persistent=False)
     return name
