@@ -310,6 +310,21 @@ UPLOAD = Words("upload", {
 
 #: The notes of a run report (runtime.*, stats, report).
 NOTES = Words("notes", {
+    "unfused_not_finite": (("the unfused graph's output is not finite (NaN or infinity) in {dtype}: the model's own "
+                            "ops fail in this dtype before any fusion, so its precision figures compare nothing; run "
+                            "it in bf16 or fp32"),
+        "未融合图在 {dtype} 下的输出不是有限值（NaN 或无穷）：模型自身的算子在这个精度下就已失效，与融合无关，"
+        "因此它的精度数字没有可比性；请改用 bf16 或 fp32 运行"),
+    "unfused_not_finite_eager": (("the unfused graph's output is not finite (NaN or infinity) in {dtype}, and neither "
+                                  "is eager PyTorch's: the model's own ops fail in this dtype before any fusion, so "
+                                  "its precision figures compare nothing; run it in bf16 or fp32"),
+        "未融合图在 {dtype} 下的输出不是有限值（NaN 或无穷），eager PyTorch 的输出也不是：模型自身的算子在这个精度下"
+        "就已失效，与融合无关，因此它的精度数字没有可比性；请改用 bf16 或 fp32 运行"),
+    "fused_not_finite": (("fusion made the output not finite (NaN or infinity) in {dtype}: the unfused graph's is "
+                          "finite, so a fused kernel overflows or divides by zero here; reject chains (or run the "
+                          "precision bisect) to find which"),
+        "融合使 {dtype} 下的输出不再是有限值（NaN 或无穷）：未融合图的输出是有限的，说明某个融合内核在这里溢出或"
+        "除以零；请拒绝部分链（或运行精度二分）找出是哪一个"),
     "cpu_run_no_device": ("CPU run: no device allocator high-water mark; not measured",
         "CPU 运行：没有设备内存分配器的峰值记录；未测量"),
     "peak_own_weights_inputs": ("peak = own weights + inputs + activation peak (max_memory_allocated over one forward minus memory held before it)",

@@ -1046,6 +1046,26 @@ def chain_speedups(entry: Any) -> tuple[float | None, float | None]:
     return verdict_speedup(entry.get("verdict")), verdict_speedup(graph) if isinstance(graph, dict) else None
 
 
+def finiteness_warning(report: Report) -> Any:
+    """Where an output was not finite (NaN or infinity), whose fault it is, as a ``NOTES`` message: the model's
+    own ops in the run's dtype (the unfused graph's output, and eager PyTorch's where that baseline ran), or a
+    fusion (the unfused graph's output finite, the fused one's not). None where no output is known not finite.
+    Swin-V2 in fp16 is the first kind: its padded windows' keys are zero and ``F.normalize``'s eps is 0 in fp16."""
+    from explorer.messages import NOTES
+
+    def finite(m: Measurement | None) -> bool | None:
+        return m.precision.finite if m is not None and m.precision is not None else None
+
+    dtype = report.settings.get("dtype") or "the run's dtype"
+    if finite(report.unfused) is False:
+        eager = report.baseline("eager")
+        eager_too = eager is not None and finite(eager.measurement) is False
+        return NOTES("unfused_not_finite_eager" if eager_too else "unfused_not_finite", dtype=dtype)
+    if finite(report.unfused) is True and finite(report.fused) is False:
+        return NOTES("fused_not_finite", dtype=dtype)
+    return None
+
+
 # ====================================================================== text
 
 def summary_table(report: Report) -> str:
@@ -1068,6 +1088,9 @@ def summary_table(report: Report) -> str:
 
     row("unfused", report.unfused)
     row("fused", report.fused)
+    warning = finiteness_warning(report)
+    if warning is not None:
+        lines.append(f"WARNING: {warning}")
     lines.append(f"fused vs unfused: {report.verdict.describe()}")
     lines.append(f"  ({SPEEDUP_DEFINITION})")
     launches = launch_lines(report)

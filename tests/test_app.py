@@ -644,3 +644,31 @@ def test_one_chain_panel_shows_the_patterns_caveats_in_both_languages():
     zh = pattern_text(BY_NAME["conv_bn_act"], "caveats", "zh")
     assert zh != caveats and all(f"- {c}" in shown for c in zh), shown
     assert "接受之前" in shown
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_results_say_whose_fault_a_non_finite_output_is(lang):
+    """A run whose fused output is NaN while the unfused graph's is finite: the Results page warns above the
+    precision table that a fusion did it, in the page's language; a finite run shows no such warning."""
+    import dataclasses
+
+    from explorer import report as R
+
+    report = _report()
+    bad = R.Precision(max_abs=float("inf"), max_rel=float("inf"), rel_l2=float("inf"), finite=False)
+    broken = dataclasses.replace(report, fused=dataclasses.replace(report.fused, precision=bad),
+                                 settings={**report.settings, "dtype": "fp16"})
+    from streamlit.testing.v1 import AppTest
+
+    for shown, warned in ((report, False), (broken, True)):
+        at = AppTest.from_file(APP, default_timeout=180)
+        at.session_state["zoo_name"] = "conv_bn_relu"
+        at.session_state["lang"] = lang
+        at.run()
+        at.session_state["last_report"] = ("k", shown)
+        at.switch_page("ui/pages/results.py").run()
+        assert not at.exception, at.exception
+        texts = [w.value.replace("\\", "") for w in at.warning]      # as rendered: the markdown escapes undone
+        want = ("fusion made the output not finite (NaN or infinity) in fp16" if lang == "en"
+                else "融合使 fp16 下的输出不再是有限值")
+        assert any(want in x for x in texts) == warned, texts

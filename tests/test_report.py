@@ -135,3 +135,34 @@ def test_a_broken_version_1_report_is_refused():
     del broken["fused"]
     with pytest.raises(ReportError, match="'fused' must be an object"):
         R.Report.from_dict(broken, "old.json")
+
+
+def test_a_non_finite_output_is_named_with_whose_fault_it_is():
+    """NaN or infinity in the outputs: the model's own ops in the run's dtype (the unfused graph's, and eager's
+    where that baseline ran: Swin-V2 in fp16) or a fusion (unfused finite, fused not); said in the CLI table."""
+    import dataclasses
+
+    report = sample_report()
+    bad = R.Precision(max_abs=float("inf"), max_rel=float("inf"), rel_l2=float("inf"), finite=False)
+
+    def with_finite(unfused: bool, fused: bool, eager: bool | None = None) -> R.Report:
+        def meas(m: R.Measurement, ok: bool) -> R.Measurement:
+            return m if ok else dataclasses.replace(m, precision=bad)
+        baselines = report.baselines
+        if eager is not None:
+            baselines += (R.Baseline(name="eager", label="eager PyTorch", method="eager", mode=None,
+                                     cuda_graphs=False, memory_format="nchw",
+                                     measurement=meas(report.fused, eager)),)
+        return dataclasses.replace(report, unfused=meas(report.unfused, unfused), fused=meas(report.fused, fused),
+                                   settings={**report.settings, "dtype": "fp16"}, baselines=baselines)
+
+    assert R.finiteness_warning(report) is None and "WARNING" not in R.summary_table(report)
+    model = R.finiteness_warning(with_finite(False, False))
+    assert model.id == "notes.unfused_not_finite" and "in fp16: the model's own ops fail" in model
+    assert R.finiteness_warning(with_finite(False, False, eager=False)).id == "notes.unfused_not_finite_eager"
+    assert R.finiteness_warning(with_finite(False, False, eager=True)).id == "notes.unfused_not_finite"
+    fusion = R.finiteness_warning(with_finite(True, False))
+    assert fusion.id == "notes.fused_not_finite" and "fusion made the output not finite" in fusion
+    assert f"WARNING: {fusion}" in R.summary_table(with_finite(True, False))
+    back = R.load(with_finite(True, False).to_json().encode(), "r.json")      # as a saved report reads
+    assert R.finiteness_warning(back).id == "notes.fused_not_finite"

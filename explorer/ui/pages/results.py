@@ -36,7 +36,7 @@ from explorer.ui.safe_text import code, markdown as plain
 from explorer.ui.i18n import current as current_language
 from explorer.ui.i18n import message, t
 from explorer.fusions.plan import gpu_slower_chains, slower_chains
-from explorer.report import PHASES, READINGS, UNDECIDED, Report
+from explorer.report import PHASES, READINGS, UNDECIDED, Report, finiteness_warning
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 
@@ -188,6 +188,9 @@ def _run_report(report: Report) -> None:
         st.dataframe(charts.baseline_rows(report, lang), hide_index=True, width="stretch", key="table_baselines")
 
     st.markdown("#### " + t("results.precision"))
+    warning = finiteness_warning(report)
+    if warning is not None:          # NaN or infinity: the model's own ops in this dtype, or a fusion
+        st.warning(plain(message(warning)))
     st.dataframe(charts.precision_rows(report, lang), hide_index=True, width="stretch")  # cells are text: no None
     if report.precision_note:
         st.caption(plain(message(report.precision_note)))
