@@ -479,6 +479,12 @@ def measure_on_device(host: HostModel, warm_only: bool, no_compile: bool, phases
     with quiet or contextlib.nullcontext():
         with phases("timing"):
             samples = m.time_paired(fns, pairs, device, plan)
+        # the fused calls whose replay declined during the timed rounds (``BoundCall.declined``): a node that
+        # bound but declines at every call pays its Python path as if it never bound, which ``bound_fused`` (the
+        # states after the first call) cannot show (vit_b_32's 12 replays at batch 1, before b245bff)
+        out["declined_fused"] = {n.name: n.target.declined for n in fused_gm.graph.nodes
+                                 if n.op == "call_function" and isinstance(n.target, lean.BoundCall)
+                                 and n.target.declined}
         out["latency_ms"] = {v: m.summarize(s) for v, s in samples.items()}
         out["samples_ms"] = {v: [round(t, 5) for t in s] for v, s in samples.items()}
         out["verdicts"] = {}

@@ -67,6 +67,8 @@ def test_smoke_pipeline_two_workers_never_overlap(tmp_path):
     assert all(k["locked"] and k["held_s"] > 0 for k in locks)
     assert not _overlaps([(k["acquired_at"], k["released_at"]) for k in locks])
     assert all(r["verdicts"] for r in rows)
+    # which fused calls bound, and which replays declined while timed (none bind on the CPU: both empty here)
+    assert all(isinstance(r["bound_fused"], dict) and isinstance(r["declined_fused"], dict) for r in rows)
     # capture, detection, fusion and the cast records run before the GPU section: their seconds are recorded
     # outside the lock and none inside, the host phase ended before the lock was taken (fails if the capture
     # moves back inside the lock), and each holder's timing had its quiet window
