@@ -176,10 +176,23 @@ def learn_zh(page, app: str, path: Path) -> None:
     page.screenshot(path=str(path))
 
 
+def sweeps_h200_models(page, app: str, path: Path) -> None:
+    """The Sweeps page on the committed H200 grid (``benchmarks/results/sweeps/h200_models``): speed-up against
+    batch size per model and dtype, fused against compile, the heatmap."""
+    _open_page(page, app, "/sweeps?lang=en")
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Sweep folder").first
+    box.click()
+    page.keyboard.type("h200_models")
+    page.keyboard.press("Enter")
+    _settle(page)
+    _plots(page, 3)
+    _tall(page, 2600, path)
+
+
 SHOTS: dict[str, Callable] = {
     "graph": graph, "graph-bert": graph_bert, "fusions": fusions, "results": results,
     "results-h200-report": results_h200_report, "results-teaching-h200": results_teaching_h200,
-    "learn-zh-resnet50": learn_zh,
+    "learn-zh-resnet50": learn_zh, "sweeps-h200-models": sweeps_h200_models,
 }
 
 

@@ -905,7 +905,7 @@ def test_rewrites_match_unfused_through_triton(layout):
     """The Triton paths (compiled, or interpreted on the CPU), both layouts; the labels name them: fused for
     channels_last, the depthwise kernel and the 1×1 GEMM (for a channels_last input); for nchw, whose graph runs
     with the capture's contiguous layouts, the epilogue pass after each conv."""
-    x = torch.randn(2, 12, 9, 7, generator=torch.Generator().manual_seed(2), device=DEVICE)
+    x = torch.randn(2, 12, 9, 7, generator=torch.Generator().manual_seed(2)).to(DEVICE)
     gm, det = _detect(_seeded(_LinearBottleneck()).to(DEVICE), x)
     fused = fused_matches(gm, det, x, 1e-5, layout)
     labels = {a.chain_id.split("@")[1]: a.implementation for a in fused.applied}
@@ -932,7 +932,7 @@ def test_separate_epilogue_choice_covers_the_add_without_activation(monkeypatch)
 def test_lean_graph_calls_the_kernels_directly():
     """A lean graph (``measure.prepare_graph``) names ``conv1x1_epilogue`` and ``depthwise_conv_epilogue`` where
     the selection takes Triton, reads the depthwise weight packed, and computes what the plain graph does."""
-    x = torch.randn(2, 12, 9, 7, generator=torch.Generator().manual_seed(3), device=DEVICE)
+    x = torch.randn(2, 12, 9, 7, generator=torch.Generator().manual_seed(3)).to(DEVICE)
     gm, det = _detect(_seeded(_LinearBottleneck()).to(DEVICE), x)
     fused = apply_plan(gm, det, make_plan(det), DEVICE)
     plain = measure.prepare_graph(fused.gm, DEVICE, torch.float32, channels_last=True, lean=False)

@@ -286,7 +286,7 @@ def test_lowering(triton, monkeypatch):
     if not triton:
         monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     for module, shape in ((_Block(), (2, 24, 7, 9)), (_LinearSE(), (2, 20, 5, 6))):
-        x = torch.randn(shape, generator=torch.Generator().manual_seed(3), device=DEVICE)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(DEVICE)
         gm, det = _detect(module.to(DEVICE), x)
         fused = apply_plan(gm, det, make_plan(det), DEVICE)
         plain = measure.prepare_graph(fused.gm, DEVICE, torch.float32, lean=False)
