@@ -13,6 +13,7 @@ copied by its own node) and at batch 1 (replayed outputs with the recorded strid
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 
 import pytest
@@ -25,6 +26,11 @@ from explorer.fusions import linear_residual, norm, rms_norm, rotary, swiglu, tr
 from explorer.fusions.kernels import gemm
 from explorer.fusions.linear import fused_linear_act_forms
 from explorer.runtime import lean
+
+#: ``prepare_graph``'s binds without ``lean_heads``: that pass runs the attention batch-first, so no transposed
+#: operand reaches the add+LayerNorm on these ViT blocks; what ``norm.contiguous_operands`` is for (a transposed
+#: operand the pass does not cover, as these blocks had before it) is tested with it off
+NO_HEADS = dataclasses.replace(lean.DEFAULT_BINDS, heads=False)
 
 assert triton_interpreter  # the autouse fixture, imported into this module
 
@@ -425,11 +431,11 @@ def test_vit_attention_residual_binds_bit_for_bit(monkeypatch):
     model, x = _vit_blocks()
     gm, det = detect_module(model, (x,), "vit_blocks")
     fused = fuse_all(gm, det)
-    plain = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+    plain = measure.prepare_graph(fused.gm, "cpu", torch.float32, binds=NO_HEADS)
     copies = [n for n in plain.graph.nodes if n.target is torch.Tensor.contiguous]
     with monkeypatch.context() as m:
         m.setattr(norm, "contiguous_operands", lambda node: 0, raising=False)   # (the graph as before it)
-        before = measure.prepare_graph(fused.gm, "cpu", torch.float32)
+        before = measure.prepare_graph(fused.gm, "cpu", torch.float32, binds=NO_HEADS)
     bound_gm, bound_before = copy.deepcopy(plain), copy.deepcopy(before)
     assert lean.bind_calls(bound_gm) == 4 and lean.bind_calls(bound_before) == 4
     with torch.inference_mode():
@@ -494,7 +500,7 @@ def test_audit_reports_unbound_nodes_and_declining_replays(monkeypatch):
         with monkeypatch.context() as m:
             if ops is None:
                 m.setattr(norm, "contiguous_operands", lambda node: 0, raising=False)
-            g = measure.prepare_graph(fuse_all(gm, det).gm, "cpu", torch.float32)
+            g = measure.prepare_graph(fuse_all(gm, det).gm, "cpu", torch.float32, binds=NO_HEADS)
         assert lean.bind_calls(g) == 4
         return lean.audit_bound_calls(g, (x,))
 

@@ -68,6 +68,13 @@ C++ (GPT-2-medium layers at 1 × 128: 8 fewer ATen calls a forward in the fused 
 bit: ``benchmarks/results/check_host_frames.json``). On the H200, GPT-2-medium layers at 4 × 1024 bf16, the plain
 calls took 1.713 ms with it against 1.685 without (no significant difference: ``bench_host_path_addmm_h200.json``).
 
+A ninth, on every device, on by default (``Binds.heads``, ``explorer.runtime.lean_heads``): ``nn.MultiheadAttention``
+with ``batch_first=True`` (torchvision's ViTs) runs sequence-first inside, and its head split and gather copy the
+activations three times a layer (the input's rows inside ``linear``, the packed Q/K/V's ``contiguous``, the heads'
+``reshape`` before the out-projection). ``batch_first_heads`` computes the same rows through the same ATen ops in
+batch-first order, Q, K and V as views of the in-projection: bit for bit on the CPU (ViT-B/32 at batch 2: 85 copies
+a forward to 37, 367 ATen calls to 283).
+
 A lean graph is final: it is tied to the state it was made in. Pinned reads
 follow a parameter through ``.to()`` (PyTorch moves parameters in place) but
 not a buffer, and a later ``torch.backends.cudnn.enabled = False`` does not
@@ -91,6 +98,8 @@ import torch
 import torch.fx
 
 from explorer.fusions import BOUND_CALLS, LOWERINGS
+from explorer.runtime.lean_heads import batch_first_heads
+from explorer.runtime.lean_heads import op_name as _target_name
 from explorer.fusions import attention as attention_family
 from explorer.fusions.edit import attr_tensor, set_aside_for
 from explorer.fusions.triton_support import BoundCall
@@ -780,9 +789,10 @@ class Binds:
     views: bool = True
     empty_cats: bool = False
     addmm_linears: bool = False
+    heads: bool = True
 
     def label(self) -> str:
-        on = [name for name in ("calls", "attention", "linears", "views", "empty_cats", "addmm_linears")
+        on = [name for name in ("calls", "attention", "linears", "views", "empty_cats", "addmm_linears", "heads")
               if getattr(self, name)]
         return "+".join(on) if on else "none"
 
@@ -796,11 +806,14 @@ class Binds:
 #: (0.97x, its masked attention), its point estimate below 1 on every other model with attention. ``empty_cats``
 #: on (``bench_host_path_host5_h200.json``): GPT-2's 8 cats onto the empty cache passed, plain calls 0.89x
 #: [0.88, 0.91] and the CUDA-graph replay 0.83x of the graph without the pass (its cat kernels gone), bit for bit;
-#: no other model there has such a cat.
+#: no other model there has such a cat. ``heads`` on (``lean_heads``) without an H200 run of its own: it launches the
+#: same GEMMs and SDPA as the graph without it and removes three activation copies per attention (1.94 ms of
+#: ViT-L/16's 11.35 ms of GPU work in ``bench_corpus_h200_part15``); its plain calls are measured by the next
+#: corpus run's ViT rows.
 DEFAULT_BINDS = Binds(attention=False, linears=False, empty_cats=True)
 
 #: No bind at all: the lowered graph (what ``unbind`` gives back, before ``collapse_views``).
-NO_BINDS = Binds(calls=False, attention=False, linears=False, views=False)
+NO_BINDS = Binds(calls=False, attention=False, linears=False, views=False, heads=False)
 
 
 def apply_binds(gm: torch.fx.GraphModule, device: torch.device | str | None, binds: Binds = DEFAULT_BINDS) -> dict:
@@ -820,9 +833,12 @@ def apply_binds(gm: torch.fx.GraphModule, device: torch.device | str | None, bin
 
 
 def apply_view_binds(gm: torch.fx.GraphModule, binds: Binds = DEFAULT_BINDS) -> dict:
-    """``binds.addmm_linears`` (``addmm_as_linear``) on any device; then ``binds.views``: ``drop_noop_detach``, then
-    ``collapse_views``; then ``binds.empty_cats`` (``pass_empty_cats``). Returns how many each changed."""
-    done = dict(detach=0, views=0, empty_cats=0, addmm_linears=0)
+    """``binds.heads`` (``lean_heads.batch_first_heads``) and ``binds.addmm_linears`` (``addmm_as_linear``) on any
+    device; then ``binds.views``: ``drop_noop_detach``, then ``collapse_views``; then ``binds.empty_cats``
+    (``pass_empty_cats``). Returns how many each changed."""
+    done = dict(detach=0, views=0, empty_cats=0, addmm_linears=0, heads=0)
+    if binds.heads:                                 # before the view pass, whose trees would hold its views
+        done["heads"] = batch_first_heads(gm)
     if binds.addmm_linears:                         # before the view pass: its views are then not in a tree
         done["addmm_linears"] = addmm_as_linear(gm)
     if binds.views:
@@ -1148,13 +1164,6 @@ def drop_noop_detach(gm: torch.fx.GraphModule) -> int:
 _READ_ONLY_NAMES = frozenset({"fused_attention", "fused_attention_kt", "bound_views",
                               "scaled_dot_product_attention", "matmul", "bmm", "getitem", "cat",
                               "pass_empty_cat"})
-
-
-def _target_name(node: torch.fx.Node) -> str:
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return target._schema.name.split("::")[-1]
-    return target if isinstance(target, str) else getattr(target, "__name__", "")
 
 
 class PassEmptyCat:

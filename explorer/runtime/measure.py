@@ -147,7 +147,8 @@ def prepare_graph(gm: torch.fx.GraphModule, device: str, dtype: torch.dtype,
     ``binds`` (default ``lean.DEFAULT_BINDS``, set from measurement) says which
     nodes are then bound at their first call: Triton fused calls, attention and
     linears on CUDA, trees of view-like nodes (``lean.collapse_views``) on every
-    device.
+    device, and ``nn.MultiheadAttention``'s sequence-first head split and gather
+    run batch-first without their copies (``lean_heads``) on every device.
 
     The chains' own graphs that a fused graph calls (an inductor chain's
     ``CompiledChain``) are retargeted as the root's nodes are: a softmax's
