@@ -379,6 +379,58 @@ def to_device(module, device: str):
     return module
 
 
+@dataclasses.dataclass
+class DeviceModel:
+    """One corpus model on its device, as ``measure_on_device`` starts: the features module and its float32 inputs
+    there, the inputs in the bench dtype and layout (``x``), the captured graph and its fused copy, the cast record
+    of the bench dtype (None where it did not match: then the graph's ops are typed as captured), the JSON row."""
+
+    name: str
+    device: str
+    dtype: object
+    channels_last: bool
+    features: object
+    x32: tuple
+    x: tuple
+    gm: object
+    fused: object
+    record: object
+    out: dict
+
+    def prepare(self, gm, binds=None):
+        """``gm`` (``self.gm`` or ``self.fused.gm``) prepared as the bench prepares it, with ``binds`` (default
+        ``prepare_graph``'s)."""
+        from explorer.runtime import measure as m
+
+        extra = {} if binds is None else dict(binds=binds)
+        return m.prepare_graph(gm, self.device, self.dtype, self.channels_last, casts=self.record, **extra)
+
+
+def model_on_device(name: str, smoke: bool) -> DeviceModel:
+    """``prepare_on_host`` then the move to the device (and the capture again there where the CPU capture
+    differs), for a script that measures one thing of a corpus model the way this bench runs it
+    (``bench_heads.py``, ``profile_host.py``). Only the bench dtype's casts are recorded."""
+    from explorer.runtime import measure as m
+
+    phases = Phases()
+    host = prepare_on_host(name, smoke, "cpu", phases, fidelity_dtypes=())
+    device, out = host.device, dict(host.out)
+    features = to_device(host.features, device)
+    x32 = tuple(t.to(device) for t in host.x32)
+    gm, fused, casts = host.gm.to(device), host.fused, host.casts
+    fused.gm.to(device)
+    if host.recapture:
+        gm, fused, casts = graph_stage(features, x32, name, device, [host.dtype_name], out, phases,
+                                       host.channels_last)
+    record, note = casts.get(host.dtype_name, (None, ""))
+    if note:
+        out["notes"].append(note)
+    dtype = m.torch_dtype(host.dtype_name)
+    x = m.prepare_inputs(x32, device, dtype, host.channels_last)
+    out["seconds"] = phases.total()
+    return DeviceModel(name, device, dtype, host.channels_last, features, x32, x, gm, fused, record, out)
+
+
 def measure_on_device(host: HostModel, warm_only: bool, no_compile: bool, phases: Phases,
                       quiet: "Quiet | None" = None) -> dict:
     """The GPU section of one model (``host`` from ``prepare_on_host``): moved to the device, both graphs and

@@ -56,26 +56,12 @@ def measure_model(name: str, smoke: bool, log) -> dict:
     from explorer.runtime import measure as m
 
     off_binds = dataclasses.replace(lean.DEFAULT_BINDS, heads=False)
-    phases = bc.Phases()
-    host = bc.prepare_on_host(name, smoke, "cpu", phases, fidelity_dtypes=())
-    device, out = host.device, dict(host.out)
-    dtype = m.torch_dtype(host.dtype_name)
-    features = bc.to_device(host.features, device)
-    x32 = tuple(t.to(device) for t in host.x32)
-    gm, fused, casts = host.gm.to(device), host.fused, host.casts
-    fused.gm.to(device)
-    if host.recapture:
-        gm, fused, casts = bc.graph_stage(features, x32, name, device, [host.dtype_name], out, phases,
-                                          host.channels_last)
-    record, note = casts.get(host.dtype_name, (None, ""))
-    if note:
-        out["notes"].append(note)
-    x = m.prepare_inputs(x32, device, dtype, host.channels_last)
+    model = bc.model_on_device(name, smoke)
+    device, out, x, x32, features = model.device, model.out, model.x, model.x32, model.features
     graphs = {}
-    for label, g in (("fused", fused.gm), ("unfused", gm)):
+    for label, g in (("fused", model.fused.gm), ("unfused", model.gm)):
         for side, binds in (("on", lean.DEFAULT_BINDS), ("off", off_binds)):
-            graphs[f"{label}_{side}"] = m.prepare_graph(g, device, dtype, host.channels_last, casts=record,
-                                                        binds=binds)
+            graphs[f"{label}_{side}"] = model.prepare(g, binds)
     out["rewritten"] = {k: sum(1 for n in g.graph.nodes if n.op == "call_function"
                                and getattr(n.target, "__name__", "") == "seq_first_qkv") for k, g in graphs.items()}
     fns = {k: (lambda g=g: g(*x)) for k, g in graphs.items()}
@@ -115,7 +101,6 @@ def measure_model(name: str, smoke: bool, log) -> dict:
     for v in ("fused_on", "fused_off"):
         p = common.profile_forward(fns[v], device, top=12, cpu_ops=smoke, calls=3)
         out["profile"][v] = dict(p, copies=_copies(p))
-    out["seconds"] = phases.total()
     return out
 
 

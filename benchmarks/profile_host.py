@@ -11,7 +11,14 @@ calls specialised):
   (a forward of the same nodes with no-op calls) and reported, not hidden;
 - **per function**: ``cProfile`` over ``--calls`` plain forwards of the generated ``forward`` (no interpreter),
   the top functions by own time;
-- **whole call**: host ms to issue one forward (synchronised before each) for the fused and unfused graphs.
+- **whole call**: host ms to issue one forward (synchronised before each) for the fused and unfused graphs;
+- **syncs**: the calls of one forward that make the host wait for the GPU (``torch.cuda.set_sync_debug_mode``
+  "warn": a device-to-host copy, ``.item()``, ``nonzero``...), each with the line of the graph's code that made it.
+  A forward that syncs cannot queue ahead of the GPU: its plain call costs host time plus GPU time, not the larger
+  of the two (the question Swin-S's plain calls raise: 27.6 ms for 7.6 ms of GPU work, all its fused calls bound).
+
+A model is a ``bench_measured`` case (``llama_decoder``...) or a corpus entry (``tv/swin_s``: built, captured,
+fused and prepared as ``bench_corpus.py`` does, ``bench_corpus.model_on_device``).
 
 The per-node figures come from a different calling path than a real forward (the interpreter's frames), so they
 show where the time is spent, not what a forward costs; the whole-call figure is the real one.
@@ -19,6 +26,7 @@ show where the time is spent, not what a forward costs; the whole-call figure is
 Usage (GPU machine)::
 
     python3 benchmarks/profile_host.py --models llama_decoder,gpt2_medium_layers --calls 50
+    python3 benchmarks/profile_host.py --models tv/swin_s,tv/vit_b_32 --calls 20
 
 Writes ``$OUT/profile_host.json`` (else ``benchmarks/results/profile_host.json``); prints the top rows.
 """
@@ -148,15 +156,56 @@ def cprofile_top(fn, calls: int, device: str, top: int) -> list[dict]:
     return rows[:top]
 
 
+def syncs(fn, device: str, top: int = 10) -> dict:
+    """The synchronising calls of one ``fn()`` (``torch.cuda.set_sync_debug_mode("warn")``): how many, and the
+    first ``top`` with the graph code's line that made each (the innermost frame of a generated ``forward``)."""
+    import traceback
+    import warnings
+
+    import torch
+
+    if device != "cuda":
+        return dict(count=None, note="cpu: no device to wait for")
+    seen: list[str] = []
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        where = [f for f in traceback.extract_stack() if f.name == "forward" and "<eval_with_key>" in f.filename]
+        seen.append(f"{str(message)[:160]} @ {where[-1].line if where else filename + ':' + str(lineno)}")
+
+    old = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        try:
+            torch.cuda.set_sync_debug_mode("warn")
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(old)
+    torch.cuda.synchronize()
+    return dict(count=len(seen), first=seen[:top])
+
+
+def _graphs(key: str, device: str) -> tuple[dict, dict]:
+    """(the row's header, {"unfused_gm", "fused_gm", "inputs"}) of a bench_measured case or a corpus entry."""
+    if "/" in key:
+        from benchmarks import bench_corpus as bc
+
+        model = bc.model_on_device(key, smoke=device != "cuda")
+        return (dict(model=key, title=model.out.get("description", key), casts=model.record is not None),
+                dict(unfused_gm=model.prepare(model.gm), fused_gm=model.prepare(model.fused.gm), inputs=model.x))
+    case = bm.CASES.get(key) or bm.SMOKE_CASES[key]
+    with tempfile.TemporaryDirectory() as tmp:
+        p = bm.prepared(case, device, Path(tmp))
+    return dict(model=key, title=case.title, casts=p["casts"]), p
+
+
 def profile_case(key: str, calls: int, top: int, device: str = "cuda") -> dict:
     import torch
 
     from explorer.runtime import measure as m
 
-    case = bm.CASES.get(key) or bm.SMOKE_CASES[key]
-    with tempfile.TemporaryDirectory() as tmp:
-        p = bm.prepared(case, device, Path(tmp))
-    out: dict[str, Any] = dict(model=key, title=case.title, casts=p["casts"])
+    head, p = _graphs(key, device)
+    out: dict[str, Any] = dict(head)
     for name in ("unfused_gm", "fused_gm"):
         gm = p[name]
         inputs = p["inputs"]
@@ -170,6 +219,7 @@ def profile_case(key: str, calls: int, top: int, device: str = "cuda") -> dict:
             m.synchronize(device)
             issue = bm.host_issue_ms(call, device, calls)
             top_fns = cprofile_top(call, calls, device, top)
+            synced = syncs(call, device)
         per, idle = node_host_ns(gm, inputs, calls, device)
         rows = sorted(({"node": k, "count_per_forward": v[1] / calls, "host_us_per_forward": v[0] / 1e3 / calls}
                        for k, v in per.items()), key=lambda r: -r["host_us_per_forward"])
@@ -177,13 +227,14 @@ def profile_case(key: str, calls: int, top: int, device: str = "cuda") -> dict:
         out[name] = dict(issue_ms_median=sorted(issue)[len(issue) // 2], issue_ms=issue,
                          nodes=dict(ops), interpreter_us_per_forward=idle / 1e3,
                          per_node=rows[:top], node_sum_us=sum(r["host_us_per_forward"] for r in rows),
-                         cprofile=top_fns)
+                         cprofile=top_fns, syncs=synced)
     return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="llama_decoder,gpt2_medium_layers")
+    ap.add_argument("--models", default=None, help="bench_measured cases or corpus entries (default: "
+                    "llama_decoder,gpt2_medium_layers; with --smoke, bench_measured's smoke cases)")
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--out", default=None)
@@ -193,9 +244,9 @@ def main(argv=None) -> int:
     doc: dict[str, Any] = dict(schema="profile_host/1", **common.run_stamp(), models={})
     import torch
     device = "cpu" if args.smoke else "cuda"
-    if args.smoke:
-        args.models = ",".join(bm.SMOKE_CASES)
-    elif not torch.cuda.is_available():
+    if args.models is None:
+        args.models = ",".join(bm.SMOKE_CASES) if args.smoke else "llama_decoder,gpt2_medium_layers"
+    if not args.smoke and not torch.cuda.is_available():
         return common.write_skipped(doc, path, "profile_host.py")
     doc["gpu"] = torch.cuda.get_device_name(0) if device == "cuda" else "none (CPU smoke)"
     doc["versions"] = dict(torch=torch.__version__, triton=__import__("triton").__version__)
@@ -212,7 +263,10 @@ def main(argv=None) -> int:
         for g in ("unfused_gm", "fused_gm"):
             x = r[g]
             print(f"{key} {g}: issue {x['issue_ms_median']:.3f} ms, nodes {x['nodes']}, "
-                  f"node sum {x['node_sum_us']:.0f} us, interp {x['interpreter_us_per_forward']:.0f} us")
+                  f"node sum {x['node_sum_us']:.0f} us, interp {x['interpreter_us_per_forward']:.0f} us, "
+                  f"syncs {x['syncs'].get('count')}")
+            for line in x["syncs"].get("first") or []:
+                print(f"   sync: {line}")
             for row in x["per_node"][:12]:
                 print(f"   {row['host_us_per_forward']:8.1f} us  x{row['count_per_forward']:.0f}  {row['node']}")
             for row in x["cprofile"][:12]:
