@@ -11,7 +11,8 @@ transformer block (unfused and fused), the corpus's ``hf/gpt2`` at its CI size (
 GPT-2-medium layers and BERT-base at batch 1 × 128 (unfused and fused, float32), each checked bit for bit
 against the graph without the pass. Then ``lean.addmm_as_linear`` (``Binds.addmm_linears``, off by default until
 measured) on the same graphs: ``addmm`` nodes and ATen calls per forward with the default binds and with it, bit
-for bit.
+for bit. Then ``lean_heads`` (``Binds.heads``) on torchvision's ViT-B/32, unfused and fused: ATen calls and
+activation copies (``lean.copies_per_forward``) per forward without the pass and with it, bit for bit.
 
 Usage::
 
@@ -165,6 +166,42 @@ def addmm_pass_counts(cases) -> dict:
     return out
 
 
+def heads_pass_counts() -> dict:
+    """``lean_heads.batch_first_heads`` (``Binds.heads``) on torchvision's ViT-B/32 at the corpus's CI size,
+    captured at batch 2 (at batch 1 the transposed input is contiguous and there is one copy less to remove),
+    unfused and fused: nodes, ATen calls and ``aten::copy_`` per forward without the pass and with it
+    (everything else ``prepare_graph``'s default), attentions rewritten, outputs bit for bit."""
+    import dataclasses
+
+    import torch
+
+    from benchmarks import corpus
+    from triton_testing import detect_module, fuse_all
+
+    from explorer.runtime import lean, lean_heads, measure
+
+    entry = corpus.by_name("tv/vit_b_32")
+    module = entry.build("ci").eval()
+    image = entry.inputs("ci", module=module)[0]
+    x = torch.randn(2, *image.shape[1:], generator=torch.Generator().manual_seed(4))
+    gm, det = detect_module(module, (x,), "vit_b_32")
+    off_binds = dataclasses.replace(lean.DEFAULT_BINDS, heads=False)
+    out = {}
+    for name, g in (("tv/vit_b_32 (CI size, batch 2) unfused", gm), ("tv/vit_b_32 (CI size, batch 2) fused",
+                                                                     fuse_all(gm, det).gm)):
+        off = measure.prepare_graph(g, "cpu", torch.float32, binds=off_binds)
+        on = measure.prepare_graph(g, "cpu", torch.float32)
+        with torch.inference_mode():
+            same = torch.equal(off(x), on(x))
+            row = dict(nodes_off=len(off.graph.nodes), nodes_on=len(on.graph.nodes),
+                       aten_calls_off=lean.aten_calls_per_forward(off, x),
+                       aten_calls_on=lean.aten_calls_per_forward(on, x),
+                       copies_off=lean.copies_per_forward(off, x), copies_on=lean.copies_per_forward(on, x))
+        row.update(rewritten=sum(1 for n in on.graph.nodes if lean_heads.op_name(n) == "seq_first_qkv"), bitwise=same)
+        out[name] = row
+    return out
+
+
 def main() -> int:
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
@@ -202,6 +239,11 @@ def main() -> int:
     for name, r in doc["addmm_linears"].items():
         print(f"addmm {name:28} addmm {r['addmm_off']:3d} -> {r['addmm_on']:3d}   ATen calls/forward "
               f"{r['aten_calls_off']:4d} -> {r['aten_calls_on']:4d}   bitwise {r['bitwise']}")
+    doc["heads"] = heads_pass_counts()
+    for name, r in doc["heads"].items():
+        print(f"heads {name:40} copies/forward {r['copies_off']:3d} -> {r['copies_on']:3d}   ATen calls/forward "
+              f"{r['aten_calls_off']:4d} -> {r['aten_calls_on']:4d}   rewritten {r['rewritten']}   "
+              f"bitwise {r['bitwise']}")
     path = common.results_path(None, "check_host_frames.json")
     common.write_json(path, doc)
     print("wrote", path)

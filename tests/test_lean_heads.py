@@ -59,14 +59,6 @@ def _ops(fn, *args) -> collections.Counter:
     return count
 
 
-def _copies(fn, *args) -> int:
-    """How many ``aten::copy_`` one call runs, at any depth (the profiler sees inside composite ops: a
-    ``contiguous``, a ``reshape`` that copies, ``matmul`` copying its rows into order)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        fn(*args)
-    return sum(e.count for e in prof.key_averages() if e.key == "aten::copy_")
-
-
 def _prepared(module, x, dtype):
     gm, _ = detect_module(module, (x,), "mha")
     x = x.to(dtype)
@@ -91,7 +83,7 @@ def test_bit_for_bit_and_the_copies_gone(dtype, batch):
         err = (got.double() - ref).abs().max().item() / ref.abs().max().item()
         assert err <= TOL64[dtype], err
         ops_off, ops_on = _ops(off, xd), _ops(on, xd)
-        copies_off, copies_on = _copies(off, xd), _copies(on, xd)
+        copies_off, copies_on = lean.copies_per_forward(off, xd), lean.copies_per_forward(on, xd)
     if batch > 1:                                   # the input's rows, Q/K/V, the heads gathered: three copies
         assert copies_off == 3 and copies_on <= 1, (copies_off, copies_on)   # the gather's, where SDPA's output
     else:                                           # is (B, H, L, D) in memory (CPU): a copy either way
@@ -135,7 +127,7 @@ def test_torchvision_vit_b_32():
     with torch.inference_mode():
         want, got = off(x), on(x)
         assert torch.equal(want, got)
-        copies_off, copies_on = _copies(off, x), _copies(on, x)
+        copies_off, copies_on = lean.copies_per_forward(off, x), lean.copies_per_forward(on, x)
     assert copies_off - copies_on >= 2 * len(module.encoder.layers), (copies_off, copies_on)
 
 

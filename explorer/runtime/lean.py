@@ -72,8 +72,8 @@ A ninth, on every device, on by default (``Binds.heads``, ``explorer.runtime.lea
 with ``batch_first=True`` (torchvision's ViTs) runs sequence-first inside, and its head split and gather copy the
 activations three times a layer (the input's rows inside ``linear``, the packed Q/K/V's ``contiguous``, the heads'
 ``reshape`` before the out-projection). ``batch_first_heads`` computes the same rows through the same ATen ops in
-batch-first order, Q, K and V as views of the in-projection: bit for bit on the CPU (ViT-B/32 at batch 2: 85 copies
-a forward to 37, 367 ATen calls to 283).
+batch-first order, Q, K and V as views of the in-projection: bit for bit on the CPU (ViT-B/32's unfused graph at
+batch 2: 85 copies a forward to 37, 367 ATen calls to 283, ``benchmarks/results/check_host_frames.json``).
 
 A lean graph is final: it is tied to the state it was made in. Pinned reads
 follow a parameter through ``.to()`` (PyTorch moves parameters in place) but
@@ -1408,6 +1408,15 @@ def _geometry_write(node: torch.fx.Node) -> bool:
     if isinstance(target, torch._ops.OpOverload):
         name = target._schema.name.split("::")[-1]
     return name in _GEOMETRY_WRITES
+
+
+def copies_per_forward(fn, *args) -> int:
+    """How many ``aten::copy_`` one call of ``fn(*args)`` runs at any depth (the profiler sees inside composite
+    ops: a ``contiguous``, a ``reshape`` that copies, ``matmul`` copying its rows into order): the CPU proxy of a
+    forward's activation copies."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn(*args)
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::copy_")
 
 
 def aten_calls_per_forward(fn, *args) -> int:

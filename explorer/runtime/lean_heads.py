@@ -106,7 +106,8 @@ def _packed_projection(c: Any, e: int) -> tuple | None:
     if op_name(sq) != "squeeze" or not _only_user(sq, c) or len(sq.args) != 2 or sq.args[1] not in (-2, 3):
         return None
     tr = sq.args[0]
-    if op_name(tr) != "transpose" or not _only_user(tr, sq) or _dims(_arg(tr, 1, "dim0"), _arg(tr, 2, "dim1"), 5) != {0, 3}:
+    if op_name(tr) != "transpose" or not _only_user(tr, sq) \
+            or _dims(_arg(tr, 1, "dim0"), _arg(tr, 2, "dim1"), 5) != {0, 3}:
         return None
     un = tr.args[0]
     if op_name(un) != "unsqueeze" or not _only_user(un, tr) or _arg(un, 1, "dim") != 0:
