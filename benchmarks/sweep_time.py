@@ -77,9 +77,10 @@ def summarize(folder: str, gap_s: float = 60.0) -> dict:
     held = [r["lock_held_s"] for r in rows if r["lock_held_s"] is not None]
     sections = held or [r["section_s"] for r in rows if r["section_s"]]
     mean = statistics.mean(sections) if sections else None
-    left = None if total is None else total - len(rows)
+    refused = sum(1 for r in store.results() if r["status"] == "refused")   # need no device time: not left
+    left = None if total is None else total - len(rows) - refused
     return dict(folder=str(folder), points_total=total, points_measured=len(rows),
-                failed=sum(1 for r in store.results() if r["status"] == "failed"),
+                failed=sum(1 for r in store.results() if r["status"] == "failed"), refused=refused,
                 mean_section_s=None if mean is None else round(mean, 1),
                 median_host_s=round(statistics.median(r["host_s"] for r in rows), 1) if rows else None,
                 points_left=left,

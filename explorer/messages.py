@@ -678,6 +678,8 @@ SWEEPS = Words("sweeps", {
         "{n}/{n2} 个测量点：{n3} 个已测量，{n4} 个失败，{n5} 个已缓存，{n6} 个正在测量"),
     "points_measured_failed_cached_2": ("{n:d}/{n2:d} points: {n3:d} measured, {n4:d} failed, {n5:d} cached, {n6:d} running, {n7:d} worker restart(s)",
         "{n}/{n2} 个测量点：{n3} 个已测量，{n4} 个失败，{n5} 个已缓存，{n6} 个正在测量，工作进程重启 {n7} 次"),
+    "and_refused": ("{msg}, {n:d} refused",
+        "{msg}，{n} 个被拒绝"),
     "done": ("{msg} · done in {msg2}",
         "{msg} · 已完成，用时 {msg2}"),
     "cancelled": ("{msg} · cancelled in {msg2}",

@@ -129,6 +129,35 @@ def test_the_sweeps_page_in_both_languages(lang, tmp_path, monkeypatch):
     assert _has(_texts(at), lang, "results.opened.run")
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_refused_point_is_counted_apart_from_the_failed(lang, tmp_path, monkeypatch):
+    """A point the explorer refused before measuring (BERT-base at 1024 tokens on the H200 grid) is "refused" in
+    the summary, in a note of its own (not the failure warning) and in the table's status column."""
+    from streamlit.testing.v1 import AppTest
+
+    from explorer.sweeps import spec as S
+
+    root = tmp_path / "sweeps"
+    shutil.copytree(COMMITTED / FOLDER, root / FOLDER)
+    point = S.Point("bert_base", "all", 1, 1024, "fp32", "nchw", False, False)
+    reason = "sequence length 1024 exceeds bert_base's maximum of 512"
+    st.SweepStore(root / FOLDER).append(st.make_record(point, "f" * 32, {"model": "bert_base"},
+                                                       {"status": "refused", "reason": reason}))
+    monkeypatch.setenv("FUSION_EXPLORER_SWEEPS_ROOT", str(root))
+    at = AppTest.from_file(str(ROOT / "explorer" / "app.py"), default_timeout=180)
+    at.session_state["zoo_name"] = "conv_bn_relu"
+    at.session_state["lang"] = lang
+    at.switch_page("ui/pages/sweeps.py")
+    at.run()
+    assert not at.exception, at.exception
+    want = i18n.t_in(lang, "sweeps.summary_refused", n=9, ok=8, failed=0, refused=1, devices="cpu")
+    assert any(want.split(" · ")[0] == str(m.value).split(" · ")[0] for m in at.markdown), want
+    assert any(str(e.value) == i18n.t_in(lang, "sweeps.refused", n=1) for e in at.info)
+    assert not any(str(e.value) == i18n.t_in(lang, "sweeps.failed", n=1) for e in at.warning)
+    status = at.dataframe[-1].value[i18n.t_in(lang, "sweeps.col.status")].tolist()
+    assert status.count(i18n.t_in(lang, "sweeps.status.refused")) == 1
+
+
 def test_an_empty_root_says_how_to_make_a_sweep(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 

@@ -4,7 +4,7 @@ Every point is a real ``gpu_runner.run`` (its child process, its report, its pai
 one warm-up, eight rounds). The two backends must give the same result set (the same points, each with the same
 status; timings differ). The local sweep has its worker killed after its first point (the worker is replaced and
 every point still measured); the Ray sweep is cancelled after a few points and resumed with points that cannot
-load added (only the rest measured, the others recorded as failed); the command line then forces the grid again
+load added (only the rest measured, the others recorded as refused); the command line then forces the grid again
 with a timeout no point can meet (each recorded as failed, the sweep goes on). Ray starts once for the module (a
 local Ray with CPU actors). Timings are never asserted on.
 """
@@ -82,8 +82,9 @@ def test_local_sweep_measures_every_point_after_its_worker_is_killed(local_sweep
 
 def test_ray_sweep_resumes_records_failures_and_equals_the_local_one(local_sweep, ray_session, tmp_path):
     """Cancelled after three points, then resumed with a batch that does not fit in memory added: only the points
-    not measured yet are measured, the oversized ones are recorded as failed with their reason, and the points
-    both sweeps share have the same keys and statuses as on the local backend."""
+    not measured yet are measured, the oversized ones are recorded as refused (the explorer refuses the shape
+    when it loads it, before any measuring) with their reason, and the points both sweeps share have the same
+    keys and statuses as on the local backend."""
     cancel = threading.Event()
     first = run_sweep(GRID, tmp_path, "ray", cpu_workers=2,
                       progress=lambda p: cancel.set() if p.done >= 3 else None, cancel=cancel)
@@ -94,9 +95,10 @@ def test_ray_sweep_resumes_records_failures_and_equals_the_local_one(local_sweep
     second = run_sweep(wider, tmp_path, "ray", cpu_workers=2)
     assert second.progress.status == "done"
     assert second.progress.cached == len(measured_first) and second.progress.done == 8 - len(measured_first)
-    failed = [r for r in second.records if r["status"] == "failed"]
-    assert len(failed) == 4 and {r["batch"] for r in failed} == {10**7} and second.progress.failed == 4
-    assert all("do not fit in memory" in r["reason"] and "\n" not in r["reason"] for r in failed)
+    refused = [r for r in second.records if r["status"] == "refused"]
+    assert len(refused) == 4 and {r["batch"] for r in refused} == {10**7} and second.progress.refused == 4
+    assert second.progress.failed == 0 and "4 refused" in second.progress.line()
+    assert all("do not fit in memory" in r["reason"] and "\n" not in r["reason"] for r in refused)
     shared = [r for r in second.records if r["batch"] != 10**7]
     assert _outcome(shared) == _outcome(local_sweep[1].records)            # same points, same statuses
     assert {r["key"] for r in shared} == {r["key"] for r in local_sweep[1].records}

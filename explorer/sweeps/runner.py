@@ -18,7 +18,8 @@
    again); otherwise the worker **measures** it with ``gpu_runner.run``, and the answer becomes one record and
    one report in the folder as soon as it arrives;
 4. a point that fails (crash, timeout, out of memory, a model that does not load) is a record with its one-line
-   reason, and the sweep goes on; a worker that dies is replaced (``backend.restart``) and its point is tried
+   reason, and the sweep goes on; one the explorer refuses before measuring it (a shape the model cannot take,
+   such as BERT-base at 1024 tokens, a plan that does not apply to the graph) is recorded "refused", not "failed"; a worker that dies is replaced (``backend.restart``) and its point is tried
    once more before it is recorded as failed;
 5. at the end (also when cancelled or interrupted) writes ``results.parquet`` and the final progress.
 
@@ -64,6 +65,7 @@ class SweepProgress:
     total: int
     done: int = 0
     failed: int = 0
+    refused: int = 0
     cached: int = 0
     running: int = 0
     restarts: int = 0
@@ -74,7 +76,7 @@ class SweepProgress:
 
     @property
     def finished(self) -> int:
-        return self.done + self.failed + self.cached
+        return self.done + self.failed + self.refused + self.cached
 
     @property
     def fraction(self) -> float:
@@ -85,6 +87,8 @@ class SweepProgress:
         counts = dict(n=self.finished, n2=self.total, n3=self.done, n4=self.failed, n5=self.cached, n6=self.running)
         text = (SWEEPS("points_measured_failed_cached_2", **counts, n7=self.restarts) if self.restarts
                 else SWEEPS("points_measured_failed_cached", **counts))
+        if self.refused:
+            text = SWEEPS("and_refused", msg=text, n=self.refused)
         if self.status in ("done", "cancelled", "interrupted"):
             return SWEEPS(self.status, msg=text, msg2=format_seconds(self.elapsed_s))
         if self.status != "running":
@@ -295,11 +299,13 @@ class _Scheduler:
         settings = run_settings(self.spec, point)
         env = self.envs.get(w, {})
         if res.get("status") != "ok":
-            self._record_failure(i, None, None, env, settings, res.get("reason") or "the model did not load")
+            self._record_failure(i, None, None, env, settings, res.get("reason") or "the model did not load",
+                                 refused=res.get("status") == "refused")
             return None
         plan = res["plans"].get(plan_slot(point.plan, point.memory_format, point.cuda_graphs)) or {}
         if "error" in plan:
-            self._record_failure(i, res["model_fingerprint"], None, env, settings, plan["error"])
+            self._record_failure(i, res["model_fingerprint"], None, env, settings, plan["error"],
+                                 refused=bool(plan.get("refused")))
             return None
         fields = key_fields(point, res["model_fingerprint"], plan_fingerprint(plan), env, settings)
         key = cache_key(fields)
@@ -311,13 +317,20 @@ class _Scheduler:
                 "settings": settings.to_dict(), "key": key, "fields": fields, "cache_dir": self.cache_dir}
 
     def _record_failure(self, i: int, model_fp: str | None, plan_fp: str | None, env: dict, settings: Any,
-                        reason: str) -> None:
+                        reason: str, refused: bool = False) -> None:
+        """Point ``i`` recorded unmeasured with its one-line ``reason``: "refused" where the explorer refused what
+        the sweep asks of it (the model cannot take the shape, the plan does not apply: the same answer at every
+        attempt), else "failed" (a crash, a timeout, a worker that died)."""
         point = self.points[i]
         fields = key_fields(point, model_fp, plan_fp, env, settings)
+        status = "refused" if refused else "failed"
         record = make_record(point, cache_key(fields), fields,
-                             {"status": "failed", "reason": reason, "environment": env}, self.attempts[i] or 1)
+                             {"status": status, "reason": reason, "environment": env}, self.attempts[i] or 1)
         self.store.append(record)
-        self.state.failed += 1
+        if refused:
+            self.state.refused += 1
+        else:
+            self.state.failed += 1
 
     # ------------------------------------------------------------ answers
     def _on_event(self, event: Any) -> None:

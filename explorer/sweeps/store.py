@@ -8,8 +8,8 @@
     <folder>/progress.json     done / failed / cached / left and the time left, rewritten as the sweep goes
                                (the app's Sweeps page shows it live)
 
-A record (``make_record``) is one flat row of scalars: the point's axes, its status ("ok" or "failed" with the
-one-line ``reason``), the whole-model verdict of the report's paired test (``verdict``, ``speedup`` = 1/ratio and
+A record (``make_record``) is one flat row of scalars: the point's axes, its status ("ok", or "failed" or "refused"
+with the one-line ``reason``), the whole-model verdict of the report's paired test (``verdict``, ``speedup`` = 1/ratio and
 its 95% interval ``speedup_low``-``speedup_high``, ``p_value``, ``rounds``), the medians for reading, peak memory,
 each baseline's verdict against the fused model (``vs_<baseline>_*``: the baseline's median ``_ms`` and, as
 ``_fused_ms``, the median of the fused variant timed in the same rounds, which is the pair that verdict tested; the
@@ -56,7 +56,7 @@ MAX_TABLE_ROWS = 100_000
 MAX_TABLE_BYTES = 256 * 2**20
 KEY_RE = re.compile(r"^[0-9a-f]{32}$")
 PAIR_FILL_MAX = 2000   # reports read to give an older journal's records their baseline pairs' fused medians
-STATUSES = ("ok", "failed", "simulated")
+STATUSES = ("ok", "failed", "refused", "simulated")
 #: Baselines whose verdict against the fused model gets columns of its own (``runtime.baselines`` names).
 BASELINE_COLUMNS = ("eager", "eager_cuda_graphs", "torch_compile", "torch_compile_reduce_overhead",
                     "torch_compile_max_autotune_no_cudagraphs")

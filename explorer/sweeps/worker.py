@@ -194,6 +194,8 @@ def resolve(task: dict) -> dict:
 
     try:
         model, _graph, detection = analyze(task["model"], batch=task["batch"], seq_len=task["seq_len"])
+    except ExplorerError as exc:   # the explorer refuses this input (a shape the model cannot take, a bad file)
+        return {"status": "refused", "reason": _one_line(exc)}
     except Exception as exc:
         return {"status": "failed", "reason": _one_line(exc)}
     plans: dict[str, Any] = {}
@@ -210,6 +212,8 @@ def resolve(task: dict) -> dict:
                 else:
                     plan = make_plan(detection, spec["accept"], memory_format=fmt, cuda_graphs=bool(graphs))
                 plans[name] = plan.to_dict()
+            except ExplorerError as exc:   # a plan this graph cannot take: the point is refused
+                plans[name] = {"error": _one_line(exc), "refused": True}
             except Exception as exc:
                 plans[name] = {"error": _one_line(exc)}
     del model

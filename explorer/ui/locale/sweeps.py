@@ -32,15 +32,21 @@ STRINGS = {
     "sweeps.empty": ("This sweep has no finished point yet.", "这个扫描还没有完成的测量点。"),
     "sweeps.summary": ("**{n} points**: {ok} measured, {failed} failed · measured on {devices}",
                        "**{n} 个测量点**：{ok} 个已测量，{failed} 个失败 · 测量设备：{devices}"),
+    "sweeps.summary_refused": ("**{n} points**: {ok} measured, {failed} failed, {refused} refused · measured on {devices}",
+                               "**{n} 个测量点**：{ok} 个已测量，{failed} 个失败，{refused} 个被拒绝 · 测量设备：{devices}"),
     "sweeps.cpu": ("Some points were measured on the CPU: their numbers are CPU numbers, not GPU numbers.",
                    "部分测量点是在 CPU 上测量的：这些是 CPU 上的数字，不是 GPU 上的。"),
-    "sweeps.progress": ("{done} measured, {failed} failed, {cached} cached of {total} · {running} running · {left}",
-                        "共 {total} 个：{done} 个已测量，{failed} 个失败，{cached} 个已缓存 · {running} 个正在测量 · {left}"),
+    "sweeps.progress": ("{done} measured, {failed} failed, {refused} refused, {cached} cached of {total} · {running} "
+                        "running · {left}",
+                        "共 {total} 个：{done} 个已测量，{failed} 个失败，{refused} 个被拒绝，{cached} 个已缓存 · "
+                        "{running} 个正在测量 · {left}"),
     "sweeps.left_unknown": ("estimating the time left", "正在估计剩余时间"),
     "sweeps.left_s": ("about {s} s left", "大约还剩 {s} 秒"),
     "sweeps.left_min": ("about {m} min {s} s left", "大约还剩 {m} 分 {s} 秒"),
-    "sweeps.last_run": ("Last run {status}: {done} measured, {failed} failed, {cached} cached of {total}.",
-                        "上次运行{status}：共 {total} 个，{done} 个已测量，{failed} 个失败，{cached} 个已缓存。"),
+    "sweeps.last_run": ("Last run {status}: {done} measured, {failed} failed, {refused} refused, {cached} cached of "
+                        "{total}.",
+                        "上次运行{status}：共 {total} 个，{done} 个已测量，{failed} 个失败，{refused} 个被拒绝，"
+                        "{cached} 个已缓存。"),
     "sweeps.run_status.done": ("finished", "已完成"),
     "sweeps.run_status.cancelled": ("cancelled", "已取消"),
     "sweeps.run_status.interrupted": ("interrupted", "被中断"),
@@ -101,6 +107,11 @@ STRINGS = {
     "sweeps.h.points": ("Every point", "所有测量点"),
     "sweeps.failed": ("{n} point(s) failed: their one-line reasons are in the table.",
                       "{n} 个测量点失败：表中有每个的一行原因。"),
+    "sweeps.refused": (("{n} point(s) refused before measuring: the sweep asks of a model what it cannot take (a "
+                        "sequence longer than its positions, a batch that does not fit in memory, a plan that does "
+                        "not apply). Nothing crashed; their one-line reasons are in the table."),
+                       "{n} 个测量点在测量前被拒绝：扫描要求了模型无法接受的输入（序列长于其位置数、批大小放不进内存、"
+                       "计划不适用于该图）。没有任何崩溃；表中有每个的一行原因。"),
     "sweeps.col.point": ("point", "测量点"),
     "sweeps.col.status": ("status", "状态"),
     "sweeps.col.verdict": ("verdict", "结论"),
@@ -118,6 +129,7 @@ STRINGS = {
     "sweeps.col.reason": ("reason", "原因"),
     "sweeps.status.ok": ("measured", "已测量"),
     "sweeps.status.failed": ("failed", "失败"),
+    "sweeps.status.refused": ("refused", "被拒绝"),
     "sweeps.status.simulated": ("simulated", "模拟"),
     "sweeps.upload_no_reports": ("An uploaded results file has no reports beside it: choose a sweep folder to open a "
                                  "point's report.",

@@ -75,7 +75,7 @@ def _live_progress(store: sweep_store.SweepStore) -> None:
         return
     st.progress(float(progress.get("fraction") or 0.0),
                 text=t("sweeps.progress", done=progress.get("done", 0), failed=progress.get("failed", 0),
-                       cached=progress.get("cached", 0), total=progress.get("total", 0),
+                       refused=progress.get("refused", 0), cached=progress.get("cached", 0), total=progress.get("total", 0),
                        running=progress.get("running", 0), left=_left(progress)))
 
 
@@ -90,8 +90,12 @@ def _left(progress: dict) -> str:
 def _summary(store: sweep_store.SweepStore | None, records: list[dict]) -> None:
     counts = {s: sum(1 for r in records if r["status"] == s) for s in sweep_store.STATUSES}
     devices = sorted({r["device_name"] for r in records if r.get("device_name")})
-    st.markdown(t("sweeps.summary", n=len(records), ok=counts["ok"], failed=counts["failed"],
-                  devices=plain(", ".join(devices) or "?")))
+    where = plain(", ".join(devices) or "?")
+    if counts["refused"]:
+        st.markdown(t("sweeps.summary_refused", n=len(records), ok=counts["ok"], failed=counts["failed"],
+                      refused=counts["refused"], devices=where))
+    else:
+        st.markdown(t("sweeps.summary", n=len(records), ok=counts["ok"], failed=counts["failed"], devices=where))
     if any(r.get("device_kind") == "cpu" for r in records):
         st.warning(t("sweeps.cpu"))
     if store is not None:
@@ -102,7 +106,8 @@ def _summary(store: sweep_store.SweepStore | None, records: list[dict]) -> None:
             st.caption(t("sweeps.last_run", status=t(f"sweeps.run_status.{progress.get('status', 'done')}")
                          if progress.get("status") in ("done", "cancelled", "interrupted") else plain(progress.get("status")),
                          done=progress.get("done", 0), failed=progress.get("failed", 0),
-                         cached=progress.get("cached", 0), total=progress.get("total", 0)))
+                         refused=progress.get("refused", 0), cached=progress.get("cached", 0),
+                         total=progress.get("total", 0)))
 
 
 def _open_point(store: sweep_store.SweepStore, key: str) -> None:
@@ -191,6 +196,9 @@ def _points(records: list[dict], store: sweep_store.SweepStore | None) -> None:
     failed = [r for r in records if r["status"] == "failed"]
     if failed:
         st.warning(t("sweeps.failed", n=len(failed)))
+    refused = [r for r in records if r["status"] == "refused"]
+    if refused:
+        st.info(t("sweeps.refused", n=len(refused)))
     st.dataframe(views.point_rows(records, lang), hide_index=True, width="stretch", key="table_sweep_points")
     if store is None:
         st.caption(t("sweeps.upload_no_reports"))
