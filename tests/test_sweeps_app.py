@@ -75,12 +75,10 @@ def test_figures_follow_the_records():
     assert reading == i18n.t_in("en", "sweeps.stop.pays_one", at=fake[0]["batch"]), reading
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_the_sweeps_page_in_both_languages(lang, tmp_path, monkeypatch):
+def _sweeps_page(lang: str, root: Path, monkeypatch):
+    """The Sweeps page through AppTest in ``lang``, its root ``root`` (a copy of the committed CPU sweep in it)."""
     from streamlit.testing.v1 import AppTest
 
-    root = tmp_path / "sweeps"
-    shutil.copytree(COMMITTED / FOLDER, root / FOLDER)
     monkeypatch.setenv("FUSION_EXPLORER_SWEEPS_ROOT", str(root))
     at = AppTest.from_file(str(ROOT / "explorer" / "app.py"), default_timeout=180)
     at.session_state["zoo_name"] = "conv_bn_relu"
@@ -88,6 +86,14 @@ def test_the_sweeps_page_in_both_languages(lang, tmp_path, monkeypatch):
     at.switch_page("ui/pages/sweeps.py")
     at.run()
     assert not at.exception, at.exception
+    return at
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_sweeps_page_in_both_languages(lang, tmp_path, monkeypatch):
+    root = tmp_path / "sweeps"
+    shutil.copytree(COMMITTED / FOLDER, root / FOLDER)
+    at = _sweeps_page(lang, root, monkeypatch)
     text = _texts(at)
     assert not MISSING_KEY.search(text) and i18n.UNTRANSLATED not in text
     for key in ("sweeps.title", "sweeps.h.speedup", "sweeps.h.heatmap", "sweeps.h.stops", "sweeps.no_memory",
@@ -133,8 +139,6 @@ def test_the_sweeps_page_in_both_languages(lang, tmp_path, monkeypatch):
 def test_a_refused_point_is_counted_apart_from_the_failed(lang, tmp_path, monkeypatch):
     """A point the explorer refused before measuring (BERT-base at 1024 tokens on the H200 grid) is "refused" in
     the summary, in a note of its own (not the failure warning) and in the table's status column."""
-    from streamlit.testing.v1 import AppTest
-
     from explorer.sweeps import spec as S
 
     root = tmp_path / "sweeps"
@@ -143,13 +147,7 @@ def test_a_refused_point_is_counted_apart_from_the_failed(lang, tmp_path, monkey
     reason = "sequence length 1024 exceeds bert_base's maximum of 512"
     st.SweepStore(root / FOLDER).append(st.make_record(point, "f" * 32, {"model": "bert_base"},
                                                        {"status": "refused", "reason": reason}))
-    monkeypatch.setenv("FUSION_EXPLORER_SWEEPS_ROOT", str(root))
-    at = AppTest.from_file(str(ROOT / "explorer" / "app.py"), default_timeout=180)
-    at.session_state["zoo_name"] = "conv_bn_relu"
-    at.session_state["lang"] = lang
-    at.switch_page("ui/pages/sweeps.py")
-    at.run()
-    assert not at.exception, at.exception
+    at = _sweeps_page(lang, root, monkeypatch)
     want = i18n.t_in(lang, "sweeps.summary_refused", n=9, ok=8, failed=0, refused=1, devices="cpu")
     assert any(want.split(" · ")[0] == str(m.value).split(" · ")[0] for m in at.markdown), want
     assert any(str(e.value) == i18n.t_in(lang, "sweeps.refused", n=1) for e in at.info)
