@@ -406,6 +406,28 @@ class DeviceModel:
         return m.prepare_graph(gm, self.device, self.dtype, self.channels_last, casts=self.record, **extra)
 
 
+def moved_to_device(host: HostModel, phases: Phases) -> tuple:
+    """``host``'s model, inputs and graphs on its device (captured again there where the CPU capture differs:
+    ``host.recapture``), and the bench dtype's cast record (its note, if any, in ``host.out["notes"]``):
+    ``(features, x32, gm, fused, casts, record)``."""
+    from explorer.runtime import measure as m
+
+    device = host.device
+    with phases("to_device"):
+        features = to_device(host.features, device)  # in place: the graph shares its parameters
+        x32 = tuple(t.to(device) for t in host.x32)
+        gm, fused, casts = host.gm.to(device), host.fused, host.casts
+        fused.gm.to(device)
+        m.synchronize(device)
+    if host.recapture:
+        gm, fused, casts = graph_stage(features, x32, host.name, device, list(dict.fromkeys([host.dtype_name, *casts])),
+                                       host.out, phases, host.channels_last)
+    record, note = casts.get(host.dtype_name, (None, ""))
+    if note:
+        host.out["notes"].append(note)
+    return features, x32, gm, fused, casts, record
+
+
 def model_on_device(name: str, smoke: bool) -> DeviceModel:
     """``prepare_on_host`` then the move to the device (and the capture again there where the CPU capture
     differs), for a script that measures one thing of a corpus model the way this bench runs it
@@ -414,17 +436,8 @@ def model_on_device(name: str, smoke: bool) -> DeviceModel:
 
     phases = Phases()
     host = prepare_on_host(name, smoke, "cpu", phases, fidelity_dtypes=())
-    device, out = host.device, dict(host.out)
-    features = to_device(host.features, device)
-    x32 = tuple(t.to(device) for t in host.x32)
-    gm, fused, casts = host.gm.to(device), host.fused, host.casts
-    fused.gm.to(device)
-    if host.recapture:
-        gm, fused, casts = graph_stage(features, x32, name, device, [host.dtype_name], out, phases,
-                                       host.channels_last)
-    record, note = casts.get(host.dtype_name, (None, ""))
-    if note:
-        out["notes"].append(note)
+    device, out = host.device, host.out
+    features, x32, gm, fused, casts, record = moved_to_device(host, phases)
     dtype = m.torch_dtype(host.dtype_name)
     x = m.prepare_inputs(x32, device, dtype, host.channels_last)
     out["seconds"] = phases.total()
@@ -449,18 +462,7 @@ def measure_on_device(host: HostModel, warm_only: bool, no_compile: bool, phases
     dtype = m.torch_dtype(host.dtype_name)
     channels_last = host.channels_last
     seconds: dict[str, float] = {}
-    with phases("to_device"):
-        features = to_device(host.features, device)  # in place: the graph shares its parameters
-        x32 = tuple(t.to(device) for t in host.x32)
-        gm, fused, casts = host.gm.to(device), host.fused, host.casts
-        fused.gm.to(device)
-        m.synchronize(device)
-    if host.recapture:
-        gm, fused, casts = graph_stage(features, x32, host.name, device, list(dict.fromkeys([host.dtype_name, *casts])),
-                                       out, phases, channels_last)
-    record, note = casts.get(host.dtype_name, (None, ""))
-    if note:
-        out["notes"].append(note)
+    features, x32, gm, fused, casts, record = moved_to_device(host, phases)
     with phases("prepare"):
         # a model that branches on its dtype: the unfused baseline is its capture in that dtype, as the runner's
         typed = m.run_dtype_graph(features, x32, gm, dtype, device=device) if record is None else None

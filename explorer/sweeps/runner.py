@@ -19,8 +19,9 @@
    one report in the folder as soon as it arrives;
 4. a point that fails (crash, timeout, out of memory, a model that does not load) is a record with its one-line
    reason, and the sweep goes on; one the explorer refuses before measuring it (a shape the model cannot take,
-   such as BERT-base at 1024 tokens, a plan that does not apply to the graph) is recorded "refused", not "failed"; a worker that dies is replaced (``backend.restart``) and its point is tried
-   once more before it is recorded as failed;
+   such as BERT-base at 1024 tokens, a plan that does not apply to the graph) is recorded "refused", not
+   "failed"; a worker that dies is replaced (``backend.restart``) and its point is tried once more before it is
+   recorded as failed;
 5. at the end (also when cancelled or interrupted) writes ``results.parquet`` and the final progress.
 
 ``stop_after_s`` (a device lent for a fixed time): no point starts that, at the mean wall time of the points
