@@ -63,12 +63,19 @@ def kill(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
-    end = time.monotonic() + GROUP_GONE_S
-    while time.monotonic() < end:
+    wait_group_gone(proc.pid)
+
+
+def wait_group_gone(pgid: int, timeout_s: float = GROUP_GONE_S) -> bool:
+    """Wait (at most ``timeout_s``) until no process of group ``pgid`` is left; True when none is."""
+    end = time.monotonic() + timeout_s
+    while True:
         try:
-            os.killpg(proc.pid, 0)
+            os.killpg(pgid, 0)
         except OSError:              # ProcessLookupError: the group is gone (PermissionError: not ours to wait on)
-            return
+            return True
+        if time.monotonic() >= end:
+            return False
         time.sleep(0.01)
 
 

@@ -46,7 +46,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from explorer.childproc import child_env, kill, parse_message, signal_name, start, take_stdout
+from explorer.childproc import child_env, kill, parse_message, signal_name, start, take_stdout, wait_group_gone
 from explorer.errors import ExplorerError, RunError
 from explorer.messages import RUN
 
@@ -189,11 +189,14 @@ def _terminate(proc: subprocess.Popen) -> None:
 
 
 def _kill_group(pgid: int) -> None:
-    """Kill what is left of a reaped child's process group (its number cannot be reused while the group lives)."""
+    """Kill what is left of a reaped child's process group (its number cannot be reused while the group lives), and
+    wait until it is gone: a child that stopped on a cancel leaves its sweep's workers, killed here, to be reaped by
+    the system a moment later, and the caller reports the task ended as soon as this returns."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
-        pass   # nothing left: the usual case
+        return   # nothing left: the usual case
+    wait_group_gone(pgid)
 
 
 def stop_on_sigterm(cancel: threading.Event, ready: threading.Event) -> None:
